@@ -1,0 +1,70 @@
+-- prelude.lua: helpers prepended to every script of redis-locks (see src/scripts.rs).
+--
+-- Conventions shared by every script:
+--   ARGV[1]  "" to use the server clock (TIME), or an explicit time in ms. An explicit time is
+--            for deterministic tests only: with it, no key TTL is set, so the stored deadlines
+--            alone decide (the model checks drive a virtual clock through this).
+--   ARGV[2]  the publish command for wake-ups: "PUBLISH", or "SPUBLISH" on Redis Cluster.
+-- Every deadline is stored inside the lock state (a value or a sorted-set score) and compared
+-- with `now`; key TTLs only clean up after abandoned locks, so correctness never depends on them.
+-- A hold or heartbeat with deadline D is live while now < D.
+
+local NOW, EXPLICIT_NOW
+if ARGV[1] ~= nil and ARGV[1] ~= '' then
+  NOW = tonumber(ARGV[1])
+  EXPLICIT_NOW = true
+else
+  local t = redis.call('TIME')
+  NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  EXPLICIT_NOW = false
+end
+local PUBLISH_CMD = ARGV[2]
+
+-- Fails the script, before it writes anything, when `key` exists with another type than
+-- `want` ("string" or "zset"): a foreign value is reported, never overwritten.
+local function check_type(key, want)
+  local t = redis.call('TYPE', key)
+  t = t['ok'] or t
+  if t ~= 'none' and t ~= want then
+    error({ err = 'WRONGTYPE key ' .. key .. ' holds a ' .. t .. ', redis-locks expects a ' .. want })
+  end
+end
+
+-- Sets a TTL so that `key` disappears at `deadline` (ms); nothing under an explicit clock.
+local function expire_at(key, deadline)
+  if EXPLICIT_NOW then return end
+  local ttl = math.floor(deadline - NOW)
+  if ttl < 1 then ttl = 1 end
+  redis.call('PEXPIRE', key, ttl)
+end
+
+-- The largest score of a sorted set, or nil when it is empty.
+local function max_score(key)
+  local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  if top[2] then return tonumber(top[2]) end
+  return nil
+end
+
+-- Keeps a sorted set of deadlines alive until its latest deadline.
+local function expire_zset(key)
+  local top = max_score(key)
+  if top then expire_at(key, top) end
+end
+
+local function publish(channel, message)
+  redis.call(PUBLISH_CMD, channel, message)
+end
+
+local function fence_now(fence_key)
+  return tonumber(redis.call('GET', fence_key) or '0')
+end
+
+-- ZREM of many members, in batches that stay under Lua's unpack limit.
+local function zrem_all(key, members)
+  local i = 1
+  while i <= #members do
+    local j = math.min(i + 499, #members)
+    redis.call('ZREM', key, unpack(members, i, j))
+    i = j + 1
+  end
+end

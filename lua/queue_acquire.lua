@@ -1,0 +1,61 @@
+-- queue_acquire.lua: one attempt to take permits from a ticket queue. Joins the queue (or
+-- heartbeats an existing place in it) when refused and asked to wait. Only the head of the
+-- queue is ever granted, so the order among live waiters is exactly the ticket order.
+-- KEYS: see queue_common.lua (h, q, hb, tk, fence, ch, cap).
+-- ARGV[1] now ("" = server clock)   ARGV[2] publish command
+-- ARGV[3] token         unique per acquisition; a retry with the same token is idempotent
+-- ARGV[4] weight        permits wanted (1; n for acquire_many; the capacity for exclusive)
+-- ARGV[5] lease_ms      lease of the grant, from the server's now
+-- ARGV[6] heartbeat_ms  a waiter is dropped when it has not attempted for this long
+-- ARGV[7] capacity      permits, unless set_permits stored another count in `cap`
+-- ARGV[8] wait          "1": join the queue when refused; "0": never stay queued
+-- Reply: {1, fence, lease_ms} granted (fence: new when exclusive, else the last exclusive
+--        grant's); {0, -1, position} refused, position = waiters ahead (-1 when not queued).
+local token, weight = ARGV[3], tonumber(ARGV[4])
+local lease, heartbeat = tonumber(ARGV[5]), tonumber(ARGV[6])
+local cap = capacity(tonumber(ARGV[7]))
+local wait = ARGV[8] == '1'
+local member = member_of(token, weight)
+
+prune()
+
+if weight < 1 or weight > cap then
+  redis.call('ZREM', Q, member)
+  redis.call('ZREM', HB, member)
+  promote(cap, heartbeat, nil)
+  refresh_ttls()
+  return redis.error_reply('RLPERMITS asked for ' .. weight .. ' permits of ' .. cap)
+end
+
+-- Already granted (a retry after a lost reply, or a grant made by promote while we waited):
+-- claim it with the full lease.
+if redis.call('ZSCORE', H, member) then
+  redis.call('ZADD', H, NOW + lease, member)
+  refresh_ttls()
+  return { 1, fence_now(FENCE), lease }
+end
+
+local queued = redis.call('ZSCORE', Q, member)
+if not queued then
+  if redis.call('ZCARD', Q) == 0 and permits_used() + weight <= cap then
+    local fence
+    if weight >= cap then fence = redis.call('INCR', FENCE) else fence = fence_now(FENCE) end
+    redis.call('ZADD', H, NOW + lease, member)
+    refresh_ttls()
+    return { 1, fence, lease }
+  end
+  if not wait then
+    return { 0, -1, -1 }
+  end
+  redis.call('ZADD', Q, redis.call('INCR', TK), member)
+end
+redis.call('ZADD', HB, NOW + heartbeat, member)
+
+-- Permits may be free for the head (a holder just expired, a waiter ahead just died).
+if promote(cap, heartbeat, member) then
+  redis.call('ZADD', H, NOW + lease, member)
+  refresh_ttls()
+  return { 1, fence_now(FENCE), lease }
+end
+refresh_ttls()
+return { 0, -1, redis.call('ZRANK', Q, member) }

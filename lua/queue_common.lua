@@ -1,0 +1,113 @@
+-- queue_common.lua: state helpers of the ticket queue (FairLock, Semaphore, RwLock with the
+-- fair policy), prepended after prelude.lua to every queue_*.lua script.
+--
+-- KEYS (the same for every queue_* script):
+--   KEYS[1] h      zset holder member -> lease deadline
+--   KEYS[2] q      zset waiter member -> ticket (tickets from KEYS[4], never a client clock)
+--   KEYS[3] hb     zset waiter member -> heartbeat deadline
+--   KEYS[4] tk     ticket counter; deleted whenever the queue is empty
+--   KEYS[5] fence  counter, incremented on every exclusive grant; never expires
+--   KEYS[6] ch     wake-up channel of the lock
+--   KEYS[7] cap    permits set by set_permits (absent: the caller's own count applies)
+-- A member is the holder's token, followed by "#<weight>" when it takes more than one permit
+-- (a semaphore's acquire_many, or the fair RwLock's writer, which takes all of them).
+-- A grant is exclusive (and takes a new fence) when its weight is the whole capacity.
+
+local H, Q, HB, TK, FENCE, CH, CAP = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+
+check_type(H, 'zset')
+check_type(Q, 'zset')
+check_type(HB, 'zset')
+check_type(TK, 'string')
+check_type(FENCE, 'string')
+check_type(CAP, 'string')
+
+local function member_of(token, weight)
+  if weight == 1 then return token end
+  return token .. '#' .. weight
+end
+
+local function weight_of(member)
+  local w = string.match(member, '#(%d+)$')
+  if w then return tonumber(w) end
+  return 1
+end
+
+local function token_of(member)
+  local t = string.match(member, '^(.*)#%d+$')
+  return t or member
+end
+
+local function capacity(default)
+  local c = redis.call('GET', CAP)
+  if c then
+    local n = tonumber(c)
+    if not n or n < 1 then
+      error({ err = 'RLCORRUPT key ' .. CAP .. ' does not hold a permit count' })
+    end
+    return n
+  end
+  return default
+end
+
+local function permits_used()
+  local used = 0
+  for _, m in ipairs(redis.call('ZRANGE', H, 0, -1)) do used = used + weight_of(m) end
+  return used
+end
+
+-- Drops holders whose lease lapsed and waiters whose heartbeat lapsed, wherever they stand.
+local function prune()
+  redis.call('ZREMRANGEBYSCORE', H, '-inf', NOW)
+  local dead = redis.call('ZRANGEBYSCORE', HB, '-inf', NOW)
+  if #dead > 0 then
+    zrem_all(Q, dead)
+    redis.call('ZREMRANGEBYSCORE', HB, '-inf', NOW)
+  end
+end
+
+-- Grants, in ticket order, every waiter at the head of the queue that fits in the free
+-- permits, stopping at the first that does not (a large request is never overtaken). A waiter
+-- granted this way holds for `claim_ms` only (its heartbeat window) until it claims the grant
+-- with its own acquire, so a waiter that died in the queue blocks others for one window at
+-- most. Publishes the granted tokens, except `self_member`'s. Returns true if `self_member`
+-- was granted.
+local function promote(cap, claim_ms, self_member)
+  local free = cap - permits_used()
+  local named, self_granted = {}, false
+  while free > 0 do
+    local head = redis.call('ZRANGE', Q, 0, 0)
+    if #head == 0 then break end
+    local m = head[1]
+    local w = weight_of(m)
+    if w > free then break end
+    free = free - w
+    redis.call('ZREM', Q, m)
+    redis.call('ZREM', HB, m)
+    redis.call('ZADD', H, NOW + claim_ms, m)
+    if w >= cap then redis.call('INCR', FENCE) end
+    if m == self_member then
+      self_granted = true
+    else
+      named[#named + 1] = token_of(m)
+    end
+  end
+  if #named > 0 then publish(CH, table.concat(named, ' ')) end
+  return self_granted
+end
+
+-- Keeps every key alive exactly as long as its latest deadline; the ticket counter goes with
+-- the last waiter, so tickets restart from 1 on an empty queue.
+local function refresh_ttls()
+  expire_zset(H)
+  if redis.call('ZCARD', Q) == 0 then
+    redis.call('DEL', TK, HB)
+  else
+    local top = max_score(HB)
+    if top then
+      expire_at(HB, top)
+      expire_at(Q, top)
+      expire_at(TK, top)
+    end
+  end
+end

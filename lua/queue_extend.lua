@@ -1,0 +1,12 @@
+-- queue_extend.lua: renews a live hold to a fresh lease from the server's now.
+-- KEYS: see queue_common.lua.
+-- ARGV[1] now   ARGV[2] publish command   ARGV[3] token   ARGV[4] weight   ARGV[5] lease_ms
+-- Reply: 1 if renewed; 0 if the token holds nothing live (the holder must treat it as lost).
+local member = member_of(ARGV[3], tonumber(ARGV[4]))
+local lease = tonumber(ARGV[5])
+
+prune()
+if not redis.call('ZSCORE', H, member) then return 0 end
+redis.call('ZADD', H, NOW + lease, member)
+refresh_ttls()
+return 1

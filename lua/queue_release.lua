@@ -1,0 +1,17 @@
+-- queue_release.lua: gives up everything a token has on a ticket queue (its hold and its
+-- place in the queue), then grants the waiters that now fit.
+-- KEYS: see queue_common.lua.
+-- ARGV[1] now   ARGV[2] publish command   ARGV[3] token   ARGV[4] weight
+-- ARGV[5] heartbeat_ms (claim window for waiters granted here)   ARGV[6] capacity
+-- Reply: 1 if the token held permits (a live lease) until this call, else 0.
+local member = member_of(ARGV[3], tonumber(ARGV[4]))
+local heartbeat = tonumber(ARGV[5])
+local cap = capacity(tonumber(ARGV[6]))
+
+prune()
+local held = redis.call('ZREM', H, member)
+redis.call('ZREM', Q, member)
+redis.call('ZREM', HB, member)
+promote(cap, heartbeat, nil)
+refresh_ttls()
+return held

@@ -1,0 +1,58 @@
+-- rw_acquire.lua: one attempt to take a lease lock (Mutex, RwLock writer or reader).
+-- KEYS: see rw_common.lua (w, r, wq, fence, ch).
+-- ARGV[1] now ("" = server clock)   ARGV[2] publish command
+-- ARGV[3] token        unique per acquisition; a retry with the same token is idempotent
+-- ARGV[4] mode         "w" exclusive (writer or mutex), "r" shared (reader)
+-- ARGV[5] lease_ms     length of the lease granted, from the server's now
+-- ARGV[6] policy       "writer": waiting writers hold back new readers; "reader": they do not
+-- ARGV[7] wait         "1": a refused writer under the writer policy announces itself in wq
+-- ARGV[8] heartbeat_ms how long that announcement lives unless the writer attempts again
+-- Reply: {1, fence, lease_ms} granted (fence: the new token for a writer, the last writer's
+--        for a reader); {0, retry_ms, -1} refused (retry_ms: when the blocking lease ends,
+--        -1 when only a wake-up or the waiter's own interval can tell).
+local token, mode = ARGV[3], ARGV[4]
+local lease, policy = tonumber(ARGV[5]), ARGV[6]
+local wait, heartbeat = ARGV[7] == '1', tonumber(ARGV[8])
+
+local wtok, wdl = live_writer()
+prune()
+
+if mode == 'w' then
+  if wtok == token then
+    -- Already ours (a retry after a lost reply): renew from now, same fence.
+    set_writer(token, NOW + lease)
+    return { 1, fence_now(FENCE), lease }
+  end
+  local retry = nil
+  if wtok then
+    retry = wdl - NOW
+  elseif redis.call('ZCARD', R) > 0 then
+    retry = max_score(R) - NOW
+  end
+  if retry then
+    if wait and policy == 'writer' then
+      redis.call('ZADD', WQ, NOW + heartbeat, token)
+      expire_zset(WQ)
+    end
+    return { 0, retry, -1 }
+  end
+  local fence = redis.call('INCR', FENCE)
+  set_writer(token, NOW + lease)
+  if redis.call('ZREM', WQ, token) == 1 then expire_zset(WQ) end
+  return { 1, fence, lease }
+end
+
+if mode == 'r' then
+  if wtok then
+    return { 0, wdl - NOW, -1 }
+  end
+  local mine = redis.call('ZSCORE', R, token)
+  if not mine and policy == 'writer' and redis.call('ZCARD', WQ) > 0 then
+    return { 0, -1, -1 }
+  end
+  redis.call('ZADD', R, NOW + lease, token)
+  expire_zset(R)
+  return { 1, fence_now(FENCE), lease }
+end
+
+return redis.error_reply('RLARG unknown mode ' .. tostring(mode))

@@ -1,0 +1,60 @@
+-- rw_common.lua: state helpers of the lease lock (Mutex and RwLock with writer or reader
+-- preference), prepended after prelude.lua to every rw_*.lua script.
+--
+-- KEYS (the same for every rw_* script):
+--   KEYS[1] w      string "<deadline_ms>|<token>": the writer (or mutex holder) and its lease
+--   KEYS[2] r      zset reader token -> lease deadline; the read count is its live size
+--   KEYS[3] wq     zset waiting writer token -> heartbeat deadline (writer-preference flag)
+--   KEYS[4] fence  counter, incremented on every exclusive grant; never expires
+--   KEYS[5] ch     wake-up channel of the lock
+
+local W, R, WQ, FENCE, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+
+check_type(W, 'string')
+check_type(R, 'zset')
+check_type(WQ, 'zset')
+check_type(FENCE, 'string')
+
+-- The live writer as (token, deadline), or nil. Fails on a value it did not write.
+local function live_writer()
+  local v = redis.call('GET', W)
+  if not v then return nil, nil end
+  local dl, tok = string.match(v, '^(%d+)|(.+)$')
+  if not dl then
+    error({ err = 'RLCORRUPT key ' .. W .. ' does not hold a redis-locks writer record' })
+  end
+  dl = tonumber(dl)
+  if dl <= NOW then return nil, nil end
+  return tok, dl
+end
+
+local function set_writer(token, deadline)
+  redis.call('SET', W, tostring(deadline) .. '|' .. token)
+  expire_at(W, deadline)
+end
+
+-- Wakes every local waiter of this lock.
+local function wake_all()
+  publish(CH, '*')
+end
+
+-- Wakes the waiting writers by name (or everyone when there are many, or none).
+local function wake_writers()
+  local writers = redis.call('ZRANGE', WQ, 0, 31)
+  if #writers == 0 or #writers >= 32 then
+    wake_all()
+  else
+    publish(CH, table.concat(writers, ' '))
+  end
+end
+
+-- Drops expired readers and waiting writers whose heartbeat lapsed. When the last waiting
+-- writer goes this way, the readers it held back are woken.
+local function prune()
+  redis.call('ZREMRANGEBYSCORE', R, '-inf', NOW)
+  local waiting = redis.call('ZCARD', WQ)
+  if waiting > 0 then
+    local gone = redis.call('ZREMRANGEBYSCORE', WQ, '-inf', NOW)
+    if gone == waiting then wake_all() end
+  end
+end

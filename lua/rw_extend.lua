@@ -1,0 +1,20 @@
+-- rw_extend.lua: renews a live hold (write or read) to a fresh lease from the server's now.
+-- KEYS: see rw_common.lua.
+-- ARGV[1] now   ARGV[2] publish command   ARGV[3] token   ARGV[4] lease_ms
+-- Reply: 1 if renewed; 0 if the token holds nothing live (lease lapsed or released): the
+--        holder must then treat the lock as lost.
+local token, lease = ARGV[3], tonumber(ARGV[4])
+
+local wtok = live_writer()
+prune()
+
+if wtok == token then
+  set_writer(token, NOW + lease)
+  return 1
+end
+if redis.call('ZSCORE', R, token) then
+  redis.call('ZADD', R, 'XX', NOW + lease, token)
+  expire_zset(R)
+  return 1
+end
+return 0

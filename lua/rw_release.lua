@@ -1,0 +1,33 @@
+-- rw_release.lua: gives up everything a token has on a lease lock: its write or read hold,
+-- and its waiting-writer announcement (so a cancelled or dropped wait leaves at once).
+-- KEYS: see rw_common.lua.
+-- ARGV[1] now   ARGV[2] publish command   ARGV[3] token
+-- Reply: 1 if the token held the lock (a live lease) until this call, else 0.
+local token = ARGV[3]
+
+local wtok = live_writer()
+prune()
+
+local held = 0
+if wtok == token then
+  redis.call('DEL', W)
+  held = 1
+  wake_all()
+else
+  -- An expired record of ours is cleaned up; it was no longer a hold.
+  local v = redis.call('GET', W)
+  if v and string.sub(v, -(#token + 1)) == '|' .. token then redis.call('DEL', W) end
+  if redis.call('ZREM', R, token) == 1 then
+    held = 1
+    if redis.call('ZCARD', R) == 0 then wake_writers() end
+  end
+end
+
+if redis.call('ZREM', WQ, token) == 1 then
+  if redis.call('ZCARD', WQ) == 0 then
+    wake_all()
+  else
+    expire_zset(WQ)
+  end
+end
+return held

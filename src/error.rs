@@ -1,0 +1,153 @@
+//! The one error type of the crate.
+
+use std::time::Duration;
+
+/// Result alias used throughout the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong when taking, holding or releasing a lock.
+///
+/// Errors are classified, not string-matched: ask [`Error::is_timeout`],
+/// [`Error::is_connection`] or [`Error::is_invalid_input`]. The underlying Redis error, when
+/// there is one, is kept in [`std::error::Error::source`].
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use std::time::Duration;
+/// let client = redis_locks::LockClient::in_memory();
+/// let err = client.mutex("").try_lock().await.unwrap_err();
+/// assert!(err.is_invalid_input());
+/// # }
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The lock name is empty or too long; nothing was sent to Redis.
+    #[error("invalid lock name: {reason}")]
+    InvalidName {
+        /// Why the name was refused.
+        reason: String,
+    },
+    /// An option or argument is out of range; nothing was sent to Redis.
+    #[error("invalid {what}: {reason}")]
+    InvalidArgument {
+        /// The option or argument at fault (`"lease"`, `"heartbeat"`, `"permits"` ...).
+        what: &'static str,
+        /// Why it was refused, and what would be accepted.
+        reason: String,
+    },
+    /// The wait ran out before the lock was granted; the waiter has left the queue.
+    #[error("timed out after {waited:?} waiting for lock `{name}`")]
+    Timeout {
+        /// The lock's name.
+        name: String,
+        /// How long the caller waited.
+        waited: Duration,
+    },
+    /// A key of the lock holds a value of another type (or another program's data). The key
+    /// was left as it was: delete it, or pick another lock name or key prefix.
+    #[error("a key of lock `{name}` holds foreign data, left untouched ({detail}); delete it or use another name or key prefix")]
+    WrongType {
+        /// The lock's name.
+        name: String,
+        /// What Redis reported.
+        detail: String,
+    },
+    /// Redis could not be asked, or the reply was lost (connection dropped, response timeout,
+    /// server restarting). The outcome of the command is unknown; the library has already
+    /// retried by token where that is safe.
+    #[error("Redis connection problem ({0}); the library retried where safe, check that the server is reachable")]
+    Connection(#[source] redis::RedisError),
+    /// Redis answered with an error the library does not expect (for instance a command denied
+    /// by an ACL rule, or memory full).
+    #[error("Redis refused the command: {0}")]
+    Redis(#[source] redis::RedisError),
+    /// Quorum mode: fewer than a majority of the nodes granted the lock in time.
+    #[error("quorum not reached: {granted} of the {required} nodes needed granted the lock")]
+    QuorumNotReached {
+        /// Nodes that granted.
+        granted: usize,
+        /// Nodes needed (a majority).
+        required: usize,
+    },
+    /// The backend cannot offer this primitive (e.g. a FairLock over quorum mode, where queues
+    /// on independent masters can disagree on the order).
+    #[error("{what} is not supported by this backend: {reason}")]
+    Unsupported {
+        /// The refused primitive or operation.
+        what: &'static str,
+        /// Why.
+        reason: &'static str,
+    },
+    /// The lease was lost while work ran under it (see `with_lock` helpers).
+    #[error("the lease on lock `{name}` was lost before the work finished")]
+    LeaseLost {
+        /// The lock's name.
+        name: String,
+    },
+}
+
+impl Error {
+    /// True when a `*_timeout` wait ran out of time.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Error::Timeout { .. })
+    }
+
+    /// True when Redis could not be reached or the reply was lost: the outcome is unknown.
+    pub fn is_connection(&self) -> bool {
+        matches!(self, Error::Connection(_))
+    }
+
+    /// True when the caller's input was refused before anything was sent to Redis.
+    pub fn is_invalid_input(&self) -> bool {
+        matches!(
+            self,
+            Error::InvalidName { .. } | Error::InvalidArgument { .. }
+        )
+    }
+
+    /// True when a key of the lock holds data the library did not write.
+    pub fn is_wrong_type(&self) -> bool {
+        matches!(self, Error::WrongType { .. })
+    }
+
+    pub(crate) fn invalid(what: &'static str, reason: impl Into<String>) -> Self {
+        Error::InvalidArgument {
+            what,
+            reason: reason.into(),
+        }
+    }
+
+    /// Classifies a Redis error for the lock `name`.
+    pub(crate) fn from_redis(name: &str, err: redis::RedisError) -> Self {
+        if err.is_timeout()
+            || err.is_connection_dropped()
+            || err.is_connection_refusal()
+            || err.is_io_error()
+        {
+            return Error::Connection(err);
+        }
+        match err.code() {
+            Some("WRONGTYPE") | Some("RLCORRUPT") => Error::WrongType {
+                name: name.to_owned(),
+                detail: err.detail().unwrap_or("").to_owned(),
+            },
+            Some("RLPERMITS") => Error::InvalidArgument {
+                what: "permits",
+                reason: err
+                    .detail()
+                    .unwrap_or("more permits than the semaphore has")
+                    .to_owned(),
+            },
+            Some("LOADING") | Some("BUSY") | Some("TRYAGAIN") | Some("CLUSTERDOWN")
+            | Some("MASTERDOWN") => Error::Connection(err),
+            _ => Error::Redis(err),
+        }
+    }
+
+    /// Whether retrying the same request (same token) may succeed.
+    pub(crate) fn is_retryable(&self) -> bool {
+        self.is_connection()
+    }
+}

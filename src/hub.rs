@@ -1,0 +1,330 @@
+//! Wake-ups: one subscription per client, dispatched to local waiters.
+//!
+//! Every lock has one channel (`<prefix>:{<name>}:ch`, in the lock's hash slot). A release
+//! publishes either `*` (everyone re-checks) or the space-separated tokens of the waiters it
+//! concerns (a ticket queue names exactly the waiters it granted). The hub keeps, per
+//! channel, the local waiters and their tokens, subscribes when the first one arrives and
+//! unsubscribes a while after the last one left (so a busy lock is not re-subscribed on every
+//! hand-off).
+//!
+//! A notification is an optimisation, never needed for correctness: every wait also wakes at
+//! the blocking lease's end and at its own interval. A lost connection wakes every waiter so
+//! they re-check at once.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex as StdMutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use tokio::sync::{mpsc, oneshot, Notify};
+
+/// How long a channel stays subscribed after its last local waiter left.
+const LINGER: Duration = Duration::from_secs(5);
+
+/// The subscribe side of a connection (plain or sharded pub/sub).
+#[async_trait]
+pub(crate) trait Subscriber: Send + 'static {
+    async fn subscribe(&mut self, channel: &str) -> redis::RedisResult<()>;
+    async fn unsubscribe(&mut self, channel: &str) -> redis::RedisResult<()>;
+}
+
+#[derive(Default)]
+struct ChannelEntry {
+    waiters: Vec<(u64, String, Arc<Notify>)>,
+    subscribed: bool,
+    idle_since: Option<Instant>,
+    pending: Vec<oneshot::Sender<()>>,
+}
+
+#[derive(Default)]
+struct HubState {
+    channels: HashMap<String, ChannelEntry>,
+    next_id: u64,
+}
+
+/// Delivers lock notifications to the waiters of this process.
+pub struct WakeHub {
+    state: StdMutex<HubState>,
+    /// `None` for an in-process store: every channel counts as subscribed.
+    sync: OnceLock<mpsc::UnboundedSender<String>>,
+    remote: bool,
+}
+
+impl fmt::Debug for WakeHub {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let channels = self.lock_state().channels.len();
+        f.debug_struct("WakeHub")
+            .field("channels", &channels)
+            .field("remote", &self.remote)
+            .finish()
+    }
+}
+
+impl WakeHub {
+    /// A hub fed by the in-memory store itself.
+    pub(crate) fn local() -> Arc<Self> {
+        Arc::new(WakeHub {
+            state: StdMutex::default(),
+            sync: OnceLock::new(),
+            remote: false,
+        })
+    }
+
+    /// A hub fed by a Redis subscription; call [`WakeHub::start`] once the connection exists.
+    pub(crate) fn remote() -> Arc<Self> {
+        Arc::new(WakeHub {
+            state: StdMutex::default(),
+            sync: OnceLock::new(),
+            remote: true,
+        })
+    }
+
+    fn lock_state(&self) -> std::sync::MutexGuard<'_, HubState> {
+        // A panic while holding this lock cannot leave the map inconsistent (every update is a
+        // single insert or remove), so a poisoned lock is still usable.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts the task that keeps the subscriptions in line with the local waiters.
+    pub(crate) fn start(self: &Arc<Self>, mut conn: Box<dyn Subscriber>) {
+        let (tx, mut rx) = mpsc::unbounded_channel::<String>();
+        if self.sync.set(tx.clone()).is_err() {
+            return;
+        }
+        let hub = Arc::downgrade(self);
+        tokio::spawn(async move {
+            while let Some(channel) = rx.recv().await {
+                let Some(hub) = hub.upgrade() else { break };
+                hub.reconcile(&channel, &mut *conn, &tx).await;
+            }
+        });
+    }
+
+    async fn reconcile(
+        &self,
+        channel: &str,
+        conn: &mut dyn Subscriber,
+        tx: &mpsc::UnboundedSender<String>,
+    ) {
+        loop {
+            let (wanted, subscribed, idle_since) = {
+                let st = self.lock_state();
+                match st.channels.get(channel) {
+                    Some(e) => (!e.waiters.is_empty(), e.subscribed, e.idle_since),
+                    None => return,
+                }
+            };
+            if wanted && !subscribed {
+                match conn.subscribe(channel).await {
+                    Ok(()) => {
+                        let mut st = self.lock_state();
+                        if let Some(e) = st.channels.get_mut(channel) {
+                            e.subscribed = true;
+                            for p in e.pending.drain(..) {
+                                let _ = p.send(());
+                            }
+                        }
+                    }
+                    Err(err) => {
+                        // Waiters fall back to their own interval; they asked once, that is enough.
+                        tracing::debug!(channel, %err, "subscribe failed; waiters will poll");
+                        let mut st = self.lock_state();
+                        if let Some(e) = st.channels.get_mut(channel) {
+                            for p in e.pending.drain(..) {
+                                let _ = p.send(());
+                            }
+                        }
+                        return;
+                    }
+                }
+                continue;
+            }
+            if !wanted && subscribed {
+                let idle = idle_since.map(|t| t.elapsed()).unwrap_or(LINGER);
+                if idle < LINGER {
+                    let tx = tx.clone();
+                    let channel = channel.to_owned();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(LINGER - idle).await;
+                        let _ = tx.send(channel);
+                    });
+                    return;
+                }
+                let result = conn.unsubscribe(channel).await;
+                let mut st = self.lock_state();
+                if let Some(e) = st.channels.get_mut(channel) {
+                    if result.is_ok() {
+                        e.subscribed = false;
+                    }
+                    if e.waiters.is_empty() && !e.subscribed {
+                        st.channels.remove(channel);
+                        return;
+                    }
+                }
+                continue;
+            }
+            if wanted && subscribed {
+                let mut st = self.lock_state();
+                if let Some(e) = st.channels.get_mut(channel) {
+                    for p in e.pending.drain(..) {
+                        let _ = p.send(());
+                    }
+                }
+                return;
+            }
+            // Neither wanted nor subscribed: forget the channel.
+            let mut st = self.lock_state();
+            if let Some(e) = st.channels.get(channel) {
+                if e.waiters.is_empty() && !e.subscribed {
+                    st.channels.remove(channel);
+                }
+            }
+            return;
+        }
+    }
+
+    /// Registers a waiter for `token` on `channel`, and returns once the channel's
+    /// subscription is in place (or has failed, in which case the waiter polls).
+    pub(crate) async fn register(self: &Arc<Self>, channel: &str, token: &str) -> Registration {
+        let notify = Arc::new(Notify::new());
+        let (id, confirm) = {
+            let mut st = self.lock_state();
+            st.next_id += 1;
+            let id = st.next_id;
+            let entry = st.channels.entry(channel.to_owned()).or_default();
+            entry.waiters.push((id, token.to_owned(), notify.clone()));
+            entry.idle_since = None;
+            if !self.remote {
+                entry.subscribed = true;
+            }
+            let confirm = if entry.subscribed {
+                None
+            } else {
+                let (tx, rx) = oneshot::channel();
+                entry.pending.push(tx);
+                Some(rx)
+            };
+            (id, confirm)
+        };
+        let registration = Registration {
+            hub: self.clone(),
+            channel: channel.to_owned(),
+            id,
+            notify,
+        };
+        if let (Some(rx), Some(sync)) = (confirm, self.sync.get()) {
+            if sync.send(channel.to_owned()).is_ok() {
+                let _ = rx.await;
+            }
+        }
+        registration
+    }
+
+    /// Delivers one message: `*` wakes every waiter of the channel, otherwise the waiters
+    /// whose token is named.
+    pub(crate) fn dispatch(&self, channel: &str, message: &str) {
+        let st = self.lock_state();
+        let Some(entry) = st.channels.get(channel) else {
+            return;
+        };
+        if message == "*" {
+            for (_, _, n) in &entry.waiters {
+                n.notify_one();
+            }
+            return;
+        }
+        for named in message.split(' ') {
+            for (_, token, n) in &entry.waiters {
+                if token == named {
+                    n.notify_one();
+                }
+            }
+        }
+    }
+
+    /// Wakes every local waiter (after a reconnect, messages may have been missed).
+    pub(crate) fn wake_all(&self) {
+        let st = self.lock_state();
+        for entry in st.channels.values() {
+            for (_, _, n) in &entry.waiters {
+                n.notify_one();
+            }
+        }
+    }
+
+    /// Handles a RESP3 push from the connection.
+    pub(crate) fn on_push(&self, push: redis::PushInfo) {
+        use redis::PushKind;
+        match push.kind {
+            PushKind::Message | PushKind::SMessage => {
+                if let [channel, message, ..] = push.data.as_slice() {
+                    if let (Some(c), Some(m)) = (as_text(channel), as_text(message)) {
+                        self.dispatch(&c, &m);
+                    }
+                }
+            }
+            PushKind::Disconnection => self.wake_all(),
+            _ => {}
+        }
+    }
+
+    fn leave(&self, channel: &str, id: u64) {
+        let mut st = self.lock_state();
+        let Some(entry) = st.channels.get_mut(channel) else {
+            return;
+        };
+        entry.waiters.retain(|(i, _, _)| *i != id);
+        if entry.waiters.is_empty() {
+            entry.idle_since = Some(Instant::now());
+            match self.sync.get() {
+                Some(sync) => {
+                    let _ = sync.send(channel.to_owned());
+                }
+                None if !self.remote => {
+                    st.channels.remove(channel);
+                }
+                None => {}
+            }
+        }
+    }
+
+    /// Local waiters registered now (for tests and metrics).
+    pub fn waiter_count(&self) -> usize {
+        self.lock_state()
+            .channels
+            .values()
+            .map(|e| e.waiters.len())
+            .sum()
+    }
+}
+
+fn as_text(value: &redis::Value) -> Option<String> {
+    match value {
+        redis::Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        redis::Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+/// A waiter's place in the hub; leaves on drop.
+pub(crate) struct Registration {
+    hub: Arc<WakeHub>,
+    channel: String,
+    id: u64,
+    notify: Arc<Notify>,
+}
+
+impl Registration {
+    /// Resolves at the next notification for this waiter (one delivered since the last
+    /// call counts: no wake-up is lost between an attempt and the wait).
+    pub(crate) async fn notified(&self) {
+        self.notify.notified().await
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.hub.leave(&self.channel, self.id);
+    }
+}

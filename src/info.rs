@@ -1,0 +1,84 @@
+//! What `inspect` shows an operator: holders, readers, waiters, fence.
+
+use std::time::Duration;
+
+use crate::store::{HoldKind, Snapshot};
+
+/// Tokens are shown shortened to this many characters.
+pub const TOKEN_PREFIX_LEN: usize = 8;
+
+/// One live hold.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HolderInfo {
+    /// First characters of the holder's token.
+    pub token_prefix: String,
+    /// Write, read or permits.
+    pub kind: HoldKind,
+    /// Lease left on the server's clock.
+    pub lease_remaining: Duration,
+}
+
+/// One live waiter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WaiterInfo {
+    /// First characters of the waiter's token.
+    pub token_prefix: String,
+    /// 0 for the head of the queue (waiting writers of a lease lock: by heartbeat order).
+    pub position: usize,
+    /// Permits wanted.
+    pub weight: u32,
+    /// Heartbeat window left before the waiter is dropped.
+    pub heartbeat_remaining: Duration,
+}
+
+/// The state of a lock, read in one round trip.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockInfo {
+    /// The lock's name.
+    pub name: String,
+    /// The fence counter: the last exclusive grant's token.
+    pub fence: u64,
+    /// Permits stored by `set_permits`, if any.
+    pub permits: Option<u32>,
+    /// Live holds.
+    pub holders: Vec<HolderInfo>,
+    /// Live waiters, in order.
+    pub waiters: Vec<WaiterInfo>,
+}
+
+fn short(token: &str) -> String {
+    token.chars().take(TOKEN_PREFIX_LEN).collect()
+}
+
+impl LockInfo {
+    pub(crate) fn from_snapshot(name: &str, s: Snapshot) -> Self {
+        LockInfo {
+            name: name.to_owned(),
+            fence: s.fence,
+            permits: s.permits,
+            holders: s
+                .holders
+                .into_iter()
+                .map(|h| HolderInfo {
+                    token_prefix: short(&h.token),
+                    kind: h.kind,
+                    lease_remaining: Duration::from_millis(h.remaining_ms),
+                })
+                .collect(),
+            waiters: s
+                .waiters
+                .into_iter()
+                .enumerate()
+                .map(|(position, w)| WaiterInfo {
+                    token_prefix: short(&w.token),
+                    position,
+                    weight: w.weight,
+                    heartbeat_remaining: Duration::from_millis(w.heartbeat_remaining_ms),
+                })
+                .collect(),
+        }
+    }
+}

@@ -1,0 +1,183 @@
+//! All key naming in one place. Every key and the wake-up channel of a lock share the prefix
+//! `<prefix>:{<name>}:`, so they hash to one Redis Cluster slot and an operator can find them
+//! by the lock's name.
+
+use crate::error::{Error, Result};
+
+/// Longest accepted lock name, in bytes.
+pub const MAX_NAME_LEN: usize = 1024;
+
+/// Longest accepted key prefix, in bytes.
+pub const MAX_PREFIX_LEN: usize = 64;
+
+/// The default key prefix.
+pub const DEFAULT_PREFIX: &str = "rl";
+
+/// A validated lock name with its key names.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct LockKeys {
+    name: String,
+    base: String,
+}
+
+impl LockKeys {
+    /// Validates `name` and builds its keys under `prefix`.
+    ///
+    /// Names are arbitrary UTF-8 (braces, colons and NUL included) of 1 to
+    /// [`MAX_NAME_LEN`] bytes: the hash tag opens at the prefix's `{`, so whatever the name
+    /// contains, every key of the lock lands in one slot, and the fixed suffixes keep the keys
+    /// of different names distinct.
+    pub fn new(prefix: &str, name: &str) -> Result<Self> {
+        if name.is_empty() {
+            return Err(Error::InvalidName {
+                reason: "the name is empty; give every lock a non-empty name".into(),
+            });
+        }
+        if name.len() > MAX_NAME_LEN {
+            return Err(Error::InvalidName {
+                reason: format!(
+                    "the name is {} bytes, the limit is {MAX_NAME_LEN}; hash long identifiers first",
+                    name.len()
+                ),
+            });
+        }
+        Ok(LockKeys {
+            name: name.to_owned(),
+            base: format!("{prefix}:{{{name}}}:"),
+        })
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `<prefix>:{<name>}:<suffix>`.
+    pub fn key(&self, suffix: &str) -> String {
+        format!("{}{suffix}", self.base)
+    }
+
+    /// The wake-up channel.
+    pub fn channel(&self) -> String {
+        self.key("ch")
+    }
+
+    /// The fence counter, the one key that outlives the lock.
+    pub fn fence(&self) -> String {
+        self.key("fence")
+    }
+
+    /// Keys of the lease lock (mutex, RwLock writer/reader policies), in script order.
+    pub fn lease_lock(&self) -> [String; 5] {
+        [
+            self.key("w"),
+            self.key("r"),
+            self.key("wq"),
+            self.fence(),
+            self.channel(),
+        ]
+    }
+
+    /// Keys of the ticket queue (FairLock, Semaphore, RwLock fair policy), in script order.
+    pub fn ticket_queue(&self) -> [String; 7] {
+        [
+            self.key("h"),
+            self.key("q"),
+            self.key("hb"),
+            self.key("tk"),
+            self.fence(),
+            self.channel(),
+            self.key("cap"),
+        ]
+    }
+
+    /// Keys touched by a forced release, in script order.
+    pub fn force_release(&self) -> [String; 5] {
+        [
+            self.key("w"),
+            self.key("r"),
+            self.key("h"),
+            self.fence(),
+            self.channel(),
+        ]
+    }
+}
+
+/// Validates a key prefix: 1 to [`MAX_PREFIX_LEN`] bytes, no braces (they would move the
+/// hash tag away from the lock name).
+pub fn validate_prefix(prefix: &str) -> Result<()> {
+    if prefix.is_empty() || prefix.len() > MAX_PREFIX_LEN {
+        return Err(Error::invalid(
+            "key prefix",
+            format!("must be 1 to {MAX_PREFIX_LEN} bytes"),
+        ));
+    }
+    if prefix.contains(['{', '}']) {
+        return Err(Error::invalid(
+            "key prefix",
+            "must not contain `{` or `}` (the lock name is the hash tag)",
+        ));
+    }
+    Ok(())
+}
+
+/// The Redis Cluster hash slot of `key` (CRC16 of its hash tag, mod 16384).
+pub fn hash_slot(key: &[u8]) -> u16 {
+    let tagged = match key.iter().position(|&b| b == b'{') {
+        Some(open) => match key[open + 1..].iter().position(|&b| b == b'}') {
+            Some(len) if len > 0 => &key[open + 1..open + 1 + len],
+            _ => key,
+        },
+        None => key,
+    };
+    crc16_xmodem(tagged) % 16384
+}
+
+fn crc16_xmodem(data: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in data {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_of_a_lock_shares_one_slot() {
+        for name in ["a", "jobs", "x}y", "{", "}", "a{b}c", "na:me", "\0", "{}"] {
+            let keys = LockKeys::new("rl", name).expect("valid name");
+            let slot = hash_slot(keys.channel().as_bytes());
+            for k in keys.lease_lock().iter().chain(keys.ticket_queue().iter()) {
+                assert_eq!(hash_slot(k.as_bytes()), slot, "{name:?}: {k}");
+            }
+        }
+    }
+
+    #[test]
+    fn known_slots_match_redis() {
+        // Values from CLUSTER KEYSLOT on Redis 7.
+        assert_eq!(hash_slot(b"foo"), 12182);
+        assert_eq!(hash_slot(b"{user1000}.following"), hash_slot(b"user1000"));
+        assert_eq!(hash_slot(b"foo{}{bar}"), hash_slot(b"foo{}{bar}"));
+    }
+
+    #[test]
+    fn names_are_validated() {
+        assert!(LockKeys::new("rl", "").is_err());
+        assert!(LockKeys::new("rl", &"x".repeat(MAX_NAME_LEN)).is_ok());
+        assert!(LockKeys::new("rl", &"x".repeat(MAX_NAME_LEN + 1)).is_err());
+        assert!(validate_prefix("a{b").is_err());
+        assert!(validate_prefix("").is_err());
+        assert!(validate_prefix("app:locks").is_ok());
+    }
+}

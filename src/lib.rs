@@ -1,0 +1,60 @@
+//! # redis-locks
+//!
+//! Distributed coordination primitives on Redis for tokio services:
+//!
+//! | you need | use |
+//! |---|---|
+//! | one holder at a time, order does not matter (a cron that runs once) | [`Mutex`] |
+//! | many readers or one writer, writers never starved | [`RwLock`] |
+//! | one holder at a time, strictly in arrival order (job claiming) | [`FairLock`] |
+//! | at most N at once (rate-limited API, export slots) | [`Semaphore`] |
+//!
+//! Every hold is a lease on the server's clock, renewed in the background while its guard
+//! lives; a guard tells you when its lease may be gone ([`MutexGuard::lost`]); every exclusive
+//! grant carries a strictly increasing fencing token. Waiters are woken by Redis pub/sub, not
+//! by polling. [`LockClient::in_memory`] gives the same semantics without Redis.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> redis_locks::Result<()> {
+//! use redis_locks::LockClient;
+//! let client = LockClient::in_memory(); // or LockClient::connect("redis://127.0.0.1/").await?
+//! let lock = client.rwlock("catalog");
+//! let read = lock.read().await?;
+//! println!("reading under fence {}", read.fencing_token());
+//! read.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! See `docs/ARCHITECTURE.md` for the keys, scripts and hand-off, and `docs/GUARANTEES.md`
+//! for what each primitive promises and when it stops promising it.
+#![warn(missing_docs)]
+#![cfg_attr(not(test), warn(clippy::unwrap_used))]
+
+mod client;
+mod error;
+mod fair_lock;
+mod guard;
+mod hub;
+mod info;
+pub mod keys;
+mod lease;
+mod mutex;
+mod options;
+mod rwlock;
+mod scripts;
+pub mod semaphore;
+pub mod store;
+mod wait;
+
+pub use client::{LockClient, LockClientBuilder, RedisConfig};
+pub use error::{Error, Result};
+pub use fair_lock::{FairLock, FairLockGuard};
+pub use hub::WakeHub;
+pub use info::{HolderInfo, LockInfo, WaiterInfo};
+pub use mutex::{Mutex, MutexGuard};
+pub use options::{DEFAULT_HEARTBEAT, DEFAULT_LEASE, DEFAULT_RETRY_INTERVAL, MAX_LEASE, MIN_LEASE};
+pub use rwlock::{Preference, ReadGuard, RwLock, WriteGuard};
+pub use scripts::SOURCES as SCRIPT_SOURCES;
+pub use semaphore::{Permit, Semaphore};
+pub use store::HoldKind;

@@ -1,0 +1,90 @@
+//! [`Mutex`]: a plain lease lock, one holder at a time, no ordering among waiters.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::error::Result;
+use crate::guard::{guard_methods, handle_options};
+use crate::info::LockInfo;
+use crate::lease::Hold;
+use crate::store::{Family, Policy, Slot};
+use crate::wait::{Deadline, LockCtx};
+
+/// A distributed mutex with a lease: at most one holder at any server instant.
+///
+/// Pick it for "only one of us does this now" (a cron that runs once, a migration, a cache
+/// rebuild). Waiters are not ordered; use [`FairLock`](crate::FairLock) when arrival order
+/// matters. Each acquisition returns a strictly increasing fencing token.
+///
+/// Handles are cheap to clone and `Send + Sync`; options are builder methods.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> redis_locks::Result<()> {
+/// use std::time::Duration;
+/// let client = redis_locks::LockClient::in_memory();
+/// let mutex = client.mutex("nightly-report").lease(Duration::from_secs(10));
+/// let guard = mutex.lock().await?;
+/// assert!(guard.is_held());
+/// // ... do the work, passing guard.fencing_token() to the resource ...
+/// assert!(guard.release().await?);
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Mutex {
+    pub(crate) ctx: LockCtx,
+}
+
+/// Proof of holding a [`Mutex`]. The lease renews itself while the guard lives.
+#[must_use = "dropping the guard releases the lock in the background; keep it while you work"]
+pub struct MutexGuard {
+    pub(crate) hold: Hold,
+}
+
+guard_methods!(MutexGuard);
+handle_options!(Mutex);
+
+impl Mutex {
+    fn claim(&self) -> crate::store::Claim {
+        // Mutex waiters never announce themselves (there are no readers to hold back).
+        self.ctx.claim(Slot::Write, Policy::Reader)
+    }
+
+    /// Waits until the lock is free and takes it.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: if the future is dropped, anything it may have been granted meanwhile is
+    /// released in the background.
+    pub async fn lock(&self) -> Result<MutexGuard> {
+        let hold = self
+            .ctx
+            .wait_for(self.claim(), Deadline::Never, None)
+            .await?;
+        Ok(MutexGuard { hold })
+    }
+
+    /// One attempt: `Ok(None)` when someone else holds the lock.
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Mutex::lock`].
+    pub async fn try_lock(&self) -> Result<Option<MutexGuard>> {
+        let hold = self.ctx.acquire(self.claim(), Deadline::Try, None).await?;
+        Ok(hold.map(|hold| MutexGuard { hold }))
+    }
+
+    /// Waits at most `timeout`; then fails with an error whose `is_timeout()` is true.
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Mutex::lock`].
+    pub async fn lock_timeout(&self, timeout: Duration) -> Result<MutexGuard> {
+        let deadline = Deadline::At(Instant::now() + timeout, timeout);
+        let hold = self.ctx.wait_for(self.claim(), deadline, None).await?;
+        Ok(MutexGuard { hold })
+    }
+
+    /// The holder (token prefix, lease left) and fence, in one round trip.
+    pub async fn inspect(&self) -> Result<LockInfo> {
+        self.ctx.inspect(Family::LeaseLock).await
+    }
+}

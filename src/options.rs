@@ -1,0 +1,88 @@
+//! Per-handle options with their defaults and validation.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// Default lease of every hold: 30 s.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+/// Default heartbeat window of a waiter: 5 s (a waiter attempts again at least every third).
+pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(5);
+/// Default longest sleep of a waiter between attempts when no wake-up arrives: 1 s.
+pub const DEFAULT_RETRY_INTERVAL: Duration = Duration::from_secs(1);
+/// Shortest accepted lease or heartbeat window: 10 ms.
+pub const MIN_LEASE: Duration = Duration::from_millis(10);
+/// Longest accepted lease or heartbeat window: one year. Longer is a configuration mistake
+/// (and past what a Redis TTL in ms and a Lua number represent exactly over time).
+pub const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Options shared by every handle kind.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Options {
+    pub lease: Duration,
+    pub auto_renew: bool,
+    pub renew_every: Option<Duration>,
+    pub heartbeat: Duration,
+    pub retry_interval: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            lease: DEFAULT_LEASE,
+            auto_renew: true,
+            renew_every: None,
+            heartbeat: DEFAULT_HEARTBEAT,
+            retry_interval: DEFAULT_RETRY_INTERVAL,
+        }
+    }
+}
+
+pub(crate) fn check_duration(what: &'static str, d: Duration) -> Result<()> {
+    if d < MIN_LEASE {
+        return Err(Error::invalid(
+            what,
+            format!("{d:?} is shorter than the minimum {MIN_LEASE:?}"),
+        ));
+    }
+    if d > MAX_LEASE {
+        return Err(Error::invalid(
+            what,
+            format!("{d:?} is longer than the maximum {MAX_LEASE:?}"),
+        ));
+    }
+    Ok(())
+}
+
+impl Options {
+    /// Checks every option; called before anything is sent to Redis.
+    pub fn validate(&self) -> Result<()> {
+        check_duration("lease", self.lease)?;
+        check_duration("heartbeat", self.heartbeat)?;
+        if self.retry_interval.is_zero() || self.retry_interval > MAX_LEASE {
+            return Err(Error::invalid(
+                "retry interval",
+                "must be more than zero and at most a year",
+            ));
+        }
+        if let Some(every) = self.renew_every {
+            if every.is_zero() || every >= self.lease {
+                return Err(Error::invalid(
+                    "renew interval",
+                    format!("{every:?} must be more than zero and shorter than the lease {:?} (a third of it is a good choice)", self.lease),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// How often a live hold is renewed.
+    pub fn renew_interval(&self) -> Duration {
+        self.renew_every.unwrap_or(self.lease / 3)
+    }
+
+    /// The margin a holder keeps against clock drift and delays: 1% of the lease plus 2 ms.
+    pub fn drift(lease: Duration) -> Duration {
+        lease / 100 + Duration::from_millis(2)
+    }
+}

@@ -1,0 +1,96 @@
+//! The Lua scripts, pulled in at compile time. Each script is its file in `lua/`, preceded by
+//! the shared `prelude.lua` and its family's `*_common.lua` (static text joined by `concat!`,
+//! never code built from data).
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+macro_rules! lua {
+    ($common:literal, $file:literal) => {
+        concat!(
+            include_str!("../lua/prelude.lua"),
+            "\n",
+            include_str!(concat!("../lua/", $common)),
+            "\n",
+            include_str!(concat!("../lua/", $file))
+        )
+    };
+}
+
+/// Script sources, by name (also used by tools that want to load them by hand).
+pub const SOURCES: &[(&str, &str)] = &[
+    ("rw_acquire", lua!("rw_common.lua", "rw_acquire.lua")),
+    ("rw_release", lua!("rw_common.lua", "rw_release.lua")),
+    ("rw_extend", lua!("rw_common.lua", "rw_extend.lua")),
+    ("rw_downgrade", lua!("rw_common.lua", "rw_downgrade.lua")),
+    ("rw_inspect", lua!("rw_common.lua", "rw_inspect.lua")),
+    (
+        "queue_acquire",
+        lua!("queue_common.lua", "queue_acquire.lua"),
+    ),
+    (
+        "queue_release",
+        lua!("queue_common.lua", "queue_release.lua"),
+    ),
+    ("queue_extend", lua!("queue_common.lua", "queue_extend.lua")),
+    (
+        "queue_downgrade",
+        lua!("queue_common.lua", "queue_downgrade.lua"),
+    ),
+    (
+        "queue_set_permits",
+        lua!("queue_common.lua", "queue_set_permits.lua"),
+    ),
+    (
+        "queue_inspect",
+        lua!("queue_common.lua", "queue_inspect.lua"),
+    ),
+    (
+        "force_release",
+        concat!(
+            include_str!("../lua/prelude.lua"),
+            "\n",
+            include_str!("../lua/force_release.lua")
+        ),
+    ),
+];
+
+/// The compiled scripts (SHA1 computed once).
+pub(crate) struct Scripts {
+    pub rw_acquire: Script,
+    pub rw_release: Script,
+    pub rw_extend: Script,
+    pub rw_downgrade: Script,
+    pub rw_inspect: Script,
+    pub queue_acquire: Script,
+    pub queue_release: Script,
+    pub queue_extend: Script,
+    pub queue_downgrade: Script,
+    pub queue_set_permits: Script,
+    pub queue_inspect: Script,
+    pub force_release: Script,
+}
+
+fn source(name: &str) -> &'static str {
+    SOURCES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, s)| *s)
+        .unwrap_or_default()
+}
+
+pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
+    rw_acquire: Script::new(source("rw_acquire")),
+    rw_release: Script::new(source("rw_release")),
+    rw_extend: Script::new(source("rw_extend")),
+    rw_downgrade: Script::new(source("rw_downgrade")),
+    rw_inspect: Script::new(source("rw_inspect")),
+    queue_acquire: Script::new(source("queue_acquire")),
+    queue_release: Script::new(source("queue_release")),
+    queue_extend: Script::new(source("queue_extend")),
+    queue_downgrade: Script::new(source("queue_downgrade")),
+    queue_set_permits: Script::new(source("queue_set_permits")),
+    queue_inspect: Script::new(source("queue_inspect")),
+    force_release: Script::new(source("force_release")),
+});

@@ -1,0 +1,657 @@
+//! [`MemoryStore`]: the executable specification of the store contract, in process.
+//!
+//! It mirrors the Lua scripts step by step (same pruning, same ordering of sorted sets by
+//! score then member, same ticket numbering), so the model checks can require identical
+//! replies from both. It is also a complete backend for running code that uses locks without
+//! Redis: `LockClient::in_memory()`.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+
+use super::{ms, Acquire, Busy, Claim, Family, Grant, HoldKind, HolderState, Policy, Slot};
+use super::{Snapshot, Store, WaiterState};
+use crate::error::{Error, Result};
+use crate::hub::WakeHub;
+use crate::keys::LockKeys;
+
+/// A sorted set ordered like Redis: by score, then by member bytes.
+#[derive(Clone, Debug, Default)]
+struct ZSet {
+    scores: HashMap<String, u64>,
+    order: BTreeSet<(u64, String)>,
+}
+
+impl ZSet {
+    fn add(&mut self, member: &str, score: u64) {
+        if let Some(old) = self.scores.insert(member.to_owned(), score) {
+            self.order.remove(&(old, member.to_owned()));
+        }
+        self.order.insert((score, member.to_owned()));
+    }
+    fn remove(&mut self, member: &str) -> bool {
+        match self.scores.remove(member) {
+            Some(old) => {
+                self.order.remove(&(old, member.to_owned()));
+                true
+            }
+            None => false,
+        }
+    }
+    fn score(&self, member: &str) -> Option<u64> {
+        self.scores.get(member).copied()
+    }
+    fn len(&self) -> usize {
+        self.scores.len()
+    }
+    fn is_empty(&self) -> bool {
+        self.scores.is_empty()
+    }
+    /// Removes members with score <= `max`; returns them in order.
+    fn remove_up_to(&mut self, max: u64) -> Vec<String> {
+        let gone: Vec<(u64, String)> = self
+            .order
+            .iter()
+            .take_while(|(s, _)| *s <= max)
+            .cloned()
+            .collect();
+        for (s, m) in &gone {
+            self.order.remove(&(*s, m.clone()));
+            self.scores.remove(m);
+        }
+        gone.into_iter().map(|(_, m)| m).collect()
+    }
+    fn max_score(&self) -> Option<u64> {
+        self.order.iter().next_back().map(|(s, _)| *s)
+    }
+    fn first(&self) -> Option<&(u64, String)> {
+        self.order.iter().next()
+    }
+    fn rank(&self, member: &str) -> Option<usize> {
+        let score = self.score(member)?;
+        Some(self.order.range(..(score, member.to_owned())).count())
+    }
+    fn iter(&self) -> impl Iterator<Item = &(u64, String)> {
+        self.order.iter()
+    }
+}
+
+/// All state of one lock name (both families, like the keys under one hash tag).
+#[derive(Clone, Debug, Default)]
+struct LockState {
+    fence: u64,
+    // Lease lock.
+    writer: Option<(String, u64)>,
+    readers: ZSet,
+    waiting_writers: ZSet,
+    // Ticket queue.
+    holders: ZSet,
+    queue: ZSet,
+    heartbeats: ZSet,
+    tickets: u64,
+    permits: Option<u32>,
+}
+
+/// The in-process store. Cheap to clone; clones share state.
+#[derive(Clone, Debug)]
+pub struct MemoryStore {
+    locks: Arc<StdMutex<HashMap<String, LockState>>>,
+    hub: Arc<WakeHub>,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn wall_clock_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| ms(d))
+        .unwrap_or(0)
+}
+
+fn member_of(token: &str, weight: u32) -> String {
+    if weight == 1 {
+        token.to_owned()
+    } else {
+        format!("{token}#{weight}")
+    }
+}
+
+fn weight_of(member: &str) -> u64 {
+    super::redis::split_member(member).1 as u64
+}
+
+fn token_of(member: &str) -> String {
+    super::redis::split_member(member).0
+}
+
+/// Wake-ups produced by one step, delivered after the state lock is released.
+#[derive(Default)]
+struct Wakes(Vec<String>);
+
+impl Wakes {
+    fn all(&mut self) {
+        self.0.push("*".to_owned());
+    }
+    fn named(&mut self, tokens: Vec<String>) {
+        if !tokens.is_empty() {
+            self.0.push(tokens.join(" "));
+        }
+    }
+}
+
+impl LockState {
+    // ---- lease lock -----------------------------------------------------------------------
+
+    fn live_writer(&self, now: u64) -> Option<(String, u64)> {
+        self.writer.clone().filter(|(_, dl)| *dl > now)
+    }
+
+    fn rw_prune(&mut self, now: u64, wakes: &mut Wakes) {
+        self.readers.remove_up_to(now);
+        let waiting = self.waiting_writers.len();
+        if waiting > 0 {
+            let gone = self.waiting_writers.remove_up_to(now).len();
+            if gone == waiting {
+                wakes.all();
+            }
+        }
+    }
+
+    fn wake_writers(&self, wakes: &mut Wakes) {
+        let writers: Vec<String> = self
+            .waiting_writers
+            .iter()
+            .take(32)
+            .map(|(_, m)| m.clone())
+            .collect();
+        if writers.is_empty() || writers.len() >= 32 {
+            wakes.all();
+        } else {
+            wakes.named(writers);
+        }
+    }
+
+    fn rw_acquire(&mut self, now: u64, claim: &Claim, wait: bool, wakes: &mut Wakes) -> Acquire {
+        let lease = ms(claim.lease);
+        let live = self.live_writer(now);
+        self.rw_prune(now, wakes);
+        let granted = |fence: u64| {
+            Acquire::Granted(Grant {
+                fence,
+                lease: claim.lease,
+            })
+        };
+        let busy = |retry: Option<u64>| {
+            Acquire::Busy(Busy {
+                retry_after: retry.map(Duration::from_millis),
+                position: None,
+            })
+        };
+        match claim.slot {
+            Slot::Write => {
+                if let Some((tok, _)) = &live {
+                    if *tok == claim.token {
+                        self.writer = Some((claim.token.clone(), now + lease));
+                        return granted(self.fence);
+                    }
+                }
+                let retry = match &live {
+                    Some((_, dl)) => Some(dl - now),
+                    None => self.readers.max_score().map(|m| m - now),
+                };
+                if retry.is_some() {
+                    if wait && claim.policy == Policy::Writer {
+                        self.waiting_writers
+                            .add(&claim.token, now + ms(claim.heartbeat));
+                    }
+                    return busy(retry);
+                }
+                self.fence += 1;
+                self.writer = Some((claim.token.clone(), now + lease));
+                self.waiting_writers.remove(&claim.token);
+                granted(self.fence)
+            }
+            _ => {
+                if let Some((_, dl)) = live {
+                    return busy(Some(dl - now));
+                }
+                let mine = self.readers.score(&claim.token).is_some();
+                if !mine && claim.policy == Policy::Writer && !self.waiting_writers.is_empty() {
+                    return busy(None);
+                }
+                self.readers.add(&claim.token, now + lease);
+                granted(self.fence)
+            }
+        }
+    }
+
+    fn rw_release(&mut self, now: u64, token: &str, wakes: &mut Wakes) -> bool {
+        let live = self.live_writer(now);
+        self.rw_prune(now, wakes);
+        let mut held = false;
+        if live.as_ref().is_some_and(|(t, _)| t == token) {
+            self.writer = None;
+            held = true;
+            wakes.all();
+        } else {
+            if self.writer.as_ref().is_some_and(|(t, _)| t == token) {
+                self.writer = None;
+            }
+            if self.readers.remove(token) {
+                held = true;
+                if self.readers.is_empty() {
+                    self.wake_writers(wakes);
+                }
+            }
+        }
+        if self.waiting_writers.remove(token) && self.waiting_writers.is_empty() {
+            wakes.all();
+        }
+        held
+    }
+
+    fn rw_extend(&mut self, now: u64, token: &str, lease: u64, wakes: &mut Wakes) -> bool {
+        let live = self.live_writer(now);
+        self.rw_prune(now, wakes);
+        if live.is_some_and(|(t, _)| t == token) {
+            self.writer = Some((token.to_owned(), now + lease));
+            return true;
+        }
+        if self.readers.score(token).is_some() {
+            self.readers.add(token, now + lease);
+            return true;
+        }
+        false
+    }
+
+    fn rw_downgrade(&mut self, now: u64, claim: &Claim, wakes: &mut Wakes) -> Option<u64> {
+        let live = self.live_writer(now);
+        self.rw_prune(now, wakes);
+        if !live.is_some_and(|(t, _)| t == claim.token) {
+            return None;
+        }
+        self.writer = None;
+        self.readers.add(&claim.token, now + ms(claim.lease));
+        wakes.all();
+        Some(self.fence)
+    }
+
+    fn rw_inspect(&self, now: u64) -> Snapshot {
+        let mut holders = Vec::new();
+        if let Some((token, dl)) = self.live_writer(now) {
+            holders.push(HolderState {
+                token,
+                kind: HoldKind::Write,
+                remaining_ms: dl - now,
+            });
+        }
+        for (dl, token) in self.readers.iter().filter(|(dl, _)| *dl > now) {
+            holders.push(HolderState {
+                token: token.clone(),
+                kind: HoldKind::Read,
+                remaining_ms: dl - now,
+            });
+        }
+        let waiters = self
+            .waiting_writers
+            .iter()
+            .filter(|(dl, _)| *dl > now)
+            .map(|(dl, token)| WaiterState {
+                token: token.clone(),
+                weight: 1,
+                ticket: 0,
+                heartbeat_remaining_ms: dl - now,
+            })
+            .collect();
+        Snapshot {
+            now_ms: now,
+            fence: self.fence,
+            permits: None,
+            holders,
+            waiters,
+        }
+    }
+
+    // ---- ticket queue ---------------------------------------------------------------------
+
+    fn q_prune(&mut self, now: u64) {
+        self.holders.remove_up_to(now);
+        for dead in self.heartbeats.remove_up_to(now) {
+            self.queue.remove(&dead);
+        }
+    }
+
+    fn capacity(&self, default: u32) -> u64 {
+        u64::from(self.permits.unwrap_or(default))
+    }
+
+    fn permits_used(&self) -> u64 {
+        self.holders.iter().map(|(_, m)| weight_of(m)).sum()
+    }
+
+    fn promote(
+        &mut self,
+        now: u64,
+        cap: u64,
+        claim_ms: u64,
+        self_member: Option<&str>,
+        wakes: &mut Wakes,
+    ) -> bool {
+        let mut free = cap.saturating_sub(self.permits_used());
+        let mut named = Vec::new();
+        let mut self_granted = false;
+        while free > 0 {
+            let Some((_, m)) = self.queue.first().cloned() else {
+                break;
+            };
+            let w = weight_of(&m);
+            if w > free {
+                break;
+            }
+            free -= w;
+            self.queue.remove(&m);
+            self.heartbeats.remove(&m);
+            self.holders.add(&m, now + claim_ms);
+            if w >= cap {
+                self.fence += 1;
+            }
+            if Some(m.as_str()) == self_member {
+                self_granted = true;
+            } else {
+                named.push(token_of(&m));
+            }
+        }
+        wakes.named(named);
+        self_granted
+    }
+
+    fn refresh(&mut self) {
+        if self.queue.is_empty() {
+            self.tickets = 0;
+            self.heartbeats = ZSet::default();
+        }
+    }
+
+    fn q_acquire(
+        &mut self,
+        now: u64,
+        claim: &Claim,
+        wait: bool,
+        wakes: &mut Wakes,
+    ) -> Result<Acquire> {
+        let (weight, capacity) = ticket(claim);
+        let cap = self.capacity(capacity);
+        let member = member_of(&claim.token, weight);
+        let (lease, hb) = (ms(claim.lease), ms(claim.heartbeat));
+        self.q_prune(now);
+        let w = u64::from(weight);
+        if w < 1 || w > cap {
+            self.queue.remove(&member);
+            self.heartbeats.remove(&member);
+            self.promote(now, cap, hb, None, wakes);
+            self.refresh();
+            return Err(Error::invalid(
+                "permits",
+                format!("asked for {weight} permits of {cap}"),
+            ));
+        }
+        let granted = |fence: u64| {
+            Ok(Acquire::Granted(Grant {
+                fence,
+                lease: claim.lease,
+            }))
+        };
+        if self.holders.score(&member).is_some() {
+            self.holders.add(&member, now + lease);
+            self.refresh();
+            return granted(self.fence);
+        }
+        if self.queue.score(&member).is_none() {
+            if self.queue.is_empty() && self.permits_used() + w <= cap {
+                if w >= cap {
+                    self.fence += 1;
+                }
+                self.holders.add(&member, now + lease);
+                self.refresh();
+                return granted(self.fence);
+            }
+            if !wait {
+                return Ok(Acquire::Busy(Busy {
+                    retry_after: None,
+                    position: None,
+                }));
+            }
+            self.tickets += 1;
+            self.queue.add(&member, self.tickets);
+        }
+        self.heartbeats.add(&member, now + hb);
+        if self.promote(now, cap, hb, Some(&member), wakes) {
+            self.holders.add(&member, now + lease);
+            self.refresh();
+            return granted(self.fence);
+        }
+        self.refresh();
+        Ok(Acquire::Busy(Busy {
+            retry_after: None,
+            position: self.queue.rank(&member).map(|r| r as u64),
+        }))
+    }
+
+    fn q_release(&mut self, now: u64, claim: &Claim, wakes: &mut Wakes) -> bool {
+        let (weight, capacity) = ticket(claim);
+        let member = member_of(&claim.token, weight);
+        let cap = self.capacity(capacity);
+        self.q_prune(now);
+        let held = self.holders.remove(&member);
+        self.queue.remove(&member);
+        self.heartbeats.remove(&member);
+        self.promote(now, cap, ms(claim.heartbeat), None, wakes);
+        self.refresh();
+        held
+    }
+
+    fn q_extend(&mut self, now: u64, claim: &Claim, lease: u64) -> bool {
+        let member = member_of(&claim.token, ticket(claim).0);
+        self.q_prune(now);
+        if self.holders.score(&member).is_none() {
+            return false;
+        }
+        self.holders.add(&member, now + lease);
+        self.refresh();
+        true
+    }
+
+    fn q_downgrade(&mut self, now: u64, claim: &Claim, wakes: &mut Wakes) -> Option<u64> {
+        let (weight, capacity) = ticket(claim);
+        let cap = self.capacity(capacity);
+        self.q_prune(now);
+        let member = member_of(&claim.token, weight);
+        if self.holders.score(&member).is_none() {
+            return None;
+        }
+        self.holders.remove(&member);
+        self.holders
+            .add(&member_of(&claim.token, 1), now + ms(claim.lease));
+        self.promote(now, cap, ms(claim.heartbeat), None, wakes);
+        self.refresh();
+        Some(self.fence)
+    }
+
+    fn q_inspect(&self, now: u64) -> Snapshot {
+        let holders = self
+            .holders
+            .iter()
+            .filter(|(dl, _)| *dl > now)
+            .map(|(dl, m)| HolderState {
+                token: token_of(m),
+                kind: HoldKind::Permits(weight_of(m) as u32),
+                remaining_ms: dl - now,
+            })
+            .collect();
+        let waiters = self
+            .queue
+            .iter()
+            .filter_map(|(ticket, m)| {
+                let hb = self.heartbeats.score(m)?;
+                (hb > now).then(|| WaiterState {
+                    token: token_of(m),
+                    weight: weight_of(m) as u32,
+                    ticket: *ticket,
+                    heartbeat_remaining_ms: hb - now,
+                })
+            })
+            .collect();
+        Snapshot {
+            now_ms: now,
+            fence: self.fence,
+            permits: self.permits,
+            holders,
+            waiters,
+        }
+    }
+
+    /// True when nothing but the fence (and a stored permit count) is left.
+    fn is_idle(&self) -> bool {
+        self.writer.is_none()
+            && self.readers.is_empty()
+            && self.waiting_writers.is_empty()
+            && self.holders.is_empty()
+            && self.queue.is_empty()
+    }
+}
+
+fn ticket(claim: &Claim) -> (u32, u32) {
+    match claim.slot {
+        Slot::Ticket { weight, capacity } => (weight, capacity),
+        _ => (1, 1),
+    }
+}
+
+impl MemoryStore {
+    /// An empty store with its own wake-up hub.
+    pub fn new() -> Self {
+        MemoryStore {
+            locks: Arc::default(),
+            hub: WakeHub::local(),
+        }
+    }
+
+    /// Runs `f` on the lock's state at `now`, then delivers the wake-ups it produced.
+    fn step<T>(
+        &self,
+        lock: &LockKeys,
+        now: Option<u64>,
+        f: impl FnOnce(&mut LockState, u64, &mut Wakes) -> T,
+    ) -> T {
+        let now = now.unwrap_or_else(wall_clock_ms);
+        let mut wakes = Wakes::default();
+        let out = {
+            let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+            let key = lock.channel();
+            let state = locks.entry(key.clone()).or_default();
+            let out = f(state, now, &mut wakes);
+            // Like keys with TTLs, idle state goes away; the fence (and permit count) stay.
+            if state.is_idle() && state.fence == 0 && state.permits.is_none() {
+                locks.remove(&key);
+            }
+            out
+        };
+        let channel = lock.channel();
+        for message in wakes.0 {
+            self.hub.dispatch(&channel, &message);
+        }
+        out
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    async fn acquire(
+        &self,
+        lock: &LockKeys,
+        claim: &Claim,
+        wait: bool,
+        now: Option<u64>,
+    ) -> Result<Acquire> {
+        self.step(lock, now, |s, now, wakes| match claim.slot {
+            Slot::Write | Slot::Read => Ok(s.rw_acquire(now, claim, wait, wakes)),
+            Slot::Ticket { .. } => s.q_acquire(now, claim, wait, wakes),
+        })
+    }
+
+    async fn release(&self, lock: &LockKeys, claim: &Claim, now: Option<u64>) -> Result<bool> {
+        Ok(self.step(lock, now, |s, now, wakes| match claim.slot {
+            Slot::Write | Slot::Read => s.rw_release(now, &claim.token, wakes),
+            Slot::Ticket { .. } => s.q_release(now, claim, wakes),
+        }))
+    }
+
+    async fn extend(
+        &self,
+        lock: &LockKeys,
+        claim: &Claim,
+        lease: Duration,
+        now: Option<u64>,
+    ) -> Result<bool> {
+        Ok(self.step(lock, now, |s, now, wakes| match claim.slot {
+            Slot::Write | Slot::Read => s.rw_extend(now, &claim.token, ms(lease), wakes),
+            Slot::Ticket { .. } => s.q_extend(now, claim, ms(lease)),
+        }))
+    }
+
+    async fn downgrade(
+        &self,
+        lock: &LockKeys,
+        claim: &Claim,
+        now: Option<u64>,
+    ) -> Result<Option<u64>> {
+        Ok(self.step(lock, now, |s, now, wakes| match claim.slot {
+            Slot::Write | Slot::Read => s.rw_downgrade(now, claim, wakes),
+            Slot::Ticket { .. } => s.q_downgrade(now, claim, wakes),
+        }))
+    }
+
+    async fn inspect(&self, lock: &LockKeys, family: Family, now: Option<u64>) -> Result<Snapshot> {
+        Ok(self.step(lock, now, |s, now, _| match family {
+            Family::LeaseLock => s.rw_inspect(now),
+            Family::TicketQueue => s.q_inspect(now),
+        }))
+    }
+
+    async fn set_permits(
+        &self,
+        lock: &LockKeys,
+        permits: u32,
+        heartbeat: Duration,
+        now: Option<u64>,
+    ) -> Result<()> {
+        self.step(lock, now, |s, now, wakes| {
+            s.q_prune(now);
+            s.permits = Some(permits);
+            s.promote(now, u64::from(permits), ms(heartbeat), None, wakes);
+            s.refresh();
+        });
+        Ok(())
+    }
+
+    async fn force_release(&self, lock: &LockKeys, now: Option<u64>) -> Result<u64> {
+        Ok(self.step(lock, now, |s, _, wakes| {
+            s.writer = None;
+            s.readers = ZSet::default();
+            s.holders = ZSet::default();
+            s.fence += 1;
+            wakes.all();
+            s.fence
+        }))
+    }
+
+    fn hub(&self) -> &Arc<WakeHub> {
+        &self.hub
+    }
+}

@@ -1,0 +1,266 @@
+//! The store contract: one method per protocol step, and its two implementations.
+//!
+//! [`Store`] is the specification that [`RedisStore`] (Lua scripts on a real server) and
+//! [`MemoryStore`] (the in-process reference) both satisfy; the model checks in `tests/`
+//! run random programs against both and require identical replies and state after every step.
+//!
+//! Two families of state share the contract:
+//! - the **lease lock** ([`Slot::Write`], [`Slot::Read`]): a writer record, a set of readers
+//!   each with its own lease, and a set of waiting writers (the writer-preference flag). Mutex
+//!   and the RwLock's writer and reader policies;
+//! - the **ticket queue** ([`Slot::Ticket`]): holders with leases, waiters in ticket order
+//!   with heartbeats. FairLock (one permit), Semaphore, and the RwLock's fair policy (a reader
+//!   takes one permit of [`FAIR_RW_CAPACITY`], a writer takes all of them).
+//!
+//! # Contract (what every implementation guarantees)
+//! - Time is the store's own clock in milliseconds (`now`), or the explicit `now` passed in
+//!   (tests only). A hold or heartbeat with deadline `d` is live while `now < d`.
+//! - Every call first forgets expired holds and waiters whose heartbeat lapsed, then acts,
+//!   atomically.
+//! - Exclusive holds ([`Slot::Write`]; a ticket whose weight is the whole capacity) never
+//!   coexist with any other live hold on the same lock and family; readers never coexist with
+//!   a writer.
+//! - Each exclusive grant takes a fence strictly greater than every earlier one of that lock
+//!   name; shared grants report the fence of the last exclusive grant.
+//! - `acquire` with a token that already holds renews the hold from `now` and reports the
+//!   same fence (idempotent), so a retry after a lost reply is safe.
+//! - Ticket queue: only the head of the queue is granted; the order among live waiters is
+//!   ticket order; when permits free up, waiters at the head that fit are granted for their
+//!   heartbeat window and named in a wake-up, and claim the grant with their next `acquire`.
+//! - `release` removes every trace of the token (hold, queue place, waiting-writer entry)
+//!   and tells whether it held a live lease.
+
+pub mod memory;
+pub mod redis;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+pub use self::memory::MemoryStore;
+pub use self::redis::RedisStore;
+use crate::error::Result;
+use crate::hub::WakeHub;
+use crate::keys::LockKeys;
+
+/// Permits of the fair RwLock's ticket queue: a reader takes one, a writer takes all.
+pub const FAIR_RW_CAPACITY: u32 = 1 << 30;
+
+/// What a claim holds, or waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Slot {
+    /// Exclusive hold of the lease lock (Mutex, RwLock writer).
+    Write,
+    /// Shared hold of the lease lock (RwLock reader).
+    Read,
+    /// `weight` permits of a ticket queue with `capacity` permits (unless `set_permits`
+    /// stored another count).
+    Ticket {
+        /// Permits taken.
+        weight: u32,
+        /// Permits in all.
+        capacity: u32,
+    },
+}
+
+impl Slot {
+    /// True for holds that exclude every other hold.
+    pub fn is_exclusive(&self) -> bool {
+        match *self {
+            Slot::Write => true,
+            Slot::Read => false,
+            Slot::Ticket { weight, capacity } => weight >= capacity,
+        }
+    }
+}
+
+/// How the lease lock treats readers while writers wait.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Policy {
+    /// A refused writer that waits announces itself, and no new reader is admitted while a
+    /// live announcement exists.
+    #[default]
+    Writer,
+    /// Readers join whenever no writer holds; writers may starve under a steady read load.
+    Reader,
+}
+
+/// One acquisition: its token and what it asks for. Every protocol step of that acquisition
+/// (attempts, renewals, release) carries the same claim.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Claim {
+    /// Unique per acquisition; the store identifies the holder or waiter by it.
+    pub token: String,
+    /// What is held or awaited.
+    pub slot: Slot,
+    /// Lease of a grant (and of every renewal).
+    pub lease: Duration,
+    /// A waiter that does not attempt for this long is dropped; also the claim window of a
+    /// grant made by a release to a queued waiter.
+    pub heartbeat: Duration,
+    /// Reader/writer policy of the lease lock (ignored by the ticket queue).
+    pub policy: Policy,
+}
+
+impl Claim {
+    /// A claim with a fresh random token.
+    pub fn new(slot: Slot, lease: Duration, heartbeat: Duration, policy: Policy) -> Self {
+        Claim {
+            token: uuid::Uuid::new_v4().simple().to_string(),
+            slot,
+            lease,
+            heartbeat,
+            policy,
+        }
+    }
+}
+
+/// A granted hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Grant {
+    /// The fencing token: new for exclusive grants, the last exclusive one's for shared.
+    pub fence: u64,
+    /// The lease granted, counted from the store's `now` at the grant.
+    pub lease: Duration,
+}
+
+/// A refused attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Busy {
+    /// When the lease that blocks this attempt ends, if the store knows.
+    pub retry_after: Option<Duration>,
+    /// Waiters ahead in the ticket queue (0: head), if this claim is queued.
+    pub position: Option<u64>,
+}
+
+/// Outcome of one acquire attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Acquire {
+    /// The claim holds the lock.
+    Granted(Grant),
+    /// The claim does not hold it (and is queued, or announced as a waiting writer, when it
+    /// asked to wait).
+    Busy(Busy),
+}
+
+/// Which family of state to inspect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// Writer record, readers, waiting writers.
+    LeaseLock,
+    /// Holders, queue, heartbeats.
+    TicketQueue,
+}
+
+/// A live hold, as inspected.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HolderState {
+    /// The holder's token.
+    pub token: String,
+    /// Write, read, or the permits of a ticket.
+    pub kind: HoldKind,
+    /// Lease left, in ms.
+    pub remaining_ms: u64,
+}
+
+/// The kind of a hold, as inspected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HoldKind {
+    /// The lease lock's writer.
+    Write,
+    /// A lease lock reader.
+    Read,
+    /// Permits of a ticket queue.
+    Permits(u32),
+}
+
+/// A live waiter, as inspected.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WaiterState {
+    /// The waiter's token.
+    pub token: String,
+    /// Permits wanted (1 for a waiting writer of the lease lock).
+    pub weight: u32,
+    /// Ticket number (0 for the lease lock's waiting writers, which have none).
+    pub ticket: u64,
+    /// Heartbeat left, in ms.
+    pub heartbeat_remaining_ms: u64,
+}
+
+/// The state of one lock family, read in one step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The store's clock at the read, in ms.
+    pub now_ms: u64,
+    /// The fence counter (last exclusive grant's token).
+    pub fence: u64,
+    /// Permits stored by `set_permits`, if any.
+    pub permits: Option<u32>,
+    /// Live holds: writer first, then readers or ticket holders in store order.
+    pub holders: Vec<HolderState>,
+    /// Live waiters: waiting writers (by heartbeat deadline), or the queue in ticket order.
+    pub waiters: Vec<WaiterState>,
+}
+
+/// The protocol steps of every primitive. See the module docs for the contract.
+///
+/// `now` is `None` in production (the store's clock); tests pass an explicit time in ms.
+#[async_trait]
+pub trait Store: Send + Sync + fmt::Debug + 'static {
+    /// One attempt to take `claim`. With `wait`, a refused claim joins the queue (ticket
+    /// queue) or announces itself (writer under [`Policy::Writer`]); a repeated attempt is the
+    /// waiter's heartbeat.
+    async fn acquire(
+        &self,
+        lock: &LockKeys,
+        claim: &Claim,
+        wait: bool,
+        now: Option<u64>,
+    ) -> Result<Acquire>;
+
+    /// Removes every trace of the claim; `Ok(true)` if it held a live lease until now.
+    async fn release(&self, lock: &LockKeys, claim: &Claim, now: Option<u64>) -> Result<bool>;
+
+    /// Renews a live hold to `lease` from now; `Ok(false)` if the claim holds nothing live.
+    async fn extend(
+        &self,
+        lock: &LockKeys,
+        claim: &Claim,
+        lease: Duration,
+        now: Option<u64>,
+    ) -> Result<bool>;
+
+    /// Turns a live exclusive hold into a shared one atomically (`Write` -> `Read`, or an
+    /// exclusive ticket -> one permit) with `claim.lease`; `Ok(Some(fence))` on success.
+    async fn downgrade(
+        &self,
+        lock: &LockKeys,
+        claim: &Claim,
+        now: Option<u64>,
+    ) -> Result<Option<u64>>;
+
+    /// Reads the live state of one family in one step, changing nothing.
+    async fn inspect(&self, lock: &LockKeys, family: Family, now: Option<u64>) -> Result<Snapshot>;
+
+    /// Stores a new permit count for a ticket queue and grants the waiters that now fit.
+    async fn set_permits(
+        &self,
+        lock: &LockKeys,
+        permits: u32,
+        heartbeat: Duration,
+        now: Option<u64>,
+    ) -> Result<()>;
+
+    /// Drops every hold of the lock, bumps the fence and wakes every waiter; returns the new
+    /// fence. For operators: evicted holders learn it when their renewal is refused.
+    async fn force_release(&self, lock: &LockKeys, now: Option<u64>) -> Result<u64>;
+
+    /// The wake-up hub that delivers this store's notifications to local waiters.
+    fn hub(&self) -> &Arc<WakeHub>;
+}
+
+pub(crate) fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}

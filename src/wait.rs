@@ -1,0 +1,226 @@
+//! The one waiting loop shared by every primitive.
+//!
+//! 1. Attempt. Granted: done (one round trip when uncontended).
+//! 2. Refused: register with the wake-up hub (subscribing to the lock's channel if this
+//!    process was not yet), then attempt again at once, so a release between the first
+//!    attempt and the subscription cannot be missed.
+//! 3. Wait for the first of: a wake-up naming this waiter (or everyone), the end of the lease
+//!    that blocks us, the waiter's own interval (jittered; also its heartbeat), the caller's
+//!    deadline. Then attempt again: the attempt is the heartbeat of a queued waiter.
+//! 4. On timeout, or when the future is dropped, every trace of the claim is removed (its
+//!    queue place, or a grant that may have been made while the reply was in flight).
+//!
+//! A lost reply is not a failure: the attempt is retried with the same token, which the
+//! scripts treat idempotently.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::error::{Error, Result};
+use crate::keys::LockKeys;
+use crate::lease::{release_in_background, release_with_retry, Hold};
+use crate::options::Options;
+use crate::store::{Acquire, Claim, Policy, Slot, Store};
+
+/// How long to keep trying after lost replies before reporting the connection error.
+const CONNECTION_RETRIES: u32 = 5;
+
+/// When a wait gives up.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Deadline {
+    /// One attempt, never queued.
+    Try,
+    /// Wait as long as it takes.
+    Never,
+    /// Wait until the instant (the duration is for the error message).
+    At(Instant, Duration),
+}
+
+/// Removes the claim's traces if the acquiring future is dropped mid-way.
+struct Pending {
+    store: Arc<dyn Store>,
+    lock: LockKeys,
+    claim: Claim,
+    armed: bool,
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if self.armed {
+            release_in_background(self.store.clone(), self.lock.clone(), self.claim.clone());
+        }
+    }
+}
+
+/// Everything a handle needs to acquire: store, lock keys (or the error that refused the
+/// name), options.
+#[derive(Clone, Debug)]
+pub(crate) struct LockCtx {
+    pub store: Arc<dyn Store>,
+    pub keys: std::result::Result<LockKeys, Arc<Error>>,
+    pub opts: Options,
+}
+
+fn jitter(d: Duration) -> Duration {
+    // 80% to 100% of `d`, so waiters woken together do not retry in lockstep.
+    let r = (uuid::Uuid::new_v4().as_u128() % 1000) as u32;
+    d.mul_f64(0.8 + f64::from(r) / 5000.0)
+}
+
+impl LockCtx {
+    pub(crate) fn keys(&self) -> Result<&LockKeys> {
+        self.keys.as_ref().map_err(|e| match &**e {
+            Error::InvalidName { reason } => Error::InvalidName {
+                reason: reason.clone(),
+            },
+            other => Error::invalid("lock name", other.to_string()),
+        })
+    }
+
+    pub(crate) fn claim(&self, slot: Slot, policy: Policy) -> Claim {
+        Claim::new(slot, self.opts.lease, self.opts.heartbeat, policy)
+    }
+
+    /// The longest a waiter sleeps between attempts.
+    fn interval(&self, claim: &Claim) -> Duration {
+        let heartbeats = match claim.slot {
+            Slot::Ticket { .. } => true,
+            Slot::Write => claim.policy == Policy::Writer,
+            Slot::Read => false,
+        };
+        if heartbeats {
+            self.opts.retry_interval.min(self.opts.heartbeat / 3)
+        } else {
+            self.opts.retry_interval
+        }
+    }
+
+    /// Acquires `claim`, waiting until granted or `deadline` (never `Deadline::Try`).
+    pub(crate) async fn wait_for(
+        &self,
+        claim: Claim,
+        deadline: Deadline,
+        on_position: Option<&mut (dyn FnMut(u64) + Send)>,
+    ) -> Result<Hold> {
+        let deadline = match deadline {
+            Deadline::Try => Deadline::Never,
+            d => d,
+        };
+        match self.acquire(claim, deadline, on_position).await? {
+            Some(hold) => Ok(hold),
+            // Only `Deadline::Try` returns without a grant, and it was ruled out above.
+            None => Err(Error::Timeout {
+                name: self.keys()?.name().to_owned(),
+                waited: Duration::ZERO,
+            }),
+        }
+    }
+
+    /// The live state of the lock's family, in one round trip.
+    pub(crate) async fn inspect(&self, family: crate::store::Family) -> Result<crate::LockInfo> {
+        let keys = self.keys()?;
+        let snapshot = self.store.inspect(keys, family, None).await?;
+        Ok(crate::LockInfo::from_snapshot(keys.name(), snapshot))
+    }
+
+    /// Acquires `claim`, waiting as `deadline` allows. `Ok(None)`: a `Try` that was refused.
+    pub(crate) async fn acquire(
+        &self,
+        claim: Claim,
+        deadline: Deadline,
+        mut on_position: Option<&mut (dyn FnMut(u64) + Send)>,
+    ) -> Result<Option<Hold>> {
+        self.opts.validate()?;
+        let lock = self.keys()?.clone();
+        let wait = !matches!(deadline, Deadline::Try);
+        let mut pending = Pending {
+            store: self.store.clone(),
+            lock: lock.clone(),
+            claim: claim.clone(),
+            armed: false,
+        };
+        let mut registration = None;
+        let mut failures = 0;
+        loop {
+            let sent_at = Instant::now();
+            pending.armed = true;
+            let reply = self.store.acquire(&lock, &claim, wait, None).await;
+            match reply {
+                Ok(Acquire::Granted(grant)) => {
+                    pending.armed = false;
+                    tracing::debug!(lock = lock.name(), fence = grant.fence, "granted");
+                    return Ok(Some(Hold::new(
+                        self.store.clone(),
+                        lock,
+                        claim,
+                        grant.fence,
+                        sent_at,
+                        self.opts.clone(),
+                    )));
+                }
+                Ok(Acquire::Busy(busy)) => {
+                    failures = 0;
+                    if !wait {
+                        // A refused try never stays queued.
+                        pending.armed = false;
+                        return Ok(None);
+                    }
+                    if let (Some(pos), Some(f)) = (busy.position, on_position.as_mut()) {
+                        f(pos);
+                    }
+                    let Some(reg) = registration.as_ref() else {
+                        registration = Some(
+                            self.store
+                                .hub()
+                                .register(&lock.channel(), &claim.token)
+                                .await,
+                        );
+                        continue;
+                    };
+                    let mut sleep = jitter(self.interval(&claim));
+                    if let Some(hint) = busy.retry_after {
+                        sleep = sleep.min(hint + Duration::from_millis(1));
+                    }
+                    let mut wake_at = Instant::now() + sleep;
+                    if let Deadline::At(limit, _) = deadline {
+                        wake_at = wake_at.min(limit);
+                    }
+                    tokio::select! {
+                        _ = reg.notified() => {}
+                        _ = tokio::time::sleep_until(wake_at) => {}
+                    }
+                }
+                Err(err) if err.is_retryable() && failures < CONNECTION_RETRIES => {
+                    // The attempt may have run: try again with the same token.
+                    failures += 1;
+                    tracing::debug!(lock = lock.name(), %err, failures, "acquire reply lost; retrying by token");
+                    tokio::time::sleep(Duration::from_millis(25 << failures)).await;
+                }
+                Err(err) => {
+                    // Unknown outcome: the pending guard releases by token in the background.
+                    if !err.is_retryable() {
+                        pending.armed = false;
+                    }
+                    return Err(err);
+                }
+            }
+            if let Deadline::At(limit, waited) = deadline {
+                if Instant::now() >= limit {
+                    drop(registration.take());
+                    if release_with_retry(&*self.store, &lock, &claim)
+                        .await
+                        .is_ok()
+                    {
+                        pending.armed = false;
+                    }
+                    return Err(Error::Timeout {
+                        name: lock.name().to_owned(),
+                        waited,
+                    });
+                }
+            }
+        }
+    }
+}
