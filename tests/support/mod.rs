@@ -18,6 +18,8 @@
 
 #![allow(dead_code)]
 
+pub mod backend;
+
 use std::fs::{self, OpenOptions};
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

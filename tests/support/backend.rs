@@ -1,0 +1,100 @@
+//! Runs one behavioural test body against both backends: a real redis-server started for
+//! the test, and the in-memory store.
+//!
+//! ```ignore
+//! async fn two_holders_never_overlap(b: Backend) { let c = b.client(0); ... }
+//! both_backends!(two_holders_never_overlap);
+//! ```
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis_locks::store::MemoryStore;
+use redis_locks::LockClient;
+
+use super::RedisServer;
+
+/// Several independent clients on one backend (separate connections on Redis).
+pub struct Backend {
+    /// The server, kept alive for the test (None on the in-memory backend or with REDIS_URL).
+    pub server: Option<RedisServer>,
+    url: Option<String>,
+    memory: Option<Arc<MemoryStore>>,
+    /// `"redis"` or `"memory"`.
+    pub kind: &'static str,
+}
+
+impl Backend {
+    /// A fresh private redis-server (or REDIS_URL's server when set).
+    pub fn redis() -> Backend {
+        let (server, url) = super::server_url();
+        Backend {
+            server,
+            url: Some(url),
+            memory: None,
+            kind: "redis",
+        }
+    }
+
+    /// One shared in-memory store.
+    pub fn memory() -> Backend {
+        Backend {
+            server: None,
+            url: None,
+            memory: Some(Arc::new(MemoryStore::new())),
+            kind: "memory",
+        }
+    }
+
+    /// A new client (its own connection) with default settings.
+    pub async fn client(&self) -> LockClient {
+        self.client_with(LockClient::builder()).await
+    }
+
+    /// A new client from `builder`.
+    pub async fn client_with(&self, builder: redis_locks::LockClientBuilder) -> LockClient {
+        match (&self.url, &self.memory) {
+            (Some(url), _) => builder
+                .connect(url)
+                .await
+                .unwrap_or_else(|e| panic!("connect to {url}: {e}")),
+            (None, Some(store)) => builder.store(store.clone()),
+            (None, None) => unreachable!("a backend is redis or memory"),
+        }
+    }
+
+    /// Runs `redis-cli` against the server (panics on the memory backend).
+    pub fn cli(&self, args: &[&str]) -> String {
+        self.server
+            .as_ref()
+            .expect("cli needs a private redis-server")
+            .cli(args)
+    }
+
+    /// True on the in-memory backend.
+    pub fn is_memory(&self) -> bool {
+        self.memory.is_some()
+    }
+}
+
+/// Generous bound for "eventually" in tests on shared 2-core machines (behaviour, not speed).
+pub const EVENTUALLY: Duration = Duration::from_secs(20);
+
+/// Generates `mod <name> { redis(), memory() }` tests calling `<name>(Backend)`.
+#[macro_export]
+macro_rules! both_backends {
+    ($($name:ident),+ $(,)?) => {
+        $(
+            mod $name {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn redis() {
+                    super::$name($crate::support::backend::Backend::redis()).await
+                }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn memory() {
+                    super::$name($crate::support::backend::Backend::memory()).await
+                }
+            }
+        )+
+    };
+}
