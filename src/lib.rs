@@ -58,3 +58,8 @@ pub use rwlock::{Preference, ReadGuard, RwLock, WriteGuard};
 pub use scripts::SOURCES as SCRIPT_SOURCES;
 pub use semaphore::{Permit, Semaphore};
 pub use store::HoldKind;
+
+/// The README's code compiles (checked by `cargo test --doc`).
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
