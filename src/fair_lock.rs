@@ -104,6 +104,21 @@ impl FairLock {
         Ok(FairLockGuard { hold })
     }
 
+    /// Waits its turn, runs `work(fencing_token)` under the lock, and releases it; if the
+    /// lease is lost first, `work` is stopped ([`Error::LeaseLost`](crate::Error)).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the queue place or the lock is given up in the background.
+    pub async fn with_lock<F, Fut>(&self, work: F) -> Result<Fut::Output>
+    where
+        F: FnOnce(u64) -> Fut,
+        Fut: std::future::Future,
+    {
+        let guard = self.lock().await?;
+        let fence = guard.fencing_token();
+        crate::run_while_held(guard, work(fence)).await
+    }
+
     /// Holder, queue in order with heartbeat ages, and fence, in one round trip.
     pub async fn inspect(&self) -> Result<LockInfo> {
         self.ctx.inspect(Family::TicketQueue).await

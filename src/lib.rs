@@ -42,6 +42,7 @@ mod lease;
 mod mutex;
 mod options;
 mod rwlock;
+mod scoped;
 mod scripts;
 pub mod semaphore;
 pub mod store;
@@ -56,6 +57,7 @@ pub use mutex::{Mutex, MutexGuard};
 pub use options::{DEFAULT_HEARTBEAT, DEFAULT_LEASE, DEFAULT_RETRY_INTERVAL, MAX_LEASE, MIN_LEASE};
 pub use rwlock::{Preference, ReadGuard, RwLock, WriteGuard};
 pub use scripts::SOURCES as SCRIPT_SOURCES;
+pub use scoped::{run_while_held, Guard};
 pub use semaphore::{Permit, Semaphore};
 pub use store::HoldKind;
 

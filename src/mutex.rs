@@ -83,6 +83,33 @@ impl Mutex {
         Ok(MutexGuard { hold })
     }
 
+    /// Takes the lock, runs `work(fencing_token)` under it, and releases it; if the lease is
+    /// lost first, `work` is stopped and the result is [`Error::LeaseLost`](crate::Error).
+    /// See [`run_while_held`](crate::run_while_held).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let sent = client.mutex("cron:digest").with_lock(|fence| async move {
+    ///     format!("digest sent under fence {fence}")
+    /// }).await?;
+    /// # assert!(sent.starts_with("digest"));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the work is dropped and the lock released in the background.
+    pub async fn with_lock<F, Fut>(&self, work: F) -> Result<Fut::Output>
+    where
+        F: FnOnce(u64) -> Fut,
+        Fut: std::future::Future,
+    {
+        let guard = self.lock().await?;
+        let fence = guard.fencing_token();
+        crate::run_while_held(guard, work(fence)).await
+    }
+
     /// The holder (token prefix, lease left) and fence, in one round trip.
     pub async fn inspect(&self) -> Result<LockInfo> {
         self.ctx.inspect(Family::LeaseLock).await

@@ -160,6 +160,16 @@ impl Semaphore {
         Ok(self)
     }
 
+    /// Waits for one permit, runs `work` under it, and releases it; if the lease is lost
+    /// first, `work` is stopped ([`Error::LeaseLost`]).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the queue place or the permit is given up in the background.
+    pub async fn with_permit<Fut: std::future::Future>(&self, work: Fut) -> Result<Fut::Output> {
+        let permit = self.acquire().await?;
+        crate::run_while_held(permit, work).await
+    }
+
     /// Holders with their permits, the queue in order, fence, in one round trip.
     pub async fn inspect(&self) -> Result<LockInfo> {
         self.ctx.inspect(Family::TicketQueue).await

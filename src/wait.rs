@@ -126,7 +126,36 @@ impl LockCtx {
     }
 
     /// Acquires `claim`, waiting as `deadline` allows. `Ok(None)`: a `Try` that was refused.
+    /// Runs in a `tracing` span `acquire` with the lock name, the slot and the outcome.
     pub(crate) async fn acquire(
+        &self,
+        claim: Claim,
+        deadline: Deadline,
+        on_position: Option<&mut (dyn FnMut(u64) + Send)>,
+    ) -> Result<Option<Hold>> {
+        use tracing::Instrument;
+        let name = self.keys.as_ref().map(|k| k.name()).unwrap_or("");
+        let span = tracing::debug_span!(
+            "acquire",
+            lock = name,
+            slot = ?claim.slot,
+            outcome = tracing::field::Empty
+        );
+        let result = self
+            .acquire_inner(claim, deadline, on_position)
+            .instrument(span.clone())
+            .await;
+        let outcome = match &result {
+            Ok(Some(_)) => "granted",
+            Ok(None) => "refused",
+            Err(e) if e.is_timeout() => "timeout",
+            Err(_) => "error",
+        };
+        span.record("outcome", outcome);
+        result
+    }
+
+    async fn acquire_inner(
         &self,
         claim: Claim,
         deadline: Deadline,

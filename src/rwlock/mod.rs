@@ -194,6 +194,36 @@ impl RwLock {
         Ok(self.write_guard(hold))
     }
 
+    /// Takes a read hold, runs `work(fencing_token)`, releases; stops `work` if the lease is
+    /// lost first ([`Error::LeaseLost`](crate::Error)).
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`RwLock::read`].
+    pub async fn with_read<F, Fut>(&self, work: F) -> Result<Fut::Output>
+    where
+        F: FnOnce(u64) -> Fut,
+        Fut: std::future::Future,
+    {
+        let guard = self.read().await?;
+        let fence = guard.fencing_token();
+        crate::run_while_held(guard, work(fence)).await
+    }
+
+    /// Takes the write hold, runs `work(fencing_token)`, releases; stops `work` if the lease
+    /// is lost first ([`Error::LeaseLost`](crate::Error)).
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`RwLock::write`].
+    pub async fn with_write<F, Fut>(&self, work: F) -> Result<Fut::Output>
+    where
+        F: FnOnce(u64) -> Fut,
+        Fut: std::future::Future,
+    {
+        let guard = self.write().await?;
+        let fence = guard.fencing_token();
+        crate::run_while_held(guard, work(fence)).await
+    }
+
     /// Writer, readers, waiting writers (or the fair queue) and fence, in one round trip.
     pub async fn inspect(&self) -> Result<LockInfo> {
         let family = match self.preference {
