@@ -52,12 +52,12 @@ pub use client::{LockClient, LockClientBuilder, RedisConfig};
 pub use error::{Error, Result};
 pub use fair_lock::{FairLock, FairLockGuard};
 pub use hub::WakeHub;
-pub use info::{HolderInfo, LockInfo, WaiterInfo};
+pub use info::{HolderInfo, LockInfo, WaiterInfo, TOKEN_PREFIX_LEN};
 pub use mutex::{Mutex, MutexGuard};
 pub use options::{DEFAULT_HEARTBEAT, DEFAULT_LEASE, DEFAULT_RETRY_INTERVAL, MAX_LEASE, MIN_LEASE};
 pub use rwlock::{Preference, ReadGuard, RwLock, WriteGuard};
-pub use scripts::SOURCES as SCRIPT_SOURCES;
 pub use scoped::{run_while_held, Guard};
+pub use scripts::SOURCES as SCRIPT_SOURCES;
 pub use semaphore::{Permit, Semaphore};
 pub use store::HoldKind;
 
