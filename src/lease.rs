@@ -25,6 +25,7 @@ struct Validity {
 }
 
 struct Shared {
+    granted_at: Instant,
     store: Arc<dyn Store>,
     lock: LockKeys,
     claim: StdMutex<Claim>,
@@ -54,6 +55,7 @@ impl Shared {
         });
         if changed {
             tracing::warn!(lock = self.lock.name(), why, "lease lost");
+            crate::telemetry::lost(&self.claim().slot);
         }
     }
 
@@ -83,6 +85,7 @@ impl Hold {
         let until = sent_at + lease.saturating_sub(Options::drift(lease));
         let (validity, _) = watch::channel(Validity { until, lost: false });
         let shared = Arc::new(Shared {
+            granted_at: Instant::now(),
             store,
             lock,
             claim: StdMutex::new(claim),
@@ -175,6 +178,7 @@ impl Hold {
         self.released = true;
         self.shared.mark_lost_quietly();
         let claim = self.shared.claim();
+        crate::telemetry::held(&claim.slot, self.shared.granted_at.elapsed());
         release_with_retry(&*self.shared.store, &self.shared.lock, &claim).await
     }
 

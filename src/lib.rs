@@ -46,6 +46,7 @@ mod scoped;
 mod scripts;
 pub mod semaphore;
 pub mod store;
+mod telemetry;
 mod wait;
 
 pub use client::{LockClient, LockClientBuilder, RedisConfig};

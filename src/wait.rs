@@ -134,6 +134,8 @@ impl LockCtx {
         on_position: Option<&mut (dyn FnMut(u64) + Send)>,
     ) -> Result<Option<Hold>> {
         use tracing::Instrument;
+        let started = Instant::now();
+        let slot = claim.slot;
         let name = self.keys.as_ref().map(|k| k.name()).unwrap_or("");
         let span = tracing::debug_span!(
             "acquire",
@@ -152,6 +154,7 @@ impl LockCtx {
             Err(_) => "error",
         };
         span.record("outcome", outcome);
+        crate::telemetry::acquired(&slot, outcome, started.elapsed());
         result
     }
 
@@ -196,8 +199,11 @@ impl LockCtx {
                         pending.armed = false;
                         return Ok(None);
                     }
-                    if let (Some(pos), Some(f)) = (busy.position, on_position.as_mut()) {
-                        f(pos);
+                    if let Some(pos) = busy.position {
+                        crate::telemetry::position(lock.name(), pos);
+                        if let Some(f) = on_position.as_mut() {
+                            f(pos);
+                        }
                     }
                     let Some(reg) = registration.as_ref() else {
                         registration = Some(
