@@ -12,6 +12,7 @@ use std::time::Duration;
 use crate::store::Slot;
 
 /// A low-cardinality label for the kind of hold.
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
 pub(crate) fn kind(slot: &Slot) -> &'static str {
     match slot {
         Slot::Write => "write",
