@@ -30,6 +30,16 @@ local function check_type(key, want)
   end
 end
 
+-- Fails the script, before it writes anything, when the counter `key` holds something that
+-- is not an integer (INCR would fail half-way through a script, after other writes).
+local function check_counter(key)
+  check_type(key, 'string')
+  local v = redis.call('GET', key)
+  if v and not string.match(v, '^%-?%d+$') then
+    error({ err = 'RLCORRUPT key ' .. key .. ' does not hold a redis-locks counter' })
+  end
+end
+
 -- Sets a TTL so that `key` disappears at `deadline` (ms); nothing under an explicit clock.
 local function expire_at(key, deadline)
   if EXPLICIT_NOW then return end

@@ -18,8 +18,8 @@ local H, Q, HB, TK, FENCE, CH, CAP = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 check_type(H, 'zset')
 check_type(Q, 'zset')
 check_type(HB, 'zset')
-check_type(TK, 'string')
-check_type(FENCE, 'string')
+check_counter(TK)
+check_counter(FENCE)
 check_type(CAP, 'string')
 
 local function member_of(token, weight)

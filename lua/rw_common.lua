@@ -13,7 +13,7 @@ local W, R, WQ, FENCE, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 check_type(W, 'string')
 check_type(R, 'zset')
 check_type(WQ, 'zset')
-check_type(FENCE, 'string')
+check_counter(FENCE)
 
 -- The live writer as (token, deadline), or nil. Fails on a value it did not write.
 local function live_writer()

@@ -1,10 +1,19 @@
-//! Mutex behaviour, on a real redis-server and on the in-memory store.
+//! Mutex behaviour, on a real redis-server and on the in-memory store (issue 2's acceptance).
 
 mod support;
 
 use std::time::Duration;
 
-use support::backend::Backend;
+use redis_locks::store::{Acquire, Claim, Family, Policy, Slot};
+use redis_locks::{LockClient, LockInfo};
+use tokio::time::{timeout, Instant};
+
+use support::backend::{Backend, EVENTUALLY};
+use support::history::{History, Kind};
+
+/// Load-heavy tests take this exclusively and timing-sensitive ones take it shared, so the
+/// 1600-acquisition runs do not starve a 300 ms lease's renewal timer in the same process.
+static LOAD: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 
 async fn second_holder_is_refused(b: Backend) {
     let c = b.client().await;
@@ -20,3 +29,456 @@ async fn second_holder_is_refused(b: Backend) {
 }
 
 both_backends!(second_holder_is_refused);
+
+/// 16 tasks on 2 clients take one mutex 100 times each; the shared log sees every overlap.
+async fn sixteen_tasks_never_overlap(b: Backend) {
+    let _load = LOAD.write().await;
+    let clients = [b.client().await, b.client().await];
+    let h = History::new();
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let m = clients[i % 2].mutex("crowded");
+        let h = h.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..100 {
+                let g = m.lock().await.expect("lock");
+                let t = h.enter(Kind::Exclusive, g.fencing_token());
+                // Give any other holder a chance to run inside the critical section.
+                tokio::task::yield_now().await;
+                h.exit(t);
+                assert!(g.release().await.expect("release"), "lost the lock");
+            }
+        }));
+    }
+    for t in tasks {
+        timeout(Duration::from_secs(120), t)
+            .await
+            .expect("1600 acquisitions within 2 minutes")
+            .expect("task");
+    }
+    assert_eq!(h.grants().len(), 1600);
+    h.check_exclusion();
+}
+
+both_backends!(sixteen_tasks_never_overlap);
+
+/// A release by another token is refused and changes nothing.
+async fn release_with_wrong_token_is_refused(b: Backend) {
+    let c = b.client().await;
+    let m = c.mutex("wrong-token");
+    let g = m.lock().await.expect("lock");
+    let before = m.inspect().await.expect("inspect");
+    let raw_before = b
+        .server
+        .is_some()
+        .then(|| b.cli(&["GET", "rl:{wrong-token}:w"]));
+    let keys = c.keys("wrong-token").expect("keys");
+    let other = Claim::new(
+        Slot::Write,
+        Duration::from_secs(30),
+        Duration::from_secs(5),
+        Policy::Reader,
+    );
+    let released = c
+        .store()
+        .release(&keys, &other, None)
+        .await
+        .expect("release");
+    assert!(!released, "a stranger's token released the lock");
+    let after = m.inspect().await.expect("inspect");
+    assert_eq!(after.holders.len(), 1);
+    assert_eq!(
+        after.holders[0].token_prefix,
+        before.holders[0].token_prefix
+    );
+    assert_eq!(after.fence, before.fence);
+    if let Some(raw) = raw_before {
+        assert!(raw.contains('|'), "writer record: {raw}");
+        assert_eq!(b.cli(&["GET", "rl:{wrong-token}:w"]), raw);
+    }
+    assert!(m.try_lock().await.expect("try").is_none());
+    assert!(g.is_held());
+    assert!(g.release().await.expect("release"));
+}
+
+both_backends!(release_with_wrong_token_is_refused);
+
+/// A holder that dies without any cleanup (no renewal, no release) blocks others until its
+/// lease ends, and no longer.
+async fn dead_holder_frees_within_its_lease(b: Backend) {
+    let _quiet = LOAD.read().await;
+    let lease = Duration::from_millis(1500);
+    let c = b.client().await;
+    let m = c.mutex("dead-holder").lease(lease).auto_renew(false);
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let started = Instant::now();
+    let holder = {
+        let m = m.clone();
+        tokio::spawn(async move {
+            let g = m.lock().await.expect("lock");
+            // A crash: the guard's Drop (which would release) never runs.
+            std::mem::forget(g);
+            tx.send(()).expect("signal");
+            std::future::pending::<()>().await;
+        })
+    };
+    rx.await.expect("holder locked");
+    holder.abort();
+    let _ = holder.await;
+
+    let other = b.client().await.mutex("dead-holder");
+    assert!(
+        other.try_lock().await.expect("try").is_none(),
+        "the dead holder's lease must still block"
+    );
+    let g = other
+        .lock_timeout(EVENTUALLY)
+        .await
+        .expect("lock after the lease");
+    let waited = started.elapsed();
+    assert!(
+        waited + Duration::from_millis(50) >= lease,
+        "granted after {waited:?}, before the lease of {lease:?} ended"
+    );
+    // The waiter wakes at the blocking lease's end; a generous margin for a slow machine.
+    assert!(
+        waited < lease + Duration::from_secs(5),
+        "granted only after {waited:?}"
+    );
+    assert!(g.release().await.expect("release"));
+}
+
+both_backends!(dead_holder_frees_within_its_lease);
+
+/// With renewal on, a 300 ms lease held for 2 s stays ours.
+async fn renewed_lease_is_never_lost(b: Backend) {
+    let _quiet = LOAD.read().await;
+    let c = b.client().await;
+    let m = c.mutex("renewed").lease(Duration::from_millis(300));
+    let g = m.lock().await.expect("lock");
+    let fence = g.fencing_token();
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(2) {
+        tokio::select! {
+            _ = g.lost() => panic!("lost() fired after {:?} with renewal on", start.elapsed()),
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+        }
+        assert!(g.is_held(), "not held after {:?}", start.elapsed());
+    }
+    let rival = b.client().await.mutex("renewed");
+    assert!(rival.try_lock().await.expect("try").is_none());
+    assert_eq!(m.inspect().await.expect("inspect").fence, fence);
+    assert!(g.is_held());
+    assert!(g.release().await.expect("release"), "the lease had lapsed");
+}
+
+both_backends!(renewed_lease_is_never_lost);
+
+/// 1000 acquisitions from 4 clients: fences strictly increase in grant order.
+async fn fences_strictly_increase(b: Backend) {
+    let _load = LOAD.write().await;
+    let h = History::new();
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let m = b.client().await.mutex("fenced");
+        let h = h.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..250 {
+                let g = m.lock().await.expect("lock");
+                let t = h.enter(Kind::Exclusive, g.fencing_token());
+                h.exit(t);
+                assert!(g.release().await.expect("release"));
+            }
+        }));
+    }
+    for t in tasks {
+        timeout(Duration::from_secs(120), t)
+            .await
+            .expect("1000 acquisitions within 2 minutes")
+            .expect("task");
+    }
+    let grants = h.grants();
+    assert_eq!(grants.len(), 1000);
+    h.check_exclusion();
+    let mut fences: Vec<u64> = grants.iter().map(|g| g.fence).collect();
+    fences.dedup();
+    assert_eq!(fences.len(), 1000, "a fence was handed out twice");
+}
+
+both_backends!(fences_strictly_increase);
+
+/// The acquire step repeated with the same token (a retry after a lost reply) returns the
+/// same grant.
+async fn acquire_is_idempotent_per_token(b: Backend) {
+    let c = b.client().await;
+    let keys = c.keys("idempotent").expect("keys");
+    let store = c.store();
+    let claim = Claim::new(
+        Slot::Write,
+        Duration::from_secs(30),
+        Duration::from_secs(5),
+        Policy::Reader,
+    );
+    let first = store
+        .acquire(&keys, &claim, false, None)
+        .await
+        .expect("1st");
+    let second = store.acquire(&keys, &claim, true, None).await.expect("2nd");
+    let (Acquire::Granted(a), Acquire::Granted(g)) = (first, second) else {
+        panic!("not granted twice: {first:?} then {second:?}");
+    };
+    assert_eq!(a.fence, g.fence, "a retry took a new fence");
+    let snap = store
+        .inspect(&keys, Family::LeaseLock, None)
+        .await
+        .expect("inspect");
+    assert_eq!(snap.fence, a.fence, "the retry bumped the fence counter");
+    assert_eq!(snap.holders.len(), 1);
+    assert_eq!(snap.holders[0].token, claim.token);
+    let other = Claim::new(
+        Slot::Write,
+        Duration::from_secs(30),
+        Duration::from_secs(5),
+        Policy::Reader,
+    );
+    assert!(matches!(
+        store
+            .acquire(&keys, &other, false, None)
+            .await
+            .expect("other"),
+        Acquire::Busy(_)
+    ));
+    assert!(store.release(&keys, &claim, None).await.expect("release"));
+}
+
+both_backends!(acquire_is_idempotent_per_token);
+
+/// With a 30 s fallback interval, only a wake-up can let a waiter in quickly after a release.
+async fn waiter_is_woken_by_notification(b: Backend) {
+    let _quiet = LOAD.read().await;
+    let holder = b
+        .client()
+        .await
+        .mutex("notified")
+        .lease(Duration::from_secs(60));
+    let g = holder.lock().await.expect("lock");
+    let waiter_client = b
+        .client_with(LockClient::builder().retry_interval(Duration::from_secs(30)))
+        .await;
+    let waiter = waiter_client.mutex("notified");
+    let task = tokio::spawn(async move {
+        let g = waiter.lock().await.expect("waiter lock");
+        let at = Instant::now();
+        assert!(g.release().await.expect("release"));
+        at
+    });
+    // Let the waiter make its attempts and go to sleep (its next timer is ~30 s away).
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(!task.is_finished(), "the waiter got a held lock");
+    let released_at = Instant::now();
+    assert!(g.release().await.expect("release"));
+    let granted_at = timeout(Duration::from_secs(20), task)
+        .await
+        .expect("the waiter was never woken")
+        .expect("task");
+    let delay = granted_at.saturating_duration_since(released_at);
+    assert!(
+        delay < Duration::from_secs(5),
+        "the waiter got the lock {delay:?} after the release: wake-ups do not arrive"
+    );
+}
+
+both_backends!(waiter_is_woken_by_notification);
+
+/// `SCRIPT FLUSH` between calls: the scripts are loaded again and every step still works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn script_flush_between_calls() {
+    let b = Backend::redis();
+    let c = b.client().await;
+    let m = c.mutex("flushed");
+    let g = m.lock().await.expect("lock");
+    assert_eq!(b.cli(&["SCRIPT", "FLUSH"]), "OK");
+    assert!(m.try_lock().await.expect("try").is_none());
+    assert_eq!(b.cli(&["SCRIPT", "FLUSH"]), "OK");
+    assert_eq!(m.inspect().await.expect("inspect").holders.len(), 1);
+    assert_eq!(b.cli(&["SCRIPT", "FLUSH"]), "OK");
+    let mut g = g;
+    assert!(g.extend(Duration::from_secs(20)).await.expect("extend"));
+    assert_eq!(b.cli(&["SCRIPT", "FLUSH"]), "OK");
+    assert!(g.release().await.expect("release"));
+    assert_eq!(b.cli(&["SCRIPT", "FLUSH"]), "OK");
+    let g = m.lock().await.expect("lock again");
+    assert!(g.release().await.expect("release"));
+}
+
+/// Runs every acquire path of `m`; each must fail with an invalid-input error at once.
+async fn assert_all_invalid(what: &str, m: &redis_locks::Mutex) {
+    let quick = Duration::from_secs(5);
+    let e = timeout(quick, m.lock())
+        .await
+        .unwrap_or_else(|_| panic!("{what}: lock() waited instead of failing"))
+        .expect_err(what);
+    assert!(e.is_invalid_input(), "{what}: lock() gave {e:?}");
+    let e = m.try_lock().await.expect_err(what);
+    assert!(e.is_invalid_input(), "{what}: try_lock() gave {e:?}");
+    let e = timeout(quick, m.lock_timeout(Duration::from_secs(1)))
+        .await
+        .unwrap_or_else(|_| panic!("{what}: lock_timeout() waited"))
+        .expect_err(what);
+    assert!(e.is_invalid_input(), "{what}: lock_timeout() gave {e:?}");
+}
+
+/// Bad names and options are refused before anything reaches Redis.
+async fn invalid_input_is_refused_before_redis(b: Backend) {
+    let c = b.client().await;
+    let year = Duration::from_secs(365 * 24 * 3600);
+    let long = "x".repeat(1025);
+    let cases: Vec<(&str, redis_locks::Mutex)> = vec![
+        ("empty name", c.mutex("")),
+        ("1025-byte name", c.mutex(&long)),
+        ("zero lease", c.mutex("bad").lease(Duration::ZERO)),
+        ("two-year lease", c.mutex("bad").lease(2 * year)),
+        (
+            "renew_every == lease",
+            c.mutex("bad")
+                .lease(Duration::from_secs(1))
+                .renew_every(Duration::from_secs(1)),
+        ),
+        (
+            "renew_every > lease",
+            c.mutex("bad")
+                .lease(Duration::from_secs(1))
+                .renew_every(Duration::from_secs(2)),
+        ),
+        ("zero heartbeat", c.mutex("bad").heartbeat(Duration::ZERO)),
+    ];
+    for (what, m) in &cases {
+        assert_all_invalid(what, m).await;
+    }
+    // The longest valid name is accepted.
+    let g = c
+        .mutex(&"x".repeat(1024))
+        .try_lock()
+        .await
+        .expect("1024 bytes");
+    // A valid guard refuses an invalid extension without touching the lease.
+    let mut g = g.expect("free");
+    let e = g.extend(Duration::ZERO).await.expect_err("zero extend");
+    assert!(e.is_invalid_input(), "{e:?}");
+    assert!(g.release().await.expect("release"));
+    if b.server.is_some() {
+        // Only the fence counter of the valid lock remains; nothing of the bad ones.
+        let keys = b.cli(&["KEYS", "*"]);
+        assert_eq!(
+            keys,
+            format!("rl:{{{}}}:fence", "x".repeat(1024)),
+            "unexpected keys"
+        );
+    }
+}
+
+both_backends!(invalid_input_is_refused_before_redis);
+
+/// On redis: DBSIZE stays 0 after every refused input.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn invalid_input_leaves_redis_empty() {
+    let b = Backend::redis();
+    let c = b.client().await;
+    let year = Duration::from_secs(365 * 24 * 3600);
+    assert_all_invalid("empty", &c.mutex("")).await;
+    assert_all_invalid("long", &c.mutex(&"n".repeat(1025))).await;
+    assert_all_invalid("zero lease", &c.mutex("m").lease(Duration::ZERO)).await;
+    assert_all_invalid("huge lease", &c.mutex("m").lease(2 * year)).await;
+    assert_all_invalid(
+        "renew",
+        &c.mutex("m")
+            .lease(Duration::from_millis(500))
+            .renew_every(Duration::from_millis(500)),
+    )
+    .await;
+    assert_all_invalid("heartbeat", &c.mutex("m").heartbeat(Duration::ZERO)).await;
+    assert_eq!(b.cli(&["DBSIZE"]), "0");
+    // Client-wide defaults are checked when connecting.
+    for builder in [
+        LockClient::builder().lease(Duration::ZERO),
+        LockClient::builder().heartbeat(Duration::ZERO),
+        LockClient::builder().lease(2 * year),
+    ] {
+        let e = builder
+            .connect(&b.server.as_ref().expect("private server").url())
+            .await
+            .expect_err("invalid default accepted");
+        assert!(e.is_invalid_input(), "{e:?}");
+    }
+    assert_eq!(b.cli(&["DBSIZE"]), "0");
+}
+
+/// A key of another type (or foreign content) at the lock's keys gives a typed error and is
+/// left exactly as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn foreign_keys_are_reported_and_kept() {
+    let b = Backend::redis();
+    let c = b.client().await;
+    let quick = Duration::from_secs(5);
+
+    let cases: [(&str, &[&str], &str); 4] = [
+        ("hash-w", &["HSET", "rl:{hash-w}:w", "a", "b"], "hash"),
+        ("zset-w", &["ZADD", "rl:{zset-w}:w", "1", "m"], "zset"),
+        ("text-w", &["SET", "rl:{text-w}:w", "not a lock"], "string"),
+        (
+            "list-fence",
+            &["RPUSH", "rl:{list-fence}:fence", "x"],
+            "list",
+        ),
+    ];
+    for (name, setup, ty) in cases {
+        b.cli(setup);
+        let key = setup[1];
+        let dump = b.cli(&["DUMP", key]);
+        let m = c.mutex(name);
+        let e = timeout(quick, m.lock())
+            .await
+            .unwrap_or_else(|_| panic!("{name}: lock() waited on a foreign key"))
+            .expect_err(name);
+        assert!(e.is_wrong_type(), "{name}: lock() gave {e:?}");
+        let e = m.try_lock().await.expect_err(name);
+        assert!(e.is_wrong_type(), "{name}: try_lock() gave {e:?}");
+        assert_eq!(b.cli(&["TYPE", key]), ty, "{name}: type changed");
+        assert_eq!(b.cli(&["DUMP", key]), dump, "{name}: value changed");
+        assert_eq!(b.cli(&["TTL", key]), "-1", "{name}: a TTL was set");
+    }
+    // Nothing else was written next to the foreign keys.
+    assert_eq!(b.cli(&["DBSIZE"]), "4");
+}
+
+/// A fence counter holding text that is not a number is foreign data too: typed error,
+/// value kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn foreign_fence_text_is_reported_and_kept() {
+    let b = Backend::redis();
+    let c = b.client().await;
+    b.cli(&["SET", "rl:{text-fence}:fence", "not a number"]);
+    let e = timeout(Duration::from_secs(5), c.mutex("text-fence").lock())
+        .await
+        .expect("lock() waited on a foreign key")
+        .expect_err("a foreign fence was accepted");
+    assert_eq!(b.cli(&["GET", "rl:{text-fence}:fence"]), "not a number");
+    assert_eq!(b.cli(&["DBSIZE"]), "1");
+    assert!(e.is_wrong_type(), "lock() gave {e:?}");
+}
+
+/// `inspect` shows the holder, its lease and the fence of its grant.
+async fn fence_shows_in_inspect(b: Backend) {
+    let c = b.client().await;
+    let m = c.mutex("inspected");
+    let g = m.lock().await.expect("lock");
+    let info: LockInfo = m.inspect().await.expect("inspect");
+    assert_eq!(info.fence, g.fencing_token());
+    assert_eq!(info.holders.len(), 1);
+    assert!(info.holders[0].lease_remaining > Duration::from_secs(20));
+    assert!(g.release().await.expect("release"));
+    let info = m.inspect().await.expect("inspect");
+    assert!(info.holders.is_empty());
+}
+
+both_backends!(fence_shows_in_inspect);

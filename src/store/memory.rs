@@ -110,7 +110,7 @@ impl Default for MemoryStore {
 fn wall_clock_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map(|d| ms(d))
+        .map(ms)
         .unwrap_or(0)
 }
 
@@ -273,7 +273,7 @@ impl LockState {
     fn rw_downgrade(&mut self, now: u64, claim: &Claim, wakes: &mut Wakes) -> Option<u64> {
         let live = self.live_writer(now);
         self.rw_prune(now, wakes);
-        if !live.is_some_and(|(t, _)| t == claim.token) {
+        if live.is_none_or(|(t, _)| t != claim.token) {
             return None;
         }
         self.writer = None;
@@ -472,9 +472,7 @@ impl LockState {
         let cap = self.capacity(capacity);
         self.q_prune(now);
         let member = member_of(&claim.token, weight);
-        if self.holders.score(&member).is_none() {
-            return None;
-        }
+        self.holders.score(&member)?;
         self.holders.remove(&member);
         self.holders
             .add(&member_of(&claim.token, 1), now + ms(claim.lease));

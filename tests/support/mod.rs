@@ -19,6 +19,9 @@
 #![allow(dead_code)]
 
 pub mod backend;
+pub mod fenced;
+pub mod history;
+pub mod proxy;
 
 use std::fs::{self, OpenOptions};
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
