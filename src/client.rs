@@ -7,7 +7,7 @@ use crate::error::Result;
 use crate::keys::{validate_prefix, LockKeys, DEFAULT_PREFIX};
 use crate::options::Options;
 use crate::rwlock::Preference;
-use crate::store::{MemoryStore, RedisStore, Store};
+use crate::store::{MemoryStore, QuorumStore, RedisStore, Store};
 use crate::wait::LockCtx;
 use crate::{FairLock, Mutex, RwLock, Semaphore};
 
@@ -41,6 +41,22 @@ impl LockClient {
     /// Connects to one Redis server with the default settings.
     pub async fn connect(url: &str) -> Result<Self> {
         Self::builder().connect(url).await
+    }
+
+    /// Connects to a Redis Cluster through any of its nodes, with the default settings.
+    /// Every primitive works; wake-ups use sharded pub/sub (see `docs/SCALE.md`).
+    #[cfg(feature = "cluster")]
+    pub async fn cluster(urls: &[&str]) -> Result<Self> {
+        Self::builder().cluster(urls).await
+    }
+
+    /// Quorum (Redlock) mode over independent Redis servers, with the default settings:
+    /// Mutex and RwLock (writer or reader preference) are granted by a majority. Ticket-queue
+    /// primitives (FairLock, Semaphore, `Preference::Fair`) fail with
+    /// [`Error::Unsupported`](crate::Error::Unsupported) on every call. See
+    /// [`QuorumStore`](crate::store::QuorumStore) for what fencing tokens mean here.
+    pub async fn quorum(urls: &[&str]) -> Result<Self> {
+        Self::builder().quorum(urls).await
     }
 
     /// A client on the in-process [`MemoryStore`]: the same semantics without Redis, for tests
@@ -188,6 +204,13 @@ impl LockClientBuilder {
     pub async fn cluster(self, urls: &[&str]) -> Result<LockClient> {
         self.check()?;
         let store = RedisStore::cluster(urls, self.redis.clone()).await?;
+        Ok(self.build(Arc::new(store)))
+    }
+
+    /// Quorum (Redlock) mode over independent Redis servers (see [`LockClient::quorum`]).
+    pub async fn quorum(self, urls: &[&str]) -> Result<LockClient> {
+        self.check()?;
+        let store = QuorumStore::connect(urls, self.redis.clone()).await?;
         Ok(self.build(Arc::new(store)))
     }
 

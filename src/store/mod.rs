@@ -31,6 +31,7 @@
 //!   and tells whether it held a live lease.
 
 pub mod memory;
+pub mod quorum;
 pub mod redis;
 
 use std::fmt;
@@ -40,6 +41,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 pub use self::memory::MemoryStore;
+pub use self::quorum::QuorumStore;
 pub use self::redis::RedisStore;
 use crate::error::Result;
 use crate::hub::WakeHub;

@@ -106,6 +106,19 @@ impl RedisStore {
 
     /// [`RedisStore::connect`] with explicit settings.
     pub async fn connect_with(url: &str, config: RedisConfig) -> Result<Self> {
+        let hub = WakeHub::remote();
+        let (store, subscriber) = Self::connect_to_hub(url, config, hub.clone()).await?;
+        hub.start(subscriber);
+        Ok(store)
+    }
+
+    /// Connects with the pushes of the connection delivered to `hub`, which the caller starts
+    /// with the returned subscriber (a quorum fans one hub out over several servers).
+    pub(crate) async fn connect_to_hub(
+        url: &str,
+        config: RedisConfig,
+        hub: Arc<WakeHub>,
+    ) -> Result<(Self, Box<dyn Subscriber>)> {
         let bad_url = |e: redis::RedisError| Error::invalid("Redis URL", e.to_string());
         let info = url.into_connection_info().map_err(bad_url)?;
         // RESP3 lets pub/sub pushes share the command connection.
@@ -115,7 +128,6 @@ impl RedisStore {
             .set_protocol(ProtocolVersion::RESP3);
         let info = info.set_redis_settings(settings);
         let client = redis::Client::open(info).map_err(bad_url)?;
-        let hub = WakeHub::remote();
         let pushes = hub.clone();
         let manager_config = ConnectionManagerConfig::new()
             .set_push_sender(move |push| {
@@ -131,12 +143,13 @@ impl RedisStore {
             .get_connection_manager_with_config(manager_config)
             .await
             .map_err(|e| Error::from_redis("", e))?;
-        hub.start(Box::new(SingleSubscriber(conn.clone())));
-        Ok(RedisStore {
+        let subscriber = Box::new(SingleSubscriber(conn.clone()));
+        let store = RedisStore {
             conn: Conn::Single(conn),
             hub,
             publish: "PUBLISH",
-        })
+        };
+        Ok((store, subscriber))
     }
 
     /// Connects to a Redis Cluster through any of its nodes. Wake-ups use sharded pub/sub
@@ -190,7 +203,8 @@ impl RedisStore {
         for k in keys {
             inv.key(k);
         }
-        inv.arg(now.map(|n| n.to_string()).unwrap_or_default());
+        let now = now.map(|n| n.to_string()).unwrap_or_default();
+        inv.arg(&now);
         inv.arg(self.publish);
         for a in args {
             inv.arg(a);
@@ -198,7 +212,11 @@ impl RedisStore {
         let result = match self.conn.clone() {
             Conn::Single(mut c) => invoke(&inv, &mut c).await,
             #[cfg(feature = "cluster")]
-            Conn::Cluster(mut c) => invoke(&inv, &mut c).await,
+            Conn::Cluster(mut c) => {
+                let mut all_args = vec![now, self.publish.to_owned()];
+                all_args.extend_from_slice(args);
+                invoke_cluster(script, keys, &all_args, &mut c).await
+            }
         };
         result.map_err(|e| Error::from_redis(lock.name(), e))
     }
@@ -209,6 +227,51 @@ async fn invoke<T: FromRedisValue>(
     conn: &mut (impl ConnectionLike + Send),
 ) -> redis::RedisResult<T> {
     inv.invoke_async(conn).await
+}
+
+/// `EVALSHA` on the node that owns the lock's slot; on `NOSCRIPT` (that node's script cache
+/// was flushed, or it was just promoted or added), `EVAL` of the source on the same node,
+/// which runs the step and caches the script there again.
+///
+/// The redis crate's own reload sends `SCRIPT LOAD` to every node of the cluster and fails
+/// if any one of them is unreachable (a failed master during a failover), so it is not used.
+#[cfg(feature = "cluster")]
+async fn invoke_cluster<T: FromRedisValue>(
+    script: &Script,
+    keys: &[String],
+    args: &[String],
+    conn: &mut redis::cluster_async::ClusterConnection,
+) -> redis::RedisResult<T> {
+    let mut evalsha = redis::cmd("EVALSHA");
+    evalsha
+        .arg(script.get_hash())
+        .arg(keys.len())
+        .arg(keys)
+        .arg(args);
+    match evalsha.query_async(conn).await {
+        Err(err) if err.code() == Some("NOSCRIPT") => {
+            let Some(source) = source_of(script) else {
+                return Err(err);
+            };
+            let mut eval = redis::cmd("EVAL");
+            eval.arg(source).arg(keys.len()).arg(keys).arg(args);
+            eval.query_async(conn).await
+        }
+        other => other,
+    }
+}
+
+/// The source of one of the crate's scripts, by its SHA1.
+#[cfg(feature = "cluster")]
+fn source_of(script: &Script) -> Option<&'static str> {
+    static BY_HASH: std::sync::LazyLock<std::collections::HashMap<String, &'static str>> =
+        std::sync::LazyLock::new(|| {
+            crate::scripts::SOURCES
+                .iter()
+                .map(|(_, src)| (Script::new(src).get_hash().to_owned(), *src))
+                .collect()
+        });
+    BY_HASH.get(script.get_hash()).copied()
 }
 
 fn corrupt(lock: &LockKeys, what: &str) -> Error {

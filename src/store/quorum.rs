@@ -1,0 +1,466 @@
+//! [`QuorumStore`]: the lease lock (Mutex, RwLock writer/reader preference) over N independent
+//! Redis servers, granted by a majority (the Redlock scheme).
+//!
+//! # How a step runs
+//! - **acquire**: sent to every server in parallel with the same token. Granted when a
+//!   majority (`N/2 + 1`) granted and the time spent is less than `lease - drift` (drift =
+//!   1% of the lease + 2 ms), so that the lease is still valid everywhere that counts when the
+//!   caller gets it. Otherwise the claim is released by token on every server that granted
+//!   (or did not answer), and the attempt is refused (`Busy`), or fails with
+//!   [`Error::QuorumNotReached`] when so many servers failed to answer that a majority was
+//!   impossible.
+//! - **extend** and **release**: sent to all; a renewal counts when a majority renewed, a
+//!   release reports `true` when a majority still held the lease.
+//! - **downgrade**: succeeds when a majority downgraded.
+//! - **inspect**: answered by the first server (in the order given) that replies; it shows
+//!   that server's view only, which may differ from the others' during a split vote.
+//! - **force_release**: on all; needs a majority to answer.
+//!
+//! # Fencing tokens under quorum
+//! Each server keeps its own fence counter. A grant's fencing token is the largest of the
+//! fences reported by the servers that granted it. After an exclusive grant, every server
+//! that did not report that value (it refused, did not answer, or had a lower counter) has its
+//! counter raised to it, so afterwards every reachable server is at or above it. The next
+//! exclusive grant needs a majority, which then contains a server whose counter is at least
+//! the previous token, so its token is strictly greater.
+//!
+//! That argument holds only while, between two consecutive exclusive grants, **at most a
+//! minority of the servers lose or miss their counter**: a server restarted without
+//! persistence (its counter starts again from 0), one failed over to a replica that had not
+//! received the last increments, or one that was unreachable when the counter was raised.
+//! The maximum over a majority masks such a minority. If a majority lose their counters (for
+//! instance all servers restarted without persistence), tokens can go back: run the quorum
+//! servers with `appendonly yes` and `appendfsync always` if the resource relies on tokens.
+//! Shared (reader) grants report the largest last-writer fence among the servers that granted.
+//!
+//! # Not supported
+//! The ticket queue (FairLock, Semaphore, RwLock with `Preference::Fair`) is refused with
+//! [`Error::Unsupported`] on every call: queues on independent servers can disagree on the
+//! order, so neither FIFO nor a permit count could be promised.
+//!
+//! # Wake-ups
+//! One hub for the quorum: a waiter subscribes to its lock's channel on every server, and a
+//! release published by any of them wakes it.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::redis::{RedisConfig, RedisStore};
+use super::{Acquire, Busy, Claim, Family, Grant, Slot, Snapshot, Store};
+use crate::error::{Error, Result};
+use crate::hub::{Subscriber, WakeHub};
+use crate::keys::LockKeys;
+use crate::options::Options;
+
+const UNSUPPORTED_WHAT: &str =
+    "the ticket queue (FairLock, Semaphore, RwLock with Preference::Fair)";
+const UNSUPPORTED_WHY: &str =
+    "quorum mode: queues on independent servers can disagree on the order; use Mutex or RwLock with the writer or reader preference";
+
+/// Raises a fence counter to at least ARGV[1] (never lowers it).
+const RAISE_FENCE: &str = r"
+local v = tonumber(redis.call('GET', KEYS[1]) or '0')
+if v < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end
+return 1
+";
+
+/// The lease lock over N independent Redis servers; see the module docs.
+#[derive(Debug)]
+pub struct QuorumStore {
+    nodes: Vec<RedisStore>,
+    hub: Arc<WakeHub>,
+}
+
+/// Subscribes a channel on every server of the quorum.
+struct FanOut(Vec<Box<dyn Subscriber>>);
+
+#[async_trait]
+impl Subscriber for FanOut {
+    async fn subscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
+        fan_out(&mut self.0, channel, true).await
+    }
+    async fn unsubscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
+        fan_out(&mut self.0, channel, false).await
+    }
+}
+
+/// Succeeds when at least one server took the (un)subscription: a waiter then hears a release
+/// from that one, and otherwise polls.
+async fn fan_out(
+    subs: &mut [Box<dyn Subscriber>],
+    channel: &str,
+    subscribe: bool,
+) -> redis::RedisResult<()> {
+    let mut last_err = None;
+    let mut any_ok = false;
+    for sub in subs.iter_mut() {
+        let result = if subscribe {
+            sub.subscribe(channel).await
+        } else {
+            sub.unsubscribe(channel).await
+        };
+        match result {
+            Ok(()) => any_ok = true,
+            Err(e) => last_err = Some(e),
+        }
+    }
+    match last_err {
+        Some(e) if !any_ok => Err(e),
+        _ => Ok(()),
+    }
+}
+
+fn unsupported() -> Error {
+    Error::Unsupported {
+        what: UNSUPPORTED_WHAT,
+        reason: UNSUPPORTED_WHY,
+    }
+}
+
+fn reject_ticket(claim: &Claim) -> Result<()> {
+    match claim.slot {
+        Slot::Ticket { .. } => Err(unsupported()),
+        Slot::Write | Slot::Read => Ok(()),
+    }
+}
+
+fn join_failed() -> Error {
+    Error::Connection(redis::RedisError::from(std::io::Error::other(
+        "quorum node task failed",
+    )))
+}
+
+/// What to report when too few servers answered: a non-connection error if one occurred
+/// (it is the likelier cause), otherwise [`Error::QuorumNotReached`].
+fn no_majority<T>(results: Vec<Result<T>>, granted: usize, required: usize) -> Error {
+    for r in results {
+        if let Err(e) = r {
+            if !e.is_connection() {
+                return e;
+            }
+        }
+    }
+    Error::QuorumNotReached { granted, required }
+}
+
+impl QuorumStore {
+    /// Connects to every server (`redis://` URLs of independent servers, not replicas of one
+    /// another; an odd number, 3 or 5, is the useful choice). Every server must be reachable
+    /// at connect time; later, a minority may be down.
+    pub async fn connect(urls: &[&str], config: RedisConfig) -> Result<Self> {
+        if urls.is_empty() {
+            return Err(Error::invalid(
+                "quorum",
+                "give at least one server URL (3 or 5 independent servers is the useful choice)",
+            ));
+        }
+        let hub = WakeHub::remote();
+        let mut set = JoinSet::new();
+        for (i, url) in urls.iter().enumerate() {
+            let url = (*url).to_owned();
+            let config = config.clone();
+            let hub = hub.clone();
+            set.spawn(async move { (i, RedisStore::connect_to_hub(&url, config, hub).await) });
+        }
+        let mut slots: Vec<Option<(RedisStore, Box<dyn Subscriber>)>> =
+            (0..urls.len()).map(|_| None).collect();
+        while let Some(joined) = set.join_next().await {
+            let (i, result) = joined.map_err(|_| join_failed())?;
+            slots[i] = Some(result?);
+        }
+        let mut nodes = Vec::with_capacity(urls.len());
+        let mut subscribers = Vec::with_capacity(urls.len());
+        for (store, sub) in slots.into_iter().flatten() {
+            nodes.push(store);
+            subscribers.push(sub);
+        }
+        hub.start(Box::new(FanOut(subscribers)));
+        Ok(QuorumStore { nodes, hub })
+    }
+
+    /// Servers in the quorum.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Never true: a quorum has at least one server.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// Servers that must agree: a majority, `N/2 + 1`.
+    pub fn required(&self) -> usize {
+        self.nodes.len() / 2 + 1
+    }
+
+    /// Runs `step` on every server in parallel; results in server order.
+    async fn on_all<T, F, Fut>(&self, step: F) -> Vec<Result<T>>
+    where
+        F: Fn(RedisStore) -> Fut,
+        Fut: Future<Output = Result<T>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let mut set = JoinSet::new();
+        for (i, node) in self.nodes.iter().enumerate() {
+            let fut = step(node.clone());
+            set.spawn(async move { (i, fut.await) });
+        }
+        let mut out: Vec<Option<Result<T>>> = (0..self.nodes.len()).map(|_| None).collect();
+        while let Some(joined) = set.join_next().await {
+            if let Ok((i, result)) = joined {
+                out[i] = Some(result);
+            }
+        }
+        out.into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(join_failed())))
+            .collect()
+    }
+
+    /// Releases `claim` on the servers `which`, ignoring failures (those leases lapse).
+    async fn release_on(&self, lock: &LockKeys, claim: &Claim, which: &[bool]) {
+        let mut set = JoinSet::new();
+        for (node, _) in self.nodes.iter().zip(which).filter(|(_, w)| **w) {
+            let (node, lock, claim) = (node.clone(), lock.clone(), claim.clone());
+            set.spawn(async move { node.release(&lock, &claim, None).await });
+        }
+        while set.join_next().await.is_some() {}
+    }
+
+    /// Raises the fence counter of the servers `which` to at least `fence`.
+    async fn raise_fence(&self, lock: &LockKeys, fence: u64, which: &[bool]) {
+        let mut set = JoinSet::new();
+        for (node, _) in self.nodes.iter().zip(which).filter(|(_, w)| **w) {
+            let node = node.clone();
+            let mut cmd = redis::cmd("EVAL");
+            cmd.arg(RAISE_FENCE).arg(1).arg(lock.fence()).arg(fence);
+            set.spawn(async move { node.query::<i64>(&cmd).await });
+        }
+        while let Some(joined) = set.join_next().await {
+            if let Ok(Err(err)) = joined {
+                tracing::debug!(lock = lock.name(), %err, "could not raise a fence counter");
+            }
+        }
+    }
+}
+
+/// A short random pause after a split vote, so contenders woken together spread out.
+async fn split_vote_pause() {
+    let r = (uuid::Uuid::new_v4().as_u128() % 20) as u64;
+    tokio::time::sleep(Duration::from_millis(1 + r)).await;
+}
+
+#[async_trait]
+impl Store for QuorumStore {
+    async fn acquire(
+        &self,
+        lock: &LockKeys,
+        claim: &Claim,
+        wait: bool,
+        now: Option<u64>,
+    ) -> Result<Acquire> {
+        reject_ticket(claim)?;
+        let started = Instant::now();
+        let results = self
+            .on_all(|node| {
+                let (lock, claim) = (lock.clone(), claim.clone());
+                async move { node.acquire(&lock, &claim, wait, now).await }
+            })
+            .await;
+        let elapsed = started.elapsed();
+        let required = self.required();
+        let mut granted = 0;
+        let mut fence = 0;
+        let mut retry_after: Option<Duration> = None;
+        let mut unsure = Vec::with_capacity(results.len());
+        let mut answered = 0;
+        for r in &results {
+            match r {
+                Ok(Acquire::Granted(g)) => {
+                    granted += 1;
+                    answered += 1;
+                    fence = fence.max(g.fence);
+                    unsure.push(true);
+                }
+                Ok(Acquire::Busy(b)) => {
+                    answered += 1;
+                    if let Some(hint) = b.retry_after {
+                        retry_after = Some(retry_after.map_or(hint, |r: Duration| r.min(hint)));
+                    }
+                    unsure.push(false);
+                }
+                // Unknown outcome: it may have granted.
+                Err(_) => unsure.push(true),
+            }
+        }
+        let in_time = elapsed + Options::drift(claim.lease) < claim.lease;
+        if granted >= required && in_time {
+            if claim.slot.is_exclusive() {
+                // Every server not known to be at `fence` is raised to it (see module docs).
+                let behind: Vec<bool> = results
+                    .iter()
+                    .map(|r| !matches!(r, Ok(Acquire::Granted(g)) if g.fence == fence))
+                    .collect();
+                if behind.iter().any(|b| *b) {
+                    self.raise_fence(lock, fence, &behind).await;
+                }
+            }
+            tracing::debug!(lock = lock.name(), granted, fence, "quorum granted");
+            return Ok(Acquire::Granted(Grant {
+                fence,
+                lease: claim.lease,
+            }));
+        }
+        if unsure.iter().any(|u| *u) {
+            self.release_on(lock, claim, &unsure).await;
+        }
+        if answered < required {
+            return Err(no_majority(results, granted, required));
+        }
+        if granted > 0 && wait {
+            split_vote_pause().await;
+        }
+        Ok(Acquire::Busy(Busy {
+            retry_after,
+            position: None,
+        }))
+    }
+
+    async fn release(&self, lock: &LockKeys, claim: &Claim, now: Option<u64>) -> Result<bool> {
+        reject_ticket(claim)?;
+        let results = self
+            .on_all(|node| {
+                let (lock, claim) = (lock.clone(), claim.clone());
+                async move { node.release(&lock, &claim, now).await }
+            })
+            .await;
+        let held = results.iter().filter(|r| matches!(r, Ok(true))).count();
+        let answered = results.iter().filter(|r| r.is_ok()).count();
+        let required = self.required();
+        if held >= required {
+            return Ok(true);
+        }
+        if answered < required {
+            // The servers that did not answer might have made a majority that held.
+            return Err(no_majority(results, held, required));
+        }
+        Ok(false)
+    }
+
+    async fn extend(
+        &self,
+        lock: &LockKeys,
+        claim: &Claim,
+        lease: Duration,
+        now: Option<u64>,
+    ) -> Result<bool> {
+        reject_ticket(claim)?;
+        let results = self
+            .on_all(|node| {
+                let (lock, claim) = (lock.clone(), claim.clone());
+                async move { node.extend(&lock, &claim, lease, now).await }
+            })
+            .await;
+        let renewed = results.iter().filter(|r| matches!(r, Ok(true))).count();
+        let unknown = results.iter().filter(|r| r.is_err()).count();
+        let required = self.required();
+        if renewed >= required {
+            // The holder trusts it from the send of the request, minus drift (lease.rs).
+            return Ok(true);
+        }
+        if renewed + unknown >= required {
+            return Err(no_majority(results, renewed, required));
+        }
+        Ok(false)
+    }
+
+    async fn downgrade(
+        &self,
+        lock: &LockKeys,
+        claim: &Claim,
+        now: Option<u64>,
+    ) -> Result<Option<u64>> {
+        reject_ticket(claim)?;
+        let results = self
+            .on_all(|node| {
+                let (lock, claim) = (lock.clone(), claim.clone());
+                async move { node.downgrade(&lock, &claim, now).await }
+            })
+            .await;
+        let done: Vec<u64> = results
+            .iter()
+            .filter_map(|r| r.as_ref().ok().copied().flatten())
+            .collect();
+        let unknown = results.iter().filter(|r| r.is_err()).count();
+        let required = self.required();
+        if done.len() >= required {
+            return Ok(done.iter().copied().max());
+        }
+        if done.len() + unknown >= required {
+            return Err(no_majority(results, done.len(), required));
+        }
+        Ok(None)
+    }
+
+    async fn inspect(&self, lock: &LockKeys, family: Family, now: Option<u64>) -> Result<Snapshot> {
+        if family == Family::TicketQueue {
+            return Err(unsupported());
+        }
+        let mut last = None;
+        for node in &self.nodes {
+            match node.inspect(lock, family, now).await {
+                Ok(snapshot) => return Ok(snapshot),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(join_failed))
+    }
+
+    async fn set_permits(
+        &self,
+        _lock: &LockKeys,
+        _permits: u32,
+        _heartbeat: Duration,
+        _now: Option<u64>,
+    ) -> Result<()> {
+        Err(unsupported())
+    }
+
+    async fn force_release(&self, lock: &LockKeys, now: Option<u64>) -> Result<u64> {
+        let results = self
+            .on_all(|node| {
+                let lock = lock.clone();
+                async move { node.force_release(&lock, now).await }
+            })
+            .await;
+        let fences: Vec<u64> = results
+            .iter()
+            .filter_map(|r| r.as_ref().ok().copied())
+            .collect();
+        let required = self.required();
+        let Some(fence) = fences
+            .iter()
+            .copied()
+            .max()
+            .filter(|_| fences.len() >= required)
+        else {
+            return Err(no_majority(results, fences.len(), required));
+        };
+        let behind: Vec<bool> = results
+            .iter()
+            .map(|r| !matches!(r, Ok(f) if *f == fence))
+            .collect();
+        if behind.iter().any(|b| *b) {
+            self.raise_fence(lock, fence, &behind).await;
+        }
+        Ok(fence)
+    }
+
+    fn hub(&self) -> &Arc<WakeHub> {
+        &self.hub
+    }
+}

@@ -1,0 +1,380 @@
+//! Every primitive on a real local Redis Cluster (3 masters, replicas where a test needs
+//! them), with wake-ups over sharded pub/sub.
+#![cfg(feature = "cluster")]
+
+mod support;
+
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::{Duration, Instant};
+
+use redis_locks::keys::{hash_slot, LockKeys};
+use redis_locks::{LockClient, LockClientBuilder};
+use support::backend::EVENTUALLY;
+use support::RedisCluster;
+
+/// A client on `cluster` from `builder`.
+async fn client_with(cluster: &RedisCluster, builder: LockClientBuilder) -> LockClient {
+    let urls = cluster.urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    builder.cluster(&urls).await.expect("connect to cluster")
+}
+
+/// A client whose waiters would poll only every 30 s: a faster hand-off proves a wake-up.
+async fn slow_polling_client(cluster: &RedisCluster) -> LockClient {
+    client_with(
+        cluster,
+        LockClient::builder().retry_interval(Duration::from_secs(30)),
+    )
+    .await
+}
+
+/// One live node as CLUSTER NODES (asked of node 0) describes it.
+struct NodeInfo {
+    id: String,
+    port: u16,
+    master: bool,
+    /// The master's id, for a replica.
+    master_id: String,
+    slots: Vec<(u16, u16)>,
+}
+
+/// Every node not flagged as failed.
+fn topology(cluster: &RedisCluster) -> Vec<NodeInfo> {
+    cluster
+        .cli(0, &["cluster", "nodes"])
+        .lines()
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() < 8 || f[2].contains("fail") {
+                return None;
+            }
+            let slots = f[8..]
+                .iter()
+                .filter(|r| !r.starts_with('['))
+                .filter_map(|r| {
+                    let (a, b) = r.split_once('-').unwrap_or((r, r));
+                    Some((a.parse().ok()?, b.parse().ok()?))
+                })
+                .collect();
+            Some(NodeInfo {
+                id: f[0].to_owned(),
+                port: f[1].split(['@', ':']).nth(1)?.parse().ok()?,
+                master: f[2].contains("master"),
+                master_id: f[3].to_owned(),
+                slots,
+            })
+        })
+        .collect()
+}
+
+/// Index in `cluster.nodes()` of the node listening on `port`.
+fn node_index(cluster: &RedisCluster, port: u16) -> usize {
+    cluster
+        .ports()
+        .iter()
+        .position(|p| *p == port)
+        .expect("node of port")
+}
+
+/// The master that serves `slot` now: (node index, node id).
+fn owner_of(cluster: &RedisCluster, slot: u16) -> (usize, String) {
+    let node = topology(cluster)
+        .into_iter()
+        .find(|n| n.master && n.slots.iter().any(|(a, b)| (*a..=*b).contains(&slot)))
+        .expect("slot owner");
+    (node_index(cluster, node.port), node.id)
+}
+
+fn slot_of(name: &str) -> u16 {
+    let keys = LockKeys::new("rl", name).expect("name");
+    hash_slot(keys.channel().as_bytes())
+}
+
+/// One cluster for the behavioural basics (starting a cluster is the slow part).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_primitive_works_on_a_cluster() {
+    let cluster = RedisCluster::start(3, 0);
+    let a = slow_polling_client(&cluster).await;
+    let b = slow_polling_client(&cluster).await;
+    waiter_is_woken_by_sharded_pubsub(&a, &b).await;
+    mutex_excludes(&a, &b).await;
+    rwlock_shares_reads_and_excludes_writes(&a, &b).await;
+    fair_lock_grants_in_arrival_order(&a, &b).await;
+    semaphore_counts_permits(&a, &b).await;
+    // After SCRIPT FLUSH on every node, each node gets the scripts back on first use.
+    for n in 0..cluster.nodes().len() {
+        assert_eq!(cluster.cli(n, &["script", "flush"]), "OK");
+    }
+    mutex_excludes(&a, &b).await;
+    fair_lock_grants_in_arrival_order(&a, &b).await;
+    waiter_is_woken_by_sharded_pubsub(&a, &b).await;
+    thousand_names_spread_over_every_master(&cluster, &a).await;
+}
+
+async fn waiter_is_woken_by_sharded_pubsub(a: &LockClient, b: &LockClient) {
+    let g = a.mutex("wake").lock().await.expect("lock");
+    let m = b.mutex("wake");
+    let waiter = tokio::spawn(async move {
+        let g = m.lock().await.expect("waiter lock");
+        (Instant::now(), g)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    assert!(g.release().await.expect("release"));
+    let (got, g2) = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("woken")
+        .expect("join");
+    assert!(
+        got - released < Duration::from_secs(5),
+        "{:?}",
+        got - released
+    );
+    g2.release().await.expect("release 2");
+}
+
+async fn mutex_excludes(a: &LockClient, b: &LockClient) {
+    let g = a.mutex("m").lock().await.expect("lock");
+    assert!(b.mutex("m").try_lock().await.expect("try").is_none());
+    let fence = g.fencing_token();
+    assert!(g.release().await.expect("release"));
+    let g = b.mutex("m").try_lock().await.expect("try").expect("free");
+    assert!(g.fencing_token() > fence);
+    g.release().await.expect("release");
+}
+
+async fn rwlock_shares_reads_and_excludes_writes(a: &LockClient, b: &LockClient) {
+    let r1 = a.rwlock("rw").read().await.expect("read");
+    let r2 = b.rwlock("rw").read().await.expect("read");
+    assert!(b.rwlock("rw").try_write().await.expect("try").is_none());
+    r1.release().await.expect("release");
+    r2.release().await.expect("release");
+    let w = b.rwlock("rw").write().await.expect("write");
+    assert!(a.rwlock("rw").try_read().await.expect("try").is_none());
+    w.release().await.expect("release");
+}
+
+async fn fair_lock_grants_in_arrival_order(a: &LockClient, b: &LockClient) {
+    let first = a.fair_lock("fifo").lock().await.expect("lock");
+    let order = Arc::new(StdMutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..3 {
+        let lock = if i % 2 == 0 { b } else { a }.fair_lock("fifo");
+        let order = order.clone();
+        waiters.push(tokio::spawn(async move {
+            let g = lock.lock().await.expect("queued lock");
+            order.lock().expect("order").push(i);
+            g.release().await.expect("release");
+        }));
+        // Each waiter is queued before the next arrives.
+        let deadline = Instant::now() + EVENTUALLY;
+        while a
+            .fair_lock("fifo")
+            .inspect()
+            .await
+            .expect("inspect")
+            .waiters
+            .len()
+            < i + 1
+        {
+            assert!(Instant::now() < deadline, "waiter {i} never queued");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    first.release().await.expect("release");
+    for w in waiters {
+        tokio::time::timeout(EVENTUALLY, w)
+            .await
+            .expect("served")
+            .expect("join");
+    }
+    assert_eq!(*order.lock().expect("order"), vec![0, 1, 2]);
+}
+
+async fn semaphore_counts_permits(a: &LockClient, b: &LockClient) {
+    let p1 = a.semaphore("sem", 2).acquire().await.expect("permit 1");
+    let p2 = b.semaphore("sem", 2).acquire().await.expect("permit 2");
+    assert!(b
+        .semaphore("sem", 2)
+        .try_acquire()
+        .await
+        .expect("try")
+        .is_none());
+    let sem = b.semaphore("sem", 2);
+    let waiter = tokio::spawn(async move { sem.acquire().await.expect("queued permit") });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    p1.release().await.expect("release");
+    let p3 = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("woken within 5 s")
+        .expect("join");
+    p2.release().await.expect("release");
+    p3.release().await.expect("release");
+}
+
+async fn thousand_names_spread_over_every_master(cluster: &RedisCluster, c: &LockClient) {
+    let mut guards = Vec::new();
+    for i in 0..1000 {
+        let m = c.mutex(&format!("job-{i}")).auto_renew(false);
+        guards.push(m.try_lock().await.expect("try").expect("free name"));
+    }
+    // Our slot computation agrees with the server's.
+    for name in ["job-0", "job-1", "job-999"] {
+        let key = LockKeys::new("rl", name).expect("name").key("w");
+        let slot: u16 = cluster
+            .cli(0, &["cluster", "keyslot", &key])
+            .parse()
+            .expect("slot");
+        assert_eq!(slot, hash_slot(key.as_bytes()));
+    }
+    // Every master holds some of the locks' keys (fence + writer record per name).
+    let mut total = 0;
+    for n in 0..cluster.masters() {
+        let keys: usize = cluster.cli(n, &["dbsize"]).parse().expect("dbsize");
+        assert!(keys > 100, "master {n} holds only {keys} keys");
+        total += keys;
+    }
+    assert!(total >= 2000, "{total}");
+    for g in guards {
+        assert!(g.release().await.expect("release"));
+    }
+}
+
+/// Moves `slot` from its master to the next one with CLUSTER SETSLOT + MIGRATE, the way
+/// `redis-cli --cluster reshard` does it. Returns the new owner's node index.
+fn migrate_slot(cluster: &RedisCluster, slot: u16) -> usize {
+    let slot_arg = slot.to_string();
+    let (src, src_id) = owner_of(cluster, slot);
+    let dst = (src + 1) % cluster.masters();
+    let dst_id = cluster.cli(dst, &["cluster", "myid"]);
+    let dst_port = cluster.ports()[dst].to_string();
+    let ok = |out: String| assert_eq!(out, "OK");
+    ok(cluster.cli(
+        dst,
+        &["cluster", "setslot", &slot_arg, "importing", &src_id],
+    ));
+    ok(cluster.cli(
+        src,
+        &["cluster", "setslot", &slot_arg, "migrating", &dst_id],
+    ));
+    let keys = cluster.cli(src, &["cluster", "getkeysinslot", &slot_arg, "1000"]);
+    let keys: Vec<&str> = keys.lines().filter(|k| !k.is_empty()).collect();
+    assert!(!keys.is_empty(), "the held lock has keys in slot {slot}");
+    let mut migrate = vec!["migrate", "127.0.0.1", &dst_port, "", "0", "5000", "KEYS"];
+    migrate.extend(&keys);
+    ok(cluster.cli(src, &migrate));
+    for n in 0..cluster.masters() {
+        ok(cluster.cli(n, &["cluster", "setslot", &slot_arg, "node", &dst_id]));
+    }
+    dst
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_slot_migrated_while_held_and_waited_on() {
+    let cluster = RedisCluster::start(3, 0);
+    let builder = || LockClient::builder().lease(Duration::from_secs(6));
+    let a = client_with(&cluster, builder()).await;
+    let b = client_with(&cluster, builder()).await;
+    let name = "migrating";
+    let mut g = a.mutex(name).lock().await.expect("lock");
+    let fence = g.fencing_token();
+    let m = b.mutex(name);
+    let waiter = tokio::spawn(async move { m.lock().await.expect("waiter") });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let dst = migrate_slot(&cluster, slot_of(name));
+    assert_eq!(owner_of(&cluster, slot_of(name)).0, dst);
+
+    // The hold moved with its keys: a fresh client and the waiter are refused, and the
+    // holder renews on the new master.
+    let c = client_with(&cluster, builder()).await;
+    assert!(c.mutex(name).try_lock().await.expect("try").is_none());
+    assert!(g
+        .extend(Duration::from_secs(6))
+        .await
+        .expect("extend after move"));
+    assert!(!waiter.is_finished(), "granted while the lock was held");
+    assert!(g.release().await.expect("release"));
+    let g2 = tokio::time::timeout(EVENTUALLY, waiter)
+        .await
+        .expect("waiter served after the move")
+        .expect("join");
+    assert!(g2.fencing_token() > fence);
+    assert!(c.mutex(name).try_lock().await.expect("try").is_none());
+    g2.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failover_keeps_holds_that_reached_the_replica() {
+    let mut cluster = RedisCluster::start(3, 1);
+    let builder = || LockClient::builder().lease(Duration::from_secs(20));
+    let a = client_with(&cluster, builder()).await;
+    let b = client_with(&cluster, builder()).await;
+    let name = "failover";
+    let slot = slot_of(name);
+    let mut g = a.mutex(name).lock().await.expect("lock");
+    let fence = g.fencing_token();
+    let (master, master_id) = owner_of(&cluster, slot);
+    // A new cluster's nodes may take a moment to learn every replica's role.
+    let deadline = Instant::now() + EVENTUALLY;
+    let replica_port = loop {
+        if let Some(t) = topology(&cluster)
+            .into_iter()
+            .find(|n| !n.master && n.master_id == master_id)
+        {
+            break t.port;
+        }
+        assert!(Instant::now() < deadline, "no replica of the lock's master");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let replica = node_index(&cluster, replica_port);
+    // The hold reached the replica before the master goes away.
+    assert_eq!(cluster.cli(master, &["wait", "1", "5000"]), "1");
+    // Empty script caches: the promoted replica must get the scripts back although one node
+    // of the cluster (the failed master) cannot be reached.
+    for n in 0..cluster.nodes().len() {
+        assert_eq!(cluster.cli(n, &["script", "flush"]), "OK");
+    }
+    cluster.node_mut(master).kill();
+    let deadline = Instant::now() + EVENTUALLY;
+    while owner_of_from(&cluster, replica, slot) != Some(replica) {
+        assert!(Instant::now() < deadline, "replica never promoted");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // What users see: calls during the failover fail with connection errors (after the
+    // library's retries); afterwards the hold is still there, on the promoted replica.
+    let deadline = Instant::now() + EVENTUALLY;
+    let refused = loop {
+        match b.mutex(name).try_lock().await {
+            Ok(r) => break r,
+            Err(e) if e.is_connection() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
+    assert!(refused.is_none(), "second holder after failover");
+    assert!(g.extend(Duration::from_secs(20)).await.expect("extend"));
+    assert!(g.is_held());
+    assert!(g.release().await.expect("release"));
+    let g2 = b.mutex(name).try_lock().await.expect("try").expect("free");
+    assert!(g2.fencing_token() > fence);
+    g2.release().await.expect("release");
+}
+
+/// The master of `slot` as seen by node `from` (node index), if it knows one.
+fn owner_of_from(cluster: &RedisCluster, from: usize, slot: u16) -> Option<usize> {
+    let nodes = cluster.cli(from, &["cluster", "nodes"]);
+    nodes.lines().find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 9 || !f[2].contains("master") || f[2].contains("fail") {
+            return None;
+        }
+        let owns = f[8..].iter().any(|r| {
+            let (a, b) = r.split_once('-').unwrap_or((r, r));
+            matches!((a.parse::<u16>(), b.parse::<u16>()), (Ok(a), Ok(b)) if (a..=b).contains(&slot))
+        });
+        let port: u16 = f[1].split(['@', ':']).nth(1)?.parse().ok()?;
+        owns.then(|| node_index(cluster, port))
+    })
+}

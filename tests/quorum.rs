@@ -1,0 +1,227 @@
+//! Quorum (Redlock) mode on three real, independent redis-servers.
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis_locks::{Error, LockClient, LockClientBuilder, Preference};
+use support::backend::EVENTUALLY;
+use support::RedisServer;
+
+/// Three independent servers.
+struct Quorum {
+    servers: Vec<RedisServer>,
+}
+
+impl Quorum {
+    fn start() -> Quorum {
+        Quorum {
+            servers: (0..3).map(|_| RedisServer::start()).collect(),
+        }
+    }
+
+    /// A new client (its own connections) on all three servers.
+    async fn client(&self) -> LockClient {
+        self.client_with(LockClient::builder()).await
+    }
+
+    async fn client_with(&self, builder: LockClientBuilder) -> LockClient {
+        let urls: Vec<String> = self.servers.iter().map(RedisServer::url).collect();
+        let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+        builder.quorum(&urls).await.expect("connect quorum")
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eight_tasks_on_two_clients_never_overlap() {
+    let q = Quorum::start();
+    let clients = [q.client().await, q.client().await];
+    let inside = Arc::new(AtomicBool::new(false));
+    let fences = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let m = clients[i % 2].mutex("counter");
+        let (inside, fences, done) = (inside.clone(), fences.clone(), done.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..4 {
+                let g = m.lock().await.expect("lock");
+                assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
+                fences.lock().expect("fences").push(g.fencing_token());
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                inside.store(false, Ordering::SeqCst);
+                assert!(g.release().await.expect("release"));
+                done.fetch_add(1, Ordering::SeqCst);
+            }
+        }));
+    }
+    for t in tasks {
+        tokio::time::timeout(EVENTUALLY, t)
+            .await
+            .expect("all tasks finish")
+            .expect("task");
+    }
+    assert_eq!(done.load(Ordering::SeqCst), 32);
+    let fences = fences.lock().expect("fences").clone();
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "fences in grant order must increase: {fences:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_minority_down_still_works() {
+    let mut q = Quorum::start();
+    let a = q.client().await;
+    let b = q.client().await;
+    q.servers[2].kill();
+    let g = a
+        .mutex("minority")
+        .lock()
+        .await
+        .expect("lock with one node down");
+    assert!(b.mutex("minority").try_lock().await.expect("try").is_none());
+    assert!(g.release().await.expect("release"));
+    let g = b
+        .mutex("minority")
+        .lock_timeout(Duration::from_secs(10))
+        .await
+        .expect("second holder");
+    assert!(g.release().await.expect("release"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_majority_down_is_a_typed_error() {
+    let mut q = Quorum::start();
+    let c = q.client().await;
+    q.servers[0].kill();
+    q.servers[1].kill();
+    // The one server left grants; one of three is not a majority.
+    let err = c.mutex("majority").lock().await.expect_err("no quorum");
+    assert!(
+        matches!(
+            err,
+            Error::QuorumNotReached {
+                granted: 1,
+                required: 2
+            }
+        ),
+        "{err:?}"
+    );
+    let err = c
+        .rwlock("majority-rw")
+        .try_read()
+        .await
+        .expect_err("no quorum");
+    assert!(matches!(err, Error::QuorumNotReached { .. }), "{err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ticket_queue_primitives_are_refused() {
+    let q = Quorum::start();
+    let c = q.client().await;
+    let unsupported = |r: Result<(), Error>| matches!(r, Err(Error::Unsupported { .. }));
+    assert!(unsupported(c.fair_lock("f").lock().await.map(drop)));
+    assert!(unsupported(c.fair_lock("f").try_lock().await.map(drop)));
+    assert!(unsupported(c.fair_lock("f").inspect().await.map(drop)));
+    assert!(unsupported(c.semaphore("s", 3).acquire().await.map(drop)));
+    let s = c.semaphore("s", 3);
+    assert!(unsupported(s.set_permits(4).await.map(drop)));
+    let fair = c.rwlock("rw").preference(Preference::Fair);
+    assert!(unsupported(fair.read().await.map(drop)));
+    assert!(unsupported(fair.write().await.map(drop)));
+    // Nothing was written on any server.
+    for s in &q.servers {
+        assert_eq!(s.cli(&["dbsize"]), "0");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rwlock_readers_share_and_exclude_writers() {
+    let q = Quorum::start();
+    let a = q.client().await;
+    let b = q.client().await;
+    let r1 = a.rwlock("doc").read().await.expect("read 1");
+    let r2 = b.rwlock("doc").read().await.expect("read 2");
+    assert!(b.rwlock("doc").try_write().await.expect("try").is_none());
+    r1.release().await.expect("release r1");
+    r2.release().await.expect("release r2");
+    let w = a.rwlock("doc").write().await.expect("write");
+    assert!(b.rwlock("doc").try_read().await.expect("try").is_none());
+    assert!(b.rwlock("doc").try_write().await.expect("try").is_none());
+    let fence = w.fencing_token();
+    let r = redis_locks::WriteGuard::downgrade(w)
+        .await
+        .expect("downgrade");
+    assert_eq!(r.fencing_token(), fence);
+    let r3 = b
+        .rwlock("doc")
+        .read()
+        .await
+        .expect("read beside downgraded");
+    assert!(r3.fencing_token() >= fence);
+    assert!(b.rwlock("doc").try_write().await.expect("try").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn waiter_is_woken_on_release() {
+    let q = Quorum::start();
+    let a = q.client().await;
+    // A waiter that would poll only every 30 s: a fast hand-off proves the wake-up.
+    let b = q
+        .client_with(LockClient::builder().retry_interval(Duration::from_secs(30)))
+        .await;
+    let g = a.mutex("wake").lock().await.expect("lock");
+    let m = b.mutex("wake");
+    let waiter = tokio::spawn(async move { m.lock().await.map(|g| (Instant::now(), g)) });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let released = Instant::now();
+    assert!(g.release().await.expect("release"));
+    let (got, g2) = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("woken")
+        .expect("join")
+        .expect("waiter lock");
+    assert!(
+        got - released < Duration::from_secs(5),
+        "{:?}",
+        got - released
+    );
+    g2.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fences_keep_increasing_when_a_minority_loses_its_counter() {
+    let mut q = Quorum::start();
+    let c = q.client().await;
+    let m = c.mutex("fence");
+    // Server 2 misses five grants, then comes back empty.
+    q.servers[2].kill();
+    let mut last = 0;
+    for _ in 0..5 {
+        let g = m.lock().await.expect("lock");
+        assert!(g.fencing_token() > last);
+        last = g.fencing_token();
+        g.release().await.expect("release");
+    }
+    q.servers[2].restart();
+    let g = m.lock().await.expect("lock on all three");
+    assert!(g.fencing_token() > last);
+    last = g.fencing_token();
+    g.release().await.expect("release");
+    // Server 1 restarts empty, server 0 goes away: the grant comes from servers 1 and 2,
+    // and server 2's counter was raised by the previous grant.
+    q.servers[1].restart();
+    q.servers[0].kill();
+    let g = m
+        .lock_timeout(EVENTUALLY)
+        .await
+        .expect("lock on servers 1 and 2");
+    assert!(
+        g.fencing_token() > last,
+        "{} after {last}",
+        g.fencing_token()
+    );
+}
