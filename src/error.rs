@@ -71,6 +71,15 @@ pub enum Error {
         /// Nodes needed (a majority).
         required: usize,
     },
+    /// `wait_replicas`: fewer replicas than required acknowledged the grant in time; the lock
+    /// was released again (it could be lost in a failover).
+    #[error("only {acked} of the {required} replicas required acknowledged the grant in time; the lock was released")]
+    ReplicasNotReached {
+        /// Replicas that acknowledged.
+        acked: u32,
+        /// Replicas required.
+        required: u32,
+    },
     /// The backend cannot offer this primitive (e.g. a FairLock over quorum mode, where queues
     /// on independent masters can disagree on the order).
     #[error("{what} is not supported by this backend: {reason}")]

@@ -112,6 +112,16 @@ macro_rules! handle_options {
                 self
             }
 
+            /// After each grant, wait (Redis `WAIT`) until `replicas` replicas acknowledged it,
+            /// at most `timeout`; if fewer did, release it again and fail with
+            /// [`Error::ReplicasNotReached`](crate::Error::ReplicasNotReached). Narrows the
+            /// window in which a failover to a replica loses the grant; it costs a replication
+            /// round trip per acquisition.
+            pub fn wait_replicas(mut self, replicas: u32, timeout: std::time::Duration) -> Self {
+                self.ctx.opts.wait_replicas = Some((replicas, timeout));
+                self
+            }
+
             /// The lock's name.
             pub fn name(&self) -> &str {
                 self.ctx.keys.as_ref().map(|k| k.name()).unwrap_or("")

@@ -24,6 +24,8 @@ pub(crate) struct Options {
     pub renew_every: Option<Duration>,
     pub heartbeat: Duration,
     pub retry_interval: Duration,
+    /// After each grant, wait for this many replicas (at most this long) to acknowledge it.
+    pub wait_replicas: Option<(u32, Duration)>,
 }
 
 impl Default for Options {
@@ -34,6 +36,7 @@ impl Default for Options {
             renew_every: None,
             heartbeat: DEFAULT_HEARTBEAT,
             retry_interval: DEFAULT_RETRY_INTERVAL,
+            wait_replicas: None,
         }
     }
 }
@@ -64,6 +67,14 @@ impl Options {
                 "retry interval",
                 "must be more than zero and at most a year",
             ));
+        }
+        if let Some((n, timeout)) = self.wait_replicas {
+            if n == 0 || timeout.is_zero() || timeout > MAX_LEASE {
+                return Err(Error::invalid(
+                    "wait_replicas",
+                    "needs at least one replica and a timeout above zero",
+                ));
+            }
         }
         if let Some(every) = self.renew_every {
             if every.is_zero() || every >= self.lease {

@@ -181,6 +181,27 @@ impl LockCtx {
             let reply = self.store.acquire(&lock, &claim, wait, None).await;
             match reply {
                 Ok(Acquire::Granted(grant)) => {
+                    if let Some((replicas, timeout)) = self.opts.wait_replicas {
+                        // Still armed: if this is cancelled, the grant is released.
+                        match self.store.wait_replicas(&lock, replicas, timeout).await {
+                            Ok(acked) if acked >= replicas => {}
+                            outcome => {
+                                if release_with_retry(&*self.store, &lock, &claim)
+                                    .await
+                                    .is_ok()
+                                {
+                                    pending.armed = false;
+                                }
+                                return Err(match outcome {
+                                    Ok(acked) => Error::ReplicasNotReached {
+                                        acked,
+                                        required: replicas,
+                                    },
+                                    Err(err) => err,
+                                });
+                            }
+                        }
+                    }
                     pending.armed = false;
                     tracing::debug!(lock = lock.name(), fence = grant.fence, "granted");
                     return Ok(Some(Hold::new(

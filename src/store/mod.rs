@@ -259,6 +259,23 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// fence. For operators: evicted holders learn it when their renewal is refused.
     async fn force_release(&self, lock: &LockKeys, now: Option<u64>) -> Result<u64>;
 
+    /// Waits until `replicas` replicas of the server holding the lock acknowledged every
+    /// write made so far on this store's connection (Redis `WAIT`), at most `timeout`;
+    /// returns how many did. Stores without replicas answer
+    /// [`Error::Unsupported`](crate::Error::Unsupported).
+    async fn wait_replicas(
+        &self,
+        lock: &LockKeys,
+        replicas: u32,
+        timeout: Duration,
+    ) -> Result<u32> {
+        let _ = (lock, replicas, timeout);
+        Err(crate::Error::Unsupported {
+            what: "wait_replicas",
+            reason: "this store has no replicas to wait for",
+        })
+    }
+
     /// The wake-up hub that delivers this store's notifications to local waiters.
     fn hub(&self) -> &Arc<WakeHub>;
 }

@@ -624,6 +624,34 @@ impl Store for RedisStore {
         Ok(fence.max(0) as u64)
     }
 
+    async fn wait_replicas(
+        &self,
+        lock: &LockKeys,
+        replicas: u32,
+        timeout: Duration,
+    ) -> Result<u32> {
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(replicas).arg(ms(timeout));
+        let acked: i64 = match self.conn.clone() {
+            Conn::Single(mut c) => wait.query_async(&mut c).await,
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(mut c) => {
+                use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+                // WAIT has no key: send it to the master of the lock's slot, where the
+                // lock's writes went.
+                let slot = crate::keys::hash_slot(lock.channel().as_bytes());
+                let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
+                    Route::new(slot, SlotAddr::Master),
+                ));
+                c.route_command(wait, route)
+                    .await
+                    .and_then(|v| redis::from_redis_value(v).map_err(redis::RedisError::from))
+            }
+        }
+        .map_err(|e| Error::from_redis(lock.name(), e))?;
+        Ok(u32::try_from(acked.max(0)).unwrap_or(u32::MAX))
+    }
+
     fn hub(&self) -> &Arc<WakeHub> {
         &self.hub
     }

@@ -1,0 +1,94 @@
+//! `.wait_replicas(n, timeout)`: a grant counts only once n replicas acknowledged it.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use redis_locks::{Error, LockClient};
+use support::RedisServer;
+
+fn wait_for_replica(master: &RedisServer) {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(20) {
+        let info = master.cli(&["INFO", "replication"]);
+        if info.contains("connected_slaves:1") && info.contains("state=online") {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("replica never came online");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grant_waits_for_an_acknowledging_replica() {
+    let master = RedisServer::start();
+    let port = master.port().to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    wait_for_replica(&master);
+    let client = LockClient::connect(&master.url()).await.expect("connect");
+    let guard = client
+        .mutex("replicated")
+        .wait_replicas(1, Duration::from_secs(5))
+        .lock()
+        .await
+        .expect("one replica acknowledges");
+    // The replica has the grant: the writer record is there.
+    let on_replica = replica.cli(&["EXISTS", "rl:{replicated}:w"]);
+    assert_eq!(on_replica, "1");
+    assert!(guard.release().await.expect("release"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grant_without_enough_replicas_is_released() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.expect("connect");
+    let err = client
+        .mutex("unreplicated")
+        .wait_replicas(1, Duration::from_millis(100))
+        .lock()
+        .await
+        .expect_err("no replica can acknowledge");
+    assert!(
+        matches!(
+            err,
+            Error::ReplicasNotReached {
+                acked: 0,
+                required: 1
+            }
+        ),
+        "{err:?}"
+    );
+    // Released again: another client gets it at once.
+    let other = LockClient::connect(&server.url()).await.expect("connect");
+    assert!(other
+        .mutex("unreplicated")
+        .try_lock()
+        .await
+        .expect("try")
+        .is_some());
+}
+
+#[tokio::test]
+async fn memory_store_refuses_wait_replicas() {
+    let client = LockClient::in_memory();
+    let err = client
+        .mutex("m")
+        .wait_replicas(1, Duration::from_millis(100))
+        .lock()
+        .await
+        .expect_err("no replicas in memory");
+    assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
+    assert!(client.mutex("m").try_lock().await.expect("try").is_some());
+}
+
+#[tokio::test]
+async fn zero_replicas_is_invalid_input() {
+    let client = LockClient::in_memory();
+    let err = client
+        .mutex("m")
+        .wait_replicas(0, Duration::from_millis(100))
+        .lock()
+        .await
+        .expect_err("invalid");
+    assert!(err.is_invalid_input(), "{err:?}");
+}
