@@ -68,9 +68,9 @@ end
 
 -- Grants, in ticket order, every waiter at the head of the queue that fits in the free
 -- permits, stopping at the first that does not (a large request is never overtaken). A waiter
--- granted this way holds for `claim_ms` only (its heartbeat window) until it claims the grant
--- with its own acquire, so a waiter that died in the queue blocks others for one window at
--- most. Publishes the granted tokens, except `self_member`'s. Returns true if `self_member`
+-- granted this way holds until its own heartbeat deadline only (`claim_ms` from now if it has
+-- none) until it claims the grant with its own acquire, so a waiter that died in the queue
+-- blocks others for at most its own heartbeat window. Publishes the granted tokens, except `self_member`'s. Returns true if `self_member`
 -- was granted.
 local function promote(cap, claim_ms, self_member)
   local free = cap - permits_used()
@@ -82,9 +82,12 @@ local function promote(cap, claim_ms, self_member)
     local w = weight_of(m)
     if w > free then break end
     free = free - w
+    -- The grant lasts until the waiter's own heartbeat deadline: a live waiter attempts (and
+    -- claims its full lease) before then; a dead one blocks no longer than its own window.
+    local claim_until = tonumber(redis.call('ZSCORE', HB, m) or (NOW + claim_ms))
     redis.call('ZREM', Q, m)
     redis.call('ZREM', HB, m)
-    redis.call('ZADD', H, NOW + claim_ms, m)
+    redis.call('ZADD', H, claim_until, m)
     if w >= cap then redis.call('INCR', FENCE) end
     if m == self_member then
       self_granted = true

@@ -175,6 +175,7 @@ impl LockCtx {
         };
         let mut registration = None;
         let mut failures = 0;
+        let mut last_position = None;
         loop {
             let sent_at = Instant::now();
             pending.armed = true;
@@ -220,7 +221,8 @@ impl LockCtx {
                         pending.armed = false;
                         return Ok(None);
                     }
-                    if let Some(pos) = busy.position {
+                    if let Some(pos) = busy.position.filter(|p| Some(*p) != last_position) {
+                        last_position = Some(pos);
                         crate::telemetry::position(lock.name(), pos);
                         if let Some(f) = on_position.as_mut() {
                             f(pos);

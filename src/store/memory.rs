@@ -355,9 +355,10 @@ impl LockState {
                 break;
             }
             free -= w;
+            let until = self.heartbeats.score(&m).unwrap_or(now + claim_ms);
             self.queue.remove(&m);
             self.heartbeats.remove(&m);
-            self.holders.add(&m, now + claim_ms);
+            self.holders.add(&m, until);
             if w >= cap {
                 self.fence += 1;
             }

@@ -1,0 +1,629 @@
+//! FairLock acceptance (issue 4), on a real redis-server and on the in-memory store.
+//!
+//! Arrival order is made certain by starting one waiter at a time and waiting until
+//! `inspect` shows it in the queue before starting the next.
+
+mod support;
+
+use std::future::Future;
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+
+use redis_locks::store::{Acquire, Claim, Family, Policy, Slot};
+use redis_locks::{FairLock, FairLockGuard, LockClient, LockInfo};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use support::backend::{Backend, EVENTUALLY};
+use support::history::{History, Kind};
+
+/// The ticket slot of a FairLock (one permit of one).
+const FAIR_SLOT: Slot = Slot::Ticket {
+    weight: 1,
+    capacity: 1,
+};
+
+/// Polls `check` every 10 ms until it holds; panics with `what` after [`EVENTUALLY`].
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let give_up = Instant::now() + EVENTUALLY;
+    while !check().await {
+        assert!(
+            Instant::now() < give_up,
+            "not within {EVENTUALLY:?}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn info(lock: &FairLock) -> LockInfo {
+    lock.inspect().await.expect("inspect")
+}
+
+/// Waits until the queue holds exactly `n` live waiters and returns that state.
+async fn until_waiters(lock: &FairLock, n: usize) -> LockInfo {
+    let give_up = Instant::now() + EVENTUALLY;
+    loop {
+        let i = info(lock).await;
+        if i.waiters.len() == n {
+            return i;
+        }
+        assert!(
+            Instant::now() < give_up,
+            "not {n} waiters within {EVENTUALLY:?}: {i:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Awaits a task with the generous bound, panicking on timeout or on the task's panic.
+async fn join<T>(what: &str, task: JoinHandle<T>) -> T {
+    tokio::time::timeout(EVENTUALLY, task)
+        .await
+        .unwrap_or_else(|_| panic!("not within {EVENTUALLY:?}: {what}"))
+        .unwrap_or_else(|e| panic!("{what}: task failed: {e}"))
+}
+
+/// A queued waiter that never attempts again: one raw `acquire(wait = true)` with the given
+/// heartbeat window, as a process that died while waiting would leave behind.
+async fn dead_waiter(client: &LockClient, name: &str, heartbeat: Duration) -> Claim {
+    let keys = client.keys(name).expect("keys");
+    let claim = Claim::new(
+        FAIR_SLOT,
+        Duration::from_secs(30),
+        heartbeat,
+        Policy::Writer,
+    );
+    let reply = client
+        .store()
+        .acquire(&keys, &claim, true, None)
+        .await
+        .expect("raw acquire");
+    assert!(
+        matches!(reply, Acquire::Busy(_)),
+        "the dead waiter must queue, got {reply:?}"
+    );
+    claim
+}
+
+/// True if `shown` (a shortened token from `inspect`) is `claim`'s.
+fn is(shown: &str, claim: &Claim) -> bool {
+    !shown.is_empty() && claim.token.starts_with(shown)
+}
+
+/// Starts waiter `i` on `lock`: it records its grant in `history` under its index, holds
+/// for `hold`, and releases. Returns once the waiter is visibly queued as the `queued`-th.
+async fn start_waiter(
+    lock: &FairLock,
+    history: &History,
+    i: usize,
+    hold: Duration,
+    queued: usize,
+) -> JoinHandle<u64> {
+    let (lock2, history) = (lock.clone(), history.clone());
+    let task = tokio::spawn(async move {
+        let guard = lock2.lock().await.expect("lock");
+        let fence = guard.fencing_token();
+        let ticket = history.enter_as(i.to_string(), Kind::Exclusive, fence);
+        tokio::time::sleep(hold).await;
+        history.exit(ticket);
+        assert!(
+            guard.release().await.expect("release"),
+            "waiter {i} lost its hold"
+        );
+        fence
+    });
+    until_waiters(lock, queued).await;
+    task
+}
+
+/// Grant order recorded in `history`, as waiter indices.
+fn grant_order(history: &History) -> Vec<usize> {
+    history
+        .grants()
+        .iter()
+        .map(|g| g.task.parse().expect("waiter index"))
+        .collect()
+}
+
+/// Pairs (i, j) with i < j in arrival order but j granted first.
+fn inversions(order: &[usize]) -> usize {
+    let mut n = 0;
+    for a in 0..order.len() {
+        for b in a + 1..order.len() {
+            if order[a] > order[b] {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+async fn eight_waiters_acquire_in_arrival_order(b: Backend) {
+    let clients = [b.client().await, b.client().await];
+    let locks: Vec<FairLock> = clients.iter().map(|c| c.fair_lock("eight")).collect();
+    for rep in 0..20 {
+        let history = History::new();
+        let holder = locks[0].lock().await.expect("holder");
+        let mut tasks = Vec::new();
+        for i in 0..8 {
+            let lock = &locks[i % 2];
+            tasks.push(start_waiter(lock, &history, i, Duration::from_millis(1), i + 1).await);
+        }
+        assert!(holder.release().await.expect("release holder"));
+        for t in tasks {
+            join("waiter of eight", t).await;
+        }
+        let order = grant_order(&history);
+        assert_eq!(inversions(&order), 0, "rep {rep}: order {order:?}");
+        assert_eq!(order, (0..8).collect::<Vec<_>>(), "rep {rep}");
+        history.check_exclusion();
+    }
+    let after = info(&locks[0]).await;
+    assert!(
+        after.holders.is_empty() && after.waiters.is_empty(),
+        "{after:?}"
+    );
+}
+
+async fn fifty_waiters_on_three_clients_acquire_once_in_ticket_order(b: Backend) {
+    let mut locks = Vec::new();
+    for _ in 0..3 {
+        locks.push(b.client().await.fair_lock("fifty"));
+    }
+    let history = History::new();
+    let holder = locks[0].lock().await.expect("holder");
+    let mut tasks = Vec::new();
+    for i in 0..50 {
+        let lock = &locks[i % 3];
+        tasks.push(start_waiter(lock, &history, i, Duration::from_millis(2), i + 1).await);
+    }
+    // Tickets come from the server's counter: the queue shows them strictly increasing.
+    let queued = info(&locks[1]).await;
+    assert_eq!(queued.waiters.len(), 50);
+    assert!(queued
+        .waiters
+        .iter()
+        .enumerate()
+        .all(|(i, w)| w.position == i));
+    assert!(holder.release().await.expect("release holder"));
+    let mut fences = Vec::new();
+    for t in tasks {
+        fences.push(join("waiter of fifty", t).await);
+    }
+    let order = grant_order(&history);
+    assert_eq!(
+        order,
+        (0..50).collect::<Vec<_>>(),
+        "each once, in ticket order"
+    );
+    assert!(fences.windows(2).all(|w| w[0] < w[1]), "fences {fences:?}");
+    history.check_exclusion();
+}
+
+async fn dead_waiter_in_the_middle_is_dropped_after_its_heartbeat(b: Backend) {
+    // Live parties heartbeat on a 60 s window, so a dead waiter that reached the head (and
+    // were granted for a claim window) would hold everyone up far past EVENTUALLY: the test
+    // passes only if the dead one is dropped from the middle of the queue.
+    let client = b
+        .client_with(LockClient::builder().heartbeat(Duration::from_secs(60)))
+        .await;
+    let lock = client.fair_lock("dead-middle");
+    let history = History::new();
+    let holder = lock.lock().await.expect("holder");
+    let first = start_waiter(&lock, &history, 0, Duration::ZERO, 1).await;
+    let dead = dead_waiter(&client, "dead-middle", Duration::from_millis(300)).await;
+    let before = until_waiters(&lock, 2).await;
+    assert!(
+        is(&before.waiters[1].token_prefix, &dead),
+        "dead one is 2nd"
+    );
+    let last = start_waiter(&lock, &history, 2, Duration::ZERO, 3).await;
+    let queue = info(&lock).await;
+    assert_eq!(queue.waiters.len(), 3);
+    assert!(
+        is(&queue.waiters[1].token_prefix, &dead),
+        "dead one in the middle"
+    );
+
+    // Its heartbeat lapses: the queue no longer shows it; the live ones keep their places.
+    let after = until_waiters(&lock, 2).await;
+    assert!(after.waiters.iter().all(|w| !is(&w.token_prefix, &dead)));
+    assert_eq!(after.waiters[0].token_prefix, queue.waiters[0].token_prefix);
+    assert_eq!(after.waiters[1].token_prefix, queue.waiters[2].token_prefix);
+
+    let fence = holder.fencing_token();
+    assert!(holder.release().await.expect("release"));
+    let f0 = join("first live waiter", first).await;
+    let f2 = join("waiter behind the dead one", last).await;
+    assert_eq!(grant_order(&history), vec![0, 2]);
+    // Nobody (the dead one included) was granted in between.
+    assert_eq!((f0, f2), (fence + 1, fence + 2));
+    // Nothing is left behind: no hold, no place in the queue.
+    let keys = client.keys("dead-middle").expect("keys");
+    let snap = client
+        .store()
+        .inspect(&keys, Family::TicketQueue, None)
+        .await
+        .expect("inspect");
+    assert!(
+        snap.holders.is_empty() && snap.waiters.is_empty(),
+        "{snap:?}"
+    );
+}
+
+async fn dead_waiter_at_the_head_is_dropped_after_its_own_heartbeat(b: Backend) {
+    // The holder's handle has a long heartbeat window; the dead waiter's own window is 2 s.
+    // A release that grants the (dead) head must not let it hold the lock longer than the
+    // dead waiter's own window (issue 4: "a granted-but-dead waiter must not hold it longer
+    // than its heartbeat window"), whatever window the releaser was configured with.
+    let client = b.client().await;
+    let window = Duration::from_secs(2);
+    let holder_lock = client
+        .fair_lock("dead-head")
+        .heartbeat(Duration::from_secs(120));
+    let lock = client.fair_lock("dead-head").heartbeat(window);
+    let history = History::new();
+    let holder = holder_lock.lock().await.expect("holder");
+    let dead = dead_waiter(&client, "dead-head", window).await;
+    let live = start_waiter(&lock, &history, 1, Duration::ZERO, 2).await;
+    assert!(is(&info(&lock).await.waiters[0].token_prefix, &dead));
+    let fence = holder.fencing_token();
+    assert!(holder.release().await.expect("release"));
+    // If the release granted the dead head (it was still live), it holds for a claim window
+    // no longer than its own heartbeat window.
+    let after = info(&lock).await;
+    for h in after.holders.iter().filter(|h| is(&h.token_prefix, &dead)) {
+        assert!(
+            h.lease_remaining <= window,
+            "the dead head was granted for {:?}, past its own heartbeat window {window:?}",
+            h.lease_remaining
+        );
+    }
+    let f = join("live waiter behind a dead head", live).await;
+    assert!(f > fence);
+}
+
+async fn cancelled_waiters_leave_at_once(b: Backend) {
+    // A 60 s heartbeat: leaving the queue can only come from the cancellation itself.
+    let client = b
+        .client_with(LockClient::builder().heartbeat(Duration::from_secs(60)))
+        .await;
+    let lock = client.fair_lock("cancel");
+    let holder = lock.lock().await.expect("holder");
+
+    let l2 = lock.clone();
+    let timed = tokio::spawn(async move { l2.lock_timeout(Duration::from_millis(500)).await });
+    until_waiters(&lock, 1).await;
+    let history = History::new();
+    let patient = start_waiter(&lock, &history, 1, Duration::ZERO, 2).await;
+    let patient_prefix = info(&lock).await.waiters[1].token_prefix.clone();
+    let err = join("timed-out waiter", timed)
+        .await
+        .expect_err("the holder keeps the lock past the timeout");
+    assert!(err.is_timeout(), "{err}");
+    // lock_timeout removes its ticket before returning the error.
+    let now = info(&lock).await;
+    assert_eq!(now.waiters.len(), 1, "{now:?}");
+    assert_eq!(now.waiters[0].token_prefix, patient_prefix);
+    assert_eq!(now.waiters[0].position, 0, "the patient one moved up");
+
+    // A dropped lock() future leaves too (released in the background, well before 60 s).
+    let l3 = lock.clone();
+    let dropped = tokio::spawn(async move { l3.lock().await.map(|_| ()) });
+    until_waiters(&lock, 2).await;
+    dropped.abort();
+    assert!(dropped.await.expect_err("aborted").is_cancelled());
+    let now = until_waiters(&lock, 1).await;
+    assert_eq!(now.waiters[0].token_prefix, patient_prefix);
+
+    // A dropped lock_with (position callback) future as well.
+    let l4 = lock.clone();
+    let dropped = tokio::spawn(async move { l4.lock_with(|_| {}).await.map(|_| ()) });
+    until_waiters(&lock, 2).await;
+    dropped.abort();
+    let _ = dropped.await;
+    until_waiters(&lock, 1).await;
+
+    let fence = holder.fencing_token();
+    assert!(holder.release().await.expect("release"));
+    assert_eq!(join("patient waiter", patient).await, fence + 1);
+}
+
+async fn dead_holder_hands_over_after_its_lease(b: Backend) {
+    let client = b.client().await;
+    let lease = Duration::from_millis(1500);
+    let dying = client
+        .fair_lock("dead-holder")
+        .lease(lease)
+        .auto_renew(false);
+    let lock = client.fair_lock("dead-holder");
+    let start = Instant::now();
+    let guard = dying.lock().await.expect("holder");
+    let fence = guard.fencing_token();
+    // Dropping a guard releases in the background; forgetting it is a crash.
+    std::mem::forget(guard);
+    let history = History::new();
+    let waiter = start_waiter(&lock, &history, 0, Duration::ZERO, 1).await;
+    let f = join("head waiter after the dead holder's lease", waiter).await;
+    let waited = start.elapsed();
+    assert_eq!(f, fence + 1);
+    // Safety: the lease ran its full length before anyone else got the lock (a little slack
+    // for the millisecond clock).
+    assert!(
+        waited + Duration::from_millis(20) >= lease,
+        "granted after {waited:?}, before the lease {lease:?} ended"
+    );
+}
+
+async fn try_lock_never_jumps_the_queue(b: Backend) {
+    let owner = b.client().await.fair_lock("no-jump");
+    let third = b.client().await.fair_lock("no-jump");
+    let holder = owner.lock().await.expect("holder");
+    let history = History::new();
+    // The waiter holds until told, so the state after the hand-off can be checked.
+    let (go, wait_go) = tokio::sync::oneshot::channel::<()>();
+    let w = owner.clone();
+    let h2 = history.clone();
+    let waiter = tokio::spawn(async move {
+        let guard: FairLockGuard = w.lock().await.expect("waiter");
+        let t = h2.enter_as("waiter", Kind::Exclusive, guard.fencing_token());
+        let _ = wait_go.await;
+        h2.exit(t);
+        guard.release().await.expect("release")
+    });
+    until_waiters(&owner, 1).await;
+    assert!(third.try_lock().await.expect("try").is_none(), "held");
+    // try_lock never stays queued.
+    assert_eq!(info(&owner).await.waiters.len(), 1);
+
+    assert!(holder.release().await.expect("release"));
+    // The release handed the lock to the waiter: a third party arriving now is refused.
+    assert!(
+        third.try_lock().await.expect("try").is_none(),
+        "try_lock jumped the queue right after the release"
+    );
+    eventually("the waiter holds", || {
+        let h = history.clone();
+        async move { !h.grants().is_empty() }
+    })
+    .await;
+    assert!(
+        third.try_lock().await.expect("try").is_none(),
+        "waiter holds"
+    );
+    go.send(()).expect("waiter listens");
+    assert!(join("waiter", waiter).await);
+    let free = third
+        .try_lock()
+        .await
+        .expect("try")
+        .expect("free and nobody waits");
+    assert!(free.release().await.expect("release"));
+}
+
+async fn lock_with_reports_decreasing_positions(b: Backend) {
+    // Short retry interval: the waiter re-attempts (and learns its place) often.
+    let client = b
+        .client_with(LockClient::builder().retry_interval(Duration::from_millis(30)))
+        .await;
+    let lock = client.fair_lock("positions");
+    let holder = lock.lock().await.expect("holder");
+    let history = History::new();
+    let mut ahead = Vec::new();
+    for i in 0..3 {
+        ahead.push(start_waiter(&lock, &history, i, Duration::from_millis(250), i + 1).await);
+    }
+    let seen = Arc::new(StdMutex::new(Vec::<u64>::new()));
+    let (l, s, h) = (lock.clone(), seen.clone(), history.clone());
+    let last = tokio::spawn(async move {
+        let guard = l
+            .lock_with(move |p| s.lock().expect("positions").push(p))
+            .await
+            .expect("lock_with");
+        let t = h.enter_as("3", Kind::Exclusive, guard.fencing_token());
+        h.exit(t);
+        guard.release().await.expect("release")
+    });
+    until_waiters(&lock, 4).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(holder.release().await.expect("release"));
+    for t in ahead {
+        join("waiter ahead", t).await;
+    }
+    assert!(join("positioned waiter", last).await);
+    assert_eq!(grant_order(&history), vec![0, 1, 2, 3]);
+    let seen = seen.lock().expect("positions").clone();
+    assert_eq!(seen.first(), Some(&3), "three ahead at first: {seen:?}");
+    assert!(
+        seen.windows(2).all(|w| w[0] >= w[1]),
+        "never grows: {seen:?}"
+    );
+    let mut distinct = seen.clone();
+    distinct.dedup();
+    assert!(distinct.len() >= 2, "progress was reported: {seen:?}");
+    // `lock_with` documents one call "each time it changes": no repeats.
+    assert_eq!(
+        seen, distinct,
+        "on_position was called again with an unchanged position"
+    );
+}
+
+async fn ten_thousand_queued_waiters(b: Backend) {
+    const N: usize = 10_000;
+    let name = "ten-thousand";
+    // The real waiters must outlive the (slow, on the in-memory store in debug builds) filling.
+    let client = b
+        .client_with(LockClient::builder().heartbeat(Duration::from_secs(60)))
+        .await;
+    let lock = client.fair_lock(name);
+    let keys = client.keys(name).expect("keys");
+    let holder = lock.lock().await.expect("holder");
+    let history = History::new();
+    let first = start_waiter(&lock, &history, 0, Duration::ZERO, 1).await;
+
+    // N raw waiters with a long heartbeat, enqueued by a few concurrent tasks. Nobody leaves
+    // while they enqueue, so the place each one was told (waiters ahead) is its final place.
+    let mut fillers = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let (store, keys) = (client.store().clone(), keys.clone());
+        fillers.spawn(async move {
+            let mut claims = Vec::new();
+            for _ in 0..N / 8 {
+                let c = Claim::new(
+                    FAIR_SLOT,
+                    Duration::from_secs(60),
+                    Duration::from_secs(60),
+                    Policy::Writer,
+                );
+                let r = store.acquire(&keys, &c, true, None).await.expect("enqueue");
+                let Acquire::Busy(busy) = r else {
+                    panic!("a filler was granted: {r:?}")
+                };
+                claims.push((busy.position.expect("queued"), c));
+                // The in-memory store never suspends: let the real waiters' tasks run.
+                tokio::task::yield_now().await;
+            }
+            claims
+        });
+    }
+    let mut fillers_in_order = Vec::new();
+    while let Some(batch) = fillers.join_next().await {
+        fillers_in_order.extend(batch.expect("filler"));
+    }
+    fillers_in_order.sort_by_key(|(position, _)| *position);
+    let positions: Vec<u64> = fillers_in_order.iter().map(|(p, _)| *p).collect();
+    assert_eq!(
+        positions,
+        (1..=N as u64).collect::<Vec<_>>(),
+        "one place each"
+    );
+
+    // The last real waiter; its first reported position proves it queued (polling inspect
+    // over 10,000 waiters would cost far more than the test itself).
+    let (queued_tx, queued_rx) = tokio::sync::oneshot::channel();
+    let (l, h) = (lock.clone(), history.clone());
+    let last = tokio::spawn(async move {
+        let mut queued_tx = Some(queued_tx);
+        let guard = l
+            .lock_with(move |p| {
+                if let Some(tx) = queued_tx.take() {
+                    let _ = tx.send(p);
+                }
+            })
+            .await
+            .expect("lock");
+        let fence = guard.fencing_token();
+        h.exit(h.enter_as("1", Kind::Exclusive, fence));
+        assert!(guard.release().await.expect("release"));
+        fence
+    });
+    let ahead = tokio::time::timeout(EVENTUALLY, queued_rx)
+        .await
+        .expect("the last waiter queued")
+        .expect("position");
+    assert_eq!(
+        ahead,
+        N as u64 + 1,
+        "behind the first waiter and every filler"
+    );
+
+    // The real waiter at the head gets the lock past the crowd behind it.
+    let fence = holder.fencing_token();
+    assert!(holder.release().await.expect("release"));
+    assert_eq!(join("head waiter", first).await, fence + 1);
+
+    // Each filler is granted in its turn: releasing it reports a live hold only if the
+    // previous release handed it the lock.
+    for (i, (_, c)) in fillers_in_order.iter().enumerate() {
+        let held = client
+            .store()
+            .release(&keys, c, None)
+            .await
+            .expect("release");
+        assert!(held, "filler {i} was not the holder at its turn");
+    }
+    let f = join("real waiter behind 10,000", last).await;
+    assert_eq!(
+        f,
+        fence + 1 + N as u64 + 1,
+        "one grant per filler, in between"
+    );
+    assert_eq!(grant_order(&history), vec![0, 1]);
+    history.check_exclusion();
+    let end = info(&lock).await;
+    assert!(end.holders.is_empty() && end.waiters.is_empty(), "{end:?}");
+    if let Some(server) = &b.server {
+        let pattern = format!("rl:{{{name}}}:*");
+        assert_eq!(server.cli(&["KEYS", &pattern]), keys.fence());
+    }
+}
+
+async fn only_the_fence_counter_outlives_the_lock(b: Backend) {
+    let name = "leftovers";
+    let client = b.client().await;
+    let lock = client.fair_lock(name);
+    let keys = client.keys(name).expect("keys");
+    let holder = lock.lock().await.expect("holder");
+    let history = History::new();
+    let live = start_waiter(&lock, &history, 0, Duration::ZERO, 1).await;
+    let _dead = dead_waiter(&client, name, Duration::from_millis(300)).await;
+    let l2 = lock.clone();
+    let timed = tokio::spawn(async move { l2.lock_timeout(Duration::from_millis(200)).await });
+    until_waiters(&lock, 3).await;
+    if let Some(server) = &b.server {
+        // While in use, every key of the lock but the fence counter carries a TTL.
+        let pattern = format!("rl:{{{name}}}:*");
+        let listed = server.cli(&["KEYS", &pattern]);
+        let all: Vec<&str> = listed.lines().collect();
+        assert!(
+            all.len() >= 4,
+            "holders, queue, heartbeats, tickets, fence: {all:?}"
+        );
+        for key in all {
+            let pttl: i64 = server.cli(&["PTTL", key]).parse().expect("PTTL");
+            if key == keys.fence() {
+                assert_eq!(pttl, -1, "the fence counter never expires");
+            } else {
+                assert!(pttl > 0, "{key} has no TTL ({pttl})");
+            }
+        }
+    }
+    assert!(join("timed waiter", timed).await.is_err());
+    assert!(holder.release().await.expect("release"));
+    join("live waiter", live).await;
+    // The dead waiter's place lapses on its own, with no further calls.
+    eventually("the lock is empty", || {
+        let lock = lock.clone();
+        async move {
+            let i = info(&lock).await;
+            i.holders.is_empty() && i.waiters.is_empty()
+        }
+    })
+    .await;
+    if let Some(server) = &b.server {
+        let pattern = format!("rl:{{{name}}}:*");
+        eventually("only the fence key is left", || {
+            let left = server.cli(&["KEYS", &pattern]);
+            let want = keys.fence();
+            async move { left == want }
+        })
+        .await;
+    }
+}
+
+both_backends!(
+    eight_waiters_acquire_in_arrival_order,
+    fifty_waiters_on_three_clients_acquire_once_in_ticket_order,
+    dead_waiter_in_the_middle_is_dropped_after_its_heartbeat,
+    dead_waiter_at_the_head_is_dropped_after_its_own_heartbeat,
+    cancelled_waiters_leave_at_once,
+    dead_holder_hands_over_after_its_lease,
+    try_lock_never_jumps_the_queue,
+    lock_with_reports_decreasing_positions,
+    ten_thousand_queued_waiters,
+    only_the_fence_counter_outlives_the_lock,
+);

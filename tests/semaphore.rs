@@ -1,0 +1,357 @@
+//! Semaphore acceptance (issue 10), on a real redis-server and on the in-memory store.
+//!
+//! Arrival order is made certain by starting one waiter at a time and waiting until
+//! `inspect` shows it in the queue before starting the next.
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+
+use redis_locks::store::{Acquire, Claim, Policy, Slot};
+use redis_locks::{HoldKind, LockClient, LockInfo, Permit, Semaphore};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use support::backend::{Backend, EVENTUALLY};
+use support::history::{History, Kind};
+
+async fn info(sem: &Semaphore) -> LockInfo {
+    sem.inspect().await.expect("inspect")
+}
+
+/// Waits until the queue holds exactly `n` live waiters and returns that state.
+async fn until_waiters(sem: &Semaphore, n: usize) -> LockInfo {
+    let give_up = Instant::now() + EVENTUALLY;
+    loop {
+        let i = info(sem).await;
+        if i.waiters.len() == n {
+            return i;
+        }
+        assert!(
+            Instant::now() < give_up,
+            "not {n} waiters within {EVENTUALLY:?}: {i:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Awaits a task with the generous bound, panicking on timeout or on the task's panic.
+async fn join<T>(what: &str, task: JoinHandle<T>) -> T {
+    tokio::time::timeout(EVENTUALLY, task)
+        .await
+        .unwrap_or_else(|_| panic!("not within {EVENTUALLY:?}: {what}"))
+        .unwrap_or_else(|e| panic!("{what}: task failed: {e}"))
+}
+
+/// Starts `acquire_many(n)` on `sem` in a task that hands back the permit; returns once the
+/// request is visibly queued as the `queued`-th waiter.
+async fn start_acquirer(sem: &Semaphore, n: u32, queued: usize) -> JoinHandle<Permit> {
+    let s = sem.clone();
+    let task = tokio::spawn(async move { s.acquire_many(n).await.expect("acquire_many") });
+    until_waiters(sem, queued).await;
+    task
+}
+
+/// True if `shown` (a shortened token from `inspect`) is `claim`'s.
+fn is(shown: &str, claim: &Claim) -> bool {
+    !shown.is_empty() && claim.token.starts_with(shown)
+}
+
+/// A queued waiter that never attempts again (its process died): one raw
+/// `acquire(wait = true)` for one permit of `permits`, with the given heartbeat window.
+async fn dead_waiter(client: &LockClient, name: &str, permits: u32, heartbeat: Duration) -> Claim {
+    let keys = client.keys(name).expect("keys");
+    let slot = Slot::Ticket {
+        weight: 1,
+        capacity: permits,
+    };
+    let claim = Claim::new(slot, Duration::from_secs(30), heartbeat, Policy::Writer);
+    let reply = client
+        .store()
+        .acquire(&keys, &claim, true, None)
+        .await
+        .expect("raw acquire");
+    assert!(matches!(reply, Acquire::Busy(_)), "must queue: {reply:?}");
+    claim
+}
+
+async fn thirty_tasks_on_three_clients_never_exceed_four(b: Backend) {
+    const TASKS: usize = 30;
+    let mut sems = Vec::new();
+    for _ in 0..3 {
+        sems.push(b.client().await.semaphore("thirty", 4));
+    }
+    let history = History::with_capacity(4);
+    // What each task saw queued right after its grant: FIFO means nobody who arrived
+    // earlier is still waiting then.
+    let seen_after_grant = Arc::new(StdMutex::new(Vec::<(usize, Vec<String>)>::new()));
+    let blocker = sems[0].acquire_many(4).await.expect("blocker");
+    let mut tasks = Vec::new();
+    let mut arrival = HashMap::new();
+    for i in 0..TASKS {
+        let (sem, h, seen) = (
+            sems[i % 3].clone(),
+            history.clone(),
+            seen_after_grant.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let permit = sem.acquire().await.expect("acquire");
+            let t = h.enter_as(i.to_string(), Kind::Permits(1), permit.fencing_token());
+            let queue = sem.inspect().await.expect("inspect").waiters;
+            let prefixes = queue.into_iter().map(|w| w.token_prefix).collect();
+            seen.lock().expect("seen").push((i, prefixes));
+            tokio::time::sleep(Duration::from_millis(3 * (i as u64 % 5))).await;
+            h.exit(t);
+            assert!(permit.release().await.expect("release"), "task {i} lost it");
+        }));
+        let queued = until_waiters(&sems[i % 3], i + 1).await;
+        let newest = queued.waiters[i].token_prefix.clone();
+        assert!(
+            arrival.insert(newest, i).is_none(),
+            "token prefixes collide"
+        );
+    }
+    assert!(blocker.release().await.expect("release blocker"));
+    for t in tasks {
+        join("task", t).await;
+    }
+    history.check_exclusion();
+    let mut served: Vec<usize> = history
+        .grants()
+        .iter()
+        .map(|g| g.task.parse().expect("index"))
+        .collect();
+    served.sort_unstable();
+    assert_eq!(served, (0..TASKS).collect::<Vec<_>>(), "each served once");
+    for (i, queue) in seen_after_grant.lock().expect("seen").iter() {
+        for p in queue {
+            let j = arrival[p];
+            assert!(
+                j > *i,
+                "task {i} was granted while earlier task {j} still waited"
+            );
+        }
+    }
+    let end = info(&sems[0]).await;
+    assert!(end.holders.is_empty() && end.waiters.is_empty(), "{end:?}");
+}
+
+async fn dead_holder_permit_returns_after_its_lease(b: Backend) {
+    let client = b.client().await;
+    let lease = Duration::from_millis(1500);
+    let dying = client
+        .semaphore("dead-holder", 2)
+        .lease(lease)
+        .auto_renew(false);
+    let sem = client.semaphore("dead-holder", 2);
+    let start = Instant::now();
+    let lost = dying.acquire().await.expect("dying holder");
+    // Dropping a permit releases it in the background; forgetting it is a crash.
+    std::mem::forget(lost);
+    let kept = sem.acquire().await.expect("live holder");
+    assert!(sem.try_acquire().await.expect("try").is_none(), "both out");
+    let waiter = start_acquirer(&sem, 1, 1).await;
+    let got = join("permit of the dead holder", waiter).await;
+    let waited = start.elapsed();
+    assert!(
+        waited + Duration::from_millis(20) >= lease,
+        "granted after {waited:?}, before the dead holder's lease {lease:?} ended"
+    );
+    // The live holder was not touched.
+    assert!(kept.is_held());
+    let now = info(&sem).await;
+    assert_eq!(now.holders.len(), 2, "{now:?}");
+    assert!(got.release().await.expect("release"));
+    assert!(kept.release().await.expect("release"));
+}
+
+async fn dead_waiter_is_dropped_after_its_heartbeat(b: Backend) {
+    // Live parties use a 60 s window: a dead waiter granted a permit would keep it far past
+    // EVENTUALLY, so the test passes only if the dead one left the queue.
+    let name = "dead-waiter";
+    let client = b
+        .client_with(LockClient::builder().heartbeat(Duration::from_secs(60)))
+        .await;
+    let sem = client.semaphore(name, 2);
+    let h1 = sem.acquire().await.expect("h1");
+    let h2 = sem.acquire().await.expect("h2");
+    let first = start_acquirer(&sem, 1, 1).await;
+    let dead = dead_waiter(&client, name, 2, Duration::from_millis(300)).await;
+    let queue = until_waiters(&sem, 2).await;
+    assert!(is(&queue.waiters[1].token_prefix, &dead));
+    let last = start_acquirer(&sem, 1, 3).await;
+    // Its heartbeat lapses: it leaves the middle of the queue.
+    let after = until_waiters(&sem, 2).await;
+    assert!(after.waiters.iter().all(|w| !is(&w.token_prefix, &dead)));
+
+    // One permit at a time: the first live waiter, then the one behind the dead one, while
+    // the first keeps its permit.
+    assert!(h1.release().await.expect("release"));
+    let p1 = join("first waiter", first).await;
+    assert!(h2.release().await.expect("release"));
+    let p2 = join("waiter behind the dead one", last).await;
+    let now = info(&sem).await;
+    assert!(now.waiters.is_empty() && now.holders.len() == 2, "{now:?}");
+    assert!(p1.release().await.expect("release"));
+    assert!(p2.release().await.expect("release"));
+}
+
+async fn acquire_many_at_the_head_is_not_overtaken(b: Backend) {
+    // Frequent retries: the single acquires behind get many chances to overtake.
+    let client = b
+        .client_with(LockClient::builder().retry_interval(Duration::from_millis(30)))
+        .await;
+    let sem = client.semaphore("many", 4);
+    let other = b.client().await.semaphore("many", 4);
+    let h1 = sem.acquire().await.expect("h1");
+    let h2 = sem.acquire().await.expect("h2");
+    // Two of four permits are free; three are asked for at the head.
+    let big = start_acquirer(&sem, 3, 1).await;
+    let s1 = start_acquirer(&sem, 1, 2).await;
+    let s2 = start_acquirer(&sem, 1, 3).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!big.is_finished() && !s1.is_finished() && !s2.is_finished());
+    let queue = info(&sem).await;
+    assert_eq!(queue.holders.len(), 2, "{queue:?}");
+    let weights: Vec<u32> = queue.waiters.iter().map(|w| w.weight).collect();
+    assert_eq!(weights, vec![3, 1, 1]);
+    assert!(
+        other.try_acquire().await.expect("try").is_none(),
+        "queue first"
+    );
+
+    // Three free: the large request is granted, the small ones still wait (none free).
+    assert!(h1.release().await.expect("release"));
+    let big = join("acquire_many(3)", big).await;
+    assert_eq!(big.count(), 3);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!s1.is_finished() && !s2.is_finished());
+    let now = info(&sem).await;
+    let mut held: Vec<HoldKind> = now.holders.iter().map(|h| h.kind).collect();
+    held.sort_by_key(|k| match k {
+        HoldKind::Permits(n) => *n,
+        _ => 0,
+    });
+    assert_eq!(held, vec![HoldKind::Permits(1), HoldKind::Permits(3)]);
+    assert_eq!(now.waiters.len(), 2);
+
+    // Then in ticket order, one permit at a time.
+    assert!(h2.release().await.expect("release"));
+    let p1 = join("first single", s1).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!s2.is_finished(), "no permit is free");
+    assert!(big.release().await.expect("release"));
+    let p2 = join("second single", s2).await;
+    assert!(p1.release().await.expect("release"));
+    assert!(p2.release().await.expect("release"));
+}
+
+async fn set_permits_changes_new_grants_only(b: Backend) {
+    let client = b.client().await;
+    let sem = client.semaphore("resize", 2);
+    let p1 = sem.acquire().await.expect("p1");
+    let p2 = sem.acquire().await.expect("p2");
+    assert!(sem.try_acquire().await.expect("try").is_none());
+    let waiter = start_acquirer(&sem, 1, 1).await;
+
+    // Raising grants the waiter that now fits, current permits stay.
+    let sem = sem.set_permits(3).await.expect("raise");
+    assert_eq!(sem.permits(), 3);
+    let p3 = join("waiter granted by the raise", waiter).await;
+    assert_eq!(info(&sem).await.permits, Some(3));
+    assert!(
+        sem.try_acquire().await.expect("try").is_none(),
+        "3 of 3 out"
+    );
+
+    // Lowering revokes nobody: all three keep their permits (and can renew them).
+    let sem = sem.set_permits(1).await.expect("lower");
+    let mut held = [p1, p2, p3];
+    for p in held.iter_mut() {
+        assert!(p.is_held());
+        assert!(p.extend(Duration::from_secs(30)).await.expect("extend"));
+    }
+    assert_eq!(info(&sem).await.holders.len(), 3);
+    // A handle made with the old count follows the stored one too.
+    let old = client.semaphore("resize", 2);
+    let [p1, p2, p3] = held;
+    assert!(p1.release().await.expect("release"));
+    assert!(p2.release().await.expect("release"));
+    assert!(
+        old.try_acquire().await.expect("try").is_none(),
+        "1 of 1 still out"
+    );
+    assert!(
+        sem.try_acquire().await.expect("try").is_none(),
+        "1 of 1 still out"
+    );
+    assert!(p3.release().await.expect("release"));
+    let only = old
+        .try_acquire()
+        .await
+        .expect("try")
+        .expect("the one permit");
+    assert!(
+        sem.try_acquire().await.expect("try").is_none(),
+        "capacity is 1"
+    );
+    assert!(only.release().await.expect("release"));
+}
+
+async fn invalid_inputs_are_refused(b: Backend) {
+    let client = b.client().await;
+    let zero = client.semaphore("invalid-zero", 0);
+    assert!(zero
+        .acquire()
+        .await
+        .expect_err("0 permits")
+        .is_invalid_input());
+    assert!(zero.try_acquire().await.expect_err("0").is_invalid_input());
+    let sem = client.semaphore("invalid", 3);
+    assert!(sem.acquire_many(0).await.expect_err("0").is_invalid_input());
+    assert!(sem
+        .acquire_many(4)
+        .await
+        .expect_err("4 of 3")
+        .is_invalid_input());
+    assert!(sem
+        .try_acquire_many(4)
+        .await
+        .expect_err("4")
+        .is_invalid_input());
+    let too_many = client.semaphore("invalid", redis_locks::semaphore::MAX_PERMITS + 1);
+    assert!(too_many
+        .acquire()
+        .await
+        .expect_err("max")
+        .is_invalid_input());
+    let err = client
+        .semaphore("invalid", 3)
+        .set_permits(0)
+        .await
+        .expect_err("set 0");
+    assert!(err.is_invalid_input());
+    // More than the count stored by set_permits: refused by the store, not queued forever.
+    let sem = sem.set_permits(2).await.expect("set 2");
+    let stale = client.semaphore("invalid", 3);
+    let err = tokio::time::timeout(EVENTUALLY, stale.acquire_many(3))
+        .await
+        .expect("refused, not left waiting")
+        .expect_err("3 of 2");
+    assert!(err.is_invalid_input(), "{err}");
+    let now = info(&sem).await;
+    assert!(now.holders.is_empty() && now.waiters.is_empty(), "{now:?}");
+    let ok = sem.acquire_many(2).await.expect("2 of 2");
+    assert!(ok.release().await.expect("release"));
+}
+
+both_backends!(
+    thirty_tasks_on_three_clients_never_exceed_four,
+    dead_holder_permit_returns_after_its_lease,
+    dead_waiter_is_dropped_after_its_heartbeat,
+    acquire_many_at_the_head_is_not_overtaken,
+    set_permits_changes_new_grants_only,
+    invalid_inputs_are_refused,
+);
