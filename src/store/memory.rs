@@ -184,7 +184,7 @@ impl LockState {
         let granted = |fence: u64| {
             Acquire::Granted(Grant {
                 fence,
-                lease: claim.lease,
+                lease: Duration::from_millis(lease),
             })
         };
         let busy = |retry: Option<u64>| {
@@ -405,7 +405,7 @@ impl LockState {
         let granted = |fence: u64| {
             Ok(Acquire::Granted(Grant {
                 fence,
-                lease: claim.lease,
+                lease: Duration::from_millis(lease),
             }))
         };
         if self.holders.score(&member).is_some() {
