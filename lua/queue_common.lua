@@ -15,12 +15,8 @@
 
 local H, Q, HB, TK, FENCE, CH, CAP = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 
-check_type(H, 'zset')
-check_type(Q, 'zset')
-check_type(HB, 'zset')
 check_counter(TK)
 check_counter(FENCE)
-check_type(CAP, 'string')
 
 local function member_of(token, weight)
   if weight == 1 then return token end

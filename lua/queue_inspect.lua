@@ -4,6 +4,7 @@
 -- Reply: {now, fence, permits or -1, {holder_member, remaining_ms, ...},
 --         {waiter_member, ticket, heartbeat_remaining_ms, ...}}; holders in sorted-set order,
 --         waiters in ticket order, dead waiters (heartbeat lapsed) left out.
+redis.call('ZCARD', HB) -- reports a foreign value at `hb` even when the queue is empty
 local holders = {}
 local rows = redis.call('ZRANGEBYSCORE', H, '(' .. NOW, '+inf', 'WITHSCORES')
 for i = 1, #rows, 2 do

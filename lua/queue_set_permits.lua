@@ -5,6 +5,7 @@
 local permits = tonumber(ARGV[3])
 local heartbeat = tonumber(ARGV[4])
 
+capacity(permits) -- a foreign value at `cap` fails here, before anything is written
 prune()
 redis.call('SET', CAP, permits)
 promote(permits, heartbeat, nil)

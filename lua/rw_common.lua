@@ -10,9 +10,6 @@
 
 local W, R, WQ, FENCE, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 
-check_type(W, 'string')
-check_type(R, 'zset')
-check_type(WQ, 'zset')
 check_counter(FENCE)
 
 -- The live writer as (token, deadline), or nil. Fails on a value it did not write.
@@ -29,8 +26,12 @@ local function live_writer()
 end
 
 local function set_writer(token, deadline)
-  redis.call('SET', W, tostring(deadline) .. '|' .. token)
-  expire_at(W, deadline)
+  local record = tostring(deadline) .. '|' .. token
+  if EXPLICIT_NOW then
+    redis.call('SET', W, record)
+  else
+    redis.call('SET', W, record, 'PX', math.max(1, math.floor(deadline - NOW)))
+  end
 end
 
 -- Wakes every local waiter of this lock.

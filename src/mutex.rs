@@ -2,8 +2,6 @@
 
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use crate::error::Result;
 use crate::guard::{guard_methods, handle_options};
 use crate::info::LockInfo;
@@ -78,7 +76,7 @@ impl Mutex {
     /// # Cancel safety
     /// Cancel safe, as [`Mutex::lock`].
     pub async fn lock_timeout(&self, timeout: Duration) -> Result<MutexGuard> {
-        let deadline = Deadline::At(Instant::now() + timeout, timeout);
+        let deadline = Deadline::after(timeout);
         let hold = self.ctx.wait_for(self.claim(), deadline, None).await?;
         Ok(MutexGuard { hold })
     }

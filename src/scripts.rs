@@ -6,9 +6,16 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
+// The first line is a Redis 7 shebang: without flags, Redis refuses the whole script with
+// -OOM when `maxmemory` is reached, before it runs (a script that has written once is
+// otherwise let through, and every script prunes before it grants). Steps that only give
+// up or renew what a holder has carry `allow-oom`, so holders can still let go; read-only
+// steps carry `no-writes`.
 macro_rules! lua {
-    ($common:literal, $file:literal) => {
+    ($flags:literal, $common:literal, $file:literal) => {
         concat!(
+            $flags,
+            "\n",
             include_str!("../lua/prelude.lua"),
             "\n",
             include_str!(concat!("../lua/", $common)),
@@ -20,35 +27,70 @@ macro_rules! lua {
 
 /// Script sources, by name (also used by tools that want to load them by hand).
 pub const SOURCES: &[(&str, &str)] = &[
-    ("rw_acquire", lua!("rw_common.lua", "rw_acquire.lua")),
-    ("rw_release", lua!("rw_common.lua", "rw_release.lua")),
-    ("rw_extend", lua!("rw_common.lua", "rw_extend.lua")),
-    ("rw_downgrade", lua!("rw_common.lua", "rw_downgrade.lua")),
-    ("rw_inspect", lua!("rw_common.lua", "rw_inspect.lua")),
+    (
+        "rw_acquire",
+        lua!("#!lua", "rw_common.lua", "rw_acquire.lua"),
+    ),
+    (
+        "rw_release",
+        lua!("#!lua flags=allow-oom", "rw_common.lua", "rw_release.lua"),
+    ),
+    (
+        "rw_extend",
+        lua!("#!lua flags=allow-oom", "rw_common.lua", "rw_extend.lua"),
+    ),
+    (
+        "rw_downgrade",
+        lua!("#!lua flags=allow-oom", "rw_common.lua", "rw_downgrade.lua"),
+    ),
+    (
+        "rw_inspect",
+        lua!("#!lua flags=no-writes", "rw_common.lua", "rw_inspect.lua"),
+    ),
     (
         "queue_acquire",
-        lua!("queue_common.lua", "queue_acquire.lua"),
+        lua!("#!lua", "queue_common.lua", "queue_acquire.lua"),
     ),
     (
         "queue_release",
-        lua!("queue_common.lua", "queue_release.lua"),
+        lua!(
+            "#!lua flags=allow-oom",
+            "queue_common.lua",
+            "queue_release.lua"
+        ),
     ),
-    ("queue_extend", lua!("queue_common.lua", "queue_extend.lua")),
+    (
+        "queue_extend",
+        lua!(
+            "#!lua flags=allow-oom",
+            "queue_common.lua",
+            "queue_extend.lua"
+        ),
+    ),
     (
         "queue_downgrade",
-        lua!("queue_common.lua", "queue_downgrade.lua"),
+        lua!(
+            "#!lua flags=allow-oom",
+            "queue_common.lua",
+            "queue_downgrade.lua"
+        ),
     ),
     (
         "queue_set_permits",
-        lua!("queue_common.lua", "queue_set_permits.lua"),
+        lua!("#!lua", "queue_common.lua", "queue_set_permits.lua"),
     ),
     (
         "queue_inspect",
-        lua!("queue_common.lua", "queue_inspect.lua"),
+        lua!(
+            "#!lua flags=no-writes",
+            "queue_common.lua",
+            "queue_inspect.lua"
+        ),
     ),
     (
         "force_release",
         concat!(
+            "#!lua flags=allow-oom\n",
             include_str!("../lua/prelude.lua"),
             "\n",
             include_str!("../lua/force_release.lua")

@@ -2,8 +2,6 @@
 
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use crate::error::{Error, Result};
 use crate::guard::{guard_methods, handle_options};
 use crate::info::LockInfo;
@@ -135,7 +133,7 @@ impl Semaphore {
     /// # Cancel safety
     /// As [`Semaphore::acquire`].
     pub async fn acquire_timeout(&self, timeout: Duration) -> Result<Permit> {
-        let deadline = Deadline::At(Instant::now() + timeout, timeout);
+        let deadline = Deadline::after(timeout);
         let hold = self.ctx.wait_for(self.claim(1)?, deadline, None).await?;
         Ok(Permit { hold, count: 1 })
     }

@@ -38,6 +38,16 @@ pub(crate) enum Deadline {
     At(Instant, Duration),
 }
 
+impl Deadline {
+    /// A wait of at most `timeout` from now (a timeout too large for the clock waits forever).
+    pub(crate) fn after(timeout: Duration) -> Self {
+        match Instant::now().checked_add(timeout) {
+            Some(at) => Deadline::At(at, timeout),
+            None => Deadline::Never,
+        }
+    }
+}
+
 /// Removes the claim's traces if the acquiring future is dropped mid-way.
 struct Pending {
     store: Arc<dyn Store>,

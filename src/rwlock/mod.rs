@@ -5,8 +5,6 @@ mod write_guard;
 
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 pub use self::read_guard::ReadGuard;
 pub use self::write_guard::WriteGuard;
 use crate::error::Result;
@@ -150,7 +148,7 @@ impl RwLock {
     /// # Cancel safety
     /// Cancel safe, as [`RwLock::read`].
     pub async fn read_timeout(&self, timeout: Duration) -> Result<ReadGuard> {
-        let deadline = Deadline::At(Instant::now() + timeout, timeout);
+        let deadline = Deadline::after(timeout);
         let hold = self.ctx.wait_for(self.read_claim(), deadline, None).await?;
         Ok(self.read_guard(hold))
     }
@@ -186,7 +184,7 @@ impl RwLock {
     /// # Cancel safety
     /// Cancel safe, as [`RwLock::write`].
     pub async fn write_timeout(&self, timeout: Duration) -> Result<WriteGuard> {
-        let deadline = Deadline::At(Instant::now() + timeout, timeout);
+        let deadline = Deadline::after(timeout);
         let hold = self
             .ctx
             .wait_for(self.write_claim(), deadline, None)

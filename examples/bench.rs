@@ -1,0 +1,1679 @@
+//! Benchmarks: every speed claim of redis-locks measured next to the limit that bounds it, in
+//! one run (issue 8). See `docs/BENCHMARKS.md` for a run's table and what each row means.
+//!
+//! ```sh
+//! cargo run --release --example bench                 # readable table
+//! cargo run --release --example bench -- --json       # one JSON object per line
+//! cargo run --release --example bench -- --markdown   # the table as Markdown
+//! cargo run --release --example bench -- --only fifo  # one workload
+//! ```
+//!
+//! Starts its own `redis-server` on a free loopback port (persistence off, in a temporary
+//! directory, killed at exit) unless `REDIS_URL` is set. With `REDIS_URL`, keys live under a
+//! per-run prefix and are deleted afterwards; `server_cost` reads the slow log (and sets its
+//! threshold to 0 for the duration, then restores it), so other clients' commands on that server
+//! make it fail rather than blur it.
+//!
+//! Every workload runs three times; each row is the median of the three runs (the baseline
+//! too, and the ratio is median value / median baseline). Baselines are measured in the same
+//! run, on the same connection as the locks: PING and a trivial EVALSHA go through the
+//! `RedisStore`'s own multiplexed connection (`RedisStore::query`).
+
+use std::collections::{HashMap, VecDeque};
+use std::error::Error as StdError;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::{Duration, Instant};
+
+use redis_locks::keys::LockKeys;
+use redis_locks::store::{Acquire, Claim, Policy, RedisStore, Slot, Store};
+use redis_locks::{
+    FairLock, FairLockGuard, LockClient, Mutex, MutexGuard, Permit, RwLock, Semaphore,
+};
+use tokio::task::JoinSet;
+
+type BoxError = Box<dyn StdError + Send + Sync>;
+type BoxResult<T> = std::result::Result<T, BoxError>;
+
+const WORKLOADS: &[&str] = &[
+    "uncontended",
+    "parallel",
+    "contended_mutex",
+    "contended_fair",
+    "writer_wait",
+    "fifo",
+    "fifo_30ms",
+    "semaphore",
+    "server_cost",
+    "memory",
+];
+const RUNS: usize = 3;
+
+// ---------------------------------------------------------------------------------------------
+// Rows, targets, medians, output.
+
+/// What a row must reach. `None`: informational.
+#[derive(Clone, Copy, Debug)]
+enum Target {
+    None,
+    RatioAtMost(f64),
+    RatioAtLeast(f64),
+    AtMost(f64),
+    AtLeast(f64),
+    Equals(f64),
+    AtMostBaselinePlus(f64),
+    EqualsBaseline,
+}
+
+impl Target {
+    fn met(self, value: f64, baseline: Option<f64>) -> Option<bool> {
+        let ratio = baseline.filter(|b| *b != 0.0).map(|b| value / b);
+        Some(match self {
+            Target::None => return None,
+            Target::RatioAtMost(r) => ratio? <= r,
+            Target::RatioAtLeast(r) => ratio? >= r,
+            Target::AtMost(x) => value <= x,
+            Target::AtLeast(x) => value >= x,
+            Target::Equals(x) => value == x,
+            Target::AtMostBaselinePlus(x) => value <= baseline? + x,
+            Target::EqualsBaseline => value == baseline?,
+        })
+    }
+
+    fn describe(self) -> String {
+        match self {
+            Target::None => "-".into(),
+            Target::RatioAtMost(r) => format!("ratio <= {r}"),
+            Target::RatioAtLeast(r) => format!("ratio >= {r}"),
+            Target::AtMost(x) => format!("<= {x}"),
+            Target::AtLeast(x) => format!(">= {x}"),
+            Target::Equals(x) => format!("= {x}"),
+            Target::AtMostBaselinePlus(x) => format!("<= baseline + {x}"),
+            Target::EqualsBaseline => "= baseline".into(),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Row {
+    workload: &'static str,
+    metric: String,
+    value: f64,
+    unit: &'static str,
+    baseline_metric: Option<String>,
+    baseline_value: Option<f64>,
+    target: Target,
+}
+
+impl Row {
+    fn new(
+        workload: &'static str,
+        metric: impl Into<String>,
+        value: f64,
+        unit: &'static str,
+    ) -> Row {
+        Row {
+            workload,
+            metric: metric.into(),
+            value,
+            unit,
+            baseline_metric: None,
+            baseline_value: None,
+            target: Target::None,
+        }
+    }
+
+    fn vs(mut self, metric: impl Into<String>, value: f64) -> Row {
+        self.baseline_metric = Some(metric.into());
+        self.baseline_value = Some(value);
+        self
+    }
+
+    fn target(mut self, target: Target) -> Row {
+        self.target = target;
+        self
+    }
+
+    fn ratio(&self) -> Option<f64> {
+        let b = self.baseline_value?;
+        (b != 0.0 && b.is_finite() && self.value.is_finite()).then(|| self.value / b)
+    }
+
+    fn met(&self) -> Option<bool> {
+        if !self.value.is_finite() {
+            return match self.target {
+                Target::None => None,
+                _ => Some(false),
+            };
+        }
+        self.target.met(self.value, self.baseline_value)
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.retain(|x| x.is_finite());
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// One row per metric: the median of the runs' values and of their baselines.
+fn merge_runs(runs: &[Vec<Row>]) -> Vec<Row> {
+    let mut out: Vec<Row> = Vec::new();
+    for run in runs {
+        for row in run {
+            if out.iter().any(|r| r.metric == row.metric) {
+                continue;
+            }
+            let same: Vec<&Row> = runs
+                .iter()
+                .flat_map(|r| r.iter())
+                .filter(|r| r.metric == row.metric)
+                .collect();
+            let mut merged = row.clone();
+            merged.value = median(same.iter().map(|r| r.value).collect());
+            if row.baseline_value.is_some() {
+                merged.baseline_value = Some(median(
+                    same.iter().filter_map(|r| r.baseline_value).collect(),
+                ));
+            }
+            out.push(merged);
+        }
+    }
+    out
+}
+
+fn fmt_num(v: f64) -> String {
+    if !v.is_finite() {
+        return "n/a".into();
+    }
+    if v == v.trunc() && v.abs() < 1e15 {
+        return format!("{}", v as i64);
+    }
+    let a = v.abs();
+    if a >= 1000.0 {
+        format!("{v:.0}")
+    } else if a >= 10.0 {
+        format!("{v:.1}")
+    } else if a >= 0.1 {
+        format!("{v:.3}")
+    } else {
+        format!("{v:.4}")
+    }
+}
+
+fn json_str(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn json_num(v: Option<f64>) -> String {
+    match v {
+        Some(v) if v.is_finite() => {
+            if v == v.trunc() && v.abs() < 1e15 {
+                format!("{}", v as i64)
+            } else {
+                format!("{v:.6}")
+                    .trim_end_matches('0')
+                    .trim_end_matches('.')
+                    .to_owned()
+            }
+        }
+        _ => "null".into(),
+    }
+}
+
+fn json_line(r: &Row) -> String {
+    format!(
+        "{{\"workload\": {}, \"metric\": {}, \"value\": {}, \"unit\": {}, \"baseline_metric\": {}, \"baseline_value\": {}, \"ratio\": {}}}",
+        json_str(r.workload),
+        json_str(&r.metric),
+        json_num(Some(r.value)),
+        json_str(r.unit),
+        r.baseline_metric
+            .as_deref()
+            .map(json_str)
+            .unwrap_or_else(|| "null".into()),
+        json_num(r.baseline_value),
+        json_num(r.ratio()),
+    )
+}
+
+fn table_cells(r: &Row) -> [String; 8] {
+    let baseline = match (&r.baseline_metric, r.baseline_value) {
+        (Some(m), Some(v)) => format!("{m} = {}", fmt_num(v)),
+        _ => "-".into(),
+    };
+    let met = match r.met() {
+        Some(true) => "yes",
+        Some(false) => "NO",
+        None => "-",
+    };
+    [
+        r.workload.to_owned(),
+        r.metric.clone(),
+        fmt_num(r.value),
+        r.unit.to_owned(),
+        baseline,
+        r.ratio().map(fmt_num).unwrap_or_else(|| "-".into()),
+        r.target.describe(),
+        met.to_owned(),
+    ]
+}
+
+const HEADERS: [&str; 8] = [
+    "workload", "metric", "value", "unit", "baseline", "ratio", "target", "met?",
+];
+
+fn print_table(rows: &[Row]) {
+    let cells: Vec<[String; 8]> = rows.iter().map(table_cells).collect();
+    let mut widths = HEADERS.map(str::len);
+    for c in &cells {
+        for (w, s) in widths.iter_mut().zip(c.iter()) {
+            *w = (*w).max(s.len());
+        }
+    }
+    let line = |c: &[String]| {
+        let parts: Vec<String> = c
+            .iter()
+            .zip(widths.iter())
+            .enumerate()
+            .map(|(i, (s, w))| {
+                // Numbers right-aligned, text left-aligned.
+                if i == 2 || i == 5 {
+                    format!("{s:>w$}")
+                } else {
+                    format!("{s:<w$}")
+                }
+            })
+            .collect();
+        println!("{}", parts.join("  ").trim_end());
+    };
+    line(&HEADERS.map(String::from));
+    let total: usize = widths.iter().sum::<usize>() + 2 * (widths.len() - 1);
+    println!("{}", "-".repeat(total));
+    for c in &cells {
+        line(c);
+    }
+}
+
+fn print_markdown(rows: &[Row]) {
+    println!("| {} |", HEADERS.join(" | "));
+    println!("|{}|", ["---"; 8].join("|"));
+    for r in rows {
+        let c = table_cells(r);
+        println!("| {} |", c.join(" | "));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The redis-server this bench starts (unless REDIS_URL is set).
+
+/// A private `redis-server` child; killed (by its own handle) and its directory removed on drop.
+struct LocalServer {
+    child: Child,
+    dir: PathBuf,
+    port: u16,
+}
+
+impl Drop for LocalServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn pong(port: u16) -> bool {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    if s.write_all(b"PING\r\n").is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 7];
+    s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+}
+
+fn start_server() -> BoxResult<LocalServer> {
+    for attempt in 0..5 {
+        // A free port now; another process may take it before redis-server binds, hence retries.
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        if port == 6379 {
+            continue;
+        }
+        let dir = std::env::temp_dir().join(format!(
+            "redis-locks-bench-{}-{attempt}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir)?;
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| -> BoxError {
+                format!(
+                    "cannot start redis-server ({e}); install it (`apt-get install redis-server`) \
+                     or set REDIS_URL"
+                )
+                .into()
+            })?;
+        let mut server = LocalServer { child, dir, port };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if pong(port) {
+                return Ok(server);
+            }
+            if let Ok(Some(_)) = server.child.try_wait() {
+                break; // it died (port taken?): drop cleans up, try another port
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    Err("redis-server did not start on a free loopback port after 5 attempts".into())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Environment shared by the workloads.
+
+#[derive(Clone)]
+struct Env {
+    /// The store behind `client`; `raw.query` uses the very connection the locks use.
+    raw: RedisStore,
+    client: LockClient,
+    /// A second client on its own connection (the "other process").
+    client_b: LockClient,
+    prefix: String,
+}
+
+impl Env {
+    async fn connect(url: &str, prefix: &str) -> BoxResult<Env> {
+        let raw = RedisStore::connect(url).await?;
+        let client = LockClient::builder()
+            .prefix(prefix)
+            .store(Arc::new(raw.clone()));
+        let client_b = LockClient::builder().prefix(prefix).connect(url).await?;
+        Ok(Env {
+            raw,
+            client,
+            client_b,
+            prefix: prefix.to_owned(),
+        })
+    }
+
+    fn clients(&self) -> [&LockClient; 2] {
+        [&self.client, &self.client_b]
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn pct(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() - 1) as f64 * q).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn sorted(mut v: Vec<f64>) -> Vec<f64> {
+    v.sort_by(f64::total_cmp);
+    v
+}
+
+/// PING round trip p50 (ms) on the locks' own connection.
+async fn ping_p50(raw: &RedisStore, n: usize) -> BoxResult<f64> {
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let _: String = raw.query(&redis::cmd("PING")).await?;
+        samples.push(ms(t.elapsed()));
+    }
+    Ok(pct(&sorted(samples), 0.5))
+}
+
+/// CPU seconds (user + system) this process used so far, from `/proc/self/stat`.
+fn own_cpu_secs() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return f64::NAN;
+    };
+    // Fields after the command name (which may contain spaces): utime and stime are the
+    // 12th and 13th, in clock ticks (100 per second on Linux).
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        f.get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(f64::NAN)
+    };
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// CPU seconds the Redis server used so far (`INFO cpu`: its event loop, I/O included).
+async fn server_cpu_secs(raw: &RedisStore) -> BoxResult<f64> {
+    let v: redis::Value = raw.query(redis::cmd("INFO").arg("cpu")).await?;
+    let text = match v {
+        redis::Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+        redis::Value::VerbatimString { text, .. } => text,
+        _ => String::new(),
+    };
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(f64::NAN)
+    };
+    Ok(field("used_cpu_sys:") + field("used_cpu_user:"))
+}
+
+/// `(calls, usec)` of one command from `INFO commandstats`: the server's own CPU accounting.
+async fn cmdstat(raw: &RedisStore, cmd: &str) -> BoxResult<(u64, u64)> {
+    let v: redis::Value = raw.query(redis::cmd("INFO").arg("commandstats")).await?;
+    let text = match v {
+        redis::Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+        redis::Value::VerbatimString { text, .. } => text,
+        redis::Value::SimpleString(s) => s,
+        other => return Err(format!("unexpected INFO reply {other:?}").into()),
+    };
+    let prefix = format!("cmdstat_{cmd}:");
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix(&prefix) {
+            let (mut calls, mut usec) = (0, 0);
+            for field in rest.trim().split(',') {
+                if let Some(v) = field.strip_prefix("calls=") {
+                    calls = v.parse()?;
+                } else if let Some(v) = field.strip_prefix("usec=") {
+                    usec = v.parse()?;
+                }
+            }
+            return Ok((calls, usec));
+        }
+    }
+    Ok((0, 0))
+}
+
+/// The primitives that are acquired and released as a whole in the workloads.
+#[derive(Clone)]
+enum Prim {
+    Mutex(Mutex),
+    Fair(FairLock),
+    Sem(Semaphore),
+}
+
+enum Held {
+    Mutex(MutexGuard),
+    Fair(FairLockGuard),
+    Sem(Permit),
+}
+
+impl Prim {
+    async fn acquire(&self) -> redis_locks::Result<Held> {
+        Ok(match self {
+            Prim::Mutex(m) => Held::Mutex(m.lock().await?),
+            Prim::Fair(f) => Held::Fair(f.lock().await?),
+            Prim::Sem(s) => Held::Sem(s.acquire().await?),
+        })
+    }
+}
+
+impl Held {
+    async fn release(self) -> redis_locks::Result<bool> {
+        match self {
+            Held::Mutex(g) => g.release().await,
+            Held::Fair(g) => g.release().await,
+            Held::Sem(g) => g.release().await,
+        }
+    }
+}
+
+async fn pairs(prim: &Prim, n: usize) -> BoxResult<(Vec<f64>, Duration)> {
+    let mut samples = Vec::with_capacity(n);
+    let start = Instant::now();
+    for _ in 0..n {
+        let t = Instant::now();
+        let g = prim.acquire().await?;
+        g.release().await?;
+        samples.push(ms(t.elapsed()));
+    }
+    Ok((sorted(samples), start.elapsed()))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Workloads. Each returns the rows of one run.
+
+async fn uncontended(env: &Env, run: usize) -> BoxResult<Vec<Row>> {
+    const W: &str = "uncontended";
+    let ping = ping_p50(&env.raw, 1000).await?;
+    let prim = Prim::Mutex(env.client.mutex(&format!("{W}-{run}")));
+    pairs(&prim, 100).await?; // warm-up: scripts loaded, connection hot
+    let before = cmdstat(&env.raw, "evalsha").await?;
+    let (s, elapsed) = pairs(&prim, 3000).await?;
+    let after = cmdstat(&env.raw, "evalsha").await?;
+    // Why a pair costs more than two PINGs: the server's own time running the two scripts.
+    let server_us = (after.1 - before.1) as f64 / 3000.0;
+    Ok(vec![
+        Row::new(W, "pair_p50_ms", pct(&s, 0.5), "ms")
+            .vs("ping_p50_ms", ping)
+            .target(Target::RatioAtMost(2.4)),
+        Row::new(W, "pair_p99_ms", pct(&s, 0.99), "ms").vs("ping_p50_ms", ping),
+        Row::new(W, "pairs_per_s", 3000.0 / elapsed.as_secs_f64(), "1/s"),
+        Row::new(W, "server_ms_per_pair", server_us / 1000.0, "ms").vs("ping_p50_ms", ping),
+    ])
+}
+
+async fn parallel(env: &Env, run: usize) -> BoxResult<Vec<Row>> {
+    const W: &str = "parallel";
+    const TASKS: usize = 64;
+    const PAIRS: usize = 150;
+    // Baseline: the same 64 tasks, a trivial script through the same connection, as many
+    // scripts as the pairs run (two per pair).
+    let sha: String = env
+        .raw
+        .query(redis::cmd("SCRIPT").arg("LOAD").arg("return 1"))
+        .await?;
+    let b0 = cmdstat(&env.raw, "evalsha").await?;
+    let (c0, s0) = (own_cpu_secs(), server_cpu_secs(&env.raw).await?);
+    let mut set = JoinSet::new();
+    let start = Instant::now();
+    for _ in 0..TASKS {
+        let raw = env.raw.clone();
+        let sha = sha.clone();
+        set.spawn(async move {
+            for _ in 0..2 * PAIRS {
+                let _: i64 = raw.query(redis::cmd("EVALSHA").arg(&sha).arg(0)).await?;
+            }
+            Ok::<(), redis_locks::Error>(())
+        });
+    }
+    while let Some(r) = set.join_next().await {
+        r??;
+    }
+    let evalsha_ops = (TASKS * 2 * PAIRS) as f64 / start.elapsed().as_secs_f64();
+    let b1 = cmdstat(&env.raw, "evalsha").await?;
+    let (c1, s1) = (own_cpu_secs(), server_cpu_secs(&env.raw).await?);
+    let trivial_us = (b1.1 - b0.1) as f64 / (b1.0 - b0.0).max(1) as f64;
+
+    let mut set = JoinSet::new();
+    let start = Instant::now();
+    for t in 0..TASKS {
+        let prim = Prim::Mutex(env.client.mutex(&format!("{W}-{run}-{t}")));
+        set.spawn(async move {
+            for _ in 0..PAIRS {
+                prim.acquire().await?.release().await?;
+            }
+            Ok::<(), redis_locks::Error>(())
+        });
+    }
+    while let Some(r) = set.join_next().await {
+        r??;
+    }
+    let elapsed = start.elapsed();
+    let pairs_per_s = (TASKS * PAIRS) as f64 / elapsed.as_secs_f64();
+    let b2 = cmdstat(&env.raw, "evalsha").await?;
+    let (c2, s2) = (own_cpu_secs(), server_cpu_secs(&env.raw).await?);
+    let n_ops = (TASKS * 2 * PAIRS) as f64;
+    let n_pairs = (TASKS * PAIRS) as f64;
+    let pair_us = (b2.1 - b1.1) as f64 / (TASKS * PAIRS) as f64;
+    // The share of the wall time the server spent inside the lock scripts: near 100% means
+    // the single-threaded server, not the client or the connection, sets the pace.
+    let busy = (b2.1 - b1.1) as f64 / (elapsed.as_secs_f64() * 1e6) * 100.0;
+    Ok(vec![
+        Row::new(W, "pairs_per_s", pairs_per_s, "1/s")
+            .vs("evalsha_ops_per_s", evalsha_ops)
+            .target(Target::RatioAtLeast(0.45)),
+        Row::new(W, "server_usec_per_pair", pair_us, "usec").vs("trivial_evalsha_usec", trivial_us),
+        Row::new(W, "server_busy_pct", busy, "%"),
+        Row::new(
+            W,
+            "server_cpu_usec_per_pair",
+            (s2 - s1) * 1e6 / n_pairs,
+            "usec",
+        )
+        .vs("server_cpu_usec_per_evalsha", (s1 - s0) * 1e6 / n_ops),
+        Row::new(
+            W,
+            "client_cpu_usec_per_pair",
+            (c2 - c1) * 1e6 / n_pairs,
+            "usec",
+        )
+        .vs("client_cpu_usec_per_evalsha", (c1 - c0) * 1e6 / n_ops),
+    ])
+}
+
+struct Contended {
+    gaps: Vec<f64>,
+    /// Duration of the holders' `release()` calls (one round trip plus the script).
+    releases: Vec<f64>,
+    counts: Vec<usize>,
+    elapsed: Duration,
+}
+
+/// `tasks` tasks on the two clients take turns on one lock, holding `hold` each time, until
+/// `total` acquisitions were made. Hand-off gap: from a holder's `release()` call to the next
+/// grant's return (matched in release order, which is grant order when every permit is busy).
+async fn contend(
+    make: impl Fn(&LockClient) -> Prim,
+    env: &Env,
+    tasks: usize,
+    total: usize,
+    hold: Duration,
+) -> BoxResult<Contended> {
+    let counter = Arc::new(AtomicUsize::new(0));
+    let releases: Arc<StdMutex<VecDeque<Instant>>> = Arc::default();
+    let gaps: Arc<StdMutex<Vec<f64>>> = Arc::default();
+    let release_calls: Arc<StdMutex<Vec<f64>>> = Arc::default();
+    let mut set = JoinSet::new();
+    let start = Instant::now();
+    for t in 0..tasks {
+        let prim = make(env.clients()[t % 2]);
+        let (counter, releases, gaps) = (counter.clone(), releases.clone(), gaps.clone());
+        let release_calls = release_calls.clone();
+        set.spawn(async move {
+            let mut mine = 0usize;
+            loop {
+                let guard = prim.acquire().await?;
+                let granted = Instant::now();
+                let n = counter.fetch_add(1, Ordering::SeqCst);
+                let released = releases
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .pop_front();
+                if n >= total {
+                    guard.release().await?;
+                    break;
+                }
+                if let Some(r) = released {
+                    gaps.lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(ms(granted - r));
+                }
+                mine += 1;
+                tokio::time::sleep(hold).await;
+                let release_start = Instant::now();
+                releases
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push_back(release_start);
+                guard.release().await?;
+                release_calls
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(ms(release_start.elapsed()));
+            }
+            Ok::<usize, redis_locks::Error>(mine)
+        });
+    }
+    let mut counts = Vec::new();
+    while let Some(r) = set.join_next().await {
+        counts.push(r??);
+    }
+    let elapsed = start.elapsed();
+    let gaps = std::mem::take(&mut *gaps.lock().unwrap_or_else(|p| p.into_inner()));
+    let release_calls =
+        std::mem::take(&mut *release_calls.lock().unwrap_or_else(|p| p.into_inner()));
+    Ok(Contended {
+        gaps: sorted(gaps),
+        releases: sorted(release_calls),
+        counts,
+        elapsed,
+    })
+}
+
+async fn contended(env: &Env, run: usize, fair: bool) -> BoxResult<Vec<Row>> {
+    let w: &'static str = if fair {
+        "contended_fair"
+    } else {
+        "contended_mutex"
+    };
+    const TOTAL: usize = 2000;
+    let ping = ping_p50(&env.raw, 1000).await?;
+    let name = format!("{w}-{run}");
+    let c = contend(
+        |client| {
+            if fair {
+                Prim::Fair(client.fair_lock(&name))
+            } else {
+                Prim::Mutex(client.mutex(&name))
+            }
+        },
+        env,
+        8,
+        TOTAL,
+        Duration::from_millis(1),
+    )
+    .await?;
+    let min = c.counts.iter().copied().min().unwrap_or(0) as f64;
+    let max = c.counts.iter().copied().max().unwrap_or(0) as f64;
+    let mean = TOTAL as f64 / 8.0;
+    let (tmin, tmax) = if fair {
+        (Target::AtLeast(mean - 1.0), Target::AtMost(mean + 1.0))
+    } else {
+        (Target::None, Target::None)
+    };
+    Ok(vec![
+        Row::new(w, "handoff_p50_ms", pct(&c.gaps, 0.5), "ms")
+            .vs("ping_p50_ms", ping)
+            .target(Target::RatioAtMost(3.0)),
+        Row::new(w, "handoff_p99_ms", pct(&c.gaps, 0.99), "ms").vs("ping_p50_ms", ping),
+        Row::new(w, "release_call_p50_ms", pct(&c.releases, 0.5), "ms").vs("ping_p50_ms", ping),
+        Row::new(w, "per_task_min", min, "count").target(tmin),
+        Row::new(w, "per_task_max", max, "count").target(tmax),
+        Row::new(
+            w,
+            "acquisitions_per_s",
+            TOTAL as f64 / c.elapsed.as_secs_f64(),
+            "1/s",
+        ),
+    ])
+}
+
+struct ReadRecord {
+    started: Instant,
+    granted: Instant,
+    released: Instant,
+}
+
+async fn writer_wait(env: &Env, run: usize) -> BoxResult<Vec<Row>> {
+    const W: &str = "writer_wait";
+    let name = format!("{W}-{run}");
+    let stop = Arc::new(AtomicBool::new(false));
+    let reads: Arc<StdMutex<Vec<ReadRecord>>> = Arc::default();
+    let mut readers = JoinSet::new();
+    for _ in 0..6 {
+        let rw: RwLock = env.client.rwlock(&name);
+        let (stop, reads) = (stop.clone(), reads.clone());
+        readers.spawn(async move {
+            while !stop.load(Ordering::SeqCst) {
+                let started = Instant::now();
+                let g = rw.read().await?;
+                let granted = Instant::now();
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                let released = Instant::now();
+                g.release().await?;
+                reads
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(ReadRecord {
+                        started,
+                        granted,
+                        released,
+                    });
+            }
+            Ok::<(), redis_locks::Error>(())
+        });
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    // The writer is another process (client B). A watcher on client A finds the moment its
+    // announcement is visible on the server: the first inspect that lists it as a waiter.
+    let writer_done = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let rw = env.client.rwlock(&name);
+        let done = writer_done.clone();
+        tokio::spawn(async move {
+            while !done.load(Ordering::SeqCst) {
+                let info = rw.inspect().await?;
+                if !info.waiters.is_empty() {
+                    return Ok(Some(Instant::now()));
+                }
+            }
+            Ok::<Option<Instant>, redis_locks::Error>(None)
+        })
+    };
+    let writer = env.client_b.rwlock(&name);
+    let asked = Instant::now();
+    let wg = writer.write().await?;
+    let write_granted = Instant::now();
+    writer_done.store(true, Ordering::SeqCst);
+    stop.store(true, Ordering::SeqCst);
+    let visible = watcher.await??;
+    wg.release().await?;
+    while let Some(r) = readers.join_next().await {
+        r??;
+    }
+    let reads = std::mem::take(&mut *reads.lock().unwrap_or_else(|p| p.into_inner()));
+    let holds = sorted(reads.iter().map(|r| ms(r.released - r.granted)).collect());
+    // A read that started after the announcement was visible reached the server after it, so
+    // writer preference must refuse it until the writer is through.
+    let after = visible
+        .map(|v| {
+            reads
+                .iter()
+                .filter(|r| r.started >= v && r.granted <= write_granted)
+                .count()
+        })
+        .unwrap_or(0);
+    let hold_p50 = pct(&holds, 0.5);
+    Ok(vec![
+        Row::new(W, "writer_wait_ms", ms(write_granted - asked), "ms")
+            .vs("read_hold_ms", hold_p50)
+            .target(Target::AtMostBaselinePlus(2.0)),
+        Row::new(W, "read_hold_ms", hold_p50, "ms"),
+        Row::new(W, "reads_after_register", after as f64, "count").target(Target::Equals(0.0)),
+    ])
+}
+
+async fn fifo(env: &Env, run: usize, w: &'static str, hold: Duration) -> BoxResult<Vec<Row>> {
+    const WAITERS: usize = 8;
+    let name = format!("{w}-{run}");
+    let ping = ping_p50(&env.raw, 500).await?;
+    let fair = env.client.fair_lock(&name);
+    // Warm-up on another name so the waiters' scripts and the channel path are hot.
+    {
+        let warm = env.client.fair_lock(&format!("{name}-warm"));
+        warm.lock().await?.release().await?;
+    }
+    let first = fair.lock().await?;
+    let t0 = Instant::now();
+    let seq = Arc::new(AtomicUsize::new(0));
+    let mut set = JoinSet::new();
+    for i in 0..WAITERS {
+        let fair = fair.clone();
+        let seq = seq.clone();
+        set.spawn(async move {
+            tokio::time::sleep_until((t0 + Duration::from_millis(10 * (i as u64 + 1))).into())
+                .await;
+            let g = fair.lock().await?;
+            let granted = Instant::now();
+            let order = seq.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(hold).await;
+            let hold_end = Instant::now();
+            g.release().await?;
+            Ok::<_, redis_locks::Error>((i, order, granted, hold_end))
+        });
+    }
+    tokio::time::sleep_until((t0 + Duration::from_millis(200)).into()).await;
+    let release_start = Instant::now();
+    first.release().await?;
+    let mut done = Vec::new();
+    while let Some(r) = set.join_next().await {
+        done.push(r??);
+    }
+    done.sort_by_key(|d| d.0);
+    let mut inversions = 0;
+    for a in 0..done.len() {
+        for b in a + 1..done.len() {
+            if done[a].1 > done[b].1 {
+                inversions += 1;
+            }
+        }
+    }
+    let first_grant = done.iter().map(|d| d.2).min().unwrap_or(release_start);
+    let last_end = done.iter().map(|d| d.3).max().unwrap_or(release_start);
+    let holds: f64 = done.iter().map(|d| ms(d.3 - d.2)).sum();
+    let all_done = ms(last_end - release_start);
+    let overhead_target = if hold < Duration::from_millis(10) {
+        Target::AtMost(3.0)
+    } else {
+        Target::None
+    };
+    Ok(vec![
+        Row::new(w, "inversions", inversions as f64, "count").target(Target::Equals(0.0)),
+        Row::new(
+            w,
+            "release_to_first_grant_ms",
+            ms(first_grant - release_start),
+            "ms",
+        )
+        .vs("ping_p50_ms", ping),
+        Row::new(w, "all_done_ms", all_done, "ms"),
+        Row::new(w, "handoff_overhead_ms", all_done - holds, "ms").target(overhead_target),
+    ])
+}
+
+async fn semaphore(env: &Env, run: usize) -> BoxResult<Vec<Row>> {
+    const W: &str = "semaphore";
+    let ping = ping_p50(&env.raw, 1000).await?;
+    let mutex = Prim::Mutex(env.client.mutex(&format!("{W}-{run}-mutex")));
+    let sem = Prim::Sem(env.client.semaphore(&format!("{W}-{run}-sem"), 4));
+    pairs(&mutex, 100).await?;
+    pairs(&sem, 100).await?;
+    let (m, _) = pairs(&mutex, 2000).await?;
+    let (s, s_elapsed) = pairs(&sem, 2000).await?;
+    let name = format!("{W}-{run}-contended");
+    const TOTAL: usize = 1000;
+    let c = contend(
+        |client| Prim::Sem(client.semaphore(&name, 2)),
+        env,
+        8,
+        TOTAL,
+        Duration::from_millis(1),
+    )
+    .await?;
+    Ok(vec![
+        Row::new(W, "pair_p50_ms", pct(&s, 0.5), "ms").vs("mutex_pair_p50_ms", pct(&m, 0.5)),
+        Row::new(W, "pairs_per_s", 2000.0 / s_elapsed.as_secs_f64(), "1/s"),
+        Row::new(W, "handoff_p50_ms", pct(&c.gaps, 0.5), "ms")
+            .vs("ping_p50_ms", ping)
+            .target(Target::RatioAtMost(3.0)),
+        Row::new(W, "handoff_p99_ms", pct(&c.gaps, 0.99), "ms").vs("ping_p50_ms", ping),
+        Row::new(W, "release_call_p50_ms", pct(&c.releases, 0.5), "ms").vs("ping_p50_ms", ping),
+        Row::new(
+            W,
+            "acquisitions_per_s",
+            TOTAL as f64 / c.elapsed.as_secs_f64(),
+            "1/s",
+        ),
+    ])
+}
+
+// --- server_cost ------------------------------------------------------------------------------
+//
+// Redis's CPU per call is the `duration` that `INFO commandstats` sums into `usec`. Every script
+// runs as EVALSHA, so commandstats lumps them together; and reading INFO between single calls
+// leaves each call running with cold caches (it measured about twice the in-loop cost). So the
+// per-call durations are read from the slow log with a threshold of 0 (the same `duration`,
+// one entry per call), the steps running back to back as they do in use, and attributed to
+// steps by their order. The slow log settings are restored afterwards.
+
+/// Which step each EVALSHA (or SET/DEL) sent, in order; `None`: setup, not measured.
+#[derive(Default)]
+struct Steps(Vec<Option<usize>>);
+
+/// Runs `$e` (exactly one command on the server), recording it as step `$i`.
+macro_rules! step {
+    ($steps:expr, $i:expr, $e:expr) => {{
+        $steps.0.push($i);
+        $e
+    }};
+}
+
+async fn slowlog_reset(raw: &RedisStore) -> BoxResult<()> {
+    let _: String = raw.query(redis::cmd("SLOWLOG").arg("RESET")).await?;
+    Ok(())
+}
+
+/// Per-step medians (usec) of the calls named `cmds` logged since the last reset.
+async fn slowlog_costs(
+    raw: &RedisStore,
+    cmds: &[&str],
+    steps: &Steps,
+    n_steps: usize,
+) -> BoxResult<Vec<f64>> {
+    let entries: Vec<redis::Value> = raw
+        .query(redis::cmd("SLOWLOG").arg("GET").arg(1_000_000))
+        .await?;
+    let mut calls: Vec<(i64, i64)> = Vec::new();
+    for e in &entries {
+        let redis::Value::Array(fields) = e else {
+            continue;
+        };
+        let (
+            Some(redis::Value::Int(id)),
+            Some(redis::Value::Int(usec)),
+            Some(redis::Value::Array(args)),
+        ) = (fields.first(), fields.get(2), fields.get(3))
+        else {
+            continue;
+        };
+        let name = match args.first() {
+            Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).to_uppercase(),
+            Some(redis::Value::SimpleString(s)) => s.to_uppercase(),
+            _ => continue,
+        };
+        if cmds.contains(&name.as_str()) {
+            calls.push((*id, *usec));
+        }
+    }
+    calls.sort_unstable();
+    if calls.len() != steps.0.len() {
+        return Err(format!(
+            "slow log holds {} {cmds:?} calls, the bench sent {} (another client on this server?)",
+            calls.len(),
+            steps.0.len()
+        )
+        .into());
+    }
+    let mut per: Vec<Vec<f64>> = vec![Vec::new(); n_steps];
+    for ((_, usec), step) in calls.iter().zip(steps.0.iter()) {
+        if let Some(i) = step {
+            per[*i].push(*usec as f64);
+        }
+    }
+    Ok(per.into_iter().map(median).collect())
+}
+
+const LONG: Duration = Duration::from_secs(600);
+
+fn long_claim(slot: Slot) -> Claim {
+    Claim::new(slot, LONG, LONG, Policy::Writer)
+}
+
+const FAIR: Slot = Slot::Ticket {
+    weight: 1,
+    capacity: 1,
+};
+
+/// Queues `k` waiters (refused, waiting claims with a long heartbeat) directly on the store.
+async fn enqueue(
+    store: &Arc<dyn Store>,
+    keys: &LockKeys,
+    slot: Slot,
+    k: usize,
+) -> BoxResult<Vec<Claim>> {
+    const WORKERS: usize = 32;
+    let mut set = JoinSet::new();
+    for w in 0..WORKERS {
+        let share = k / WORKERS + usize::from(w < k % WORKERS);
+        let (store, keys) = (store.clone(), keys.clone());
+        set.spawn(async move {
+            let mut mine = Vec::with_capacity(share);
+            for _ in 0..share {
+                let c = long_claim(slot);
+                match store.acquire(&keys, &c, true, None).await? {
+                    Acquire::Busy(_) => mine.push(c),
+                    Acquire::Granted(_) => return Err("a background waiter was granted".into()),
+                }
+            }
+            Ok::<Vec<Claim>, BoxError>(mine)
+        });
+    }
+    let mut all = Vec::with_capacity(k);
+    while let Some(r) = set.join_next().await {
+        all.extend(r??);
+    }
+    Ok(all)
+}
+
+fn expect_granted(a: Acquire, what: &str) -> BoxResult<()> {
+    match a {
+        Acquire::Granted(_) => Ok(()),
+        Acquire::Busy(_) => Err(format!("{what}: expected a grant").into()),
+    }
+}
+
+async fn delete_lock_keys(env: &Env, keys: &LockKeys) -> BoxResult<()> {
+    let mut cmd = redis::cmd("DEL");
+    for k in keys.lease_lock().iter().chain(keys.ticket_queue().iter()) {
+        cmd.arg(k);
+    }
+    let _: i64 = env.raw.query(&cmd).await?;
+    Ok(())
+}
+
+/// Steps of the FairLock (queue_* scripts) and of the Mutex (rw_* scripts), in table order.
+const FAIR_OPS: [&str; 6] = [
+    "fair_acquire_join",
+    "fair_acquire_heartbeat",
+    "fair_release_leave",
+    "fair_extend",
+    "fair_release",
+    "fair_acquire_grant",
+];
+const MUTEX_OPS: [&str; 5] = [
+    "mutex_acquire_wait",
+    "mutex_release_leave",
+    "mutex_extend",
+    "mutex_release",
+    "mutex_acquire_grant",
+];
+/// Waiters queued behind the holder. 1 shows what a hand-off itself costs, next to 0 (no one
+/// to hand off to) and the long queues.
+const SIZES: [usize; 4] = [0, 1, 1000, 10000];
+const COST_SAMPLES: usize = 100;
+
+async fn fair_costs(env: &Env, name: &str, k: usize) -> BoxResult<Vec<f64>> {
+    let raw = &env.raw;
+    let store = env.client.store();
+    let keys = env.client.keys(name)?;
+    let mut holder = long_claim(FAIR);
+    expect_granted(store.acquire(&keys, &holder, true, None).await?, "holder")?;
+    let mut queued: HashMap<String, Claim> = enqueue(store, &keys, FAIR, k)
+        .await?
+        .into_iter()
+        .map(|c| (c.token.clone(), c))
+        .collect();
+    let mut steps = Steps::default();
+    slowlog_reset(raw).await?;
+    for _ in 0..COST_SAMPLES {
+        let j = long_claim(FAIR);
+        step!(steps, Some(0), store.acquire(&keys, &j, true, None).await?);
+        step!(steps, Some(1), store.acquire(&keys, &j, true, None).await?);
+        step!(steps, Some(2), store.release(&keys, &j, None).await?);
+        step!(
+            steps,
+            Some(3),
+            store.extend(&keys, &holder, LONG, None).await?
+        );
+        // Releasing hands the lock to the head of the queue (if any), which then claims it.
+        step!(steps, Some(4), store.release(&keys, &holder, None).await?);
+        let next = if k == 0 {
+            long_claim(FAIR)
+        } else {
+            let h: Vec<String> = raw
+                .query(redis::cmd("ZRANGE").arg(keys.key("h")).arg(0).arg(-1))
+                .await?;
+            let token = h.first().ok_or("nobody was promoted")?;
+            queued
+                .remove(token)
+                .ok_or("the promoted waiter is not ours")?
+        };
+        let granted = step!(
+            steps,
+            Some(5),
+            store.acquire(&keys, &next, true, None).await?
+        );
+        expect_granted(granted, "fair_acquire_grant")?;
+        holder = next;
+        if k > 0 {
+            // Keep the queue at k waiters.
+            let c = long_claim(FAIR);
+            step!(steps, None, store.acquire(&keys, &c, true, None).await?);
+            queued.insert(c.token.clone(), c);
+        }
+    }
+    let costs = slowlog_costs(raw, &["EVALSHA"], &steps, FAIR_OPS.len()).await?;
+    delete_lock_keys(env, &keys).await?;
+    Ok(costs)
+}
+
+async fn mutex_costs(env: &Env, name: &str, k: usize) -> BoxResult<Vec<f64>> {
+    let raw = &env.raw;
+    let store = env.client.store();
+    let keys = env.client.keys(name)?;
+    let mut holder = long_claim(Slot::Write);
+    expect_granted(store.acquire(&keys, &holder, true, None).await?, "holder")?;
+    // Waiting mutex claims announce themselves in the waiting-writer set.
+    let mut waiting = enqueue(store, &keys, Slot::Write, k).await?;
+    let mut steps = Steps::default();
+    slowlog_reset(raw).await?;
+    for _ in 0..COST_SAMPLES {
+        let j = long_claim(Slot::Write);
+        step!(steps, Some(0), store.acquire(&keys, &j, true, None).await?);
+        step!(steps, Some(1), store.release(&keys, &j, None).await?);
+        step!(
+            steps,
+            Some(2),
+            store.extend(&keys, &holder, LONG, None).await?
+        );
+        step!(steps, Some(3), store.release(&keys, &holder, None).await?);
+        // One of the waiting writers (or a newcomer when none wait) takes the lock.
+        let next = waiting.pop().unwrap_or_else(|| long_claim(Slot::Write));
+        let granted = step!(
+            steps,
+            Some(4),
+            store.acquire(&keys, &next, true, None).await?
+        );
+        expect_granted(granted, "mutex_acquire_grant")?;
+        holder = next;
+        if k > 0 {
+            let c = long_claim(Slot::Write);
+            step!(steps, None, store.acquire(&keys, &c, true, None).await?);
+            waiting.insert(0, c);
+        }
+    }
+    let costs = slowlog_costs(raw, &["EVALSHA"], &steps, MUTEX_OPS.len()).await?;
+    delete_lock_keys(env, &keys).await?;
+    Ok(costs)
+}
+
+async fn config_get(raw: &RedisStore, key: &str) -> BoxResult<String> {
+    let v: HashMap<String, String> = raw.query(redis::cmd("CONFIG").arg("GET").arg(key)).await?;
+    v.get(key)
+        .cloned()
+        .ok_or_else(|| format!("CONFIG GET {key}: no value").into())
+}
+
+async fn config_set(raw: &RedisStore, key: &str, value: &str) -> BoxResult<()> {
+    let _: String = raw
+        .query(redis::cmd("CONFIG").arg("SET").arg(key).arg(value))
+        .await?;
+    Ok(())
+}
+
+async fn server_cost(env: &Env, run: usize) -> BoxResult<Vec<Row>> {
+    let raw = &env.raw;
+    let saved = (
+        config_get(raw, "slowlog-log-slower-than").await?,
+        config_get(raw, "slowlog-max-len").await?,
+    );
+    config_set(raw, "slowlog-log-slower-than", "0").await?;
+    config_set(raw, "slowlog-max-len", "100000").await?;
+    let result = server_cost_steps(env, run).await;
+    config_set(raw, "slowlog-log-slower-than", &saved.0).await?;
+    config_set(raw, "slowlog-max-len", &saved.1).await?;
+    slowlog_reset(raw).await?;
+    result
+}
+
+async fn server_cost_steps(env: &Env, run: usize) -> BoxResult<Vec<Row>> {
+    const W: &str = "server_cost";
+    let raw = &env.raw;
+    // Warm-up: every script used below is loaded, so no sample pays a NOSCRIPT round.
+    // (The slow log then also holds the failed EVALSHA of each reload, so the warm-up's own
+    // tally cannot match; a real error shows again in the measured calls below.)
+    let _ = fair_costs(env, &format!("{W}-{run}-warm-fair"), 0).await;
+    let _ = mutex_costs(env, &format!("{W}-{run}-warm-mutex"), 0).await;
+
+    // The plain-key lock, for comparison: SET NX PX to take it, DEL to drop it.
+    let key = format!("{}:bench-plain-key-{run}", env.prefix);
+    let mut steps = Steps::default();
+    slowlog_reset(raw).await?;
+    for _ in 0..COST_SAMPLES {
+        let _: Option<String> = step!(
+            steps,
+            Some(0),
+            raw.query(
+                redis::cmd("SET")
+                    .arg(&key)
+                    .arg("0123456789abcdef0123456789abcdef")
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(30000)
+            )
+            .await?
+        );
+        let _: i64 = step!(
+            steps,
+            Some(1),
+            raw.query(redis::cmd("DEL").arg(&key)).await?
+        );
+    }
+    let plain = slowlog_costs(raw, &["SET", "DEL"], &steps, 2).await?;
+    let (set_us, del_us) = (plain[0], plain[1]);
+
+    let mut by_size: Vec<Vec<f64>> = Vec::new();
+    for k in SIZES {
+        let mut v = fair_costs(env, &format!("{W}-{run}-fair-{k}"), k).await?;
+        v.extend(mutex_costs(env, &format!("{W}-{run}-mutex-{k}"), k).await?);
+        by_size.push(v);
+    }
+    let mut rows = vec![
+        Row::new(W, "usec_per_call.set_nx_px", set_us, "usec"),
+        Row::new(W, "usec_per_call.del", del_us, "usec"),
+    ];
+    let ops: Vec<&str> = FAIR_OPS.iter().chain(MUTEX_OPS.iter()).copied().collect();
+    for (i, op) in ops.iter().enumerate() {
+        let zero = by_size[0][i];
+        for (s, k) in SIZES.iter().enumerate() {
+            let metric = format!("usec_per_call.{op}.q{k}");
+            let v = by_size[s][i];
+            let row = match k {
+                0 if op.contains("release") => {
+                    Row::new(W, metric, v, "usec").vs("usec_per_call.del", del_us)
+                }
+                0 => Row::new(W, metric, v, "usec").vs("usec_per_call.set_nx_px", set_us),
+                10000 => Row::new(W, metric, v, "usec")
+                    .vs(format!("usec_per_call.{op}.q0"), zero)
+                    .target(Target::RatioAtMost(2.0)),
+                _ => Row::new(W, metric, v, "usec").vs(format!("usec_per_call.{op}.q0"), zero),
+            };
+            rows.push(row);
+        }
+    }
+    Ok(rows)
+}
+
+/// After the runs are merged: the worst 10k/0 ratio of any step, as one row.
+fn server_cost_summary(rows: &[Row]) -> Option<Row> {
+    let worst = rows
+        .iter()
+        .filter(|r| r.workload == "server_cost" && r.metric.ends_with(".q10000"))
+        .filter_map(|r| r.ratio().map(|x| (x, r.metric.clone())))
+        .max_by(|a, b| a.0.total_cmp(&b.0))?;
+    Some(Row::new("server_cost", "max_ratio_10k_0", worst.0, "ratio").target(Target::AtMost(2.0)))
+}
+
+// --- memory -----------------------------------------------------------------------------------
+
+async fn lock_keys_on_server(env: &Env, keys: &LockKeys) -> BoxResult<Vec<String>> {
+    // Every key of a lock starts with the same `<prefix>:{<name>}:` (glob-escaped here).
+    let base = keys.key("");
+    let mut pattern = String::new();
+    for c in base.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern.push('*');
+    let mut cursor: u64 = 0;
+    let mut found = Vec::new();
+    loop {
+        let (next, batch): (u64, Vec<String>) = env
+            .raw
+            .query(
+                redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(&pattern)
+                    .arg("COUNT")
+                    .arg(1000),
+            )
+            .await?;
+        found.extend(batch);
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    found.sort();
+    Ok(found)
+}
+
+async fn memory(env: &Env, run: usize) -> BoxResult<Vec<Row>> {
+    const W: &str = "memory";
+    let c = &env.client;
+    let name = |kind: &str| format!("{W}-{run}-{kind}");
+    let mut guards: Vec<(&'static str, String, Held)> = Vec::new();
+    guards.push((
+        "mutex",
+        name("mutex"),
+        Held::Mutex(c.mutex(&name("mutex")).lock().await?),
+    ));
+    guards.push((
+        "fair_lock",
+        name("fair_lock"),
+        Held::Fair(c.fair_lock(&name("fair_lock")).lock().await?),
+    ));
+    guards.push((
+        "semaphore",
+        name("semaphore"),
+        Held::Sem(c.semaphore(&name("semaphore"), 4).acquire().await?),
+    ));
+    let read = c.rwlock(&name("rwlock_read")).read().await?;
+    let write = c.rwlock(&name("rwlock_write")).write().await?;
+    let kinds = [
+        "mutex",
+        "rwlock_read",
+        "rwlock_write",
+        "fair_lock",
+        "semaphore",
+    ];
+    let mut rows = Vec::new();
+    for kind in kinds {
+        let keys = c.keys(&name(kind))?;
+        let found = lock_keys_on_server(env, &keys).await?;
+        let mut bytes = 0i64;
+        for k in &found {
+            let b: Option<i64> = env
+                .raw
+                .query(
+                    redis::cmd("MEMORY")
+                        .arg("USAGE")
+                        .arg(k)
+                        .arg("SAMPLES")
+                        .arg(0),
+                )
+                .await?;
+            bytes += b.unwrap_or(0);
+        }
+        rows.push(Row::new(
+            W,
+            format!("keys_per_lock.{kind}"),
+            found.len() as f64,
+            "keys",
+        ));
+        rows.push(Row::new(
+            W,
+            format!("bytes_per_lock.{kind}"),
+            bytes as f64,
+            "bytes",
+        ));
+    }
+    for (_, _, g) in guards {
+        g.release().await?;
+    }
+    read.release().await?;
+    write.release().await?;
+    let mut left = 0usize;
+    let mut fences = 0usize;
+    for kind in kinds {
+        let keys = c.keys(&name(kind))?;
+        let found = lock_keys_on_server(env, &keys).await?;
+        left += found.len();
+        fences += found.iter().filter(|k| **k == keys.fence()).count();
+        delete_lock_keys(env, &keys).await?;
+    }
+    rows.push(
+        Row::new(W, "keys_left", left as f64, "keys")
+            .vs("fence_keys", fences as f64)
+            .target(Target::EqualsBaseline),
+    );
+    Ok(rows)
+}
+
+// ---------------------------------------------------------------------------------------------
+
+async fn run_once(env: &Env, workload: &str, run: usize) -> BoxResult<Vec<Row>> {
+    match workload {
+        "uncontended" => uncontended(env, run).await,
+        "parallel" => parallel(env, run).await,
+        "contended_mutex" => contended(env, run, false).await,
+        "contended_fair" => contended(env, run, true).await,
+        "writer_wait" => writer_wait(env, run).await,
+        "fifo" => fifo(env, run, "fifo", Duration::from_millis(5)).await,
+        "fifo_30ms" => fifo(env, run, "fifo_30ms", Duration::from_millis(30)).await,
+        "semaphore" => semaphore(env, run).await,
+        "server_cost" => server_cost(env, run).await,
+        "memory" => memory(env, run).await,
+        other => Err(format!("unknown workload {other}").into()),
+    }
+}
+
+struct Args {
+    json: bool,
+    markdown: bool,
+    only: Option<String>,
+}
+
+fn parse_args() -> BoxResult<Args> {
+    let mut args = Args {
+        json: false,
+        markdown: false,
+        only: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--json" => args.json = true,
+            "--markdown" => args.markdown = true,
+            "--only" => {
+                let name = it.next().ok_or("--only needs a workload name")?;
+                if !WORKLOADS.contains(&name.as_str()) {
+                    return Err(format!(
+                        "unknown workload {name}; one of {}",
+                        WORKLOADS.join(", ")
+                    )
+                    .into());
+                }
+                args.only = Some(name);
+            }
+            "-h" | "--help" => {
+                println!(
+                    "usage: cargo run --release --example bench [-- --json | --markdown] [--only NAME]\n\
+                     workloads: {}\nREDIS_URL: use that server instead of starting one",
+                    WORKLOADS.join(", ")
+                );
+                std::process::exit(0);
+            }
+            other => return Err(format!("unknown argument {other} (try --help)").into()),
+        }
+    }
+    Ok(args)
+}
+
+fn machine() -> String {
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".into());
+    format!("{cpus} CPUs, {model}, load average {load}")
+}
+
+async fn redis_version(raw: &RedisStore) -> String {
+    let v: redis_locks::Result<redis::Value> = raw.query(redis::cmd("INFO").arg("server")).await;
+    let text = match v {
+        Ok(redis::Value::BulkString(b)) => String::from_utf8_lossy(&b).into_owned(),
+        Ok(redis::Value::VerbatimString { text, .. }) => text,
+        _ => String::new(),
+    };
+    text.lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .map(|v| v.trim().to_owned())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+async fn bench(args: &Args, url: &str) -> BoxResult<()> {
+    let prefix = format!("rlbench{}", std::process::id());
+    let env = Env::connect(url, &prefix).await?;
+    let version = redis_version(&env.raw).await;
+    eprintln!(
+        "bench: {} | redis-server {version} at {url} | PING baseline on the locks' own connection",
+        machine()
+    );
+    let started = Instant::now();
+    let mut rows = Vec::new();
+    for &w in WORKLOADS {
+        if args.only.as_deref().is_some_and(|o| o != w) {
+            continue;
+        }
+        let t = Instant::now();
+        let mut runs = Vec::new();
+        for run in 0..RUNS {
+            runs.push(run_once(&env, w, run).await?);
+        }
+        let mut merged = merge_runs(&runs);
+        if w == "server_cost" {
+            if let Some(summary) = server_cost_summary(&merged) {
+                merged.push(summary);
+            }
+        }
+        eprintln!("bench: {w} done in {:.1} s", t.elapsed().as_secs_f64());
+        if args.json {
+            for r in &merged {
+                println!("{}", json_line(r));
+            }
+        }
+        rows.extend(merged);
+    }
+    let total = started.elapsed().as_secs_f64();
+    if !args.json {
+        println!(
+            "machine: {} | redis-server {version} | {RUNS} runs per workload, medians shown\n",
+            machine()
+        );
+        if args.markdown {
+            print_markdown(&rows);
+        } else {
+            print_table(&rows);
+        }
+        let missed: Vec<String> = rows
+            .iter()
+            .filter(|r| r.met() == Some(false))
+            .map(|r| format!("{}/{}", r.workload, r.metric))
+            .collect();
+        println!(
+            "\ntargets met: {} of {}; missed: {}",
+            rows.iter().filter(|r| r.met() == Some(true)).count(),
+            rows.iter().filter(|r| r.met().is_some()).count(),
+            if missed.is_empty() {
+                "none".to_owned()
+            } else {
+                missed.join(", ")
+            }
+        );
+        println!("total: {total:.1} s");
+    }
+    eprintln!("bench: total {total:.1} s");
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> BoxResult<()> {
+    let args = parse_args()?;
+    let (server, url) = match std::env::var("REDIS_URL") {
+        Ok(url) if !url.is_empty() => (None, url),
+        _ => {
+            let s = start_server()?;
+            let url = format!("redis://127.0.0.1:{}/", s.port);
+            (Some(s), url)
+        }
+    };
+    // Ctrl-C: stop the server this bench started (by its pid) before exiting.
+    if let Some(s) = &server {
+        let (pid, dir) = (s.child.id(), s.dir.clone());
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                let _ = Command::new("kill").arg(pid.to_string()).status();
+                let _ = std::fs::remove_dir_all(&dir);
+                std::process::exit(130);
+            }
+        });
+    }
+    let result = bench(&args, &url).await;
+    if server.is_none() {
+        // A shared server: leave nothing behind under this run's prefix.
+        if let Ok(raw) = RedisStore::connect(&url).await {
+            cleanup_prefix(&raw, &format!("rlbench{}", std::process::id())).await;
+        }
+    }
+    drop(server);
+    result
+}
+
+async fn cleanup_prefix(raw: &RedisStore, prefix: &str) {
+    let mut cursor: u64 = 0;
+    loop {
+        let r: redis_locks::Result<(u64, Vec<String>)> = raw
+            .query(
+                redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(format!("{prefix}:*"))
+                    .arg("COUNT")
+                    .arg(1000),
+            )
+            .await;
+        let Ok((next, keys)) = r else { return };
+        if !keys.is_empty() {
+            let _: redis_locks::Result<i64> = raw.query(redis::cmd("DEL").arg(&keys)).await;
+        }
+        if next == 0 {
+            return;
+        }
+        cursor = next;
+    }
+}

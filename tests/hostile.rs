@@ -1,0 +1,406 @@
+//! Hostile input (issue 6): arbitrary lock names and durations (by proptest), and garbage
+//! already stored at a lock's keys. The library answers with typed errors, never panics, and
+//! never touches another lock's keys (a sentinel lock, held by another client, is compared
+//! byte for byte after every case).
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+use redis_locks::keys::MAX_NAME_LEN;
+use redis_locks::{LockClient, MutexGuard, MAX_LEASE, MIN_LEASE};
+use tokio::runtime::Runtime;
+
+use support::RedisServer;
+
+/// A server, two clients and a sentinel lock held by the second client.
+struct World {
+    rt: Runtime,
+    server: RedisServer,
+    c: LockClient,
+    raw: redis::aio::MultiplexedConnection,
+    _sentinel: Vec<MutexGuard>,
+    _sentinel_fair: Vec<redis_locks::FairLockGuard>,
+}
+
+const SENTINEL: &str = "sentinel";
+
+impl World {
+    fn new() -> World {
+        let server = RedisServer::start();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let (c, raw, sentinel, sentinel_fair) = rt.block_on(async {
+            let c = LockClient::connect(&server.url()).await.expect("connect");
+            let other = LockClient::connect(&server.url()).await.expect("connect");
+            // No renewal, so the sentinel's keys change only if something else touches them.
+            let g = other
+                .mutex(SENTINEL)
+                .lease(Duration::from_secs(600))
+                .auto_renew(false)
+                .lock()
+                .await
+                .expect("sentinel");
+            let f = other
+                .fair_lock(SENTINEL)
+                .lease(Duration::from_secs(600))
+                .auto_renew(false)
+                .lock()
+                .await
+                .expect("sentinel fair");
+            let raw = redis::Client::open(server.url())
+                .expect("url")
+                .get_multiplexed_async_connection()
+                .await
+                .expect("raw connection");
+            (c, raw, vec![g], vec![f])
+        });
+        World {
+            rt,
+            server,
+            c,
+            raw,
+            _sentinel: sentinel,
+            _sentinel_fair: sentinel_fair,
+        }
+    }
+
+    /// Every key of the sentinel lock with its serialized value.
+    async fn sentinel_keys(&self) -> BTreeMap<Vec<u8>, Vec<u8>> {
+        self.dump_matching(b"rl:{sentinel}:*").await
+    }
+
+    async fn dump_matching(&self, pattern: &[u8]) -> BTreeMap<Vec<u8>, Vec<u8>> {
+        let mut raw = self.raw.clone();
+        let keys: Vec<Vec<u8>> = redis::cmd("KEYS")
+            .arg(pattern)
+            .query_async(&mut raw)
+            .await
+            .expect("KEYS");
+        let mut out = BTreeMap::new();
+        for k in keys {
+            let v: Vec<u8> = redis::cmd("DUMP")
+                .arg(&k)
+                .query_async(&mut raw)
+                .await
+                .expect("DUMP");
+            out.insert(k, v);
+        }
+        out
+    }
+
+    async fn dump(&self, key: &str) -> Option<Vec<u8>> {
+        let mut raw = self.raw.clone();
+        redis::cmd("DUMP")
+            .arg(key)
+            .query_async(&mut raw)
+            .await
+            .expect("DUMP")
+    }
+
+    async fn raw_cmd(&self, args: &[&str]) {
+        let mut raw = self.raw.clone();
+        let mut cmd = redis::cmd(args[0]);
+        for a in &args[1..] {
+            cmd.arg(*a);
+        }
+        let _: redis::Value = cmd.query_async(&mut raw).await.expect("raw command");
+    }
+}
+
+fn name_strategy() -> impl Strategy<Value = String> {
+    prop_oneof![
+        // Anything, including NUL and multi-byte characters.
+        any::<String>(),
+        // The characters that matter to key layout.
+        "[{}:\\x00 a*?#|]{0,40}",
+        // Around the length limit.
+        (MAX_NAME_LEN - 8..MAX_NAME_LEN + 8).prop_map(|n| "{".repeat(n)),
+        (MAX_NAME_LEN - 2..MAX_NAME_LEN + 2).prop_map(|n| "é".repeat(n / 2)),
+    ]
+}
+
+/// Arbitrary names: valid ones (1 to 1024 bytes) work end to end on every family, others are
+/// refused with `is_invalid_input()` before Redis is asked; the sentinel lock is never touched.
+#[test]
+fn arbitrary_names_are_refused_or_isolated() {
+    let w = World::new();
+    let before = w.rt.block_on(w.sentinel_keys());
+    assert!(before.len() >= 3, "sentinel keys: {:?}", before.keys());
+    let mut runner = TestRunner::new(Config {
+        cases: 64,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    runner
+        .run(&name_strategy(), |name| {
+            prop_assume!(name != SENTINEL);
+            w.rt.block_on(async {
+                let valid = !name.is_empty() && name.len() <= MAX_NAME_LEN;
+                let m = w.c.mutex(&name).lease(Duration::from_secs(5));
+                let f = w.c.fair_lock(&name).lease(Duration::from_secs(5));
+                let r = w.c.rwlock(&name).lease(Duration::from_secs(5));
+                match (m.try_lock().await, valid) {
+                    (Ok(Some(g)), true) => {
+                        assert_eq!(g.name(), name);
+                        assert!(g.release().await.expect("release"));
+                    }
+                    (Err(e), false) => assert!(e.is_invalid_input(), "{e}"),
+                    (other, _) => panic!("mutex {name:?} (valid={valid}): {other:?}"),
+                }
+                match (f.try_lock().await, valid) {
+                    (Ok(Some(g)), true) => assert!(g.release().await.expect("release")),
+                    (Err(e), false) => assert!(e.is_invalid_input(), "{e}"),
+                    (other, _) => panic!("fair lock {name:?} (valid={valid}): {other:?}"),
+                }
+                match (r.try_read().await, valid) {
+                    (Ok(Some(g)), true) => assert!(g.release().await.expect("release")),
+                    (Err(e), false) => assert!(e.is_invalid_input(), "{e}"),
+                    (other, _) => panic!("read {name:?} (valid={valid}): {other:?}"),
+                }
+                assert_eq!(
+                    w.sentinel_keys().await,
+                    before,
+                    "{name:?} touched the sentinel"
+                );
+            });
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+fn duration_strategy() -> impl Strategy<Value = Duration> {
+    prop_oneof![
+        Just(Duration::ZERO),
+        Just(Duration::MAX),
+        Just(MIN_LEASE),
+        Just(MIN_LEASE - Duration::from_nanos(1)),
+        Just(MAX_LEASE),
+        Just(MAX_LEASE + Duration::from_nanos(1)),
+        (0u64..100_000).prop_map(Duration::from_millis),
+        any::<u64>().prop_map(Duration::from_nanos),
+        any::<u64>().prop_map(Duration::from_secs),
+    ]
+}
+
+fn in_range(d: Duration) -> bool {
+    (MIN_LEASE..=MAX_LEASE).contains(&d)
+}
+
+/// Leases, heartbeats, timeouts and extensions from zero to `Duration::MAX`: accepted when in
+/// range, refused with `is_invalid_input()` otherwise; no panic (e.g. an `Instant` overflow).
+#[test]
+fn arbitrary_durations_are_refused_or_work() {
+    let w = World::new();
+    let before = w.rt.block_on(w.sentinel_keys());
+    let mut runner = TestRunner::new(Config {
+        cases: 64,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    // Waits up to a year here; `Duration::MAX` as a wait has its own test below.
+    let wait = prop_oneof![
+        Just(Duration::ZERO),
+        Just(MAX_LEASE),
+        (0u64..100_000).prop_map(Duration::from_millis),
+    ];
+    let strategy = (
+        duration_strategy(),
+        duration_strategy(),
+        wait,
+        duration_strategy(),
+    );
+    runner
+        .run(&strategy, |(lease, heartbeat, wait, extend)| {
+            w.rt.block_on(async {
+                let valid = in_range(lease) && in_range(heartbeat);
+                let m = w.c.mutex("durations").lease(lease).heartbeat(heartbeat);
+                match (m.lock_timeout(wait).await, valid) {
+                    (Ok(mut g), true) => {
+                        match (g.extend(extend).await, in_range(extend)) {
+                            (Ok(true), true) => {}
+                            (Err(e), false) => assert!(e.is_invalid_input(), "{e}"),
+                            (other, _) => panic!("extend({extend:?}): {other:?}"),
+                        }
+                        assert!(g.release().await.expect("release"));
+                    }
+                    (Err(e), false) => assert!(e.is_invalid_input(), "{e}"),
+                    (other, _) => {
+                        panic!("lease {lease:?} heartbeat {heartbeat:?} wait {wait:?}: {other:?}")
+                    }
+                }
+                let s = w.c.semaphore("durations-sem", 2).lease(lease);
+                match (s.try_acquire().await, in_range(lease)) {
+                    (Ok(Some(p)), true) => assert!(p.release().await.expect("release")),
+                    (Err(e), false) => assert!(e.is_invalid_input(), "{e}"),
+                    (other, _) => panic!("semaphore lease {lease:?}: {other:?}"),
+                }
+                assert_eq!(w.sentinel_keys().await, before);
+            });
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Waits longer than the clock can represent (`Duration::MAX`, a common "forever") do not
+/// panic: each `*_timeout` either waits without a deadline or refuses the value with a typed
+/// error.
+#[test]
+fn a_wait_of_duration_max_does_not_panic() {
+    let w = World::new();
+    w.rt.block_on(async {
+        let mut outcomes = Vec::new();
+        for what in ["mutex", "fair lock", "semaphore", "read", "write"] {
+            let c = w.c.clone();
+            let name = format!("forever-{what}");
+            // A panic inside the task is reported as a JoinError instead of ending the test.
+            let task = tokio::spawn(async move {
+                let wait = Duration::MAX;
+                match what {
+                    "mutex" => c.mutex(&name).lock_timeout(wait).await.map(drop),
+                    "fair lock" => c.fair_lock(&name).lock_timeout(wait).await.map(drop),
+                    "semaphore" => c.semaphore(&name, 1).acquire_timeout(wait).await.map(drop),
+                    "read" => c.rwlock(&name).read_timeout(wait).await.map(drop),
+                    _ => c.rwlock(&name).write_timeout(wait).await.map(drop),
+                }
+            });
+            match task.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) if e.is_invalid_input() => {}
+                Ok(Err(e)) => outcomes.push(format!("{what}: unexpected error {e}")),
+                Err(e) => outcomes.push(format!("{what}: panicked ({e})")),
+            }
+        }
+        assert!(outcomes.is_empty(), "{outcomes:#?}");
+    });
+}
+
+/// Which operations read a key, by suffix: the lease-lock family or the ticket queue.
+fn queue_key(suffix: &str) -> bool {
+    matches!(suffix, "h" | "q" | "hb" | "tk" | "cap")
+}
+
+/// Foreign data of the wrong type at each key of both families (and the shared fence): every
+/// operation on that family fails with `is_wrong_type()`, and the key is left as it was.
+#[test]
+fn wrong_types_at_every_key_are_reported_and_kept() {
+    let w = World::new();
+    let before = w.rt.block_on(w.sentinel_keys());
+    w.rt.block_on(async {
+        let mut failures = Vec::new();
+        for suffix in ["w", "r", "wq", "fence", "h", "q", "hb", "tk", "cap"] {
+            let zset = matches!(suffix, "r" | "wq" | "h" | "q" | "hb");
+            let name = format!("wt-{suffix}");
+            let key = format!("rl:{{{name}}}:{suffix}");
+            // A string where a sorted set belongs, a list where a string belongs.
+            if zset {
+                w.raw_cmd(&["SET", &key, "foreign"]).await;
+            } else {
+                w.raw_cmd(&["RPUSH", &key, "foreign"]).await;
+            }
+            let kept = w.dump(&key).await;
+            let mut outcomes: Vec<(&str, redis_locks::Result<bool>)> = Vec::new();
+            if !queue_key(suffix) {
+                let m = w.c.mutex(&name);
+                outcomes.push(("mutex", m.try_lock().await.map(|g| g.is_some())));
+                let r = w.c.rwlock(&name);
+                outcomes.push(("read", r.try_read().await.map(|g| g.is_some())));
+                outcomes.push(("inspect", m.inspect().await.map(|_| true)));
+            }
+            if queue_key(suffix) || suffix == "fence" {
+                let f = w.c.fair_lock(&name);
+                outcomes.push(("fair", f.try_lock().await.map(|g| g.is_some())));
+                let s = w.c.semaphore(&name, 3);
+                outcomes.push(("semaphore", s.try_acquire().await.map(|g| g.is_some())));
+                outcomes.push(("inspect queue", f.inspect().await.map(|_| true)));
+            }
+            for (what, outcome) in outcomes {
+                match outcome {
+                    Err(e) if e.is_wrong_type() => {}
+                    other => failures.push(format!("{key} ({what}): {other:?}")),
+                }
+            }
+            assert_eq!(w.dump(&key).await, kept, "{key} was overwritten");
+        }
+        assert!(
+            failures.is_empty(),
+            "not reported as wrong type: {failures:#?}"
+        );
+    });
+    assert_eq!(w.rt.block_on(w.sentinel_keys()), before);
+}
+
+/// Values of the right type that the library did not write: typed errors (never a panic, never
+/// an untyped `Error::Redis`), keys kept.
+#[test]
+fn malformed_values_are_reported_and_kept() {
+    let w = World::new();
+    let before = w.rt.block_on(w.sentinel_keys());
+    w.rt.block_on(async {
+        let mut failures = Vec::new();
+        let cases: &[(&str, &[&str])] = &[
+            ("mal-w", &["SET", "rl:{mal-w}:w", "garbage"]),
+            ("mal-w2", &["SET", "rl:{mal-w2}:w", "12|"]),
+            ("mal-fence", &["SET", "rl:{mal-fence}:fence", "abc"]),
+            ("mal-cap", &["SET", "rl:{mal-cap}:cap", "-5"]),
+            ("mal-cap2", &["SET", "rl:{mal-cap2}:cap", "abc"]),
+        ];
+        for (name, set) in cases {
+            w.raw_cmd(set).await;
+            let key = set[1];
+            let kept = w.dump(key).await;
+            let outcome = if key.ends_with(":cap") {
+                w.c.fair_lock(name).try_lock().await.map(|g| g.is_some())
+            } else {
+                w.c.mutex(name).try_lock().await.map(|g| g.is_some())
+            };
+            match outcome {
+                Err(e) if e.is_wrong_type() => {}
+                other => failures.push(format!("{set:?}: {other:?}")),
+            }
+            assert_eq!(w.dump(key).await, kept, "{key} was overwritten");
+        }
+        assert!(
+            failures.is_empty(),
+            "not reported as wrong type: {failures:#?}"
+        );
+    });
+    assert_eq!(w.rt.block_on(w.sentinel_keys()), before);
+}
+
+/// Foreign members in the ticket queue's sorted sets (`abc#notanumber`): no panic, the foreign
+/// member is kept, and the answer is a typed error or a refusal (the member counts as a holder).
+#[test]
+fn malformed_queue_members_do_not_panic_or_vanish() {
+    let w = World::new();
+    w.rt.block_on(async {
+        let far = "99999999999999";
+        for (name, key) in [("mal-h", "rl:{mal-h}:h"), ("mal-q", "rl:{mal-q}:q")] {
+            w.raw_cmd(&["ZADD", key, far, "abc#notanumber"]).await;
+            let f = w.c.fair_lock(name);
+            match f.try_lock().await {
+                Ok(None) => {}
+                Err(e) if e.is_wrong_type() => {}
+                other => panic!("{key}: a foreign member was ignored: {other:?}"),
+            }
+            let mut raw = w.raw.clone();
+            let score: Option<String> = redis::cmd("ZSCORE")
+                .arg(key)
+                .arg("abc#notanumber")
+                .query_async(&mut raw)
+                .await
+                .expect("ZSCORE");
+            assert!(score.is_some(), "{key}: the foreign member was removed");
+            // Inspect shows it, without panicking on the member's format.
+            let info = f.inspect().await;
+            assert!(info.is_ok() || info.as_ref().is_err_and(|e| e.is_wrong_type()));
+        }
+    });
+    drop(w.server);
+}

@@ -1,0 +1,328 @@
+//! Security (issue 6): the library works as a Redis ACL user restricted to the lock key
+//! prefix, its wake-up channels and the commands it needs (the rule documented in
+//! docs/RELIABILITY.md), and over TLS (`rediss://`, feature `tls`) against a local
+//! redis-server with certificates generated for the test.
+
+mod support;
+
+use std::time::Duration;
+
+use redis_locks::LockClient;
+use tokio::time::timeout;
+
+use support::RedisServer;
+
+/// The minimal ACL rule for a user of redis-locks with the default prefix `rl`, found by
+/// trial: scripts by SHA (loaded on `NOSCRIPT`), the commands the scripts call, pub/sub for
+/// wake-ups, and the connection handshake. Keep in sync with docs/RELIABILITY.md.
+const ACL_RULE: &[&str] = &[
+    "on",
+    ">secret",
+    "resetkeys",
+    "~rl:*",
+    "resetchannels",
+    "&rl:*",
+    "-@all",
+    "+hello",
+    "+evalsha",
+    "+script|load",
+    "+subscribe",
+    "+unsubscribe",
+    "+time",
+    "+type",
+    "+get",
+    "+set",
+    "+del",
+    "+incr",
+    "+pexpire",
+    "+publish",
+    "+zadd",
+    "+zcard",
+    "+zrange",
+    "+zrangebyscore",
+    "+zrank",
+    "+zrem",
+    "+zremrangebyscore",
+    "+zscore",
+];
+
+fn acl_server() -> RedisServer {
+    let server = RedisServer::start();
+    let mut args = vec!["ACL", "SETUSER", "locks"];
+    args.extend_from_slice(ACL_RULE);
+    assert_eq!(server.cli(&args), "OK");
+    server
+}
+
+fn acl_url(server: &RedisServer) -> String {
+    format!("redis://locks:secret@127.0.0.1:{}/", server.port())
+}
+
+/// Every primitive works as the restricted user: mutex, RwLock (writer, reader and fair
+/// preference, downgrade), fair lock with a waiter woken by pub/sub, semaphore, inspect,
+/// force release, and script reloading after `SCRIPT FLUSH`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_primitive_works_as_a_restricted_acl_user() {
+    let server = acl_server();
+    let url = acl_url(&server);
+    let a = LockClient::connect(&url).await.expect("connect as locks");
+    let b = LockClient::connect(&url).await.expect("connect as locks");
+
+    let g = a.mutex("acl-m").lock().await.expect("mutex");
+    assert!(b.mutex("acl-m").try_lock().await.expect("try").is_none());
+    assert_eq!(
+        b.mutex("acl-m")
+            .inspect()
+            .await
+            .expect("inspect")
+            .holders
+            .len(),
+        1
+    );
+    // A waiter on another connection is woken by the release (pub/sub allowed).
+    let waiter = {
+        let m = b.mutex("acl-m").retry_interval(Duration::from_secs(60));
+        tokio::spawn(async move { m.lock().await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(g.release().await.expect("release"));
+    let g = timeout(Duration::from_secs(15), waiter)
+        .await
+        .expect("woken by the release")
+        .expect("task")
+        .expect("lock");
+    assert!(g.release().await.expect("release"));
+
+    for pref in [
+        redis_locks::Preference::Writer,
+        redis_locks::Preference::Reader,
+        redis_locks::Preference::Fair,
+    ] {
+        let lock = a.rwlock(&format!("acl-rw-{pref:?}")).preference(pref);
+        let w = lock.write().await.expect("write");
+        let r = redis_locks::WriteGuard::downgrade(w)
+            .await
+            .expect("downgrade");
+        let r2 = lock.read().await.expect("read");
+        assert!(r.release().await.expect("release"));
+        assert!(r2.release().await.expect("release"));
+    }
+
+    let f = a.fair_lock("acl-f").lock().await.expect("fair");
+    let next = {
+        let fl = b.fair_lock("acl-f");
+        tokio::spawn(async move { fl.lock().await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(f.release().await.expect("release"));
+    let f2 = timeout(Duration::from_secs(15), next)
+        .await
+        .expect("fair waiter granted")
+        .expect("task")
+        .expect("fair lock");
+    assert!(f2.release().await.expect("release"));
+
+    let s = a.semaphore("acl-s", 2);
+    let p = s.acquire_many(2).await.expect("permits");
+    assert!(s.try_acquire().await.expect("try").is_none());
+    assert!(p.release().await.expect("release"));
+
+    let held = a.mutex("acl-forced").lock().await.expect("lock");
+    assert!(b.force_release("acl-forced").await.expect("force release") >= 1);
+    drop(held);
+
+    // Scripts come back after a flush (SCRIPT LOAD is allowed).
+    server.cli(&["SCRIPT", "FLUSH"]);
+    let g = a
+        .mutex("acl-m")
+        .lock()
+        .await
+        .expect("lock after SCRIPT FLUSH");
+    assert!(g.release().await.expect("release"));
+}
+
+/// The restricted user cannot read or write keys outside the prefix, nor run other commands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_acl_user_cannot_touch_other_keys() {
+    let server = acl_server();
+    server.cli(&["SET", "app:secret", "s3cret"]);
+    let client = redis::Client::open(acl_url(&server)).expect("url");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect as locks");
+    let read: redis::RedisResult<Option<String>> = redis::cmd("GET")
+        .arg("app:secret")
+        .query_async(&mut conn)
+        .await;
+    let err = read.expect_err("GET outside the prefix is denied");
+    assert_eq!(err.code(), Some("NOPERM"), "{err}");
+    let write: redis::RedisResult<()> = redis::cmd("SET")
+        .arg("app:other")
+        .arg("x")
+        .query_async(&mut conn)
+        .await;
+    assert_eq!(write.expect_err("SET denied").code(), Some("NOPERM"));
+    let flush: redis::RedisResult<()> = redis::cmd("FLUSHALL").query_async(&mut conn).await;
+    assert_eq!(flush.expect_err("FLUSHALL denied").code(), Some("NOPERM"));
+    // EVAL of arbitrary code is not in the rule.
+    let eval: redis::RedisResult<i64> = redis::cmd("EVAL")
+        .arg("return 1")
+        .arg(0)
+        .query_async(&mut conn)
+        .await;
+    assert_eq!(eval.expect_err("EVAL denied").code(), Some("NOPERM"));
+    // The lock keys are reachable, but a lock name cannot escape the prefix either: its keys
+    // are `rl:{<name>}:...` whatever the name.
+    let locks = LockClient::connect(&acl_url(&server))
+        .await
+        .expect("connect");
+    let g = locks.mutex("app:secret").lock().await.expect("lock");
+    assert!(g.release().await.expect("release"));
+    assert_eq!(server.cli(&["GET", "app:secret"]), "s3cret");
+}
+
+/// A denied command surfaces as a typed error that says so, not as a hang or a panic: the
+/// same user without `+zadd` cannot take a read lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_missing_permission_is_a_clear_error() {
+    let server = acl_server();
+    assert_eq!(server.cli(&["ACL", "SETUSER", "locks", "-zadd"]), "OK");
+    let c = LockClient::connect(&acl_url(&server))
+        .await
+        .expect("connect");
+    let err = timeout(Duration::from_secs(10), c.rwlock("acl-deny").try_read())
+        .await
+        .expect("answered")
+        .expect_err("ZADD denied");
+    assert!(
+        matches!(err, redis_locks::Error::Redis(_))
+            && (err.to_string().contains("NOPERM") || err.to_string().contains("can't run")),
+        "{err:?}"
+    );
+}
+
+/// TLS: a CA and a server certificate for 127.0.0.1 are generated with the `openssl` CLI,
+/// redis-server listens on TLS only, and the library connects with `rediss://`, trusting the
+/// CA through `SSL_CERT_FILE` (the redis crate's rustls backend loads the platform roots,
+/// which honour that variable). A redis-server without TLS support fails this test loudly.
+#[cfg(feature = "tls")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lock_over_tls() {
+    let dir = std::env::temp_dir().join(format!("redis-locks-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tls dir");
+    let path = |f: &str| dir.join(f).to_str().expect("utf-8 path").to_owned();
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("the openssl CLI is needed for the TLS test: {e}"));
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let (ca_key, ca_crt) = (path("ca.key"), path("ca.crt"));
+    let (key, csr, crt, ext) = (
+        path("server.key"),
+        path("server.csr"),
+        path("server.crt"),
+        path("server.ext"),
+    );
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        &ca_key,
+        "-out",
+        &ca_crt,
+        "-days",
+        "1",
+        "-subj",
+        "/CN=redis-locks test CA",
+    ]);
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        &key,
+        "-out",
+        &csr,
+        "-subj",
+        "/CN=127.0.0.1",
+    ]);
+    std::fs::write(
+        &ext,
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n\
+         keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n",
+    )
+    .expect("write ext");
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        &csr,
+        "-CA",
+        &ca_crt,
+        "-CAkey",
+        &ca_key,
+        "-CAcreateserial",
+        "-out",
+        &crt,
+        "-days",
+        "1",
+        "-extfile",
+        &ext,
+    ]);
+
+    let version = std::process::Command::new("redis-server")
+        .arg("--version")
+        .output()
+        .expect("redis-server --version");
+    let tls_port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("port");
+        l.local_addr().expect("addr").port()
+    };
+    let tls_port_s = tls_port.to_string();
+    // The harness waits for a plain-text PING, so the plain port stays open next to TLS; the
+    // library only ever talks to the TLS port.
+    let server = std::panic::catch_unwind(|| {
+        RedisServer::start_with(&[
+            "--tls-port",
+            &tls_port_s,
+            "--tls-cert-file",
+            &crt,
+            "--tls-key-file",
+            &key,
+            "--tls-ca-cert-file",
+            &ca_crt,
+            "--tls-auth-clients",
+            "no",
+        ])
+    })
+    .unwrap_or_else(|_| {
+        panic!(
+            "redis-server could not start with TLS: this build ({}) may lack TLS support; \
+             install a redis-server built with TLS (Debian's redis-server is)",
+            String::from_utf8_lossy(&version.stdout).trim()
+        )
+    });
+    std::env::set_var("SSL_CERT_FILE", &ca_crt);
+    let url = format!("rediss://127.0.0.1:{tls_port}/");
+    let c = LockClient::connect(&url)
+        .await
+        .unwrap_or_else(|e| panic!("connect over TLS to {url}: {e}"));
+    let g = c.mutex("tls").lock().await.expect("lock over TLS");
+    assert!(g.fencing_token() >= 1);
+    assert!(c.mutex("tls").try_lock().await.expect("try").is_none());
+    assert!(g.release().await.expect("release over TLS"));
+    // The state really is on the TLS server.
+    assert_eq!(server.cli(&["GET", "rl:{tls}:fence"]), "1");
+    let _ = std::fs::remove_dir_all(&dir);
+}

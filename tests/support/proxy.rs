@@ -1,0 +1,149 @@
+//! A TCP proxy between the library and a redis-server, for network faults: it can stall
+//! traffic (stop forwarding without closing, so replies go missing and the client's response
+//! timeout fires) and cut every connection at once.
+
+use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::AbortHandle;
+
+/// Which directions are held back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Stall {
+    /// Client to server (requests).
+    up: bool,
+    /// Server to client (replies).
+    down: bool,
+}
+
+struct State {
+    stall: watch::Sender<Stall>,
+    /// Pump tasks of the open connections; aborting them closes both sockets.
+    pumps: Mutex<Vec<AbortHandle>>,
+}
+
+/// A proxy listening on `127.0.0.1:0` that forwards to `127.0.0.1:<upstream port>`.
+pub struct Proxy {
+    port: u16,
+    state: Arc<State>,
+    accept: AbortHandle,
+}
+
+impl Proxy {
+    /// Starts forwarding to the server on `upstream_port`.
+    pub async fn start(upstream_port: u16) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+        let port = listener.local_addr().expect("proxy address").port();
+        let (stall, _) = watch::channel(Stall {
+            up: false,
+            down: false,
+        });
+        let state = Arc::new(State {
+            stall,
+            pumps: Mutex::new(Vec::new()),
+        });
+        let st = state.clone();
+        let accept = tokio::spawn(async move {
+            loop {
+                let Ok((client, _)) = listener.accept().await else {
+                    continue;
+                };
+                let st = st.clone();
+                // The upstream connection is made at once (even while stalled): only the bytes
+                // are held back, as on a congested network.
+                let Ok(server) = TcpStream::connect(("127.0.0.1", upstream_port)).await else {
+                    drop(client);
+                    continue;
+                };
+                let _ = client.set_nodelay(true);
+                let _ = server.set_nodelay(true);
+                let (cr, cw) = client.into_split();
+                let (sr, sw) = server.into_split();
+                let up = tokio::spawn(pump(cr, sw, st.stall.subscribe(), true));
+                let down = tokio::spawn(pump(sr, cw, st.stall.subscribe(), false));
+                let mut pumps = st.pumps.lock().unwrap();
+                pumps.push(up.abort_handle());
+                pumps.push(down.abort_handle());
+            }
+        })
+        .abort_handle();
+        Proxy {
+            port,
+            state,
+            accept,
+        }
+    }
+
+    /// `redis://127.0.0.1:<proxy port>/`
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Stops forwarding in both directions; connections stay open.
+    pub fn stall(&self) {
+        self.set(true, true);
+    }
+
+    /// Stops forwarding replies only: requests still reach the server and run, their replies
+    /// go missing (the outcome is unknown to the client).
+    pub fn stall_replies(&self) {
+        self.set(false, true);
+    }
+
+    /// Forwards again, including what was held back.
+    pub fn resume(&self) {
+        self.set(false, false);
+    }
+
+    fn set(&self, up: bool, down: bool) {
+        self.state.stall.send_replace(Stall { up, down });
+    }
+
+    /// Closes every open connection (bytes held back are dropped); new ones are accepted.
+    pub fn cut(&self) {
+        for pump in self.state.pumps.lock().unwrap().drain(..) {
+            pump.abort();
+        }
+    }
+
+    /// Connections opened so far and still forwarding.
+    pub fn open_connections(&self) -> usize {
+        let pumps = self.state.pumps.lock().unwrap();
+        pumps.iter().filter(|p| !p.is_finished()).count() / 2
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+        self.cut();
+    }
+}
+
+/// Copies `from` to `to`, holding bytes back while this direction is stalled.
+async fn pump(
+    mut from: OwnedReadHalf,
+    mut to: OwnedWriteHalf,
+    mut stall: watch::Receiver<Stall>,
+    upstream: bool,
+) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        // Wait until this direction flows (a stall set after the read still holds the bytes).
+        let stalled = |s: &Stall| if upstream { s.up } else { s.down };
+        if stall.wait_for(|s| !stalled(s)).await.is_err() {
+            break;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown().await;
+}
