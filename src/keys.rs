@@ -24,9 +24,10 @@ impl LockKeys {
     /// Validates `name` and builds its keys under `prefix`.
     ///
     /// Names are arbitrary UTF-8 (braces, colons and NUL included) of 1 to
-    /// [`MAX_NAME_LEN`] bytes: the hash tag opens at the prefix's `{`, so whatever the name
-    /// contains, every key of the lock lands in one slot, and the fixed suffixes keep the keys
-    /// of different names distinct.
+    /// [`MAX_NAME_LEN`] bytes, except that a name may not start with `}` (its hash tag would be
+    /// empty). The hash tag opens at the prefix's `{`, so whatever else the name contains,
+    /// every key of the lock lands in one slot, and the fixed suffixes keep the keys of
+    /// different names distinct.
     pub fn new(prefix: &str, name: &str) -> Result<Self> {
         if name.is_empty() {
             return Err(Error::InvalidName {
@@ -39,6 +40,13 @@ impl LockKeys {
                     "the name is {} bytes, the limit is {MAX_NAME_LEN}; hash long identifiers first",
                     name.len()
                 ),
+            });
+        }
+        if name.starts_with('}') {
+            // `rl:{}...` has an empty hash tag: Redis Cluster would then hash each whole key,
+            // scattering the lock's keys over several slots.
+            return Err(Error::InvalidName {
+                reason: "the name starts with `}`, which would leave its keys without a common Cluster hash tag; prefix it with any other character".into(),
             });
         }
         Ok(LockKeys {
@@ -154,7 +162,7 @@ mod tests {
 
     #[test]
     fn every_key_of_a_lock_shares_one_slot() {
-        for name in ["a", "jobs", "x}y", "{", "}", "a{b}c", "na:me", "\0", "{}"] {
+        for name in ["a", "jobs", "x}y", "{", "a{b}c", "na:me", "\0", "{}", "x}"] {
             let keys = LockKeys::new("rl", name).expect("valid name");
             let slot = hash_slot(keys.channel().as_bytes());
             for k in keys.lease_lock().iter().chain(keys.ticket_queue().iter()) {
@@ -174,6 +182,8 @@ mod tests {
     #[test]
     fn names_are_validated() {
         assert!(LockKeys::new("rl", "").is_err());
+        assert!(LockKeys::new("rl", "}").is_err());
+        assert!(LockKeys::new("rl", "}a").is_err());
         assert!(LockKeys::new("rl", &"x".repeat(MAX_NAME_LEN)).is_ok());
         assert!(LockKeys::new("rl", &"x".repeat(MAX_NAME_LEN + 1)).is_err());
         assert!(validate_prefix("a{b").is_err());
