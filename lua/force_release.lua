@@ -3,8 +3,8 @@
 -- KEYS[1] w  KEYS[2] r  KEYS[3] h  KEYS[4] fence  KEYS[5] ch
 -- ARGV[1] now   ARGV[2] publish command
 -- Reply: the new fence.
-check_counter(KEYS[4])
+read_counter(KEYS[4])
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
-local fence = redis.call('INCR', KEYS[4])
+local fence = incr_counter(KEYS[4])
 publish(KEYS[5], '*')
 return fence

@@ -26,13 +26,25 @@ local PUBLISH_CMD = ARGV[2]
 -- type, without touching that key. The worst a type error leaves behind is an expired entry
 -- pruned from another key of the same lock, which changes nothing.
 
--- Fails the script, before it writes anything, when the counter `key` holds something that
--- is not an integer (INCR would fail half-way through a script, after other writes).
-local function check_counter(key)
+local function corrupt_counter(key)
+  error({ err = 'RLCORRUPT key ' .. key .. ' does not hold a redis-locks counter' })
+end
+
+-- The value of counter `key` (0 when absent). Fails on anything that is not an integer;
+-- scripts read a counter before their first write, so a foreign value stops them early.
+local function read_counter(key)
   local v = redis.call('GET', key)
-  if v and not string.match(v, '^%-?%d+$') then
-    error({ err = 'RLCORRUPT key ' .. key .. ' does not hold a redis-locks counter' })
-  end
+  if not v then return 0 end
+  if not string.match(v, '^%-?%d+$') then corrupt_counter(key) end
+  return tonumber(v)
+end
+
+-- INCR of counter `key`, failing with RLCORRUPT (not a bare INCR error) on a foreign value.
+-- INCR checks the value itself, so no read is needed first.
+local function incr_counter(key)
+  local v = redis.pcall('INCR', key)
+  if type(v) == 'table' and v.err then corrupt_counter(key) end
+  return v
 end
 
 -- Sets a TTL so that `key` disappears at `deadline` (ms); nothing under an explicit clock.
@@ -60,9 +72,6 @@ local function publish(channel, message)
   redis.call(PUBLISH_CMD, channel, message)
 end
 
-local function fence_now(fence_key)
-  return tonumber(redis.call('GET', fence_key) or '0')
-end
 
 -- ZREM of many members, in batches that stay under Lua's unpack limit.
 local function zrem_all(key, members)

@@ -22,6 +22,7 @@ prune()
 if weight < 1 or weight > cap then
   redis.call('ZREM', Q, member)
   redis.call('ZREM', HB, member)
+  QUEUE_CHANGED = true
   promote(cap, heartbeat, nil)
   refresh_ttls()
   return redis.error_reply('RLPERMITS asked for ' .. weight .. ' permits of ' .. cap)
@@ -30,16 +31,17 @@ end
 -- Already granted (a retry after a lost reply, or a grant made by promote while we waited):
 -- claim it with the full lease.
 if redis.call('ZSCORE', H, member) then
+  local fence = read_counter(FENCE)
   redis.call('ZADD', H, NOW + lease, member)
   refresh_ttls()
-  return { 1, fence_now(FENCE), lease }
+  return { 1, fence, lease }
 end
 
 local queued = redis.call('ZSCORE', Q, member)
 if not queued then
   if redis.call('ZCARD', Q) == 0 and permits_used() + weight <= cap then
     local fence
-    if weight >= cap then fence = redis.call('INCR', FENCE) else fence = fence_now(FENCE) end
+    if weight >= cap then fence = incr_counter(FENCE) else fence = read_counter(FENCE) end
     redis.call('ZADD', H, NOW + lease, member)
     refresh_ttls()
     return { 1, fence, lease }
@@ -47,15 +49,17 @@ if not queued then
   if not wait then
     return { 0, -1, -1 }
   end
-  redis.call('ZADD', Q, redis.call('INCR', TK), member)
+  redis.call('ZADD', Q, incr_counter(TK), member)
 end
 redis.call('ZADD', HB, NOW + heartbeat, member)
+QUEUE_CHANGED = true
 
 -- Permits may be free for the head (a holder just expired, a waiter ahead just died).
 if promote(cap, heartbeat, member) then
+  local fence = read_counter(FENCE)
   redis.call('ZADD', H, NOW + lease, member)
   refresh_ttls()
-  return { 1, fence_now(FENCE), lease }
+  return { 1, fence, lease }
 end
 refresh_ttls()
 return { 0, -1, redis.call('ZRANK', Q, member) }

@@ -15,8 +15,8 @@
 
 local H, Q, HB, TK, FENCE, CH, CAP = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 
-check_counter(TK)
-check_counter(FENCE)
+-- Set by every change to the queue (q, hb), so the queue's TTLs are refreshed only then.
+local QUEUE_CHANGED = false
 
 local function member_of(token, weight)
   if weight == 1 then return token end
@@ -59,6 +59,10 @@ local function prune()
   if #dead > 0 then
     zrem_all(Q, dead)
     redis.call('ZREMRANGEBYSCORE', HB, '-inf', NOW)
+    QUEUE_CHANGED = true
+    -- Some paths return without refresh_ttls: the ticket counter must go with the last
+    -- waiter here already, so tickets restart from 1 on an empty queue.
+    if redis.call('ZCARD', Q) == 0 then redis.call('DEL', TK, HB) end
   end
 end
 
@@ -81,10 +85,11 @@ local function promote(cap, claim_ms, self_member)
     -- The grant lasts until the waiter's own heartbeat deadline: a live waiter attempts (and
     -- claims its full lease) before then; a dead one blocks no longer than its own window.
     local claim_until = tonumber(redis.call('ZSCORE', HB, m) or (NOW + claim_ms))
+    if w >= cap then incr_counter(FENCE) end
     redis.call('ZREM', Q, m)
     redis.call('ZREM', HB, m)
     redis.call('ZADD', H, claim_until, m)
-    if w >= cap then redis.call('INCR', FENCE) end
+    QUEUE_CHANGED = true
     if m == self_member then
       self_granted = true
     else
@@ -99,6 +104,7 @@ end
 -- the last waiter, so tickets restart from 1 on an empty queue.
 local function refresh_ttls()
   expire_zset(H)
+  if not QUEUE_CHANGED then return end
   if redis.call('ZCARD', Q) == 0 then
     redis.call('DEL', TK, HB)
   else

@@ -11,8 +11,9 @@ local cap = capacity(tonumber(ARGV[7]))
 
 prune()
 if not redis.call('ZSCORE', H, member_of(token, weight)) then return { 0, 0 } end
+local fence = read_counter(FENCE)
 redis.call('ZREM', H, member_of(token, weight))
 redis.call('ZADD', H, NOW + lease, member_of(token, 1))
 promote(cap, heartbeat, nil)
 refresh_ttls()
-return { 1, fence_now(FENCE) }
+return { 1, fence }

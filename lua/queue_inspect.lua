@@ -4,7 +4,9 @@
 -- Reply: {now, fence, permits or -1, {holder_member, remaining_ms, ...},
 --         {waiter_member, ticket, heartbeat_remaining_ms, ...}}; holders in sorted-set order,
 --         waiters in ticket order, dead waiters (heartbeat lapsed) left out.
-redis.call('ZCARD', HB) -- reports a foreign value at `hb` even when the queue is empty
+-- Report a foreign value at `hb` or `tk` even when the queue is empty.
+redis.call('ZCARD', HB)
+read_counter(TK)
 local holders = {}
 local rows = redis.call('ZRANGEBYSCORE', H, '(' .. NOW, '+inf', 'WITHSCORES')
 for i = 1, #rows, 2 do
@@ -22,4 +24,4 @@ for i = 1, #rows, 2 do
   end
 end
 local cap = redis.call('GET', CAP)
-return { NOW, fence_now(FENCE), tonumber(cap or '-1'), holders, waiters }
+return { NOW, read_counter(FENCE), tonumber(cap or '-1'), holders, waiters }

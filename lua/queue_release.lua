@@ -10,8 +10,10 @@ local cap = capacity(tonumber(ARGV[6]))
 
 prune()
 local held = redis.call('ZREM', H, member)
-redis.call('ZREM', Q, member)
-redis.call('ZREM', HB, member)
+if redis.call('ZREM', Q, member) == 1 then
+  redis.call('ZREM', HB, member)
+  QUEUE_CHANGED = true
+end
 promote(cap, heartbeat, nil)
 refresh_ttls()
 return held

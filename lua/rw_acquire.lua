@@ -15,18 +15,18 @@ local lease, policy = tonumber(ARGV[5]), ARGV[6]
 local wait, heartbeat = ARGV[7] == '1', tonumber(ARGV[8])
 
 local wtok, wdl = live_writer()
-prune()
 
 if mode == 'w' then
   if wtok == token then
     -- Already ours (a retry after a lost reply): renew from now, same fence.
+    local fence = read_counter(FENCE)
     set_writer(token, NOW + lease)
-    return { 1, fence_now(FENCE), lease }
+    return { 1, fence, lease }
   end
   local retry = nil
   if wtok then
     retry = wdl - NOW
-  elseif redis.call('ZCARD', R) > 0 then
+  elseif live_count(R) > 0 then
     retry = max_score(R) - NOW
   end
   if retry then
@@ -36,9 +36,11 @@ if mode == 'w' then
     end
     return { 0, retry, -1 }
   end
-  local fence = redis.call('INCR', FENCE)
+  -- Leave the waiting writers first: it is also the first touch of `wq`, so a foreign value
+  -- there fails the script before the grant is written.
+  if policy == 'writer' and redis.call('ZREM', WQ, token) == 1 then expire_zset(WQ) end
+  local fence = incr_counter(FENCE)
   set_writer(token, NOW + lease)
-  if redis.call('ZREM', WQ, token) == 1 then expire_zset(WQ) end
   return { 1, fence, lease }
 end
 
@@ -46,13 +48,15 @@ if mode == 'r' then
   if wtok then
     return { 0, wdl - NOW, -1 }
   end
+  prune()
   local mine = redis.call('ZSCORE', R, token)
   if not mine and policy == 'writer' and redis.call('ZCARD', WQ) > 0 then
     return { 0, -1, -1 }
   end
+  local fence = read_counter(FENCE)
   redis.call('ZADD', R, NOW + lease, token)
   expire_zset(R)
-  return { 1, fence_now(FENCE), lease }
+  return { 1, fence, lease }
 end
 
 return redis.error_reply('RLARG unknown mode ' .. tostring(mode))

@@ -10,7 +10,10 @@
 
 local W, R, WQ, FENCE, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 
-check_counter(FENCE)
+-- Expired readers and waiting writers are not always removed at once: the hot paths (a
+-- writer or mutex taking or releasing) count live entries by score instead of pruning, which
+-- saves calls; the reader paths prune, and key TTLs clean up the rest. Decisions always look
+-- at live entries only.
 
 -- The live writer as (token, deadline), or nil. Fails on a value it did not write.
 local function live_writer()
@@ -32,6 +35,17 @@ local function set_writer(token, deadline)
   else
     redis.call('SET', W, record, 'PX', math.max(1, math.floor(deadline - NOW)))
   end
+end
+
+-- Live readers (lease deadline after now).
+local function live_count(key)
+  return redis.call('ZCOUNT', key, '(' .. NOW, '+inf')
+end
+
+-- True if `token` is a live reader.
+local function live_reader(token)
+  local dl = redis.call('ZSCORE', R, token)
+  return dl ~= false and dl ~= nil and tonumber(dl) > NOW, dl
 end
 
 -- Wakes every local waiter of this lock.

@@ -7,11 +7,10 @@
 local token, lease = ARGV[3], tonumber(ARGV[4])
 
 local wtok = live_writer()
-prune()
-
 if wtok ~= token then return { 0, 0 } end
+local fence = read_counter(FENCE)
 redis.call('DEL', W)
 redis.call('ZADD', R, NOW + lease, token)
 expire_zset(R)
 wake_all()
-return { 1, fence_now(FENCE) }
+return { 1, fence }

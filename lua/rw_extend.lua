@@ -6,13 +6,11 @@
 local token, lease = ARGV[3], tonumber(ARGV[4])
 
 local wtok = live_writer()
-prune()
-
 if wtok == token then
   set_writer(token, NOW + lease)
   return 1
 end
-if redis.call('ZSCORE', R, token) then
+if live_reader(token) then
   redis.call('ZADD', R, 'XX', NOW + lease, token)
   expire_zset(R)
   return 1

@@ -16,4 +16,4 @@ local function live(key)
 end
 local wrem = 0
 if wtok then wrem = wdl - NOW end
-return { NOW, fence_now(FENCE), wtok or '', wrem, live(R), live(WQ) }
+return { NOW, read_counter(FENCE), wtok or '', wrem, live(R), live(WQ) }

@@ -6,25 +6,30 @@
 local token = ARGV[3]
 
 local wtok = live_writer()
-prune()
+if wtok == token then
+  -- The common case, in four calls: a granted writer has no reader entry and no
+  -- announcement left (the grant removed it).
+  redis.call('DEL', W)
+  wake_all()
+  return 1
+end
+
+-- An expired record of ours is cleaned up; it was no longer a hold.
+local v = redis.call('GET', W)
+if v and string.sub(v, -(#token + 1)) == '|' .. token then redis.call('DEL', W) end
 
 local held = 0
-if wtok == token then
-  redis.call('DEL', W)
-  held = 1
-  wake_all()
-else
-  -- An expired record of ours is cleaned up; it was no longer a hold.
-  local v = redis.call('GET', W)
-  if v and string.sub(v, -(#token + 1)) == '|' .. token then redis.call('DEL', W) end
-  if redis.call('ZREM', R, token) == 1 then
+local live, dl = live_reader(token)
+if dl then
+  redis.call('ZREM', R, token)
+  if live then
     held = 1
-    if redis.call('ZCARD', R) == 0 then wake_writers() end
+    if live_count(R) == 0 then wake_writers() end
   end
 end
 
 if redis.call('ZREM', WQ, token) == 1 then
-  if redis.call('ZCARD', WQ) == 0 then
+  if live_count(WQ) == 0 then
     wake_all()
   else
     expire_zset(WQ)

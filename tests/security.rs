@@ -29,7 +29,7 @@ const ACL_RULE: &[&str] = &[
     "+subscribe",
     "+unsubscribe",
     "+time",
-    "+type",
+    "+zcount",
     "+get",
     "+set",
     "+del",

@@ -322,8 +322,13 @@ impl LockState {
 
     fn q_prune(&mut self, now: u64) {
         self.holders.remove_up_to(now);
-        for dead in self.heartbeats.remove_up_to(now) {
-            self.queue.remove(&dead);
+        let dead = self.heartbeats.remove_up_to(now);
+        for m in &dead {
+            self.queue.remove(m);
+        }
+        // The ticket counter goes with the last waiter (tickets restart from 1).
+        if !dead.is_empty() {
+            self.refresh();
         }
     }
 
