@@ -6,6 +6,7 @@
 //! cargo run --release --example bench -- --json       # one JSON object per line
 //! cargo run --release --example bench -- --markdown   # the table as Markdown
 //! cargo run --release --example bench -- --only fifo  # one workload
+//! cargo run --release --features cluster --example bench   # with the `cluster` workload
 //! ```
 //!
 //! Starts its own `redis-server` on a free loopback port (persistence off, in a temporary
@@ -18,6 +19,11 @@
 //! too, and the ratio is median value / median baseline). Baselines are measured in the same
 //! run, on the same connection as the locks: PING and a trivial EVALSHA go through the
 //! `RedisStore`'s own multiplexed connection (`RedisStore::query`).
+//!
+//! Two workloads start more servers of their own (also with `REDIS_URL`, whose server is then
+//! their single-node baseline): `cluster` a local 3-master Redis Cluster (`redis-server
+//! --cluster-enabled yes` + `redis-cli --cluster create`; it needs `--features cluster` and is
+//! skipped, saying so, without it), `quorum` three plain servers for `LockClient::quorum`.
 
 use std::collections::{HashMap, VecDeque};
 use std::error::Error as StdError;
@@ -50,6 +56,8 @@ const WORKLOADS: &[&str] = &[
     "semaphore",
     "server_cost",
     "memory",
+    "cluster",
+    "quorum",
 ];
 const RUNS: usize = 3;
 
@@ -340,6 +348,12 @@ struct LocalServer {
 
 impl Drop for LocalServer {
     fn drop(&mut self) {
+        // Forget the pid first: the Ctrl-C handler must never signal a reused pid.
+        let pid = self.child.id();
+        STARTED
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|(p, _)| *p != pid);
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
@@ -358,21 +372,49 @@ fn pong(port: u16) -> bool {
     s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
 }
 
-fn start_server() -> BoxResult<LocalServer> {
-    for attempt in 0..5 {
-        // A free port now; another process may take it before redis-server binds, hence retries.
+/// Every server this bench started, `(pid, dir)`, for the Ctrl-C handler.
+static STARTED: StdMutex<Vec<(u32, PathBuf)>> = StdMutex::new(Vec::new());
+/// Distinguishes the directories of the servers of one run.
+static NEXT_DIR: AtomicUsize = AtomicUsize::new(0);
+
+/// Redis Cluster's bus listens on `port + 10000`.
+const CLUSTER_BUS_OFFSET: u16 = 10000;
+
+/// A loopback port that was free a moment ago (never 6379); with `bus`, `port + 10000` too.
+fn free_port(bus: bool) -> BoxResult<u16> {
+    for _ in 0..100 {
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        if port == 6379 {
-            continue;
+        let bus_free = !bus
+            || port
+                .checked_add(CLUSTER_BUS_OFFSET)
+                .is_some_and(|b| TcpListener::bind(("127.0.0.1", b)).is_ok());
+        if port != 6379 && bus_free {
+            return Ok(port);
         }
+    }
+    Err("no free loopback port".into())
+}
+
+fn start_server() -> BoxResult<LocalServer> {
+    start_server_with(&[], false)
+}
+
+/// A `redis-server` with `extra` arguments on a free port (`bus`: with a free cluster bus
+/// port), in its own temporary directory.
+fn start_server_with(extra: &[&str], bus: bool) -> BoxResult<LocalServer> {
+    for _ in 0..5 {
+        // A free port now; another process may take it before redis-server binds, hence retries.
+        let port = free_port(bus)?;
         let dir = std::env::temp_dir().join(format!(
-            "redis-locks-bench-{}-{attempt}",
-            std::process::id()
+            "redis-locks-bench-{}-{}",
+            std::process::id(),
+            NEXT_DIR.fetch_add(1, Ordering::Relaxed)
         ));
         std::fs::create_dir_all(&dir)?;
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
+            .args(extra)
             .arg("--dir")
             .arg(&dir)
             .stdin(Stdio::null())
@@ -386,6 +428,10 @@ fn start_server() -> BoxResult<LocalServer> {
                 )
                 .into()
             })?;
+        STARTED
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((child.id(), dir.clone()));
         let mut server = LocalServer { child, dir, port };
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
@@ -1463,9 +1509,210 @@ async fn memory(env: &Env, run: usize) -> BoxResult<Vec<Row>> {
     Ok(rows)
 }
 
+// --- cluster, quorum ----------------------------------------------------------------------------
+
+/// Servers and clients that only the `cluster` and `quorum` workloads need, started before
+/// their first run and stopped when the bench ends.
+#[derive(Default)]
+struct Extra {
+    cluster: Option<LockClient>,
+    quorum: Option<LockClient>,
+    /// Killed when `Extra` is dropped, after the clients (fields drop in order).
+    servers: Vec<LocalServer>,
+}
+
+/// `redis-cli` with `args`; its stdout, or an error with its output.
+#[cfg(feature = "cluster")]
+fn redis_cli(args: &[&str]) -> BoxResult<String> {
+    let out = Command::new("redis-cli")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| -> BoxError {
+            format!("cannot run redis-cli ({e}); install it (`apt-get install redis-tools`)").into()
+        })?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        return Err(format!(
+            "redis-cli {args:?} failed: {}{stdout}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+        .into());
+    }
+    Ok(stdout)
+}
+
+/// Three cluster-enabled servers joined by `redis-cli --cluster create` (no replicas), once
+/// every node reports `cluster_state:ok` and knows the others. Returns their URLs.
+#[cfg(feature = "cluster")]
+fn start_cluster(extra: &mut Extra) -> BoxResult<Vec<String>> {
+    const MASTERS: usize = 3;
+    let args = [
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+        "--cluster-node-timeout",
+        "5000",
+    ];
+    let mut addrs = Vec::new();
+    for _ in 0..MASTERS {
+        let node = start_server_with(&args, true)?;
+        addrs.push(format!("127.0.0.1:{}", node.port));
+        extra.servers.push(node);
+    }
+    let mut create = vec!["--cluster", "create"];
+    create.extend(addrs.iter().map(String::as_str));
+    create.extend(["--cluster-replicas", "0", "--cluster-yes"]);
+    let out = redis_cli(&create)?;
+    if !out.contains("[OK] All 16384 slots covered") {
+        return Err(format!("redis-cli --cluster create: {out}").into());
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let known = format!("cluster_known_nodes:{MASTERS}");
+    loop {
+        let mut ready = true;
+        for addr in &addrs {
+            let port = addr.rsplit(':').next().unwrap_or_default();
+            let info = redis_cli(&["-h", "127.0.0.1", "-p", port, "cluster", "info"])?;
+            ready &= info.contains("cluster_state:ok") && info.contains(&known);
+        }
+        if ready {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err("the bench's cluster did not reach cluster_state:ok in 30 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(addrs.iter().map(|a| format!("redis://{a}/")).collect())
+}
+
+/// Prepares what `workload` needs beyond the single node. `Ok(false)`: skip the workload.
+async fn prepare(workload: &str, env: &Env, extra: &mut Extra) -> BoxResult<bool> {
+    match workload {
+        "cluster" => {
+            #[cfg(feature = "cluster")]
+            {
+                let urls = start_cluster(extra)?;
+                let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+                let client = LockClient::builder()
+                    .prefix(&env.prefix)
+                    .cluster(&urls)
+                    .await?;
+                extra.cluster = Some(client);
+                Ok(true)
+            }
+            #[cfg(not(feature = "cluster"))]
+            {
+                let _ = (env, extra);
+                eprintln!(
+                    "bench: cluster skipped: LockClient::cluster needs the `cluster` feature; run \
+                     `cargo run --release --features cluster --example bench`"
+                );
+                Ok(false)
+            }
+        }
+        "quorum" => {
+            let mut urls = Vec::new();
+            for _ in 0..3 {
+                let s = start_server()?;
+                urls.push(format!("redis://127.0.0.1:{}/", s.port));
+                extra.servers.push(s);
+            }
+            let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+            let client = LockClient::builder()
+                .prefix(&env.prefix)
+                .quorum(&urls)
+                .await?;
+            extra.quorum = Some(client);
+            Ok(true)
+        }
+        _ => Ok(true),
+    }
+}
+
+/// `tasks` tasks, task `t` cycling over the names `t, t + tasks, ...` (`names` in all, so no
+/// two tasks share a name), `pairs` Mutex acquire + release pairs each. Returns pairs per
+/// second and the sorted pair latencies (ms).
+async fn many_names(
+    client: &LockClient,
+    tag: &str,
+    tasks: usize,
+    names: usize,
+    pairs: usize,
+) -> BoxResult<(f64, Vec<f64>)> {
+    let mut set = JoinSet::new();
+    let start = Instant::now();
+    for t in 0..tasks {
+        let mine: Vec<Mutex> = (t..names)
+            .step_by(tasks)
+            .map(|n| client.mutex(&format!("{tag}-{n}")))
+            .collect();
+        set.spawn(async move {
+            let mut samples = Vec::with_capacity(pairs);
+            for k in 0..pairs {
+                let t = Instant::now();
+                mine[k % mine.len()].lock().await?.release().await?;
+                samples.push(ms(t.elapsed()));
+            }
+            Ok::<Vec<f64>, redis_locks::Error>(samples)
+        });
+    }
+    let mut samples = Vec::with_capacity(tasks * pairs);
+    while let Some(r) = set.join_next().await {
+        samples.extend(r??);
+    }
+    let per_s = (tasks * pairs) as f64 / start.elapsed().as_secs_f64();
+    Ok((per_s, sorted(samples)))
+}
+
+async fn cluster(env: &Env, extra: &Extra, run: usize) -> BoxResult<Vec<Row>> {
+    const W: &str = "cluster";
+    const TASKS: usize = 64;
+    const NAMES: usize = 256;
+    const PAIRS: usize = 100;
+    let cluster = extra.cluster.as_ref().ok_or("cluster not started")?;
+    let (c_tag, s_tag) = (format!("{W}-{run}-c"), format!("{W}-{run}-s"));
+    // Warm-up: scripts loaded on every node, connections to every master open.
+    many_names(cluster, &c_tag, TASKS, NAMES, 8).await?;
+    many_names(&env.client, &s_tag, TASKS, NAMES, 8).await?;
+    let (single, s) = many_names(&env.client, &s_tag, TASKS, NAMES, PAIRS).await?;
+    let (per_s, c) = many_names(cluster, &c_tag, TASKS, NAMES, PAIRS).await?;
+    Ok(vec![
+        Row::new(W, "pairs_per_s", per_s, "1/s").vs("single_node_pairs_per_s", single),
+        Row::new(W, "pair_p50_ms", pct(&c, 0.5), "ms").vs("single_node_pair_p50_ms", pct(&s, 0.5)),
+        Row::new(W, "pair_p99_ms", pct(&c, 0.99), "ms")
+            .vs("single_node_pair_p99_ms", pct(&s, 0.99)),
+    ])
+}
+
+async fn quorum(env: &Env, extra: &Extra, run: usize) -> BoxResult<Vec<Row>> {
+    const W: &str = "quorum";
+    const PAIRS: usize = 1000;
+    let quorum = extra.quorum.as_ref().ok_or("quorum not started")?;
+    let q = Prim::Mutex(quorum.mutex(&format!("{W}-{run}")));
+    let single = Prim::Mutex(env.client.mutex(&format!("{W}-{run}-single")));
+    pairs(&q, 50).await?; // warm-up: scripts loaded on the three servers
+    pairs(&single, 50).await?;
+    let (b, _) = pairs(&single, PAIRS).await?;
+    let (s, elapsed) = pairs(&q, PAIRS).await?;
+    Ok(vec![
+        Row::new(W, "pair_p50_ms", pct(&s, 0.5), "ms").vs("single_node_pair_p50_ms", pct(&b, 0.5)),
+        Row::new(W, "pair_p99_ms", pct(&s, 0.99), "ms")
+            .vs("single_node_pair_p99_ms", pct(&b, 0.99)),
+        Row::new(
+            W,
+            "pairs_per_s",
+            PAIRS as f64 / elapsed.as_secs_f64(),
+            "1/s",
+        ),
+    ])
+}
+
 // ---------------------------------------------------------------------------------------------
 
-async fn run_once(env: &Env, workload: &str, run: usize) -> BoxResult<Vec<Row>> {
+async fn run_once(env: &Env, extra: &Extra, workload: &str, run: usize) -> BoxResult<Vec<Row>> {
     match workload {
         "uncontended" => uncontended(env, run).await,
         "parallel" => parallel(env, run).await,
@@ -1477,6 +1724,8 @@ async fn run_once(env: &Env, workload: &str, run: usize) -> BoxResult<Vec<Row>> 
         "semaphore" => semaphore(env, run).await,
         "server_cost" => server_cost(env, run).await,
         "memory" => memory(env, run).await,
+        "cluster" => cluster(env, extra, run).await,
+        "quorum" => quorum(env, extra, run).await,
         other => Err(format!("unknown workload {other}").into()),
     }
 }
@@ -1511,8 +1760,8 @@ fn parse_args() -> BoxResult<Args> {
             }
             "-h" | "--help" => {
                 println!(
-                    "usage: cargo run --release --example bench [-- --json | --markdown] [--only NAME]\n\
-                     workloads: {}\nREDIS_URL: use that server instead of starting one",
+                    "usage: cargo run --release [--features cluster] --example bench [-- --json | --markdown] [--only NAME]\n\
+                     workloads: {} (cluster needs --features cluster)\nREDIS_URL: use that server instead of starting one",
                     WORKLOADS.join(", ")
                 );
                 std::process::exit(0);
@@ -1566,14 +1815,18 @@ async fn bench(args: &Args, url: &str) -> BoxResult<()> {
     );
     let started = Instant::now();
     let mut rows = Vec::new();
+    let mut extra = Extra::default();
     for &w in WORKLOADS {
         if args.only.as_deref().is_some_and(|o| o != w) {
             continue;
         }
         let t = Instant::now();
+        if !prepare(w, &env, &mut extra).await? {
+            continue;
+        }
         let mut runs = Vec::new();
         for run in 0..RUNS {
-            runs.push(run_once(&env, w, run).await?);
+            runs.push(run_once(&env, &extra, w, run).await?);
         }
         let mut merged = merge_runs(&runs);
         if w == "server_cost" {
@@ -1632,17 +1885,17 @@ async fn main() -> BoxResult<()> {
             (Some(s), url)
         }
     };
-    // Ctrl-C: stop the server this bench started (by its pid) before exiting.
-    if let Some(s) = &server {
-        let (pid, dir) = (s.child.id(), s.dir.clone());
-        tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
+    // Ctrl-C: stop the servers this bench started (by their pids) before exiting.
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            let started = STARTED.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            for (pid, dir) in started {
                 let _ = Command::new("kill").arg(pid.to_string()).status();
                 let _ = std::fs::remove_dir_all(&dir);
-                std::process::exit(130);
             }
-        });
-    }
+            std::process::exit(130);
+        }
+    });
     let result = bench(&args, &url).await;
     if server.is_none() {
         // A shared server: leave nothing behind under this run's prefix.

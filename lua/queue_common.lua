@@ -96,7 +96,14 @@ local function promote(cap, claim_ms, self_member)
       named[#named + 1] = token_of(m)
     end
   end
-  if #named > 0 then publish(CH, table.concat(named, ' ')) end
+  if #named > 0 then
+    -- "<token>=<fence>": the message is the grant itself, so a woken waiter can use it at
+    -- once (it knows its claim window from its own last heartbeat) and claim its full lease
+    -- in the background.
+    local fence = read_counter(FENCE)
+    for i = 1, #named do named[i] = named[i] .. '=' .. fence end
+    publish(CH, table.concat(named, ' '))
+  end
   return self_granted
 end
 

@@ -29,9 +29,20 @@ pub(crate) trait Subscriber: Send + 'static {
     async fn unsubscribe(&mut self, channel: &str) -> redis::RedisResult<()>;
 }
 
+/// A local waiter: its id, token, and what wakes it.
+type Waiter = (u64, String, Arc<Wake>);
+
+/// A waiter's wake-up: the notification, and the grant a ticket queue made it, if the message
+/// said so (`token=fence`).
+#[derive(Default)]
+pub(crate) struct Wake {
+    notify: Notify,
+    granted_fence: StdMutex<Option<u64>>,
+}
+
 #[derive(Default)]
 struct ChannelEntry {
-    waiters: Vec<(u64, String, Arc<Notify>)>,
+    waiters: Vec<Waiter>,
     subscribed: bool,
     idle_since: Option<Instant>,
     pending: Vec<oneshot::Sender<()>>,
@@ -187,7 +198,7 @@ impl WakeHub {
     /// Registers a waiter for `token` on `channel`, and returns once the channel's
     /// subscription is in place (or has failed, in which case the waiter polls).
     pub(crate) async fn register(self: &Arc<Self>, channel: &str, token: &str) -> Registration {
-        let notify = Arc::new(Notify::new());
+        let notify = Arc::new(Wake::default());
         let (id, confirm) = {
             let mut st = self.lock_state();
             st.next_id += 1;
@@ -229,15 +240,22 @@ impl WakeHub {
             return;
         };
         if message == "*" {
-            for (_, _, n) in &entry.waiters {
-                n.notify_one();
+            for (_, _, w) in &entry.waiters {
+                w.notify.notify_one();
             }
             return;
         }
         for named in message.split(' ') {
-            for (_, token, n) in &entry.waiters {
+            let (named, fence) = match named.split_once('=') {
+                Some((t, f)) => (t, f.parse::<u64>().ok()),
+                None => (named, None),
+            };
+            for (_, token, w) in &entry.waiters {
                 if token == named {
-                    n.notify_one();
+                    if let Some(f) = fence {
+                        *w.granted_fence.lock().unwrap_or_else(|p| p.into_inner()) = Some(f);
+                    }
+                    w.notify.notify_one();
                 }
             }
         }
@@ -247,8 +265,8 @@ impl WakeHub {
     pub(crate) fn wake_all(&self) {
         let st = self.lock_state();
         for entry in st.channels.values() {
-            for (_, _, n) in &entry.waiters {
-                n.notify_one();
+            for (_, _, w) in &entry.waiters {
+                w.notify.notify_one();
             }
         }
     }
@@ -312,14 +330,23 @@ pub(crate) struct Registration {
     hub: Arc<WakeHub>,
     channel: String,
     id: u64,
-    notify: Arc<Notify>,
+    notify: Arc<Wake>,
 }
 
 impl Registration {
     /// Resolves at the next notification for this waiter (one delivered since the last
     /// call counts: no wake-up is lost between an attempt and the wait).
     pub(crate) async fn notified(&self) {
-        self.notify.notified().await
+        self.notify.notify.notified().await
+    }
+
+    /// The fence of a grant a ticket queue announced for this waiter since the last call.
+    pub(crate) fn take_grant(&self) -> Option<u64> {
+        self.notify
+            .granted_fence
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
     }
 }
 

@@ -92,12 +92,47 @@ impl Hold {
             fence,
             validity,
         });
-        let renewer = opts
-            .auto_renew
-            .then(|| tokio::spawn(renew(shared.clone(), opts.clone())).abort_handle());
+        let renewer = opts.auto_renew.then(|| {
+            let every = opts.renew_interval();
+            tokio::spawn(renew(shared.clone(), opts.clone(), every, false)).abort_handle()
+        });
         Hold {
             shared,
             renewer,
+            opts,
+            released: false,
+        }
+    }
+
+    /// A hold granted by someone else's release while this claim waited in a ticket queue
+    /// (the wake-up carried the grant). The grant lasts until the waiter's own heartbeat
+    /// deadline, which the server set at or after `heartbeat_sent_at`, so it is trusted until
+    /// `heartbeat_sent_at + heartbeat - drift`; the full lease is claimed at once in the
+    /// background (even with auto-renewal off, that one claim is made).
+    pub(crate) fn promoted(
+        store: Arc<dyn Store>,
+        lock: LockKeys,
+        claim: Claim,
+        fence: u64,
+        heartbeat_sent_at: Instant,
+        opts: Options,
+    ) -> Self {
+        let window = claim.heartbeat;
+        let until = heartbeat_sent_at + window.saturating_sub(Options::drift(window));
+        let (validity, _) = watch::channel(Validity { until, lost: false });
+        let shared = Arc::new(Shared {
+            granted_at: Instant::now(),
+            store,
+            lock,
+            claim: StdMutex::new(claim),
+            fence,
+            validity,
+        });
+        let once = !opts.auto_renew;
+        let task = tokio::spawn(renew(shared.clone(), opts.clone(), Duration::ZERO, once));
+        Hold {
+            shared,
+            renewer: Some(task.abort_handle()),
             opts,
             released: false,
         }
@@ -272,9 +307,11 @@ impl Drop for Hold {
     }
 }
 
-async fn renew(shared: Arc<Shared>, opts: Options) {
+/// Renews the lease every `renew_interval`, the first time after `first`; with `once`, stops
+/// after the first confirmed renewal.
+async fn renew(shared: Arc<Shared>, opts: Options, first: Duration, once: bool) {
     let every = opts.renew_interval();
-    let mut next = Instant::now() + every;
+    let mut next = Instant::now() + first;
     loop {
         tokio::time::sleep_until(next).await;
         let claim = shared.claim();
@@ -288,6 +325,9 @@ async fn renew(shared: Arc<Shared>, opts: Options) {
         match tokio::time::timeout_at(until, call).await {
             Ok(Ok(true)) => {
                 shared.confirm(sent_at, claim.lease);
+                if once {
+                    return;
+                }
                 next = sent_at + every;
             }
             Ok(Ok(false)) => {

@@ -259,6 +259,28 @@ impl LockCtx {
                         _ = reg.notified() => {}
                         _ = tokio::time::sleep_until(wake_at) => {}
                     }
+                    // A ticket queue's wake-up may carry the grant itself: the hold is then
+                    // valid from our last heartbeat, and the full lease is claimed in the
+                    // background, which saves the hand-off a round trip.
+                    let handed_off = match (reg.take_grant(), claim.slot) {
+                        // With wait_replicas, the normal claim path runs WAIT first.
+                        (Some(fence), Slot::Ticket { .. }) if self.opts.wait_replicas.is_none() => {
+                            Some(fence)
+                        }
+                        _ => None,
+                    };
+                    if let Some(fence) = handed_off {
+                        pending.armed = false;
+                        tracing::debug!(lock = lock.name(), fence, "granted by hand-off");
+                        return Ok(Some(Hold::promoted(
+                            self.store.clone(),
+                            lock,
+                            claim,
+                            fence,
+                            sent_at,
+                            self.opts.clone(),
+                        )));
+                    }
                 }
                 Err(err) if err.is_retryable() && failures < CONNECTION_RETRIES => {
                     // The attempt may have run: try again with the same token.

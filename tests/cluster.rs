@@ -4,12 +4,15 @@
 
 mod support;
 
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
 use redis_locks::keys::{hash_slot, LockKeys};
-use redis_locks::{LockClient, LockClientBuilder};
+use redis_locks::{LockClient, LockClientBuilder, Preference};
 use support::backend::EVENTUALLY;
+use support::history::{History, Kind};
 use support::RedisCluster;
 
 /// A client on `cluster` from `builder`.
@@ -240,8 +243,129 @@ async fn thousand_names_spread_over_every_master(cluster: &RedisCluster, c: &Loc
     }
 }
 
+/// Spawns `tasks` tasks running `body(i)` and waits (generously) for all of them.
+async fn run_tasks<F, Fut>(tasks: usize, body: F)
+where
+    F: Fn(usize) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let handles: Vec<_> = (0..tasks).map(|i| tokio::spawn(body(i))).collect();
+    for (i, t) in handles.into_iter().enumerate() {
+        tokio::time::timeout(EVENTUALLY, t)
+            .await
+            .unwrap_or_else(|_| panic!("task {i} did not finish"))
+            .unwrap_or_else(|e| panic!("task {i}: {e}"));
+    }
+}
+
+/// A short hold, so that the tasks overlap in time.
+async fn hold() {
+    tokio::time::sleep(Duration::from_millis(2)).await;
+}
+
+/// Every primitive under 16 tasks on two clients (8 each), every grant and release recorded in
+/// a history per lock and checked: the Cluster adds routing, redirects and sharded wake-ups
+/// between the client and the scripts, none of which may let two holds overlap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixteen_tasks_on_two_clients_per_primitive() {
+    let cluster = RedisCluster::start(3, 0);
+    let clients = [
+        client_with(&cluster, LockClient::builder()).await,
+        client_with(&cluster, LockClient::builder()).await,
+    ];
+    let mutex = History::new();
+    let rwlock = History::new();
+    let fair_rwlock = History::new();
+    let fair = History::new();
+    let sem = History::with_capacity(3);
+    tokio::join!(
+        run_tasks(16, |i| {
+            let (m, h) = (clients[i % 2].mutex("hist-mutex"), mutex.clone());
+            async move {
+                for _ in 0..5 {
+                    let g = m.lock().await.expect("mutex lock");
+                    let t = h.enter(Kind::Exclusive, g.fencing_token());
+                    hold().await;
+                    h.exit(t);
+                    assert!(g.release().await.expect("release"), "mutex hold lost");
+                }
+            }
+        }),
+        rw_tasks(&clients, Preference::Writer, "hist-rw", &rwlock),
+        rw_tasks(&clients, Preference::Fair, "hist-rw-fair", &fair_rwlock),
+        run_tasks(16, |i| {
+            let (f, h) = (clients[i % 2].fair_lock("hist-fair"), fair.clone());
+            async move {
+                for _ in 0..4 {
+                    let g = f.lock().await.expect("fair lock");
+                    let t = h.enter(Kind::Exclusive, g.fencing_token());
+                    hold().await;
+                    h.exit(t);
+                    assert!(g.release().await.expect("release"), "fair hold lost");
+                }
+            }
+        }),
+        run_tasks(16, |i| {
+            let (s, h) = (clients[i % 2].semaphore("hist-sem", 3), sem.clone());
+            // Every fourth task takes two permits at once.
+            let n = if i % 4 == 0 { 2 } else { 1 };
+            async move {
+                for _ in 0..4 {
+                    let p = s.acquire_many(n).await.expect("permits");
+                    let t = h.enter(Kind::Permits(n), p.fencing_token());
+                    hold().await;
+                    h.exit(t);
+                    assert!(p.release().await.expect("release"), "permits lost");
+                }
+            }
+        }),
+    );
+    for (what, h, grants) in [
+        ("mutex", &mutex, 80),
+        ("rwlock", &rwlock, 64),
+        ("rwlock fair", &fair_rwlock, 64),
+        ("fair lock", &fair, 64),
+        ("semaphore", &sem, 64),
+    ] {
+        assert_eq!(h.grants().len(), grants, "{what}");
+        h.check_exclusion();
+    }
+    rwlock.check_shared_fences();
+    fair_rwlock.check_shared_fences();
+}
+
+/// 12 readers and 4 writers on one RwLock, four holds each.
+async fn rw_tasks(clients: &[LockClient; 2], preference: Preference, name: &str, h: &History) {
+    run_tasks(16, |i| {
+        let lock = clients[i % 2].rwlock(name).preference(preference);
+        let h = h.clone();
+        let writer = i % 4 == 3;
+        async move {
+            for _ in 0..4 {
+                if writer {
+                    let g = lock.write().await.expect("write");
+                    let t = h.enter(Kind::Write, g.fencing_token());
+                    hold().await;
+                    h.exit(t);
+                    assert!(g.release().await.expect("release"), "write lost");
+                } else {
+                    let g = lock.read().await.expect("read");
+                    let t = h.enter(Kind::Read, g.fencing_token());
+                    hold().await;
+                    h.exit(t);
+                    assert!(g.release().await.expect("release"), "read lost");
+                }
+            }
+        }
+    })
+    .await;
+    let writes = h.grants().iter().filter(|g| g.kind == Kind::Write).count();
+    assert_eq!(writes, 16, "{name}");
+}
+
 /// Moves `slot` from its master to the next one with CLUSTER SETSLOT + MIGRATE, the way
-/// `redis-cli --cluster reshard` does it. Returns the new owner's node index.
+/// `redis-cli --cluster reshard` does it (keys moved until none is left, then the slot
+/// assigned everywhere). Returns the new owner's node index.
 fn migrate_slot(cluster: &RedisCluster, slot: u16) -> usize {
     let slot_arg = slot.to_string();
     let (src, src_id) = owner_of(cluster, slot);
@@ -257,16 +381,87 @@ fn migrate_slot(cluster: &RedisCluster, slot: u16) -> usize {
         src,
         &["cluster", "setslot", &slot_arg, "migrating", &dst_id],
     ));
-    let keys = cluster.cli(src, &["cluster", "getkeysinslot", &slot_arg, "1000"]);
-    let keys: Vec<&str> = keys.lines().filter(|k| !k.is_empty()).collect();
-    assert!(!keys.is_empty(), "the held lock has keys in slot {slot}");
-    let mut migrate = vec!["migrate", "127.0.0.1", &dst_port, "", "0", "5000", "KEYS"];
-    migrate.extend(&keys);
-    ok(cluster.cli(src, &migrate));
+    let mut moved = 0;
+    loop {
+        let keys = cluster.cli(src, &["cluster", "getkeysinslot", &slot_arg, "1000"]);
+        let keys: Vec<&str> = keys.lines().filter(|k| !k.is_empty()).collect();
+        if keys.is_empty() {
+            break;
+        }
+        moved += keys.len();
+        let mut migrate = vec!["migrate", "127.0.0.1", &dst_port, "", "0", "5000", "KEYS"];
+        migrate.extend(&keys);
+        // NOKEY: a release deleted the listed keys meanwhile.
+        let out = cluster.cli(src, &migrate);
+        assert!(out == "OK" || out == "NOKEY", "{out}");
+    }
+    assert!(moved > 0, "the lock has keys in slot {slot}");
     for n in 0..cluster.masters() {
         ok(cluster.cli(n, &["cluster", "setslot", &slot_arg, "node", &dst_id]));
     }
     dst
+}
+
+/// Tasks that take `name` in turns (recording every hold in `h`) until `stop`, riding out
+/// the connection errors of a failover; each makes at least one grant.
+fn contenders(
+    clients: [&LockClient; 2],
+    name: &str,
+    tasks: usize,
+    h: &History,
+    stop: &Arc<AtomicBool>,
+    grants: &Arc<AtomicUsize>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..tasks)
+        .map(|i| {
+            let m = clients[i % 2].mutex(name);
+            let (h, stop, grants) = (h.clone(), stop.clone(), grants.clone());
+            tokio::spawn(async move {
+                let deadline = Instant::now() + 3 * EVENTUALLY;
+                let mut mine = 0;
+                while mine == 0 || !stop.load(Ordering::SeqCst) {
+                    let g = match m.lock_timeout(EVENTUALLY).await {
+                        Ok(g) => g,
+                        Err(e) if e.is_connection() && Instant::now() < deadline => {
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                            continue;
+                        }
+                        Err(e) => panic!("contender {i}: {e}"),
+                    };
+                    let t =
+                        h.enter_as(format!("contender-{i}"), Kind::Exclusive, g.fencing_token());
+                    hold().await;
+                    h.exit(t);
+                    assert!(g.release().await.expect("release"), "contender {i} lost");
+                    mine += 1;
+                    grants.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+        })
+        .collect()
+}
+
+/// Waits until `grants` reaches `n`.
+async fn wait_grants(grants: &AtomicUsize, n: usize, what: &str) {
+    let deadline = Instant::now() + EVENTUALLY;
+    while grants.load(Ordering::SeqCst) < n {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: only {grants:?} of {n} grants"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Stops the contenders and waits for them.
+async fn stop_all(stop: &AtomicBool, tasks: Vec<tokio::task::JoinHandle<()>>) {
+    stop.store(true, Ordering::SeqCst);
+    for (i, t) in tasks.into_iter().enumerate() {
+        tokio::time::timeout(3 * EVENTUALLY, t)
+            .await
+            .unwrap_or_else(|_| panic!("contender {i} did not finish"))
+            .unwrap_or_else(|e| panic!("contender {i}: {e}"));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -276,16 +471,21 @@ async fn a_slot_migrated_while_held_and_waited_on() {
     let a = client_with(&cluster, builder()).await;
     let b = client_with(&cluster, builder()).await;
     let name = "migrating";
+    let h = History::new();
     let mut g = a.mutex(name).lock().await.expect("lock");
     let fence = g.fencing_token();
-    let m = b.mutex(name);
-    let waiter = tokio::spawn(async move { m.lock().await.expect("waiter") });
+    let held = h.enter_as("holder", Kind::Exclusive, fence);
+    let (stop, grants) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let tasks = contenders([&a, &b], name, 8, &h, &stop, &grants);
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     let dst = migrate_slot(&cluster, slot_of(name));
     assert_eq!(owner_of(&cluster, slot_of(name)).0, dst);
 
-    // The hold moved with its keys: a fresh client and the waiter are refused, and the
+    // The hold moved with its keys: a fresh client and the waiters are refused, and the
     // holder renews on the new master.
     let c = client_with(&cluster, builder()).await;
     assert!(c.mutex(name).try_lock().await.expect("try").is_none());
@@ -293,15 +493,19 @@ async fn a_slot_migrated_while_held_and_waited_on() {
         .extend(Duration::from_secs(6))
         .await
         .expect("extend after move"));
-    assert!(!waiter.is_finished(), "granted while the lock was held");
+    assert_eq!(grants.load(Ordering::SeqCst), 0, "granted while held");
+    h.exit(held);
     assert!(g.release().await.expect("release"));
-    let g2 = tokio::time::timeout(EVENTUALLY, waiter)
-        .await
-        .expect("waiter served after the move")
-        .expect("join");
-    assert!(g2.fencing_token() > fence);
-    assert!(c.mutex(name).try_lock().await.expect("try").is_none());
-    g2.release().await.expect("release");
+    // The waiters are served by the new master...
+    wait_grants(&grants, 8, "after the first move").await;
+    // ...and keep being served while the slot moves again under them.
+    let before = grants.load(Ordering::SeqCst);
+    let dst2 = migrate_slot(&cluster, slot_of(name));
+    assert_ne!(dst2, dst);
+    wait_grants(&grants, before + 16, "after the second move").await;
+    stop_all(&stop, tasks).await;
+    h.check_exclusion();
+    assert!(h.grants()[1].fence > fence);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -312,8 +516,10 @@ async fn a_failover_keeps_holds_that_reached_the_replica() {
     let b = client_with(&cluster, builder()).await;
     let name = "failover";
     let slot = slot_of(name);
+    let h = History::new();
     let mut g = a.mutex(name).lock().await.expect("lock");
     let fence = g.fencing_token();
+    let held = h.enter_as("holder", Kind::Exclusive, fence);
     let (master, master_id) = owner_of(&cluster, slot);
     // A new cluster's nodes may take a moment to learn every replica's role.
     let deadline = Instant::now() + EVENTUALLY;
@@ -328,13 +534,23 @@ async fn a_failover_keeps_holds_that_reached_the_replica() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let replica = node_index(&cluster, replica_port);
-    // The hold reached the replica before the master goes away.
-    assert_eq!(cluster.cli(master, &["wait", "1", "5000"]), "1");
+    // The hold reached the replica before the master goes away (a new cluster's replica
+    // may still be syncing: WAIT again until it acknowledges).
+    let deadline = Instant::now() + EVENTUALLY;
+    while cluster.cli(master, &["wait", "1", "1000"]) != "1" {
+        assert!(Instant::now() < deadline, "the replica never acknowledged");
+    }
     // Empty script caches: the promoted replica must get the scripts back although one node
     // of the cluster (the failed master) cannot be reached.
     for n in 0..cluster.nodes().len() {
         assert_eq!(cluster.cli(n, &["script", "flush"]), "OK");
     }
+    // Waiters queued behind the hold ride out the failover and are served after it.
+    let (stop, grants) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let tasks = contenders([&a, &b], name, 4, &h, &stop, &grants);
     cluster.node_mut(master).kill();
     let deadline = Instant::now() + EVENTUALLY;
     while owner_of_from(&cluster, replica, slot) != Some(replica) {
@@ -354,9 +570,15 @@ async fn a_failover_keeps_holds_that_reached_the_replica() {
         }
     };
     assert!(refused.is_none(), "second holder after failover");
+    assert_eq!(grants.load(Ordering::SeqCst), 0, "granted while held");
     assert!(g.extend(Duration::from_secs(20)).await.expect("extend"));
     assert!(g.is_held());
+    h.exit(held);
     assert!(g.release().await.expect("release"));
+    wait_grants(&grants, 8, "after the failover").await;
+    stop_all(&stop, tasks).await;
+    // No overlap, and every grant after the failover has a larger fence than the hold's.
+    h.check_exclusion();
     let g2 = b.mutex(name).try_lock().await.expect("try").expect("free");
     assert!(g2.fencing_token() > fence);
     g2.release().await.expect("release");

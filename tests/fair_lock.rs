@@ -615,7 +615,169 @@ async fn only_the_fence_counter_outlives_the_lock(b: Backend) {
     }
 }
 
+/// A release grants the next waiter and its wake-up carries the grant: the waiter returns a
+/// guard without another round trip, then claims its full lease in the background. With
+/// renewal on and off, the hold outlives the short claim window (the heartbeat) it was handed.
+async fn handed_off_waiter_claims_its_full_lease(b: Backend) {
+    let c = b.client().await;
+    for auto_renew in [true, false] {
+        let name = format!("handoff-{auto_renew}");
+        let fair = c
+            .fair_lock(&name)
+            .lease(Duration::from_secs(30))
+            .heartbeat(Duration::from_millis(1500))
+            .auto_renew(auto_renew);
+        let holder = fair.lock().await.expect("holder");
+        let fence = holder.fencing_token();
+        let waiter = {
+            let fair = fair.clone();
+            tokio::spawn(async move { fair.lock().await })
+        };
+        until_waiters(&fair, 1).await;
+        assert!(holder.release().await.expect("release"));
+        let guard = join("handed-off waiter", waiter).await.expect("granted");
+        assert_eq!(guard.fencing_token(), fence + 1, "the grant's own fence");
+        assert!(guard.is_held());
+        // The background claim lifts the lease from the claim window to the full lease.
+        eventually("full lease claimed", || {
+            let fair = fair.clone();
+            async move {
+                let i = info(&fair).await;
+                i.holders.len() == 1 && i.holders[0].lease_remaining > Duration::from_secs(2)
+            }
+        })
+        .await;
+        // Past the claim window the hold is still there, locally and on the server.
+        tokio::time::sleep(Duration::from_millis(1800)).await;
+        assert!(
+            guard.is_held(),
+            "auto_renew={auto_renew}: lost after the claim window"
+        );
+        assert_eq!(info(&fair).await.holders.len(), 1);
+        assert!(fair.try_lock().await.expect("try").is_none());
+        assert!(guard.release().await.expect("release"));
+    }
+}
+
+/// A store that counts the steps it is asked for, around the in-memory reference.
+#[derive(Debug)]
+struct Counting {
+    inner: redis_locks::store::MemoryStore,
+    acquires: std::sync::atomic::AtomicUsize,
+    extends: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl redis_locks::store::Store for Counting {
+    async fn acquire(
+        &self,
+        lock: &redis_locks::keys::LockKeys,
+        claim: &Claim,
+        wait: bool,
+        now: Option<u64>,
+    ) -> redis_locks::Result<Acquire> {
+        self.acquires
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.acquire(lock, claim, wait, now).await
+    }
+    async fn release(
+        &self,
+        lock: &redis_locks::keys::LockKeys,
+        claim: &Claim,
+        now: Option<u64>,
+    ) -> redis_locks::Result<bool> {
+        self.inner.release(lock, claim, now).await
+    }
+    async fn extend(
+        &self,
+        lock: &redis_locks::keys::LockKeys,
+        claim: &Claim,
+        lease: Duration,
+        now: Option<u64>,
+    ) -> redis_locks::Result<bool> {
+        self.extends
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.extend(lock, claim, lease, now).await
+    }
+    async fn downgrade(
+        &self,
+        lock: &redis_locks::keys::LockKeys,
+        claim: &Claim,
+        now: Option<u64>,
+    ) -> redis_locks::Result<Option<u64>> {
+        self.inner.downgrade(lock, claim, now).await
+    }
+    async fn inspect(
+        &self,
+        lock: &redis_locks::keys::LockKeys,
+        family: Family,
+        now: Option<u64>,
+    ) -> redis_locks::Result<redis_locks::store::Snapshot> {
+        self.inner.inspect(lock, family, now).await
+    }
+    async fn set_permits(
+        &self,
+        lock: &redis_locks::keys::LockKeys,
+        permits: u32,
+        heartbeat: Duration,
+        now: Option<u64>,
+    ) -> redis_locks::Result<()> {
+        self.inner.set_permits(lock, permits, heartbeat, now).await
+    }
+    async fn force_release(
+        &self,
+        lock: &redis_locks::keys::LockKeys,
+        now: Option<u64>,
+    ) -> redis_locks::Result<u64> {
+        self.inner.force_release(lock, now).await
+    }
+    fn hub(&self) -> &Arc<redis_locks::WakeHub> {
+        self.inner.hub()
+    }
+}
+
+/// The hand-off costs the woken waiter no acquire round trip: the release's wake-up carries
+/// the grant, and the waiter's only call afterwards is the background claim (an extend).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hand_off_needs_no_acquire_round_trip() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let store = Arc::new(Counting {
+        inner: redis_locks::store::MemoryStore::new(),
+        acquires: Default::default(),
+        extends: Default::default(),
+    });
+    let c = LockClient::builder().store(store.clone());
+    // Long intervals: the waiter makes no heartbeat attempt during the measurement.
+    let fair = c
+        .fair_lock("counted")
+        .heartbeat(Duration::from_secs(120))
+        .retry_interval(Duration::from_secs(60));
+    let holder = fair.lock().await.expect("holder");
+    let waiter = {
+        let fair = fair.clone();
+        tokio::spawn(async move { fair.lock().await })
+    };
+    until_waiters(&fair, 1).await;
+    let acquires_before = store.acquires.load(SeqCst);
+    let extends_before = store.extends.load(SeqCst);
+    holder.release().await.expect("release");
+    let guard = join("waiter", waiter).await.expect("granted");
+    assert_eq!(
+        store.acquires.load(SeqCst),
+        acquires_before,
+        "the woken waiter attempted again instead of using the grant it was sent"
+    );
+    eventually("background claim", || {
+        let n = store.extends.load(SeqCst);
+        async move { n > extends_before }
+    })
+    .await;
+    assert!(guard.is_held());
+    guard.release().await.expect("release");
+}
+
 both_backends!(
+    handed_off_waiter_claims_its_full_lease,
     eight_waiters_acquire_in_arrival_order,
     fifty_waiters_on_three_clients_acquire_once_in_ticket_order,
     dead_waiter_in_the_middle_is_dropped_after_its_heartbeat,

@@ -373,7 +373,8 @@ impl LockState {
                 named.push(token_of(&m));
             }
         }
-        wakes.named(named);
+        let fence = self.fence;
+        wakes.named(named.into_iter().map(|t| format!("{t}={fence}")).collect());
         self_granted
     }
 
