@@ -157,6 +157,7 @@ impl Error {
 
     /// Whether retrying the same request (same token) may succeed.
     pub(crate) fn is_retryable(&self) -> bool {
-        self.is_connection()
+        // A quorum not reached is mostly servers not answering: retry like a lost reply.
+        self.is_connection() || matches!(self, Error::QuorumNotReached { .. })
     }
 }

@@ -265,12 +265,22 @@ pub(crate) async fn release_with_retry(
 ) -> Result<bool> {
     let mut delay = Duration::from_millis(20);
     let mut attempt = 0;
+    let mut first_error = None;
     loop {
         match store.release(lock, claim, None).await {
             Err(e) if e.is_retryable() && attempt < 3 => {
                 attempt += 1;
+                first_error.get_or_insert(e);
                 tokio::time::sleep(delay).await;
                 delay *= 2;
+            }
+            // After a lost reply, "nothing held" may mean the lost attempt released it: the
+            // answer stays unknown, so the first error is reported, not a false "you had lost it".
+            Ok(false) => {
+                return match first_error {
+                    Some(e) => Err(e),
+                    None => Ok(false),
+                }
             }
             other => return other,
         }

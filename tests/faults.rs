@@ -22,6 +22,7 @@ fn quick() -> RedisConfig {
     RedisConfig {
         response_timeout: Duration::from_millis(300),
         connect_timeout: Duration::from_millis(300),
+        ..RedisConfig::default()
     }
 }
 

@@ -20,6 +20,7 @@ async fn connect(url: &str) -> LockClient {
         .redis_config(RedisConfig {
             response_timeout: Duration::from_millis(500),
             connect_timeout: Duration::from_millis(500),
+            ..RedisConfig::default()
         })
         .connect(url)
         .await
@@ -95,6 +96,7 @@ async fn kill_and_restart_without_persistence() {
         .redis_config(RedisConfig {
             response_timeout: Duration::from_millis(500),
             connect_timeout: Duration::from_millis(500),
+            ..RedisConfig::default()
         })
         .retry_interval(Duration::from_millis(500))
         .connect(&server.url())

@@ -292,3 +292,28 @@ async fn fences_keep_increasing_when_a_minority_loses_its_counter() {
         g.fencing_token()
     );
 }
+
+/// A release whose answer is unknown on the servers that could make the majority is an
+/// error (outcome unknown), not `Ok(false)` ("you had lost it"): here servers 0 and 2 granted,
+/// server 1 refused (another holder), then server 2 died.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_with_an_unknown_majority_is_an_error() {
+    let mut q = Quorum::start();
+    let lone = LockClient::connect(&q.servers[1].url())
+        .await
+        .expect("connect to server 1 alone");
+    let _foreign = lone.mutex("r").lock().await.expect("lock on server 1");
+    let c = q.client().await;
+    let g = c
+        .mutex("r")
+        .try_lock()
+        .await
+        .expect("try")
+        .expect("granted by servers 0 and 2");
+    q.servers[2].kill();
+    let err = g.release().await.expect_err("outcome unknown");
+    assert!(
+        matches!(err, redis_locks::Error::QuorumNotReached { .. }),
+        "{err:?}"
+    );
+}

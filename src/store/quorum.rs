@@ -163,7 +163,12 @@ impl QuorumStore {
         let mut set = JoinSet::new();
         for (i, url) in urls.iter().enumerate() {
             let url = (*url).to_owned();
-            let config = config.clone();
+            // No reconnect retries inside a step: a server that is down must fail fast, or
+            // every step waits for it although a majority has already answered.
+            let config = RedisConfig {
+                reconnect_retries: 0,
+                ..config.clone()
+            };
             let hub = hub.clone();
             set.spawn(async move { (i, RedisStore::connect_to_hub(&url, config, hub).await) });
         }
@@ -344,7 +349,8 @@ impl Store for QuorumStore {
         if held >= required {
             return Ok(true);
         }
-        if answered < required {
+        let unknown = results.len() - answered;
+        if held + unknown >= required {
             // The servers that did not answer might have made a majority that held.
             return Err(no_majority(results, held, required));
         }

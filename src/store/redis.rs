@@ -23,6 +23,10 @@ pub struct RedisConfig {
     pub response_timeout: Duration,
     /// Limit for establishing a connection. Default [`RedisConfig::DEFAULT_CONNECT_TIMEOUT`].
     pub connect_timeout: Duration,
+    /// How many times a lost connection is re-dialled (with back-off) before a command fails
+    /// with a connection error. Default [`RedisConfig::DEFAULT_RECONNECT_RETRIES`]; quorum
+    /// mode uses 0 so a server that is down fails fast.
+    pub reconnect_retries: usize,
 }
 
 impl RedisConfig {
@@ -30,6 +34,8 @@ impl RedisConfig {
     pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
     /// Default connection timeout: 2 s.
     pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+    /// Default reconnect attempts: 2.
+    pub const DEFAULT_RECONNECT_RETRIES: usize = 2;
 }
 
 impl Default for RedisConfig {
@@ -37,6 +43,7 @@ impl Default for RedisConfig {
         RedisConfig {
             response_timeout: Self::DEFAULT_RESPONSE_TIMEOUT,
             connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
+            reconnect_retries: Self::DEFAULT_RECONNECT_RETRIES,
         }
     }
 }
@@ -137,7 +144,7 @@ impl RedisStore {
             .set_automatic_resubscription()
             .set_response_timeout(Some(config.response_timeout))
             .set_connection_timeout(Some(config.connect_timeout))
-            .set_number_of_retries(2)
+            .set_number_of_retries(config.reconnect_retries)
             .set_max_delay(Duration::from_millis(500));
         let conn = client
             .get_connection_manager_with_config(manager_config)
