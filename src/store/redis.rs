@@ -229,11 +229,20 @@ impl RedisStore {
     }
 }
 
+/// `EVALSHA`, loading the script after `NOSCRIPT` (the redis crate does that once). A
+/// `SCRIPT FLUSH` can land between that load and the second `EVALSHA`; a few more rounds make
+/// that race practically impossible without needing `EVAL` (which an ACL may rightly deny).
 async fn invoke<T: FromRedisValue>(
     inv: &redis::ScriptInvocation<'_>,
     conn: &mut (impl ConnectionLike + Send),
 ) -> redis::RedisResult<T> {
-    inv.invoke_async(conn).await
+    let mut rounds = 0;
+    loop {
+        match inv.invoke_async(conn).await {
+            Err(err) if err.code() == Some("NOSCRIPT") && rounds < 3 => rounds += 1,
+            other => return other,
+        }
+    }
 }
 
 /// `EVALSHA` on the node that owns the lock's slot; on `NOSCRIPT` (that node's script cache
