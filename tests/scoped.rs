@@ -1,0 +1,82 @@
+//! `run_while_held` / `with_lock`: work runs under the lock, is stopped when the lease is
+//! lost, and the lock is released after.
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis_locks::{run_while_held, Error};
+use support::backend::Backend;
+
+async fn work_runs_under_the_lock_and_releases_it(b: Backend) {
+    let c = b.client().await;
+    let m = c.mutex("scoped-ok");
+    let inside = m
+        .with_lock(|fence| {
+            let m = m.clone();
+            async move {
+                // Nobody else gets in while the work runs.
+                assert!(m.try_lock().await.expect("try").is_none());
+                fence
+            }
+        })
+        .await
+        .expect("work done");
+    assert!(inside >= 1);
+    // Released after: free again at once.
+    assert!(m.try_lock().await.expect("try").is_some());
+    let rw = c.rwlock("scoped-rw");
+    assert_eq!(rw.with_read(|_| async { 1 }).await.expect("read"), 1);
+    assert_eq!(rw.with_write(|_| async { 2 }).await.expect("write"), 2);
+    let s = c.semaphore("scoped-sem", 1);
+    assert_eq!(s.with_permit(async { 3 }).await.expect("permit"), 3);
+    assert!(s.try_acquire().await.expect("try").is_some());
+    let f = c.fair_lock("scoped-fair");
+    assert_eq!(f.with_lock(|_| async { 4 }).await.expect("fair"), 4);
+}
+
+async fn a_lost_lease_stops_the_work(b: Backend) {
+    let c = b.client().await;
+    let guard = c
+        .mutex("scoped-lost")
+        .lease(Duration::from_millis(600))
+        .renew_every(Duration::from_millis(100))
+        .lock()
+        .await
+        .expect("lock");
+    let finished = Arc::new(AtomicBool::new(false));
+    let work = {
+        let finished = finished.clone();
+        async move {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            finished.store(true, Ordering::SeqCst);
+        }
+    };
+    // An operator breaks the lock: the next renewal is refused, the lease is lost.
+    let operator = {
+        let c = c.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            c.force_release("scoped-lost").await.expect("force release")
+        })
+    };
+    let outcome = tokio::time::timeout(Duration::from_secs(20), run_while_held(guard, work))
+        .await
+        .expect("stopped well before the work's 30 s");
+    assert!(
+        matches!(outcome, Err(Error::LeaseLost { ref name }) if name == "scoped-lost"),
+        "{outcome:?}"
+    );
+    assert!(
+        !finished.load(Ordering::SeqCst),
+        "the work ran past the lost lease"
+    );
+    operator.await.expect("operator");
+}
+
+both_backends!(
+    work_runs_under_the_lock_and_releases_it,
+    a_lost_lease_stops_the_work
+);
