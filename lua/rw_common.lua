@@ -53,14 +53,20 @@ local function wake_all()
   publish(CH, '*')
 end
 
--- Wakes the waiting writers by name (or everyone when there are many, or none).
-local function wake_writers()
-  local writers = redis.call('ZRANGE', WQ, 0, 31)
-  if #writers == 0 or #writers >= 32 then
-    wake_all()
-  else
-    publish(CH, table.concat(writers, ' '))
-  end
+-- Hands the free lock to the first live waiting writer (by heartbeat deadline, then token)
+-- until that deadline, and wakes it with the grant ("token=fence"): it holds at once and
+-- claims its full lease in the background; a writer that died holds it for its own heartbeat
+-- window at most. False when no writer waits.
+local function hand_over()
+  local first = redis.call('ZRANGEBYSCORE', WQ, '(' .. NOW, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  if #first == 0 then return false end
+  local tok, claim_until = first[1], tonumber(first[2])
+  redis.call('ZREM', WQ, tok)
+  local fence = incr_counter(FENCE)
+  set_writer(tok, claim_until)
+  expire_zset(WQ)
+  publish(CH, tok .. '=' .. fence)
+  return true
 end
 
 -- Drops expired readers and waiting writers whose heartbeat lapsed. When the last waiting

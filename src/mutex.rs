@@ -45,8 +45,9 @@ handle_options!(Mutex);
 
 impl Mutex {
     fn claim(&self) -> crate::store::Claim {
-        // Mutex waiters never announce themselves (there are no readers to hold back).
-        self.ctx.claim(Slot::Write, Policy::Reader)
+        // A waiting mutex claim announces itself like a waiting writer, so a release can hand
+        // the lock straight to it (one trip instead of a race of every waiter).
+        self.ctx.claim(Slot::Write, Policy::Writer)
     }
 
     /// Waits until the lock is free and takes it.

@@ -259,12 +259,14 @@ impl LockCtx {
                         _ = reg.notified() => {}
                         _ = tokio::time::sleep_until(wake_at) => {}
                     }
-                    // A ticket queue's wake-up may carry the grant itself: the hold is then
+                    // A hand-off's wake-up may carry the grant itself: the hold is then
                     // valid from our last heartbeat, and the full lease is claimed in the
                     // background, which saves the hand-off a round trip.
                     let handed_off = match (reg.take_grant(), claim.slot) {
                         // With wait_replicas, the normal claim path runs WAIT first.
-                        (Some(fence), Slot::Ticket { .. }) if self.opts.wait_replicas.is_none() => {
+                        (Some(fence), Slot::Ticket { .. } | Slot::Write)
+                            if self.opts.wait_replicas.is_none() =>
+                        {
                             Some(fence)
                         }
                         _ => None,

@@ -26,7 +26,9 @@ async fn client_with(cluster: &RedisCluster, builder: LockClientBuilder) -> Lock
 async fn slow_polling_client(cluster: &RedisCluster) -> LockClient {
     client_with(
         cluster,
-        LockClient::builder().retry_interval(Duration::from_secs(30)),
+        LockClient::builder()
+            .retry_interval(Duration::from_secs(30))
+            .heartbeat(Duration::from_secs(180)),
     )
     .await
 }

@@ -15,6 +15,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use support::backend::{Backend, EVENTUALLY};
+use support::counting::Counting;
 use support::history::{History, Kind};
 
 /// The ticket slot of a FairLock (one permit of one).
@@ -659,93 +660,12 @@ async fn handed_off_waiter_claims_its_full_lease(b: Backend) {
     }
 }
 
-/// A store that counts the steps it is asked for, around the in-memory reference.
-#[derive(Debug)]
-struct Counting {
-    inner: redis_locks::store::MemoryStore,
-    acquires: std::sync::atomic::AtomicUsize,
-    extends: std::sync::atomic::AtomicUsize,
-}
-
-#[async_trait::async_trait]
-impl redis_locks::store::Store for Counting {
-    async fn acquire(
-        &self,
-        lock: &redis_locks::keys::LockKeys,
-        claim: &Claim,
-        wait: bool,
-        now: Option<u64>,
-    ) -> redis_locks::Result<Acquire> {
-        self.acquires
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        self.inner.acquire(lock, claim, wait, now).await
-    }
-    async fn release(
-        &self,
-        lock: &redis_locks::keys::LockKeys,
-        claim: &Claim,
-        now: Option<u64>,
-    ) -> redis_locks::Result<bool> {
-        self.inner.release(lock, claim, now).await
-    }
-    async fn extend(
-        &self,
-        lock: &redis_locks::keys::LockKeys,
-        claim: &Claim,
-        lease: Duration,
-        now: Option<u64>,
-    ) -> redis_locks::Result<bool> {
-        self.extends
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        self.inner.extend(lock, claim, lease, now).await
-    }
-    async fn downgrade(
-        &self,
-        lock: &redis_locks::keys::LockKeys,
-        claim: &Claim,
-        now: Option<u64>,
-    ) -> redis_locks::Result<Option<u64>> {
-        self.inner.downgrade(lock, claim, now).await
-    }
-    async fn inspect(
-        &self,
-        lock: &redis_locks::keys::LockKeys,
-        family: Family,
-        now: Option<u64>,
-    ) -> redis_locks::Result<redis_locks::store::Snapshot> {
-        self.inner.inspect(lock, family, now).await
-    }
-    async fn set_permits(
-        &self,
-        lock: &redis_locks::keys::LockKeys,
-        permits: u32,
-        heartbeat: Duration,
-        now: Option<u64>,
-    ) -> redis_locks::Result<()> {
-        self.inner.set_permits(lock, permits, heartbeat, now).await
-    }
-    async fn force_release(
-        &self,
-        lock: &redis_locks::keys::LockKeys,
-        now: Option<u64>,
-    ) -> redis_locks::Result<u64> {
-        self.inner.force_release(lock, now).await
-    }
-    fn hub(&self) -> &Arc<redis_locks::WakeHub> {
-        self.inner.hub()
-    }
-}
-
 /// The hand-off costs the woken waiter no acquire round trip: the release's wake-up carries
 /// the grant, and the waiter's only call afterwards is the background claim (an extend).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hand_off_needs_no_acquire_round_trip() {
     use std::sync::atomic::Ordering::SeqCst;
-    let store = Arc::new(Counting {
-        inner: redis_locks::store::MemoryStore::new(),
-        acquires: Default::default(),
-        extends: Default::default(),
-    });
+    let store = Arc::new(Counting::default());
     let c = LockClient::builder().store(store.clone());
     // Long intervals: the waiter makes no heartbeat attempt during the measurement.
     let fair = c

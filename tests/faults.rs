@@ -123,6 +123,7 @@ async fn client_kill_while_waiting_keeps_the_wake_ups() {
     let waiter = LockClient::builder()
         .redis_config(quick())
         .retry_interval(Duration::from_secs(60))
+        .heartbeat(Duration::from_secs(180))
         .connect(&server.url())
         .await
         .expect("connect");

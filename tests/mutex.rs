@@ -263,7 +263,11 @@ async fn waiter_is_woken_by_notification(b: Backend) {
         .lease(Duration::from_secs(60));
     let g = holder.lock().await.expect("lock");
     let waiter_client = b
-        .client_with(LockClient::builder().retry_interval(Duration::from_secs(30)))
+        .client_with(
+            LockClient::builder()
+                .retry_interval(Duration::from_secs(30))
+                .heartbeat(Duration::from_secs(180)),
+        )
         .await;
     let waiter = waiter_client.mutex("notified");
     let task = tokio::spawn(async move {
@@ -482,3 +486,62 @@ async fn fence_shows_in_inspect(b: Backend) {
 }
 
 both_backends!(fence_shows_in_inspect);
+
+/// A release hands the mutex straight to a waiting claim and the wake-up carries the grant:
+/// the waiter's guard comes back without another acquire, with the next fence, and the full
+/// lease is claimed in the background (also with renewal off).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_hands_the_mutex_to_a_waiter_in_one_trip() {
+    use std::sync::atomic::Ordering::SeqCst;
+    use std::sync::Arc;
+    for auto_renew in [true, false] {
+        let store = Arc::new(support::counting::Counting::default());
+        let c = LockClient::builder().store(store.clone());
+        let m = c
+            .mutex("handed")
+            .lease(Duration::from_secs(30))
+            .heartbeat(Duration::from_secs(120))
+            .retry_interval(Duration::from_secs(60))
+            .auto_renew(auto_renew);
+        let holder = m.lock().await.expect("holder");
+        let fence = holder.fencing_token();
+        let waiter = {
+            let m = m.clone();
+            tokio::spawn(async move { m.lock().await })
+        };
+        // The waiter has announced itself (two attempts: before and after subscribing).
+        let give_up = Instant::now() + EVENTUALLY;
+        while store.acquires.load(SeqCst) < 3 {
+            assert!(Instant::now() < give_up, "the waiter never attempted");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let acquires = store.acquires.load(SeqCst);
+        let extends = store.extends.load(SeqCst);
+        assert!(holder.release().await.expect("release"));
+        let guard = timeout(EVENTUALLY, waiter)
+            .await
+            .expect("handed over")
+            .expect("task")
+            .expect("granted");
+        assert_eq!(
+            store.acquires.load(SeqCst),
+            acquires,
+            "the waiter attempted again"
+        );
+        assert_eq!(guard.fencing_token(), fence + 1);
+        let give_up = Instant::now() + EVENTUALLY;
+        while store.extends.load(SeqCst) == extends {
+            assert!(Instant::now() < give_up, "the full lease was never claimed");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let info: LockInfo = m.inspect().await.expect("inspect");
+        // The claim replaced the hand-off window (the 120 s heartbeat) with the 30 s lease.
+        let left = info.holders[0].lease_remaining;
+        assert!(
+            left <= Duration::from_secs(30) && left > Duration::from_secs(20),
+            "{info:?}"
+        );
+        assert!(guard.is_held());
+        assert!(guard.release().await.expect("release"));
+    }
+}

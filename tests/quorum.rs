@@ -238,7 +238,11 @@ async fn waiter_is_woken_on_release() {
     let a = q.client().await;
     // A waiter that would poll only every 30 s: a fast hand-off proves the wake-up.
     let b = q
-        .client_with(LockClient::builder().retry_interval(Duration::from_secs(30)))
+        .client_with(
+            LockClient::builder()
+                .retry_interval(Duration::from_secs(30))
+                .heartbeat(Duration::from_secs(180)),
+        )
         .await;
     let g = a.mutex("wake").lock().await.expect("lock");
     let m = b.mutex("wake");

@@ -81,7 +81,10 @@ async fn every_primitive_works_as_a_restricted_acl_user() {
     );
     // A waiter on another connection is woken by the release (pub/sub allowed).
     let waiter = {
-        let m = b.mutex("acl-m").retry_interval(Duration::from_secs(60));
+        let m = b
+            .mutex("acl-m")
+            .retry_interval(Duration::from_secs(60))
+            .heartbeat(Duration::from_secs(180));
         tokio::spawn(async move { m.lock().await })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;

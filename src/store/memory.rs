@@ -163,18 +163,22 @@ impl LockState {
         }
     }
 
-    fn wake_writers(&self, wakes: &mut Wakes) {
-        let writers: Vec<String> = self
+    /// Hands the free lock to the first live waiting writer until its heartbeat deadline
+    /// (mirrors `hand_over` in rw_common.lua); false when none waits.
+    fn hand_over(&mut self, now: u64, wakes: &mut Wakes) -> bool {
+        let Some((until, token)) = self
             .waiting_writers
             .iter()
-            .take(32)
-            .map(|(_, m)| m.clone())
-            .collect();
-        if writers.is_empty() || writers.len() >= 32 {
-            wakes.all();
-        } else {
-            wakes.named(writers);
-        }
+            .find(|(dl, _)| *dl > now)
+            .cloned()
+        else {
+            return false;
+        };
+        self.waiting_writers.remove(&token);
+        self.fence += 1;
+        self.writer = Some((token.clone(), until));
+        wakes.named(vec![format!("{token}={}", self.fence)]);
+        true
     }
 
     fn rw_acquire(&mut self, now: u64, claim: &Claim, wait: bool, wakes: &mut Wakes) -> Acquire {
@@ -238,15 +242,17 @@ impl LockState {
         if live.as_ref().is_some_and(|(t, _)| t == token) {
             self.writer = None;
             held = true;
-            wakes.all();
+            if !self.hand_over(now, wakes) {
+                wakes.all();
+            }
         } else {
             if self.writer.as_ref().is_some_and(|(t, _)| t == token) {
                 self.writer = None;
             }
             if self.readers.remove(token) {
                 held = true;
-                if self.readers.is_empty() {
-                    self.wake_writers(wakes);
+                if self.readers.is_empty() && !self.hand_over(now, wakes) {
+                    wakes.all();
                 }
             }
         }

@@ -181,7 +181,7 @@ impl QuorumStore {
         let mut nodes = Vec::with_capacity(urls.len());
         let mut subscribers = Vec::with_capacity(urls.len());
         for (store, sub) in slots.into_iter().flatten() {
-            nodes.push(store);
+            nodes.push(store.without_hand_over());
             subscribers.push(sub);
         }
         hub.start(Box::new(FanOut(subscribers)));

@@ -65,6 +65,10 @@ pub struct RedisStore {
     conn: Conn,
     hub: Arc<WakeHub>,
     publish: &'static str,
+    /// Whether a writer's release hands the lock straight to the next waiting writer. Off in
+    /// quorum mode: each server would pick its own next writer, and a wake-up from one server
+    /// is no majority grant.
+    hand_over: bool,
 }
 
 impl fmt::Debug for RedisStore {
@@ -155,6 +159,7 @@ impl RedisStore {
             conn: Conn::Single(conn),
             hub,
             publish: "PUBLISH",
+            hand_over: true,
         };
         Ok((store, subscriber))
     }
@@ -185,7 +190,14 @@ impl RedisStore {
             conn: Conn::Cluster(conn),
             hub,
             publish: "SPUBLISH",
+            hand_over: true,
         })
+    }
+
+    /// This store's writer releases no longer hand the lock to the next waiting writer.
+    pub(crate) fn without_hand_over(mut self) -> Self {
+        self.hand_over = false;
+        self
     }
 
     /// Sends any command on the store's connection (for tools and tests).
@@ -409,7 +421,8 @@ impl Store for RedisStore {
     async fn release(&self, lock: &LockKeys, claim: &Claim, now: Option<u64>) -> Result<bool> {
         let held: i64 = match claim.slot {
             Slot::Write | Slot::Read => {
-                let args = [claim.token.clone()];
+                let hand_over = if self.hand_over { "1" } else { "0" };
+                let args = [claim.token.clone(), hand_over.to_owned()];
                 self.run(lock, &SCRIPTS.rw_release, &lock.lease_lock(), now, &args)
                     .await?
             }

@@ -19,6 +19,7 @@
 #![allow(dead_code)]
 
 pub mod backend;
+pub mod counting;
 pub mod fenced;
 pub mod history;
 pub mod proxy;
