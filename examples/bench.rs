@@ -1263,8 +1263,15 @@ async fn mutex_costs(env: &Env, name: &str, k: usize) -> BoxResult<Vec<f64>> {
             store.extend(&keys, &holder, LONG, None).await?
         );
         step!(steps, Some(3), store.release(&keys, &holder, None).await?);
-        // One of the waiting writers (or a newcomer when none wait) takes the lock.
-        let next = waiting.pop().unwrap_or_else(|| long_claim(Slot::Write));
+        // The release handed the lock to the first waiting writer (earliest heartbeat
+        // deadline), which now claims it; with nobody waiting a newcomer takes it.
+        // Read with a plain GET (not a script, so it stays out of the measured steps).
+        let record: Option<String> = raw.query(redis::cmd("GET").arg(keys.key("w"))).await?;
+        let handed = record.and_then(|r| r.split_once('|').map(|(_, t)| t.to_owned()));
+        let next = match handed.and_then(|t| waiting.iter().position(|c| c.token == t)) {
+            Some(i) => waiting.remove(i),
+            None => long_claim(Slot::Write),
+        };
         let granted = step!(
             steps,
             Some(4),
