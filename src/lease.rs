@@ -72,7 +72,18 @@ pub(crate) struct Hold {
     released: bool,
 }
 
+/// When a new hold is first renewed.
+enum FirstRenewal {
+    /// After the usual interval, if auto-renewal is on.
+    Scheduled,
+    /// At once, and at least that once even with auto-renewal off (a handed-over grant whose
+    /// short claim window must become the full lease).
+    Immediately,
+}
+
 impl Hold {
+    /// A hold granted by the reply to a request sent at `sent_at`: trusted for its lease from
+    /// that instant.
     pub(crate) fn new(
         store: Arc<dyn Store>,
         lock: LockKeys,
@@ -83,33 +94,23 @@ impl Hold {
     ) -> Self {
         let lease = claim.lease;
         let until = sent_at + lease.saturating_sub(Options::drift(lease));
-        let (validity, _) = watch::channel(Validity { until, lost: false });
-        let shared = Arc::new(Shared {
-            granted_at: Instant::now(),
+        Self::start(
             store,
             lock,
-            claim: StdMutex::new(claim),
+            claim,
             fence,
-            validity,
-        });
-        let renewer = opts.auto_renew.then(|| {
-            let every = opts.renew_interval();
-            tokio::spawn(renew(shared.clone(), opts.clone(), every, false)).abort_handle()
-        });
-        Hold {
-            shared,
-            renewer,
+            until,
             opts,
-            released: false,
-        }
+            FirstRenewal::Scheduled,
+        )
     }
 
-    /// A hold granted by someone else's release while this claim waited in a ticket queue
-    /// (the wake-up carried the grant). The grant lasts until the waiter's own heartbeat
-    /// deadline, which the server set at or after `heartbeat_sent_at`, so it is trusted until
-    /// `heartbeat_sent_at + heartbeat - drift`; the full lease is claimed at once in the
-    /// background (even with auto-renewal off, that one claim is made).
-    pub(crate) fn promoted(
+    /// A hold handed over by someone else's release while this claim waited (the wake-up
+    /// carried the grant). The grant lasts until the waiter's own heartbeat deadline, which
+    /// the server set at or after `heartbeat_sent_at` (the send of the waiter's last attempt),
+    /// so it is trusted until `heartbeat_sent_at + heartbeat - drift`; the full lease is
+    /// claimed at once in the background.
+    pub(crate) fn handed_over(
         store: Arc<dyn Store>,
         lock: LockKeys,
         claim: Claim,
@@ -119,6 +120,26 @@ impl Hold {
     ) -> Self {
         let window = claim.heartbeat;
         let until = heartbeat_sent_at + window.saturating_sub(Options::drift(window));
+        Self::start(
+            store,
+            lock,
+            claim,
+            fence,
+            until,
+            opts,
+            FirstRenewal::Immediately,
+        )
+    }
+
+    fn start(
+        store: Arc<dyn Store>,
+        lock: LockKeys,
+        claim: Claim,
+        fence: u64,
+        until: Instant,
+        opts: Options,
+        first: FirstRenewal,
+    ) -> Self {
         let (validity, _) = watch::channel(Validity { until, lost: false });
         let shared = Arc::new(Shared {
             granted_at: Instant::now(),
@@ -128,11 +149,20 @@ impl Hold {
             fence,
             validity,
         });
-        let once = !opts.auto_renew;
-        let task = tokio::spawn(renew(shared.clone(), opts.clone(), Duration::ZERO, once));
+        let renewer = match first {
+            FirstRenewal::Scheduled => opts.auto_renew.then(|| {
+                let every = opts.renew_interval();
+                tokio::spawn(renew(shared.clone(), opts.clone(), every, false)).abort_handle()
+            }),
+            FirstRenewal::Immediately => {
+                let once = !opts.auto_renew;
+                let task = renew(shared.clone(), opts.clone(), Duration::ZERO, once);
+                Some(tokio::spawn(task).abort_handle())
+            }
+        };
         Hold {
             shared,
-            renewer: Some(task.abort_handle()),
+            renewer,
             opts,
             released: false,
         }

@@ -274,7 +274,7 @@ impl LockCtx {
                     if let Some(fence) = handed_off {
                         pending.armed = false;
                         tracing::debug!(lock = lock.name(), fence, "granted by hand-off");
-                        return Ok(Some(Hold::promoted(
+                        return Ok(Some(Hold::handed_over(
                             self.store.clone(),
                             lock,
                             claim,

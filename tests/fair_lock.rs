@@ -5,7 +5,6 @@
 
 mod support;
 
-use std::future::Future;
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
@@ -14,7 +13,7 @@ use redis_locks::{FairLock, FairLockGuard, LockClient, LockInfo};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use support::backend::{Backend, EVENTUALLY};
+use support::backend::{eventually, join, Backend, EVENTUALLY};
 use support::counting::Counting;
 use support::history::{History, Kind};
 
@@ -24,48 +23,13 @@ const FAIR_SLOT: Slot = Slot::Ticket {
     capacity: 1,
 };
 
-/// Polls `check` every 10 ms until it holds; panics with `what` after [`EVENTUALLY`].
-async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let give_up = Instant::now() + EVENTUALLY;
-    while !check().await {
-        assert!(
-            Instant::now() < give_up,
-            "not within {EVENTUALLY:?}: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 async fn info(lock: &FairLock) -> LockInfo {
     lock.inspect().await.expect("inspect")
 }
 
 /// Waits until the queue holds exactly `n` live waiters and returns that state.
 async fn until_waiters(lock: &FairLock, n: usize) -> LockInfo {
-    let give_up = Instant::now() + EVENTUALLY;
-    loop {
-        let i = info(lock).await;
-        if i.waiters.len() == n {
-            return i;
-        }
-        assert!(
-            Instant::now() < give_up,
-            "not {n} waiters within {EVENTUALLY:?}: {i:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
-/// Awaits a task with the generous bound, panicking on timeout or on the task's panic.
-async fn join<T>(what: &str, task: JoinHandle<T>) -> T {
-    tokio::time::timeout(EVENTUALLY, task)
-        .await
-        .unwrap_or_else(|_| panic!("not within {EVENTUALLY:?}: {what}"))
-        .unwrap_or_else(|e| panic!("{what}: task failed: {e}"))
+    support::backend::until_waiters(n, || lock.inspect()).await
 }
 
 /// A queued waiter that never attempts again: one raw `acquire(wait = true)` with the given

@@ -14,7 +14,7 @@ use redis_locks::{HoldKind, LockClient, LockInfo, Permit, Semaphore};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use support::backend::{Backend, EVENTUALLY};
+use support::backend::{join, Backend, EVENTUALLY};
 use support::history::{History, Kind};
 
 async fn info(sem: &Semaphore) -> LockInfo {
@@ -23,26 +23,7 @@ async fn info(sem: &Semaphore) -> LockInfo {
 
 /// Waits until the queue holds exactly `n` live waiters and returns that state.
 async fn until_waiters(sem: &Semaphore, n: usize) -> LockInfo {
-    let give_up = Instant::now() + EVENTUALLY;
-    loop {
-        let i = info(sem).await;
-        if i.waiters.len() == n {
-            return i;
-        }
-        assert!(
-            Instant::now() < give_up,
-            "not {n} waiters within {EVENTUALLY:?}: {i:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
-/// Awaits a task with the generous bound, panicking on timeout or on the task's panic.
-async fn join<T>(what: &str, task: JoinHandle<T>) -> T {
-    tokio::time::timeout(EVENTUALLY, task)
-        .await
-        .unwrap_or_else(|_| panic!("not within {EVENTUALLY:?}: {what}"))
-        .unwrap_or_else(|e| panic!("{what}: task failed: {e}"))
+    support::backend::until_waiters(n, || sem.inspect()).await
 }
 
 /// Starts `acquire_many(n)` on `sem` in a task that hands back the permit; returns once the

@@ -80,6 +80,50 @@ impl Backend {
 /// Generous bound for "eventually" in tests on shared 2-core machines (behaviour, not speed).
 pub const EVENTUALLY: Duration = Duration::from_secs(20);
 
+/// Polls `check` every 10 ms until it holds; panics with `what` after [`EVENTUALLY`].
+pub async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let give_up = tokio::time::Instant::now() + EVENTUALLY;
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "not within {EVENTUALLY:?}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Awaits a task with the generous bound, panicking on timeout or on the task's panic.
+pub async fn join<T>(what: &str, task: tokio::task::JoinHandle<T>) -> T {
+    tokio::time::timeout(EVENTUALLY, task)
+        .await
+        .unwrap_or_else(|_| panic!("not within {EVENTUALLY:?}: {what}"))
+        .unwrap_or_else(|e| panic!("{what}: task failed: {e}"))
+}
+
+/// Polls `inspect` until the lock shows exactly `n` live waiters, and returns that state.
+pub async fn until_waiters<F, Fut>(n: usize, mut inspect: F) -> redis_locks::LockInfo
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = redis_locks::Result<redis_locks::LockInfo>>,
+{
+    let give_up = tokio::time::Instant::now() + EVENTUALLY;
+    loop {
+        let info = inspect().await.expect("inspect");
+        if info.waiters.len() == n {
+            return info;
+        }
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "not {n} waiters within {EVENTUALLY:?}: {info:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// Generates `mod <name> { redis(), memory() }` tests calling `<name>(Backend)`.
 #[macro_export]
 macro_rules! both_backends {
