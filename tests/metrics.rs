@@ -132,5 +132,14 @@ async fn locks_report_on_the_metrics_facade() {
     tokio::time::timeout(Duration::from_secs(10), lost.lost())
         .await
         .expect("lost() fires");
-    assert!(rec.has("redis_locks_lost_leases_total{kind=write}"));
+    // lost() can resolve on the local deadline a moment before the renewal task records the
+    // loss: wait for the count.
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !rec.has("redis_locks_lost_leases_total{kind=write}") {
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "lost lease not counted"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
