@@ -133,6 +133,16 @@ impl LockClient {
 }
 
 /// Builder for [`LockClient`].
+///
+/// ```
+/// use std::time::Duration;
+/// let client = redis_locks::LockClient::builder()
+///     .prefix("billing")                     // keys: billing:{<name>}:...
+///     .lease(Duration::from_secs(10))        // default lease of every handle it makes
+///     .heartbeat(Duration::from_secs(3))
+///     .in_memory();                          // or .connect("redis://...").await?
+/// assert_eq!(client.prefix(), "billing");
+/// ```
 #[derive(Clone, Debug)]
 pub struct LockClientBuilder {
     prefix: String,

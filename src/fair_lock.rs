@@ -35,6 +35,17 @@ pub struct FairLock {
 }
 
 /// Proof of holding a [`FairLock`].
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> redis_locks::Result<()> {
+/// let client = redis_locks::LockClient::in_memory();
+/// let jobs = client.fair_lock("jobs");
+/// let guard = jobs.lock_with(|ahead| println!("{ahead} waiters ahead")).await?;
+/// assert!(guard.is_held());
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
 #[must_use = "dropping the guard releases the lock in the background (and grants the next waiter)"]
 pub struct FairLockGuard {
     pub(crate) hold: Hold,

@@ -34,6 +34,21 @@ pub struct WaiterInfo {
 }
 
 /// The state of a lock, read in one round trip.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> redis_locks::Result<()> {
+/// let client = redis_locks::LockClient::in_memory();
+/// let lock = client.rwlock("catalog");
+/// let (a, b) = (lock.read().await?, lock.read().await?);
+/// let info = lock.inspect().await?;
+/// assert_eq!(info.holders.len(), 2);
+/// for h in &info.holders {
+///     println!("{} {:?} lease left {:?}", h.token_prefix, h.kind, h.lease_remaining);
+/// }
+/// # drop((a, b));
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LockInfo {

@@ -14,6 +14,12 @@ pub const MAX_PREFIX_LEN: usize = 64;
 pub const DEFAULT_PREFIX: &str = "rl";
 
 /// A validated lock name with its key names.
+///
+/// ```
+/// let keys = redis_locks::keys::LockKeys::new("rl", "jobs").unwrap();
+/// assert_eq!(keys.fence(), "rl:{jobs}:fence");
+/// assert_eq!(keys.channel(), "rl:{jobs}:ch");
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct LockKeys {
     name: String,

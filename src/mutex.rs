@@ -35,6 +35,19 @@ pub struct Mutex {
 }
 
 /// Proof of holding a [`Mutex`]. The lease renews itself while the guard lives.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> redis_locks::Result<()> {
+/// let client = redis_locks::LockClient::in_memory();
+/// let mut guard = client.mutex("report").lock().await?;
+/// let fence = guard.fencing_token(); // pass it along with every write to the resource
+/// assert!(guard.is_held());
+/// guard.extend(std::time::Duration::from_secs(60)).await?; // need longer this time
+/// assert!(guard.release().await?);
+/// # let _ = fence;
+/// # Ok(()) }
+/// ```
 #[must_use = "dropping the guard releases the lock in the background; keep it while you work"]
 pub struct MutexGuard {
     pub(crate) hold: Hold,

@@ -12,6 +12,13 @@ mod sealed {
 
 /// What every guard can do, for code generic over the kind of lock (sealed: implemented by
 /// [`MutexGuard`], [`ReadGuard`], [`WriteGuard`], [`FairLockGuard`] and [`Permit`]).
+///
+/// ```
+/// use redis_locks::Guard;
+/// fn audit(guard: &impl Guard) -> String {
+///     format!("{} under fence {}", guard.lock_name(), guard.fencing_token())
+/// }
+/// ```
 pub trait Guard: sealed::Sealed + Send + 'static {
     /// See [`MutexGuard::lost`].
     fn lost(&self) -> impl Future<Output = ()> + Send + '_;

@@ -39,6 +39,18 @@ pub struct Semaphore {
 }
 
 /// One or more permits of a [`Semaphore`].
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> redis_locks::Result<()> {
+/// let client = redis_locks::LockClient::in_memory();
+/// let slots = client.semaphore("exports", 4);
+/// let three = slots.acquire_many(3).await?;
+/// assert_eq!(three.count(), 3);
+/// assert!(slots.try_acquire_many(2).await?.is_none()); // only one left
+/// three.release().await?;
+/// # Ok(()) }
+/// ```
 #[must_use = "dropping the permit releases it in the background"]
 pub struct Permit {
     pub(crate) hold: Hold,

@@ -15,6 +15,14 @@ use crate::wait::{Deadline, LockCtx};
 
 /// Who goes first when readers and writers compete for an [`RwLock`].
 ///
+/// ```
+/// use redis_locks::{LockClient, Preference};
+/// let client = LockClient::in_memory();
+/// let fifo = client.rwlock("catalog").preference(Preference::Fair);
+/// let reads_first = client.rwlock("stats").preference(Preference::Reader);
+/// # drop((fifo, reads_first));
+/// ```
+///
 /// Every handle of one lock name must use the same preference: `Fair` keeps its state in a
 /// ticket queue, the others in a writer record and read set, and the two do not see each other.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

@@ -5,6 +5,17 @@ use crate::lease::Hold;
 use crate::store::{Slot, FAIR_RW_CAPACITY};
 
 /// The exclusive hold of an [`RwLock`](crate::RwLock).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> redis_locks::Result<()> {
+/// let client = redis_locks::LockClient::in_memory();
+/// let lock = client.rwlock("prices");
+/// let w = lock.write().await?;
+/// assert!(lock.try_read().await?.is_none()); // no reader beside a writer
+/// w.release().await?;
+/// # Ok(()) }
+/// ```
 #[must_use = "dropping the guard releases the write hold in the background; keep it while you write"]
 pub struct WriteGuard {
     pub(crate) hold: Hold,

@@ -95,6 +95,23 @@ struct LockState {
 }
 
 /// The in-process store. Cheap to clone; clones share state.
+///
+/// Share one between several clients to test code that coordinates across "machines"
+/// without Redis:
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> redis_locks::Result<()> {
+/// use std::sync::Arc;
+/// use redis_locks::{store::MemoryStore, LockClient};
+/// let store = Arc::new(MemoryStore::new());
+/// let a = LockClient::builder().store(store.clone());
+/// let b = LockClient::builder().store(store);
+/// let held = a.mutex("shared").lock().await?;
+/// assert!(b.mutex("shared").try_lock().await?.is_none());
+/// held.release().await?;
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Debug)]
 pub struct MemoryStore {
     locks: Arc<StdMutex<HashMap<String, LockState>>>,

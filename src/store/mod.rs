@@ -209,6 +209,23 @@ pub struct Snapshot {
 /// The protocol steps of every primitive. See the module docs for the contract.
 ///
 /// `now` is `None` in production (the store's clock); tests pass an explicit time in ms.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> redis_locks::Result<()> {
+/// use std::time::Duration;
+/// use redis_locks::keys::LockKeys;
+/// use redis_locks::store::{Acquire, Claim, MemoryStore, Policy, Slot, Store};
+/// let store = MemoryStore::new();
+/// let lock = LockKeys::new("rl", "jobs")?;
+/// let claim = Claim::new(Slot::Write, Duration::from_secs(1), Duration::from_secs(1), Policy::Writer);
+/// // One step at an explicit time (ms): granted, then the lease lapses at t + 1000.
+/// assert!(matches!(store.acquire(&lock, &claim, false, Some(5_000)).await?, Acquire::Granted(_)));
+/// let other = Claim::new(Slot::Write, Duration::from_secs(1), Duration::from_secs(1), Policy::Writer);
+/// assert!(matches!(store.acquire(&lock, &other, false, Some(5_999)).await?, Acquire::Busy(_)));
+/// assert!(matches!(store.acquire(&lock, &other, false, Some(6_000)).await?, Acquire::Granted(_)));
+/// # Ok(()) }
+/// ```
 #[async_trait]
 pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// One attempt to take `claim`. With `wait`, a refused claim joins the queue (ticket
