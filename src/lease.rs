@@ -92,14 +92,12 @@ impl Hold {
         sent_at: Instant,
         opts: Options,
     ) -> Self {
-        let lease = claim.lease;
-        let until = sent_at + lease.saturating_sub(Options::drift(lease));
         Self::start(
             store,
             lock,
             claim,
             fence,
-            until,
+            sent_at,
             opts,
             FirstRenewal::Scheduled,
         )
@@ -108,8 +106,8 @@ impl Hold {
     /// A hold handed over by someone else's release while this claim waited (the wake-up
     /// carried the grant). The grant lasts until the waiter's own heartbeat deadline, which
     /// the server set at or after `heartbeat_sent_at` (the send of the waiter's last attempt),
-    /// so it is trusted until `heartbeat_sent_at + heartbeat - drift`; the full lease is
-    /// claimed at once in the background.
+    /// so it is trusted for one heartbeat window from then; the full lease is claimed at once
+    /// in the background.
     pub(crate) fn handed_over(
         store: Arc<dyn Store>,
         lock: LockKeys,
@@ -118,28 +116,26 @@ impl Hold {
         heartbeat_sent_at: Instant,
         opts: Options,
     ) -> Self {
-        let window = claim.heartbeat;
-        let until = heartbeat_sent_at + window.saturating_sub(Options::drift(window));
-        Self::start(
-            store,
-            lock,
-            claim,
-            fence,
-            until,
-            opts,
-            FirstRenewal::Immediately,
-        )
+        let first = FirstRenewal::Immediately;
+        Self::start(store, lock, claim, fence, heartbeat_sent_at, opts, first)
     }
 
+    /// Trusts the hold for its window (the lease, or the heartbeat window of a hand-off) from
+    /// `trusted_from`, minus drift, and starts renewing it.
     fn start(
         store: Arc<dyn Store>,
         lock: LockKeys,
         claim: Claim,
         fence: u64,
-        until: Instant,
+        trusted_from: Instant,
         opts: Options,
         first: FirstRenewal,
     ) -> Self {
+        let window = match first {
+            FirstRenewal::Scheduled => claim.lease,
+            FirstRenewal::Immediately => claim.heartbeat,
+        };
+        let until = trusted_from + window.saturating_sub(Options::drift(window));
         let (validity, _) = watch::channel(Validity { until, lost: false });
         let shared = Arc::new(Shared {
             granted_at: Instant::now(),

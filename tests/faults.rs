@@ -229,38 +229,46 @@ async fn fenced_check(res: &RedisServer, name: &str) -> support::fenced::Audit {
     Fenced::new(&res.url(), name).await.check().await
 }
 
-/// The acquire ran on the server but its reply was lost: the library retries by the same
-/// token, which claims the grant it already has (one fence, one holder), instead of taking
-/// a second grant or leaving an orphan.
+/// The acquire ran on the server but its reply was lost (and, in the second run, the
+/// connection was then cut, so the retry goes out on a new connection): the library retries
+/// by the same token, which claims the grant it already has (one fence, one holder), instead
+/// of taking a second grant or leaving an orphan.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn lost_acquire_reply_is_retried_by_token() {
-    let server = RedisServer::start();
-    let proxy = Proxy::start(server.port()).await;
-    let direct = connect(&server.url()).await;
-    let c = connect(&proxy.url()).await;
-    warm(&c).await;
-    proxy.stall_replies();
-    let m = c.mutex("lost-reply");
-    let acquiring = tokio::spawn(async move { m.lock().await });
-    eventually("the acquire ran on the server", || async {
-        !holders(&direct, "lost-reply").await.is_empty()
-    })
-    .await;
-    // Past one response timeout: the reply is now lost for the library.
-    sleep(Duration::from_millis(600)).await;
-    proxy.resume();
-    let g = timeout(EVENTUALLY, acquiring)
-        .await
-        .expect("lock returned")
-        .expect("task")
-        .expect("lock after a lost reply");
-    let info = direct.mutex("lost-reply").inspect().await.expect("inspect");
-    assert_eq!(info.holders.len(), 1);
-    assert_eq!(info.fence, 1, "a retry took a second fence");
-    assert_eq!(g.fencing_token(), 1);
-    assert!(g.is_held());
-    assert!(g.release().await.expect("release"));
-    assert!(holders(&direct, "lost-reply").await.is_empty());
+    for cut in [false, true] {
+        let name = if cut { "cut" } else { "lost-reply" };
+        let server = RedisServer::start();
+        let proxy = Proxy::start(server.port()).await;
+        let direct = connect(&server.url()).await;
+        let c = connect(&proxy.url()).await;
+        warm(&c).await;
+        proxy.stall_replies();
+        let m = c.mutex(name);
+        let acquiring = tokio::spawn(async move { m.lock().await });
+        eventually("the acquire ran on the server", || async {
+            !holders(&direct, name).await.is_empty()
+        })
+        .await;
+        if cut {
+            proxy.cut();
+        } else {
+            // Past one response timeout: the reply is now lost for the library.
+            sleep(Duration::from_millis(600)).await;
+        }
+        proxy.resume();
+        let g = timeout(EVENTUALLY, acquiring)
+            .await
+            .expect("lock returned")
+            .expect("task")
+            .unwrap_or_else(|e| panic!("{name}: lock after a lost reply: {e}"));
+        let info = direct.mutex(name).inspect().await.expect("inspect");
+        assert_eq!(info.holders.len(), 1, "{name}");
+        assert_eq!(info.fence, 1, "{name}: a retry took a second fence");
+        assert_eq!(g.fencing_token(), 1);
+        assert!(g.is_held());
+        assert!(g.release().await.expect("release"));
+        assert!(holders(&direct, name).await.is_empty());
+    }
 }
 
 /// Traffic stalls for longer than every retry: acquire reports a connection error (the
@@ -315,35 +323,6 @@ async fn stalled_acquire_leaves_no_orphan_grant() {
             .expect("lock after the stall");
         assert!(g.release().await.expect("release"));
     }
-}
-
-/// The acquire's reply is lost and then the connection is cut: the retry goes out on a new
-/// connection and still claims the same grant.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn cut_after_lost_reply_is_retried_by_token() {
-    let server = RedisServer::start();
-    let proxy = Proxy::start(server.port()).await;
-    let direct = connect(&server.url()).await;
-    let c = connect(&proxy.url()).await;
-    warm(&c).await;
-    proxy.stall_replies();
-    let m = c.mutex("cut");
-    let acquiring = tokio::spawn(async move { m.lock().await });
-    eventually("the acquire ran on the server", || async {
-        !holders(&direct, "cut").await.is_empty()
-    })
-    .await;
-    proxy.cut();
-    proxy.resume();
-    let g = timeout(EVENTUALLY, acquiring)
-        .await
-        .expect("lock returned")
-        .expect("task")
-        .expect("lock after a cut");
-    let info = direct.mutex("cut").inspect().await.expect("inspect");
-    assert_eq!(info.holders.len(), 1);
-    assert_eq!(info.fence, 1);
-    assert!(g.release().await.expect("release"));
 }
 
 /// Renewals stall for less than the lease: the lease survives (renewal retries inside what is

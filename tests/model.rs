@@ -813,47 +813,37 @@ fn replay(program: &Program) {
     }
 }
 
-// REGRESSION (open, found by these checks; MemoryStore is wrong): a lease with a fraction of
-// a millisecond. Both stores keep the hold for whole milliseconds (`ms(lease)`), and the
-// scripts reply the lease actually granted (100 ms), but `MemoryStore` replies the claim's
-// lease unrounded (100.001 ms), overstating the hold. Shrunk from `mutex_scripts_match_model`.
+// REGRESSION (found by these checks, fixed in MemoryStore): a lease with a fraction of a
+// millisecond. Both stores keep the hold for whole milliseconds (`ms(lease)`) and must reply
+// the lease actually granted (100 ms); the model used to reply the claim's lease unrounded
+// (100.001 ms), overstating the hold. Shrunk from `mutex_scripts_match_model` and
+// `fair_lock_scripts_match_model`; replayed on both state families.
 #[test]
-fn regression_submillisecond_lease_is_granted_in_whole_ms_lease_lock() {
-    let spec = ClaimSpec {
-        slot: Slot::Write,
-        policy: Policy::Reader,
-        lease: Duration::from_micros(100_001),
-        heartbeat: 50,
-    };
-    replay(&single_claim_program(
-        spec,
-        vec![Op::Acquire {
-            target: first_claim(),
-            who: Who::Own,
-            wait: false,
-        }],
-    ));
-}
-
-// REGRESSION (open, MemoryStore is wrong): the same on the ticket queue (FairLock). Shrunk
-// from `fair_lock_scripts_match_model`.
-#[test]
-fn regression_submillisecond_lease_is_granted_in_whole_ms_ticket_queue() {
-    let spec = ClaimSpec {
-        slot: Slot::Ticket {
-            weight: 1,
-            capacity: 1,
-        },
-        policy: Policy::Writer,
-        lease: Duration::from_micros(100_001),
-        heartbeat: 50,
-    };
-    replay(&single_claim_program(
-        spec,
-        vec![Op::Acquire {
-            target: first_claim(),
-            who: Who::Own,
-            wait: false,
-        }],
-    ));
+fn regression_submillisecond_lease_is_granted_in_whole_ms() {
+    let slots = [
+        (Slot::Write, Policy::Reader),
+        (
+            Slot::Ticket {
+                weight: 1,
+                capacity: 1,
+            },
+            Policy::Writer,
+        ),
+    ];
+    for (slot, policy) in slots {
+        let spec = ClaimSpec {
+            slot,
+            policy,
+            lease: Duration::from_micros(100_001),
+            heartbeat: 50,
+        };
+        replay(&single_claim_program(
+            spec,
+            vec![Op::Acquire {
+                target: first_claim(),
+                who: Who::Own,
+                wait: false,
+            }],
+        ));
+    }
 }
