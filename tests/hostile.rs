@@ -194,6 +194,12 @@ fn in_range(d: Duration) -> bool {
     (MIN_LEASE..=MAX_LEASE).contains(&d)
 }
 
+/// Leases this short may lapse for real between two steps when the 2-core test machine is
+/// busy (a renewal misses its window); longer ones must survive the test's few round trips.
+fn can_lapse(lease: Duration) -> bool {
+    lease < Duration::from_secs(1)
+}
+
 /// Leases, heartbeats, timeouts and extensions from zero to `Duration::MAX`: accepted when in
 /// range, refused with `is_invalid_input()` otherwise; no panic (e.g. an `Instant` overflow).
 #[test]
@@ -226,10 +232,16 @@ fn arbitrary_durations_are_refused_or_work() {
                     (Ok(mut g), true) => {
                         match (g.extend(extend).await, in_range(extend)) {
                             (Ok(true), true) => {}
+                            // A lease of a few ms can lapse for real on a busy machine before
+                            // the extension arrives; then the guard must say so.
+                            (Ok(false), true) if can_lapse(lease) => {
+                                assert!(!g.is_held(), "extend said lost, guard says held")
+                            }
                             (Err(e), false) => assert!(e.is_invalid_input(), "{e}"),
-                            (other, _) => panic!("extend({extend:?}): {other:?}"),
+                            (other, _) => panic!("lease {lease:?} extend({extend:?}): {other:?}"),
                         }
-                        assert!(g.release().await.expect("release"));
+                        let released = g.release().await.expect("release");
+                        assert!(released || can_lapse(lease), "lease {lease:?} lost");
                     }
                     (Err(e), false) => assert!(e.is_invalid_input(), "{e}"),
                     (other, _) => {
@@ -238,7 +250,10 @@ fn arbitrary_durations_are_refused_or_work() {
                 }
                 let s = w.c.semaphore("durations-sem", 2).lease(lease);
                 match (s.try_acquire().await, in_range(lease)) {
-                    (Ok(Some(p)), true) => assert!(p.release().await.expect("release")),
+                    (Ok(Some(p)), true) => {
+                        let released = p.release().await.expect("release");
+                        assert!(released || can_lapse(lease), "lease {lease:?} lost");
+                    }
                     (Err(e), false) => assert!(e.is_invalid_input(), "{e}"),
                     (other, _) => panic!("semaphore lease {lease:?}: {other:?}"),
                 }
