@@ -11,6 +11,8 @@
 -- ARGV[8] wait          "1": join the queue when refused; "0": never stay queued
 -- Reply: {1, fence, lease_ms} granted (fence: new when exclusive, else the last exclusive
 --        grant's); {0, -1, position} refused, position = waiters ahead (-1 when not queued).
+--        Error RLMIXED when the lease lock of the same name has a live holder (the caller's
+--        queue place, if any, is removed).
 local token, weight = ARGV[3], tonumber(ARGV[4])
 local lease, heartbeat = tonumber(ARGV[5]), tonumber(ARGV[6])
 local cap = capacity(tonumber(ARGV[7]))
@@ -38,6 +40,16 @@ if redis.call('ZSCORE', H, member) then
 end
 
 local queued = redis.call('ZSCORE', Q, member)
+if lease_held() then
+  -- The name is held through the lease lock: leave the queue and say so.
+  if queued then
+    redis.call('ZREM', Q, member)
+    redis.call('ZREM', HB, member)
+    QUEUE_CHANGED = true
+  end
+  refresh_ttls()
+  return redis.error_reply('RLMIXED lease: the name is held through the lease lock')
+end
 if not queued then
   if redis.call('ZCARD', Q) == 0 and permits_used() + weight <= cap then
     local fence

@@ -9,11 +9,14 @@
 --   KEYS[5] fence  counter, incremented on every exclusive grant; never expires
 --   KEYS[6] ch     wake-up channel of the lock
 --   KEYS[7] cap    permits set by set_permits (absent: the caller's own count applies)
+--   KEYS[8] w      writer record of the lease lock of the same name (read only: lease_held)
+--   KEYS[9] r      readers of the lease lock of the same name (read only: lease_held)
 -- A member is the holder's token, followed by "#<weight>" when it takes more than one permit
 -- (a semaphore's acquire_many, or the fair RwLock's writer, which takes all of them).
 -- A grant is exclusive (and takes a new fence) when its weight is the whole capacity.
 
 local H, Q, HB, TK, FENCE, CH, CAP = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local LW, LR = KEYS[8], KEYS[9]
 
 -- Set by every change to the queue (q, hb), so the queue's TTLs are refreshed only then.
 local QUEUE_CHANGED = false
@@ -32,6 +35,22 @@ end
 local function token_of(member)
   local t = string.match(member, '^(.*)#%d+$')
   return t or member
+end
+
+-- True while the lease lock of this name (Mutex, RwLock with writer or reader preference) has
+-- a live holder. The families keep separate state, so every grant of one checks the other (see
+-- queue_held in rw_common.lua). Asked at most once per run.
+local LEASE_HELD = nil
+local function lease_held()
+  if LEASE_HELD ~= nil then return LEASE_HELD end
+  LEASE_HELD = false
+  if redis.call('EXISTS', LW, LR) > 0 then
+    local v = redis.call('GET', LW)
+    local dl = nil
+    if v then dl = tonumber(string.match(v, '^(%d+)|')) end
+    LEASE_HELD = (dl ~= nil and dl > NOW) or redis.call('ZCOUNT', LR, '(' .. NOW, '+inf') > 0
+  end
+  return LEASE_HELD
 end
 
 local function capacity(default)
@@ -81,6 +100,8 @@ local function promote(cap, claim_ms, self_member)
     local m = head[1]
     local w = weight_of(m)
     if w > free then break end
+    -- Never granted beside a lease-lock holder; the waiter gets RLMIXED on its next attempt.
+    if lease_held() then break end
     free = free - w
     -- The grant lasts until the waiter's own heartbeat deadline: a live waiter attempts (and
     -- claims its full lease) before then; a dead one blocks no longer than its own window.

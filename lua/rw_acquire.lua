@@ -10,6 +10,7 @@
 -- Reply: {1, fence, lease_ms} granted (fence: the new token for a writer, the last writer's
 --        for a reader); {0, retry_ms, -1} refused (retry_ms: when the blocking lease ends,
 --        -1 when only a wake-up or the waiter's own interval can tell).
+--        Error RLMIXED when the ticket queue of the same name has a live holder.
 local token, mode = ARGV[3], ARGV[4]
 local lease, policy = tonumber(ARGV[5]), ARGV[6]
 local wait, heartbeat = ARGV[7] == '1', tonumber(ARGV[8])
@@ -36,6 +37,7 @@ if mode == 'w' then
     end
     return { 0, retry, -1 }
   end
+  if queue_held() then return mixed_reply() end
   -- Leave the waiting writers first: it is also the first touch of `wq`, so a foreign value
   -- there fails the script before the grant is written.
   if policy == 'writer' and redis.call('ZREM', WQ, token) == 1 then expire_zset(WQ) end
@@ -53,6 +55,7 @@ if mode == 'r' then
   if not mine and policy == 'writer' and redis.call('ZCARD', WQ) > 0 then
     return { 0, -1, -1 }
   end
+  if not mine and queue_held() then return mixed_reply() end
   local fence = read_counter(FENCE)
   redis.call('ZADD', R, NOW + lease, token)
   expire_zset(R)

@@ -7,8 +7,9 @@
 --   KEYS[3] wq     zset waiting writer token -> heartbeat deadline (writer-preference flag)
 --   KEYS[4] fence  counter, incremented on every exclusive grant; never expires
 --   KEYS[5] ch     wake-up channel of the lock
+--   KEYS[6] h      holders of the ticket queue of the same name (read only: see queue_held)
 
-local W, R, WQ, FENCE, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local W, R, WQ, FENCE, CH, QH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 
 -- Expired readers and waiting writers are not always removed at once: the hot paths (a
 -- writer or mutex taking or releasing) count live entries by score instead of pruning, which
@@ -48,6 +49,19 @@ local function live_reader(token)
   return dl ~= false and dl ~= nil and tonumber(dl) > NOW, dl
 end
 
+-- True while the ticket queue of this name (FairLock, Semaphore, fair RwLock) has a live
+-- holder. The two families keep separate state, so every grant of one checks the other: a
+-- name is held through one family at a time, and an acquire that finds the other one gets
+-- RLMIXED (see mixed_reply) instead of a second holder.
+local function queue_held()
+  if redis.call('EXISTS', QH) == 0 then return false end
+  return redis.call('ZCOUNT', QH, '(' .. NOW, '+inf') > 0
+end
+
+local function mixed_reply()
+  return redis.error_reply('RLMIXED queue: the name is held through the ticket queue')
+end
+
 -- Wakes every local waiter of this lock.
 local function wake_all()
   publish(CH, '*')
@@ -60,6 +74,8 @@ end
 local function hand_over()
   local first = redis.call('ZRANGEBYSCORE', WQ, '(' .. NOW, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   if #first == 0 then return false end
+  -- Never granted beside a ticket-queue holder; the waiter gets RLMIXED on its next attempt.
+  if queue_held() then return false end
   local tok, claim_until = first[1], tonumber(first[2])
   redis.call('ZREM', WQ, tok)
   local fence = incr_counter(FENCE)

@@ -89,6 +89,19 @@ pub enum Error {
         /// Why.
         reason: &'static str,
     },
+    /// The lock name is held right now through the other family of primitives, which keeps
+    /// its own state: the lease lock (a [`Mutex`](crate::Mutex), an
+    /// [`RwLock`](crate::RwLock) with `Writer` or `Reader` preference) versus the ticket
+    /// queue (a [`FairLock`](crate::FairLock), a [`Semaphore`](crate::Semaphore), an
+    /// `RwLock` with `Fair` preference). Rather than grant both, the library refuses; the
+    /// caller's queue place, if any, was removed. Use one family per lock name.
+    #[error("lock `{name}` is held through {held_by}, which keeps separate state; use one family per lock name (Mutex and RwLock with Writer/Reader preference, or FairLock, Semaphore and Fair RwLock), e.g. give this one another name")]
+    FamilyConflict {
+        /// The lock's name.
+        name: String,
+        /// The primitives holding it.
+        held_by: &'static str,
+    },
     /// The lease was lost while work ran under it (see `with_lock` helpers).
     #[error("the lease on lock `{name}` was lost before the work finished")]
     LeaseLost {
@@ -96,6 +109,11 @@ pub enum Error {
         name: String,
     },
 }
+
+/// What [`Error::FamilyConflict`] names when the lease lock holds the name.
+pub(crate) const LEASE_FAMILY: &str = "a Mutex or an RwLock with Writer or Reader preference";
+/// What [`Error::FamilyConflict`] names when the ticket queue holds the name.
+pub(crate) const QUEUE_FAMILY: &str = "a FairLock, a Semaphore or an RwLock with Fair preference";
 
 impl Error {
     /// True when a `*_timeout` wait ran out of time.
@@ -114,6 +132,12 @@ impl Error {
             self,
             Error::InvalidName { .. } | Error::InvalidArgument { .. }
         )
+    }
+
+    /// True when the name is held through the other family of primitives
+    /// ([`Error::FamilyConflict`]).
+    pub fn is_family_conflict(&self) -> bool {
+        matches!(self, Error::FamilyConflict { .. })
     }
 
     /// True when a key of the lock holds data the library did not write.
@@ -141,6 +165,14 @@ impl Error {
             Some("WRONGTYPE") | Some("RLCORRUPT") => Error::WrongType {
                 name: name.to_owned(),
                 detail: err.detail().unwrap_or("").to_owned(),
+            },
+            Some("RLMIXED") => Error::FamilyConflict {
+                name: name.to_owned(),
+                held_by: if err.detail().is_some_and(|d| d.starts_with("lease")) {
+                    LEASE_FAMILY
+                } else {
+                    QUEUE_FAMILY
+                },
             },
             Some("RLPERMITS") => Error::InvalidArgument {
                 what: "permits",

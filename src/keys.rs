@@ -81,19 +81,23 @@ impl LockKeys {
         self.key("fence")
     }
 
-    /// Keys of the lease lock (mutex, RwLock writer/reader policies), in script order.
-    pub fn lease_lock(&self) -> [String; 5] {
+    /// Keys of the lease lock (mutex, RwLock writer/reader policies), in script order. The
+    /// last one is the ticket queue's holder set, which the scripts only read: a grant of one
+    /// family is refused while the other holds the name.
+    pub fn lease_lock(&self) -> [String; 6] {
         [
             self.key("w"),
             self.key("r"),
             self.key("wq"),
             self.fence(),
             self.channel(),
+            self.key("h"),
         ]
     }
 
     /// Keys of the ticket queue (FairLock, Semaphore, RwLock fair policy), in script order.
-    pub fn ticket_queue(&self) -> [String; 7] {
+    /// The last two are the lease lock's writer and readers, which the scripts only read.
+    pub fn ticket_queue(&self) -> [String; 9] {
         [
             self.key("h"),
             self.key("q"),
@@ -102,6 +106,8 @@ impl LockKeys {
             self.fence(),
             self.channel(),
             self.key("cap"),
+            self.key("w"),
+            self.key("r"),
         ]
     }
 

@@ -355,6 +355,8 @@ fn class(e: &Error) -> &'static str {
         "connection"
     } else if e.is_timeout() {
         "timeout"
+    } else if e.is_family_conflict() {
+        "family conflict"
     } else {
         "other"
     }
@@ -389,9 +391,15 @@ async fn same_state(
     lock: &LockKeys,
     now: u64,
 ) -> std::result::Result<(), String> {
+    let mut holding = Vec::new();
     for family in [Family::LeaseLock, Family::TicketQueue] {
         let r: Result<Snapshot> = redis.inspect(lock, family, Some(now)).await;
         let m: Result<Snapshot> = model.inspect(lock, family, Some(now)).await;
+        if let Ok(snapshot) = &r {
+            if !snapshot.holders.is_empty() {
+                holding.push(family);
+            }
+        }
         same(
             step,
             &format!(
@@ -402,6 +410,14 @@ async fn same_state(
             r,
             m,
         )?;
+    }
+    // Safety across families: one name is never held through both at once.
+    if holding.len() > 1 {
+        return Err(format!(
+            "step {step}: {} is held through both families at t+{}",
+            lock.name(),
+            now - START_MS
+        ));
     }
     Ok(())
 }

@@ -796,3 +796,63 @@ async fn state_is_shared_between_clients(b: Backend) {
 }
 
 both_backends!(state_is_shared_between_clients);
+
+/// Asserts `outcome` is a `FamilyConflict` naming `name`.
+fn assert_conflict<T: std::fmt::Debug>(what: &str, name: &str, outcome: redis_locks::Result<T>) {
+    match outcome {
+        Err(e) if e.is_family_conflict() => {
+            assert!(e.to_string().contains(name), "{what}: {e}");
+        }
+        other => panic!("{what}: expected a family conflict, got {other:?}"),
+    }
+}
+
+/// The lease lock (Mutex, RwLock with Writer/Reader preference) and the ticket queue
+/// (FairLock, Semaphore, RwLock with Fair preference) keep separate state. A name is held
+/// through one of them at a time: an acquire through the other is refused with a typed error,
+/// and works again once the name is free. Without this, a Fair and a Writer-preference RwLock
+/// handle of one name could both write.
+async fn one_name_is_held_through_one_family_at_a_time(b: Backend) {
+    let c = b.client().await;
+    let name = "one-family";
+    let writer_pref = c.rwlock(name);
+    let fair = c.rwlock(name).preference(Preference::Fair);
+
+    // Held through the lease lock.
+    let w = writer_pref.write().await.expect("write");
+    assert_conflict("fair write", name, fair.try_write().await);
+    assert_conflict("fair read", name, fair.try_read().await);
+    assert_conflict("fair lock", name, c.fair_lock(name).try_lock().await);
+    assert_conflict("semaphore", name, c.semaphore(name, 3).try_acquire().await);
+    let waited = fair.write_timeout(Duration::from_secs(5)).await;
+    assert_conflict("waiting fair write", name, waited);
+    // The same family just waits its turn.
+    assert!(c.mutex(name).try_lock().await.expect("mutex").is_none());
+    assert!(w.release().await.expect("release"));
+
+    // Free again: the ticket queue may take it, and then the lease lock is refused.
+    let r = fair.read().await.expect("fair read");
+    assert_conflict("write", name, writer_pref.try_write().await);
+    assert_conflict("read", name, writer_pref.try_read().await);
+    assert_conflict(
+        "mutex",
+        name,
+        c.mutex(name).lock_timeout(Duration::from_secs(5)).await,
+    );
+    let info = fair.inspect().await.expect("inspect");
+    assert_eq!(info.holders.len(), 1, "{info:?}");
+    assert!(
+        info.waiters.is_empty(),
+        "a refused caller stayed queued: {info:?}"
+    );
+    assert!(r.release().await.expect("release"));
+    let m = c
+        .mutex(name)
+        .try_lock()
+        .await
+        .expect("mutex")
+        .expect("free");
+    assert!(m.release().await.expect("release"));
+}
+
+both_backends!(one_name_is_held_through_one_family_at_a_time);

@@ -33,6 +33,7 @@ const ACL_RULE: &[&str] = &[
     "+get",
     "+set",
     "+del",
+    "+exists",
     "+incr",
     "+pexpire",
     "+publish",

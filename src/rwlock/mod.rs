@@ -23,8 +23,10 @@ use crate::wait::{Deadline, LockCtx};
 /// # drop((fifo, reads_first));
 /// ```
 ///
-/// Every handle of one lock name must use the same preference: `Fair` keeps its state in a
-/// ticket queue, the others in a writer record and read set, and the two do not see each other.
+/// `Writer` and `Reader` handles of one name share a writer record and read set. `Fair` keeps
+/// its state in a ticket queue: while either kind holds the name, the other kind is refused
+/// with [`Error::FamilyConflict`](crate::Error::FamilyConflict) (never granted beside it), so
+/// use `Fair` for every handle of a name or for none.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Preference {
@@ -74,6 +76,24 @@ handle_options!(RwLock);
 
 impl RwLock {
     /// Chooses the [`Preference`] (default [`Preference::Writer`]).
+    ///
+    /// `Writer` and `Reader` handles of one name share one state and may be mixed. A `Fair`
+    /// handle keeps its state in a ticket queue: while one kind holds the name, the other is
+    /// refused with [`Error::FamilyConflict`](crate::Error::FamilyConflict) instead of
+    /// waiting, so pick `Fair` for every handle of a name or for none.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// use redis_locks::{LockClient, Preference};
+    /// let client = LockClient::in_memory();
+    /// let held = client.rwlock("doc").write().await?;
+    /// let fair = client.rwlock("doc").preference(Preference::Fair);
+    /// assert!(fair.try_read().await.unwrap_err().is_family_conflict());
+    /// held.release().await?;
+    /// assert!(fair.try_read().await?.is_some());
+    /// # Ok(()) }
+    /// ```
     pub fn preference(mut self, preference: Preference) -> Self {
         self.preference = preference;
         self

@@ -13,7 +13,7 @@ use async_trait::async_trait;
 
 use super::{ms, Acquire, Busy, Claim, Family, Grant, HoldKind, HolderState, Policy, Slot};
 use super::{Snapshot, Store, WaiterState};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, LEASE_FAMILY, QUEUE_FAMILY};
 use crate::hub::WakeHub;
 use crate::keys::LockKeys;
 
@@ -169,6 +169,16 @@ impl LockState {
         self.writer.clone().filter(|(_, dl)| *dl > now)
     }
 
+    /// The ticket queue has a live holder (mirrors `queue_held` in rw_common.lua).
+    fn queue_held(&self, now: u64) -> bool {
+        self.holders.iter().any(|(dl, _)| *dl > now)
+    }
+
+    /// The lease lock has a live holder (mirrors `lease_held` in queue_common.lua).
+    fn lease_held(&self, now: u64) -> bool {
+        self.live_writer(now).is_some() || self.readers.iter().any(|(dl, _)| *dl > now)
+    }
+
     fn rw_prune(&mut self, now: u64, wakes: &mut Wakes) {
         self.readers.remove_up_to(now);
         let waiting = self.waiting_writers.len();
@@ -191,6 +201,9 @@ impl LockState {
         else {
             return false;
         };
+        if self.queue_held(now) {
+            return false;
+        }
         self.waiting_writers.remove(&token);
         self.fence += 1;
         self.writer = Some((token.clone(), until));
@@ -198,7 +211,13 @@ impl LockState {
         true
     }
 
-    fn rw_acquire(&mut self, now: u64, claim: &Claim, wait: bool, wakes: &mut Wakes) -> Acquire {
+    fn rw_acquire(
+        &mut self,
+        now: u64,
+        claim: &Claim,
+        wait: bool,
+        wakes: &mut Wakes,
+    ) -> Result<Acquire> {
         let lease = ms(claim.lease);
         let live = self.live_writer(now);
         self.rw_prune(now, wakes);
@@ -219,7 +238,7 @@ impl LockState {
                 if let Some((tok, _)) = &live {
                     if *tok == claim.token {
                         self.writer = Some((claim.token.clone(), now + lease));
-                        return granted(self.fence);
+                        return Ok(granted(self.fence));
                     }
                 }
                 let retry = match &live {
@@ -231,23 +250,29 @@ impl LockState {
                         self.waiting_writers
                             .add(&claim.token, now + ms(claim.heartbeat));
                     }
-                    return busy(retry);
+                    return Ok(busy(retry));
+                }
+                if self.queue_held(now) {
+                    return Err(family_conflict(QUEUE_FAMILY));
                 }
                 self.fence += 1;
                 self.writer = Some((claim.token.clone(), now + lease));
                 self.waiting_writers.remove(&claim.token);
-                granted(self.fence)
+                Ok(granted(self.fence))
             }
             _ => {
                 if let Some((_, dl)) = live {
-                    return busy(Some(dl - now));
+                    return Ok(busy(Some(dl - now)));
                 }
                 let mine = self.readers.score(&claim.token).is_some();
                 if !mine && claim.policy == Policy::Writer && !self.waiting_writers.is_empty() {
-                    return busy(None);
+                    return Ok(busy(None));
+                }
+                if !mine && self.queue_held(now) {
+                    return Err(family_conflict(QUEUE_FAMILY));
                 }
                 self.readers.add(&claim.token, now + lease);
-                granted(self.fence)
+                Ok(granted(self.fence))
             }
         }
     }
@@ -379,7 +404,7 @@ impl LockState {
                 break;
             };
             let w = weight_of(&m);
-            if w > free {
+            if w > free || self.lease_held(now) {
                 break;
             }
             free -= w;
@@ -441,6 +466,13 @@ impl LockState {
             self.holders.add(&member, now + lease);
             self.refresh();
             return granted(self.fence);
+        }
+        if self.lease_held(now) {
+            if self.queue.remove(&member) {
+                self.heartbeats.remove(&member);
+            }
+            self.refresh();
+            return Err(family_conflict(LEASE_FAMILY));
         }
         if self.queue.score(&member).is_none() {
             if self.queue.is_empty() && self.permits_used() + w <= cap {
@@ -554,6 +586,14 @@ impl LockState {
     }
 }
 
+/// The error a script answers with RLMIXED; the store fills in the lock's name.
+fn family_conflict(held_by: &'static str) -> Error {
+    Error::FamilyConflict {
+        name: String::new(),
+        held_by,
+    }
+}
+
 fn ticket(claim: &Claim) -> (u32, u32) {
     match claim.slot {
         Slot::Ticket { weight, capacity } => (weight, capacity),
@@ -608,8 +648,15 @@ impl Store for MemoryStore {
         now: Option<u64>,
     ) -> Result<Acquire> {
         self.step(lock, now, |s, now, wakes| match claim.slot {
-            Slot::Write | Slot::Read => Ok(s.rw_acquire(now, claim, wait, wakes)),
+            Slot::Write | Slot::Read => s.rw_acquire(now, claim, wait, wakes),
             Slot::Ticket { .. } => s.q_acquire(now, claim, wait, wakes),
+        })
+        .map_err(|e| match e {
+            Error::FamilyConflict { held_by, .. } => Error::FamilyConflict {
+                name: lock.name().to_owned(),
+                held_by,
+            },
+            e => e,
         })
     }
 
