@@ -145,6 +145,18 @@ impl Error {
         matches!(self, Error::WrongType { .. })
     }
 
+    /// A request for more permits than the semaphore has on the server (`detail` says how
+    /// many of how many).
+    pub(crate) fn too_many_permits(detail: &str) -> Self {
+        Error::invalid(
+            "permits",
+            format!(
+                "{detail}; a request may take at most the semaphore's permit count (the last \
+                 `set_permits` of any client, else the handle's count)"
+            ),
+        )
+    }
+
     pub(crate) fn invalid(what: &'static str, reason: impl Into<String>) -> Self {
         Error::InvalidArgument {
             what,
@@ -174,13 +186,9 @@ impl Error {
                     QUEUE_FAMILY
                 },
             },
-            Some("RLPERMITS") => Error::InvalidArgument {
-                what: "permits",
-                reason: err
-                    .detail()
-                    .unwrap_or("more permits than the semaphore has")
-                    .to_owned(),
-            },
+            Some("RLPERMITS") => {
+                Error::too_many_permits(err.detail().unwrap_or("more permits than it has"))
+            }
             Some("LOADING") | Some("BUSY") | Some("TRYAGAIN") | Some("CLUSTERDOWN")
             | Some("MASTERDOWN") => Error::Connection(err),
             _ => Error::Redis(err),

@@ -78,10 +78,12 @@ impl Semaphore {
                 ),
             ));
         }
-        if n == 0 || n > self.permits {
+        // The upper bound is the count in force on the server: `set_permits` from any client
+        // may have raised or lowered this handle's count, so the script checks `n` against it.
+        if n == 0 || n > MAX_PERMITS {
             return Err(Error::invalid(
                 "permits",
-                format!("asked for {n}; ask for 1 to {} permits", self.permits),
+                format!("asked for {n}; ask for 1 to the semaphore's permit count"),
             ));
         }
         Ok(self.ctx.claim(
@@ -108,7 +110,10 @@ impl Semaphore {
     }
 
     /// Waits for `n` permits, all at once or none; FIFO: while this request is at the head,
-    /// later smaller requests do not overtake it.
+    /// later smaller requests do not overtake it. `n` may be at most the permit count in
+    /// force on the server (the last [`Semaphore::set_permits`] of any client, else this
+    /// handle's count); more is refused with an invalid-input error, also when another
+    /// client lowers the count while this request waits.
     ///
     /// # Cancel safety
     /// As [`Semaphore::acquire`].

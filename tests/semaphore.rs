@@ -279,6 +279,21 @@ async fn set_permits_changes_new_grants_only(b: Backend) {
         "capacity is 1"
     );
     assert!(only.release().await.expect("release"));
+
+    // Requests are bounded by the stored count, not by the handle's own: a handle made
+    // with 2 may take 4 of 4 once another client raised the count, and no more than that.
+    let sem = sem.set_permits(4).await.expect("raise");
+    let four = old
+        .try_acquire_many(4)
+        .await
+        .expect("4 of the stored 4")
+        .expect("all free");
+    assert_eq!(four.count(), 4);
+    assert!(four.release().await.expect("release"));
+    let e = old.try_acquire_many(5).await.expect_err("5 of 4");
+    assert!(e.is_invalid_input(), "{e}");
+    assert!(e.to_string().contains("5 permits of 4"), "{e}");
+    drop(sem);
 }
 
 async fn invalid_inputs_are_refused(b: Backend) {

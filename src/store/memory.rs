@@ -451,10 +451,9 @@ impl LockState {
             self.heartbeats.remove(&member);
             self.promote(now, cap, hb, None, wakes);
             self.refresh();
-            return Err(Error::invalid(
-                "permits",
-                format!("asked for {weight} permits of {cap}"),
-            ));
+            return Err(Error::too_many_permits(&format!(
+                "asked for {weight} permits of {cap}"
+            )));
         }
         let granted = |fence: u64| {
             Ok(Acquire::Granted(Grant {
