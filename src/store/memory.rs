@@ -257,7 +257,10 @@ impl LockState {
                 }
                 self.fence += 1;
                 self.writer = Some((claim.token.clone(), now + lease));
-                self.waiting_writers.remove(&claim.token);
+                // Only writer-preference claims announce themselves, so only they leave.
+                if claim.policy == Policy::Writer {
+                    self.waiting_writers.remove(&claim.token);
+                }
                 Ok(granted(self.fence))
             }
             _ => {
