@@ -614,6 +614,60 @@ async fn pairs(prim: &Prim, n: usize) -> BoxResult<(Vec<f64>, Duration)> {
     Ok((sorted(samples), start.elapsed()))
 }
 
+/// The floor any Lua lease lock pays: the simplest owner-checked pair (a script doing
+/// `SET NX PX`, a script deleting the key only if it holds the caller's token), with no
+/// fencing, no waiters and no clock, on the locks' own connection. What our scripts cost on
+/// top of two round trips is measured against it.
+struct FloorPair {
+    acquire_sha: String,
+    release_sha: String,
+}
+
+impl FloorPair {
+    const ACQUIRE: &'static str =
+        "return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) and 1 or 0";
+    const RELEASE: &'static str =
+        "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+
+    async fn load(raw: &RedisStore) -> BoxResult<FloorPair> {
+        let load = |src: &'static str| async move {
+            let sha: String = raw.query(redis::cmd("SCRIPT").arg("LOAD").arg(src)).await?;
+            Ok::<String, redis_locks::Error>(sha)
+        };
+        Ok(FloorPair {
+            acquire_sha: load(Self::ACQUIRE).await?,
+            release_sha: load(Self::RELEASE).await?,
+        })
+    }
+
+    /// One acquire + release of `key`; fails if the acquire was refused (keys are private).
+    async fn pair(&self, raw: &RedisStore, key: &str, token: &str) -> BoxResult<()> {
+        let got: i64 = raw
+            .query(
+                redis::cmd("EVALSHA")
+                    .arg(&self.acquire_sha)
+                    .arg(1)
+                    .arg(key)
+                    .arg(token)
+                    .arg(30_000),
+            )
+            .await?;
+        let freed: i64 = raw
+            .query(
+                redis::cmd("EVALSHA")
+                    .arg(&self.release_sha)
+                    .arg(1)
+                    .arg(key)
+                    .arg(token),
+            )
+            .await?;
+        if got != 1 || freed != 1 {
+            return Err(format!("floor pair on {key}: acquire {got}, release {freed}").into());
+        }
+        Ok(())
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Workloads. Each returns the rows of one run.
 
@@ -627,10 +681,24 @@ async fn uncontended(env: &Env, run: usize) -> BoxResult<Vec<Row>> {
     let after = cmdstat(&env.raw, "evalsha").await?;
     // Why a pair costs more than two PINGs: the server's own time running the two scripts.
     let server_us = (after.1 - before.1) as f64 / 3000.0;
+    // The floor of any Lua lease lock on the same connection, interleaved with nothing else.
+    let floor = FloorPair::load(&env.raw).await?;
+    let key = format!("{}:floor:{W}-{run}", env.prefix);
+    let mut floor_samples = Vec::with_capacity(3000);
+    for i in 0..3100 {
+        let t = Instant::now();
+        floor.pair(&env.raw, &key, "t").await?;
+        if i >= 100 {
+            floor_samples.push(ms(t.elapsed()));
+        }
+    }
+    let floor_p50 = pct(&sorted(floor_samples), 0.5);
     Ok(vec![
         Row::new(W, "pair_p50_ms", pct(&s, 0.5), "ms")
             .vs("ping_p50_ms", ping)
             .target(Target::RatioAtMost(2.4)),
+        Row::new(W, "floor_pair_p50_ms", floor_p50, "ms").vs("ping_p50_ms", ping),
+        Row::new(W, "pair_vs_floor_p50", pct(&s, 0.5), "ms").vs("floor_pair_p50_ms", floor_p50),
         Row::new(W, "pair_p99_ms", pct(&s, 0.99), "ms").vs("ping_p50_ms", ping),
         Row::new(W, "pairs_per_s", 3000.0 / elapsed.as_secs_f64(), "1/s"),
         Row::new(W, "server_ms_per_pair", server_us / 1000.0, "ms").vs("ping_p50_ms", ping),
@@ -687,6 +755,29 @@ async fn parallel(env: &Env, run: usize) -> BoxResult<Vec<Row>> {
     let pairs_per_s = (TASKS * PAIRS) as f64 / elapsed.as_secs_f64();
     let b2 = cmdstat(&env.raw, "evalsha").await?;
     let (c2, s2) = (own_cpu_secs(), server_cpu_secs(&env.raw).await?);
+
+    // The floor: the same 64 tasks running the simplest owner-checked Lua pair.
+    let floor = Arc::new(FloorPair::load(&env.raw).await?);
+    let mut set = JoinSet::new();
+    let floor_start = Instant::now();
+    for t in 0..TASKS {
+        let raw = env.raw.clone();
+        let floor = floor.clone();
+        let key = format!("{}:floor:{W}-{run}-{t}", env.prefix);
+        set.spawn(async move {
+            for _ in 0..PAIRS {
+                floor
+                    .pair(&raw, &key, "t")
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+            Ok::<(), String>(())
+        });
+    }
+    while let Some(r) = set.join_next().await {
+        r??;
+    }
+    let floor_pairs_per_s = (TASKS * PAIRS) as f64 / floor_start.elapsed().as_secs_f64();
     let n_ops = (TASKS * 2 * PAIRS) as f64;
     let n_pairs = (TASKS * PAIRS) as f64;
     let pair_us = (b2.1 - b1.1) as f64 / (TASKS * PAIRS) as f64;
@@ -697,6 +788,10 @@ async fn parallel(env: &Env, run: usize) -> BoxResult<Vec<Row>> {
         Row::new(W, "pairs_per_s", pairs_per_s, "1/s")
             .vs("evalsha_ops_per_s", evalsha_ops)
             .target(Target::RatioAtLeast(0.45)),
+        Row::new(W, "floor_pairs_per_s", floor_pairs_per_s, "1/s")
+            .vs("evalsha_ops_per_s", evalsha_ops),
+        Row::new(W, "pairs_vs_floor", pairs_per_s, "1/s")
+            .vs("floor_pairs_per_s", floor_pairs_per_s),
         Row::new(W, "server_usec_per_pair", pair_us, "usec").vs("trivial_evalsha_usec", trivial_us),
         Row::new(W, "server_busy_pct", busy, "%"),
         Row::new(
