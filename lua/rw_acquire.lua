@@ -25,9 +25,12 @@ if mode == 'w' then
     return { 1, fence, lease }
   end
   local retry = nil
+  -- The common free lock has no readers, no ticket-queue holders and no waiting writers: one
+  -- EXISTS answers for all three (and the checks below then have nothing to look at).
+  local others = wtok == nil and redis.call('EXISTS', R, QH, WQ) > 0
   if wtok then
     retry = wdl - NOW
-  elseif live_count(R) > 0 then
+  elseif others and live_count(R) > 0 then
     retry = max_score(R) - NOW
   end
   if retry then
@@ -37,10 +40,12 @@ if mode == 'w' then
     end
     return { 0, retry, -1 }
   end
-  if queue_held() then return mixed_reply() end
-  -- Leave the waiting writers first: it is also the first touch of `wq`, so a foreign value
-  -- there fails the script before the grant is written.
-  if policy == 'writer' and redis.call('ZREM', WQ, token) == 1 then expire_zset(WQ) end
+  if others then
+    if queue_held() then return mixed_reply() end
+    -- Leave the waiting writers first: it is also the first touch of `wq`, so a foreign value
+    -- there fails the script before the grant is written.
+    if policy == 'writer' and redis.call('ZREM', WQ, token) == 1 then expire_zset(WQ) end
+  end
   local fence = incr_counter(FENCE)
   set_writer(token, NOW + lease)
   return { 1, fence, lease }
