@@ -24,7 +24,7 @@ prune()
 if weight < 1 or weight > cap then
   redis.call('ZREM', Q, member)
   redis.call('ZREM', HB, member)
-  QUEUE_CHANGED = true
+  QUEUE_SHRANK = true
   promote(cap, heartbeat, nil)
   refresh_ttls()
   return redis.error_reply('RLPERMITS asked for ' .. weight .. ' permits of ' .. cap)
@@ -34,7 +34,7 @@ end
 -- claim it with the full lease.
 if redis.call('ZSCORE', H, member) then
   local fence = read_counter(FENCE)
-  redis.call('ZADD', H, NOW + lease, member)
+  hold_until(member, NOW + lease)
   refresh_ttls()
   return { 1, fence, lease }
 end
@@ -45,7 +45,7 @@ if lease_held() then
   if queued then
     redis.call('ZREM', Q, member)
     redis.call('ZREM', HB, member)
-    QUEUE_CHANGED = true
+    QUEUE_SHRANK = true
   end
   refresh_ttls()
   return redis.error_reply('RLMIXED lease: the name is held through the lease lock')
@@ -54,7 +54,7 @@ if not queued then
   if redis.call('ZCARD', Q) == 0 and permits_used() + weight <= cap then
     local fence
     if weight >= cap then fence = incr_counter(FENCE) else fence = read_counter(FENCE) end
-    redis.call('ZADD', H, NOW + lease, member)
+    hold_until(member, NOW + lease)
     refresh_ttls()
     return { 1, fence, lease }
   end
@@ -64,12 +64,12 @@ if not queued then
   redis.call('ZADD', Q, incr_counter(TK), member)
 end
 redis.call('ZADD', HB, NOW + heartbeat, member)
-QUEUE_CHANGED = true
+QUEUE_GREW = true
 
 -- Permits may be free for the head (a holder just expired, a waiter ahead just died).
 if promote(cap, heartbeat, member) then
   local fence = read_counter(FENCE)
-  redis.call('ZADD', H, NOW + lease, member)
+  hold_until(member, NOW + lease)
   refresh_ttls()
   return { 1, fence, lease }
 end

@@ -18,8 +18,16 @@
 local H, Q, HB, TK, FENCE, CH, CAP = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local LW, LR = KEYS[8], KEYS[9]
 
--- Set by every change to the queue (q, hb), so the queue's TTLs are refreshed only then.
-local QUEUE_CHANGED = false
+-- What this run changed, so that refresh_ttls touches only what needs it: TTLs must grow
+-- when a deadline was added or moved later (a holder granted or renewed, a waiter joining or
+-- heartbeating); removals never need a longer TTL, only the ticket counter's cleanup.
+local H_GREW, QUEUE_GREW, QUEUE_SHRANK = false, false, false
+
+-- Records `member` as a holder until `deadline`.
+local function hold_until(member, deadline)
+  redis.call('ZADD', H, deadline, member)
+  H_GREW = true
+end
 
 local function member_of(token, weight)
   if weight == 1 then return token end
@@ -78,7 +86,7 @@ local function prune()
   if #dead > 0 then
     zrem_all(Q, dead)
     redis.call('ZREMRANGEBYSCORE', HB, '-inf', NOW)
-    QUEUE_CHANGED = true
+    QUEUE_SHRANK = true
     -- Some paths return without refresh_ttls: the ticket counter must go with the last
     -- waiter here already, so tickets restart from 1 on an empty queue.
     if redis.call('ZCARD', Q) == 0 then redis.call('DEL', TK, HB) end
@@ -93,7 +101,7 @@ end
 -- was granted.
 local function promote(cap, claim_ms, self_member)
   local free = cap - permits_used()
-  local named, self_granted = {}, false
+  local named, self_granted, fence = {}, false, nil
   while free > 0 do
     local head = redis.call('ZRANGE', Q, 0, 0)
     if #head == 0 then break end
@@ -106,11 +114,11 @@ local function promote(cap, claim_ms, self_member)
     -- The grant lasts until the waiter's own heartbeat deadline: a live waiter attempts (and
     -- claims its full lease) before then; a dead one blocks no longer than its own window.
     local claim_until = tonumber(redis.call('ZSCORE', HB, m) or (NOW + claim_ms))
-    if w >= cap then incr_counter(FENCE) end
+    if w >= cap then fence = incr_counter(FENCE) end
     redis.call('ZREM', Q, m)
     redis.call('ZREM', HB, m)
-    redis.call('ZADD', H, claim_until, m)
-    QUEUE_CHANGED = true
+    hold_until(m, claim_until)
+    QUEUE_SHRANK = true
     if m == self_member then
       self_granted = true
     else
@@ -121,21 +129,22 @@ local function promote(cap, claim_ms, self_member)
     -- "<token>=<fence>": the message is the grant itself, so a woken waiter can use it at
     -- once (it knows its claim window from its own last heartbeat) and claim its full lease
     -- in the background.
-    local fence = read_counter(FENCE)
+    fence = fence or read_counter(FENCE)
     for i = 1, #named do named[i] = named[i] .. '=' .. fence end
     publish(CH, table.concat(named, ' '))
   end
   return self_granted
 end
 
--- Keeps every key alive exactly as long as its latest deadline; the ticket counter goes with
--- the last waiter, so tickets restart from 1 on an empty queue.
+-- Keeps every key alive at least as long as its latest deadline (a TTL is cleanup only;
+-- deadlines decide); the ticket counter goes with the last waiter, so tickets restart from 1
+-- on an empty queue.
 local function refresh_ttls()
-  expire_zset(H)
-  if not QUEUE_CHANGED then return end
+  if H_GREW then expire_zset(H) end
+  if not (QUEUE_GREW or QUEUE_SHRANK) then return end
   if redis.call('ZCARD', Q) == 0 then
     redis.call('DEL', TK, HB)
-  else
+  elseif QUEUE_GREW then
     local top = max_score(HB)
     if top then
       expire_at(HB, top)

@@ -13,7 +13,7 @@ prune()
 if not redis.call('ZSCORE', H, member_of(token, weight)) then return { 0, 0 } end
 local fence = read_counter(FENCE)
 redis.call('ZREM', H, member_of(token, weight))
-redis.call('ZADD', H, NOW + lease, member_of(token, 1))
+hold_until(member_of(token, 1), NOW + lease)
 promote(cap, heartbeat, nil)
 refresh_ttls()
 return { 1, fence }

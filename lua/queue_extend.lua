@@ -7,6 +7,6 @@ local lease = tonumber(ARGV[5])
 
 prune()
 if not redis.call('ZSCORE', H, member) then return 0 end
-redis.call('ZADD', H, NOW + lease, member)
+hold_until(member, NOW + lease)
 refresh_ttls()
 return 1

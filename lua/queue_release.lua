@@ -12,7 +12,7 @@ prune()
 local held = redis.call('ZREM', H, member)
 if redis.call('ZREM', Q, member) == 1 then
   redis.call('ZREM', HB, member)
-  QUEUE_CHANGED = true
+  QUEUE_SHRANK = true
 end
 promote(cap, heartbeat, nil)
 refresh_ttls()

@@ -351,3 +351,74 @@ both_backends!(
     set_permits_changes_new_grants_only,
     invalid_inputs_are_refused,
 );
+
+/// Lists every key of the ticket queue whose TTL ends before the latest deadline it must keep
+/// (holders: their leases; queue, heartbeats, ticket counter: the latest heartbeat), read in
+/// one atomic step on the server clock. Empty when every TTL covers its deadlines.
+const TTL_GAPS: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function top(k)
+  local r = redis.call('ZRANGE', k, -1, -1, 'WITHSCORES')
+  return r[2] and tonumber(r[2])
+end
+local gaps = {}
+local function cover(k, deadline)
+  if not deadline or deadline <= now then return end
+  local p = redis.call('PTTL', k)
+  if p < 0 or p + 2 < deadline - now then
+    gaps[#gaps + 1] = k .. ' pttl ' .. p .. ' < ' .. (deadline - now)
+  end
+end
+local hb = top(KEYS[3])
+cover(KEYS[1], top(KEYS[1]))
+cover(KEYS[2], hb)
+cover(KEYS[3], hb)
+cover(KEYS[4], hb)
+return gaps
+"#;
+
+/// Key TTLs are cleanup only, but they must never end while a deadline inside the key is
+/// still live (the state would vanish under a holder or a waiter). Scripts lengthen TTLs only
+/// when a deadline is added or moved later; this walks joins, heartbeats, a partial and a full
+/// promotion, an extension and releases, and checks every TTL after each step.
+#[tokio::test]
+async fn ttls_always_cover_the_live_deadlines() {
+    let b = Backend::redis();
+    let client = b.client().await;
+    let name = "ttl-cover";
+    let keys = client.keys(name).expect("keys");
+    let (h, q, hb, tk) = (keys.key("h"), keys.key("q"), keys.key("hb"), keys.key("tk"));
+    let check = |step: &str| {
+        let gaps = b.cli(&["EVAL", TTL_GAPS, "4", &h, &q, &hb, &tk]);
+        assert!(gaps.trim().is_empty(), "after {step}: {gaps}");
+    };
+    let sem = client
+        .semaphore(name, 3)
+        .lease(Duration::from_secs(4))
+        .heartbeat(Duration::from_secs(2));
+    let two = sem.acquire_many(2).await.expect("two");
+    let mut one = sem.acquire().await.expect("one");
+    check("three permits out");
+    let w1 = start_acquirer(&sem, 1, 1).await;
+    check("a waiter joined");
+    let w2 = start_acquirer(&sem, 2, 2).await;
+    check("a second waiter joined");
+    tokio::time::sleep(Duration::from_millis(900)).await; // heartbeats happen meanwhile
+    check("heartbeats");
+    assert!(one.extend(Duration::from_secs(8)).await.expect("extend"));
+    check("an extension");
+    assert!(two.release().await.expect("release"));
+    let p1 = join("first waiter", w1).await; // 2 freed: the 1 fits, the 2 behind it does not
+    check("a partial promotion");
+    assert!(one.release().await.expect("release"));
+    let p2 = join("second waiter", w2).await;
+    check("the last waiter promoted");
+    assert!(p1.release().await.expect("release"));
+    check("a release with no waiter");
+    assert!(p2.release().await.expect("release"));
+    // Nothing is left but the fence counter (absent here: no grant took every permit).
+    let pattern = format!("rl:{{{name}}}:*");
+    let left = b.cli(&["KEYS", &pattern]);
+    assert!(left.lines().all(|k| k == keys.fence()), "left: {left}");
+}
