@@ -1073,6 +1073,16 @@ async fn fifo(env: &Env, run: usize, w: &'static str, hold: Duration) -> BoxResu
     let last_end = done.iter().map(|d| d.3).max().unwrap_or(release_start);
     let holds: f64 = done.iter().map(|d| ms(d.3 - d.2)).sum();
     let all_done = ms(last_end - release_start);
+    // The same round trip as `ping`, but each one sent right after a sleep as long as a
+    // hold, like every hand-off here: the runtime's threads are parked when it starts.
+    let mut idle = Vec::with_capacity(50);
+    for _ in 0..50 {
+        tokio::time::sleep(hold).await;
+        let t = Instant::now();
+        let _: String = env.raw.query(&redis::cmd("PING")).await?;
+        idle.push(ms(t.elapsed()));
+    }
+    let idle_ping = pct(&sorted(idle), 0.5);
     let overhead_target = if hold < Duration::from_millis(10) {
         Target::AtMost(3.0)
     } else {
@@ -1089,6 +1099,14 @@ async fn fifo(env: &Env, run: usize, w: &'static str, hold: Duration) -> BoxResu
         .vs("ping_p50_ms", ping),
         Row::new(w, "all_done_ms", all_done, "ms"),
         Row::new(w, "handoff_overhead_ms", all_done - holds, "ms").target(overhead_target),
+        Row::new(w, "idle_ping_p50_ms", idle_ping, "ms").vs("ping_p50_ms", ping),
+        Row::new(
+            w,
+            "handoff_overhead_per_handoff_ms",
+            (all_done - holds) / WAITERS as f64,
+            "ms",
+        )
+        .vs("idle_ping_p50_ms", idle_ping),
     ])
 }
 
