@@ -55,6 +55,16 @@ local function expire_at(key, deadline)
   redis.call('PEXPIRE', key, ttl)
 end
 
+-- Makes `key` live at least until `deadline` (ms), never shortening a longer TTL: one call
+-- when the key has no TTL yet (it was just created), two otherwise. Nothing under an
+-- explicit clock.
+local function extend_ttl(key, deadline)
+  if EXPLICIT_NOW then return end
+  local ttl = math.floor(deadline - NOW)
+  if ttl < 1 then ttl = 1 end
+  if redis.call('PEXPIRE', key, ttl, 'NX') == 0 then redis.call('PEXPIRE', key, ttl, 'GT') end
+end
+
 -- The largest score of a sorted set, or nil when it is empty.
 local function max_score(key)
   local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')

@@ -21,12 +21,12 @@ local LW, LR = KEYS[8], KEYS[9]
 -- What this run changed, so that refresh_ttls touches only what needs it: TTLs must grow
 -- when a deadline was added or moved later (a holder granted or renewed, a waiter joining or
 -- heartbeating); removals never need a longer TTL, only the ticket counter's cleanup.
-local H_GREW, QUEUE_GREW, QUEUE_SHRANK = false, false, false
+local H_UNTIL, QUEUE_GREW, QUEUE_SHRANK = nil, false, false
 
 -- Records `member` as a holder until `deadline`.
 local function hold_until(member, deadline)
   redis.call('ZADD', H, deadline, member)
-  H_GREW = true
+  if not H_UNTIL or deadline > H_UNTIL then H_UNTIL = deadline end
 end
 
 local function member_of(token, weight)
@@ -103,19 +103,24 @@ local function promote(cap, claim_ms, self_member)
   local free = cap - permits_used()
   local named, self_granted, fence = {}, false, nil
   while free > 0 do
-    local head = redis.call('ZRANGE', Q, 0, 0)
+    -- Take the head off the queue in one call; it goes back (same ticket, same place) if it
+    -- cannot be granted now.
+    local head = redis.call('ZPOPMIN', Q)
     if #head == 0 then break end
     local m = head[1]
     local w = weight_of(m)
-    if w > free then break end
     -- Never granted beside a lease-lock holder; the waiter gets RLMIXED on its next attempt.
-    if lease_held() then break end
+    if w > free or lease_held() then
+      redis.call('ZADD', Q, head[2], m)
+      -- If it was the last member, the pop deleted the key and its TTL with it.
+      QUEUE_GREW = true
+      break
+    end
     free = free - w
     -- The grant lasts until the waiter's own heartbeat deadline: a live waiter attempts (and
     -- claims its full lease) before then; a dead one blocks no longer than its own window.
     local claim_until = tonumber(redis.call('ZSCORE', HB, m) or (NOW + claim_ms))
     if w >= cap then fence = incr_counter(FENCE) end
-    redis.call('ZREM', Q, m)
     redis.call('ZREM', HB, m)
     hold_until(m, claim_until)
     QUEUE_SHRANK = true
@@ -140,7 +145,7 @@ end
 -- deadlines decide); the ticket counter goes with the last waiter, so tickets restart from 1
 -- on an empty queue.
 local function refresh_ttls()
-  if H_GREW then expire_zset(H) end
+  if H_UNTIL then extend_ttl(H, H_UNTIL) end
   if not (QUEUE_GREW or QUEUE_SHRANK) then return end
   if redis.call('ZCARD', Q) == 0 then
     redis.call('DEL', TK, HB)

@@ -41,6 +41,7 @@ const ACL_RULE: &[&str] = &[
     "+zcard",
     "+zrange",
     "+zrangebyscore",
+    "+zpopmin",
     "+zrank",
     "+zrem",
     "+zremrangebyscore",
