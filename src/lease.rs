@@ -76,11 +76,9 @@ pub(crate) struct Hold {
 enum FirstRenewal {
     /// After the usual interval, if auto-renewal is on.
     Scheduled,
-    /// A handed-over grant, trusted only for its short claim window until it is renewed to
-    /// the full lease. With auto-renewal on, halfway through that window (or at the usual
-    /// interval, if sooner): a hold released before then costs no call but its release.
-    /// With auto-renewal off, at once and only once, so the hold lasts its full lease.
-    HandedOver,
+    /// At once, and at least that once even with auto-renewal off (a handed-over grant whose
+    /// short claim window must become the full lease).
+    Immediately,
 }
 
 impl Hold {
@@ -108,8 +106,8 @@ impl Hold {
     /// A hold handed over by someone else's release while this claim waited (the wake-up
     /// carried the grant). The grant lasts until the waiter's own heartbeat deadline, which
     /// the server set at or after `heartbeat_sent_at` (the send of the waiter's last attempt),
-    /// so it is trusted for one heartbeat window from then; the full lease is claimed in the
-    /// background (see [`FirstRenewal::HandedOver`]).
+    /// so it is trusted for one heartbeat window from then; the full lease is claimed at once
+    /// in the background.
     pub(crate) fn handed_over(
         store: Arc<dyn Store>,
         lock: LockKeys,
@@ -118,7 +116,7 @@ impl Hold {
         heartbeat_sent_at: Instant,
         opts: Options,
     ) -> Self {
-        let first = FirstRenewal::HandedOver;
+        let first = FirstRenewal::Immediately;
         Self::start(store, lock, claim, fence, heartbeat_sent_at, opts, first)
     }
 
@@ -135,7 +133,7 @@ impl Hold {
     ) -> Self {
         let window = match first {
             FirstRenewal::Scheduled => claim.lease,
-            FirstRenewal::HandedOver => claim.heartbeat,
+            FirstRenewal::Immediately => claim.heartbeat,
         };
         let until = trusted_from + window.saturating_sub(Options::drift(window));
         let (validity, _) = watch::channel(Validity { until, lost: false });
@@ -152,14 +150,9 @@ impl Hold {
                 let every = opts.renew_interval();
                 tokio::spawn(renew(shared.clone(), opts.clone(), every, false)).abort_handle()
             }),
-            FirstRenewal::HandedOver => {
-                let task = if opts.auto_renew {
-                    let half = until.saturating_duration_since(Instant::now()) / 2;
-                    let first = half.min(opts.renew_interval());
-                    renew(shared.clone(), opts.clone(), first, false)
-                } else {
-                    renew(shared.clone(), opts.clone(), Duration::ZERO, true)
-                };
+            FirstRenewal::Immediately => {
+                let once = !opts.auto_renew;
+                let task = renew(shared.clone(), opts.clone(), Duration::ZERO, once);
                 Some(tokio::spawn(task).abort_handle())
             }
         };

@@ -260,8 +260,8 @@ impl LockCtx {
                         _ = tokio::time::sleep_until(wake_at) => {}
                     }
                     // A hand-off's wake-up may carry the grant itself: the hold is then
-                    // valid from our last heartbeat, and the full lease is claimed later
-                    // (`Hold::handed_over`), which saves the hand-off a round trip.
+                    // valid from our last heartbeat, and the full lease is claimed in the
+                    // background, which saves the hand-off a round trip.
                     let handed_off = match (reg.take_grant(), claim.slot) {
                         // With wait_replicas, the normal claim path runs WAIT first.
                         (Some(fence), Slot::Ticket { .. } | Slot::Write)

@@ -625,53 +625,39 @@ async fn handed_off_waiter_claims_its_full_lease(b: Backend) {
 }
 
 /// The hand-off costs the woken waiter no acquire round trip: the release's wake-up carries
-/// the grant. With auto-renewal on, the full lease is claimed at the first renewal, halfway
-/// through the claim window, so a short hold costs nothing but its release; with it off, the
-/// claim (an extend) is made at once.
+/// the grant, and the waiter's only call afterwards is the background claim (an extend).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hand_off_needs_no_acquire_round_trip() {
     use std::sync::atomic::Ordering::SeqCst;
-    for auto_renew in [true, false] {
-        let store = Arc::new(Counting::default());
-        let c = LockClient::builder().store(store.clone());
-        // Long intervals: the waiter makes no heartbeat attempt during the measurement.
-        let fair = c
-            .fair_lock("counted")
-            .heartbeat(Duration::from_secs(120))
-            .retry_interval(Duration::from_secs(60))
-            .auto_renew(auto_renew);
-        let holder = fair.lock().await.expect("holder");
-        let waiter = {
-            let fair = fair.clone();
-            tokio::spawn(async move { fair.lock().await })
-        };
-        until_waiters(&fair, 1).await;
-        let acquires_before = store.acquires.load(SeqCst);
-        let extends_before = store.extends.load(SeqCst);
-        holder.release().await.expect("release");
-        let guard = join("waiter", waiter).await.expect("granted");
-        assert_eq!(
-            store.acquires.load(SeqCst),
-            acquires_before,
-            "the woken waiter attempted again instead of using the grant it was sent"
-        );
-        assert!(guard.is_held());
-        if auto_renew {
-            // The first renewal is due after min(lease / 3, window / 2) = 10 s.
-            assert_eq!(
-                store.extends.load(SeqCst),
-                extends_before,
-                "a short handed-over hold made a call before its release"
-            );
-        } else {
-            eventually("the claim of the full lease", || {
-                let n = store.extends.load(SeqCst);
-                async move { n > extends_before }
-            })
-            .await;
-        }
-        guard.release().await.expect("release");
-    }
+    let store = Arc::new(Counting::default());
+    let c = LockClient::builder().store(store.clone());
+    // Long intervals: the waiter makes no heartbeat attempt during the measurement.
+    let fair = c
+        .fair_lock("counted")
+        .heartbeat(Duration::from_secs(120))
+        .retry_interval(Duration::from_secs(60));
+    let holder = fair.lock().await.expect("holder");
+    let waiter = {
+        let fair = fair.clone();
+        tokio::spawn(async move { fair.lock().await })
+    };
+    until_waiters(&fair, 1).await;
+    let acquires_before = store.acquires.load(SeqCst);
+    let extends_before = store.extends.load(SeqCst);
+    holder.release().await.expect("release");
+    let guard = join("waiter", waiter).await.expect("granted");
+    assert_eq!(
+        store.acquires.load(SeqCst),
+        acquires_before,
+        "the woken waiter attempted again instead of using the grant it was sent"
+    );
+    eventually("background claim", || {
+        let n = store.extends.load(SeqCst);
+        async move { n > extends_before }
+    })
+    .await;
+    assert!(guard.is_held());
+    guard.release().await.expect("release");
 }
 
 both_backends!(
