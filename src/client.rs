@@ -55,6 +55,7 @@ impl LockClient {
     /// primitives (FairLock, Semaphore, `Preference::Fair`) fail with
     /// [`Error::Unsupported`](crate::Error::Unsupported) on every call. See
     /// [`QuorumStore`](crate::store::QuorumStore) for what fencing tokens mean here.
+    /// Connecting needs a majority of the servers up; the others join when they come back.
     pub async fn quorum(urls: &[&str]) -> Result<Self> {
         Self::builder().quorum(urls).await
     }

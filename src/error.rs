@@ -63,10 +63,11 @@ pub enum Error {
     /// by an ACL rule, or memory full).
     #[error("Redis refused the command: {0}")]
     Redis(#[source] redis::RedisError),
-    /// Quorum mode: fewer than a majority of the nodes granted the lock in time.
-    #[error("quorum not reached: {granted} of the {required} nodes needed granted the lock")]
+    /// Quorum mode: fewer than a majority of the nodes granted the lock in time (or, when
+    /// connecting, answered at all).
+    #[error("quorum not reached: only {granted} of the {required} servers needed granted the step (or answered, when connecting); check that a majority of the quorum's servers are up and reachable")]
     QuorumNotReached {
-        /// Nodes that granted.
+        /// Nodes that granted (when connecting: that answered).
         granted: usize,
         /// Nodes needed (a majority).
         required: usize,

@@ -166,6 +166,57 @@ async fn a_minority_down_still_works() {
     assert!(g.release().await.expect("release"));
 }
 
+/// A client can start while a minority of the servers is down, and a server that comes back
+/// takes part again without a new client. With a majority down, connecting is a typed error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_server_down_at_start_up_joins_when_it_comes_back() {
+    let mut q = Quorum::start();
+    q.servers[2].kill();
+    let c = q.client().await;
+    let g = c
+        .mutex("late")
+        .lock()
+        .await
+        .expect("lock with one node down");
+    assert!(g.release().await.expect("release"));
+
+    q.servers[2].restart();
+    // The next steps try the server again; soon a hold is recorded there too.
+    let joined = async {
+        loop {
+            let g = c.mutex("late").lock().await.expect("lock");
+            let on_server_2 = q.servers[2].cli(&["EXISTS", "rl:{late}:w"]) == "1";
+            assert!(g.release().await.expect("release"));
+            if on_server_2 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(EVENTUALLY, joined)
+        .await
+        .expect("the restarted server never took part");
+
+    q.servers[0].kill();
+    q.servers[1].kill();
+    let urls: Vec<String> = q.servers.iter().map(RedisServer::url).collect();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let err = LockClient::builder()
+        .quorum(&urls)
+        .await
+        .expect_err("one of three servers up");
+    assert!(
+        matches!(
+            err,
+            Error::QuorumNotReached {
+                granted: 1,
+                required: 2
+            }
+        ),
+        "{err:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_majority_down_is_a_typed_error() {
     let mut q = Quorum::start();

@@ -149,9 +149,14 @@ fn no_majority<T>(results: Vec<Result<T>>, granted: usize, required: usize) -> E
 }
 
 impl QuorumStore {
-    /// Connects to every server (`redis://` URLs of independent servers, not replicas of one
-    /// another; an odd number, 3 or 5, is the useful choice). Every server must be reachable
-    /// at connect time; later, a minority may be down.
+    /// Connects to the servers (`redis://` URLs of independent servers, not replicas of one
+    /// another; an odd number, 3 or 5, is the useful choice). A majority must answer now, as
+    /// for every later step; the others may be down: each is tried again by every step, and
+    /// a server that comes back takes part from then on.
+    ///
+    /// Fails with [`Error::QuorumNotReached`] when fewer than a majority answer (or with the
+    /// error a server gave, such as a refused password), with an invalid-input error on a bad
+    /// URL.
     pub async fn connect(urls: &[&str], config: RedisConfig) -> Result<Self> {
         if urls.is_empty() {
             return Err(Error::invalid(
@@ -160,32 +165,39 @@ impl QuorumStore {
             ));
         }
         let hub = WakeHub::remote();
-        let mut set = JoinSet::new();
-        for (i, url) in urls.iter().enumerate() {
-            let url = (*url).to_owned();
+        let mut nodes = Vec::with_capacity(urls.len());
+        let mut subscribers = Vec::with_capacity(urls.len());
+        for url in urls {
             // No reconnect retries inside a step: a server that is down must fail fast, or
             // every step waits for it although a majority has already answered.
             let config = RedisConfig {
                 reconnect_retries: 0,
                 ..config.clone()
             };
-            let hub = hub.clone();
-            set.spawn(async move { (i, RedisStore::connect_to_hub(&url, config, hub).await) });
-        }
-        let mut slots: Vec<Option<(RedisStore, Box<dyn Subscriber>)>> =
-            (0..urls.len()).map(|_| None).collect();
-        while let Some(joined) = set.join_next().await {
-            let (i, result) = joined.map_err(|_| join_failed())?;
-            slots[i] = Some(result?);
-        }
-        let mut nodes = Vec::with_capacity(urls.len());
-        let mut subscribers = Vec::with_capacity(urls.len());
-        for (store, sub) in slots.into_iter().flatten() {
+            let (store, sub) = RedisStore::lazy_to_hub(url, config, hub.clone()).await?;
             nodes.push(store.without_hand_over());
             subscribers.push(sub);
         }
+        let quorum = QuorumStore {
+            nodes,
+            hub: hub.clone(),
+        };
+        let pings = quorum
+            .on_all(|node| async move { node.query::<String>(&redis::cmd("PING")).await })
+            .await;
+        let answered = pings.iter().filter(|r| r.is_ok()).count();
+        let required = quorum.required();
+        if answered < required {
+            return Err(no_majority(pings, answered, required));
+        }
+        for (i, ping) in pings.iter().enumerate() {
+            if let Err(err) = ping {
+                // By position: a URL may carry a password.
+                tracing::warn!(server = i, %err, "quorum server down at connect; every step tries it again");
+            }
+        }
         hub.start(Box::new(FanOut(subscribers)));
-        Ok(QuorumStore { nodes, hub })
+        Ok(quorum)
     }
 
     /// Servers in the quorum.

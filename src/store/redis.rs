@@ -130,6 +130,26 @@ impl RedisStore {
         config: RedisConfig,
         hub: Arc<WakeHub>,
     ) -> Result<(Self, Box<dyn Subscriber>)> {
+        Self::to_hub(url, config, hub, false).await
+    }
+
+    /// As [`RedisStore::connect_to_hub`], but without connecting: the first command does,
+    /// and a failed connection is tried again by the next command. A quorum uses it so that
+    /// a server that is down at start-up joins when it comes back. Fails only on a bad URL.
+    pub(crate) async fn lazy_to_hub(
+        url: &str,
+        config: RedisConfig,
+        hub: Arc<WakeHub>,
+    ) -> Result<(Self, Box<dyn Subscriber>)> {
+        Self::to_hub(url, config, hub, true).await
+    }
+
+    async fn to_hub(
+        url: &str,
+        config: RedisConfig,
+        hub: Arc<WakeHub>,
+        lazy: bool,
+    ) -> Result<(Self, Box<dyn Subscriber>)> {
         let bad_url = |e: redis::RedisError| Error::invalid("Redis URL", e.to_string());
         let info = url.into_connection_info().map_err(bad_url)?;
         // RESP3 lets pub/sub pushes share the command connection.
@@ -150,10 +170,14 @@ impl RedisStore {
             .set_connection_timeout(Some(config.connect_timeout))
             .set_number_of_retries(config.reconnect_retries)
             .set_max_delay(Duration::from_millis(500));
-        let conn = client
-            .get_connection_manager_with_config(manager_config)
-            .await
-            .map_err(|e| Error::from_redis("", e))?;
+        let conn = if lazy {
+            ConnectionManager::new_lazy_with_config(client, manager_config)
+        } else {
+            client
+                .get_connection_manager_with_config(manager_config)
+                .await
+        }
+        .map_err(|e| Error::from_redis("", e))?;
         let subscriber = Box::new(SingleSubscriber(conn.clone()));
         let store = RedisStore {
             conn: Conn::Single(conn),
