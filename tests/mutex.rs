@@ -545,3 +545,74 @@ async fn release_hands_the_mutex_to_a_waiter_in_one_trip() {
         assert!(guard.release().await.expect("release"));
     }
 }
+
+/// Wake-ups for many names at once: one client waits on 1,000 distinct locks (with a retry
+/// interval far longer than the test, so only notifications can wake it), another releases
+/// them all. Every waiter is granted, the client holds one subscription per waited-on name,
+/// and once the waits are over the subscriptions are all dropped (after their linger time):
+/// no channel leaks with name churn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_names_are_woken_and_unsubscribed() {
+    const N: usize = 1000;
+    let _load = LOAD.write().await;
+    let b = Backend::redis();
+    let holder = b.client().await;
+    let waiter = b.client().await;
+    let mut held = Vec::with_capacity(N);
+    for i in 0..N {
+        let g = holder
+            .mutex(&format!("churn-{i}"))
+            .lock()
+            .await
+            .expect("hold");
+        held.push(g);
+    }
+    let mut tasks = Vec::with_capacity(N);
+    for i in 0..N {
+        let m = waiter
+            .mutex(&format!("churn-{i}"))
+            .retry_interval(Duration::from_secs(600));
+        tasks.push(tokio::spawn(async move {
+            m.lock_timeout(Duration::from_secs(300)).await
+        }));
+    }
+    let channels = || -> usize {
+        let listed = b.cli(&["PUBSUB", "CHANNELS", "rl:{churn-*"]);
+        listed.lines().filter(|l| !l.is_empty()).count()
+    };
+    let start = Instant::now();
+    while channels() < N {
+        assert!(
+            start.elapsed() < EVENTUALLY,
+            "only {} of {N} subscribed",
+            channels()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for g in held {
+        assert!(g.release().await.expect("release"));
+    }
+    let granted = timeout(EVENTUALLY, async {
+        let mut guards = Vec::with_capacity(N);
+        for t in tasks {
+            guards.push(t.await.expect("task").expect("granted"));
+        }
+        guards
+    })
+    .await
+    .expect("every waiter is woken by its release, not by its 600 s interval");
+    assert_eq!(granted.len(), N);
+    for g in granted {
+        assert!(g.release().await.expect("release"));
+    }
+    // Subscriptions linger 5 s after their last waiter, then go.
+    let start = Instant::now();
+    while channels() > 0 {
+        assert!(
+            start.elapsed() < EVENTUALLY,
+            "{} channels still subscribed",
+            channels()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
