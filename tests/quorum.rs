@@ -368,3 +368,43 @@ async fn release_with_an_unknown_majority_is_an_error() {
         "{err:?}"
     );
 }
+
+/// `inspect` shows what a majority of the servers agree on: a quorum hold (with one server
+/// down, too), but not a record that only one server has, which the quorum does not honour
+/// either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn inspect_shows_the_majority_view() {
+    let mut q = Quorum::start();
+    let c = q.client().await;
+
+    // A writer record on one server only (a minority): not shown, and not honoured.
+    let stray = c.mutex("stray");
+    let record = [
+        "SET",
+        "rl:{stray}:w",
+        "99999999999999|someone",
+        "PX",
+        "60000",
+    ];
+    assert_eq!(q.servers[0].cli(&record), "OK");
+    let info = stray.inspect().await.expect("inspect");
+    assert!(info.holders.is_empty(), "{info:?}");
+    let g = stray
+        .try_lock()
+        .await
+        .expect("try")
+        .expect("servers 1 and 2 grant");
+    assert!(g.release().await.expect("release"));
+
+    // A quorum hold is shown, also with a server down.
+    let m = c.mutex("seen");
+    let g = m.lock().await.expect("lock");
+    let info = m.inspect().await.expect("inspect");
+    assert_eq!(info.holders.len(), 1, "{info:?}");
+    assert_eq!(info.fence, g.fencing_token());
+    q.servers[2].kill();
+    let info = m.inspect().await.expect("inspect with one server down");
+    assert_eq!(info.holders.len(), 1, "{info:?}");
+    assert!(g.release().await.expect("release"));
+    assert!(m.inspect().await.expect("inspect").holders.is_empty());
+}

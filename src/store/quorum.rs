@@ -12,8 +12,10 @@
 //! - **extend** and **release**: sent to all; a renewal counts when a majority renewed, a
 //!   release reports `true` when a majority still held the lease.
 //! - **downgrade**: succeeds when a majority downgraded.
-//! - **inspect**: answered by the first server (in the order given) that replies; it shows
-//!   that server's view only, which may differ from the others' during a split vote.
+//! - **inspect**: asked of every server; shows what a majority agrees on (holders and waiters
+//!   that a majority of the servers report, the largest fence), so a hold that only a
+//!   minority still records, after a split vote or a restart, is not shown. Needs a majority
+//!   to answer.
 //! - **force_release**: on all; needs a majority to answer.
 //!
 //! # Fencing tokens under quorum
@@ -51,7 +53,8 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::redis::{RedisConfig, RedisStore};
-use super::{Acquire, Busy, Claim, Family, Grant, Slot, Snapshot, Store};
+use super::WaiterState;
+use super::{Acquire, Busy, Claim, Family, Grant, HolderState, Slot, Snapshot, Store};
 use crate::error::{Error, Result};
 use crate::hub::{Subscriber, WakeHub};
 use crate::keys::LockKeys;
@@ -265,6 +268,53 @@ impl QuorumStore {
     }
 }
 
+/// What a majority of the servers agree on: the holders and waiters that at least `required`
+/// of the snapshots show (by token and kind), each with the least time left among them, and
+/// the largest fence. The clock is the first snapshot's.
+fn majority_view(snapshots: &[Snapshot], required: usize) -> Snapshot {
+    let mut holders: Vec<(HolderState, usize)> = Vec::new();
+    let mut waiters: Vec<(WaiterState, usize)> = Vec::new();
+    for snapshot in snapshots {
+        for h in &snapshot.holders {
+            match holders
+                .iter_mut()
+                .find(|(seen, _)| seen.token == h.token && seen.kind == h.kind)
+            {
+                Some((seen, n)) => {
+                    seen.remaining_ms = seen.remaining_ms.min(h.remaining_ms);
+                    *n += 1;
+                }
+                None => holders.push((h.clone(), 1)),
+            }
+        }
+        for w in &snapshot.waiters {
+            match waiters.iter_mut().find(|(seen, _)| seen.token == w.token) {
+                Some((seen, n)) => {
+                    seen.heartbeat_remaining_ms =
+                        seen.heartbeat_remaining_ms.min(w.heartbeat_remaining_ms);
+                    *n += 1;
+                }
+                None => waiters.push((w.clone(), 1)),
+            }
+        }
+    }
+    Snapshot {
+        now_ms: snapshots.first().map_or(0, |s| s.now_ms),
+        fence: snapshots.iter().map(|s| s.fence).max().unwrap_or(0),
+        permits: None,
+        holders: holders
+            .into_iter()
+            .filter(|(_, n)| *n >= required)
+            .map(|(h, _)| h)
+            .collect(),
+        waiters: waiters
+            .into_iter()
+            .filter(|(_, n)| *n >= required)
+            .map(|(w, _)| w)
+            .collect(),
+    }
+}
+
 /// A short random pause after a split vote, so contenders woken together spread out.
 async fn split_vote_pause() {
     let r = (uuid::Uuid::new_v4().as_u128() % 20) as u64;
@@ -428,14 +478,19 @@ impl Store for QuorumStore {
         if family == Family::TicketQueue {
             return Err(unsupported());
         }
-        let mut last = None;
-        for node in &self.nodes {
-            match node.inspect(lock, family, now).await {
-                Ok(snapshot) => return Ok(snapshot),
-                Err(e) => last = Some(e),
-            }
+        let results = self
+            .on_all(|node| {
+                let lock = lock.clone();
+                async move { node.inspect(&lock, family, now).await }
+            })
+            .await;
+        let required = self.required();
+        let answered = results.iter().filter(|r| r.is_ok()).count();
+        if answered < required {
+            return Err(no_majority(results, answered, required));
         }
-        Err(last.unwrap_or_else(join_failed))
+        let snapshots: Vec<Snapshot> = results.into_iter().flatten().collect();
+        Ok(majority_view(&snapshots, required))
     }
 
     async fn set_permits(
