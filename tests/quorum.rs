@@ -408,3 +408,48 @@ async fn inspect_shows_the_majority_view() {
     assert!(g.release().await.expect("release"));
     assert!(m.inspect().await.expect("inspect").holders.is_empty());
 }
+
+/// A waiter that subscribed while a server was down gets that subscription on the server
+/// once it is back (caught up with the client's next subscription), so wake-ups from it are
+/// not lost for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn subscriptions_missed_while_a_server_was_down_are_caught_up() {
+    let mut q = Quorum::start();
+    q.servers[2].kill();
+    let c = q.client().await;
+    let holder = q.client().await;
+    let g = holder.mutex("missed").lock().await.expect("lock");
+    let g2 = holder.mutex("later").lock().await.expect("lock");
+    let channels = |server: &RedisServer| server.cli(&["PUBSUB", "CHANNELS", "rl:*"]);
+    let wait_on = |name: &str| {
+        let m = c.mutex(name).retry_interval(Duration::from_secs(600));
+        tokio::spawn(async move { m.lock_timeout(Duration::from_secs(60)).await })
+    };
+    let first = wait_on("missed");
+    let deadline = Instant::now() + EVENTUALLY;
+    while !channels(&q.servers[0]).contains("rl:{missed}:ch") {
+        assert!(
+            Instant::now() < deadline,
+            "the first waiter never subscribed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    q.servers[2].restart();
+    assert_eq!(channels(&q.servers[2]), "", "nothing subscribed there yet");
+    // The next subscription of this client catches the restarted server up.
+    let second = wait_on("later");
+    while !channels(&q.servers[2]).contains("rl:{missed}:ch") {
+        assert!(
+            Instant::now() < deadline,
+            "server 2 never got the missed subscription: {:?}",
+            channels(&q.servers[2])
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop((g, g2));
+    for w in [first, second] {
+        w.await
+            .expect("task")
+            .expect("granted after the holder's release");
+    }
+}

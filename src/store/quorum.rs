@@ -42,7 +42,8 @@
 //!
 //! # Wake-ups
 //! One hub for the quorum: a waiter subscribes to its lock's channel on every server, and a
-//! release published by any of them wakes it.
+//! release published by any of them wakes it. A subscription a down server missed is made
+//! there with the client's next (un)subscription once the server is back.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -79,42 +80,67 @@ pub struct QuorumStore {
     hub: Arc<WakeHub>,
 }
 
-/// Subscribes a channel on every server of the quorum.
-struct FanOut(Vec<Box<dyn Subscriber>>);
+/// Subscribes a channel on every server of the quorum. A subscription a server could not take
+/// (it was down) is remembered and tried again on that server with every later
+/// (un)subscription, so a server that comes back delivers wake-ups again.
+struct FanOut {
+    subs: Vec<Box<dyn Subscriber>>,
+    /// Per server: channels wanted there that it has not confirmed.
+    missing: Vec<std::collections::BTreeSet<String>>,
+}
+
+impl FanOut {
+    fn new(subs: Vec<Box<dyn Subscriber>>) -> Self {
+        let missing = subs.iter().map(|_| Default::default()).collect();
+        FanOut { subs, missing }
+    }
+
+    /// Succeeds when at least one server took the (un)subscription: a waiter then hears a
+    /// release from that one, and otherwise polls.
+    async fn fan_out(&mut self, channel: &str, subscribe: bool) -> redis::RedisResult<()> {
+        let mut last_err = None;
+        let mut any_ok = false;
+        for (sub, missing) in self.subs.iter_mut().zip(self.missing.iter_mut()) {
+            if !subscribe {
+                missing.remove(channel);
+            }
+            // Catch up on what this server missed while it was unreachable.
+            let pending: Vec<String> = missing.iter().cloned().collect();
+            for wanted in pending {
+                if sub.subscribe(&wanted).await.is_err() {
+                    break; // still down: try again next time
+                }
+                missing.remove(&wanted);
+            }
+            let result = if subscribe {
+                sub.subscribe(channel).await
+            } else {
+                sub.unsubscribe(channel).await
+            };
+            match result {
+                Ok(()) => any_ok = true,
+                Err(e) => {
+                    if subscribe {
+                        missing.insert(channel.to_owned());
+                    }
+                    last_err = Some(e);
+                }
+            }
+        }
+        match last_err {
+            Some(e) if !any_ok => Err(e),
+            _ => Ok(()),
+        }
+    }
+}
 
 #[async_trait]
 impl Subscriber for FanOut {
     async fn subscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
-        fan_out(&mut self.0, channel, true).await
+        self.fan_out(channel, true).await
     }
     async fn unsubscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
-        fan_out(&mut self.0, channel, false).await
-    }
-}
-
-/// Succeeds when at least one server took the (un)subscription: a waiter then hears a release
-/// from that one, and otherwise polls.
-async fn fan_out(
-    subs: &mut [Box<dyn Subscriber>],
-    channel: &str,
-    subscribe: bool,
-) -> redis::RedisResult<()> {
-    let mut last_err = None;
-    let mut any_ok = false;
-    for sub in subs.iter_mut() {
-        let result = if subscribe {
-            sub.subscribe(channel).await
-        } else {
-            sub.unsubscribe(channel).await
-        };
-        match result {
-            Ok(()) => any_ok = true,
-            Err(e) => last_err = Some(e),
-        }
-    }
-    match last_err {
-        Some(e) if !any_ok => Err(e),
-        _ => Ok(()),
+        self.fan_out(channel, false).await
     }
 }
 
@@ -199,7 +225,7 @@ impl QuorumStore {
                 tracing::warn!(server = i, %err, "quorum server down at connect; every step tries it again");
             }
         }
-        hub.start(Box::new(FanOut(subscribers)));
+        hub.start(Box::new(FanOut::new(subscribers)));
         Ok(quorum)
     }
 
