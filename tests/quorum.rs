@@ -448,8 +448,10 @@ async fn subscriptions_missed_while_a_server_was_down_are_caught_up() {
     }
     drop((g, g2));
     for w in [first, second] {
-        w.await
+        let g = w
+            .await
             .expect("task")
             .expect("granted after the holder's release");
+        assert!(g.release().await.expect("release"));
     }
 }
