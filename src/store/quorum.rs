@@ -53,7 +53,7 @@ use async_trait::async_trait;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::redis::{RedisConfig, RedisStore};
+use super::redis::{Connect, RedisConfig, RedisStore};
 use super::WaiterState;
 use super::{Acquire, Busy, Claim, Family, Grant, HolderState, Slot, Snapshot, Store};
 use crate::error::{Error, Result};
@@ -203,7 +203,8 @@ impl QuorumStore {
                 reconnect_retries: 0,
                 ..config.clone()
             };
-            let (store, sub) = RedisStore::lazy_to_hub(url, config, hub.clone()).await?;
+            let (store, sub) =
+                RedisStore::connect_to_hub(url, config, hub.clone(), Connect::Lazily).await?;
             nodes.push(store.without_hand_over());
             subscribers.push(sub);
         }

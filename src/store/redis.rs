@@ -15,6 +15,15 @@ use crate::hub::{Subscriber, WakeHub};
 use crate::keys::LockKeys;
 use crate::scripts::SCRIPTS;
 
+/// When [`RedisStore::connect_to_hub`] opens the connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Connect {
+    /// Before returning; fails if the server cannot be reached.
+    Now,
+    /// With the first command, and again after a failed one.
+    Lazily,
+}
+
 /// Connection settings of a [`RedisStore`].
 #[derive(Clone, Debug)]
 pub struct RedisConfig {
@@ -118,37 +127,22 @@ impl RedisStore {
     /// [`RedisStore::connect`] with explicit settings.
     pub async fn connect_with(url: &str, config: RedisConfig) -> Result<Self> {
         let hub = WakeHub::remote();
-        let (store, subscriber) = Self::connect_to_hub(url, config, hub.clone()).await?;
+        let (store, subscriber) =
+            Self::connect_to_hub(url, config, hub.clone(), Connect::Now).await?;
         hub.start(subscriber);
         Ok(store)
     }
 
     /// Connects with the pushes of the connection delivered to `hub`, which the caller starts
-    /// with the returned subscriber (a quorum fans one hub out over several servers).
+    /// with the returned subscriber (a quorum fans one hub out over several servers). With
+    /// [`Connect::Lazily`] nothing is sent yet: the first command connects and a failed
+    /// connection is tried again by the next command (a quorum server that is down at
+    /// start-up joins when it comes back); only a bad URL fails then.
     pub(crate) async fn connect_to_hub(
         url: &str,
         config: RedisConfig,
         hub: Arc<WakeHub>,
-    ) -> Result<(Self, Box<dyn Subscriber>)> {
-        Self::to_hub(url, config, hub, false).await
-    }
-
-    /// As [`RedisStore::connect_to_hub`], but without connecting: the first command does,
-    /// and a failed connection is tried again by the next command. A quorum uses it so that
-    /// a server that is down at start-up joins when it comes back. Fails only on a bad URL.
-    pub(crate) async fn lazy_to_hub(
-        url: &str,
-        config: RedisConfig,
-        hub: Arc<WakeHub>,
-    ) -> Result<(Self, Box<dyn Subscriber>)> {
-        Self::to_hub(url, config, hub, true).await
-    }
-
-    async fn to_hub(
-        url: &str,
-        config: RedisConfig,
-        hub: Arc<WakeHub>,
-        lazy: bool,
+        when: Connect,
     ) -> Result<(Self, Box<dyn Subscriber>)> {
         let bad_url = |e: redis::RedisError| Error::invalid("Redis URL", e.to_string());
         let info = url.into_connection_info().map_err(bad_url)?;
@@ -170,7 +164,7 @@ impl RedisStore {
             .set_connection_timeout(Some(config.connect_timeout))
             .set_number_of_retries(config.reconnect_retries)
             .set_max_delay(Duration::from_millis(500));
-        let conn = if lazy {
+        let conn = if when == Connect::Lazily {
             ConnectionManager::new_lazy_with_config(client, manager_config)
         } else {
             client
