@@ -103,6 +103,19 @@ pub enum Error {
         /// The primitives holding it.
         held_by: &'static str,
     },
+    /// The ticket queue of this name is in use with another permit count: a
+    /// [`FairLock`](crate::FairLock) (one permit), an [`RwLock`](crate::RwLock) with `Fair`
+    /// preference, and [`Semaphore`](crate::Semaphore)s of different sizes share the queue's
+    /// state, so they must agree on its capacity. Nothing was granted and the caller's queue
+    /// place, if any, was removed. Use one kind and one permit count per name (or
+    /// `Semaphore::set_permits` to change a semaphore's count for everyone).
+    #[error("lock `{name}` is in use with another capacity ({detail}); use one kind of ticket-queue lock and one permit count per name, e.g. give this one another name")]
+    CapacityConflict {
+        /// The lock's name.
+        name: String,
+        /// The capacity in use and the one asked for.
+        detail: String,
+    },
     /// The lease was lost while work ran under it (see `with_lock` helpers).
     #[error("the lease on lock `{name}` was lost before the work finished")]
     LeaseLost {
@@ -139,6 +152,12 @@ impl Error {
     /// ([`Error::FamilyConflict`]).
     pub fn is_family_conflict(&self) -> bool {
         matches!(self, Error::FamilyConflict { .. })
+    }
+
+    /// True when the name's ticket queue is in use with another capacity
+    /// ([`Error::CapacityConflict`]).
+    pub fn is_capacity_conflict(&self) -> bool {
+        matches!(self, Error::CapacityConflict { .. })
     }
 
     /// True when a key of the lock holds data the library did not write.

@@ -17,6 +17,12 @@ macro_rules! guard_methods {
                 self.hold.name()
             }
 
+            /// The claim token the store knows this hold by (feature `testing`).
+            #[cfg(feature = "testing")]
+            pub fn token(&self) -> String {
+                self.hold.token()
+            }
+
             /// True while the lease can be trusted, answered from the local clock without a
             /// round trip: false once a renewal was refused, or once the lease may have
             /// lapsed (measured from the send of the last confirmed grant or renewal).

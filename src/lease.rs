@@ -172,6 +172,11 @@ impl Hold {
         self.shared.lock.name()
     }
 
+    #[cfg(feature = "testing")]
+    pub(crate) fn token(&self) -> String {
+        self.shared.claim().token
+    }
+
     pub(crate) fn is_held(&self) -> bool {
         let v = *self.shared.validity.borrow();
         !v.lost && Instant::now() < v.until

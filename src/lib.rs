@@ -47,6 +47,11 @@ mod scripts;
 pub mod semaphore;
 pub mod store;
 mod telemetry;
+#[cfg(feature = "testing")]
+pub mod testing;
+#[cfg(not(feature = "testing"))]
+mod testing;
+mod token;
 mod wait;
 
 pub use client::{LockClient, LockClientBuilder, RedisConfig};

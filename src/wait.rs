@@ -75,7 +75,7 @@ pub(crate) struct LockCtx {
 
 fn jitter(d: Duration) -> Duration {
     // 80% to 100% of `d`, so waiters woken together do not retry in lockstep.
-    let r = (uuid::Uuid::new_v4().as_u128() % 1000) as u32;
+    let r = (crate::token::random() % 1000) as u32;
     d.mul_f64(0.8 + f64::from(r) / 5000.0)
 }
 

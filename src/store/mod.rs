@@ -110,7 +110,7 @@ impl Claim {
     /// A claim with a fresh random token.
     pub fn new(slot: Slot, lease: Duration, heartbeat: Duration, policy: Policy) -> Self {
         Claim {
-            token: uuid::Uuid::new_v4().simple().to_string(),
+            token: crate::token::next(),
             slot,
             lease,
             heartbeat,

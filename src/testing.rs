@@ -1,0 +1,70 @@
+//! Hooks for deterministic tests of code built on this crate (feature `testing`).
+//!
+//! Not for production: these switches change how the library behaves.
+//!
+//! - [`seed`] makes claim tokens and waiter jitter a function of the seed, so a simulation on
+//!   tokio's paused clock replays exactly.
+//! - [`plant`] reverts one of the client-side fixes that keep guards honest, so a check can
+//!   prove that it finds the bug (see `tests/simulation.rs`).
+
+#[cfg(feature = "testing")]
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// A client-side fix that a test may revert, to prove its check finds the bug.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Bug {
+    /// A handed-over hold trusts the waiter's whole heartbeat window, even when the lease is
+    /// shorter (the server grants at most the lease).
+    HandOffTrustsHeartbeat,
+    /// A wake-up's grant is used even after a later attempt of the same claim was refused.
+    StaleGrant,
+    /// Renewals and `extend` run concurrently and the local deadline only ever grows.
+    UnorderedRenewals,
+    /// A grant to a waiter lasts its whole heartbeat window (5 s by default, whatever the
+    /// lease), and the lease lock hands over to the waiter heard from longest ago.
+    DeadWaiterBlocks,
+}
+
+impl Bug {
+    #[cfg(feature = "testing")]
+    fn bit(self) -> u32 {
+        1 << (self as u32)
+    }
+}
+
+#[cfg(feature = "testing")]
+static PLANTED: AtomicU32 = AtomicU32::new(0);
+
+/// Reverts the fix for `bug` in this process (until [`unplant_all`]).
+#[cfg(feature = "testing")]
+pub fn plant(bug: Bug) {
+    PLANTED.fetch_or(bug.bit(), Ordering::SeqCst);
+}
+
+/// Restores every fix.
+#[cfg(feature = "testing")]
+pub fn unplant_all() {
+    PLANTED.store(0, Ordering::SeqCst);
+}
+
+/// Restarts the token and jitter generator from `seed`: the same program then makes the
+/// same tokens and sleeps the same jittered intervals.
+#[cfg(feature = "testing")]
+pub fn seed(seed: u64) {
+    crate::token::reseed(seed);
+}
+
+/// True when a test reverted the fix for `bug` (never without the `testing` feature).
+#[inline]
+pub(crate) fn planted(bug: Bug) -> bool {
+    #[cfg(feature = "testing")]
+    {
+        PLANTED.load(Ordering::Relaxed) & bug.bit() != 0
+    }
+    #[cfg(not(feature = "testing"))]
+    {
+        let _ = bug;
+        false
+    }
+}
