@@ -1231,6 +1231,7 @@ fn long_claim(slot: Slot) -> Claim {
 const FAIR: Slot = Slot::Ticket {
     weight: 1,
     capacity: 1,
+    resizable: false,
 };
 
 /// Queues `k` waiters (refused, waiting claims with a long heartbeat) directly on the store.

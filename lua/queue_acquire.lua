@@ -7,21 +7,34 @@
 -- ARGV[4] weight        permits wanted (1; n for acquire_many; the capacity for exclusive)
 -- ARGV[5] lease_ms      lease of the grant, from the server's now
 -- ARGV[6] heartbeat_ms  a waiter is dropped when it has not attempted for this long
--- ARGV[7] capacity      permits, unless set_permits stored another count in `cap`
+-- ARGV[7] capacity      "<n>": a Semaphore of n permits (a count stored by set_permits wins);
+--                       "=<n>": a fixed capacity (FairLock 1, fair RwLock 2^30)
 -- ARGV[8] wait          "1": join the queue when refused; "0": never stay queued
 -- Reply: {1, fence, lease_ms} granted (fence: new when exclusive, else the last exclusive
---        grant's); {0, -1, position} refused, position = waiters ahead (-1 when not queued).
---        Error RLMIXED when the lease lock of the same name has a live holder (the caller's
---        queue place, if any, is removed).
+--        grant's); {0, -1, position, heartbeat_until} refused, position = waiters ahead
+--        (-1 when not queued), heartbeat_until = the queue place's heartbeat deadline in server
+--        ms (-1 when not queued; a grant made to this place later names the same deadline).
+--        Error RLMIXED when the lease lock of the same name has a live holder, RLCAPACITY
+--        when the queue is in use with another capacity (either way the caller's queue place,
+--        if any, is removed).
 local token, weight = ARGV[3], tonumber(ARGV[4])
 local lease, heartbeat = tonumber(ARGV[5]), tonumber(ARGV[6])
-local cap = capacity(tonumber(ARGV[7]))
 local wait = ARGV[8] == '1'
 local member = member_of(token, weight)
 
 prune()
+local cap, refusal = capacity_for(ARGV[7])
+if not cap then
+  if redis.call('ZREM', Q, member) == 1 then
+    redis.call('ZREM', HB, member)
+    QUEUE_SHRANK = true
+  end
+  refresh_ttls()
+  return refusal
+end
 
 if weight < 1 or weight > cap then
+  CAP_MARK = nil -- a refused claim leaves no marker
   redis.call('ZREM', Q, member)
   redis.call('ZREM', HB, member)
   QUEUE_SHRANK = true
@@ -59,11 +72,12 @@ if not queued then
     return { 1, fence, lease }
   end
   if not wait then
-    return { 0, -1, -1 }
+    return { 0, -1, -1, -1 }
   end
   redis.call('ZADD', Q, incr_counter(TK), member)
 end
-redis.call('ZADD', HB, NOW + heartbeat, member)
+local heartbeat_until = NOW + heartbeat
+redis.call('ZADD', HB, heartbeat_until, member)
 QUEUE_GREW = true
 
 -- Permits may be free for the head (a holder just expired, a waiter ahead just died).
@@ -74,4 +88,4 @@ if promote(cap, heartbeat, member) then
   return { 1, fence, lease }
 end
 refresh_ttls()
-return { 0, -1, redis.call('ZRANK', Q, member) }
+return { 0, -1, redis.call('ZRANK', Q, member), heartbeat_until }

@@ -8,7 +8,11 @@
 --   KEYS[4] tk     ticket counter; deleted whenever the queue is empty
 --   KEYS[5] fence  counter, incremented on every exclusive grant; never expires
 --   KEYS[6] ch     wake-up channel of the lock
---   KEYS[7] cap    permits set by set_permits (absent: the caller's own count applies)
+--   KEYS[7] cap    the queue's capacity: "<n>" stored by set_permits (no TTL; every Semaphore
+--                  handle follows it), or, while the queue is in use, a marker left by its
+--                  claims: "~<n>" (Semaphores of n permits) or "=<n>" (a fixed capacity:
+--                  FairLock 1, fair RwLock 2^30), kept alive as long as the holders and waiters
+--                  it describes. Claims of another capacity are refused with RLCAPACITY.
 --   KEYS[8] w      writer record of the lease lock of the same name (read only: lease_held)
 --   KEYS[9] r      readers of the lease lock of the same name (read only: lease_held)
 -- A member is the holder's token, followed by "#<weight>" when it takes more than one permit
@@ -61,16 +65,90 @@ local function lease_held()
   return LEASE_HELD
 end
 
-local function capacity(default)
+-- The stored capacity as (kind, n): kind '' (set_permits), '~' or '=' (markers); nil if none.
+local function stored_capacity()
   local c = redis.call('GET', CAP)
-  if c then
-    local n = tonumber(c)
-    if not n or n < 1 then
-      error({ err = 'RLCORRUPT key ' .. CAP .. ' does not hold a permit count' })
-    end
+  if not c then return nil, nil end
+  local kind, n = string.match(c, '^([~=]?)(%d+)$')
+  n = tonumber(n)
+  if not n or n < 1 then
+    error({ err = 'RLCORRUPT key ' .. CAP .. ' does not hold a permit count' })
+  end
+  return kind, n
+end
+
+-- The capacity in force for a claim already in the queue's state (release, extend, downgrade):
+-- the stored one, else the claim's own (`arg` as in capacity_for).
+local function capacity(arg)
+  local kind, n = stored_capacity()
+  return n or tonumber(string.match(arg, '%d+$')), kind
+end
+
+-- After a release: a capacity marker (`kind` as returned by capacity) goes with the last
+-- holder and waiter, else lives exactly as long as the latest deadline left (its TTL only grew
+-- while holds came and went), so an idle name soon leaves only its fence (and a set_permits
+-- count).
+local function fit_capacity_marker(kind)
+  if kind ~= '~' and kind ~= '=' then return end
+  local last = max_score(H)
+  if redis.call('ZCARD', Q) > 0 then
+    local hb = max_score(HB)
+    if hb and (not last or hb > last) then last = hb end
+  end
+  if not last then
+    redis.call('DEL', CAP)
+  elseif not EXPLICIT_NOW then
+    redis.call('PEXPIRE', CAP, math.max(1, math.floor(last - NOW)))
+  end
+end
+
+-- True while the queue has a live holder or any waiter (after prune).
+local function in_use()
+  return redis.call('ZCOUNT', H, '(' .. NOW, '+inf') > 0 or redis.call('ZCARD', Q) > 0
+end
+
+local function capacity_conflict(stored, asked)
+  return redis.error_reply('RLCAPACITY in use with ' .. stored .. ' permits, asked for ' .. asked)
+end
+
+-- The marker this run leaves at `cap` if it grants or queues its claim (nil: none needed).
+local CAP_MARK = nil
+
+-- The capacity for a new claim that asks for `arg`: "<n>" (a Semaphore, which follows a count
+-- stored by set_permits) or "=<n>" (a fixed capacity). Returns the capacity, or nil and the
+-- RLCAPACITY reply when the queue is in use with another capacity. Call after prune().
+local function capacity_for(arg)
+  local fixed = string.sub(arg, 1, 1) == '='
+  local want = tonumber(string.match(arg, '%d+$'))
+  local kind, n = stored_capacity()
+  if kind == '' then
+    if fixed and n ~= want then return nil, capacity_conflict(n, want) end
     return n
   end
-  return default
+  if n and n ~= want and in_use() then return nil, capacity_conflict(n, want) end
+  -- No marker, a stale one, or one to upgrade: a fixed capacity must not be resized later.
+  if n ~= want or (fixed and kind == '~') then
+    CAP_MARK = (fixed and '=' or '~') .. want
+  end
+  return want
+end
+
+-- Writes the marker chosen by capacity_for, alive at least until `deadline`.
+local function mark_capacity(deadline)
+  if not CAP_MARK then return end
+  if EXPLICIT_NOW then
+    redis.call('SET', CAP, CAP_MARK)
+  else
+    redis.call('SET', CAP, CAP_MARK, 'PX', math.max(1, math.floor(deadline - NOW)))
+  end
+  CAP_MARK = nil
+end
+
+-- Keeps a capacity marker alive at least until `deadline`; a count stored by set_permits has
+-- no TTL and keeps none (PEXPIRE GT leaves a key without TTL as it is).
+local function extend_capacity(deadline)
+  if EXPLICIT_NOW then return end
+  redis.call('PEXPIRE', CAP, math.max(1, math.floor(deadline - NOW)), 'GT')
 end
 
 local function permits_used()
@@ -127,15 +205,19 @@ local function promote(cap, claim_ms, self_member)
     if m == self_member then
       self_granted = true
     else
-      named[#named + 1] = token_of(m)
+      named[#named + 1] = { token_of(m), claim_until }
     end
   end
   if #named > 0 then
-    -- "<token>=<fence>": the message is the grant itself, so a woken waiter can use it at
-    -- once (it knows its claim window from its own last heartbeat) and claim its full lease
-    -- in the background.
+    -- "<token>=<fence>@<deadline>": the message is the grant itself, so a woken waiter can
+    -- use it at once and claim its full lease in the background. The deadline is the
+    -- waiter's heartbeat deadline, which its latest refused attempt was told: a waiter whose
+    -- latest refusal names another deadline cannot tell when the grant was made, and
+    -- confirms it with an attempt instead.
     fence = fence or read_counter(FENCE)
-    for i = 1, #named do named[i] = named[i] .. '=' .. fence end
+    for i = 1, #named do
+      named[i] = named[i][1] .. '=' .. fence .. '@' .. string.format('%d', named[i][2])
+    end
     publish(CH, table.concat(named, ' '))
   end
   return self_granted
@@ -145,16 +227,23 @@ end
 -- deadlines decide); the ticket counter goes with the last waiter, so tickets restart from 1
 -- on an empty queue.
 local function refresh_ttls()
+  local cap_until = H_UNTIL
   if H_UNTIL then extend_ttl(H, H_UNTIL) end
-  if not (QUEUE_GREW or QUEUE_SHRANK) then return end
-  if redis.call('ZCARD', Q) == 0 then
-    redis.call('DEL', TK, HB)
-  elseif QUEUE_GREW then
-    local top = max_score(HB)
-    if top then
-      expire_at(HB, top)
-      expire_at(Q, top)
-      expire_at(TK, top)
+  if QUEUE_GREW or QUEUE_SHRANK then
+    if redis.call('ZCARD', Q) == 0 then
+      redis.call('DEL', TK, HB)
+    elseif QUEUE_GREW then
+      local top = max_score(HB)
+      if top then
+        expire_at(HB, top)
+        expire_at(Q, top)
+        expire_at(TK, top)
+        if not cap_until or top > cap_until then cap_until = top end
+      end
     end
+  end
+  -- The capacity marker lives as long as the holders and waiters it describes.
+  if cap_until then
+    if CAP_MARK then mark_capacity(cap_until) else extend_capacity(cap_until) end
   end
 end

@@ -3,11 +3,11 @@
 -- writer can get in between.
 -- KEYS: see queue_common.lua.
 -- ARGV[1] now   ARGV[2] publish command   ARGV[3] token   ARGV[4] weight (exclusive)
--- ARGV[5] lease_ms (of the shared hold)   ARGV[6] heartbeat_ms   ARGV[7] capacity
+-- ARGV[5] lease_ms (of the shared hold)   ARGV[6] heartbeat_ms   ARGV[7] capacity (as in queue_acquire.lua)
 -- Reply: {1, fence} or {0, 0} when the token held no live exclusive lease.
 local token, weight = ARGV[3], tonumber(ARGV[4])
 local lease, heartbeat = tonumber(ARGV[5]), tonumber(ARGV[6])
-local cap = capacity(tonumber(ARGV[7]))
+local cap = capacity(ARGV[7])
 
 prune()
 if not redis.call('ZSCORE', H, member_of(token, weight)) then return { 0, 0 } end

@@ -23,5 +23,6 @@ for i = 1, #rows, 2 do
     waiters[#waiters + 1] = tonumber(hb) - NOW
   end
 end
-local cap = redis.call('GET', CAP)
-return { NOW, read_counter(FENCE), tonumber(cap or '-1'), holders, waiters }
+local kind, cap = stored_capacity()
+if kind ~= '' then cap = -1 end -- markers are not a stored permit count
+return { NOW, read_counter(FENCE), cap, holders, waiters }

@@ -2,11 +2,11 @@
 -- place in the queue), then grants the waiters that now fit.
 -- KEYS: see queue_common.lua.
 -- ARGV[1] now   ARGV[2] publish command   ARGV[3] token   ARGV[4] weight
--- ARGV[5] heartbeat_ms (claim window for waiters granted here)   ARGV[6] capacity
+-- ARGV[5] heartbeat_ms (claim window for waiters granted here)   ARGV[6] capacity (as in queue_acquire.lua)
 -- Reply: 1 if the token held permits (a live lease) until this call, else 0.
 local member = member_of(ARGV[3], tonumber(ARGV[4]))
 local heartbeat = tonumber(ARGV[5])
-local cap = capacity(tonumber(ARGV[6]))
+local cap, kind = capacity(ARGV[6])
 
 prune()
 local held = redis.call('ZREM', H, member)
@@ -16,4 +16,5 @@ if redis.call('ZREM', Q, member) == 1 then
 end
 promote(cap, heartbeat, nil)
 refresh_ttls()
+fit_capacity_marker(kind)
 return held

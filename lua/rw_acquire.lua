@@ -8,8 +8,10 @@
 -- ARGV[7] wait         "1": a refused writer under the writer policy announces itself in wq
 -- ARGV[8] heartbeat_ms how long that announcement lives unless the writer attempts again
 -- Reply: {1, fence, lease_ms} granted (fence: the new token for a writer, the last writer's
---        for a reader); {0, retry_ms, -1} refused (retry_ms: when the blocking lease ends,
---        -1 when only a wake-up or the waiter's own interval can tell).
+--        for a reader); {0, retry_ms, -1, announced_until} refused (retry_ms: when the
+--        blocking lease ends, -1 when only a wake-up or the waiter's own interval can tell;
+--        announced_until: the announcement's heartbeat deadline in server ms, -1 when the
+--        claim did not announce itself; a hand-off to this claim names the same deadline).
 --        Error RLMIXED when the ticket queue of the same name has a live holder.
 local token, mode = ARGV[3], ARGV[4]
 local lease, policy = tonumber(ARGV[5]), ARGV[6]
@@ -34,14 +36,21 @@ if mode == 'w' then
     retry = max_score(R) - NOW
   end
   if retry then
+    local announced = -1
     if wait and policy == 'writer' then
-      redis.call('ZADD', WQ, NOW + heartbeat, token)
+      announced = NOW + heartbeat
+      redis.call('ZADD', WQ, announced, token)
       expire_zset(WQ)
     end
-    return { 0, retry, -1 }
+    return { 0, retry, -1, announced }
   end
   if others then
-    if queue_held() then return mixed_reply() end
+    if queue_held() then
+      -- An acquire that ends in an error leaves no trace: a stale announcement would hold
+      -- back readers and could even be handed the lock.
+      leave_waiting(token)
+      return mixed_reply()
+    end
     -- Leave the waiting writers first: it is also the first touch of `wq`, so a foreign value
     -- there fails the script before the grant is written.
     if policy == 'writer' and redis.call('ZREM', WQ, token) == 1 then expire_zset(WQ) end
@@ -53,12 +62,12 @@ end
 
 if mode == 'r' then
   if wtok then
-    return { 0, wdl - NOW, -1 }
+    return { 0, wdl - NOW, -1, -1 }
   end
   prune()
   local mine = redis.call('ZSCORE', R, token)
   if not mine and policy == 'writer' and redis.call('ZCARD', WQ) > 0 then
-    return { 0, -1, -1 }
+    return { 0, -1, -1, -1 }
   end
   if not mine and queue_held() then return mixed_reply() end
   local fence = read_counter(FENCE)

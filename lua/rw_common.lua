@@ -67,21 +67,30 @@ local function wake_all()
   publish(CH, '*')
 end
 
--- Hands the free lock to the first live waiting writer (by heartbeat deadline, then token)
--- until that deadline, and wakes it with the grant ("token=fence"): it holds at once and
--- claims its full lease in the background; a writer that died holds it for its own heartbeat
--- window at most. False when no writer waits.
+-- Removes `token`'s waiting-writer announcement, if any; when it was the last live one, the
+-- readers it held back are woken.
+local function leave_waiting(token)
+  if redis.call('ZREM', WQ, token) == 0 then return end
+  if live_count(WQ) == 0 then wake_all() else expire_zset(WQ) end
+end
+
+-- Hands the free lock to the live waiting writer heard from most recently (the latest
+-- heartbeat deadline, then the greatest token: the one least likely to have died) until that
+-- deadline, and wakes it with the grant ("token=fence@deadline"): it holds at once and claims
+-- its full lease in the background. The deadline lets the waiter check that the grant came
+-- after its latest refused attempt (whose reply carried the same deadline). A writer that died
+-- holds it for the rest of its own heartbeat window at most. False when no writer waits.
 local function hand_over()
-  local first = redis.call('ZRANGEBYSCORE', WQ, '(' .. NOW, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-  if #first == 0 then return false end
+  local pick = redis.call('ZRANGE', WQ, '+inf', '(' .. NOW, 'BYSCORE', 'REV', 'LIMIT', 0, 1, 'WITHSCORES')
+  if #pick == 0 then return false end
   -- Never granted beside a ticket-queue holder; the waiter gets RLMIXED on its next attempt.
   if queue_held() then return false end
-  local tok, claim_until = first[1], tonumber(first[2])
+  local tok, claim_until = pick[1], tonumber(pick[2])
   redis.call('ZREM', WQ, tok)
   local fence = incr_counter(FENCE)
   set_writer(tok, claim_until)
   expire_zset(WQ)
-  publish(CH, tok .. '=' .. fence)
+  publish(CH, tok .. '=' .. fence .. '@' .. string.format('%d', claim_until))
   return true
 end
 

@@ -30,11 +30,5 @@ if dl then
   end
 end
 
-if redis.call('ZREM', WQ, token) == 1 then
-  if live_count(WQ) == 0 then
-    wake_all()
-  else
-    expire_zset(WQ)
-  end
-end
+leave_waiting(token)
 return held

@@ -174,9 +174,10 @@ impl LockClientBuilder {
         self
     }
 
-    /// Default heartbeat window of waiters (default 5 s).
+    /// Default heartbeat window of waiters (default: the lease, at most 5 s). A dead waiter
+    /// blocks others for at most its window, so keep it no longer than the lease.
     pub fn heartbeat(mut self, window: Duration) -> Self {
-        self.defaults.heartbeat = window;
+        self.defaults.heartbeat = Some(window);
         self
     }
 

@@ -206,6 +206,10 @@ impl Error {
                     QUEUE_FAMILY
                 },
             },
+            Some("RLCAPACITY") => Error::CapacityConflict {
+                name: name.to_owned(),
+                detail: err.detail().unwrap_or("").to_owned(),
+            },
             Some("RLPERMITS") => {
                 Error::too_many_permits(err.detail().unwrap_or("more permits than it has"))
             }

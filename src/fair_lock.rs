@@ -57,6 +57,7 @@ handle_options!(FairLock);
 const SLOT: Slot = Slot::Ticket {
     weight: 1,
     capacity: 1,
+    resizable: false,
 };
 
 impl FairLock {

@@ -103,11 +103,13 @@ macro_rules! handle_options {
                 self
             }
 
-            /// Heartbeat window of a waiter (default 5 s): a waiter that stops attempting for
-            /// this long (its process died) is dropped from the queue. Waiters attempt at
-            /// least every third of it.
+            /// Heartbeat window of a waiter (default: the lease, at most 5 s): a waiter that
+            /// stops attempting for this long (its process died) is dropped from the queue, and
+            /// a grant handed to it lapses. Waiters attempt at least every third of it. Keep it
+            /// no longer than the lease, so a dead waiter blocks others no longer than a dead
+            /// holder would.
             pub fn heartbeat(mut self, window: std::time::Duration) -> Self {
-                self.ctx.opts.heartbeat = window;
+                self.ctx.opts.heartbeat = Some(window);
                 self
             }
 

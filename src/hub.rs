@@ -32,12 +32,34 @@ pub(crate) trait Subscriber: Send + 'static {
 /// A local waiter: its id, token, and what wakes it.
 type Waiter = (u64, String, Arc<Wake>);
 
-/// A waiter's wake-up: the notification, and the grant a ticket queue made it, if the message
-/// said so (`token=fence`).
+/// A waiter's wake-up: the notification, and the grant a release made it, if the message
+/// said so (`token=fence@until`).
 #[derive(Default)]
 pub(crate) struct Wake {
     notify: Notify,
-    granted_fence: StdMutex<Option<u64>>,
+    granted: StdMutex<Option<HandOff>>,
+}
+
+/// A grant announced in a wake-up: the lock was handed to this waiter with `fence`, until the
+/// store-clock instant `until` (ms), the waiter's heartbeat deadline at the grant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct HandOff {
+    pub fence: u64,
+    pub until: Option<u64>,
+}
+
+impl HandOff {
+    /// Parses the part after `token=`: `fence@until` (or a bare `fence`).
+    fn parse(text: &str) -> Option<HandOff> {
+        let (fence, until) = match text.split_once('@') {
+            Some((f, u)) => (f, Some(u.parse().ok()?)),
+            None => (text, None),
+        };
+        Some(HandOff {
+            fence: fence.parse().ok()?,
+            until,
+        })
+    }
 }
 
 #[derive(Default)]
@@ -246,14 +268,14 @@ impl WakeHub {
             return;
         }
         for named in message.split(' ') {
-            let (named, fence) = match named.split_once('=') {
-                Some((t, f)) => (t, f.parse::<u64>().ok()),
+            let (named, grant) = match named.split_once('=') {
+                Some((t, g)) => (t, HandOff::parse(g)),
                 None => (named, None),
             };
             for (_, token, w) in &entry.waiters {
                 if token == named {
-                    if let Some(f) = fence {
-                        *w.granted_fence.lock().unwrap_or_else(|p| p.into_inner()) = Some(f);
+                    if let Some(g) = grant {
+                        *w.granted.lock().unwrap_or_else(|p| p.into_inner()) = Some(g);
                     }
                     w.notify.notify_one();
                 }
@@ -340,10 +362,10 @@ impl Registration {
         self.notify.notify.notified().await
     }
 
-    /// The fence of a grant a ticket queue announced for this waiter since the last call.
-    pub(crate) fn take_grant(&self) -> Option<u64> {
+    /// The grant a release announced for this waiter since the last call.
+    pub(crate) fn take_grant(&self) -> Option<HandOff> {
         self.notify
-            .granted_fence
+            .granted
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take()

@@ -17,11 +17,26 @@ use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 use crate::options::Options;
 use crate::store::{Claim, Slot, Store};
+use crate::testing::{planted, Bug};
 
 #[derive(Clone, Copy, Debug)]
 struct Validity {
+    /// The hold is trusted until then (local monotonic clock).
     until: Instant,
+    /// The send instant of the request that set `until` (renewals are scheduled from it).
+    since: Instant,
     lost: bool,
+}
+
+/// What the hold knows about its lease requests (renewals and `extend`s), which run one at a
+/// time in the order sent, so the server applies them in that order and the last reply tells
+/// the server's deadline.
+#[derive(Default)]
+struct Requests {
+    /// The shortest lease among requests whose outcome is unknown (a lost reply, a cancelled
+    /// `extend`): such a request may still be applied later, after a confirmed one, and then
+    /// sets the deadline to at least its own send instant plus its lease.
+    unknown_min: Option<Duration>,
 }
 
 struct Shared {
@@ -31,20 +46,38 @@ struct Shared {
     claim: StdMutex<Claim>,
     fence: u64,
     validity: watch::Sender<Validity>,
+    requests: tokio::sync::Mutex<Requests>,
+}
+
+/// The trust a request sent at `sent_at` for `lease` buys: the server applied it at or after
+/// the send, so its deadline is at least `sent_at + lease`; drift is kept off.
+fn trusted_until(sent_at: Instant, lease: Duration) -> Instant {
+    sent_at + lease.saturating_sub(Options::drift(lease))
+}
+
+/// Marks a lease request whose reply never came (lost, or the caller stopped waiting) as of
+/// unknown outcome when dropped unanswered.
+struct InFlight<'a> {
+    requests: &'a mut Requests,
+    lease: Duration,
+    answered: bool,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if !self.answered {
+            let min = self
+                .requests
+                .unknown_min
+                .map_or(self.lease, |m| m.min(self.lease));
+            self.requests.unknown_min = Some(min);
+        }
+    }
 }
 
 impl Shared {
     fn claim(&self) -> Claim {
         self.claim.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    fn confirm(&self, sent_at: Instant, lease: Duration) {
-        let until = sent_at + lease.saturating_sub(Options::drift(lease));
-        self.validity.send_modify(|v| {
-            if !v.lost && until > v.until {
-                v.until = until;
-            }
-        });
     }
 
     fn mark_lost(&self, why: &str) {
@@ -61,6 +94,105 @@ impl Shared {
 
     fn until(&self) -> Instant {
         self.validity.borrow().until
+    }
+
+    /// Asks the store to renew the hold to `lease` from now, waiting at most until
+    /// `give_up_at`; `Ok(false)`: it holds nothing live (the hold is then marked lost).
+    ///
+    /// The local deadline follows the last request the server applied, never the largest
+    /// reply: a request for a shorter lease lowers the trust before it is even sent (it may
+    /// be applied at any moment from then on), and a confirmed reply sets the trust from its
+    /// own send instant, capped by any earlier request whose outcome stayed unknown.
+    async fn request(&self, lease: Duration, give_up_at: Option<Instant>) -> Result<bool> {
+        if planted(Bug::UnorderedRenewals) {
+            return self.request_unordered(lease, give_up_at).await;
+        }
+        let mut requests = self.requests.lock().await;
+        if self.validity.borrow().lost {
+            return Ok(false);
+        }
+        let claim = self.claim();
+        let sent_at = Instant::now();
+        self.validity.send_modify(|v| {
+            v.until = v.until.min(trusted_until(sent_at, lease));
+        });
+        let unknown_min = requests.unknown_min;
+        let mut in_flight = InFlight {
+            requests: &mut requests,
+            lease,
+            answered: false,
+        };
+        let call = self.store.extend(&self.lock, &claim, lease, None);
+        let reply = match give_up_at {
+            Some(at) => match tokio::time::timeout_at(at, call).await {
+                Ok(reply) => reply,
+                Err(_) => {
+                    self.mark_lost("no renewal confirmed before the lease ran out");
+                    return Ok(false);
+                }
+            },
+            None => call.await,
+        };
+        match reply {
+            Ok(true) => {
+                in_flight.answered = true;
+                let trusted = unknown_min.map_or(lease, |m| m.min(lease));
+                self.validity.send_modify(|v| {
+                    if !v.lost {
+                        v.until = trusted_until(sent_at, trusted);
+                        v.since = sent_at;
+                    }
+                });
+                Ok(true)
+            }
+            Ok(false) => {
+                in_flight.answered = true;
+                self.mark_lost("renewal refused: the lease lapsed or was taken over");
+                Ok(false)
+            }
+            // Outcome unknown: `in_flight` records it when dropped.
+            Err(err) => Err(err),
+        }
+    }
+
+    /// The planted bug: requests run concurrently, a renewal's reply only ever raises the
+    /// trust and `extend` sets it from its own reply.
+    async fn request_unordered(
+        &self,
+        lease: Duration,
+        give_up_at: Option<Instant>,
+    ) -> Result<bool> {
+        let claim = self.claim();
+        let sent_at = Instant::now();
+        let call = self.store.extend(&self.lock, &claim, lease, None);
+        let reply = match give_up_at {
+            Some(at) => match tokio::time::timeout_at(at, call).await {
+                Ok(reply) => reply,
+                Err(_) => {
+                    self.mark_lost("no renewal confirmed before the lease ran out");
+                    return Ok(false);
+                }
+            },
+            None => call.await,
+        };
+        match reply {
+            Ok(true) => {
+                let until = trusted_until(sent_at, lease);
+                let is_extend = give_up_at.is_none();
+                self.validity.send_modify(|v| {
+                    if !v.lost && (is_extend || until > v.until) {
+                        v.until = until;
+                        v.since = sent_at;
+                    }
+                });
+                Ok(true)
+            }
+            Ok(false) => {
+                self.mark_lost("renewal refused: the lease lapsed or was taken over");
+                Ok(false)
+            }
+            Err(err) => Err(err),
+        }
     }
 }
 
@@ -92,51 +224,61 @@ impl Hold {
         sent_at: Instant,
         opts: Options,
     ) -> Self {
-        Self::start(
-            store,
-            lock,
-            claim,
-            fence,
-            sent_at,
-            opts,
-            FirstRenewal::Scheduled,
-        )
+        let window = claim.lease;
+        let first = FirstRenewal::Scheduled;
+        Self::start(store, lock, claim, fence, sent_at, window, opts, first)
     }
 
     /// A hold handed over by someone else's release while this claim waited (the wake-up
-    /// carried the grant). The grant lasts until the waiter's own heartbeat deadline, which
-    /// the server set at or after `heartbeat_sent_at` (the send of the waiter's last attempt),
-    /// so it is trusted for one heartbeat window from then; the full lease is claimed at once
-    /// in the background.
+    /// carried the grant). The release granted it after the waiter's attempt sent at
+    /// `attempt_sent_at` was applied, until the heartbeat deadline that attempt set, so it is
+    /// trusted from that send for the heartbeat window, and never for longer than the lease
+    /// (the claim that follows sets the server deadline to its lease from then). The full
+    /// lease is claimed at once in the background.
     pub(crate) fn handed_over(
         store: Arc<dyn Store>,
         lock: LockKeys,
         claim: Claim,
         fence: u64,
-        heartbeat_sent_at: Instant,
+        attempt_sent_at: Instant,
         opts: Options,
     ) -> Self {
+        let window = if planted(Bug::HandOffTrustsHeartbeat) {
+            claim.heartbeat
+        } else {
+            claim.heartbeat.min(claim.lease)
+        };
         let first = FirstRenewal::Immediately;
-        Self::start(store, lock, claim, fence, heartbeat_sent_at, opts, first)
+        Self::start(
+            store,
+            lock,
+            claim,
+            fence,
+            attempt_sent_at,
+            window,
+            opts,
+            first,
+        )
     }
 
-    /// Trusts the hold for its window (the lease, or the heartbeat window of a hand-off) from
-    /// `trusted_from`, minus drift, and starts renewing it.
+    /// Trusts the hold for `window` from `trusted_from`, minus drift, and starts renewing it.
+    #[allow(clippy::too_many_arguments)]
     fn start(
         store: Arc<dyn Store>,
         lock: LockKeys,
         claim: Claim,
         fence: u64,
         trusted_from: Instant,
+        window: Duration,
         opts: Options,
         first: FirstRenewal,
     ) -> Self {
-        let window = match first {
-            FirstRenewal::Scheduled => claim.lease,
-            FirstRenewal::Immediately => claim.heartbeat,
-        };
-        let until = trusted_from + window.saturating_sub(Options::drift(window));
-        let (validity, _) = watch::channel(Validity { until, lost: false });
+        let until = trusted_until(trusted_from, window);
+        let (validity, _) = watch::channel(Validity {
+            until,
+            since: trusted_from,
+            lost: false,
+        });
         let shared = Arc::new(Shared {
             granted_at: Instant::now(),
             store,
@@ -144,15 +286,15 @@ impl Hold {
             claim: StdMutex::new(claim),
             fence,
             validity,
+            requests: tokio::sync::Mutex::default(),
         });
         let renewer = match first {
             FirstRenewal::Scheduled => opts.auto_renew.then(|| {
-                let every = opts.renew_interval();
-                tokio::spawn(renew(shared.clone(), opts.clone(), every, false)).abort_handle()
+                tokio::spawn(renew(shared.clone(), opts.clone(), false, false)).abort_handle()
             }),
             FirstRenewal::Immediately => {
                 let once = !opts.auto_renew;
-                let task = renew(shared.clone(), opts.clone(), Duration::ZERO, once);
+                let task = renew(shared.clone(), opts.clone(), true, once);
                 Some(tokio::spawn(task).abort_handle())
             }
         };
@@ -163,7 +305,6 @@ impl Hold {
             released: false,
         }
     }
-
     pub(crate) fn fencing_token(&self) -> u64 {
         self.shared.fence
     }
@@ -210,27 +351,26 @@ impl Hold {
         if self.shared.validity.borrow().lost {
             return Ok(false);
         }
-        let claim = self.shared.claim();
-        let sent_at = Instant::now();
-        let renewed = self
-            .shared
-            .store
-            .extend(&self.shared.lock, &claim, lease, None)
-            .await?;
-        if renewed {
-            // Later renewals keep the new length.
+        // Later renewals keep the new length (and their schedule follows it); a renewal
+        // already sent with the old length is answered before this request goes out.
+        let old = std::mem::replace(
+            &mut self
+                .shared
+                .claim
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .lease,
+            lease,
+        );
+        let renewed = self.shared.request(lease, None).await;
+        if !matches!(renewed, Ok(true)) && planted(Bug::UnorderedRenewals) {
             self.shared
                 .claim
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .lease = lease;
-            self.shared.validity.send_modify(|v| {
-                v.until = sent_at + lease.saturating_sub(Options::drift(lease));
-            });
-        } else {
-            self.shared.mark_lost("extend refused");
+                .lease = old;
         }
-        Ok(renewed)
+        renewed
     }
 
     fn stop_renewing(&mut self) {
@@ -348,42 +488,61 @@ impl Drop for Hold {
     }
 }
 
-/// Renews the lease every `renew_interval`, the first time after `first`; with `once`, stops
-/// after the first confirmed renewal.
-async fn renew(shared: Arc<Shared>, opts: Options, first: Duration, once: bool) {
-    let every = opts.renew_interval();
-    let mut next = Instant::now() + first;
+/// Renews the lease while the hold lives: at once with `at_once` (a handed-over grant's
+/// claim), then a renewal interval after the send of the last confirmed request (renewal or
+/// `extend`), for the lease the hold has now; with `once`, stops after the first confirmed
+/// renewal.
+async fn renew(shared: Arc<Shared>, opts: Options, at_once: bool, once: bool) {
+    let mut changes = shared.validity.subscribe();
+    let mut retry_at: Option<Instant> = at_once.then(Instant::now);
     loop {
-        tokio::time::sleep_until(next).await;
-        let claim = shared.claim();
-        let sent_at = Instant::now();
+        let (since, until, lost) = {
+            let v = *changes.borrow_and_update();
+            (v.since, v.until, v.lost)
+        };
+        if lost {
+            return;
+        }
+        let lease = shared.claim().lease;
+        let next = retry_at.unwrap_or_else(|| {
+            // Halfway through what is trusted at the latest, so a shortened trust (a request
+            // of unknown outcome) is renewed in time too.
+            let every = if planted(Bug::UnorderedRenewals) {
+                opts.renew_interval()
+            } else {
+                opts.renew_interval_for(lease)
+            };
+            let halfway = since + until.saturating_duration_since(since) / 2;
+            (since + every).min(halfway.max(since))
+        });
+        tokio::select! {
+            _ = tokio::time::sleep_until(next) => {}
+            // An `extend` (or our own renewal) moved the deadline: schedule again from it.
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                continue;
+            }
+        }
         let until = shared.until();
-        if sent_at >= until {
+        if Instant::now() >= until {
             shared.mark_lost("renewal came too late");
             return;
         }
-        let call = shared.store.extend(&shared.lock, &claim, claim.lease, None);
-        match tokio::time::timeout_at(until, call).await {
-            Ok(Ok(true)) => {
-                shared.confirm(sent_at, claim.lease);
+        match shared.request(lease, Some(until)).await {
+            Ok(true) => {
+                retry_at = None;
                 if once {
                     return;
                 }
-                next = sent_at + every;
             }
-            Ok(Ok(false)) => {
-                shared.mark_lost("renewal refused: the lease lapsed or was taken over");
-                return;
-            }
-            Ok(Err(err)) => {
+            Ok(false) => return,
+            Err(err) => {
                 tracing::debug!(lock = shared.lock.name(), %err, "renewal failed; retrying");
                 // Retry soon, but well inside what is left of the lease.
-                let left = until.saturating_duration_since(Instant::now());
-                next = Instant::now() + (left / 4).min(Duration::from_millis(500));
-            }
-            Err(_) => {
-                shared.mark_lost("no renewal confirmed before the lease ran out");
-                return;
+                let left = shared.until().saturating_duration_since(Instant::now());
+                retry_at = Some(Instant::now() + (left / 4).min(Duration::from_millis(500)));
             }
         }
     }

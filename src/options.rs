@@ -6,7 +6,9 @@ use crate::error::{Error, Result};
 
 /// Default lease of every hold: 30 s.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
-/// Default heartbeat window of a waiter: 5 s (a waiter attempts again at least every third).
+/// Longest default heartbeat window of a waiter: 5 s (a waiter attempts again at least every
+/// third of its window). The default window is the lease when the lease is shorter, so a
+/// waiter that died blocks others for at most one lease, like a holder that died.
 pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(5);
 /// Default longest sleep of a waiter between attempts when no wake-up arrives: 1 s.
 pub const DEFAULT_RETRY_INTERVAL: Duration = Duration::from_secs(1);
@@ -22,7 +24,8 @@ pub(crate) struct Options {
     pub lease: Duration,
     pub auto_renew: bool,
     pub renew_every: Option<Duration>,
-    pub heartbeat: Duration,
+    /// Set explicitly; else [`Options::heartbeat`] derives it from the lease.
+    pub heartbeat: Option<Duration>,
     pub retry_interval: Duration,
     /// After each grant, wait for this many replicas (at most this long) to acknowledge it.
     pub wait_replicas: Option<(u32, Duration)>,
@@ -34,7 +37,7 @@ impl Default for Options {
             lease: DEFAULT_LEASE,
             auto_renew: true,
             renew_every: None,
-            heartbeat: DEFAULT_HEARTBEAT,
+            heartbeat: None,
             retry_interval: DEFAULT_RETRY_INTERVAL,
             wait_replicas: None,
         }
@@ -61,7 +64,7 @@ impl Options {
     /// Checks every option; called before anything is sent to Redis.
     pub fn validate(&self) -> Result<()> {
         check_duration("lease", self.lease)?;
-        check_duration("heartbeat", self.heartbeat)?;
+        check_duration("heartbeat", self.heartbeat())?;
         if self.retry_interval.is_zero() || self.retry_interval > MAX_LEASE {
             return Err(Error::invalid(
                 "retry interval",
@@ -87,9 +90,32 @@ impl Options {
         Ok(())
     }
 
+    /// The heartbeat window of a waiter: the one set, else the lease capped at
+    /// [`DEFAULT_HEARTBEAT`]. A waiter's window bounds how long it blocks others once it died
+    /// (its queue place, its writer announcement, a grant handed to it), so by default that
+    /// is never longer than a dead holder's lease.
+    pub fn heartbeat(&self) -> Duration {
+        match self.heartbeat {
+            Some(window) => window,
+            None if crate::testing::planted(crate::testing::Bug::DeadWaiterBlocks) => {
+                DEFAULT_HEARTBEAT
+            }
+            None => self.lease.min(DEFAULT_HEARTBEAT),
+        }
+    }
+
     /// How often a live hold is renewed.
     pub fn renew_interval(&self) -> Duration {
-        self.renew_every.unwrap_or(self.lease / 3)
+        self.renew_interval_for(self.lease)
+    }
+
+    /// How often a hold whose lease is now `lease` (after an `extend`) is renewed: the
+    /// interval set, but never more than half the lease, else a third of the lease.
+    pub fn renew_interval_for(&self, lease: Duration) -> Duration {
+        match self.renew_every {
+            Some(every) => every.min(lease / 2),
+            None => lease / 3,
+        }
     }
 
     /// The margin a holder keeps against clock drift and delays: 1% of the lease plus 2 ms.

@@ -90,6 +90,7 @@ impl Semaphore {
             Slot::Ticket {
                 weight: n,
                 capacity: self.permits,
+                resizable: true,
             },
             Policy::Writer,
         ))
@@ -169,7 +170,7 @@ impl Semaphore {
         let keys = self.ctx.keys()?;
         self.ctx
             .store
-            .set_permits(keys, permits, self.ctx.opts.heartbeat, None)
+            .set_permits(keys, permits, self.ctx.opts.heartbeat(), None)
             .await?;
         self.permits = permits;
         Ok(self)

@@ -17,7 +17,9 @@ pub(crate) fn kind(slot: &Slot) -> &'static str {
     match slot {
         Slot::Write => "write",
         Slot::Read => "read",
-        Slot::Ticket { weight, capacity } if weight >= capacity => "exclusive_ticket",
+        Slot::Ticket {
+            weight, capacity, ..
+        } if weight >= capacity => "exclusive_ticket",
         Slot::Ticket { .. } => "ticket",
     }
 }

@@ -23,6 +23,7 @@ use crate::keys::LockKeys;
 use crate::lease::{release_in_background, release_with_retry, Hold};
 use crate::options::Options;
 use crate::store::{Acquire, Claim, Policy, Slot, Store};
+use crate::testing::{planted, Bug};
 
 /// How long to keep trying after lost replies before reporting the connection error.
 const CONNECTION_RETRIES: u32 = 5;
@@ -90,7 +91,7 @@ impl LockCtx {
     }
 
     pub(crate) fn claim(&self, slot: Slot, policy: Policy) -> Claim {
-        Claim::new(slot, self.opts.lease, self.opts.heartbeat, policy)
+        Claim::new(slot, self.opts.lease, self.opts.heartbeat(), policy)
     }
 
     /// The longest a waiter sleeps between attempts.
@@ -101,7 +102,7 @@ impl LockCtx {
             Slot::Read => false,
         };
         if heartbeats {
-            self.opts.retry_interval.min(self.opts.heartbeat / 3)
+            self.opts.retry_interval.min(claim.heartbeat / 3)
         } else {
             self.opts.retry_interval
         }
@@ -186,6 +187,10 @@ impl LockCtx {
         let mut registration = None;
         let mut failures = 0;
         let mut last_position = None;
+        // The heartbeat deadline named by the reply to the latest attempt (`sent_at` is its
+        // send instant while the loop waits): only a grant naming that deadline is known to
+        // have been made after that attempt was applied.
+        let mut last_refusal: Option<u64>;
         loop {
             let sent_at = Instant::now();
             pending.armed = true;
@@ -226,6 +231,7 @@ impl LockCtx {
                 }
                 Ok(Acquire::Busy(busy)) => {
                     failures = 0;
+                    last_refusal = busy.heartbeat_until;
                     if !wait {
                         // A refused try never stays queued.
                         pending.armed = false;
@@ -260,25 +266,31 @@ impl LockCtx {
                         _ = tokio::time::sleep_until(wake_at) => {}
                     }
                     // A hand-off's wake-up may carry the grant itself: the hold is then
-                    // valid from our last heartbeat, and the full lease is claimed in the
-                    // background, which saves the hand-off a round trip.
-                    let handed_off = match (reg.take_grant(), claim.slot) {
-                        // With wait_replicas, the normal claim path runs WAIT first.
-                        (Some(fence), Slot::Ticket { .. } | Slot::Write)
-                            if self.opts.wait_replicas.is_none() =>
-                        {
-                            Some(fence)
-                        }
-                        _ => None,
-                    };
-                    if let Some(fence) = handed_off {
+                    // valid from our last attempt, and the full lease is claimed in the
+                    // background, which saves the hand-off a round trip. A grant that does
+                    // not name the deadline our latest refusal was told may predate that
+                    // refusal (the push was delayed, the claim window ended and someone else
+                    // took the lock): the next attempt confirms it instead (it claims a grant
+                    // that still stands).
+                    let handed_off = reg.take_grant().filter(|grant| {
+                        let wanted = matches!(claim.slot, Slot::Ticket { .. } | Slot::Write)
+                            // With wait_replicas, the normal claim path runs WAIT first.
+                            && self.opts.wait_replicas.is_none();
+                        let after_refusal = grant.until.is_some() && grant.until == last_refusal;
+                        wanted && (after_refusal || planted(Bug::StaleGrant))
+                    });
+                    if let Some(grant) = handed_off {
                         pending.armed = false;
-                        tracing::debug!(lock = lock.name(), fence, "granted by hand-off");
+                        tracing::debug!(
+                            lock = lock.name(),
+                            fence = grant.fence,
+                            "granted by hand-off"
+                        );
                         return Ok(Some(Hold::handed_over(
                             self.store.clone(),
                             lock,
                             claim,
-                            fence,
+                            grant.fence,
                             sent_at,
                             self.opts.clone(),
                         )));
@@ -291,10 +303,9 @@ impl LockCtx {
                     tokio::time::sleep(Duration::from_millis(25 << failures)).await;
                 }
                 Err(err) => {
-                    // Unknown outcome: the pending guard releases by token in the background.
-                    if !err.is_retryable() {
-                        pending.armed = false;
-                    }
+                    // Whatever ended the acquire, it leaves no trace: the pending guard
+                    // releases by token in the background (a lost reply may have been a
+                    // grant; a refusal may have left a queue place or an announcement).
                     return Err(err);
                 }
             }

@@ -21,6 +21,7 @@ use support::history::{History, Kind};
 const FAIR_SLOT: Slot = Slot::Ticket {
     weight: 1,
     capacity: 1,
+    resizable: false,
 };
 
 async fn info(lock: &FairLock) -> LockInfo {

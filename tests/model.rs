@@ -65,6 +65,8 @@ enum Who {
     Other(usize, usize),
     /// A token nobody acquired with.
     Unknown(u8),
+    /// An invalid token (separators, empty, too long).
+    Invalid(u8),
 }
 
 /// Which claim on which lock a step is about.
@@ -150,6 +152,13 @@ impl Program {
             Who::Own => token_of(client, claim),
             Who::Other(oc, ok) => token_of(oc % self.clients, ok % CLAIMS),
             Who::Unknown(n) => format!("unknown{n}"),
+            // Tokens a script could misread: both stores must refuse them untouched.
+            Who::Invalid(n) => match n % 4 {
+                0 => format!("{}|c0k0", token_of(client, claim)),
+                1 => format!("{}#3", token_of(client, claim)),
+                2 => String::new(),
+                _ => "x".repeat(65),
+            },
         };
         Claim {
             token,
@@ -207,6 +216,7 @@ fn who() -> impl Strategy<Value = Who> {
         6 => Just(Who::Own),
         2 => (0..MAX_CLIENTS, 0..CLAIMS).prop_map(|(c, k)| Who::Other(c, k)),
         1 => (0..3u8).prop_map(Who::Unknown),
+        1 => (0..4u8).prop_map(Who::Invalid),
     ]
 }
 
@@ -220,9 +230,14 @@ fn acquire_who() -> impl Strategy<Value = Who> {
 }
 
 fn slot_and_policy(primitive: Primitive) -> BoxedStrategy<(Slot, Policy)> {
-    let ticket = |weight, capacity| Slot::Ticket { weight, capacity };
+    let ticket = |weight, capacity, resizable| Slot::Ticket {
+        weight,
+        capacity,
+        resizable,
+    };
     match primitive {
-        Primitive::Mutex => Just((Slot::Write, Policy::Reader)).boxed(),
+        // What `Mutex` sends (see `Mutex::claim`).
+        Primitive::Mutex => Just((Slot::Write, Policy::Writer)).boxed(),
         Primitive::RwWriterPreference => prop::sample::select(vec![Slot::Write, Slot::Read])
             .prop_map(|s| (s, Policy::Writer))
             .boxed(),
@@ -230,14 +245,14 @@ fn slot_and_policy(primitive: Primitive) -> BoxedStrategy<(Slot, Policy)> {
             .prop_map(|s| (s, Policy::Reader))
             .boxed(),
         Primitive::RwFair => prop::sample::select(vec![
-            ticket(1, FAIR_RW_CAPACITY),
-            ticket(FAIR_RW_CAPACITY, FAIR_RW_CAPACITY),
+            ticket(1, FAIR_RW_CAPACITY, false),
+            ticket(FAIR_RW_CAPACITY, FAIR_RW_CAPACITY, false),
         ])
         .prop_map(|s| (s, Policy::Writer))
         .boxed(),
-        Primitive::FairLock => Just((ticket(1, 1), Policy::Writer)).boxed(),
+        Primitive::FairLock => Just((ticket(1, 1, false), Policy::Writer)).boxed(),
         Primitive::Semaphore => (1..=3u32)
-            .prop_map(move |w| (ticket(w, 3), Policy::Writer))
+            .prop_map(move |w| (ticket(w, 3, true), Policy::Writer))
             .boxed(),
         Primitive::Mixed => prop_oneof![
             slot_and_policy(Primitive::Mutex),
@@ -357,6 +372,8 @@ fn class(e: &Error) -> &'static str {
         "timeout"
     } else if e.is_family_conflict() {
         "family conflict"
+    } else if e.is_capacity_conflict() {
+        "capacity conflict"
     } else {
         "other"
     }
@@ -842,6 +859,7 @@ fn regression_submillisecond_lease_is_granted_in_whole_ms() {
             Slot::Ticket {
                 weight: 1,
                 capacity: 1,
+                resizable: false,
             },
             Policy::Writer,
         ),

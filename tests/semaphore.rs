@@ -47,6 +47,7 @@ async fn dead_waiter(client: &LockClient, name: &str, permits: u32, heartbeat: D
     let slot = Slot::Ticket {
         weight: 1,
         capacity: permits,
+        resizable: true,
     };
     let claim = Claim::new(slot, Duration::from_secs(30), heartbeat, Policy::Writer);
     let reply = client

@@ -111,6 +111,7 @@ impl RwLock {
             Preference::Fair => Slot::Ticket {
                 weight: 1,
                 capacity: FAIR_RW_CAPACITY,
+                resizable: false,
             },
             _ => Slot::Read,
         }
@@ -121,6 +122,7 @@ impl RwLock {
             Preference::Fair => Slot::Ticket {
                 weight: FAIR_RW_CAPACITY,
                 capacity: FAIR_RW_CAPACITY,
+                resizable: false,
             },
             _ => Slot::Write,
         }

@@ -40,6 +40,7 @@ impl WriteGuard {
             Preference::Fair => Slot::Ticket {
                 weight: 1,
                 capacity: FAIR_RW_CAPACITY,
+                resizable: false,
             },
             _ => Slot::Read,
         };

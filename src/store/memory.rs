@@ -73,7 +73,7 @@ impl ZSet {
         let score = self.score(member)?;
         Some(self.order.range(..(score, member.to_owned())).count())
     }
-    fn iter(&self) -> impl Iterator<Item = &(u64, String)> {
+    fn iter(&self) -> impl DoubleEndedIterator<Item = &(u64, String)> {
         self.order.iter()
     }
 }
@@ -92,6 +92,9 @@ struct LockState {
     heartbeats: ZSet,
     tickets: u64,
     permits: Option<u32>,
+    /// The capacity marker left by the queue's claims while it is in use (mirrors the
+    /// `~<n>` / `=<n>` values of the `cap` key): (fixed, n).
+    capacity_mark: Option<(bool, u32)>,
 }
 
 /// The in-process store. Cheap to clone; clones share state.
@@ -193,12 +196,16 @@ impl LockState {
     /// Hands the free lock to the first live waiting writer until its heartbeat deadline
     /// (mirrors `hand_over` in rw_common.lua); false when none waits.
     fn hand_over(&mut self, now: u64, wakes: &mut Wakes) -> bool {
-        let Some((until, token)) = self
-            .waiting_writers
-            .iter()
-            .find(|(dl, _)| *dl > now)
-            .cloned()
-        else {
+        // The waiter heard from most recently is the least likely to have died (the planted
+        // bug picks the one heard from longest ago).
+        let oldest_first = crate::testing::planted(crate::testing::Bug::DeadWaiterBlocks);
+        let live = |(dl, _): &&(u64, String)| *dl > now;
+        let pick = if oldest_first {
+            self.waiting_writers.iter().find(live).cloned()
+        } else {
+            self.waiting_writers.iter().rev().find(live).cloned()
+        };
+        let Some((until, token)) = pick else {
             return false;
         };
         if self.queue_held(now) {
@@ -207,7 +214,7 @@ impl LockState {
         self.waiting_writers.remove(&token);
         self.fence += 1;
         self.writer = Some((token.clone(), until));
-        wakes.named(vec![format!("{token}={}", self.fence)]);
+        wakes.named(vec![format!("{token}={}@{until}", self.fence)]);
         true
     }
 
@@ -227,10 +234,11 @@ impl LockState {
                 lease: Duration::from_millis(lease),
             })
         };
-        let busy = |retry: Option<u64>| {
+        let busy = |retry: Option<u64>, heartbeat_until: Option<u64>| {
             Acquire::Busy(Busy {
                 retry_after: retry.map(Duration::from_millis),
                 position: None,
+                heartbeat_until,
             })
         };
         match claim.slot {
@@ -246,13 +254,16 @@ impl LockState {
                     None => self.readers.max_score().map(|m| m - now),
                 };
                 if retry.is_some() {
+                    let mut announced = None;
                     if wait && claim.policy == Policy::Writer {
-                        self.waiting_writers
-                            .add(&claim.token, now + ms(claim.heartbeat));
+                        let until = now + ms(claim.heartbeat);
+                        self.waiting_writers.add(&claim.token, until);
+                        announced = Some(until);
                     }
-                    return Ok(busy(retry));
+                    return Ok(busy(retry, announced));
                 }
                 if self.queue_held(now) {
+                    self.leave_waiting(&claim.token, wakes);
                     return Err(family_conflict(QUEUE_FAMILY));
                 }
                 self.fence += 1;
@@ -265,11 +276,11 @@ impl LockState {
             }
             _ => {
                 if let Some((_, dl)) = live {
-                    return Ok(busy(Some(dl - now)));
+                    return Ok(busy(Some(dl - now), None));
                 }
                 let mine = self.readers.score(&claim.token).is_some();
                 if !mine && claim.policy == Policy::Writer && !self.waiting_writers.is_empty() {
-                    return Ok(busy(None));
+                    return Ok(busy(None, None));
                 }
                 if !mine && self.queue_held(now) {
                     return Err(family_conflict(QUEUE_FAMILY));
@@ -301,10 +312,16 @@ impl LockState {
                 }
             }
         }
+        self.leave_waiting(token, wakes);
+        held
+    }
+
+    /// Removes `token`'s waiting-writer announcement (mirrors `leave_waiting` in
+    /// rw_common.lua): the readers it held back are woken when it was the last.
+    fn leave_waiting(&mut self, token: &str, wakes: &mut Wakes) {
         if self.waiting_writers.remove(token) && self.waiting_writers.is_empty() {
             wakes.all();
         }
-        held
     }
 
     fn rw_extend(&mut self, now: u64, token: &str, lease: u64, wakes: &mut Wakes) -> bool {
@@ -383,8 +400,43 @@ impl LockState {
         }
     }
 
-    fn capacity(&self, default: u32) -> u64 {
-        u64::from(self.permits.unwrap_or(default))
+    /// The capacity in force for a claim already in the queue's state (mirrors `capacity`
+    /// in queue_common.lua).
+    fn capacity(&self, own: u32) -> u64 {
+        let marked = self.capacity_mark.map(|(_, n)| n);
+        u64::from(self.permits.or(marked).unwrap_or(own))
+    }
+
+    fn in_use(&self, now: u64) -> bool {
+        self.holders.iter().any(|(dl, _)| *dl > now) || !self.queue.is_empty()
+    }
+
+    /// The capacity for a new claim, and the marker to leave if it is granted or queued
+    /// (mirrors `capacity_for` in queue_common.lua).
+    fn capacity_for(
+        &self,
+        now: u64,
+        want: u32,
+        resizable: bool,
+    ) -> Result<(u32, Option<(bool, u32)>)> {
+        let fixed = !resizable;
+        if let Some(n) = self.permits {
+            if fixed && n != want {
+                return Err(capacity_conflict(n, want));
+            }
+            return Ok((n, None));
+        }
+        let mark = self.capacity_mark;
+        if let Some((_, n)) = mark {
+            if n != want && self.in_use(now) {
+                return Err(capacity_conflict(n, want));
+            }
+        }
+        let stale_or_upgrade = match mark {
+            None => true,
+            Some((marked_fixed, n)) => n != want || (fixed && !marked_fixed),
+        };
+        Ok((want, stale_or_upgrade.then_some((fixed, want))))
     }
 
     fn permits_used(&self) -> u64 {
@@ -421,11 +473,16 @@ impl LockState {
             if Some(m.as_str()) == self_member {
                 self_granted = true;
             } else {
-                named.push(token_of(&m));
+                named.push((token_of(&m), until));
             }
         }
         let fence = self.fence;
-        wakes.named(named.into_iter().map(|t| format!("{t}={fence}")).collect());
+        wakes.named(
+            named
+                .into_iter()
+                .map(|(t, until)| format!("{t}={fence}@{until}"))
+                .collect(),
+        );
         self_granted
     }
 
@@ -443,11 +500,21 @@ impl LockState {
         wait: bool,
         wakes: &mut Wakes,
     ) -> Result<Acquire> {
-        let (weight, capacity) = ticket(claim);
-        let cap = self.capacity(capacity);
+        let (weight, capacity, resizable) = ticket(claim);
         let member = member_of(&claim.token, weight);
         let (lease, hb) = (ms(claim.lease), ms(claim.heartbeat));
         self.q_prune(now);
+        let (cap, mark) = match self.capacity_for(now, capacity, resizable) {
+            Ok(found) => found,
+            Err(e) => {
+                if self.queue.remove(&member) {
+                    self.heartbeats.remove(&member);
+                }
+                self.refresh();
+                return Err(e);
+            }
+        };
+        let cap = u64::from(cap);
         let w = u64::from(weight);
         if w < 1 || w > cap {
             self.queue.remove(&member);
@@ -465,6 +532,7 @@ impl LockState {
             }))
         };
         if self.holders.score(&member).is_some() {
+            self.mark_capacity(mark);
             self.holders.add(&member, now + lease);
             self.refresh();
             return granted(self.fence);
@@ -481,6 +549,7 @@ impl LockState {
                 if w >= cap {
                     self.fence += 1;
                 }
+                self.mark_capacity(mark);
                 self.holders.add(&member, now + lease);
                 self.refresh();
                 return granted(self.fence);
@@ -489,12 +558,15 @@ impl LockState {
                 return Ok(Acquire::Busy(Busy {
                     retry_after: None,
                     position: None,
+                    heartbeat_until: None,
                 }));
             }
             self.tickets += 1;
             self.queue.add(&member, self.tickets);
         }
-        self.heartbeats.add(&member, now + hb);
+        let heartbeat_until = now + hb;
+        self.heartbeats.add(&member, heartbeat_until);
+        self.mark_capacity(mark);
         if self.promote(now, cap, hb, Some(&member), wakes) {
             self.holders.add(&member, now + lease);
             self.refresh();
@@ -504,11 +576,18 @@ impl LockState {
         Ok(Acquire::Busy(Busy {
             retry_after: None,
             position: self.queue.rank(&member).map(|r| r as u64),
+            heartbeat_until: Some(heartbeat_until),
         }))
     }
 
+    fn mark_capacity(&mut self, mark: Option<(bool, u32)>) {
+        if mark.is_some() {
+            self.capacity_mark = mark;
+        }
+    }
+
     fn q_release(&mut self, now: u64, claim: &Claim, wakes: &mut Wakes) -> bool {
-        let (weight, capacity) = ticket(claim);
+        let (weight, capacity, _) = ticket(claim);
         let member = member_of(&claim.token, weight);
         let cap = self.capacity(capacity);
         self.q_prune(now);
@@ -517,6 +596,9 @@ impl LockState {
         self.heartbeats.remove(&member);
         self.promote(now, cap, ms(claim.heartbeat), None, wakes);
         self.refresh();
+        if self.holders.is_empty() && self.queue.is_empty() {
+            self.capacity_mark = None;
+        }
         held
     }
 
@@ -532,7 +614,7 @@ impl LockState {
     }
 
     fn q_downgrade(&mut self, now: u64, claim: &Claim, wakes: &mut Wakes) -> Option<u64> {
-        let (weight, capacity) = ticket(claim);
+        let (weight, capacity, _) = ticket(claim);
         let cap = self.capacity(capacity);
         self.q_prune(now);
         let member = member_of(&claim.token, weight);
@@ -588,6 +670,21 @@ impl LockState {
     }
 }
 
+/// Fills in the lock's name of an error made inside a step.
+fn named(e: Error, lock: &LockKeys) -> Error {
+    match e {
+        Error::FamilyConflict { held_by, .. } => Error::FamilyConflict {
+            name: lock.name().to_owned(),
+            held_by,
+        },
+        Error::CapacityConflict { detail, .. } => Error::CapacityConflict {
+            name: lock.name().to_owned(),
+            detail,
+        },
+        e => e,
+    }
+}
+
 /// The error a script answers with RLMIXED; the store fills in the lock's name.
 fn family_conflict(held_by: &'static str) -> Error {
     Error::FamilyConflict {
@@ -596,10 +693,22 @@ fn family_conflict(held_by: &'static str) -> Error {
     }
 }
 
-fn ticket(claim: &Claim) -> (u32, u32) {
+fn ticket(claim: &Claim) -> (u32, u32, bool) {
     match claim.slot {
-        Slot::Ticket { weight, capacity } => (weight, capacity),
-        _ => (1, 1),
+        Slot::Ticket {
+            weight,
+            capacity,
+            resizable,
+        } => (weight, capacity, resizable),
+        _ => (1, 1, false),
+    }
+}
+
+/// The error a script answers with RLCAPACITY; the store fills in the lock's name.
+fn capacity_conflict(stored: u32, asked: u32) -> Error {
+    Error::CapacityConflict {
+        name: String::new(),
+        detail: format!("in use with {stored} permits, asked for {asked}"),
     }
 }
 
@@ -649,20 +758,16 @@ impl Store for MemoryStore {
         wait: bool,
         now: Option<u64>,
     ) -> Result<Acquire> {
+        claim.check()?;
         self.step(lock, now, |s, now, wakes| match claim.slot {
             Slot::Write | Slot::Read => s.rw_acquire(now, claim, wait, wakes),
             Slot::Ticket { .. } => s.q_acquire(now, claim, wait, wakes),
         })
-        .map_err(|e| match e {
-            Error::FamilyConflict { held_by, .. } => Error::FamilyConflict {
-                name: lock.name().to_owned(),
-                held_by,
-            },
-            e => e,
-        })
+        .map_err(|e| named(e, lock))
     }
 
     async fn release(&self, lock: &LockKeys, claim: &Claim, now: Option<u64>) -> Result<bool> {
+        claim.check()?;
         Ok(self.step(lock, now, |s, now, wakes| match claim.slot {
             Slot::Write | Slot::Read => s.rw_release(now, &claim.token, wakes),
             Slot::Ticket { .. } => s.q_release(now, claim, wakes),
@@ -676,6 +781,7 @@ impl Store for MemoryStore {
         lease: Duration,
         now: Option<u64>,
     ) -> Result<bool> {
+        claim.check()?;
         Ok(self.step(lock, now, |s, now, wakes| match claim.slot {
             Slot::Write | Slot::Read => s.rw_extend(now, &claim.token, ms(lease), wakes),
             Slot::Ticket { .. } => s.q_extend(now, claim, ms(lease)),
@@ -688,6 +794,7 @@ impl Store for MemoryStore {
         claim: &Claim,
         now: Option<u64>,
     ) -> Result<Option<u64>> {
+        claim.check()?;
         Ok(self.step(lock, now, |s, now, wakes| match claim.slot {
             Slot::Write | Slot::Read => s.rw_downgrade(now, claim, wakes),
             Slot::Ticket { .. } => s.q_downgrade(now, claim, wakes),
@@ -710,11 +817,18 @@ impl Store for MemoryStore {
     ) -> Result<()> {
         self.step(lock, now, |s, now, wakes| {
             s.q_prune(now);
+            if let Some((true, n)) = s.capacity_mark {
+                if n != permits && s.in_use(now) {
+                    return Err(capacity_conflict(n, permits));
+                }
+            }
             s.permits = Some(permits);
+            s.capacity_mark = None; // the stored count replaces the marker (one key in Redis)
             s.promote(now, u64::from(permits), ms(heartbeat), None, wakes);
             s.refresh();
-        });
-        Ok(())
+            Ok(())
+        })
+        .map_err(|e| named(e, lock))
     }
 
     async fn force_release(&self, lock: &LockKeys, now: Option<u64>) -> Result<u64> {

@@ -57,13 +57,17 @@ pub enum Slot {
     Write,
     /// Shared hold of the lease lock (RwLock reader).
     Read,
-    /// `weight` permits of a ticket queue with `capacity` permits (unless `set_permits`
-    /// stored another count).
+    /// `weight` permits of a ticket queue with `capacity` permits. Every claim on one queue
+    /// must agree on its capacity (else [`Error::CapacityConflict`](crate::Error)), except
+    /// that a `resizable` one (a Semaphore's) follows a count stored by `set_permits`.
     Ticket {
         /// Permits taken.
         weight: u32,
         /// Permits in all.
         capacity: u32,
+        /// True for a Semaphore, whose count `set_permits` may change for every handle;
+        /// false for a fixed capacity (FairLock: 1, fair RwLock: [`FAIR_RW_CAPACITY`]).
+        resizable: bool,
     },
 }
 
@@ -73,7 +77,9 @@ impl Slot {
         match *self {
             Slot::Write => true,
             Slot::Read => false,
-            Slot::Ticket { weight, capacity } => weight >= capacity,
+            Slot::Ticket {
+                weight, capacity, ..
+            } => weight >= capacity,
         }
     }
 }
@@ -117,6 +123,12 @@ impl Claim {
             policy,
         }
     }
+
+    /// Refuses a claim whose token a script could misread (a separator such as `|` or `#`,
+    /// or an empty or over-long token): every store calls this before touching any state.
+    pub fn check(&self) -> Result<()> {
+        crate::token::check(&self.token)
+    }
 }
 
 /// A granted hold.
@@ -135,6 +147,11 @@ pub struct Busy {
     pub retry_after: Option<Duration>,
     /// Waiters ahead in the ticket queue (0: head), if this claim is queued.
     pub position: Option<u64>,
+    /// The store-clock instant (ms) until which this claim's queue place or waiting-writer
+    /// announcement lives, if it waits. A release that hands the lock to this claim names
+    /// the same instant in its wake-up, which tells the waiter the grant came after this
+    /// attempt.
+    pub heartbeat_until: Option<u64>,
 }
 
 /// Outcome of one acquire attempt.

@@ -418,9 +418,11 @@ impl Store for QuorumStore {
         if granted > 0 && wait {
             split_vote_pause().await;
         }
+        // Quorum mode never hands a lock over, so no wake-up carries a grant to match.
         Ok(Acquire::Busy(Busy {
             retry_after,
             position: None,
+            heartbeat_until: None,
         }))
     }
 

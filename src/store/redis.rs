@@ -360,9 +360,10 @@ fn acquire_reply(lock: &LockKeys, reply: &[i64]) -> Result<Acquire> {
             fence: *fence as u64,
             lease: Duration::from_millis((*lease).max(0) as u64),
         })),
-        [0, retry, position, ..] => Ok(Acquire::Busy(Busy {
+        [0, retry, position, rest @ ..] => Ok(Acquire::Busy(Busy {
             retry_after: (*retry >= 0).then(|| Duration::from_millis(*retry as u64)),
             position: (*position >= 0).then_some(*position as u64),
+            heartbeat_until: rest.first().filter(|h| **h >= 0).map(|h| *h as u64),
         })),
         other => Err(corrupt(lock, &format!("{other:?}"))),
     }
@@ -378,11 +379,24 @@ pub(crate) fn split_member(member: &str) -> (String, u32) {
     (member.to_owned(), 1)
 }
 
-fn ticket_args(claim: &Claim) -> (u32, u32) {
+/// A ticket claim's weight and capacity argument: `<n>` for a Semaphore (a count stored by
+/// set_permits wins), `=<n>` for a fixed capacity.
+fn ticket_args(claim: &Claim) -> (u32, String) {
     match claim.slot {
-        Slot::Ticket { weight, capacity } => (weight, capacity),
+        Slot::Ticket {
+            weight,
+            capacity,
+            resizable,
+        } => {
+            let capacity = if resizable {
+                capacity.to_string()
+            } else {
+                format!("={capacity}")
+            };
+            (weight, capacity)
+        }
         // Not reachable through the public API: lease-lock slots never reach queue scripts.
-        _ => (1, 1),
+        _ => (1, "=1".to_owned()),
     }
 }
 
@@ -395,6 +409,7 @@ impl Store for RedisStore {
         wait: bool,
         now: Option<u64>,
     ) -> Result<Acquire> {
+        claim.check()?;
         let wait = if wait { "1" } else { "0" }.to_owned();
         let reply: Vec<i64> = match claim.slot {
             Slot::Write | Slot::Read => {
@@ -414,13 +429,14 @@ impl Store for RedisStore {
                 self.run(lock, &SCRIPTS.rw_acquire, &lock.lease_lock(), now, &args)
                     .await?
             }
-            Slot::Ticket { weight, capacity } => {
+            Slot::Ticket { .. } => {
+                let (weight, capacity) = ticket_args(claim);
                 let args = [
                     claim.token.clone(),
                     weight.to_string(),
                     ms(claim.lease).to_string(),
                     ms(claim.heartbeat).to_string(),
-                    capacity.to_string(),
+                    capacity,
                     wait,
                 ];
                 self.run(
@@ -437,6 +453,7 @@ impl Store for RedisStore {
     }
 
     async fn release(&self, lock: &LockKeys, claim: &Claim, now: Option<u64>) -> Result<bool> {
+        claim.check()?;
         let held: i64 = match claim.slot {
             Slot::Write | Slot::Read => {
                 let hand_over = if self.hand_over { "1" } else { "0" };
@@ -450,7 +467,7 @@ impl Store for RedisStore {
                     claim.token.clone(),
                     weight.to_string(),
                     ms(claim.heartbeat).to_string(),
-                    capacity.to_string(),
+                    capacity,
                 ];
                 self.run(
                     lock,
@@ -472,6 +489,7 @@ impl Store for RedisStore {
         lease: Duration,
         now: Option<u64>,
     ) -> Result<bool> {
+        claim.check()?;
         let renewed: i64 = match claim.slot {
             Slot::Write | Slot::Read => {
                 let args = [claim.token.clone(), ms(lease).to_string()];
@@ -504,6 +522,7 @@ impl Store for RedisStore {
         claim: &Claim,
         now: Option<u64>,
     ) -> Result<Option<u64>> {
+        claim.check()?;
         let reply: Vec<i64> = match claim.slot {
             Slot::Write | Slot::Read => {
                 let args = [claim.token.clone(), ms(claim.lease).to_string()];
@@ -517,7 +536,7 @@ impl Store for RedisStore {
                     weight.to_string(),
                     ms(claim.lease).to_string(),
                     ms(claim.heartbeat).to_string(),
-                    capacity.to_string(),
+                    capacity,
                 ];
                 self.run(
                     lock,
