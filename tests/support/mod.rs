@@ -20,6 +20,7 @@
 
 pub mod backend;
 pub mod counting;
+pub mod faulty;
 pub mod fenced;
 pub mod history;
 pub mod proxy;

@@ -1,0 +1,388 @@
+//! A fault-injecting [`Store`] around any other store (usually a `RedisStore`), for tests that
+//! need one client's requests or replies to be slow, or held until the test lets them go.
+//!
+//! ```ignore
+//! let faulty = Faulty::new(Arc::new(RedisStore::connect(&url).await?));
+//! let client = LockClient::builder().store(faulty.clone());
+//! // Every extend with a 30 s lease, once: the reply is held until `gate.open()`.
+//! let gate = Gate::new();
+//! faulty.add(Rule::on(Op::Extend).when(|c| c.lease == Some(secs(30))).times(1)
+//!     .hold_reply(gate.clone()));
+//! ```
+//!
+//! * Rules are checked in the order they were added; the FIRST rule that matches a call (and
+//!   has not used up its `times`) decides that call's faults, once, when the call starts.
+//!   Calls no rule matches go straight through.
+//! * Faults of one call, in order: `delay_request`, then `hold_request` (wait for the gate),
+//!   then the inner call, then `delay_reply`, then `hold_reply`. "Request" faults happen
+//!   before the request reaches the server (the server has seen nothing yet); "reply" faults
+//!   after the server applied it (only the caller does not know yet).
+//! * `hub()` is the inner store's: wake-ups (pub/sub pushes) are never delayed or held.
+//! * Every call that reached the inner store is logged ([`Faulty::log`]) with the instants it
+//!   was forwarded and answered, so a test can tell the order in which the server saw them.
+//! * A gate, once opened, stays open; a call that arrives at an open gate passes at once.
+
+#![allow(dead_code)]
+
+use std::fmt;
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+
+use redis_locks::keys::LockKeys;
+use redis_locks::store::{Acquire, Claim, Family, Snapshot, Store};
+use redis_locks::WakeHub;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// The store methods a rule can target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    Acquire,
+    Release,
+    Extend,
+    Downgrade,
+    Inspect,
+    SetPermits,
+    ForceRelease,
+    WaitReplicas,
+}
+
+/// What a rule's predicate sees of a call.
+#[derive(Clone, Debug)]
+pub struct Call {
+    pub op: Op,
+    /// The lock's name.
+    pub name: String,
+    /// The claim's token (acquire, release, extend, downgrade).
+    pub token: Option<String>,
+    /// The lease asked for: `extend`'s argument, or the claim's lease for acquire/downgrade.
+    pub lease: Option<Duration>,
+    /// `acquire`'s `wait` flag.
+    pub wait: Option<bool>,
+}
+
+/// "Hold until released": calls wait at a closed gate; [`Gate::open`] lets every one of them
+/// (and every later one) through.
+#[derive(Debug)]
+pub struct Gate {
+    open: watch::Sender<bool>,
+    entered: watch::Sender<usize>,
+}
+
+impl Gate {
+    /// A closed gate.
+    pub fn new() -> Arc<Gate> {
+        Arc::new(Gate {
+            open: watch::Sender::new(false),
+            entered: watch::Sender::new(0),
+        })
+    }
+
+    /// Lets every waiting and later call through.
+    pub fn open(&self) {
+        self.open.send_replace(true);
+    }
+
+    pub fn is_open(&self) -> bool {
+        *self.open.borrow()
+    }
+
+    /// How many calls have arrived at the gate so far (waiting or let through).
+    pub fn entered(&self) -> usize {
+        *self.entered.borrow()
+    }
+
+    /// Waits until at least `n` calls have arrived at the gate.
+    pub async fn wait_entered(&self, n: usize) {
+        let mut rx = self.entered.subscribe();
+        let _ = rx.wait_for(|&e| e >= n).await;
+    }
+
+    async fn pass(&self) {
+        let mut rx = self.open.subscribe();
+        self.entered.send_modify(|e| *e += 1);
+        let _ = rx.wait_for(|&open| open).await;
+    }
+}
+
+type Predicate = Box<dyn Fn(&Call) -> bool + Send + Sync>;
+
+/// Which calls get which faults.
+pub struct Rule {
+    op: Op,
+    when: Option<Predicate>,
+    times: Option<usize>,
+    faults: Faults,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Faults {
+    delay_request: Duration,
+    hold_request: Option<Arc<Gate>>,
+    delay_reply: Duration,
+    hold_reply: Option<Arc<Gate>>,
+}
+
+impl Rule {
+    /// Every call of `op` (narrow it with [`Rule::when`] and [`Rule::times`]).
+    pub fn on(op: Op) -> Rule {
+        Rule {
+            op,
+            when: None,
+            times: None,
+            faults: Faults::default(),
+        }
+    }
+
+    /// Only calls for which `pred` is true.
+    pub fn when(mut self, pred: impl Fn(&Call) -> bool + Send + Sync + 'static) -> Rule {
+        self.when = Some(Box::new(pred));
+        self
+    }
+
+    /// Only the next `n` matching calls; then the rule is spent (later rules may match).
+    pub fn times(mut self, n: usize) -> Rule {
+        self.times = Some(n);
+        self
+    }
+
+    /// Sleeps this long before forwarding the request.
+    pub fn delay_request(mut self, d: Duration) -> Rule {
+        self.faults.delay_request = d;
+        self
+    }
+
+    /// Waits for `gate` before forwarding the request.
+    pub fn hold_request(mut self, gate: Arc<Gate>) -> Rule {
+        self.faults.hold_request = Some(gate);
+        self
+    }
+
+    /// Sleeps this long after the inner store answered, before answering the caller.
+    pub fn delay_reply(mut self, d: Duration) -> Rule {
+        self.faults.delay_reply = d;
+        self
+    }
+
+    /// Waits for `gate` after the inner store answered, before answering the caller.
+    pub fn hold_reply(mut self, gate: Arc<Gate>) -> Rule {
+        self.faults.hold_reply = Some(gate);
+        self
+    }
+}
+
+/// One call that reached the inner store.
+#[derive(Clone, Debug)]
+pub struct Event {
+    pub call: Call,
+    /// When the request was handed to the inner store (after the request faults).
+    pub forwarded_at: Instant,
+    /// When the inner store answered (before the reply faults).
+    pub answered_at: Instant,
+    /// The inner store's answer, `Debug`-formatted.
+    pub outcome: String,
+}
+
+/// The fault-injecting store. Share it as `Arc<Faulty>` (it converts to `Arc<dyn Store>`).
+pub struct Faulty {
+    inner: Arc<dyn Store>,
+    rules: StdMutex<Vec<Rule>>,
+    log: StdMutex<Vec<Event>>,
+}
+
+impl fmt::Debug for Faulty {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Faulty")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Faulty {
+    pub fn new(inner: Arc<dyn Store>) -> Arc<Faulty> {
+        Arc::new(Faulty {
+            inner,
+            rules: StdMutex::default(),
+            log: StdMutex::default(),
+        })
+    }
+
+    /// The wrapped store.
+    pub fn inner(&self) -> &Arc<dyn Store> {
+        &self.inner
+    }
+
+    /// Adds a rule after the existing ones.
+    pub fn add(&self, rule: Rule) {
+        self.rules.lock().unwrap().push(rule);
+    }
+
+    /// Removes every rule (calls already waiting at a gate keep waiting for it).
+    pub fn clear(&self) {
+        self.rules.lock().unwrap().clear();
+    }
+
+    /// Every call that reached the inner store so far, in the order they were answered.
+    pub fn log(&self) -> Vec<Event> {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// The logged calls of `op`.
+    pub fn calls(&self, op: Op) -> Vec<Event> {
+        self.log().into_iter().filter(|e| e.call.op == op).collect()
+    }
+
+    fn faults_for(&self, call: &Call) -> Faults {
+        let mut rules = self.rules.lock().unwrap();
+        for rule in rules.iter_mut() {
+            if rule.op != call.op || rule.times == Some(0) {
+                continue;
+            }
+            if let Some(pred) = &rule.when {
+                if !pred(call) {
+                    continue;
+                }
+            }
+            if let Some(n) = rule.times.as_mut() {
+                *n -= 1;
+            }
+            return rule.faults.clone();
+        }
+        Faults::default()
+    }
+
+    async fn run<T, F>(&self, call: Call, inner: F) -> redis_locks::Result<T>
+    where
+        T: fmt::Debug,
+        F: std::future::Future<Output = redis_locks::Result<T>>,
+    {
+        let faults = self.faults_for(&call);
+        if !faults.delay_request.is_zero() {
+            tokio::time::sleep(faults.delay_request).await;
+        }
+        if let Some(gate) = &faults.hold_request {
+            gate.pass().await;
+        }
+        let forwarded_at = Instant::now();
+        let result = inner.await;
+        let answered_at = Instant::now();
+        self.log.lock().unwrap().push(Event {
+            call,
+            forwarded_at,
+            answered_at,
+            outcome: format!("{result:?}"),
+        });
+        if !faults.delay_reply.is_zero() {
+            tokio::time::sleep(faults.delay_reply).await;
+        }
+        if let Some(gate) = &faults.hold_reply {
+            gate.pass().await;
+        }
+        result
+    }
+}
+
+fn call(op: Op, lock: &LockKeys, claim: Option<&Claim>) -> Call {
+    Call {
+        op,
+        name: lock.name().to_owned(),
+        token: claim.map(|c| c.token.clone()),
+        lease: claim.map(|c| c.lease),
+        wait: None,
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for Faulty {
+    async fn acquire(
+        &self,
+        lock: &LockKeys,
+        claim: &Claim,
+        wait: bool,
+        now: Option<u64>,
+    ) -> redis_locks::Result<Acquire> {
+        let c = Call {
+            wait: Some(wait),
+            ..call(Op::Acquire, lock, Some(claim))
+        };
+        self.run(c, self.inner.acquire(lock, claim, wait, now))
+            .await
+    }
+
+    async fn release(
+        &self,
+        lock: &LockKeys,
+        claim: &Claim,
+        now: Option<u64>,
+    ) -> redis_locks::Result<bool> {
+        let c = call(Op::Release, lock, Some(claim));
+        self.run(c, self.inner.release(lock, claim, now)).await
+    }
+
+    async fn extend(
+        &self,
+        lock: &LockKeys,
+        claim: &Claim,
+        lease: Duration,
+        now: Option<u64>,
+    ) -> redis_locks::Result<bool> {
+        let c = Call {
+            lease: Some(lease),
+            ..call(Op::Extend, lock, Some(claim))
+        };
+        self.run(c, self.inner.extend(lock, claim, lease, now))
+            .await
+    }
+
+    async fn downgrade(
+        &self,
+        lock: &LockKeys,
+        claim: &Claim,
+        now: Option<u64>,
+    ) -> redis_locks::Result<Option<u64>> {
+        let c = call(Op::Downgrade, lock, Some(claim));
+        self.run(c, self.inner.downgrade(lock, claim, now)).await
+    }
+
+    async fn inspect(
+        &self,
+        lock: &LockKeys,
+        family: Family,
+        now: Option<u64>,
+    ) -> redis_locks::Result<Snapshot> {
+        let c = call(Op::Inspect, lock, None);
+        self.run(c, self.inner.inspect(lock, family, now)).await
+    }
+
+    async fn set_permits(
+        &self,
+        lock: &LockKeys,
+        permits: u32,
+        heartbeat: Duration,
+        now: Option<u64>,
+    ) -> redis_locks::Result<()> {
+        let c = call(Op::SetPermits, lock, None);
+        self.run(c, self.inner.set_permits(lock, permits, heartbeat, now))
+            .await
+    }
+
+    async fn force_release(&self, lock: &LockKeys, now: Option<u64>) -> redis_locks::Result<u64> {
+        let c = call(Op::ForceRelease, lock, None);
+        self.run(c, self.inner.force_release(lock, now)).await
+    }
+
+    async fn wait_replicas(
+        &self,
+        lock: &LockKeys,
+        replicas: u32,
+        timeout: Duration,
+    ) -> redis_locks::Result<u32> {
+        let c = call(Op::WaitReplicas, lock, None);
+        self.run(c, self.inner.wait_replicas(lock, replicas, timeout))
+            .await
+    }
+
+    fn hub(&self) -> &Arc<WakeHub> {
+        self.inner.hub()
+    }
+}
