@@ -1,0 +1,398 @@
+//! Honest guards: a guard may say `is_held()` only while the server still counts it as the
+//! holder. Each test reproduces one race in which the local validity deadline outlived the
+//! server's lease, on a real Redis, with the fault-injecting store of `support::faulty` on
+//! the client whose requests or replies must be slow.
+//!
+//! The checks are properties, not timings: a guard's `valid_until()` never lies beyond the
+//! server's deadline for its hold (plus a generous margin), and never do two guards of one
+//! mutex say `is_held()` at once.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis_locks::store::RedisStore;
+use redis_locks::{LockClient, Mutex, MutexGuard};
+use tokio::time::{sleep, timeout, Instant};
+
+use support::faulty::{Faulty, Gate, Op, Rule};
+use support::RedisServer;
+
+/// Slack for comparing a local deadline with the server's: the server reports whole
+/// milliseconds, and the inspect round trip on a busy machine takes a while. The races below
+/// overshoot by seconds.
+const MARGIN: Duration = Duration::from_millis(250);
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+async fn connect(url: &str) -> LockClient {
+    LockClient::connect(url).await.expect("connect")
+}
+
+/// A client whose every store call goes through a [`Faulty`] wrapper around its own
+/// `RedisStore` (own connection, own wake-up hub).
+async fn faulty_client(url: &str) -> (Arc<Faulty>, LockClient) {
+    let inner = RedisStore::connect(url).await.expect("connect");
+    let faulty = Faulty::new(Arc::new(inner));
+    let client = LockClient::builder().store(faulty.clone());
+    (faulty, client)
+}
+
+/// Waits until `check` is true; fails the test (as a setup failure) after `within`.
+async fn eventually(what: &str, within: Duration, mut check: impl FnMut() -> bool) {
+    let until = Instant::now() + within;
+    while !check() {
+        assert!(Instant::now() < until, "setup: not within {within:?}: {what}");
+        sleep(ms(10)).await;
+    }
+}
+
+/// `try_lock` every 20 ms until granted, at most `within`.
+async fn take_when_free(mutex: &Mutex, within: Duration) -> Option<MutexGuard> {
+    let until = Instant::now() + within;
+    loop {
+        if let Some(guard) = mutex.try_lock().await.expect("try_lock") {
+            return Some(guard);
+        }
+        if Instant::now() >= until {
+            return None;
+        }
+        sleep(ms(20)).await;
+    }
+}
+
+/// The guard trusts its hold no longer than the server's lease for it (read with `inspect`
+/// on an independent client), and says `!is_held()` if the server lists another holder.
+async fn assert_trusted_within_server_lease(
+    direct: &LockClient,
+    guard: &MutexGuard,
+    who: &str,
+) {
+    let info = direct
+        .mutex(guard.name())
+        .inspect()
+        .await
+        .expect("inspect");
+    // The server read its clock before this instant: its deadline for the hold is at most
+    // `now + lease_remaining` on the local clock.
+    let now = Instant::now();
+    let trusted = guard.valid_until().saturating_duration_since(now);
+    match info.holders.as_slice() {
+        [holder] if info.fence == guard.fencing_token() => assert!(
+            trusted <= holder.lease_remaining + MARGIN,
+            "{who} trusts its hold for {trusted:?} more (valid_until), but the server's lease \
+             for it ends in {:?}",
+            holder.lease_remaining
+        ),
+        _ => assert!(
+            !guard.is_held(),
+            "{who} (fence {}) says is_held() but the server lists holders {:?} at fence {}",
+            guard.fencing_token(),
+            info.holders,
+            info.fence
+        ),
+    }
+}
+
+/// A hand-off (A's release grants the lock to waiter B, B holds at once from the wake-up)
+/// is first trusted for B's heartbeat window, because that is the deadline the release wrote
+/// for B on the server. B then claims its lease, which sets the server deadline to
+/// `now + lease`: with a lease (1 s) shorter than the heartbeat (5 s) that *shortens* the
+/// server's deadline, but the local deadline was only ever raised, so B went on trusting the
+/// 5 s window. Once B's lease lapsed on the server, C was granted while B still said
+/// `is_held()`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handed_over_guard_trusts_no_longer_than_the_server_lease() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let direct = connect(&url).await;
+    let (b_store, b_client) = faulty_client(&url).await;
+    let name = "honest-handoff-lease";
+
+    let a = direct.mutex(name).lock().await.expect("A locks");
+    let b_mutex = b_client
+        .mutex(name)
+        .lease(secs(1))
+        .auto_renew(false)
+        .heartbeat(secs(5));
+    let b_task = tokio::spawn(async move { b_mutex.lock().await });
+    // B's second attempt follows its subscription: from then on a release hands over to B
+    // through the wake-up.
+    eventually("B waits, subscribed", secs(5), || {
+        b_store.calls(Op::Acquire).len() >= 2
+    })
+    .await;
+    sleep(ms(50)).await;
+    assert!(a.release().await.expect("A releases"), "setup: A held");
+
+    let b = timeout(secs(5), b_task)
+        .await
+        .expect("setup: B granted by the hand-off within 5 s")
+        .expect("B's task")
+        .expect("B's lock()");
+    // Let B's claim of its lease (if it makes one) be answered and applied locally.
+    let _ = timeout(secs(1), async {
+        while b_store.calls(Op::Extend).is_empty() {
+            sleep(ms(5)).await;
+        }
+    })
+    .await;
+    sleep(ms(50)).await;
+
+    for _ in 0..4 {
+        assert_trusted_within_server_lease(&direct, &b, "B (handed over)").await;
+        sleep(ms(100)).await;
+    }
+
+    // B's 1 s lease lapses (no auto-renewal); C gets the lock: B must know it is gone.
+    let c = take_when_free(&direct.mutex(name), secs(8))
+        .await
+        .expect("C gets the lock once B's 1 s lease lapsed");
+    assert!(
+        !b.is_held(),
+        "C (fence {}) was granted while B (fence {}) still says is_held(), valid_until in {:?}",
+        c.fencing_token(),
+        b.fencing_token(),
+        b.valid_until().saturating_duration_since(Instant::now())
+    );
+    drop(b);
+    c.release().await.expect("C releases");
+}
+
+/// A release hands the lock to waiter B and publishes `token=fence`; the hub stores that
+/// grant for B. If B's next heartbeat attempt is already on its way (here: held before it
+/// reaches Redis), and reaches Redis only after B's claim window ended and C took the lock,
+/// the attempt is refused. The wait loop then still took the grant stored by the wake-up and
+/// returned a guard for the old fence: B and C both said `is_held()`, while the server listed
+/// C only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_waiter_never_uses_a_stale_hand_off_grant() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let direct = connect(&url).await;
+    let (b_store, b_client) = faulty_client(&url).await;
+    let name = "honest-stale-grant";
+
+    let a = direct.mutex(name).lock().await.expect("A locks");
+    // B's renewals are held: a guard B gets keeps trusting its local deadline instead of
+    // learning within a round trip that the server does not list it.
+    let renewals = Gate::new();
+    b_store.add(Rule::on(Op::Extend).hold_request(renewals.clone()));
+    let b_mutex = b_client.mutex(name).heartbeat(secs(3));
+    let mut b_task = Some(tokio::spawn(async move { b_mutex.lock().await }));
+    eventually("B waits, subscribed", secs(5), || {
+        b_store.calls(Op::Acquire).len() >= 2
+    })
+    .await;
+
+    // B's next heartbeat attempt (about 1 s later) is held before it reaches Redis.
+    let attempt = Gate::new();
+    b_store.add(Rule::on(Op::Acquire).hold_request(attempt.clone()));
+    timeout(secs(5), attempt.wait_entered(1))
+        .await
+        .expect("setup: B's next attempt within 5 s");
+
+    // Meanwhile A releases: the lock is handed to B (until B's heartbeat deadline, at most
+    // 3 s after B's previous attempt) and the wake-up carries the grant.
+    let a_fence = a.fencing_token();
+    assert!(a.release().await.expect("A releases"), "setup: A held");
+    let info = direct.mutex(name).inspect().await.expect("inspect");
+    assert_eq!(
+        (info.fence, info.holders.len()),
+        (a_fence + 1, 1),
+        "setup: A's release handed the lock to B"
+    );
+
+    // B's claim window ends unclaimed; C takes the lock.
+    let c = take_when_free(&direct.mutex(name), secs(6))
+        .await
+        .expect("setup: C gets the lock once B's claim window ended");
+    assert!(c.fencing_token() > a_fence + 1);
+
+    // Now B's attempt reaches Redis, which refuses it (C holds).
+    attempt.open();
+
+    let until = Instant::now() + ms(1500);
+    let mut b: Option<MutexGuard> = None;
+    let mut round = 0u32;
+    while Instant::now() < until {
+        if b_task.as_ref().is_some_and(|t| t.is_finished()) {
+            let task = b_task.take().expect("B's task");
+            b = Some(task.await.expect("B's task").expect("B's lock()"));
+        }
+        let b_held = b.as_ref().is_some_and(|g| g.is_held());
+        assert!(
+            !(b_held && c.is_held()),
+            "two guards say is_held() at once: B (fence {}) and C (fence {})",
+            b.as_ref().map_or(0, |g| g.fencing_token()),
+            c.fencing_token()
+        );
+        if round % 10 == 0 {
+            for (who, guard) in [("B", b.as_ref()), ("C", Some(&c))] {
+                let Some(guard) = guard else { continue };
+                let info = direct.mutex(name).inspect().await.expect("inspect");
+                if guard.is_held() {
+                    assert!(
+                        info.holders.len() == 1 && info.fence == guard.fencing_token(),
+                        "{who} (fence {}) says is_held() but the server lists holders {:?} at \
+                         fence {}",
+                        guard.fencing_token(),
+                        info.holders,
+                        info.fence
+                    );
+                }
+            }
+        }
+        round += 1;
+        sleep(ms(5)).await;
+    }
+
+    if let Some(task) = b_task {
+        task.abort();
+    }
+    renewals.open();
+    drop(b);
+    c.release().await.expect("C releases");
+}
+
+/// `extend(30 s)` sets the local deadline from its own reply. A background renewal sent
+/// while that reply was on its way still carried the old 3 s lease, and Redis applied it
+/// after the extend: the server deadline went back to `now + 3 s`. The renewal's
+/// confirmation could only raise the local deadline, and the extend's reply then set it to
+/// 30 s; with later renewals stalled, the guard trusted 30 s while another client was
+/// granted about 3 s later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extend_racing_a_renewal_trusts_no_longer_than_the_server_deadline() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let direct = connect(&url).await;
+    let (g_store, g_client) = faulty_client(&url).await;
+    let name = "honest-extend-race";
+    let lease = secs(3);
+    let longer = secs(30);
+
+    // The reply of the user's extend (the one call with the 30 s lease) is held.
+    let extend_reply = Gate::new();
+    g_store.add(
+        Rule::on(Op::Extend)
+            .when(move |c| c.lease == Some(longer))
+            .times(1)
+            .hold_reply(extend_reply.clone()),
+    );
+    let mut g = g_client
+        .mutex(name)
+        .lease(lease)
+        .lock()
+        .await
+        .expect("G locks");
+    let extend = tokio::spawn(async move {
+        let renewed = g.extend(longer).await;
+        (g, renewed)
+    });
+    timeout(secs(5), extend_reply.wait_entered(1))
+        .await
+        .expect("setup: the extend reached Redis within 5 s");
+    let extend_applied = g_store
+        .calls(Op::Extend)
+        .iter()
+        .find(|e| e.call.lease == Some(longer))
+        .expect("the extend is logged")
+        .answered_at;
+
+    // A background renewal (every second) with the old lease, sent after the extend was
+    // applied, goes through; every later renewal stalls.
+    let renewed_after = timeout(secs(3), async {
+        loop {
+            let after = g_store.calls(Op::Extend).iter().any(|e| {
+                e.call.lease == Some(lease) && e.forwarded_at > extend_applied
+            });
+            if after {
+                return;
+            }
+            sleep(ms(5)).await;
+        }
+    })
+    .await
+    .is_ok();
+    let stall = Gate::new();
+    g_store.add(Rule::on(Op::Extend).hold_request(stall.clone()));
+    extend_reply.open();
+    let (g, renewed) = timeout(secs(5), extend)
+        .await
+        .expect("setup: extend answered once its reply was let go")
+        .expect("extend task");
+    assert!(renewed.expect("extend"), "setup: extend(30 s) was refused");
+    eprintln!("a renewal with the old lease was applied after the extend: {renewed_after}");
+
+    for _ in 0..3 {
+        assert_trusted_within_server_lease(&direct, &g, "G (extended to 30 s)").await;
+        sleep(ms(100)).await;
+    }
+
+    // If the server lets G's hold lapse, G must know it before another client is granted.
+    if let Some(c) = take_when_free(&direct.mutex(name), secs(5)).await {
+        assert!(
+            !g.is_held(),
+            "C (fence {}) was granted while G (fence {}) still says is_held(), valid_until in \
+             {:?}",
+            c.fencing_token(),
+            g.fencing_token(),
+            g.valid_until().saturating_duration_since(Instant::now())
+        );
+        c.release().await.expect("C releases");
+    }
+    stall.open();
+    drop(g);
+}
+
+/// The renewal interval was fixed when the guard was made (a third of the handle's 3 s
+/// lease). After `extend` to a shorter lease, the next renewal was due only after that new
+/// lease had run out: the guard reported itself lost although nothing failed, and another
+/// client was granted. Auto-renewal must follow the lease the guard now has.
+///
+/// (600 ms rather than the issue's 300 ms: still far below the old 1 s renewal interval, and
+/// it leaves a fixed renewal loop a comfortable margin on a busy machine.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extend_to_a_shorter_lease_keeps_the_guard_renewed() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let owner = connect(&url).await;
+    let other = connect(&url).await;
+    let name = "honest-shorter-extend";
+
+    let mut g = owner
+        .mutex(name)
+        .lease(secs(3))
+        .lock()
+        .await
+        .expect("G locks");
+    assert!(
+        g.extend(ms(600)).await.expect("extend"),
+        "setup: extend refused"
+    );
+    let extended = Instant::now();
+
+    // Over three of the new leases, with renewals that can all succeed.
+    let lost = timeout(ms(2000), g.lost()).await;
+    assert!(
+        lost.is_err(),
+        "lost() fired {:?} after extend(600 ms) on an auto-renewed guard, though no renewal \
+         failed",
+        extended.elapsed()
+    );
+    assert!(g.is_held(), "the auto-renewed guard says !is_held()");
+    let taken = other.mutex(name).try_lock().await.expect("try_lock");
+    assert!(
+        taken.is_none(),
+        "another client was granted the lock (fence {:?}) while the auto-renewed guard lived",
+        taken.as_ref().map(|t| t.fencing_token())
+    );
+    assert!(g.release().await.expect("release"), "the guard still held");
+}
