@@ -49,7 +49,10 @@ async fn faulty_client(url: &str) -> (Arc<Faulty>, LockClient) {
 async fn eventually(what: &str, within: Duration, mut check: impl FnMut() -> bool) {
     let until = Instant::now() + within;
     while !check() {
-        assert!(Instant::now() < until, "setup: not within {within:?}: {what}");
+        assert!(
+            Instant::now() < until,
+            "setup: not within {within:?}: {what}"
+        );
         sleep(ms(10)).await;
     }
 }
@@ -70,16 +73,8 @@ async fn take_when_free(mutex: &Mutex, within: Duration) -> Option<MutexGuard> {
 
 /// The guard trusts its hold no longer than the server's lease for it (read with `inspect`
 /// on an independent client), and says `!is_held()` if the server lists another holder.
-async fn assert_trusted_within_server_lease(
-    direct: &LockClient,
-    guard: &MutexGuard,
-    who: &str,
-) {
-    let info = direct
-        .mutex(guard.name())
-        .inspect()
-        .await
-        .expect("inspect");
+async fn assert_trusted_within_server_lease(direct: &LockClient, guard: &MutexGuard, who: &str) {
+    let info = direct.mutex(guard.name()).inspect().await.expect("inspect");
     // The server read its clock before this instant: its deadline for the hold is at most
     // `now + lease_remaining` on the local clock.
     let now = Instant::now();
@@ -234,7 +229,7 @@ async fn a_refused_waiter_never_uses_a_stale_hand_off_grant() {
             b.as_ref().map_or(0, |g| g.fencing_token()),
             c.fencing_token()
         );
-        if round % 10 == 0 {
+        if round.is_multiple_of(10) {
             for (who, guard) in [("B", b.as_ref()), ("C", Some(&c))] {
                 let Some(guard) = guard else { continue };
                 let info = direct.mutex(name).inspect().await.expect("inspect");
@@ -310,9 +305,10 @@ async fn extend_racing_a_renewal_trusts_no_longer_than_the_server_deadline() {
     // applied, goes through; every later renewal stalls.
     let renewed_after = timeout(secs(3), async {
         loop {
-            let after = g_store.calls(Op::Extend).iter().any(|e| {
-                e.call.lease == Some(lease) && e.forwarded_at > extend_applied
-            });
+            let after = g_store
+                .calls(Op::Extend)
+                .iter()
+                .any(|e| e.call.lease == Some(lease) && e.forwarded_at > extend_applied);
             if after {
                 return;
             }
