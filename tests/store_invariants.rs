@@ -1,0 +1,469 @@
+//! Store invariants the scripts and the in-memory reference must keep, whoever calls them:
+//! regression tests for defects 4 of the store issue.
+//!
+//! - Defect 4: the ticket queue must know its capacity; kinds that disagree on it are refused
+//!   with `Error::is_capacity_conflict()` instead of being granted side by side.
+//!
+//! Every test runs on a real redis-server and on the in-memory store.
+
+mod support;
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::time::Duration;
+
+use redis_locks::{LockClient, LockInfo, Preference};
+use tokio::time::{sleep, timeout, Instant};
+
+use support::backend::{join, Backend, EVENTUALLY};
+
+// ---- shared helpers ------------------------------------------------------------------------
+
+/// How long a refused waiting acquire may take to return its error (it should be at once).
+const REFUSAL_BOUND: Duration = Duration::from_secs(5);
+
+/// How long a background clean-up may take to show in `inspect`.
+const CLEANUP_BOUND: Duration = Duration::from_secs(3);
+
+/// Polls `probe` every 10 ms until `done` holds or `bound` passes; returns the last value and
+/// whether `done` held.
+async fn poll_until<T, F, Fut>(
+    bound: Duration,
+    mut probe: F,
+    done: impl Fn(&T) -> bool,
+) -> (T, bool)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = T>,
+{
+    let give_up = Instant::now() + bound;
+    loop {
+        let value = probe().await;
+        if done(&value) {
+            return (value, true);
+        }
+        if Instant::now() >= give_up {
+            return (value, false);
+        }
+        sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The ticket-queue state of `name` (holders, waiters), read through a FairLock handle.
+async fn queue_info(c: &LockClient, name: &str) -> LockInfo {
+    c.fair_lock(name)
+        .inspect()
+        .await
+        .expect("inspect ticket queue")
+}
+
+/// Panics unless `got` is an error with `is_capacity_conflict()`; `state` is the queue as
+/// seen right after the attempt, for the message.
+fn assert_capacity_conflict<T: Debug>(what: &str, got: redis_locks::Result<T>, state: &LockInfo) {
+    match got {
+        Err(e) if e.is_capacity_conflict() => {}
+        other => panic!(
+            "{what}: expected Err(is_capacity_conflict()), got {other:?}; the queue now has \
+             {} holder(s) {:?} and waiters {:?}",
+            state.holders.len(),
+            state.holders,
+            state.waiters
+        ),
+    }
+}
+
+/// Runs a waiting acquire that must be refused at once with a capacity conflict, and checks
+/// that nothing was granted and the refused caller left no queue place.
+async fn assert_waiting_capacity_conflict<T: Debug>(
+    what: &str,
+    c: &LockClient,
+    name: &str,
+    holders_before: usize,
+    acquire: impl Future<Output = redis_locks::Result<T>>,
+) {
+    let got = match timeout(REFUSAL_BOUND, acquire).await {
+        Ok(got) => got,
+        Err(_) => {
+            let state = queue_info(c, name).await;
+            panic!(
+                "{what}: still waiting after {REFUSAL_BOUND:?} (queued behind a holder of \
+                 another capacity) instead of being refused with a capacity conflict; \
+                 holders {:?}, waiters {:?}",
+                state.holders, state.waiters
+            );
+        }
+    };
+    let state = queue_info(c, name).await;
+    assert_capacity_conflict(what, got, &state);
+    let (state, left) = poll_until(
+        CLEANUP_BOUND,
+        || queue_info(c, name),
+        |s| s.waiters.is_empty(),
+    )
+    .await;
+    assert!(
+        left,
+        "{what}: the refused caller kept a queue place: {:?}",
+        state.waiters
+    );
+    assert_eq!(
+        state.holders.len(),
+        holders_before,
+        "{what}: the refusal changed the holders: {:?}",
+        state.holders
+    );
+}
+
+// ---- defect 4: the ticket queue's capacity ---------------------------------------------------
+
+/// Defect 4: `queue_acquire.lua` (and the memory store) counted each request against the
+/// capacity the *caller* passed. A FairLock holder takes 1 permit of 1 (exclusive, new
+/// fence), yet a Fair RwLock reader (1 of 2^30) was granted beside it. The queue must refuse
+/// a request whose capacity disagrees with the one in use, with `is_capacity_conflict()`,
+/// both as a try and as a waiting acquire, leaving no queue place. A Fair RwLock writer
+/// (2^30 of 2^30) is refused the same way, not queued behind the FairLock.
+async fn fair_lock_holder_refuses_fair_rwlock_with_capacity_conflict(b: Backend) {
+    let name = "cap-fair-vs-fair-rw";
+    let (c, other) = (b.client().await, b.client().await);
+    let holder = c.fair_lock(name).lock().await.expect("FairLock holder");
+    let rw = other.rwlock(name).preference(Preference::Fair);
+
+    let got = rw.try_read().await;
+    let state = queue_info(&c, name).await;
+    assert_capacity_conflict("Fair RwLock try_read beside a FairLock holder", got, &state);
+    assert_waiting_capacity_conflict(
+        "Fair RwLock read() beside a FairLock holder",
+        &c,
+        name,
+        1,
+        rw.read(),
+    )
+    .await;
+    let got = rw.try_write().await;
+    let state = queue_info(&c, name).await;
+    assert_capacity_conflict(
+        "Fair RwLock try_write beside a FairLock holder",
+        got,
+        &state,
+    );
+    assert_waiting_capacity_conflict(
+        "Fair RwLock write() beside a FairLock holder",
+        &c,
+        name,
+        1,
+        rw.write(),
+    )
+    .await;
+    assert!(holder.is_held());
+    assert!(holder.release().await.expect("release"));
+}
+
+/// Defect 4: a `Semaphore(5)` permit was granted beside a FairLock holder (1 of 1), because
+/// the semaphore counted the one used permit against its own 5. Expected: refused with
+/// `is_capacity_conflict()` (try and waiting), nothing granted, no queue place left.
+async fn fair_lock_holder_refuses_semaphore_of_five_with_capacity_conflict(b: Backend) {
+    let name = "cap-fair-vs-sem5";
+    let (c, other) = (b.client().await, b.client().await);
+    let holder = c.fair_lock(name).lock().await.expect("FairLock holder");
+    let sem = other.semaphore(name, 5);
+
+    let got = sem.try_acquire().await;
+    let state = queue_info(&c, name).await;
+    assert_capacity_conflict(
+        "Semaphore(5) try_acquire beside a FairLock holder",
+        got,
+        &state,
+    );
+    assert_waiting_capacity_conflict(
+        "Semaphore(5) acquire() beside a FairLock holder",
+        &c,
+        name,
+        1,
+        sem.acquire(),
+    )
+    .await;
+    assert!(holder.release().await.expect("release"));
+}
+
+/// Defect 4: a `Semaphore(3)` holding all three permits (exclusive, new fence) and a FairLock
+/// (1 of 1) disagree on the capacity; on c16c933 the FairLock counts the 3 used permits
+/// against its own capacity of 1 and is just "busy" (a waiting `lock()` queues behind the
+/// semaphore). Expected: `is_capacity_conflict()` for `try_lock` and `lock()`, no queue place.
+async fn full_semaphore_of_three_refuses_fair_lock_with_capacity_conflict(b: Backend) {
+    let name = "cap-sem3-vs-fair";
+    let (c, other) = (b.client().await, b.client().await);
+    let all = c
+        .semaphore(name, 3)
+        .acquire_many(3)
+        .await
+        .expect("3 of 3 permits");
+    let fair = other.fair_lock(name);
+
+    let got = fair.try_lock().await;
+    let state = queue_info(&c, name).await;
+    assert_capacity_conflict("FairLock try_lock beside Semaphore(3) 3-of-3", got, &state);
+    assert_waiting_capacity_conflict(
+        "FairLock lock() beside Semaphore(3) 3-of-3",
+        &c,
+        name,
+        1,
+        fair.lock(),
+    )
+    .await;
+    assert!(all.release().await.expect("release"));
+}
+
+/// Defect 4, the other way round: with a FairLock holding (1 of 1), a `Semaphore(3)` counts
+/// the used permit against its own 3, so on c16c933 `try_acquire_many(2)` is granted beside
+/// the exclusive FairLock holder (1 + 2 <= 3), and `acquire_many(3)` is merely busy (and
+/// would queue behind it). Expected: `is_capacity_conflict()` for all of them, no queue place.
+async fn fair_lock_holder_refuses_semaphore_of_three(b: Backend) {
+    let name = "cap-fair-vs-sem3";
+    let (c, other) = (b.client().await, b.client().await);
+    let holder = c.fair_lock(name).lock().await.expect("FairLock holder");
+    let sem = other.semaphore(name, 3);
+
+    let got = sem.try_acquire_many(2).await;
+    let state = queue_info(&c, name).await;
+    assert_capacity_conflict(
+        "Semaphore(3) try_acquire_many(2) beside a FairLock holder",
+        got,
+        &state,
+    );
+    let got = sem.try_acquire_many(3).await;
+    let state = queue_info(&c, name).await;
+    assert_capacity_conflict(
+        "Semaphore(3) try_acquire_many(3) beside a FairLock holder",
+        got,
+        &state,
+    );
+    assert_waiting_capacity_conflict(
+        "Semaphore(3) acquire_many(3) beside a FairLock holder",
+        &c,
+        name,
+        1,
+        sem.acquire_many(3),
+    )
+    .await;
+    assert!(holder.release().await.expect("release"));
+}
+
+/// Defect 4, as reported: `semaphore("s", 2)` holding both permits, then
+/// `semaphore("s", 5).try_acquire()` was granted: three holders of a 2-permit semaphore.
+/// Expected: `is_capacity_conflict()` (try and waiting), still two holders, no queue place.
+async fn full_semaphore_of_two_refuses_semaphore_of_five(b: Backend) {
+    let name = "cap-sem2-vs-sem5";
+    let (c, other) = (b.client().await, b.client().await);
+    let two = c.semaphore(name, 2);
+    let p1 = two.acquire().await.expect("permit 1 of 2");
+    let p2 = two.acquire().await.expect("permit 2 of 2");
+    let five = other.semaphore(name, 5);
+
+    let got = five.try_acquire().await;
+    let state = queue_info(&c, name).await;
+    assert_capacity_conflict(
+        "Semaphore(5) try_acquire beside a full Semaphore(2)",
+        got,
+        &state,
+    );
+    assert_waiting_capacity_conflict(
+        "Semaphore(5) acquire() beside a full Semaphore(2)",
+        &c,
+        name,
+        2,
+        five.acquire(),
+    )
+    .await;
+    assert!(p1.release().await.expect("release"));
+    assert!(p2.release().await.expect("release"));
+}
+
+/// Defect 4: a count stored by `set_permits` applies to every Semaphore handle, but a
+/// FairLock (capacity 1) or a Fair RwLock (capacity 2^30) on a name whose stored count is 4
+/// must be refused with `is_capacity_conflict()`, whether or not a permit is out. On c16c933
+/// the FairLock takes 1 of the stored 4 (a non-exclusive "FairLock" beside a permit), the
+/// Fair RwLock reader likewise, and the Fair RwLock writer gets an invalid-input error
+/// ("asked for 1073741824 permits of 4").
+async fn stored_permit_count_refuses_fair_lock_and_fair_rwlock(b: Backend) {
+    let name = "cap-stored-4";
+    let (c, other) = (b.client().await, b.client().await);
+    let sem = c
+        .semaphore(name, 2)
+        .set_permits(4)
+        .await
+        .expect("set_permits(4)");
+    let permit = sem.acquire().await.expect("1 of 4");
+    let fair = other.fair_lock(name);
+    let rw = other.rwlock(name).preference(Preference::Fair);
+
+    let got = fair.try_lock().await;
+    let state = queue_info(&c, name).await;
+    assert_capacity_conflict(
+        "FairLock try_lock on a name with 4 stored permits",
+        got,
+        &state,
+    );
+    assert_waiting_capacity_conflict(
+        "FairLock lock() on a name with 4 stored permits",
+        &c,
+        name,
+        1,
+        fair.lock(),
+    )
+    .await;
+    let got = rw.try_read().await;
+    let state = queue_info(&c, name).await;
+    assert_capacity_conflict(
+        "Fair RwLock try_read on a name with 4 stored permits",
+        got,
+        &state,
+    );
+    let got = rw.try_write().await;
+    let state = queue_info(&c, name).await;
+    assert_capacity_conflict(
+        "Fair RwLock try_write on a name with 4 stored permits",
+        got,
+        &state,
+    );
+    assert!(permit.release().await.expect("release"));
+
+    // Nobody holds now; the stored count still disagrees with the FairLock's.
+    let got = fair.try_lock().await;
+    let state = queue_info(&c, name).await;
+    assert_capacity_conflict(
+        "FairLock try_lock on an idle name with 4 stored permits",
+        got,
+        &state,
+    );
+    // Semaphore handles follow the stored count whatever their own (existing behaviour).
+    let any = other.semaphore(name, 9);
+    let four = any
+        .try_acquire_many(4)
+        .await
+        .expect("4 of the stored 4")
+        .expect("all 4 free");
+    assert!(any.try_acquire().await.expect("try").is_none());
+    assert!(four.release().await.expect("release"));
+}
+
+/// Defect 4, the compatible cases (these pass on c16c933 too and must keep passing): kinds
+/// whose capacity agrees share the queue. `semaphore(name, 1)` and `fair_lock(name)` act as
+/// one mutex (the second is busy or queued, never an error); two `semaphore(name, 3)`
+/// handles share 3 permits; a stored count applies to Semaphore handles of any count, and a
+/// FairLock is fine on a name whose stored count is 1.
+async fn agreeing_capacities_share_the_queue(b: Backend) {
+    let (c, other) = (b.client().await, b.client().await);
+
+    // Semaphore(1) and FairLock: one mutex.
+    let name = "cap-ok-sem1-fair";
+    let fair = c.fair_lock(name);
+    let sem1 = other.semaphore(name, 1);
+    let g = fair.lock().await.expect("FairLock");
+    assert!(
+        sem1.try_acquire()
+            .await
+            .expect("Semaphore(1) beside a FairLock: busy, not an error")
+            .is_none(),
+        "Semaphore(1) granted beside a FairLock holder"
+    );
+    let s1 = sem1.clone();
+    let waiting = tokio::spawn(async move { s1.acquire().await });
+    let (state, queued) = poll_until(
+        EVENTUALLY,
+        || queue_info(&c, name),
+        |s| s.waiters.len() == 1,
+    )
+    .await;
+    assert!(
+        queued,
+        "Semaphore(1) did not queue behind the FairLock: {state:?}"
+    );
+    let fence = g.fencing_token();
+    assert!(g.release().await.expect("release"));
+    let p = join("Semaphore(1) after the FairLock", waiting)
+        .await
+        .expect("Semaphore(1) granted after the FairLock released");
+    assert!(p.fencing_token() > fence, "1 of 1 is exclusive: new fence");
+    assert!(
+        fair.try_lock()
+            .await
+            .expect("FairLock beside Semaphore(1): busy, not an error")
+            .is_none(),
+        "FairLock granted beside a Semaphore(1) holder"
+    );
+    assert!(p.release().await.expect("release"));
+    let g = fair.try_lock().await.expect("try").expect("free again");
+    assert!(g.release().await.expect("release"));
+
+    // Two Semaphore(3) handles on two clients: 3 permits in all.
+    let name = "cap-ok-sem3-sem3";
+    let (a, bb) = (c.semaphore(name, 3), other.semaphore(name, 3));
+    let two = a.acquire_many(2).await.expect("2 of 3");
+    let one = bb.acquire().await.expect("3 of 3");
+    assert!(bb.try_acquire().await.expect("try").is_none());
+    assert!(a.try_acquire().await.expect("try").is_none());
+    assert!(two.release().await.expect("release"));
+    let again = bb
+        .try_acquire_many(2)
+        .await
+        .expect("try")
+        .expect("2 free again");
+    assert_eq!(queue_info(&c, name).await.holders.len(), 2);
+    assert!(again.release().await.expect("release"));
+    assert!(one.release().await.expect("release"));
+
+    // A stored count applies to every Semaphore handle, whatever its own count.
+    let name = "cap-ok-stored-3";
+    let stored = c
+        .semaphore(name, 2)
+        .set_permits(3)
+        .await
+        .expect("set_permits(3)");
+    let seven = other.semaphore(name, 7);
+    let mut held = Vec::new();
+    for i in 0..3 {
+        held.push(
+            seven
+                .try_acquire()
+                .await
+                .unwrap_or_else(|e| panic!("Semaphore(7) on stored 3, permit {i}: {e}"))
+                .unwrap_or_else(|| panic!("permit {i} of the stored 3 is free")),
+        );
+    }
+    assert!(seven.try_acquire().await.expect("try").is_none());
+    assert!(stored.try_acquire().await.expect("try").is_none());
+    for p in held {
+        assert!(p.release().await.expect("release"));
+    }
+
+    // A FairLock on a name whose stored count is 1 agrees with it.
+    let name = "cap-ok-stored-1";
+    let _sem = c
+        .semaphore(name, 4)
+        .set_permits(1)
+        .await
+        .expect("set_permits(1)");
+    let g = other
+        .fair_lock(name)
+        .try_lock()
+        .await
+        .expect("FairLock on stored 1: no error")
+        .expect("free");
+    assert!(c
+        .fair_lock(name)
+        .try_lock()
+        .await
+        .expect("second FairLock: busy, not an error")
+        .is_none());
+    assert!(g.release().await.expect("release"));
+}
+
+both_backends!(
+    fair_lock_holder_refuses_fair_rwlock_with_capacity_conflict,
+    fair_lock_holder_refuses_semaphore_of_five_with_capacity_conflict,
+    full_semaphore_of_three_refuses_fair_lock_with_capacity_conflict,
+    fair_lock_holder_refuses_semaphore_of_three,
+    full_semaphore_of_two_refuses_semaphore_of_five,
+    stored_permit_count_refuses_fair_lock_and_fair_rwlock,
+    agreeing_capacities_share_the_queue,
+);
