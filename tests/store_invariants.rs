@@ -1,8 +1,9 @@
 //! Store invariants the scripts and the in-memory reference must keep, whoever calls them:
-//! regression tests for defects 4 of the store issue.
+//! regression tests for defects 4 and 5 of the store issue.
 //!
 //! - Defect 4: the ticket queue must know its capacity; kinds that disagree on it are refused
 //!   with `Error::is_capacity_conflict()` instead of being granted side by side.
+//! - Defect 5: an acquire that ends in an error (the family conflict) leaves no trace.
 //!
 //! Every test runs on a real redis-server and on the in-memory store.
 
@@ -10,9 +11,15 @@ mod support;
 
 use std::fmt::Debug;
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
+use redis_locks::keys::LockKeys;
+use redis_locks::store::{Acquire, Claim, Family, Snapshot, Store};
 use redis_locks::{LockClient, LockInfo, Preference};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
 use tokio::time::{sleep, timeout, Instant};
 
 use support::backend::{join, Backend, EVENTUALLY};
@@ -466,4 +473,276 @@ both_backends!(
     full_semaphore_of_two_refuses_semaphore_of_five,
     stored_permit_count_refuses_fair_lock_and_fair_rwlock,
     agreeing_capacities_share_the_queue,
+);
+
+// ---- defect 5: an acquire that ends in an error leaves no trace -----------------------------
+
+/// The lease-lock state of `name` (writer, readers, waiting writers).
+async fn lease_info(c: &LockClient, name: &str) -> LockInfo {
+    c.rwlock(name).inspect().await.expect("inspect lease lock")
+}
+
+/// A store wrapper whose calls can be held back, like the traffic of a process that froze:
+/// while the gate is closed no call reaches the store (`hub()` still works, it is local).
+#[derive(Clone, Debug)]
+struct Gate {
+    inner: Arc<dyn Store>,
+    state: Arc<GateState>,
+}
+
+#[derive(Debug)]
+struct GateState {
+    open: watch::Sender<bool>,
+    /// Calls that passed the gate and have not finished yet.
+    in_flight: AtomicUsize,
+}
+
+/// Counts a call as in flight until dropped.
+struct InFlight<'a>(&'a AtomicUsize);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Gate {
+    fn new(inner: Arc<dyn Store>) -> Gate {
+        Gate {
+            inner,
+            state: Arc::new(GateState {
+                open: watch::channel(true).0,
+                in_flight: AtomicUsize::new(0),
+            }),
+        }
+    }
+
+    /// Holds back every later call; returns once the calls already past the gate finished.
+    async fn close(&self) {
+        self.state.open.send_replace(false);
+        let give_up = Instant::now() + EVENTUALLY;
+        while self.state.in_flight.load(Ordering::SeqCst) > 0 {
+            assert!(Instant::now() < give_up, "a gated call never finished");
+            sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Lets the held-back calls (and every later one) through.
+    fn open(&self) {
+        self.state.open.send_replace(true);
+    }
+
+    /// Waits for the gate to be open, then runs `call` counted as in flight.
+    async fn pass<T>(&self, call: impl Future<Output = T>) -> T {
+        let mut open = self.state.open.subscribe();
+        loop {
+            // Counted before the check, so `close` never misses a call that saw it open.
+            self.state.in_flight.fetch_add(1, Ordering::SeqCst);
+            let counted = InFlight(&self.state.in_flight);
+            if *open.borrow_and_update() {
+                let out = call.await;
+                drop(counted);
+                return out;
+            }
+            drop(counted);
+            if open.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for Gate {
+    async fn acquire(
+        &self,
+        lock: &LockKeys,
+        claim: &Claim,
+        wait: bool,
+        now: Option<u64>,
+    ) -> redis_locks::Result<Acquire> {
+        self.pass(self.inner.acquire(lock, claim, wait, now)).await
+    }
+    async fn release(
+        &self,
+        lock: &LockKeys,
+        claim: &Claim,
+        now: Option<u64>,
+    ) -> redis_locks::Result<bool> {
+        self.pass(self.inner.release(lock, claim, now)).await
+    }
+    async fn extend(
+        &self,
+        lock: &LockKeys,
+        claim: &Claim,
+        lease: Duration,
+        now: Option<u64>,
+    ) -> redis_locks::Result<bool> {
+        self.pass(self.inner.extend(lock, claim, lease, now)).await
+    }
+    async fn downgrade(
+        &self,
+        lock: &LockKeys,
+        claim: &Claim,
+        now: Option<u64>,
+    ) -> redis_locks::Result<Option<u64>> {
+        self.pass(self.inner.downgrade(lock, claim, now)).await
+    }
+    async fn inspect(
+        &self,
+        lock: &LockKeys,
+        family: Family,
+        now: Option<u64>,
+    ) -> redis_locks::Result<Snapshot> {
+        self.pass(self.inner.inspect(lock, family, now)).await
+    }
+    async fn set_permits(
+        &self,
+        lock: &LockKeys,
+        permits: u32,
+        heartbeat: Duration,
+        now: Option<u64>,
+    ) -> redis_locks::Result<()> {
+        self.pass(self.inner.set_permits(lock, permits, heartbeat, now))
+            .await
+    }
+    async fn force_release(&self, lock: &LockKeys, now: Option<u64>) -> redis_locks::Result<u64> {
+        self.pass(self.inner.force_release(lock, now)).await
+    }
+    fn hub(&self) -> &Arc<redis_locks::WakeHub> {
+        self.inner.hub()
+    }
+}
+
+/// A client on its own connection whose calls go through a [`Gate`].
+async fn gated_client(b: &Backend) -> (LockClient, Gate) {
+    let gate = Gate::new(b.client().await.store().clone());
+    let client = LockClient::builder().store(Arc::new(gate.clone()));
+    (client, gate)
+}
+
+/// The scenario of defect 5 for one kind of waiting writer (`start` makes it wait on the
+/// gated client): it announces itself in the waiting-writer set with a 30 s heartbeat; its
+/// calls are held back while the lease-lock holder's lease lapses without a release and a
+/// FairLock takes the name; then its next attempt runs and must end in a family conflict
+/// that leaves nothing behind.
+async fn family_conflict_leaves_no_waiting_writer<G, F, Fut>(b: Backend, name: &str, start: F)
+where
+    G: Debug + Send + 'static,
+    F: FnOnce(LockClient) -> Fut,
+    Fut: Future<Output = redis_locks::Result<G>> + Send + 'static,
+{
+    let c = b.client().await;
+    let (gated, gate) = gated_client(&b).await;
+    let mut holder = c
+        .mutex(name)
+        .lease(Duration::from_secs(30))
+        .auto_renew(false)
+        .lock()
+        .await
+        .expect("lease-lock holder");
+    let waiter: JoinHandle<redis_locks::Result<G>> = tokio::spawn(start(gated));
+    let (state, announced) = poll_until(
+        EVENTUALLY,
+        || lease_info(&c, name),
+        |s| s.waiters.len() == 1,
+    )
+    .await;
+    assert!(
+        announced,
+        "setup: the writer never announced itself: {state:?}"
+    );
+
+    // The waiter's next attempts are held back while the name changes family.
+    gate.close().await;
+    assert!(holder
+        .extend(Duration::from_millis(20))
+        .await
+        .expect("shorten the holder's lease"));
+    let (state, lapsed) = poll_until(
+        EVENTUALLY,
+        || lease_info(&c, name),
+        |s| s.holders.is_empty(),
+    )
+    .await;
+    assert!(lapsed, "setup: the holder's lease did not lapse: {state:?}");
+    let fair = c
+        .fair_lock(name)
+        .try_lock()
+        .await
+        .expect("setup: FairLock try_lock")
+        .expect("setup: the FairLock takes the name once the lease lapsed");
+    gate.open();
+
+    let got = join("the waiting writer's next attempt", waiter).await;
+    match &got {
+        Err(e) if e.is_family_conflict() => {}
+        other => panic!("setup: expected Err(is_family_conflict()), got {other:?}"),
+    }
+
+    // No trace: the waiting-writer entry is gone (its heartbeat would keep it for 30 s).
+    let (state, gone) = poll_until(
+        CLEANUP_BOUND,
+        || lease_info(&c, name),
+        |s| s.waiters.is_empty(),
+    )
+    .await;
+    assert!(
+        gone,
+        "the writer refused with a family conflict ({got:?}) is still announced as a waiting \
+         writer {CLEANUP_BOUND:?} later (it holds readers back until its 30 s heartbeat \
+         lapses): {:?}",
+        state.waiters
+    );
+
+    // Once the FairLock releases, a reader is admitted at once, and a writer's release does
+    // not hand the lock to the dead claim.
+    assert!(fair.release().await.expect("release FairLock"));
+    let rw = c.rwlock(name);
+    let r = rw
+        .read_timeout(Duration::from_secs(2))
+        .await
+        .expect("a reader is admitted at once after the FairLock released");
+    assert!(r.release().await.expect("release reader"));
+    let w = rw
+        .write_timeout(Duration::from_secs(2))
+        .await
+        .expect("writer");
+    assert!(w.release().await.expect("release writer"));
+    let r = rw
+        .read_timeout(Duration::from_secs(2))
+        .await
+        .expect("a reader is admitted at once after a writer released");
+    assert!(r.release().await.expect("release reader"));
+    drop(holder);
+}
+
+/// Defect 5 with a Mutex waiter (it announces itself like a writer): `rw_acquire.lua` and the
+/// memory store answered the family conflict without removing the token from the
+/// waiting-writer set, and `wait.rs` disarmed the clean-up because the error is not
+/// retryable. The dead announcement then held readers back for its whole heartbeat window.
+async fn refused_mutex_waiter_leaves_no_waiting_writer(b: Backend) {
+    family_conflict_leaves_no_waiting_writer(b, "trace-mutex", |c| async move {
+        c.mutex("trace-mutex")
+            .heartbeat(Duration::from_secs(30))
+            .lock()
+            .await
+    })
+    .await
+}
+
+/// Defect 5 with an RwLock writer (writer preference): the same trace is left by `write()`.
+async fn refused_rwlock_writer_leaves_no_waiting_writer(b: Backend) {
+    family_conflict_leaves_no_waiting_writer(b, "trace-rwlock", |c| async move {
+        c.rwlock("trace-rwlock")
+            .heartbeat(Duration::from_secs(30))
+            .write()
+            .await
+    })
+    .await
+}
+
+both_backends!(
+    refused_mutex_waiter_leaves_no_waiting_writer,
+    refused_rwlock_writer_leaves_no_waiting_writer,
 );
