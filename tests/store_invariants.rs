@@ -1,9 +1,10 @@
 //! Store invariants the scripts and the in-memory reference must keep, whoever calls them:
-//! regression tests for defects 4 and 5 of the store issue.
+//! regression tests for defects 4, 5 and 7 of the store issue.
 //!
 //! - Defect 4: the ticket queue must know its capacity; kinds that disagree on it are refused
 //!   with `Error::is_capacity_conflict()` instead of being granted side by side.
 //! - Defect 5: an acquire that ends in an error (the family conflict) leaves no trace.
+//! - Defect 7: claim tokens are validated by the store itself, before any state is touched.
 //!
 //! Every test runs on a real redis-server and on the in-memory store.
 
@@ -16,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis_locks::keys::LockKeys;
-use redis_locks::store::{Acquire, Claim, Family, Snapshot, Store};
+use redis_locks::store::{Acquire, Claim, Family, HoldKind, Policy, Slot, Snapshot, Store};
 use redis_locks::{LockClient, LockInfo, Preference};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -745,4 +746,257 @@ async fn refused_rwlock_writer_leaves_no_waiting_writer(b: Backend) {
 both_backends!(
     refused_mutex_waiter_leaves_no_waiting_writer,
     refused_rwlock_writer_leaves_no_waiting_writer,
+);
+
+// ---- defect 7: tokens are validated by the store --------------------------------------------
+
+/// Runs a store-level test body on a fresh `RedisStore` (private server, or `REDIS_URL`) and
+/// on a fresh `MemoryStore`.
+macro_rules! both_stores {
+    ($($name:ident),+ $(,)?) => {
+        $(
+            mod $name {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn redis() {
+                    let (_server, url) = $crate::support::server_url();
+                    let store = redis_locks::store::RedisStore::connect(&url)
+                        .await
+                        .unwrap_or_else(|e| panic!("connect to {url}: {e}"));
+                    super::$name(std::sync::Arc::new(store)).await
+                }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn memory() {
+                    super::$name(std::sync::Arc::new(redis_locks::store::MemoryStore::new()))
+                        .await
+                }
+            }
+        )+
+    };
+}
+
+/// The keys of lock `name`, made unique to this test process: these tests assert an untouched
+/// state (fence 0), which a shared `REDIS_URL` server keeps from earlier runs.
+fn keys(name: &str) -> LockKeys {
+    static RUN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let run = RUN.get_or_init(|| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        format!("{}-{nanos}", std::process::id())
+    });
+    LockKeys::new("rl", &format!("{name}-{run}")).expect("lock keys")
+}
+
+fn claim(token: &str, slot: Slot) -> Claim {
+    Claim {
+        token: token.into(),
+        slot,
+        lease: Duration::from_secs(30),
+        heartbeat: Duration::from_secs(30),
+        policy: Policy::Writer,
+    }
+}
+
+/// True for `Err(e)` with `e.is_invalid_input()`.
+fn invalid<T>(r: &redis_locks::Result<T>) -> bool {
+    matches!(r, Err(e) if e.is_invalid_input())
+}
+
+/// Defect 7: no store checked claim tokens, though they travel inside Lua-parsed records
+/// (`deadline|token`, `token#weight`). Every method that takes a claim (acquire, try or
+/// waiting; release; extend; downgrade) must refuse a token outside 1 to 64 characters of
+/// `[A-Za-z0-9_-]` with `is_invalid_input()`, for every slot, in `RedisStore` and
+/// `MemoryStore`, before touching any state (both families stay empty, fence 0).
+async fn store_refuses_invalid_tokens_on_every_claim_method(store: Arc<dyn Store>) {
+    let long = "x".repeat(65);
+    let bad_tokens = [
+        "A|B",
+        "tok#5",
+        "",
+        long.as_str(),
+        "white space",
+        "caf\u{e9}",
+        "line\nbreak",
+    ];
+    let slots = [
+        Slot::Write,
+        Slot::Read,
+        Slot::Ticket {
+            weight: 1,
+            capacity: 1,
+        },
+        Slot::Ticket {
+            weight: 2,
+            capacity: 5,
+        },
+    ];
+    // The boundary of the allowed charset and length stays accepted.
+    let longest: String = "Az09_-".chars().cycle().take(64).collect();
+    for (j, slot) in slots.iter().enumerate() {
+        let lock = keys(&format!("good-token-{j}"));
+        let c = claim(&longest, *slot);
+        let got = store.acquire(&lock, &c, false, None).await;
+        assert!(
+            matches!(got, Ok(Acquire::Granted(_))),
+            "a valid 64-character token ({slot:?}) was refused: {got:?}"
+        );
+        let got = store.extend(&lock, &c, Duration::from_secs(60), None).await;
+        assert!(matches!(got, Ok(true)), "extend, valid token: {got:?}");
+        let got = store.release(&lock, &c, None).await;
+        assert!(matches!(got, Ok(true)), "release, valid token: {got:?}");
+    }
+
+    let (mut accepted, mut touched) = (Vec::new(), Vec::new());
+    for (i, token) in bad_tokens.iter().enumerate() {
+        for (j, slot) in slots.iter().enumerate() {
+            // One lock per case: whatever a case leaves behind cannot mask another.
+            let lock = keys(&format!("bad-token-{i}-{j}"));
+            let c = claim(token, *slot);
+            let mut check = |method: &str, ok: bool, got: String| {
+                if !ok {
+                    accepted.push((i, format!("{method}({token:?}, {slot:?}) -> {got}")));
+                }
+            };
+            let r = store.acquire(&lock, &c, false, None).await;
+            check("try acquire", invalid(&r), format!("{r:?}"));
+            let r = store.acquire(&lock, &c, true, None).await;
+            check("waiting acquire", invalid(&r), format!("{r:?}"));
+            let r = store.extend(&lock, &c, Duration::from_secs(60), None).await;
+            check("extend", invalid(&r), format!("{r:?}"));
+            let r = store.downgrade(&lock, &c, None).await;
+            check("downgrade", invalid(&r), format!("{r:?}"));
+            let r = store.release(&lock, &c, None).await;
+            check("release", invalid(&r), format!("{r:?}"));
+            for family in [Family::LeaseLock, Family::TicketQueue] {
+                match store.inspect(&lock, family, None).await {
+                    Ok(s) if s.holders.is_empty() && s.waiters.is_empty() && s.fence == 0 => {}
+                    // An unreadable state counts as touched (an empty token leaves a writer
+                    // record `<deadline>|` that the scripts then call corrupt).
+                    got => touched.push((
+                        i,
+                        format!(
+                            "state touched by token {token:?} ({slot:?}): {family:?} -> {got:?}"
+                        ),
+                    )),
+                }
+            }
+        }
+    }
+    // The first problem of each token, then the rest up to a dozen lines.
+    let all: Vec<&(usize, String)> = accepted.iter().chain(&touched).collect();
+    let mut shown: Vec<&str> = (0..bad_tokens.len())
+        .filter_map(|i| all.iter().find(|(t, _)| *t == i).map(|(_, p)| p.as_str()))
+        .collect();
+    shown.truncate(12);
+    assert!(
+        accepted.is_empty() && touched.is_empty(),
+        "{} of {} claim calls with invalid tokens were not refused with is_invalid_input(), \
+         and {} lock states were touched; the first problem per token:\n{}",
+        accepted.len(),
+        bad_tokens.len() * slots.len() * 5,
+        touched.len(),
+        shown.join("\n")
+    );
+}
+
+/// Defect 7: `rw_release.lua` cleans up "an expired record of ours" by a suffix match
+/// (`...|<token>`), so with a writer whose token is `A|B` (record `<deadline>|A|B`), a
+/// release by token `B`, which holds nothing, deleted that live writer's record. The store
+/// must refuse the token `A|B`; and the attack must not work: whatever holds survives a
+/// release by another token. (The memory store compares tokens exactly, so there only the
+/// refusal fails on c16c933.)
+async fn pipe_in_token_cannot_forge_another_writers_release(store: Arc<dyn Store>) {
+    let lock = keys("pipe-token");
+    let victim = claim("A|B", Slot::Write);
+    let bystander = claim("B", Slot::Write);
+    let granted = store.acquire(&lock, &victim, false, None).await;
+    if let Ok(Acquire::Granted(_)) = granted {
+        let released = store.release(&lock, &bystander, None).await;
+        let s = store
+            .inspect(&lock, Family::LeaseLock, None)
+            .await
+            .expect("inspect");
+        assert!(
+            s.holders
+                .iter()
+                .any(|h| h.token == victim.token && h.kind == HoldKind::Write),
+            "a release by token `B` (which held nothing; it returned {released:?}) deleted \
+             the live writer record of token `A|B`: holders now {:?}",
+            s.holders
+        );
+    }
+    assert!(
+        invalid(&granted),
+        "the token `A|B` must be refused with is_invalid_input(), got {granted:?}"
+    );
+    // The lock is untouched: a valid writer takes it at once.
+    let honest = claim("honest-writer", Slot::Write);
+    assert!(matches!(
+        store.acquire(&lock, &honest, false, None).await,
+        Ok(Acquire::Granted(_))
+    ));
+    assert!(store.release(&lock, &honest, None).await.expect("release"));
+}
+
+/// Defect 7: a ticket member is `token#weight`, and `weight_of` reads a token ending in
+/// `#<digits>` as that many permits. A FairLock claim with token `x#0` counted as 0 permits,
+/// so a second FairLock was granted beside it (two holders of a 1-permit lock); a one-permit
+/// claim with token `y#5` counted as 5 and locked every other permit of a `Semaphore(5)`.
+/// The store must refuse such tokens, and the attacks must not work.
+async fn hash_digits_token_cannot_fake_a_permit_count(store: Arc<dyn Store>) {
+    let fair = Slot::Ticket {
+        weight: 1,
+        capacity: 1,
+    };
+    let lock = keys("hash-token-fair");
+    let zero = claim("x#0", fair);
+    let honest = claim("honest-fair", fair);
+    let attacker = store.acquire(&lock, &zero, false, None).await;
+    let second = store.acquire(&lock, &honest, false, None).await;
+    let s = store
+        .inspect(&lock, Family::TicketQueue, None)
+        .await
+        .expect("inspect");
+    assert!(
+        s.holders.len() <= 1,
+        "two holders of a 1-permit FairLock (the token `x#0` counted as 0 permits: {attacker:?}, \
+         then {second:?}): {:?}",
+        s.holders
+    );
+    assert!(
+        invalid(&attacker),
+        "the token `x#0` must be refused with is_invalid_input(), got {attacker:?}"
+    );
+    assert!(matches!(second, Ok(Acquire::Granted(_))), "{second:?}");
+
+    let sem = Slot::Ticket {
+        weight: 1,
+        capacity: 5,
+    };
+    let lock = keys("hash-token-sem");
+    let five = claim("y#5", sem);
+    let honest = claim("honest-permit", sem);
+    let attacker = store.acquire(&lock, &five, false, None).await;
+    let second = store.acquire(&lock, &honest, false, None).await;
+    let s = store
+        .inspect(&lock, Family::TicketQueue, None)
+        .await
+        .expect("inspect");
+    assert!(
+        matches!(second, Ok(Acquire::Granted(_))),
+        "a one-permit claim with token `y#5` ({attacker:?}) took all 5 permits of the \
+         semaphore: the next one-permit claim got {second:?}; holders {:?}",
+        s.holders
+    );
+    assert!(
+        invalid(&attacker),
+        "the token `y#5` must be refused with is_invalid_input(), got {attacker:?}"
+    );
+}
+
+both_stores!(
+    store_refuses_invalid_tokens_on_every_claim_method,
+    pipe_in_token_cannot_forge_another_writers_release,
+    hash_digits_token_cannot_fake_a_permit_count,
 );
