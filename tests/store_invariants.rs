@@ -1,10 +1,11 @@
 //! Store invariants the scripts and the in-memory reference must keep, whoever calls them:
-//! regression tests for defects 4, 5 and 7 of the store issue.
+//! regression tests for defects 4, 5, 7 and 8 of the store issue.
 //!
 //! - Defect 4: the ticket queue must know its capacity; kinds that disagree on it are refused
 //!   with `Error::is_capacity_conflict()` instead of being granted side by side.
 //! - Defect 5: an acquire that ends in an error (the family conflict) leaves no trace.
 //! - Defect 7: claim tokens are validated by the store itself, before any state is touched.
+//! - Defect 8: a waiter that died blocks the lock for at most about one lease.
 //!
 //! Every test runs on a real redis-server and on the in-memory store.
 
@@ -24,6 +25,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{sleep, timeout, Instant};
 
 use support::backend::{join, Backend, EVENTUALLY};
+use support::proxy::Proxy;
 
 // ---- shared helpers ------------------------------------------------------------------------
 
@@ -999,4 +1001,208 @@ both_stores!(
     store_refuses_invalid_tokens_on_every_claim_method,
     pipe_in_token_cannot_forge_another_writers_release,
     hash_digits_token_cannot_fake_a_permit_count,
+);
+
+// ---- defect 8: a dead waiter blocks for at most about a lease -------------------------------
+
+/// How a client is made to look dead: its traffic stalls in a TCP proxy (Redis), or its
+/// store calls are held back by a [`Gate`] (in-memory store, or a shared `REDIS_URL` server
+/// whose port the test does not own).
+enum Freezer {
+    Proxy(Proxy),
+    Gate(Gate),
+}
+
+impl Freezer {
+    /// From now on nothing this client sends reaches the store.
+    async fn freeze(&self) {
+        match self {
+            Freezer::Proxy(proxy) => proxy.stall(),
+            Freezer::Gate(gate) => gate.close().await,
+        }
+    }
+}
+
+/// A client (own connection) that [`Freezer::freeze`] turns into a dead process.
+async fn freezable_client(b: &Backend) -> (LockClient, Freezer) {
+    match &b.server {
+        Some(server) => {
+            let proxy = Proxy::start(server.port()).await;
+            let client = LockClient::connect(&proxy.url())
+                .await
+                .expect("connect through the proxy");
+            (client, Freezer::Proxy(proxy))
+        }
+        None => {
+            let (client, gate) = gated_client(b).await;
+            (client, Freezer::Gate(gate))
+        }
+    }
+}
+
+/// The lease of every party in the dead-waiter tests.
+const SHORT_LEASE: Duration = Duration::from_millis(500);
+
+/// From the holder's release, how long the live waiter may take to be granted. A fixed
+/// library needs at most about one lease (500 ms) plus a retry; c16c933 takes the dead
+/// waiter's whole heartbeat window, about 4 to 5 s with the default 5 s heartbeat.
+const DEAD_WAITER_BOUND: Duration = Duration::from_millis(2500);
+
+/// Defect 8 on the Mutex: a release handed the lock to the waiting writer with the
+/// *earliest* heartbeat deadline (the one heard from longest ago, likeliest dead) until that
+/// deadline, up to the 5 s default heartbeat whatever the lease. With a 500 ms lease and the
+/// default heartbeat, a waiter D that froze kept the live waiter L (who started waiting after
+/// D) out for ~4-5 s after the holder released. Required: L is granted within
+/// `DEAD_WAITER_BOUND` of the release.
+async fn dead_mutex_waiter_blocks_no_longer_than_a_lease(b: Backend) {
+    let name = "dead-waiter-mutex";
+    let c = b.client().await;
+    // The holder renews itself; its lease length does not matter here.
+    let holder = c
+        .mutex(name)
+        .lease(Duration::from_secs(10))
+        .lock()
+        .await
+        .expect("holder");
+    let (d_client, freezer) = freezable_client(&b).await;
+    let dead = tokio::spawn(async move {
+        d_client
+            .mutex(name)
+            .lease(SHORT_LEASE)
+            .lock()
+            .await
+            .map(drop)
+    });
+    let (state, announced) = poll_until(
+        EVENTUALLY,
+        || lease_info(&c, name),
+        |s| s.waiters.len() == 1,
+    )
+    .await;
+    assert!(announced, "setup: D never announced itself: {state:?}");
+    freezer.freeze().await;
+
+    let live_mutex = c.mutex(name).lease(SHORT_LEASE);
+    let live = tokio::spawn(async move {
+        let g = live_mutex.lock().await;
+        (Instant::now(), g)
+    });
+    // L announces itself (after D froze, so it was heard from more recently).
+    sleep(Duration::from_millis(300)).await;
+    assert!(
+        !live.is_finished(),
+        "setup: L was granted while the holder held"
+    );
+
+    let released_at = Instant::now();
+    assert!(holder.release().await.expect("release"));
+    let (granted_at, g) = join("the live waiter", live).await;
+    let g = g.expect("the live waiter's lock()");
+    let waited = granted_at.duration_since(released_at);
+    eprintln!(
+        "{}: the live waiter was granted {waited:?} after the release",
+        b.kind
+    );
+    assert!(
+        waited <= DEAD_WAITER_BOUND,
+        "the live waiter got the Mutex {waited:?} after the holder released (bound \
+         {DEAD_WAITER_BOUND:?}, lease {SHORT_LEASE:?}): the dead waiter blocked it for its \
+         heartbeat window"
+    );
+    assert!(g.release().await.expect("release"));
+    dead.abort();
+}
+
+/// Starts a FairLock waiter that records its grant instant and fence in `log`, holds for
+/// `hold`, then releases; returns once it is the `queued`-th waiter in the queue.
+async fn start_fair_waiter(
+    c: &LockClient,
+    name: &'static str,
+    log: Arc<std::sync::Mutex<Vec<(usize, Instant, u64)>>>,
+    i: usize,
+    hold: Duration,
+    queued: usize,
+) -> JoinHandle<()> {
+    let lock = c.fair_lock(name).lease(SHORT_LEASE);
+    let task = tokio::spawn(async move {
+        let g = lock.lock().await.expect("live FairLock waiter");
+        log.lock()
+            .unwrap()
+            .push((i, Instant::now(), g.fencing_token()));
+        sleep(hold).await;
+        assert!(g.release().await.expect("release"));
+    });
+    let (state, ok) = poll_until(
+        EVENTUALLY,
+        || queue_info(c, name),
+        |s| s.waiters.len() == queued,
+    )
+    .await;
+    assert!(
+        ok,
+        "setup: waiter {i} did not queue as #{queued}: {state:?}"
+    );
+    task
+}
+
+/// Defect 8 on the FairLock: a release granted the head of the queue until its own heartbeat
+/// deadline (up to the 5 s default, whatever the 500 ms lease), so a dead head D kept L1 and
+/// L2, queued behind it, out for ~4-5 s. Required: the dead head is skipped (L1 granted within
+/// `DEAD_WAITER_BOUND` of the holder's release), and FIFO order among the live waiters holds
+/// (L1, then L2).
+async fn dead_fair_lock_head_is_skipped_within_a_lease(b: Backend) {
+    let name = "dead-waiter-fair";
+    let c = b.client().await;
+    let holder = c
+        .fair_lock(name)
+        .lease(Duration::from_secs(10))
+        .lock()
+        .await
+        .expect("holder");
+    let (d_client, freezer) = freezable_client(&b).await;
+    let dead = tokio::spawn(async move {
+        d_client
+            .fair_lock(name)
+            .lease(SHORT_LEASE)
+            .lock()
+            .await
+            .map(drop)
+    });
+    let (state, queued) = poll_until(
+        EVENTUALLY,
+        || queue_info(&c, name),
+        |s| s.waiters.len() == 1,
+    )
+    .await;
+    assert!(queued, "setup: D never queued: {state:?}");
+    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let l1 = start_fair_waiter(&c, name, log.clone(), 1, Duration::from_millis(200), 2).await;
+    let l2 = start_fair_waiter(&c, name, log.clone(), 2, Duration::ZERO, 3).await;
+
+    freezer.freeze().await;
+    let released_at = Instant::now();
+    assert!(holder.release().await.expect("release"));
+    join("L1", l1).await;
+    join("L2", l2).await;
+    let log = log.lock().unwrap().clone();
+    assert_eq!(
+        log.iter().map(|(i, _, _)| *i).collect::<Vec<_>>(),
+        vec![1, 2],
+        "live waiters out of FIFO order: {log:?}"
+    );
+    assert!(log[0].2 < log[1].2, "fences not increasing: {log:?}");
+    let waited = log[0].1.duration_since(released_at);
+    eprintln!("{}: L1 was granted {waited:?} after the release", b.kind);
+    assert!(
+        waited <= DEAD_WAITER_BOUND,
+        "L1, queued behind a dead head, got the FairLock {waited:?} after the holder released \
+         (bound {DEAD_WAITER_BOUND:?}, lease {SHORT_LEASE:?}): the dead head held it for its \
+         heartbeat window"
+    );
+    dead.abort();
+}
+
+both_backends!(
+    dead_mutex_waiter_blocks_no_longer_than_a_lease,
+    dead_fair_lock_head_is_skipped_within_a_lease,
 );
