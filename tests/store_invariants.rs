@@ -827,10 +827,12 @@ async fn store_refuses_invalid_tokens_on_every_claim_method(store: Arc<dyn Store
         Slot::Ticket {
             weight: 1,
             capacity: 1,
+            resizable: false,
         },
         Slot::Ticket {
             weight: 2,
             capacity: 5,
+            resizable: true,
         },
     ];
     // The boundary of the allowed charset and length stays accepted.
@@ -950,6 +952,7 @@ async fn hash_digits_token_cannot_fake_a_permit_count(store: Arc<dyn Store>) {
     let fair = Slot::Ticket {
         weight: 1,
         capacity: 1,
+        resizable: false,
     };
     let lock = keys("hash-token-fair");
     let zero = claim("x#0", fair);
@@ -975,6 +978,7 @@ async fn hash_digits_token_cannot_fake_a_permit_count(store: Arc<dyn Store>) {
     let sem = Slot::Ticket {
         weight: 1,
         capacity: 5,
+        resizable: true,
     };
     let lock = keys("hash-token-sem");
     let five = claim("y#5", sem);
