@@ -4,8 +4,12 @@ use std::time::Duration;
 
 use crate::store::{HoldKind, Snapshot};
 
-/// Tokens are shown shortened to this many characters.
-pub const TOKEN_PREFIX_LEN: usize = 8;
+/// Tokens are shown shortened to this many characters: the first [`PROCESS_PREFIX_LEN`]
+/// are the same for every acquisition of one process (tell clients apart by them), the rest
+/// differ for every acquisition.
+pub const TOKEN_PREFIX_LEN: usize = 16;
+/// The characters of a shown token that identify the process that made it.
+pub const PROCESS_PREFIX_LEN: usize = 8;
 
 /// One live hold.
 #[derive(Clone, Debug, PartialEq, Eq)]

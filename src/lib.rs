@@ -58,7 +58,7 @@ pub use client::{LockClient, LockClientBuilder, RedisConfig};
 pub use error::{Error, Result};
 pub use fair_lock::{FairLock, FairLockGuard};
 pub use hub::WakeHub;
-pub use info::{HolderInfo, LockInfo, WaiterInfo, TOKEN_PREFIX_LEN};
+pub use info::{HolderInfo, LockInfo, WaiterInfo, PROCESS_PREFIX_LEN, TOKEN_PREFIX_LEN};
 pub use mutex::{Mutex, MutexGuard};
 pub use options::{DEFAULT_HEARTBEAT, DEFAULT_LEASE, DEFAULT_RETRY_INTERVAL, MAX_LEASE, MIN_LEASE};
 pub use rwlock::{Preference, ReadGuard, RwLock, WriteGuard};

@@ -20,13 +20,14 @@ fn prefix() -> &'static AtomicU64 {
     PREFIX.get_or_init(|| AtomicU64::new(uuid::Uuid::new_v4().as_u64_pair().0))
 }
 
-/// A fresh token: 16 hex digits that differ for every token of this process (a bijective mix
-/// of the counter, so `inspect`'s shortened tokens tell holders apart), then 16 of the
-/// process prefix (which keeps tokens of different processes apart).
+/// A fresh token, 32 hex digits: 8 of the process prefix (so `inspect`'s shortened tokens
+/// tell processes apart), 16 that differ for every token of this process (a bijective mix of
+/// the counter, so they also tell acquisitions apart), then the other 8 of the prefix.
 pub(crate) fn next() -> String {
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let prefix = prefix().load(Ordering::Relaxed);
-    format!("{:016x}{prefix:016x}", splitmix(prefix ^ n))
+    let (high, low) = (prefix >> 32, prefix & 0xffff_ffff);
+    format!("{high:08x}{:016x}{low:08x}", splitmix(prefix ^ n))
 }
 
 /// A pseudo-random number from the process generator (for jitter), not for security.
@@ -80,8 +81,9 @@ mod tests {
     fn tokens_are_unique_and_valid() {
         let a = next();
         let b = next();
-        assert_ne!(a[..8], b[..8], "shortened tokens differ");
-        assert_eq!(a[16..], b[16..], "one process prefix");
+        assert_eq!(a[..8], b[..8], "one process prefix");
+        assert_ne!(a[8..16], b[8..16], "shortened tokens differ");
+        assert_eq!(a[24..], b[24..], "one process prefix");
         check(&a).unwrap();
         assert_eq!(a.len(), 32);
     }

@@ -272,7 +272,7 @@ mod worker {
         Ok(info
             .holders
             .first()
-            .map(|h| h.token_prefix.clone())
+            .map(|h| process_of(&h.token_prefix))
             .unwrap_or_default())
     }
 
@@ -492,12 +492,12 @@ impl Monitor {
                             holders: info
                                 .holders
                                 .iter()
-                                .map(|h| (h.token_prefix.clone(), h.lease_remaining))
+                                .map(|h| (process_of(&h.token_prefix), h.lease_remaining))
                                 .collect(),
                             waiters: info
                                 .waiters
                                 .iter()
-                                .map(|w| w.token_prefix.clone())
+                                .map(|w| process_of(&w.token_prefix))
                                 .collect(),
                         }),
                         Err(e) => f.lock().unwrap().push(format!("inspect: {e}")),
@@ -1231,4 +1231,12 @@ fn check(run: &Run, ended: u64) {
         );
     }
     eprintln!("{summary}");
+}
+
+/// The part of a shown token that identifies the worker process that made it.
+fn process_of(token_prefix: &str) -> String {
+    token_prefix
+        .chars()
+        .take(redis_locks::PROCESS_PREFIX_LEN)
+        .collect()
 }
