@@ -76,12 +76,19 @@ struct HubState {
     next_id: u64,
 }
 
+/// Where a test diverts the messages published into a hub (feature `testing`).
+#[cfg(feature = "testing")]
+pub(crate) type Tap = Box<dyn Fn(&str, &str) + Send + Sync>;
+
 /// Delivers lock notifications to the waiters of this process.
 pub struct WakeHub {
     state: StdMutex<HubState>,
     /// `None` for an in-process store: every channel counts as subscribed.
     sync: OnceLock<mpsc::UnboundedSender<String>>,
     remote: bool,
+    /// Set by `testing::divert`: messages go there instead of to the waiters.
+    #[cfg(feature = "testing")]
+    tap: OnceLock<Tap>,
 }
 
 impl fmt::Debug for WakeHub {
@@ -101,6 +108,8 @@ impl WakeHub {
             state: StdMutex::default(),
             sync: OnceLock::new(),
             remote: false,
+            #[cfg(feature = "testing")]
+            tap: OnceLock::new(),
         })
     }
 
@@ -110,6 +119,8 @@ impl WakeHub {
             state: StdMutex::default(),
             sync: OnceLock::new(),
             remote: true,
+            #[cfg(feature = "testing")]
+            tap: OnceLock::new(),
         })
     }
 
@@ -257,6 +268,22 @@ impl WakeHub {
     /// Delivers one message: `*` wakes every waiter of the channel, otherwise the waiters
     /// whose token is named.
     pub(crate) fn dispatch(&self, channel: &str, message: &str) {
+        #[cfg(feature = "testing")]
+        if let Some(tap) = self.tap.get() {
+            tap(channel, message);
+            return;
+        }
+        self.deliver(channel, message);
+    }
+
+    /// Diverts every later message to `tap` (feature `testing`); false if one was set already.
+    #[cfg(feature = "testing")]
+    pub(crate) fn divert(&self, tap: Tap) -> bool {
+        self.tap.set(tap).is_ok()
+    }
+
+    /// [`WakeHub::dispatch`] without the test's tap.
+    pub(crate) fn deliver(&self, channel: &str, message: &str) {
         let st = self.lock_state();
         let Some(entry) = st.channels.get(channel) else {
             return;

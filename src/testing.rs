@@ -6,9 +6,17 @@
 //!   tokio's paused clock replays exactly.
 //! - [`plant`] reverts one of the client-side fixes that keep guards honest, so a check can
 //!   prove that it finds the bug (see `tests/simulation.rs`).
+//! - [`local_hub`], [`divert`] and [`deliver`] let a test store sit between a
+//!   [`MemoryStore`](crate::store::MemoryStore) and its clients' wake-ups: it takes what the
+//!   store publishes and delivers it to each client's own hub late, out of order or never.
 
 #[cfg(feature = "testing")]
 use std::sync::atomic::{AtomicU32, Ordering};
+#[cfg(feature = "testing")]
+use std::sync::Arc;
+
+#[cfg(feature = "testing")]
+use crate::hub::WakeHub;
 
 /// A client-side fix that a test may revert, to prove its check finds the bug.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -53,6 +61,30 @@ pub fn unplant_all() {
 #[cfg(feature = "testing")]
 pub fn seed(seed: u64) {
     crate::token::reseed(seed);
+}
+
+/// A wake-up hub for a [`Store`](crate::store::Store) written in a test, like
+/// `MemoryStore`'s own: in process, every channel counts as subscribed. Return it from the
+/// store's `hub()` and feed it with [`deliver`].
+#[cfg(feature = "testing")]
+pub fn local_hub() -> Arc<WakeHub> {
+    WakeHub::local()
+}
+
+/// From now on, every message published into `hub` (e.g. `MemoryStore::hub()`) goes to
+/// `tap(channel, message)` instead of the hub's waiters, so the test decides when, and
+/// whether, to [`deliver`] it. One tap per hub: false (and `tap` unused) if it had one.
+#[cfg(feature = "testing")]
+pub fn divert(hub: &WakeHub, tap: impl Fn(&str, &str) + Send + Sync + 'static) -> bool {
+    hub.divert(Box::new(tap))
+}
+
+/// Delivers one wake-up message to the waiters registered in `hub` (a tap, if any, is
+/// bypassed): `*` wakes all waiters of `channel`, otherwise the space-separated tokens named,
+/// `token=fence` also handing that waiter the grant.
+#[cfg(feature = "testing")]
+pub fn deliver(hub: &WakeHub, channel: &str, message: &str) {
+    hub.deliver(channel, message);
 }
 
 /// True when a test reverted the fix for `bug` (never without the `testing` feature).
