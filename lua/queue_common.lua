@@ -9,7 +9,8 @@
 --   KEYS[5] fence  counter, incremented on every exclusive grant; never expires
 --   KEYS[6] ch     wake-up channel of the lock
 --   KEYS[7] cap    the queue's capacity: "<n>" stored by set_permits (no TTL; every Semaphore
---                  handle follows it), or, while the queue is in use, a marker left by its
+--                  handle follows it; a Semaphore's count, so FairLock and fair RwLock claims
+--                  are refused on it), or, while the queue is in use, a marker left by its
 --                  claims: "~<n>" (Semaphores of n permits) or "=<n>" (a fixed capacity:
 --                  FairLock 1, fair RwLock 2^30), kept alive as long as the holders and waiters
 --                  it describes. Claims of another capacity are refused with RLCAPACITY.
@@ -122,7 +123,8 @@ local function capacity_for(arg)
   local want = tonumber(string.match(arg, '%d+$'))
   local kind, n = stored_capacity()
   if kind == '' then
-    if fixed and n ~= want then return nil, capacity_conflict(n, want) end
+    -- A stored count may change at any set_permits: a fixed capacity cannot live on it.
+    if fixed then return nil, capacity_conflict(n .. ' (set_permits, resizable)', want) end
     return n
   end
   if n and n ~= want and in_use() then return nil, capacity_conflict(n, want) end
@@ -133,11 +135,14 @@ local function capacity_for(arg)
   return want
 end
 
--- Writes the marker chosen by capacity_for, alive at least until `deadline`.
+-- Writes the marker chosen by capacity_for, alive at least until `deadline`. A marker that is
+-- replaced (upgraded, or stale) keeps its TTL, which may cover holders beyond `deadline`.
 local function mark_capacity(deadline)
   if not CAP_MARK then return end
   if EXPLICIT_NOW then
     redis.call('SET', CAP, CAP_MARK)
+  elseif redis.call('SET', CAP, CAP_MARK, 'XX', 'KEEPTTL') then
+    redis.call('PEXPIRE', CAP, math.max(1, math.floor(deadline - NOW)), 'GT')
   else
     redis.call('SET', CAP, CAP_MARK, 'PX', math.max(1, math.floor(deadline - NOW)))
   end

@@ -113,9 +113,13 @@ impl Shared {
         }
         let claim = self.claim();
         let sent_at = Instant::now();
-        self.validity.send_modify(|v| {
-            v.until = v.until.min(trusted_until(sent_at, lease));
-        });
+        // The planted hand-off bug keeps the old rule too: trust only ever grew.
+        let raise_only = planted(Bug::HandOffTrustsHeartbeat);
+        if !raise_only {
+            self.validity.send_modify(|v| {
+                v.until = v.until.min(trusted_until(sent_at, lease));
+            });
+        }
         let unknown_min = requests.unknown_min;
         let mut in_flight = InFlight {
             requests: &mut requests,
@@ -137,9 +141,10 @@ impl Shared {
             Ok(true) => {
                 in_flight.answered = true;
                 let trusted = unknown_min.map_or(lease, |m| m.min(lease));
+                let until = trusted_until(sent_at, trusted);
                 self.validity.send_modify(|v| {
-                    if !v.lost {
-                        v.until = trusted_until(sent_at, trusted);
+                    if !v.lost && (!raise_only || until > v.until) {
+                        v.until = until;
                         v.since = sent_at;
                     }
                 });
@@ -336,6 +341,7 @@ impl Hold {
                 return;
             }
             tokio::select! {
+            biased;
                 _ = tokio::time::sleep_until(v.until) => {}
                 changed = rx.changed() => {
                     if changed.is_err() {
@@ -516,6 +522,7 @@ async fn renew(shared: Arc<Shared>, opts: Options, at_once: bool, once: bool) {
             (since + every).min(halfway.max(since))
         });
         tokio::select! {
+            biased;
             _ = tokio::time::sleep_until(next) => {}
             // An `extend` (or our own renewal) moved the deadline: schedule again from it.
             changed = changes.changed() => {

@@ -23,7 +23,8 @@ use crate::hub::WakeHub;
 #[non_exhaustive]
 pub enum Bug {
     /// A handed-over hold trusts the waiter's whole heartbeat window, even when the lease is
-    /// shorter (the server grants at most the lease).
+    /// shorter, and a confirmed renewal only ever raises the trust (so the claim that sets the
+    /// server deadline to the shorter lease does not lower it).
     HandOffTrustsHeartbeat,
     /// A wake-up's grant is used even after a later attempt of the same claim was refused.
     StaleGrant,

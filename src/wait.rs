@@ -262,6 +262,7 @@ impl LockCtx {
                         wake_at = wake_at.min(limit);
                     }
                     tokio::select! {
+                        biased;
                         _ = reg.notified() => {}
                         _ = tokio::time::sleep_until(wake_at) => {}
                     }

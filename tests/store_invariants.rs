@@ -446,25 +446,35 @@ async fn agreeing_capacities_share_the_queue(b: Backend) {
         assert!(p.release().await.expect("release"));
     }
 
-    // A FairLock on a name whose stored count is 1 agrees with it.
-    let name = "cap-ok-stored-1";
+    // A stored count is a Semaphore's, and any set_permits may change it: a FairLock is
+    // refused on it even when the count is 1 (else a later set_permits(2) would admit a second
+    // FairLock holder), and set_permits is refused while a FairLock uses the queue.
+    let name = "cap-stored-1";
     let _sem = c
         .semaphore(name, 4)
         .set_permits(1)
         .await
         .expect("set_permits(1)");
+    let refused = other.fair_lock(name).try_lock().await;
+    assert!(
+        matches!(&refused, Err(e) if e.is_capacity_conflict()),
+        "FairLock on a stored count: {refused:?}"
+    );
+    let name = "cap-fixed-in-use";
     let g = other
         .fair_lock(name)
         .try_lock()
         .await
-        .expect("FairLock on stored 1: no error")
+        .expect("FairLock")
         .expect("free");
-    assert!(c
-        .fair_lock(name)
-        .try_lock()
-        .await
-        .expect("second FairLock: busy, not an error")
-        .is_none());
+    for permits in [1, 2] {
+        let resized = c.semaphore(name, 1).set_permits(permits).await;
+        assert!(
+            matches!(&resized, Err(e) if e.is_capacity_conflict()),
+            "set_permits({permits}) beside a FairLock holder: {:?}",
+            resized.map(|_| ())
+        );
+    }
     assert!(g.release().await.expect("release"));
 }
 

@@ -324,12 +324,18 @@ impl LockState {
         }
     }
 
-    fn rw_extend(&mut self, now: u64, token: &str, lease: u64, wakes: &mut Wakes) -> bool {
+    /// Renews the token's hold of `slot` only (mirrors rw_extend.lua): a late renewal of a
+    /// write hold never touches the read hold a downgrade made of it.
+    fn rw_extend(&mut self, now: u64, claim: &Claim, lease: u64, wakes: &mut Wakes) -> bool {
+        let token = claim.token.as_str();
         let live = self.live_writer(now);
         self.rw_prune(now, wakes);
-        if live.is_some_and(|(t, _)| t == token) {
-            self.writer = Some((token.to_owned(), now + lease));
-            return true;
+        if claim.slot == Slot::Write {
+            if live.is_some_and(|(t, _)| t == token) {
+                self.writer = Some((token.to_owned(), now + lease));
+                return true;
+            }
+            return false;
         }
         if self.readers.score(token).is_some() {
             self.readers.add(token, now + lease);
@@ -421,7 +427,8 @@ impl LockState {
     ) -> Result<(u32, Option<(bool, u32)>)> {
         let fixed = !resizable;
         if let Some(n) = self.permits {
-            if fixed && n != want {
+            // A stored count may change at any set_permits: a fixed capacity cannot live on it.
+            if fixed {
                 return Err(capacity_conflict(n, want));
             }
             return Ok((n, None));
@@ -783,7 +790,7 @@ impl Store for MemoryStore {
     ) -> Result<bool> {
         claim.check()?;
         Ok(self.step(lock, now, |s, now, wakes| match claim.slot {
-            Slot::Write | Slot::Read => s.rw_extend(now, &claim.token, ms(lease), wakes),
+            Slot::Write | Slot::Read => s.rw_extend(now, claim, ms(lease), wakes),
             Slot::Ticket { .. } => s.q_extend(now, claim, ms(lease)),
         }))
     }
@@ -818,7 +825,7 @@ impl Store for MemoryStore {
         self.step(lock, now, |s, now, wakes| {
             s.q_prune(now);
             if let Some((true, n)) = s.capacity_mark {
-                if n != permits && s.in_use(now) {
+                if s.in_use(now) {
                     return Err(capacity_conflict(n, permits));
                 }
             }

@@ -492,7 +492,8 @@ impl Store for RedisStore {
         claim.check()?;
         let renewed: i64 = match claim.slot {
             Slot::Write | Slot::Read => {
-                let args = [claim.token.clone(), ms(lease).to_string()];
+                let mode = if claim.slot == Slot::Write { "w" } else { "r" };
+                let args = [claim.token.clone(), ms(lease).to_string(), mode.to_owned()];
                 self.run(lock, &SCRIPTS.rw_extend, &lock.lease_lock(), now, &args)
                     .await?
             }
