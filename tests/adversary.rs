@@ -1,0 +1,497 @@
+//! Adversarial checks of the honest-guard guarantees (docs/GUARANTEES.md, "How a guard's
+//! deadline is kept honest", and the capacity-agreement row), through the public API only:
+//! handles, guards, `LockClient::builder().store(..)` with fault wrappers, cancellation.
+//!
+//! Every test asserts a guarantee as a property ("never two conflicting guards say
+//! `is_held()`", "a guard that says `is_held()` is listed by the server"), with margins of
+//! hundreds of milliseconds. Tests run against a private real redis-server and, where the
+//! two stores are meant to agree, against the in-memory store too.
+//!
+//! Besides `support::faulty` (whose delays live in the caller's future, so a cancelled call
+//! never reaches the store), this file has [`Detached`]: a wrapper whose delayed `extend`
+//! requests run in their own task, the way a request already written to the network still
+//! reaches Redis after its caller stopped waiting. That is exactly the "request of unknown
+//! outcome" the guarantees promise to survive.
+
+mod support;
+
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+
+use redis_locks::keys::LockKeys;
+use redis_locks::store::{Acquire, Claim, Family, MemoryStore, RedisStore, Snapshot, Store};
+use redis_locks::{LockClient, WakeHub, WriteGuard};
+use tokio::time::{sleep, sleep_until, timeout, Instant};
+
+use support::faulty::{Faulty, Gate, Op, Rule};
+use support::RedisServer;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+/// Where the clients of one test keep their locks: a private redis-server (every client its
+/// own connection and wake-up hub) or one shared in-memory store.
+enum Backend {
+    Redis(RedisServer),
+    Memory(Arc<MemoryStore>),
+}
+
+impl Backend {
+    fn redis() -> Backend {
+        Backend::Redis(RedisServer::start())
+    }
+
+    fn memory() -> Backend {
+        Backend::Memory(Arc::new(MemoryStore::new()))
+    }
+
+    /// A fresh store on this backend (its own connection for Redis).
+    async fn store(&self) -> Arc<dyn Store> {
+        match self {
+            Backend::Redis(server) => {
+                Arc::new(RedisStore::connect(&server.url()).await.expect("connect"))
+            }
+            Backend::Memory(store) => store.clone(),
+        }
+    }
+
+    async fn client(&self) -> LockClient {
+        LockClient::builder().store(self.store().await)
+    }
+
+    fn label(&self) -> &'static str {
+        match self {
+            Backend::Redis(_) => "redis",
+            Backend::Memory(_) => "memory",
+        }
+    }
+}
+
+/// A store wrapper whose matching `extend` requests are sent from their own task after a
+/// delay: the caller may stop waiting (cancel the `extend`), the request still reaches the
+/// store later, after requests sent after it. Everything else goes straight through.
+struct Detached {
+    inner: Arc<dyn Store>,
+    /// (lease of the extend to detach, delay before it reaches the store), each used once.
+    rules: StdMutex<Vec<(Duration, Duration)>>,
+    /// When each detached extend reached the store, and what it answered.
+    applied: Arc<StdMutex<Vec<(Instant, String)>>>,
+}
+
+impl std::fmt::Debug for Detached {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Detached").finish_non_exhaustive()
+    }
+}
+
+impl Detached {
+    fn new(inner: Arc<dyn Store>) -> Arc<Detached> {
+        Arc::new(Detached {
+            inner,
+            rules: StdMutex::default(),
+            applied: Arc::default(),
+        })
+    }
+
+    /// The next `extend` asking for `lease` reaches the store `delay` after it was sent,
+    /// whether or not its caller still waits.
+    fn detach_extend(&self, lease: Duration, delay: Duration) {
+        self.rules.lock().unwrap().push((lease, delay));
+    }
+
+    fn applied(&self) -> Vec<(Instant, String)> {
+        self.applied.lock().unwrap().clone()
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for Detached {
+    async fn acquire(
+        &self,
+        lock: &LockKeys,
+        claim: &Claim,
+        wait: bool,
+        now: Option<u64>,
+    ) -> redis_locks::Result<Acquire> {
+        self.inner.acquire(lock, claim, wait, now).await
+    }
+
+    async fn release(
+        &self,
+        lock: &LockKeys,
+        claim: &Claim,
+        now: Option<u64>,
+    ) -> redis_locks::Result<bool> {
+        self.inner.release(lock, claim, now).await
+    }
+
+    async fn extend(
+        &self,
+        lock: &LockKeys,
+        claim: &Claim,
+        lease: Duration,
+        now: Option<u64>,
+    ) -> redis_locks::Result<bool> {
+        let delay = {
+            let mut rules = self.rules.lock().unwrap();
+            rules
+                .iter()
+                .position(|(l, _)| *l == lease)
+                .map(|i| rules.remove(i).1)
+        };
+        let Some(delay) = delay else {
+            return self.inner.extend(lock, claim, lease, now).await;
+        };
+        let (inner, lock, claim) = (self.inner.clone(), lock.clone(), claim.clone());
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let record = self.applied.clone();
+        tokio::spawn(async move {
+            sleep(delay).await;
+            let at = Instant::now();
+            let result = inner.extend(&lock, &claim, lease, now).await;
+            record.lock().unwrap().push((at, format!("{result:?}")));
+            let _ = tx.send(result);
+        });
+        let outcome = rx.await;
+        outcome.unwrap_or_else(|_| Ok(false))
+    }
+
+    async fn downgrade(
+        &self,
+        lock: &LockKeys,
+        claim: &Claim,
+        now: Option<u64>,
+    ) -> redis_locks::Result<Option<u64>> {
+        self.inner.downgrade(lock, claim, now).await
+    }
+
+    async fn inspect(
+        &self,
+        lock: &LockKeys,
+        family: Family,
+        now: Option<u64>,
+    ) -> redis_locks::Result<Snapshot> {
+        self.inner.inspect(lock, family, now).await
+    }
+
+    async fn set_permits(
+        &self,
+        lock: &LockKeys,
+        permits: u32,
+        heartbeat: Duration,
+        now: Option<u64>,
+    ) -> redis_locks::Result<()> {
+        self.inner.set_permits(lock, permits, heartbeat, now).await
+    }
+
+    async fn force_release(&self, lock: &LockKeys, now: Option<u64>) -> redis_locks::Result<u64> {
+        self.inner.force_release(lock, now).await
+    }
+
+    fn hub(&self) -> &Arc<WakeHub> {
+        self.inner.hub()
+    }
+}
+
+/// Waits until `check` holds (polling every 10 ms); a setup failure after `within`.
+async fn eventually<F, Fut>(what: &str, within: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let until = Instant::now() + within;
+    while !check().await {
+        assert!(
+            Instant::now() < until,
+            "setup: not within {within:?}: {what}"
+        );
+        sleep(ms(10)).await;
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Break 1: downgrade forgets lease requests of unknown outcome.
+// ------------------------------------------------------------------------------------------
+
+/// A writer cancels an `extend(400 ms)` after it was sent (its outcome is unknown: it may
+/// still be applied), then `extend(9 s)` is confirmed; the write guard correctly caps its
+/// trust at 400 ms from that confirmation. It then downgrades. The read guard starts with a
+/// clean slate and trusts the full 9 s from the downgrade's send, but the cancelled request
+/// reaches the server afterwards: `rw_extend` renews whatever the token holds, so it sets the
+/// *reader's* deadline to `now + 400 ms`. From then until the read guard's next renewal (3 s
+/// after the downgrade) the reader says `is_held()` while the server lists nobody, and a
+/// writer of another client is granted beside it.
+async fn downgrade_after_a_cancelled_shorter_extend(backend: Backend) {
+    let label = backend.label();
+    let name = "adv-downgrade-unknown-extend";
+    let other = backend.client().await;
+    let detached = Detached::new(backend.store().await);
+    let victim = LockClient::builder().store(detached.clone());
+    let lease = secs(9);
+    let short = ms(400);
+    let delay = ms(1200);
+
+    let mut w = victim
+        .rwlock(name)
+        .lease(lease)
+        .write()
+        .await
+        .expect("W writes");
+    detached.detach_extend(short, delay);
+    let cancelled_at = Instant::now();
+    let cancelled = timeout(ms(100), w.extend(short)).await;
+    assert!(
+        cancelled.is_err(),
+        "setup: the detached extend was answered"
+    );
+    assert!(w.extend(lease).await.expect("extend"), "setup: extend(9 s)");
+    assert!(
+        w.valid_until() <= Instant::now() + short,
+        "setup: the write guard caps its trust after the cancelled extend"
+    );
+    let r = WriteGuard::downgrade(w).await.expect("downgrade");
+
+    // The cancelled extend reaches the server 1.2 s after it was sent, shortening the
+    // reader's deadline to ~1.6 s; the read guard's first renewal is due ~3.1 s.
+    sleep_until(cancelled_at + delay + short + ms(400)).await;
+    let applied = detached.applied();
+    assert!(
+        r.is_held(),
+        "[{label}] (not a break) the read guard already knows its hold is gone"
+    );
+    let info = other.rwlock(name).inspect().await.expect("inspect");
+    let intruder = other.rwlock(name).try_write().await.expect("try_write");
+    let both = r.is_held() && intruder.is_some();
+    assert!(
+        !both,
+        "[{label}] the read guard says is_held() (valid_until in {:?}) while another client \
+         was granted the write lock (fence {:?}); the server listed holders {:?} before; \
+         detached extend applied: {applied:?}",
+        r.valid_until().saturating_duration_since(Instant::now()),
+        intruder.as_ref().map(|g| g.fencing_token()),
+        info.holders,
+    );
+    drop(intruder);
+    drop(r);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_downgrade_after_a_cancelled_shorter_extend_stays_honest() {
+    downgrade_after_a_cancelled_shorter_extend(Backend::redis()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_downgrade_after_a_cancelled_shorter_extend_stays_honest() {
+    downgrade_after_a_cancelled_shorter_extend(Backend::memory()).await;
+}
+
+/// The same cancelled `extend(400 ms)` on a mutex (no downgrade): the rule "a request of
+/// unknown outcome caps later trust" holds, the guard never trusts beyond the server deadline
+/// once the late request shortened it. (Holds.)
+async fn cancelled_shorter_extend_caps_a_mutex(backend: Backend) {
+    let label = backend.label();
+    let name = "adv-mutex-unknown-extend";
+    let other = backend.client().await;
+    let detached = Detached::new(backend.store().await);
+    let victim = LockClient::builder().store(detached.clone());
+    let lease = secs(9);
+    let short = ms(400);
+    let delay = ms(1200);
+
+    let mut g = victim
+        .mutex(name)
+        .lease(lease)
+        .lock()
+        .await
+        .expect("G locks");
+    detached.detach_extend(short, delay);
+    let sent = Instant::now();
+    assert!(timeout(ms(100), g.extend(short)).await.is_err());
+    assert!(g.extend(lease).await.expect("extend"));
+    let end = sent + delay + secs(2);
+    while Instant::now() < end {
+        let info = other.mutex(name).inspect().await.expect("inspect");
+        let now = Instant::now();
+        if g.is_held() {
+            let remaining = info.holders.first().map(|h| h.lease_remaining);
+            let trusted = g.valid_until().saturating_duration_since(now);
+            assert!(
+                remaining.is_some_and(|r| trusted <= r + ms(150)),
+                "[{label}] G trusts {trusted:?} more, the server's lease: {remaining:?}"
+            );
+        }
+        sleep(ms(50)).await;
+    }
+    drop(g);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cancelled_shorter_extend_caps_a_mutex() {
+    cancelled_shorter_extend_caps_a_mutex(Backend::redis()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_cancelled_shorter_extend_caps_a_mutex() {
+    cancelled_shorter_extend_caps_a_mutex(Backend::memory()).await;
+}
+
+// ------------------------------------------------------------------------------------------
+// Break 2: set_permits turns a FairLock's fixed capacity into a resizable count.
+// ------------------------------------------------------------------------------------------
+
+/// A FairLock A holds (marker `=1`). `set_permits(1)` on a Semaphore of the same name is
+/// accepted (the count equals the fixed capacity) and replaces the fixed marker with a
+/// plain stored count. A second FairLock B queues (a stored count equal to its capacity is
+/// fine for it). Now `set_permits(2)` finds no fixed marker and is accepted too, and its
+/// promote grants B beside A: two FairLock guards say `is_held()`.
+async fn set_permits_cannot_resize_a_fair_lock_in_use(backend: Backend) {
+    let label = backend.label();
+    let name = "adv-setpermits-fairlock";
+    let client = backend.client().await;
+    let other = backend.client().await;
+
+    let a = client.fair_lock(name).lock().await.expect("A locks");
+    let sem = other.semaphore(name, 1);
+    let first = sem.clone().set_permits(1).await;
+    eprintln!(
+        "[{label}] set_permits(1) beside the FairLock holder: {:?}",
+        first.as_ref().map(|s| s.permits())
+    );
+
+    let b_lock = other.fair_lock(name);
+    let b_task = tokio::spawn(async move { b_lock.lock().await });
+    eventually("B queued", secs(5), || async {
+        let info = client.fair_lock(name).inspect().await.expect("inspect");
+        info.waiters.len() == 1
+    })
+    .await;
+
+    let second = sem.set_permits(2).await;
+    let b = match timeout(ms(1500), b_task).await {
+        Ok(joined) => joined.expect("B's task").ok(),
+        Err(_) => None,
+    };
+    let both = a.is_held() && b.as_ref().is_some_and(|b| b.is_held());
+    assert!(
+        !both,
+        "[{label}] two FairLock guards say is_held(): A (fence {}) and B (fence {:?}); \
+         set_permits(1) -> {:?}, set_permits(2) -> {:?}",
+        a.fencing_token(),
+        b.as_ref().map(|b| b.fencing_token()),
+        first.as_ref().map(|s| s.permits()),
+        second.as_ref().map(|s| s.permits()),
+    );
+    assert!(
+        second.as_ref().is_err_and(|e| e.is_capacity_conflict()),
+        "[{label}] set_permits(2) while a FairLock holds must be a capacity conflict: {:?}",
+        second.map(|s| s.permits())
+    );
+    drop(b);
+    drop(a);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_set_permits_cannot_resize_a_fair_lock_in_use() {
+    set_permits_cannot_resize_a_fair_lock_in_use(Backend::redis()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_set_permits_cannot_resize_a_fair_lock_in_use() {
+    set_permits_cannot_resize_a_fair_lock_in_use(Backend::memory()).await;
+}
+
+/// Without the intermediate `set_permits(1)`, the FairLock's `=1` marker refuses
+/// `set_permits(2)` (holds).
+async fn set_permits_refused_beside_a_fair_lock(backend: Backend) {
+    let label = backend.label();
+    let name = "adv-setpermits-fairlock-direct";
+    let client = backend.client().await;
+    let a = client.fair_lock(name).lock().await.expect("A locks");
+    let second = client.semaphore(name, 1).set_permits(2).await;
+    assert!(
+        second.as_ref().is_err_and(|e| e.is_capacity_conflict()),
+        "[{label}] set_permits(2) beside a FairLock holder: {:?}",
+        second.map(|s| s.permits())
+    );
+    drop(a);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_set_permits_refused_beside_a_fair_lock() {
+    set_permits_refused_beside_a_fair_lock(Backend::redis()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_set_permits_refused_beside_a_fair_lock() {
+    set_permits_refused_beside_a_fair_lock(Backend::memory()).await;
+}
+
+// ------------------------------------------------------------------------------------------
+// Break 3: a capacity-marker upgrade shortens the marker's life below the holders'.
+// ------------------------------------------------------------------------------------------
+
+/// A Semaphore(1) holder A (lease 8 s) leaves the marker `~1`, alive 8 s. A FairLock waiter W
+/// (heartbeat 300 ms) queues behind it: same capacity, so the marker is upgraded to `=1`,
+/// but it is written with `SET .. PX` for the latest deadline *this run* saw, W's heartbeat
+/// deadline, not A's lease. W's process dies (its release never reaches the store); 300 ms
+/// later the marker is gone although A holds for seconds more, and a Semaphore(3) of the same
+/// name is granted a permit beside A's whole-capacity permit.
+async fn capacity_marker_outlives_its_holders(backend: Backend) {
+    let label = backend.label();
+    let name = "adv-marker-upgrade";
+    let direct = backend.client().await;
+    let w_store = Faulty::new(backend.store().await);
+    let w_client = LockClient::builder().store(w_store.clone());
+    // W "dies": none of its releases ever reaches the store.
+    let never = Gate::new();
+    w_store.add(Rule::on(Op::Release).hold_request(never.clone()));
+
+    let a = direct
+        .semaphore(name, 1)
+        .lease(secs(8))
+        .acquire()
+        .await
+        .expect("A takes the only permit");
+    let w_lock = w_client.fair_lock(name).heartbeat(ms(300));
+    let w_task = tokio::spawn(async move { w_lock.lock().await });
+    eventually("W queued and heartbeating", secs(5), || {
+        let n = w_store.calls(Op::Acquire).len();
+        async move { n >= 3 }
+    })
+    .await;
+    w_task.abort();
+    let _ = w_task.await;
+    // W's last heartbeat deadline passes; A's lease (8 s) is far from over.
+    sleep(ms(800)).await;
+
+    let intruder = direct.semaphore(name, 3).try_acquire().await;
+    let info = direct.semaphore(name, 1).inspect().await.expect("inspect");
+    let got = intruder.as_ref().ok().and_then(|p| p.as_ref()).is_some();
+    assert!(
+        !(a.is_held() && got),
+        "[{label}] Semaphore(3) got a permit beside Semaphore(1)'s only permit (A still \
+         held): holders {:?}",
+        info.holders
+    );
+    eprintln!(
+        "[{label}] Semaphore(3) beside A: {:?}",
+        intruder.as_ref().map(|p| p.is_some())
+    );
+    drop(intruder);
+    drop(a);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_capacity_marker_outlives_its_holders() {
+    capacity_marker_outlives_its_holders(Backend::redis()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_capacity_marker_outlives_its_holders() {
+    capacity_marker_outlives_its_holders(Backend::memory()).await;
+}
