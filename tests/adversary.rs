@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use redis_locks::keys::LockKeys;
 use redis_locks::store::{Acquire, Claim, Family, MemoryStore, RedisStore, Snapshot, Store};
-use redis_locks::{LockClient, WakeHub, WriteGuard};
+use redis_locks::{LockClient, Preference, WakeHub, WriteGuard};
 use tokio::time::{sleep, sleep_until, timeout, Instant};
 
 use support::faulty::{Faulty, Gate, Op, Rule};
@@ -494,4 +494,219 @@ async fn redis_capacity_marker_outlives_its_holders() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_capacity_marker_outlives_its_holders() {
     capacity_marker_outlives_its_holders(Backend::memory()).await;
+}
+
+// ------------------------------------------------------------------------------------------
+// Attacks that held.
+// ------------------------------------------------------------------------------------------
+
+/// Break 1 on the fair RwLock (ticket queue): the downgrade renames the holder's member
+/// (`token#2^30` -> `token`), so the late `extend(400 ms)` for the write member finds nothing
+/// and the read guard's deadline stays honest. (Holds.)
+async fn fair_downgrade_after_a_cancelled_shorter_extend(backend: Backend) {
+    let label = backend.label();
+    let name = "adv-fair-downgrade-unknown-extend";
+    let other = backend.client().await;
+    let detached = Detached::new(backend.store().await);
+    let victim = LockClient::builder().store(detached.clone());
+    let (lease, short, delay) = (secs(9), ms(400), ms(1200));
+
+    let mut w = victim
+        .rwlock(name)
+        .preference(Preference::Fair)
+        .lease(lease)
+        .write()
+        .await
+        .expect("W writes");
+    detached.detach_extend(short, delay);
+    let cancelled_at = Instant::now();
+    assert!(timeout(ms(100), w.extend(short)).await.is_err());
+    assert!(w.extend(lease).await.expect("extend"));
+    let r = WriteGuard::downgrade(w).await.expect("downgrade");
+    sleep_until(cancelled_at + delay + short + ms(400)).await;
+    let intruder = other
+        .rwlock(name)
+        .preference(Preference::Fair)
+        .try_write()
+        .await
+        .expect("try_write");
+    assert!(
+        !(r.is_held() && intruder.is_some()),
+        "[{label}] fair read guard and another writer both held; detached: {:?}",
+        detached.applied()
+    );
+    drop(intruder);
+    drop(r);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_fair_downgrade_after_a_cancelled_shorter_extend_stays_honest() {
+    fair_downgrade_after_a_cancelled_shorter_extend(Backend::redis()).await;
+}
+
+/// The hand-off wake-up reaches waiter B *before* the reply to B's refused attempt (the
+/// reply is held after Redis applied the attempt; pushes are never held). B takes the grant
+/// (it names the heartbeat deadline of that attempt), with its renewals stalled: it must stop
+/// saying `is_held()` before the server's claim window ends and C is granted. (Holds.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_hand_off_push_before_the_refusal_reply_stays_honest() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let direct = LockClient::connect(&url).await.expect("connect");
+    let b_store = Faulty::new(Arc::new(RedisStore::connect(&url).await.expect("connect")));
+    let b_client = LockClient::builder().store(b_store.clone());
+    let name = "adv-push-before-reply";
+
+    let a = direct.mutex(name).lock().await.expect("A locks");
+    let renewals = Gate::new();
+    b_store.add(Rule::on(Op::Extend).hold_request(renewals.clone()));
+    let b_mutex = b_client.mutex(name).lease(secs(1));
+    let b_task = tokio::spawn(async move { b_mutex.lock().await });
+    eventually("B waits, subscribed", secs(5), || {
+        let n = b_store.calls(Op::Acquire).len();
+        async move { n >= 2 }
+    })
+    .await;
+    let reply = Gate::new();
+    b_store.add(Rule::on(Op::Acquire).times(1).hold_reply(reply.clone()));
+    timeout(secs(5), reply.wait_entered(1))
+        .await
+        .expect("setup: B's next attempt applied");
+    assert!(a.release().await.expect("A releases"));
+    sleep(ms(100)).await;
+    reply.open();
+    let b = timeout(secs(5), b_task)
+        .await
+        .expect("setup: B granted")
+        .expect("B's task")
+        .expect("B's lock()");
+
+    let c_mutex = direct.mutex(name);
+    let end = Instant::now() + secs(3);
+    let mut c = None;
+    while Instant::now() < end {
+        if c.is_none() {
+            c = c_mutex.try_lock().await.expect("try_lock");
+        }
+        let c_held = c
+            .as_ref()
+            .is_some_and(|c: &redis_locks::MutexGuard| c.is_held());
+        assert!(
+            !(b.is_held() && c_held),
+            "B (handed over, renewals stalled) and C both say is_held()"
+        );
+        if b.is_held() {
+            let info = c_mutex.inspect().await.expect("inspect");
+            assert_eq!(
+                info.fence,
+                b.fencing_token(),
+                "B says is_held() but the server's fence moved on: {info:?}"
+            );
+        }
+        sleep(ms(20)).await;
+    }
+    assert!(
+        c.is_some(),
+        "setup: C was granted once B's claim window ended"
+    );
+    renewals.open();
+    drop(b);
+}
+
+/// A waiter that dies (its release never reaches the store) right before the holder's
+/// release is handed the lock; with default options (lease 1 s, heartbeat = lease) the next
+/// caller gets the lock within about one lease of the death. (Holds.)
+async fn dead_waiter_handed_the_lock_blocks_at_most_a_lease(backend: Backend) {
+    let label = backend.label();
+    let name = "adv-dead-waiter-hand-off";
+    let direct = backend.client().await;
+    let d_store = Faulty::new(backend.store().await);
+    let d_client = LockClient::builder().store(d_store.clone());
+    let never = Gate::new();
+    d_store.add(Rule::on(Op::Release).hold_request(never.clone()));
+    let lease = secs(1);
+
+    let a = direct
+        .mutex(name)
+        .lease(lease)
+        .lock()
+        .await
+        .expect("A locks");
+    let d_mutex = d_client.mutex(name).lease(lease);
+    let d_task = tokio::spawn(async move { d_mutex.lock().await });
+    eventually("D waits", secs(5), || {
+        let n = d_store.calls(Op::Acquire).len();
+        async move { n >= 3 }
+    })
+    .await;
+    d_task.abort();
+    let _ = d_task.await;
+    let died = Instant::now();
+    let _ = a.release().await.expect("A releases");
+    let c = timeout(secs(5), direct.mutex(name).lease(lease).lock())
+        .await
+        .expect("C granted within 5 s")
+        .expect("C's lock()");
+    let blocked = died.elapsed();
+    assert!(
+        blocked <= lease + ms(400),
+        "[{label}] a dead waiter blocked C for {blocked:?} (lease {lease:?})"
+    );
+    drop(c);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_dead_waiter_handed_the_lock_blocks_at_most_a_lease() {
+    dead_waiter_handed_the_lock_blocks_at_most_a_lease(Backend::redis()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_dead_waiter_handed_the_lock_blocks_at_most_a_lease() {
+    dead_waiter_handed_the_lock_blocks_at_most_a_lease(Backend::memory()).await;
+}
+
+/// `SCRIPT FLUSH` every 20 ms while three clients contend for one mutex (with renewals every
+/// 100 ms): never two guards inside at once. (Holds.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_script_flush_storm_keeps_exclusion() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let server = RedisServer::start();
+    let url = server.url();
+    let flusher = RedisStore::connect(&url).await.expect("connect");
+    let inside = Arc::new(AtomicUsize::new(0));
+    let end = Instant::now() + secs(3);
+    let mut tasks = Vec::new();
+    for _ in 0..3 {
+        let client = LockClient::connect(&url).await.expect("connect");
+        let inside = inside.clone();
+        tasks.push(tokio::spawn(async move {
+            let mutex = client
+                .mutex("adv-script-flush")
+                .lease(ms(300))
+                .renew_every(ms(100));
+            let mut rounds = 0u32;
+            while Instant::now() < end {
+                let g = mutex.lock().await.expect("lock");
+                assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two inside");
+                sleep(ms(15)).await;
+                assert!(g.is_held());
+                inside.fetch_sub(1, Ordering::SeqCst);
+                g.release().await.expect("release");
+                rounds += 1;
+            }
+            rounds
+        }));
+    }
+    while Instant::now() < end {
+        let _: redis::Value = flusher
+            .query(redis::cmd("SCRIPT").arg("FLUSH"))
+            .await
+            .expect("SCRIPT FLUSH");
+        sleep(ms(20)).await;
+    }
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.expect("task");
+    }
+    assert!(total > 10, "setup: only {total} rounds");
 }
