@@ -55,6 +55,17 @@ fn trusted_until(sent_at: Instant, lease: Duration) -> Instant {
     sent_at + lease.saturating_sub(Options::drift(lease))
 }
 
+/// How long a handed-over grant is trusted from the send of the waiter's latest refused
+/// attempt: the release granted it until that attempt's heartbeat deadline, and the claim that
+/// follows sets the server deadline to the lease from then, so never longer than either.
+fn hand_off_window(claim: &Claim) -> Duration {
+    if planted(Bug::HandOffTrustsHeartbeat) {
+        claim.heartbeat
+    } else {
+        claim.heartbeat.min(claim.lease)
+    }
+}
+
 /// Marks a lease request whose reply never came (lost, or the caller stopped waiting) as of
 /// unknown outcome when dropped unanswered.
 struct InFlight<'a> {
@@ -248,11 +259,7 @@ impl Hold {
         attempt_sent_at: Instant,
         opts: Options,
     ) -> Self {
-        let window = if planted(Bug::HandOffTrustsHeartbeat) {
-            claim.heartbeat
-        } else {
-            claim.heartbeat.min(claim.lease)
-        };
+        let window = hand_off_window(&claim);
         let first = FirstRenewal::Immediately;
         Self::start(
             store,
@@ -264,6 +271,15 @@ impl Hold {
             opts,
             first,
         )
+    }
+
+    /// Whether a grant handed to `claim` (whose latest refused attempt was sent at
+    /// `attempt_sent_at`) is still worth taking as it is: at least half of its trust window is
+    /// left. Otherwise the waiter confirms it with an attempt, which claims the full lease; a
+    /// guard must not start out already (or almost) lost.
+    pub(crate) fn hand_off_is_fresh(claim: &Claim, attempt_sent_at: Instant) -> bool {
+        let window = hand_off_window(claim);
+        Instant::now() < attempt_sent_at + window.saturating_sub(Options::drift(window)) / 2
     }
 
     /// Trusts the hold for `window` from `trusted_from`, minus drift, and starts renewing it.

@@ -272,13 +272,15 @@ impl LockCtx {
                     // not name the deadline our latest refusal was told may predate that
                     // refusal (the push was delayed, the claim window ended and someone else
                     // took the lock): the next attempt confirms it instead (it claims a grant
-                    // that still stands).
+                    // that still stands); so does a grant whose trust window is mostly gone.
                     let handed_off = reg.take_grant().filter(|grant| {
                         let wanted = matches!(claim.slot, Slot::Ticket { .. } | Slot::Write)
                             // With wait_replicas, the normal claim path runs WAIT first.
                             && self.opts.wait_replicas.is_none();
                         let after_refusal = grant.until.is_some() && grant.until == last_refusal;
-                        wanted && (after_refusal || planted(Bug::StaleGrant))
+                        wanted
+                            && (after_refusal || planted(Bug::StaleGrant))
+                            && Hold::hand_off_is_fresh(&claim, sent_at)
                     });
                     if let Some(grant) = handed_off {
                         pending.armed = false;

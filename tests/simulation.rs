@@ -138,7 +138,8 @@ const SLACK_MS: u64 = 5;
 const LOCK_WHILE_HOLDING_MS: u64 = 500;
 
 const LEASES: &[u64] = &[30, 60, 100, 150, 300, 600, 1_000, 30_000];
-const HEARTBEATS: &[u64] = &[60, 100, 200, 300, 600, 1_000, 5_000];
+/// Heartbeat windows; 0 leaves the option unset (the default: the lease, at most 5 s).
+const HEARTBEATS: &[u64] = &[0, 60, 100, 200, 300, 600, 1_000, 5_000];
 const RETRIES: &[u64] = &[50, 100, 300, 1_000];
 const DELAYS: &[u64] = &[1, 5, 20, 50, 100, 200, 300, MAX_DELAY];
 
@@ -391,11 +392,13 @@ impl Profile {
         }
     }
 
-    /// Defect 8: crashed waiters, leases shorter than the heartbeat, no other fault.
+    /// Defect 8: crashed waiters with short leases and the default heartbeat (the bound holds
+    /// with default options; an explicit heartbeat longer than the lease is allowed to block
+    /// for that heartbeat), no other fault.
     fn dead_waiter() -> Profile {
         Profile {
             prims: HAND_OFF_PRIMS.to_vec(),
-            lease_heartbeat: pairs(|l, h| l < h && l <= 300),
+            lease_heartbeat: pairs(|l, h| h == 0 && l <= 300),
             manual_renew: false,
             waits: true,
             extends: false,
@@ -723,6 +726,7 @@ struct TokenInfo {
     name: usize,
     /// The longest lease asked for (acquire or extend).
     lease_max: u64,
+
     /// A call of this claim had a fault.
     faulted: bool,
     /// Virtual ms since which it holds on the server (while it does).
@@ -751,6 +755,8 @@ struct ClientState {
     pushes_used: usize,
     retry: u64,
     auto_renew: bool,
+    /// The heartbeat window set (0: the default).
+    heartbeat: u64,
     dead_at: Option<u64>,
     finished: bool,
     wait: Option<WaitState>,
@@ -886,6 +892,13 @@ impl World {
             .unwrap_or(Fault::None)
     }
 
+    /// How long a claim of `client` that asked for leases up to `lease_max` may block others
+    /// once the client died (docs/GUARANTEES.md, dead-process bound): one lease with the
+    /// default heartbeat, else the longer of the lease and the heartbeat window set.
+    fn dead_bound(&self, client: usize, lease_max: u64) -> u64 {
+        lease_max.max(self.clients[client].heartbeat)
+    }
+
     /// Records a call of `token` by `client`.
     fn note(&mut self, client: usize, name: usize, token: &str, lease: u64, faulted: bool) {
         let info = self
@@ -931,7 +944,8 @@ impl World {
                 Some(&deadline) => {
                     let since = *info.holder_since.get_or_insert(now - BASE_MS);
                     if let Some(died) = self.clients[info.client].dead_at {
-                        let allowed = BASE_MS + died.max(since) + info.lease_max;
+                        let bound = info.lease_max.max(self.clients[info.client].heartbeat);
+                        let allowed = BASE_MS + died.max(since) + bound;
                         if deadline > allowed {
                             late.push((info.client, token.clone(), since, died, deadline, allowed));
                         }
@@ -946,12 +960,12 @@ impl World {
                 client as u64,
                 format!(
                     "client {client} crashed at {died} ms; its claim {} holds n{name} since \
-                     {since} ms until {} ms, {} ms past one lease ({} ms) after the later of \
-                     the two",
+                     {since} ms until {} ms, {} ms past its bound ({} ms: the longer of its \
+                     lease and heartbeat window) after the later of the two",
                     short(&token),
                     deadline - BASE_MS,
                     deadline - allowed,
-                    self.tokens[&token].lease_max
+                    self.dead_bound(client, self.tokens[&token].lease_max)
                 ),
             );
         }
@@ -2059,6 +2073,7 @@ async fn run(schedule: &Schedule, focus: &[Class], trace: bool) -> Outcome {
             pushes_used: 0,
             retry: spec.retry,
             auto_renew: spec.auto_renew,
+            heartbeat: spec.heartbeat,
             dead_at: None,
             finished: false,
             wait: None,
@@ -2116,9 +2131,11 @@ async fn run(schedule: &Schedule, focus: &[Class], trace: bool) -> Outcome {
             hub,
             calls: AtomicU64::new(0),
         };
-        let client = LockClient::builder()
-            .lease(ms(spec.lease))
-            .heartbeat(ms(spec.heartbeat))
+        let mut builder = LockClient::builder().lease(ms(spec.lease));
+        if spec.heartbeat > 0 {
+            builder = builder.heartbeat(ms(spec.heartbeat));
+        }
+        let client = builder
             .retry_interval(ms(spec.retry))
             .auto_renew(spec.auto_renew)
             .store(Arc::new(conn));
