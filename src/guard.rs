@@ -49,8 +49,10 @@ macro_rules! guard_methods {
             /// renewals). `Ok(false)`: the lease was already gone.
             ///
             /// # Cancel safety
-            /// If cancelled, the renewal may or may not have happened; the lease is then
-            /// still valid for at least its previous deadline.
+            /// If cancelled, the renewal may or may not have happened (and may still happen):
+            /// the guard then trusts the hold no longer than either outcome allows (the
+            /// shorter of the old deadline and `lease` from the send), and later renewals
+            /// keep that cap.
             pub async fn extend(&mut self, lease: std::time::Duration) -> $crate::Result<bool> {
                 self.hold.extend(lease).await
             }
