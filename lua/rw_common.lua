@@ -74,14 +74,14 @@ local function leave_waiting(token)
   if live_count(WQ) == 0 then wake_all() else expire_zset(WQ) end
 end
 
--- Hands the free lock to the live waiting writer heard from most recently (the latest
--- heartbeat deadline, then the greatest token: the one least likely to have died) until that
--- deadline, and wakes it with the grant ("token=fence@deadline"): it holds at once and claims
--- its full lease in the background. The deadline lets the waiter check that the grant came
--- after its latest refused attempt (whose reply carried the same deadline). A writer that died
--- holds it for the rest of its own heartbeat window at most. False when no writer waits.
+-- Hands the free lock to the live waiting writer with the earliest heartbeat deadline (the
+-- one that attempted longest ago: live waiters take turns) until that deadline, and wakes it
+-- with the grant ("token=fence@deadline"): it holds at once and claims its full lease in the
+-- background. The deadline lets the waiter check that the grant came after its latest refused
+-- attempt (whose reply carried the same deadline). A writer that died holds it for the rest of
+-- its own heartbeat window at most (by default at most its lease). False when no writer waits.
 local function hand_over()
-  local pick = redis.call('ZRANGE', WQ, '+inf', '(' .. NOW, 'BYSCORE', 'REV', 'LIMIT', 0, 1, 'WITHSCORES')
+  local pick = redis.call('ZRANGE', WQ, '(' .. NOW, '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
   if #pick == 0 then return false end
   -- Never granted beside a ticket-queue holder; the waiter gets RLMIXED on its next attempt.
   if queue_held() then return false end

@@ -30,8 +30,8 @@ pub enum Bug {
     StaleGrant,
     /// Renewals and `extend` run concurrently and the local deadline only ever grows.
     UnorderedRenewals,
-    /// A grant to a waiter lasts its whole heartbeat window (5 s by default, whatever the
-    /// lease), and the lease lock hands over to the waiter heard from longest ago.
+    /// The default heartbeat window is 5 s whatever the lease, so a waiter that died (its queue
+    /// place, its writer announcement, a grant handed to it) blocks others for up to 5 s.
     DeadWaiterBlocks,
 }
 

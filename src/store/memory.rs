@@ -73,7 +73,7 @@ impl ZSet {
         let score = self.score(member)?;
         Some(self.order.range(..(score, member.to_owned())).count())
     }
-    fn iter(&self) -> impl DoubleEndedIterator<Item = &(u64, String)> {
+    fn iter(&self) -> impl Iterator<Item = &(u64, String)> {
         self.order.iter()
     }
 }
@@ -196,16 +196,12 @@ impl LockState {
     /// Hands the free lock to the first live waiting writer until its heartbeat deadline
     /// (mirrors `hand_over` in rw_common.lua); false when none waits.
     fn hand_over(&mut self, now: u64, wakes: &mut Wakes) -> bool {
-        // The waiter heard from most recently is the least likely to have died (the planted
-        // bug picks the one heard from longest ago).
-        let oldest_first = crate::testing::planted(crate::testing::Bug::DeadWaiterBlocks);
-        let live = |(dl, _): &&(u64, String)| *dl > now;
-        let pick = if oldest_first {
-            self.waiting_writers.iter().find(live).cloned()
-        } else {
-            self.waiting_writers.iter().rev().find(live).cloned()
-        };
-        let Some((until, token)) = pick else {
+        let Some((until, token)) = self
+            .waiting_writers
+            .iter()
+            .find(|(dl, _)| *dl > now)
+            .cloned()
+        else {
             return false;
         };
         if self.queue_held(now) {
