@@ -13,7 +13,9 @@
 --                  are refused on it), or, while the queue is in use, a marker left by its
 --                  claims: "~<n>" (Semaphores of n permits) or "=<n>" (a fixed capacity:
 --                  FairLock 1, fair RwLock 2^30), kept alive as long as the holders and waiters
---                  it describes. Claims of another capacity are refused with RLCAPACITY.
+--                  it describes. Claims of another capacity are refused with RLCAPACITY while
+--                  the queue is in use; a marker left after that is ignored and replaced, and
+--                  lapses at the latest deadline it covered (like the holder set `h`).
 --   KEYS[8] w      writer record of the lease lock of the same name (read only: lease_held)
 --   KEYS[9] r      readers of the lease lock of the same name (read only: lease_held)
 -- A member is the holder's token, followed by "#<weight>" when it takes more than one permit
@@ -85,23 +87,6 @@ local function capacity(arg)
   return n or tonumber(string.match(arg, '%d+$')), kind
 end
 
--- After a release: a capacity marker (`kind` as returned by capacity) goes with the last
--- holder and waiter, else lives exactly as long as the latest deadline left (its TTL only grew
--- while holds came and went), so an idle name soon leaves only its fence (and a set_permits
--- count).
-local function fit_capacity_marker(kind)
-  if kind ~= '~' and kind ~= '=' then return end
-  local last = max_score(H)
-  if redis.call('ZCARD', Q) > 0 then
-    local hb = max_score(HB)
-    if hb and (not last or hb > last) then last = hb end
-  end
-  if not last then
-    redis.call('DEL', CAP)
-  elseif not EXPLICIT_NOW then
-    redis.call('PEXPIRE', CAP, math.max(1, math.floor(last - NOW)))
-  end
-end
 
 -- True while the queue has a live holder or any waiter (after prune).
 local function in_use()

@@ -6,7 +6,7 @@
 -- Reply: 1 if the token held permits (a live lease) until this call, else 0.
 local member = member_of(ARGV[3], tonumber(ARGV[4]))
 local heartbeat = tonumber(ARGV[5])
-local cap, kind = capacity(ARGV[6])
+local cap = capacity(ARGV[6])
 
 prune()
 local held = redis.call('ZREM', H, member)
@@ -16,5 +16,4 @@ if redis.call('ZREM', Q, member) == 1 then
 end
 promote(cap, heartbeat, nil)
 refresh_ttls()
-fit_capacity_marker(kind)
 return held

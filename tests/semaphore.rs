@@ -354,8 +354,9 @@ both_backends!(
 );
 
 /// Lists every key of the ticket queue whose TTL ends before the latest deadline it must keep
-/// (holders: their leases; queue, heartbeats, ticket counter: the latest heartbeat), read in
-/// one atomic step on the server clock. Empty when every TTL covers its deadlines.
+/// (holders: their leases; queue, heartbeats, ticket counter: the latest heartbeat; the
+/// capacity marker: all of them, since it must outlive every holder and waiter it describes),
+/// read in one atomic step on the server clock. Empty when every TTL covers its deadlines.
 const TTL_GAPS: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -372,10 +373,13 @@ local function cover(k, deadline)
   end
 end
 local hb = top(KEYS[3])
-cover(KEYS[1], top(KEYS[1]))
+local held = top(KEYS[1])
+cover(KEYS[1], held)
 cover(KEYS[2], hb)
 cover(KEYS[3], hb)
 cover(KEYS[4], hb)
+cover(KEYS[5], held)
+cover(KEYS[5], hb)
 return gaps
 "#;
 
@@ -390,8 +394,9 @@ async fn ttls_always_cover_the_live_deadlines() {
     let name = "ttl-cover";
     let keys = client.keys(name).expect("keys");
     let (h, q, hb, tk) = (keys.key("h"), keys.key("q"), keys.key("hb"), keys.key("tk"));
+    let cap = keys.key("cap");
     let check = |step: &str| {
-        let gaps = b.cli(&["EVAL", TTL_GAPS, "4", &h, &q, &hb, &tk]);
+        let gaps = b.cli(&["EVAL", TTL_GAPS, "5", &h, &q, &hb, &tk, &cap]);
         assert!(gaps.trim().is_empty(), "after {step}: {gaps}");
     };
     let sem = client
@@ -418,8 +423,17 @@ async fn ttls_always_cover_the_live_deadlines() {
     assert!(p1.release().await.expect("release"));
     check("a release with no waiter");
     assert!(p2.release().await.expect("release"));
-    // Nothing is left but the fence counter (absent here: no grant took every permit).
+    // Nothing is left but the fence counter (absent here: no grant took every permit) and the
+    // capacity marker, until its TTL (the last lease) runs out.
     let pattern = format!("rl:{{{name}}}:*");
     let left = b.cli(&["KEYS", &pattern]);
-    assert!(left.lines().all(|k| k == keys.fence()), "left: {left}");
+    assert!(
+        left.lines().all(|k| k == keys.fence() || k == cap),
+        "left: {left}"
+    );
+    let pttl: i64 = b.cli(&["PTTL", &cap]).parse().expect("PTTL");
+    assert!(
+        pttl > 0 || pttl == -2,
+        "the capacity marker has no TTL ({pttl})"
+    );
 }

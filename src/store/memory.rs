@@ -599,9 +599,6 @@ impl LockState {
         self.heartbeats.remove(&member);
         self.promote(now, cap, ms(claim.heartbeat), None, wakes);
         self.refresh();
-        if self.holders.is_empty() && self.queue.is_empty() {
-            self.capacity_mark = None;
-        }
         held
     }
 
