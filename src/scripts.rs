@@ -96,6 +96,15 @@ pub const SOURCES: &[(&str, &str)] = &[
             include_str!("../lua/force_release.lua")
         ),
     ),
+    (
+        "raise_fence",
+        concat!(
+            "#!lua\n",
+            include_str!("../lua/prelude.lua"),
+            "\n",
+            include_str!("../lua/raise_fence.lua")
+        ),
+    ),
 ];
 
 /// The compiled scripts (SHA1 computed once).
@@ -112,6 +121,7 @@ pub(crate) struct Scripts {
     pub queue_set_permits: Script,
     pub queue_inspect: Script,
     pub force_release: Script,
+    pub raise_fence: Script,
 }
 
 fn source(name: &str) -> &'static str {
@@ -135,4 +145,5 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     queue_set_permits: Script::new(source("queue_set_permits")),
     queue_inspect: Script::new(source("queue_inspect")),
     force_release: Script::new(source("force_release")),
+    raise_fence: Script::new(source("raise_fence")),
 });

@@ -24,6 +24,8 @@ const ACL_RULE: &[&str] = &[
     "&rl:*",
     "-@all",
     "+hello",
+    // Quorum mode checks at start-up that a majority of its servers answer.
+    "+ping",
     "+evalsha",
     "+script|load",
     "+subscribe",
@@ -147,6 +149,35 @@ async fn every_primitive_works_as_a_restricted_acl_user() {
 }
 
 /// The restricted user cannot read or write keys outside the prefix, nor run other commands.
+/// Quorum mode as the restricted user: a server whose fence counter lags (here: deleted by an
+/// operator) is raised to the majority's fence by the next grant, through the `raise_fence`
+/// script loaded by SHA like every other (no `EVAL` of inline code, which the rule denies).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn quorum_raises_a_lagging_fence_as_a_restricted_acl_user() {
+    let servers = [acl_server(), acl_server(), acl_server()];
+    let urls: Vec<String> = servers.iter().map(acl_url).collect();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let c = LockClient::quorum(&urls).await.expect("quorum as locks");
+    let m = c.mutex("acl-q");
+    for _ in 0..3 {
+        let g = m.lock().await.expect("lock");
+        assert!(g.release().await.expect("release"));
+    }
+    let fence_key = "rl:{acl-q}:fence";
+    assert_eq!(servers[2].cli(&["DEL", fence_key]), "1");
+    let g = m.lock().await.expect("lock with a lagging server");
+    let fence = g.fencing_token();
+    assert!(fence >= 4, "fence {fence} went back");
+    assert!(g.release().await.expect("release"));
+    for (i, server) in servers.iter().enumerate() {
+        let stored: u64 = server
+            .cli(&["GET", fence_key])
+            .parse()
+            .unwrap_or_else(|e| panic!("server {i} fence: {e}"));
+        assert!(stored >= fence, "server {i} holds fence {stored} < {fence}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_acl_user_cannot_touch_other_keys() {
     let server = acl_server();

@@ -66,13 +66,6 @@ const UNSUPPORTED_WHAT: &str =
 const UNSUPPORTED_WHY: &str =
     "quorum mode: queues on independent servers can disagree on the order; use Mutex or RwLock with the writer or reader preference";
 
-/// Raises a fence counter to at least ARGV[1] (never lowers it).
-const RAISE_FENCE: &str = r"
-local v = tonumber(redis.call('GET', KEYS[1]) or '0')
-if v < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end
-return 1
-";
-
 /// The lease lock over N independent Redis servers; see the module docs.
 #[derive(Debug)]
 pub struct QuorumStore {
@@ -283,13 +276,14 @@ impl QuorumStore {
         let mut set = JoinSet::new();
         for (node, _) in self.nodes.iter().zip(which).filter(|(_, w)| **w) {
             let node = node.clone();
-            let mut cmd = redis::cmd("EVAL");
-            cmd.arg(RAISE_FENCE).arg(1).arg(lock.fence()).arg(fence);
-            set.spawn(async move { node.query::<i64>(&cmd).await });
+            let lock = lock.clone();
+            set.spawn(async move { node.raise_fence(&lock, fence).await });
         }
         while let Some(joined) = set.join_next().await {
             if let Ok(Err(err)) = joined {
-                tracing::debug!(lock = lock.name(), %err, "could not raise a fence counter");
+                // The next grant on that server could hand out a fence the majority already
+                // used: fenced resources refuse it, but it is worth an operator's look.
+                tracing::warn!(lock = lock.name(), %err, "could not raise a lagging server's fence counter");
             }
         }
     }

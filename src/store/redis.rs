@@ -400,6 +400,24 @@ fn ticket_args(claim: &Claim) -> (u32, String) {
     }
 }
 
+impl RedisStore {
+    /// Raises the lock's fence counter to at least `fence` (quorum mode: a server that
+    /// lagged must never hand out a smaller fence than the majority did).
+    pub(crate) async fn raise_fence(&self, lock: &LockKeys, fence: u64) -> Result<u64> {
+        let keys = [lock.fence()];
+        let reached: i64 = self
+            .run(
+                lock,
+                &SCRIPTS.raise_fence,
+                &keys,
+                None,
+                &[fence.to_string()],
+            )
+            .await?;
+        Ok(reached.max(0) as u64)
+    }
+}
+
 #[async_trait]
 impl Store for RedisStore {
     async fn acquire(
