@@ -137,16 +137,8 @@ impl Shared {
             lease,
             answered: false,
         };
-        let call = self.store.extend(&self.lock, &claim, lease, None);
-        let reply = match give_up_at {
-            Some(at) => match tokio::time::timeout_at(at, call).await {
-                Ok(reply) => reply,
-                Err(_) => {
-                    self.mark_lost("no renewal confirmed before the lease ran out");
-                    return Ok(false);
-                }
-            },
-            None => call.await,
+        let Some(reply) = self.send(&claim, lease, give_up_at).await else {
+            return Ok(false);
         };
         match reply {
             Ok(true) => {
@@ -171,6 +163,27 @@ impl Shared {
         }
     }
 
+    /// Sends one lease request; `None` (the hold marked lost) when no reply came before
+    /// `give_up_at`.
+    async fn send(
+        &self,
+        claim: &Claim,
+        lease: Duration,
+        give_up_at: Option<Instant>,
+    ) -> Option<Result<bool>> {
+        let call = self.store.extend(&self.lock, claim, lease, None);
+        match give_up_at {
+            Some(at) => match tokio::time::timeout_at(at, call).await {
+                Ok(reply) => Some(reply),
+                Err(_) => {
+                    self.mark_lost("no renewal confirmed before the lease ran out");
+                    None
+                }
+            },
+            None => Some(call.await),
+        }
+    }
+
     /// The planted bug: requests run concurrently, a renewal's reply only ever raises the
     /// trust and `extend` sets it from its own reply.
     async fn request_unordered(
@@ -180,16 +193,8 @@ impl Shared {
     ) -> Result<bool> {
         let claim = self.claim();
         let sent_at = Instant::now();
-        let call = self.store.extend(&self.lock, &claim, lease, None);
-        let reply = match give_up_at {
-            Some(at) => match tokio::time::timeout_at(at, call).await {
-                Ok(reply) => reply,
-                Err(_) => {
-                    self.mark_lost("no renewal confirmed before the lease ran out");
-                    return Ok(false);
-                }
-            },
-            None => call.await,
+        let Some(reply) = self.send(&claim, lease, give_up_at).await else {
+            return Ok(false);
         };
         match reply {
             Ok(true) => {
