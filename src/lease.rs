@@ -107,22 +107,25 @@ impl Shared {
         self.validity.borrow().until
     }
 
-    /// Asks the store to renew the hold to `lease` from now, waiting at most until
-    /// `give_up_at`; `Ok(false)`: it holds nothing live (the hold is then marked lost).
+    /// Asks the store to renew the hold to its current lease from now, waiting at most until
+    /// `give_up_at`; `Ok(false)`: it holds nothing live (the hold is then marked lost). The
+    /// lease is read once this request's turn has come, so a renewal that waited behind an
+    /// `extend` asks for the length the `extend` set.
     ///
     /// The local deadline follows the last request the server applied, never the largest
     /// reply: a request for a shorter lease lowers the trust before it is even sent (it may
     /// be applied at any moment from then on), and a confirmed reply sets the trust from its
     /// own send instant, capped by any earlier request whose outcome stayed unknown.
-    async fn request(&self, lease: Duration, give_up_at: Option<Instant>) -> Result<bool> {
+    async fn request(&self, give_up_at: Option<Instant>) -> Result<bool> {
         if planted(Bug::UnorderedRenewals) {
-            return self.request_unordered(lease, give_up_at).await;
+            return self.request_unordered(give_up_at).await;
         }
         let mut requests = self.requests.lock().await;
         if self.validity.borrow().lost {
             return Ok(false);
         }
         let claim = self.claim();
+        let lease = claim.lease;
         let sent_at = Instant::now();
         // The planted hand-off bug keeps the old rule too: trust only ever grew.
         let raise_only = planted(Bug::HandOffTrustsHeartbeat);
@@ -186,12 +189,9 @@ impl Shared {
 
     /// The planted bug: requests run concurrently, a renewal's reply only ever raises the
     /// trust and `extend` sets it from its own reply.
-    async fn request_unordered(
-        &self,
-        lease: Duration,
-        give_up_at: Option<Instant>,
-    ) -> Result<bool> {
+    async fn request_unordered(&self, give_up_at: Option<Instant>) -> Result<bool> {
         let claim = self.claim();
+        let lease = claim.lease;
         let sent_at = Instant::now();
         let Some(reply) = self.send(&claim, lease, give_up_at).await else {
             return Ok(false);
@@ -378,8 +378,9 @@ impl Hold {
         if self.shared.validity.borrow().lost {
             return Ok(false);
         }
-        // Later renewals keep the new length (and their schedule follows it); a renewal
-        // already sent with the old length is answered before this request goes out.
+        // This request and every later renewal ask for the new length (and the renewal
+        // schedule follows it); a renewal already sent with the old length is answered before
+        // this request goes out.
         let old = std::mem::replace(
             &mut self
                 .shared
@@ -389,7 +390,7 @@ impl Hold {
                 .lease,
             lease,
         );
-        let renewed = self.shared.request(lease, None).await;
+        let renewed = self.shared.request(None).await;
         if !matches!(renewed, Ok(true)) && planted(Bug::UnorderedRenewals) {
             self.shared
                 .claim
@@ -558,7 +559,7 @@ async fn renew(shared: Arc<Shared>, opts: Options, at_once: bool, once: bool) {
             shared.mark_lost("renewal came too late");
             return;
         }
-        match shared.request(lease, Some(until)).await {
+        match shared.request(Some(until)).await {
             Ok(true) => {
                 retry_at = None;
                 if once {

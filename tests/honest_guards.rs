@@ -392,3 +392,31 @@ async fn extend_to_a_shorter_lease_keeps_the_guard_renewed() {
     );
     assert!(g.release().await.expect("release"), "the guard still held");
 }
+
+/// A renewal that comes due in the same instant as the user's `extend(30 s)` had read the
+/// hold's lease (1 s) before it slept; queued behind the extension, it went out with that old
+/// lease and cut the server lease back to 1 s right after the user was told it was 30 s. A
+/// renewal asks for the lease the hold has when its turn comes. (Paused clock, so the two
+/// meet in one instant every run; the in-memory store keeps the server clock, which does not
+/// move meanwhile.)
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_renewal_due_with_extend_keeps_the_extended_lease() {
+    let client = LockClient::in_memory();
+    let mutex = client.mutex("honest-renewal-with-extend").lease(secs(1));
+    let mut g = mutex.lock().await.expect("G locks");
+    let granted = Instant::now();
+    // The first renewal is due a third of the lease after the grant.
+    tokio::time::sleep_until(granted + secs(1) / 3).await;
+    assert!(g.extend(secs(30)).await.expect("extend"), "extend refused");
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    let info = mutex.inspect().await.expect("inspect");
+    let left = info.holders[0].lease_remaining;
+    assert!(
+        left > secs(20),
+        "a renewal after extend(30 s) cut the server lease back to {left:?}"
+    );
+    assert!(g.is_held());
+    assert!(g.release().await.expect("release"));
+}
