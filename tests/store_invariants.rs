@@ -13,18 +13,17 @@ mod support;
 
 use std::fmt::Debug;
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis_locks::keys::LockKeys;
-use redis_locks::store::{Acquire, Claim, Family, HoldKind, Policy, Slot, Snapshot, Store};
+use redis_locks::store::{Acquire, Claim, Family, HoldKind, Policy, Slot, Store};
 use redis_locks::{LockClient, LockInfo, Preference};
-use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, timeout, Instant};
 
 use support::backend::{join, Backend, EVENTUALLY};
+use support::faulty::Faulty;
 use support::proxy::Proxy;
 
 // ---- shared helpers ------------------------------------------------------------------------
@@ -495,142 +494,10 @@ async fn lease_info(c: &LockClient, name: &str) -> LockInfo {
     c.rwlock(name).inspect().await.expect("inspect lease lock")
 }
 
-/// A store wrapper whose calls can be held back, like the traffic of a process that froze:
-/// while the gate is closed no call reaches the store (`hub()` still works, it is local).
-#[derive(Clone, Debug)]
-struct Gate {
-    inner: Arc<dyn Store>,
-    state: Arc<GateState>,
-}
-
-#[derive(Debug)]
-struct GateState {
-    open: watch::Sender<bool>,
-    /// Calls that passed the gate and have not finished yet.
-    in_flight: AtomicUsize,
-}
-
-/// Counts a call as in flight until dropped.
-struct InFlight<'a>(&'a AtomicUsize);
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-impl Gate {
-    fn new(inner: Arc<dyn Store>) -> Gate {
-        Gate {
-            inner,
-            state: Arc::new(GateState {
-                open: watch::channel(true).0,
-                in_flight: AtomicUsize::new(0),
-            }),
-        }
-    }
-
-    /// Holds back every later call; returns once the calls already past the gate finished.
-    async fn close(&self) {
-        self.state.open.send_replace(false);
-        let give_up = Instant::now() + EVENTUALLY;
-        while self.state.in_flight.load(Ordering::SeqCst) > 0 {
-            assert!(Instant::now() < give_up, "a gated call never finished");
-            sleep(Duration::from_millis(5)).await;
-        }
-    }
-
-    /// Lets the held-back calls (and every later one) through.
-    fn open(&self) {
-        self.state.open.send_replace(true);
-    }
-
-    /// Waits for the gate to be open, then runs `call` counted as in flight.
-    async fn pass<T>(&self, call: impl Future<Output = T>) -> T {
-        let mut open = self.state.open.subscribe();
-        loop {
-            // Counted before the check, so `close` never misses a call that saw it open.
-            self.state.in_flight.fetch_add(1, Ordering::SeqCst);
-            let counted = InFlight(&self.state.in_flight);
-            if *open.borrow_and_update() {
-                let out = call.await;
-                drop(counted);
-                return out;
-            }
-            drop(counted);
-            if open.changed().await.is_err() {
-                std::future::pending::<()>().await;
-            }
-        }
-    }
-}
-
-#[async_trait::async_trait]
-impl Store for Gate {
-    async fn acquire(
-        &self,
-        lock: &LockKeys,
-        claim: &Claim,
-        wait: bool,
-        now: Option<u64>,
-    ) -> redis_locks::Result<Acquire> {
-        self.pass(self.inner.acquire(lock, claim, wait, now)).await
-    }
-    async fn release(
-        &self,
-        lock: &LockKeys,
-        claim: &Claim,
-        now: Option<u64>,
-    ) -> redis_locks::Result<bool> {
-        self.pass(self.inner.release(lock, claim, now)).await
-    }
-    async fn extend(
-        &self,
-        lock: &LockKeys,
-        claim: &Claim,
-        lease: Duration,
-        now: Option<u64>,
-    ) -> redis_locks::Result<bool> {
-        self.pass(self.inner.extend(lock, claim, lease, now)).await
-    }
-    async fn downgrade(
-        &self,
-        lock: &LockKeys,
-        claim: &Claim,
-        now: Option<u64>,
-    ) -> redis_locks::Result<Option<u64>> {
-        self.pass(self.inner.downgrade(lock, claim, now)).await
-    }
-    async fn inspect(
-        &self,
-        lock: &LockKeys,
-        family: Family,
-        now: Option<u64>,
-    ) -> redis_locks::Result<Snapshot> {
-        self.pass(self.inner.inspect(lock, family, now)).await
-    }
-    async fn set_permits(
-        &self,
-        lock: &LockKeys,
-        permits: u32,
-        heartbeat: Duration,
-        now: Option<u64>,
-    ) -> redis_locks::Result<()> {
-        self.pass(self.inner.set_permits(lock, permits, heartbeat, now))
-            .await
-    }
-    async fn force_release(&self, lock: &LockKeys, now: Option<u64>) -> redis_locks::Result<u64> {
-        self.pass(self.inner.force_release(lock, now)).await
-    }
-    fn hub(&self) -> &Arc<redis_locks::WakeHub> {
-        self.inner.hub()
-    }
-}
-
-/// A client on its own connection whose calls go through a [`Gate`].
-async fn gated_client(b: &Backend) -> (LockClient, Gate) {
-    let gate = Gate::new(b.client().await.store().clone());
-    let client = LockClient::builder().store(Arc::new(gate.clone()));
+/// A client on its own connection that [`Faulty::freeze`] can stop like a frozen process.
+async fn gated_client(b: &Backend) -> (LockClient, Arc<Faulty>) {
+    let gate = Faulty::new(b.client().await.store().clone());
+    let client = LockClient::builder().store(gate.clone());
     (client, gate)
 }
 
@@ -667,7 +534,7 @@ where
     );
 
     // The waiter's next attempts are held back while the name changes family.
-    gate.close().await;
+    gate.freeze().await;
     assert!(holder
         .extend(Duration::from_millis(20))
         .await
@@ -685,7 +552,7 @@ where
         .await
         .expect("setup: FairLock try_lock")
         .expect("setup: the FairLock takes the name once the lease lapsed");
-    gate.open();
+    gate.thaw();
 
     let got = join("the waiting writer's next attempt", waiter).await;
     match &got {
@@ -1020,11 +887,11 @@ both_stores!(
 // ---- defect 8: a dead waiter blocks for at most about a lease -------------------------------
 
 /// How a client is made to look dead: its traffic stalls in a TCP proxy (Redis), or its
-/// store calls are held back by a [`Gate`] (in-memory store, or a shared `REDIS_URL` server
+/// store calls are held back by [`Faulty::freeze`] (in-memory store, or a shared `REDIS_URL` server
 /// whose port the test does not own).
 enum Freezer {
     Proxy(Proxy),
-    Gate(Gate),
+    Gate(Arc<Faulty>),
 }
 
 impl Freezer {
@@ -1032,7 +899,7 @@ impl Freezer {
     async fn freeze(&self) {
         match self {
             Freezer::Proxy(proxy) => proxy.stall(),
-            Freezer::Gate(gate) => gate.close().await,
+            Freezer::Gate(gate) => gate.freeze().await,
         }
     }
 }

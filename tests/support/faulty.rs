@@ -25,6 +25,7 @@
 #![allow(dead_code)]
 
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
@@ -188,6 +189,19 @@ pub struct Faulty {
     inner: Arc<dyn Store>,
     rules: StdMutex<Vec<Rule>>,
     log: StdMutex<Vec<Event>>,
+    /// While true, no call reaches the inner store ([`Faulty::freeze`]).
+    frozen: watch::Sender<bool>,
+    /// Calls on their way to (or in) the inner store.
+    in_flight: AtomicUsize,
+}
+
+/// Counts a call as in flight until dropped.
+struct Counted<'a>(&'a AtomicUsize);
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl fmt::Debug for Faulty {
@@ -204,7 +218,42 @@ impl Faulty {
             inner,
             rules: StdMutex::default(),
             log: StdMutex::default(),
+            frozen: watch::channel(false).0,
+            in_flight: AtomicUsize::new(0),
         })
+    }
+
+    /// Makes the client look like a process that stopped: no later call reaches the store
+    /// until [`Faulty::thaw`]. Returns once the calls already on their way were answered.
+    pub async fn freeze(&self) {
+        self.frozen.send_replace(true);
+        let give_up = Instant::now() + Duration::from_secs(20);
+        while self.in_flight.load(Ordering::SeqCst) > 0 {
+            assert!(Instant::now() < give_up, "a call in flight never finished");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Lets the held-back calls (and every later one) through.
+    pub fn thaw(&self) {
+        self.frozen.send_replace(false);
+    }
+
+    /// Waits until the store is not frozen; the call counts as in flight while the guard lives.
+    async fn admit(&self) -> Counted<'_> {
+        let mut frozen = self.frozen.subscribe();
+        loop {
+            // Counted before the check, so `freeze` never misses a call that saw it thawed.
+            self.in_flight.fetch_add(1, Ordering::SeqCst);
+            let counted = Counted(&self.in_flight);
+            if !*frozen.borrow_and_update() {
+                return counted;
+            }
+            drop(counted);
+            if frozen.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
     }
 
     /// The wrapped store.
@@ -263,9 +312,11 @@ impl Faulty {
         if let Some(gate) = &faults.hold_request {
             gate.pass().await;
         }
+        let admitted = self.admit().await;
         let forwarded_at = Instant::now();
         let result = inner.await;
         let answered_at = Instant::now();
+        drop(admitted);
         self.log.lock().unwrap().push(Event {
             call,
             forwarded_at,
