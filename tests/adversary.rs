@@ -19,10 +19,11 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use redis_locks::keys::LockKeys;
-use redis_locks::store::{Acquire, Claim, Family, MemoryStore, RedisStore, Snapshot, Store};
+use redis_locks::store::{Acquire, Claim, Family, RedisStore, Snapshot, Store};
 use redis_locks::{LockClient, Preference, WakeHub, WriteGuard};
 use tokio::time::{sleep, sleep_until, timeout, Instant};
 
+use support::backend::{eventually, Backend};
 use support::faulty::{Faulty, Gate, Op, Rule};
 use support::RedisServer;
 
@@ -32,44 +33,6 @@ fn ms(n: u64) -> Duration {
 
 fn secs(n: u64) -> Duration {
     Duration::from_secs(n)
-}
-
-/// Where the clients of one test keep their locks: a private redis-server (every client its
-/// own connection and wake-up hub) or one shared in-memory store.
-enum Backend {
-    Redis(RedisServer),
-    Memory(Arc<MemoryStore>),
-}
-
-impl Backend {
-    fn redis() -> Backend {
-        Backend::Redis(RedisServer::start())
-    }
-
-    fn memory() -> Backend {
-        Backend::Memory(Arc::new(MemoryStore::new()))
-    }
-
-    /// A fresh store on this backend (its own connection for Redis).
-    async fn store(&self) -> Arc<dyn Store> {
-        match self {
-            Backend::Redis(server) => {
-                Arc::new(RedisStore::connect(&server.url()).await.expect("connect"))
-            }
-            Backend::Memory(store) => store.clone(),
-        }
-    }
-
-    async fn client(&self) -> LockClient {
-        LockClient::builder().store(self.store().await)
-    }
-
-    fn label(&self) -> &'static str {
-        match self {
-            Backend::Redis(_) => "redis",
-            Backend::Memory(_) => "memory",
-        }
-    }
 }
 
 /// A store wrapper whose matching `extend` requests are sent from their own task after a
@@ -198,22 +161,6 @@ impl Store for Detached {
     }
 }
 
-/// Waits until `check` holds (polling every 10 ms); a setup failure after `within`.
-async fn eventually<F, Fut>(what: &str, within: Duration, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let until = Instant::now() + within;
-    while !check().await {
-        assert!(
-            Instant::now() < until,
-            "setup: not within {within:?}: {what}"
-        );
-        sleep(ms(10)).await;
-    }
-}
-
 // ------------------------------------------------------------------------------------------
 // Break 1: downgrade forgets lease requests of unknown outcome.
 // ------------------------------------------------------------------------------------------
@@ -227,7 +174,7 @@ where
 /// after the downgrade) the reader says `is_held()` while the server lists nobody, and a
 /// writer of another client is granted beside it.
 async fn downgrade_after_a_cancelled_shorter_extend(backend: Backend) {
-    let label = backend.label();
+    let label = backend.kind;
     let name = "adv-downgrade-unknown-extend";
     let other = backend.client().await;
     let detached = Detached::new(backend.store().await);
@@ -280,21 +227,13 @@ async fn downgrade_after_a_cancelled_shorter_extend(backend: Backend) {
     drop(r);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_downgrade_after_a_cancelled_shorter_extend_stays_honest() {
-    downgrade_after_a_cancelled_shorter_extend(Backend::redis()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn memory_downgrade_after_a_cancelled_shorter_extend_stays_honest() {
-    downgrade_after_a_cancelled_shorter_extend(Backend::memory()).await;
-}
+both_backends!(downgrade_after_a_cancelled_shorter_extend);
 
 /// The same cancelled `extend(400 ms)` on a mutex (no downgrade): the rule "a request of
 /// unknown outcome caps later trust" holds, the guard never trusts beyond the server deadline
 /// once the late request shortened it. (Holds.)
 async fn cancelled_shorter_extend_caps_a_mutex(backend: Backend) {
-    let label = backend.label();
+    let label = backend.kind;
     let name = "adv-mutex-unknown-extend";
     let other = backend.client().await;
     let detached = Detached::new(backend.store().await);
@@ -330,15 +269,7 @@ async fn cancelled_shorter_extend_caps_a_mutex(backend: Backend) {
     drop(g);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_cancelled_shorter_extend_caps_a_mutex() {
-    cancelled_shorter_extend_caps_a_mutex(Backend::redis()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn memory_cancelled_shorter_extend_caps_a_mutex() {
-    cancelled_shorter_extend_caps_a_mutex(Backend::memory()).await;
-}
+both_backends!(cancelled_shorter_extend_caps_a_mutex);
 
 // ------------------------------------------------------------------------------------------
 // Break 2: set_permits turns a FairLock's fixed capacity into a resizable count.
@@ -350,7 +281,7 @@ async fn memory_cancelled_shorter_extend_caps_a_mutex() {
 /// fine for it). Now `set_permits(2)` finds no fixed marker and is accepted too, and its
 /// promote grants B beside A: two FairLock guards say `is_held()`.
 async fn set_permits_cannot_resize_a_fair_lock_in_use(backend: Backend) {
-    let label = backend.label();
+    let label = backend.kind;
     let name = "adv-setpermits-fairlock";
     let client = backend.client().await;
     let other = backend.client().await;
@@ -365,7 +296,7 @@ async fn set_permits_cannot_resize_a_fair_lock_in_use(backend: Backend) {
 
     let b_lock = other.fair_lock(name);
     let b_task = tokio::spawn(async move { b_lock.lock().await });
-    eventually("B queued", secs(5), || async {
+    eventually("B queued", || async {
         let info = client.fair_lock(name).inspect().await.expect("inspect");
         info.waiters.len() == 1
     })
@@ -395,20 +326,12 @@ async fn set_permits_cannot_resize_a_fair_lock_in_use(backend: Backend) {
     drop(a);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_set_permits_cannot_resize_a_fair_lock_in_use() {
-    set_permits_cannot_resize_a_fair_lock_in_use(Backend::redis()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn memory_set_permits_cannot_resize_a_fair_lock_in_use() {
-    set_permits_cannot_resize_a_fair_lock_in_use(Backend::memory()).await;
-}
+both_backends!(set_permits_cannot_resize_a_fair_lock_in_use);
 
 /// Without the intermediate `set_permits(1)`, the FairLock's `=1` marker refuses
 /// `set_permits(2)` (holds).
 async fn set_permits_refused_beside_a_fair_lock(backend: Backend) {
-    let label = backend.label();
+    let label = backend.kind;
     let name = "adv-setpermits-fairlock-direct";
     let client = backend.client().await;
     let a = client.fair_lock(name).lock().await.expect("A locks");
@@ -421,15 +344,7 @@ async fn set_permits_refused_beside_a_fair_lock(backend: Backend) {
     drop(a);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_set_permits_refused_beside_a_fair_lock() {
-    set_permits_refused_beside_a_fair_lock(Backend::redis()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn memory_set_permits_refused_beside_a_fair_lock() {
-    set_permits_refused_beside_a_fair_lock(Backend::memory()).await;
-}
+both_backends!(set_permits_refused_beside_a_fair_lock);
 
 // ------------------------------------------------------------------------------------------
 // Break 3: a capacity-marker upgrade shortens the marker's life below the holders'.
@@ -442,7 +357,7 @@ async fn memory_set_permits_refused_beside_a_fair_lock() {
 /// later the marker is gone although A holds for seconds more, and a Semaphore(3) of the same
 /// name is granted a permit beside A's whole-capacity permit.
 async fn capacity_marker_outlives_its_holders(backend: Backend) {
-    let label = backend.label();
+    let label = backend.kind;
     let name = "adv-marker-upgrade";
     let direct = backend.client().await;
     let w_store = Faulty::new(backend.store().await);
@@ -459,12 +374,12 @@ async fn capacity_marker_outlives_its_holders(backend: Backend) {
         .expect("A takes the only permit");
     let w_lock = w_client.fair_lock(name).heartbeat(ms(300));
     let w_task = tokio::spawn(async move { w_lock.lock().await });
-    eventually("W queued and heartbeating", secs(5), || {
+    eventually("W queued and heartbeating", || {
         let n = w_store.calls(Op::Acquire).len();
         async move { n >= 3 }
     })
     .await;
-    if let Backend::Redis(server) = &backend {
+    if let Some(server) = &backend.server {
         // The marker after W's upgrade: `=1`, alive for W's heartbeat, not A's lease.
         let key = format!("rl:{{{name}}}:cap");
         let (value, pttl): (Option<String>, i64) = {
@@ -500,15 +415,7 @@ async fn capacity_marker_outlives_its_holders(backend: Backend) {
     drop(a);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_capacity_marker_outlives_its_holders() {
-    capacity_marker_outlives_its_holders(Backend::redis()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn memory_capacity_marker_outlives_its_holders() {
-    capacity_marker_outlives_its_holders(Backend::memory()).await;
-}
+both_backends!(capacity_marker_outlives_its_holders);
 
 // ------------------------------------------------------------------------------------------
 // Attacks that held.
@@ -518,7 +425,7 @@ async fn memory_capacity_marker_outlives_its_holders() {
 /// (`token#2^30` -> `token`), so the late `extend(400 ms)` for the write member finds nothing
 /// and the read guard's deadline stays honest. (Holds.)
 async fn fair_downgrade_after_a_cancelled_shorter_extend(backend: Backend) {
-    let label = backend.label();
+    let label = backend.kind;
     let name = "adv-fair-downgrade-unknown-extend";
     let other = backend.client().await;
     let detached = Detached::new(backend.store().await);
@@ -576,7 +483,7 @@ async fn redis_hand_off_push_before_the_refusal_reply_stays_honest() {
     b_store.add(Rule::on(Op::Extend).hold_request(renewals.clone()));
     let b_mutex = b_client.mutex(name).lease(secs(1));
     let b_task = tokio::spawn(async move { b_mutex.lock().await });
-    eventually("B waits, subscribed", secs(5), || {
+    eventually("B waits, subscribed", || {
         let n = b_store.calls(Op::Acquire).len();
         async move { n >= 2 }
     })
@@ -631,7 +538,7 @@ async fn redis_hand_off_push_before_the_refusal_reply_stays_honest() {
 /// release is handed the lock; with default options (lease 1 s, heartbeat = lease) the next
 /// caller gets the lock within about one lease of the death. (Holds.)
 async fn dead_waiter_handed_the_lock_blocks_at_most_a_lease(backend: Backend) {
-    let label = backend.label();
+    let label = backend.kind;
     let name = "adv-dead-waiter-hand-off";
     let direct = backend.client().await;
     let d_store = Faulty::new(backend.store().await);
@@ -648,7 +555,7 @@ async fn dead_waiter_handed_the_lock_blocks_at_most_a_lease(backend: Backend) {
         .expect("A locks");
     let d_mutex = d_client.mutex(name).lease(lease);
     let d_task = tokio::spawn(async move { d_mutex.lock().await });
-    eventually("D waits", secs(5), || {
+    eventually("D waits", || {
         let n = d_store.calls(Op::Acquire).len();
         async move { n >= 3 }
     })
@@ -669,15 +576,7 @@ async fn dead_waiter_handed_the_lock_blocks_at_most_a_lease(backend: Backend) {
     drop(c);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_dead_waiter_handed_the_lock_blocks_at_most_a_lease() {
-    dead_waiter_handed_the_lock_blocks_at_most_a_lease(Backend::redis()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn memory_dead_waiter_handed_the_lock_blocks_at_most_a_lease() {
-    dead_waiter_handed_the_lock_blocks_at_most_a_lease(Backend::memory()).await;
-}
+both_backends!(dead_waiter_handed_the_lock_blocks_at_most_a_lease);
 
 /// `SCRIPT FLUSH` every 20 ms while three clients contend for one mutex (with renewals every
 /// 100 ms): never two guards inside at once. (Holds.)

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis_locks::store::MemoryStore;
+use redis_locks::store::{MemoryStore, RedisStore, Store};
 use redis_locks::LockClient;
 
 use super::RedisServer;
@@ -59,6 +59,20 @@ impl Backend {
                 .await
                 .unwrap_or_else(|e| panic!("connect to {url}: {e}")),
             (None, Some(store)) => builder.store(store.clone()),
+            (None, None) => unreachable!("a backend is redis or memory"),
+        }
+    }
+
+    /// A new store (its own connection on Redis; the shared store in memory), to wrap before
+    /// handing it to `LockClient::builder().store(..)`.
+    pub async fn store(&self) -> Arc<dyn Store> {
+        match (&self.url, &self.memory) {
+            (Some(url), _) => Arc::new(
+                RedisStore::connect(url)
+                    .await
+                    .unwrap_or_else(|e| panic!("connect to {url}: {e}")),
+            ),
+            (None, Some(store)) => store.clone(),
             (None, None) => unreachable!("a backend is redis or memory"),
         }
     }
