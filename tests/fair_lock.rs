@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use support::backend::{eventually, join, Backend, EVENTUALLY};
-use support::counting::Counting;
+use support::faulty::{Faulty, Op};
 use support::history::{History, Kind};
 
 /// The ticket slot of a FairLock (one permit of one).
@@ -640,8 +640,7 @@ async fn handed_off_waiter_claims_its_full_lease(b: Backend) {
 /// the grant, and the waiter's only call afterwards is the background claim (an extend).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hand_off_needs_no_acquire_round_trip() {
-    use std::sync::atomic::Ordering::SeqCst;
-    let store = Arc::new(Counting::default());
+    let store = Faulty::new(Arc::new(redis_locks::store::MemoryStore::new()));
     let c = LockClient::builder().store(store.clone());
     // Long intervals: the waiter makes no heartbeat attempt during the measurement.
     let fair = c
@@ -654,17 +653,17 @@ async fn hand_off_needs_no_acquire_round_trip() {
         tokio::spawn(async move { fair.lock().await })
     };
     until_waiters(&fair, 1).await;
-    let acquires_before = store.acquires.load(SeqCst);
-    let extends_before = store.extends.load(SeqCst);
+    let acquires_before = store.count(Op::Acquire);
+    let extends_before = store.count(Op::Extend);
     holder.release().await.expect("release");
     let guard = join("waiter", waiter).await.expect("granted");
     assert_eq!(
-        store.acquires.load(SeqCst),
+        store.count(Op::Acquire),
         acquires_before,
         "the woken waiter attempted again instead of using the grant it was sent"
     );
     eventually("background claim", || {
-        let n = store.extends.load(SeqCst);
+        let n = store.count(Op::Extend);
         async move { n > extends_before }
     })
     .await;

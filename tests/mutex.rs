@@ -492,10 +492,10 @@ both_backends!(fence_shows_in_inspect);
 /// lease is claimed in the background (also with renewal off).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn release_hands_the_mutex_to_a_waiter_in_one_trip() {
-    use std::sync::atomic::Ordering::SeqCst;
     use std::sync::Arc;
+    use support::faulty::{Faulty, Op};
     for auto_renew in [true, false] {
-        let store = Arc::new(support::counting::Counting::default());
+        let store = Faulty::new(Arc::new(redis_locks::store::MemoryStore::new()));
         let c = LockClient::builder().store(store.clone());
         let m = c
             .mutex("handed")
@@ -511,12 +511,12 @@ async fn release_hands_the_mutex_to_a_waiter_in_one_trip() {
         };
         // The waiter has announced itself (two attempts: before and after subscribing).
         let give_up = Instant::now() + EVENTUALLY;
-        while store.acquires.load(SeqCst) < 3 {
+        while store.count(Op::Acquire) < 3 {
             assert!(Instant::now() < give_up, "the waiter never attempted");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        let acquires = store.acquires.load(SeqCst);
-        let extends = store.extends.load(SeqCst);
+        let acquires = store.count(Op::Acquire);
+        let extends = store.count(Op::Extend);
         assert!(holder.release().await.expect("release"));
         let guard = timeout(EVENTUALLY, waiter)
             .await
@@ -524,13 +524,13 @@ async fn release_hands_the_mutex_to_a_waiter_in_one_trip() {
             .expect("task")
             .expect("granted");
         assert_eq!(
-            store.acquires.load(SeqCst),
+            store.count(Op::Acquire),
             acquires,
             "the waiter attempted again"
         );
         assert_eq!(guard.fencing_token(), fence + 1);
         let give_up = Instant::now() + EVENTUALLY;
-        while store.extends.load(SeqCst) == extends {
+        while store.count(Op::Extend) == extends {
             assert!(Instant::now() < give_up, "the full lease was never claimed");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }

@@ -276,6 +276,16 @@ impl Faulty {
         self.log.lock().unwrap().clone()
     }
 
+    /// How many calls of `op` reached the inner store so far.
+    pub fn count(&self, op: Op) -> usize {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|e| e.call.op == op)
+            .count()
+    }
+
     /// The logged calls of `op`.
     pub fn calls(&self, op: Op) -> Vec<Event> {
         self.log().into_iter().filter(|e| e.call.op == op).collect()

@@ -19,7 +19,6 @@
 #![allow(dead_code)]
 
 pub mod backend;
-pub mod counting;
 pub mod faulty;
 pub mod fenced;
 pub mod history;
