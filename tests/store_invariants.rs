@@ -968,7 +968,9 @@ async fn dead_mutex_waiter_blocks_no_longer_than_a_lease(b: Backend) {
         let g = live_mutex.lock().await;
         (Instant::now(), g)
     });
-    // L announces itself (after D froze, so it was heard from more recently).
+    // L announces itself. D, silent since it froze, has the earlier heartbeat deadline, so
+    // the release hands the lock to D; with the default heartbeat (the lease) that grant
+    // lapses within a lease and L takes the lock.
     sleep(Duration::from_millis(300)).await;
     assert!(
         !live.is_finished(),
