@@ -118,7 +118,8 @@ impl Shared {
     /// own send instant, capped by any earlier request whose outcome stayed unknown.
     async fn request(&self, give_up_at: Option<Instant>) -> Result<bool> {
         if planted(Bug::UnorderedRenewals) {
-            return self.request_unordered(give_up_at).await;
+            let lease = self.claim().lease;
+            return self.request_unordered(lease, give_up_at).await;
         }
         let mut requests = self.requests.lock().await;
         if self.validity.borrow().lost {
@@ -188,10 +189,14 @@ impl Shared {
     }
 
     /// The planted bug: requests run concurrently, a renewal's reply only ever raises the
-    /// trust and `extend` sets it from its own reply.
-    async fn request_unordered(&self, give_up_at: Option<Instant>) -> Result<bool> {
+    /// trust and `extend` sets it from its own reply (and stores its lease for later renewals
+    /// only once confirmed, so a renewal racing it asks for the old one).
+    async fn request_unordered(
+        &self,
+        lease: Duration,
+        give_up_at: Option<Instant>,
+    ) -> Result<bool> {
         let claim = self.claim();
-        let lease = claim.lease;
         let sent_at = Instant::now();
         let Some(reply) = self.send(&claim, lease, give_up_at).await else {
             return Ok(false);
@@ -378,27 +383,26 @@ impl Hold {
         if self.shared.validity.borrow().lost {
             return Ok(false);
         }
+        if planted(Bug::UnorderedRenewals) {
+            let renewed = self.shared.request_unordered(lease, None).await;
+            if matches!(renewed, Ok(true)) {
+                self.shared
+                    .claim
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .lease = lease;
+            }
+            return renewed;
+        }
         // This request and every later renewal ask for the new length (and the renewal
         // schedule follows it); a renewal already sent with the old length is answered before
         // this request goes out.
-        let old = std::mem::replace(
-            &mut self
-                .shared
-                .claim
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .lease,
-            lease,
-        );
-        let renewed = self.shared.request(None).await;
-        if !matches!(renewed, Ok(true)) && planted(Bug::UnorderedRenewals) {
-            self.shared
-                .claim
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .lease = old;
-        }
-        renewed
+        self.shared
+            .claim
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .lease = lease;
+        self.shared.request(None).await
     }
 
     fn stop_renewing(&mut self) {
