@@ -77,6 +77,29 @@ async fn set_permits_while_semaphore_keeps_queue_busy(b: Backend) {
     drop(p);
 }
 
+/// The FairLock holds; a Semaphore(1) waits behind it (same capacity, so it queues) and is
+/// handed the permit when the FairLock releases. The queue stayed in use throughout, but no
+/// FairLock uses it any more: `set_permits(5)` must be accepted.
+async fn set_permits_after_fair_lock_handed_to_semaphore(b: Backend) {
+    let c = b.client_with(LockClient::builder().lease(ms(2_000))).await;
+    let d = b.client_with(LockClient::builder().lease(ms(2_000))).await;
+    let g = c.fair_lock("cap-d").lock().await.unwrap();
+    let sem = d.semaphore("cap-d", 1);
+    let s2 = sem.clone();
+    let waiter = tokio::spawn(async move { s2.acquire().await });
+    sleep(ms(200)).await;
+    assert!(g.release().await.unwrap());
+    let p = timeout(ms(3_000), waiter).await.unwrap().unwrap().unwrap();
+    assert!(p.is_held());
+    let r = sem.set_permits(5).await;
+    assert!(
+        r.is_ok(),
+        "[{}] set_permits refused with only a Semaphore(1) permit in use (the FairLock left): {r:?}",
+        b.kind
+    );
+    drop(p);
+}
+
 /// Never a FairLock holder next to a Semaphore(5) permit, across marker kinds and staleness:
 /// FairLock held -> Semaphore(5) refused; permit held -> FairLock refused; Semaphore(1)
 /// permit + FairLock waiting -> set_permits(5) refused (else the waiter would be granted next
@@ -315,6 +338,7 @@ both_backends!(
     set_permits_after_fair_lock_left,
     set_permits_after_fair_lock_lapsed,
     set_permits_while_semaphore_keeps_queue_busy,
+    set_permits_after_fair_lock_handed_to_semaphore,
     fair_lock_and_semaphore_never_coexist,
     mixed_capacity_contention,
     hand_off_under_delays,
