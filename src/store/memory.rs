@@ -425,7 +425,10 @@ impl LockState {
         if let Some(n) = self.permits {
             // A stored count may change at any set_permits: a fixed capacity cannot live on it.
             if fixed {
-                return Err(capacity_conflict(n, want));
+                return Err(capacity_conflict(
+                    format!("{n} (set_permits, resizable)"),
+                    want,
+                ));
             }
             return Ok((n, None));
         }
@@ -437,7 +440,11 @@ impl LockState {
         }
         let stale_or_upgrade = match mark {
             None => true,
-            Some((marked_fixed, n)) => n != want || (fixed && !marked_fixed),
+            Some((marked_fixed, n)) => {
+                n != want
+                    || (fixed && !marked_fixed)
+                    || (!fixed && marked_fixed && !self.in_use(now))
+            }
         };
         Ok((want, stale_or_upgrade.then_some((fixed, want))))
     }
@@ -705,7 +712,7 @@ fn ticket(claim: &Claim) -> (u32, u32, bool) {
 }
 
 /// The error a script answers with RLCAPACITY; the store fills in the lock's name.
-fn capacity_conflict(stored: u32, asked: u32) -> Error {
+fn capacity_conflict(stored: impl std::fmt::Display, asked: u32) -> Error {
     Error::CapacityConflict {
         name: String::new(),
         detail: format!("in use with {stored} permits, asked for {asked}"),
@@ -819,7 +826,7 @@ impl Store for MemoryStore {
             s.q_prune(now);
             if let Some((true, n)) = s.capacity_mark {
                 if s.in_use(now) {
-                    return Err(capacity_conflict(n, permits));
+                    return Err(capacity_conflict(format!("{n} (fixed)"), permits));
                 }
             }
             s.permits = Some(permits);
