@@ -35,8 +35,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
-use redis_locks::keys::LockKeys;
-use redis_locks::store::{Acquire, Claim, Policy, RedisStore, Slot, Store};
+use redis_locks::testing::keys::LockKeys;
+use redis_locks::testing::store::{Acquire, Claim, RedisStore, Request, Store};
 use redis_locks::{
     FairLock, FairLockGuard, LockClient, Mutex, MutexGuard, Permit, RwLock, Semaphore,
 };
@@ -465,7 +465,8 @@ impl Env {
         let raw = RedisStore::connect(url).await?;
         let client = LockClient::builder()
             .prefix(prefix)
-            .store(Arc::new(raw.clone()));
+            .store(Arc::new(raw.clone()))
+            .expect("client");
         let client_b = LockClient::builder().prefix(prefix).connect(url).await?;
         Ok(Env {
             raw,
@@ -1224,21 +1225,17 @@ async fn slowlog_costs(
 
 const LONG: Duration = Duration::from_secs(600);
 
-fn long_claim(slot: Slot) -> Claim {
-    Claim::new(slot, LONG, LONG, Policy::Writer)
+fn long_claim(request: Request) -> Claim {
+    request.claim(LONG, LONG)
 }
 
-const FAIR: Slot = Slot::Ticket {
-    weight: 1,
-    capacity: 1,
-    resizable: false,
-};
+const FAIR: Request = Request::FairLock;
 
 /// Queues `k` waiters (refused, waiting claims with a long heartbeat) directly on the store.
 async fn enqueue(
     store: &Arc<dyn Store>,
     keys: &LockKeys,
-    slot: Slot,
+    request: Request,
     k: usize,
 ) -> BoxResult<Vec<Claim>> {
     const WORKERS: usize = 32;
@@ -1249,7 +1246,7 @@ async fn enqueue(
         set.spawn(async move {
             let mut mine = Vec::with_capacity(share);
             for _ in 0..share {
-                let c = long_claim(slot);
+                let c = long_claim(request);
                 match store.acquire(&keys, &c, true, None).await? {
                     Acquire::Busy(_) => mine.push(c),
                     Acquire::Granted(_) => return Err("a background waiter was granted".into()),
@@ -1361,14 +1358,14 @@ async fn mutex_costs(env: &Env, name: &str, k: usize) -> BoxResult<Vec<f64>> {
     let raw = &env.raw;
     let store = env.client.store();
     let keys = env.client.keys(name)?;
-    let mut holder = long_claim(Slot::Write);
+    let mut holder = long_claim(Request::Mutex);
     expect_granted(store.acquire(&keys, &holder, true, None).await?, "holder")?;
     // Waiting mutex claims announce themselves in the waiting-writer set.
-    let mut waiting = enqueue(store, &keys, Slot::Write, k).await?;
+    let mut waiting = enqueue(store, &keys, Request::Mutex, k).await?;
     let mut steps = Steps::default();
     slowlog_reset(raw).await?;
     for _ in 0..COST_SAMPLES {
-        let j = long_claim(Slot::Write);
+        let j = long_claim(Request::Mutex);
         step!(steps, Some(0), store.acquire(&keys, &j, true, None).await?);
         step!(steps, Some(1), store.release(&keys, &j, None).await?);
         step!(
@@ -1384,7 +1381,7 @@ async fn mutex_costs(env: &Env, name: &str, k: usize) -> BoxResult<Vec<f64>> {
         let handed = record.and_then(|r| r.split_once('|').map(|(_, t)| t.to_owned()));
         let next = match handed.and_then(|t| waiting.iter().position(|c| c.token == t)) {
             Some(i) => waiting.remove(i),
-            None => long_claim(Slot::Write),
+            None => long_claim(Request::Mutex),
         };
         let granted = step!(
             steps,
@@ -1394,7 +1391,7 @@ async fn mutex_costs(env: &Env, name: &str, k: usize) -> BoxResult<Vec<f64>> {
         expect_granted(granted, "mutex_acquire_grant")?;
         holder = next;
         if k > 0 {
-            let c = long_claim(Slot::Write);
+            let c = long_claim(Request::Mutex);
             step!(steps, None, store.acquire(&keys, &c, true, None).await?);
             waiting.insert(0, c);
         }

@@ -61,8 +61,8 @@ async fn main() -> redis_locks::Result<()> {
                     .mutex("cron_once:digest")
                     .lease(Duration::from_secs(5));
                 // try_lock: an instance that finds the job taken simply skips it.
-                match mutex.try_lock().await? {
-                    Some(guard) => {
+                match mutex.try_lock().await {
+                    Ok(guard) => {
                         let fence = guard.fencing_token();
                         let outcome = ledger.lock().await.record(tick, instance, fence);
                         match outcome {
@@ -75,7 +75,10 @@ async fn main() -> redis_locks::Result<()> {
                         }
                         guard.release().await?;
                     }
-                    None => println!("tick {tick}: {instance} skipped (another instance holds it)"),
+                    Err(e) if e.is_would_block() => {
+                        println!("tick {tick}: {instance} skipped (another instance holds it)")
+                    }
+                    Err(e) => return Err(e),
                 }
                 Ok::<_, redis_locks::Error>(())
             }));

@@ -36,7 +36,7 @@ async fn main() -> redis_locks::Result<()> {
     );
     println!(
         "mutex: a second try_lock while held -> {}",
-        if mutex.try_lock().await?.is_some() {
+        if mutex.try_lock().await.is_ok() {
             "granted (bug!)"
         } else {
             "refused, as it should be"
@@ -50,7 +50,7 @@ async fn main() -> redis_locks::Result<()> {
     let r2 = rw.read().await?;
     println!(
         "rwlock: two readers inside; try_write -> {}",
-        if rw.try_write().await?.is_some() {
+        if rw.try_write().await.is_ok() {
             "granted (bug!)"
         } else {
             "refused"
@@ -72,7 +72,7 @@ async fn main() -> redis_locks::Result<()> {
     let first = fair.lock().await?;
     let waiter = {
         let fair = fair.clone();
-        tokio::spawn(async move { fair.lock_timeout(Duration::from_secs(5)).await })
+        tokio::spawn(async move { fair.lock().timeout(Duration::from_secs(5)).await })
     };
     tokio::time::sleep(Duration::from_millis(50)).await;
     let info = fair.inspect().await?;

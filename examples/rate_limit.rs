@@ -17,7 +17,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis_locks::store::MemoryStore;
 use redis_locks::LockClient;
 use tokio::time::Instant;
 
@@ -54,12 +53,12 @@ async fn main() -> redis_locks::Result<()> {
             )
         }
         _ => {
-            println!("backend: in-memory, one store shared by both clients (set REDIS_URL to use a Redis server)");
-            let store = Arc::new(MemoryStore::new());
-            (
-                LockClient::builder().store(store.clone()),
-                LockClient::builder().store(store),
-            )
+            println!(
+                "backend: in-memory, shared by both clients (set REDIS_URL to use a Redis server)"
+            );
+            // Clones of one in-memory client share its locks, as two processes share a Redis.
+            let client = LockClient::in_memory();
+            (client.clone(), client)
         }
     };
     let total = 2 * JOBS_PER_CLIENT;

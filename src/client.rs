@@ -4,7 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::Result;
+use crate::handle::Lock;
 use crate::keys::{validate_prefix, LockKeys, DEFAULT_PREFIX};
+use crate::kind;
 use crate::options::Options;
 use crate::rwlock::Preference;
 use crate::store::{MemoryStore, QuorumStore, RedisStore, Store};
@@ -53,17 +55,17 @@ impl LockClient {
     /// Quorum (Redlock) mode over independent Redis servers, with the default settings:
     /// Mutex and RwLock (writer or reader preference) are granted by a majority. Ticket-queue
     /// primitives (FairLock, Semaphore, `Preference::Fair`) fail with
-    /// [`Error::Unsupported`](crate::Error::Unsupported) on every call. See
-    /// [`QuorumStore`](crate::store::QuorumStore) for what fencing tokens mean here.
+    /// [`Error::Unsupported`](crate::Error::Unsupported) on every call. See `docs/SCALE.md`
+    /// for what fencing tokens mean here.
     /// Connecting needs a majority of the servers up; the others join when they come back.
     pub async fn quorum(urls: &[&str]) -> Result<Self> {
         Self::builder().quorum(urls).await
     }
 
-    /// A client on the in-process [`MemoryStore`]: the same semantics without Redis, for tests
-    /// and local runs. Locks are shared by the clones of this client only.
+    /// A client on the in-process reference store: the same semantics without Redis, for
+    /// tests and local runs. Locks are shared by the clones of this client only.
     pub fn in_memory() -> Self {
-        Self::builder().in_memory()
+        LockClientBuilder::default().build(Arc::new(MemoryStore::new()))
     }
 
     /// Settings: key prefix, defaults for handles, Redis timeouts.
@@ -71,7 +73,8 @@ impl LockClient {
         LockClientBuilder::default()
     }
 
-    /// The store behind this client (for tools and tests).
+    /// The store behind this client (feature `testing`).
+    #[cfg(feature = "testing")]
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.inner.store
     }
@@ -81,7 +84,8 @@ impl LockClient {
         &self.inner.prefix
     }
 
-    /// The validated keys of lock `name` under this client's prefix.
+    /// The validated keys of lock `name` under this client's prefix (feature `testing`).
+    #[cfg(feature = "testing")]
     pub fn keys(&self, name: &str) -> Result<LockKeys> {
         LockKeys::new(&self.inner.prefix, name)
     }
@@ -89,46 +93,79 @@ impl LockClient {
     fn ctx(&self, name: &str) -> LockCtx {
         LockCtx {
             store: self.inner.store.clone(),
-            keys: self.keys(name).map_err(Arc::new),
+            name: Arc::from(name),
+            keys: LockKeys::new(&self.inner.prefix, name).map_err(Arc::new),
             opts: self.inner.defaults.clone(),
         }
     }
 
-    /// A [`Mutex`] handle. A bad name is reported by the first operation, before any Redis call.
+    /// A [`Mutex`] handle. A bad name (empty, over [`MAX_NAME_LEN`](crate::MAX_NAME_LEN)
+    /// bytes, or starting with `}`) is reported by the first operation, before any Redis call.
+    ///
+    /// ```
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let cron = client.mutex("cron:nightly");
+    /// # drop(cron);
+    /// ```
     pub fn mutex(&self, name: &str) -> Mutex {
-        Mutex {
-            ctx: self.ctx(name),
-        }
+        Lock::new(self.ctx(name), kind::Mutex::NEW)
     }
 
-    /// An [`RwLock`] handle (writer preference by default).
+    /// An [`RwLock`] handle (writer preference by default; see
+    /// [`preference`](Lock::<kind::RwLock>::preference)).
+    ///
+    /// ```
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let catalog = client.rwlock("catalog");
+    /// # drop(catalog);
+    /// ```
     pub fn rwlock(&self, name: &str) -> RwLock {
-        RwLock {
-            ctx: self.ctx(name),
-            preference: Preference::Writer,
-        }
+        Lock::new(
+            self.ctx(name),
+            kind::RwLock {
+                preference: Preference::Writer,
+            },
+        )
     }
 
     /// A [`FairLock`] handle.
+    ///
+    /// ```
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let jobs = client.fair_lock("jobs");
+    /// # drop(jobs);
+    /// ```
     pub fn fair_lock(&self, name: &str) -> FairLock {
-        FairLock {
-            ctx: self.ctx(name),
-        }
+        Lock::new(self.ctx(name), kind::FairLock::NEW)
     }
 
-    /// A [`Semaphore`] handle with `permits` permits (1 to [`crate::semaphore::MAX_PERMITS`]).
+    /// A [`Semaphore`] handle with `permits` permits (1 to
+    /// [`MAX_PERMITS`](crate::MAX_PERMITS); another count is reported by the first operation).
+    ///
+    /// ```
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let exports = client.semaphore("exports", 4);
+    /// # drop(exports);
+    /// ```
     pub fn semaphore(&self, name: &str, permits: u32) -> Semaphore {
-        Semaphore {
-            ctx: self.ctx(name),
-            permits,
-        }
+        Lock::new(self.ctx(name), kind::Semaphore { permits })
     }
 
     /// Operator's override: drops every hold of lock `name`, keeps its waiters, bumps the
     /// fence so evicted holders' fenced writes are refused, and wakes the waiters. Returns the
     /// new fence. Evicted holders learn it at their next renewal (`lost()` fires).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let stuck = client.mutex("m").lock().await?;
+    /// let fence = client.force_release("m").await?;
+    /// assert!(fence > stuck.fencing_token());
+    /// # Ok(()) }
+    /// ```
     pub async fn force_release(&self, name: &str) -> Result<u64> {
-        let keys = self.keys(name)?;
+        let keys = LockKeys::new(&self.inner.prefix, name)?;
         self.inner.store.force_release(&keys, None).await
     }
 }
@@ -141,8 +178,11 @@ impl LockClient {
 ///     .prefix("billing")                     // keys: billing:{<name>}:...
 ///     .lease(Duration::from_secs(10))        // default lease of every handle it makes
 ///     .heartbeat(Duration::from_secs(3))
-///     .in_memory();                          // or .connect("redis://...").await?
+///     .in_memory()?;                         // or .connect("redis://...").await?
 /// assert_eq!(client.prefix(), "billing");
+/// // Bad settings fail here, whatever the backend:
+/// assert!(redis_locks::LockClient::builder().prefix("a{b").in_memory().is_err());
+/// # Ok::<(), redis_locks::Error>(())
 /// ```
 #[derive(Clone, Debug)]
 pub struct LockClientBuilder {
@@ -226,16 +266,18 @@ impl LockClientBuilder {
         Ok(self.build(Arc::new(store)))
     }
 
-    /// On the in-process store.
-    ///
-    /// An invalid prefix or default is reported by every operation of the handles made.
-    pub fn in_memory(self) -> LockClient {
-        self.build(Arc::new(MemoryStore::new()))
+    /// On the in-process reference store. Refuses the prefix and defaults that `connect`
+    /// refuses, so a configuration tried in memory works on Redis.
+    pub fn in_memory(self) -> Result<LockClient> {
+        self.check()?;
+        Ok(self.build(Arc::new(MemoryStore::new())))
     }
 
-    /// On any store (a custom or shared [`MemoryStore`], a quorum of stores ...).
-    pub fn store(self, store: Arc<dyn Store>) -> LockClient {
-        self.build(store)
+    /// On any store (feature `testing`: a shared `MemoryStore`, a fault-injecting wrapper).
+    #[cfg(feature = "testing")]
+    pub fn store(self, store: Arc<dyn Store>) -> Result<LockClient> {
+        self.check()?;
+        Ok(self.build(store))
     }
 
     fn build(self, store: Arc<dyn Store>) -> LockClient {

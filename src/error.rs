@@ -5,11 +5,16 @@ use std::time::Duration;
 /// Result alias used throughout the crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// The underlying cause of a connection or server error, kept for
+/// [`std::error::Error::source`] (boxed, so this crate's API does not tie you to one version
+/// of the Redis client).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 /// Everything that can go wrong when taking, holding or releasing a lock.
 ///
 /// Errors are classified, not string-matched: ask [`Error::is_timeout`],
-/// [`Error::is_connection`] or [`Error::is_invalid_input`]. The underlying Redis error, when
-/// there is one, is kept in [`std::error::Error::source`].
+/// [`Error::is_connection`], [`Error::is_would_block`] or [`Error::is_invalid_input`]. The
+/// underlying Redis error, when there is one, is kept in [`std::error::Error::source`].
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -37,6 +42,14 @@ pub enum Error {
         /// Why it was refused, and what would be accepted.
         reason: String,
     },
+    /// A `try_*` attempt found the lock held (or, for a ticket queue, found waiters ahead):
+    /// nothing is held and the caller is not queued. Wait with `lock()` (and `.timeout(..)`)
+    /// instead if you need the lock.
+    #[error("lock `{name}` is held by someone else (a try_* attempt never waits)")]
+    WouldBlock {
+        /// The lock's name.
+        name: String,
+    },
     /// The wait ran out before the lock was granted; the waiter has left the queue.
     #[error("timed out after {waited:?} waiting for lock `{name}`")]
     Timeout {
@@ -58,11 +71,11 @@ pub enum Error {
     /// server restarting). The outcome of the command is unknown; the library has already
     /// retried by token where that is safe.
     #[error("Redis connection problem ({0}); the library retried where safe, check that the server is reachable")]
-    Connection(#[source] redis::RedisError),
+    Connection(#[source] BoxError),
     /// Redis answered with an error the library does not expect (for instance a command denied
     /// by an ACL rule, or memory full).
     #[error("Redis refused the command: {0}")]
-    Redis(#[source] redis::RedisError),
+    Redis(#[source] BoxError),
     /// Quorum mode: fewer than a majority of the nodes granted the lock in time (or, when
     /// connecting, answered at all).
     #[error("quorum not reached: only {granted} of the {required} servers needed granted the step (or answered, when connecting); check that a majority of the quorum's servers are up and reachable")]
@@ -130,7 +143,12 @@ pub(crate) const LEASE_FAMILY: &str = "a Mutex or an RwLock with Writer or Reade
 pub(crate) const QUEUE_FAMILY: &str = "a FairLock, a Semaphore or an RwLock with Fair preference";
 
 impl Error {
-    /// True when a `*_timeout` wait ran out of time.
+    /// True when a `try_*` attempt found the lock held ([`Error::WouldBlock`]).
+    pub fn is_would_block(&self) -> bool {
+        matches!(self, Error::WouldBlock { .. })
+    }
+
+    /// True when a wait with a `.timeout(..)` ran out of time.
     pub fn is_timeout(&self) -> bool {
         matches!(self, Error::Timeout { .. })
     }
@@ -191,7 +209,7 @@ impl Error {
             || err.is_connection_refusal()
             || err.is_io_error()
         {
-            return Error::Connection(err);
+            return Error::Connection(Box::new(err));
         }
         match err.code() {
             Some("WRONGTYPE") | Some("RLCORRUPT") => Error::WrongType {
@@ -214,8 +232,8 @@ impl Error {
                 Error::too_many_permits(err.detail().unwrap_or("more permits than it has"))
             }
             Some("LOADING") | Some("BUSY") | Some("TRYAGAIN") | Some("CLUSTERDOWN")
-            | Some("MASTERDOWN") => Error::Connection(err),
-            _ => Error::Redis(err),
+            | Some("MASTERDOWN") => Error::Connection(Box::new(err)),
+            _ => Error::Redis(Box::new(err)),
         }
     }
 

@@ -1,13 +1,13 @@
 //! [`FairLock`]: a FIFO mutex on the ticket queue.
 
-use std::time::Duration;
+use std::future::Future;
 
 use crate::error::Result;
-use crate::guard::{guard_methods, handle_options};
+use crate::guard::Guard;
+use crate::handle::{Acquiring, Lock};
 use crate::info::LockInfo;
-use crate::lease::Hold;
-use crate::store::{Claim, Family, Policy, Slot};
-use crate::wait::{Deadline, LockCtx};
+use crate::kind;
+use crate::store::Request;
 
 /// A distributed mutex that grants the lock in strict arrival order.
 ///
@@ -17,7 +17,9 @@ use crate::wait::{Deadline, LockCtx};
 /// after its heartbeat window, wherever it stands, so the queue never jams. A release grants
 /// the next waiter directly and wakes only that waiter.
 ///
-/// It is a [`Semaphore`](crate::Semaphore) with one permit, on the same queue.
+/// It is a [`Semaphore`](crate::Semaphore) with one permit, on the same queue. Made by
+/// [`LockClient::fair_lock`](crate::LockClient::fair_lock); options are the builder methods
+/// of [`Lock`].
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -29,108 +31,99 @@ use crate::wait::{Deadline, LockCtx};
 /// guard.release().await?;
 /// # Ok(()) }
 /// ```
-#[derive(Clone, Debug)]
-pub struct FairLock {
-    pub(crate) ctx: LockCtx,
-}
+pub type FairLock = Lock<kind::FairLock>;
 
-/// Proof of holding a [`FairLock`].
+/// Proof of holding a [`FairLock`]; see [`Guard`] for its methods.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> redis_locks::Result<()> {
 /// let client = redis_locks::LockClient::in_memory();
-/// let jobs = client.fair_lock("jobs");
-/// let guard = jobs.lock_with(|ahead| println!("{ahead} waiters ahead")).await?;
+/// let guard: redis_locks::FairLockGuard = client.fair_lock("jobs").lock().await?;
 /// assert!(guard.is_held());
 /// guard.release().await?;
 /// # Ok(()) }
 /// ```
-#[must_use = "dropping the guard releases the lock in the background (and grants the next waiter)"]
-pub struct FairLockGuard {
-    pub(crate) hold: Hold,
-}
+pub type FairLockGuard = Guard<kind::FairLock>;
 
-guard_methods!(FairLockGuard);
-handle_options!(FairLock);
-
-const SLOT: Slot = Slot::Ticket {
-    weight: 1,
-    capacity: 1,
-    resizable: false,
-};
-
-impl FairLock {
-    fn claim(&self) -> Claim {
-        self.ctx.claim(SLOT, Policy::Writer)
-    }
-
-    /// Joins the queue and waits for its turn.
+impl Lock<kind::FairLock> {
+    /// Joins the queue and waits for its turn; configure the wait with
+    /// [`Acquiring::timeout`] and [`Acquiring::on_position`] before awaiting it.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let jobs = client.fair_lock("jobs");
+    /// let guard = jobs.lock().on_position(|ahead| println!("{ahead} waiters ahead")).await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the future leaves the queue at once (the next waiter moves up)
     /// and releases a grant made meanwhile in the background.
-    pub async fn lock(&self) -> Result<FairLockGuard> {
-        let hold = self
-            .ctx
-            .wait_for(self.claim(), Deadline::Never, None)
-            .await?;
-        Ok(FairLockGuard { hold })
-    }
-
-    /// As [`FairLock::lock`], calling `on_position` with the number of waiters ahead each time
-    /// it changes is observed (0: next in line), so a job claimer can show progress.
-    ///
-    /// # Cancel safety
-    /// As [`FairLock::lock`].
-    pub async fn lock_with(
-        &self,
-        mut on_position: impl FnMut(u64) + Send,
-    ) -> Result<FairLockGuard> {
-        let hold = self
-            .ctx
-            .wait_for(self.claim(), Deadline::Never, Some(&mut on_position))
-            .await?;
-        Ok(FairLockGuard { hold })
+    pub fn lock(&self) -> Acquiring<'_, kind::FairLock> {
+        self.acquiring(Ok(Request::FairLock), kind::FairLock::NEW)
     }
 
     /// Succeeds only when nobody holds the lock and nobody waits: it never jumps the queue
-    /// and never stays in it.
+    /// and never stays in it. A refusal is an error whose
+    /// [`is_would_block`](crate::Error::is_would_block) is true.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let jobs = client.fair_lock("jobs");
+    /// let held = jobs.try_lock().await?;
+    /// assert!(jobs.try_lock().await.unwrap_err().is_would_block());
+    /// # drop(held);
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Cancel safety
-    /// Cancel safe, as [`FairLock::lock`].
-    pub async fn try_lock(&self) -> Result<Option<FairLockGuard>> {
-        let hold = self.ctx.acquire(self.claim(), Deadline::Try, None).await?;
-        Ok(hold.map(|hold| FairLockGuard { hold }))
-    }
-
-    /// Waits at most `timeout`, then leaves the queue and fails with `is_timeout()`.
-    ///
-    /// # Cancel safety
-    /// Cancel safe, as [`FairLock::lock`].
-    pub async fn lock_timeout(&self, timeout: Duration) -> Result<FairLockGuard> {
-        let deadline = Deadline::after(timeout);
-        let hold = self.ctx.wait_for(self.claim(), deadline, None).await?;
-        Ok(FairLockGuard { hold })
+    /// Cancel safe, as [`lock`](Lock::<kind::FairLock>::lock).
+    pub async fn try_lock(&self) -> Result<FairLockGuard> {
+        self.attempt(Ok(Request::FairLock), kind::FairLock::NEW)
+            .await
     }
 
     /// Waits its turn, runs `work(fencing_token)` under the lock, and releases it; if the
     /// lease is lost first, `work` is stopped ([`Error::LeaseLost`](crate::Error)).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let job = client.fair_lock("jobs").with_lock(|fence| async move { fence }).await?;
+    /// assert!(job > 0);
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Cancel safety
     /// Cancel safe: the queue place or the lock is given up in the background.
     pub async fn with_lock<F, Fut>(&self, work: F) -> Result<Fut::Output>
     where
         F: FnOnce(u64) -> Fut,
-        Fut: std::future::Future,
+        Fut: Future,
     {
         let guard = self.lock().await?;
         let fence = guard.fencing_token();
-        crate::run_while_held(guard, work(fence)).await
+        guard.run_while_held(work(fence)).await
     }
 
     /// Holder, queue in order with heartbeat ages, and fence, in one round trip.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let info = client.fair_lock("jobs").inspect().await?;
+    /// assert!(info.holders.is_empty() && info.waiters.is_empty());
+    /// # Ok(()) }
+    /// ```
     pub async fn inspect(&self) -> Result<LockInfo> {
-        self.ctx.inspect(Family::TicketQueue).await
+        self.inspect_family(Request::FairLock).await
     }
 }

@@ -49,6 +49,13 @@ pub(crate) struct HandOff {
 }
 
 impl HandOff {
+    /// True when this grant names `refusal_deadline`, the heartbeat deadline the waiter's
+    /// latest refused attempt was told: the release that made it then came after that
+    /// attempt was applied.
+    pub(crate) fn names(&self, refusal_deadline: Option<u64>) -> bool {
+        self.until.is_some() && self.until == refusal_deadline
+    }
+
     /// Parses the part after `token=`: `fence@until` (or a bare `fence`).
     fn parse(text: &str) -> Option<HandOff> {
         let (fence, until) = match text.split_once('@') {
@@ -357,6 +364,7 @@ impl WakeHub {
     }
 
     /// Local waiters registered now (for tests and metrics).
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     pub fn waiter_count(&self) -> usize {
         self.lock_state()
             .channels

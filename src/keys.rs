@@ -142,6 +142,7 @@ pub fn validate_prefix(prefix: &str) -> Result<()> {
 }
 
 /// The Redis Cluster hash slot of `key` (CRC16 of its hash tag, mod 16384).
+#[cfg_attr(not(feature = "testing"), allow(dead_code))]
 pub fn hash_slot(key: &[u8]) -> u16 {
     let tagged = match key.iter().position(|&b| b == b'{') {
         Some(open) => match key[open + 1..].iter().position(|&b| b == b'}') {
@@ -153,6 +154,7 @@ pub fn hash_slot(key: &[u8]) -> u16 {
     crc16_xmodem(tagged) % 16384
 }
 
+#[cfg_attr(not(feature = "testing"), allow(dead_code))]
 fn crc16_xmodem(data: &[u8]) -> u16 {
     let mut crc: u16 = 0;
     for &byte in data {

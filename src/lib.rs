@@ -10,7 +10,7 @@
 //! | at most N at once (rate-limited API, export slots) | [`Semaphore`] |
 //!
 //! Every hold is a lease on the server's clock, renewed in the background while its guard
-//! lives; a guard tells you when its lease may be gone ([`MutexGuard::lost`]); every exclusive
+//! lives; a guard tells you when its lease may be gone ([`Guard::lost`]); every exclusive
 //! grant carries a strictly increasing fencing token. Waiters are woken by Redis pub/sub, not
 //! by polling. [`LockClient::in_memory`] gives the same semantics without Redis.
 //!
@@ -35,17 +35,18 @@ mod client;
 mod error;
 mod fair_lock;
 mod guard;
+mod handle;
 mod hub;
 mod info;
-pub mod keys;
+pub(crate) mod keys;
+pub mod kind;
 mod lease;
 mod mutex;
 mod options;
 mod rwlock;
-mod scoped;
 mod scripts;
-pub mod semaphore;
-pub mod store;
+mod semaphore;
+pub(crate) mod store;
 mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -55,16 +56,16 @@ mod token;
 mod wait;
 
 pub use client::{LockClient, LockClientBuilder, RedisConfig};
-pub use error::{Error, Result};
+pub use error::{BoxError, Error, Result};
 pub use fair_lock::{FairLock, FairLockGuard};
-pub use hub::WakeHub;
+pub use guard::Guard;
+pub use handle::{Acquiring, Lock};
 pub use info::{HolderInfo, LockInfo, WaiterInfo, PROCESS_PREFIX_LEN, TOKEN_PREFIX_LEN};
+pub use keys::{MAX_NAME_LEN, MAX_PREFIX_LEN};
 pub use mutex::{Mutex, MutexGuard};
 pub use options::{DEFAULT_HEARTBEAT, DEFAULT_LEASE, DEFAULT_RETRY_INTERVAL, MAX_LEASE, MIN_LEASE};
 pub use rwlock::{Preference, ReadGuard, RwLock, WriteGuard};
-pub use scoped::{run_while_held, Guard};
-pub use scripts::SOURCES as SCRIPT_SOURCES;
-pub use semaphore::{Permit, Semaphore};
+pub use semaphore::{Permit, Semaphore, MAX_PERMITS};
 pub use store::HoldKind;
 
 /// The README's code compiles (checked by `cargo test --doc`).

@@ -1,13 +1,13 @@
 //! [`Mutex`]: a plain lease lock, one holder at a time, no ordering among waiters.
 
-use std::time::Duration;
+use std::future::Future;
 
 use crate::error::Result;
-use crate::guard::{guard_methods, handle_options};
+use crate::guard::Guard;
+use crate::handle::{Acquiring, Lock};
 use crate::info::LockInfo;
-use crate::lease::Hold;
-use crate::store::{Family, Policy, Slot};
-use crate::wait::{Deadline, LockCtx};
+use crate::kind;
+use crate::store::Request;
 
 /// A distributed mutex with a lease: at most one holder at any server instant.
 ///
@@ -15,7 +15,8 @@ use crate::wait::{Deadline, LockCtx};
 /// rebuild). Waiters are not ordered; use [`FairLock`](crate::FairLock) when arrival order
 /// matters. Each acquisition returns a strictly increasing fencing token.
 ///
-/// Handles are cheap to clone and `Send + Sync`; options are builder methods.
+/// Made by [`LockClient::mutex`](crate::LockClient::mutex); options are the builder methods
+/// of [`Lock`].
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -29,75 +30,70 @@ use crate::wait::{Deadline, LockCtx};
 /// assert!(guard.release().await?);
 /// # Ok(()) }
 /// ```
-#[derive(Clone, Debug)]
-pub struct Mutex {
-    pub(crate) ctx: LockCtx,
-}
+pub type Mutex = Lock<kind::Mutex>;
 
-/// Proof of holding a [`Mutex`]. The lease renews itself while the guard lives.
+/// Proof of holding a [`Mutex`]. The lease renews itself while the guard lives; see
+/// [`Guard`] for its methods.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> redis_locks::Result<()> {
 /// let client = redis_locks::LockClient::in_memory();
-/// let mut guard = client.mutex("report").lock().await?;
+/// let guard: redis_locks::MutexGuard = client.mutex("report").lock().await?;
 /// let fence = guard.fencing_token(); // pass it along with every write to the resource
-/// assert!(guard.is_held());
-/// guard.extend(std::time::Duration::from_secs(60)).await?; // need longer this time
 /// assert!(guard.release().await?);
 /// # let _ = fence;
 /// # Ok(()) }
 /// ```
-#[must_use = "dropping the guard releases the lock in the background; keep it while you work"]
-pub struct MutexGuard {
-    pub(crate) hold: Hold,
-}
+pub type MutexGuard = Guard<kind::Mutex>;
 
-guard_methods!(MutexGuard);
-handle_options!(Mutex);
-
-impl Mutex {
-    fn claim(&self) -> crate::store::Claim {
-        // A waiting mutex claim announces itself like a waiting writer, so a release can hand
-        // the lock straight to it (one trip instead of a race of every waiter).
-        self.ctx.claim(Slot::Write, Policy::Writer)
-    }
-
-    /// Waits until the lock is free and takes it.
+impl Lock<kind::Mutex> {
+    /// Waits until the lock is free and takes it; configure the wait with
+    /// [`Acquiring::timeout`] before awaiting it.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// use std::time::Duration;
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let mutex = client.mutex("migration");
+    /// let guard = mutex.lock().await?;
+    /// assert!(mutex.lock().timeout(Duration::from_millis(10)).await.unwrap_err().is_timeout());
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Cancel safety
     /// Cancel safe: if the future is dropped, anything it may have been granted meanwhile is
     /// released in the background.
-    pub async fn lock(&self) -> Result<MutexGuard> {
-        let hold = self
-            .ctx
-            .wait_for(self.claim(), Deadline::Never, None)
-            .await?;
-        Ok(MutexGuard { hold })
+    pub fn lock(&self) -> Acquiring<'_, kind::Mutex> {
+        self.acquiring(Ok(Request::Mutex), kind::Mutex::NEW)
     }
 
-    /// One attempt: `Ok(None)` when someone else holds the lock.
+    /// One attempt: fails with an error whose [`is_would_block`](crate::Error::is_would_block)
+    /// is true when someone else holds the lock, so `if let Ok(guard) = m.try_lock().await`
+    /// runs only under the lock.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let mutex = client.mutex("cron:digest");
+    /// let held = mutex.try_lock().await?;
+    /// assert!(mutex.try_lock().await.unwrap_err().is_would_block());
+    /// # drop(held);
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Cancel safety
-    /// Cancel safe, as [`Mutex::lock`].
-    pub async fn try_lock(&self) -> Result<Option<MutexGuard>> {
-        let hold = self.ctx.acquire(self.claim(), Deadline::Try, None).await?;
-        Ok(hold.map(|hold| MutexGuard { hold }))
-    }
-
-    /// Waits at most `timeout`; then fails with an error whose `is_timeout()` is true.
-    ///
-    /// # Cancel safety
-    /// Cancel safe, as [`Mutex::lock`].
-    pub async fn lock_timeout(&self, timeout: Duration) -> Result<MutexGuard> {
-        let deadline = Deadline::after(timeout);
-        let hold = self.ctx.wait_for(self.claim(), deadline, None).await?;
-        Ok(MutexGuard { hold })
+    /// Cancel safe, as [`lock`](Lock::<kind::Mutex>::lock).
+    pub async fn try_lock(&self) -> Result<MutexGuard> {
+        self.attempt(Ok(Request::Mutex), kind::Mutex::NEW).await
     }
 
     /// Takes the lock, runs `work(fencing_token)` under it, and releases it; if the lease is
     /// lost first, `work` is stopped and the result is [`Error::LeaseLost`](crate::Error).
-    /// See [`run_while_held`](crate::run_while_held).
+    /// See [`Guard::run_while_held`].
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -115,15 +111,25 @@ impl Mutex {
     pub async fn with_lock<F, Fut>(&self, work: F) -> Result<Fut::Output>
     where
         F: FnOnce(u64) -> Fut,
-        Fut: std::future::Future,
+        Fut: Future,
     {
         let guard = self.lock().await?;
         let fence = guard.fencing_token();
-        crate::run_while_held(guard, work(fence)).await
+        guard.run_while_held(work(fence)).await
     }
 
     /// The holder (token prefix, lease left) and fence, in one round trip.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let guard = client.mutex("m").lock().await?;
+    /// assert_eq!(client.mutex("m").inspect().await?.holders.len(), 1);
+    /// # drop(guard);
+    /// # Ok(()) }
+    /// ```
     pub async fn inspect(&self) -> Result<LockInfo> {
-        self.ctx.inspect(Family::LeaseLock).await
+        self.inspect_family(Request::Mutex).await
     }
 }

@@ -1,13 +1,13 @@
 //! [`Semaphore`]: N permits with leases, FIFO waiters, on the ticket queue.
 
-use std::time::Duration;
+use std::future::Future;
 
 use crate::error::{Error, Result};
-use crate::guard::{guard_methods, handle_options};
+use crate::guard::Guard;
+use crate::handle::{Acquiring, Lock};
 use crate::info::LockInfo;
-use crate::lease::Hold;
-use crate::store::{Claim, Family, Policy, Slot};
-use crate::wait::{Deadline, LockCtx};
+use crate::kind;
+use crate::store::{HoldKind, Request};
 
 /// Largest permit count a semaphore accepts.
 pub const MAX_PERMITS: u32 = 1 << 20;
@@ -17,7 +17,8 @@ pub const MAX_PERMITS: u32 = 1 << 20;
 /// Every permit is a lease, so a crashed holder's permits come back when its lease lapses.
 /// Waiters queue by ticket and heartbeat like [`FairLock`](crate::FairLock) waiters (a FairLock
 /// is this with one permit); `acquire_many(n)` at the head is never overtaken by smaller
-/// requests behind it.
+/// requests behind it. Made by [`LockClient::semaphore`](crate::LockClient::semaphore);
+/// options are the builder methods of [`Lock`].
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -26,58 +27,43 @@ pub const MAX_PERMITS: u32 = 1 << 20;
 /// let exports = client.semaphore("exports", 2);
 /// let a = exports.acquire().await?;
 /// let b = exports.acquire().await?;
-/// assert!(exports.try_acquire().await?.is_none()); // both permits are out
+/// assert!(exports.try_acquire().await.unwrap_err().is_would_block()); // both are out
 /// a.release().await?;
-/// let c = exports.try_acquire().await?.expect("a permit came back");
+/// let c = exports.try_acquire().await?; // a permit came back
 /// # drop((b, c));
 /// # Ok(()) }
 /// ```
-#[derive(Clone, Debug)]
-pub struct Semaphore {
-    pub(crate) ctx: LockCtx,
-    pub(crate) permits: u32,
-}
+pub type Semaphore = Lock<kind::Semaphore>;
 
-/// One or more permits of a [`Semaphore`].
+/// One or more permits of a [`Semaphore`]; see [`Guard`] for its methods and
+/// [`num_permits`](Guard::<kind::Semaphore>::num_permits).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> redis_locks::Result<()> {
 /// let client = redis_locks::LockClient::in_memory();
 /// let slots = client.semaphore("exports", 4);
-/// let three = slots.acquire_many(3).await?;
-/// assert_eq!(three.count(), 3);
-/// assert!(slots.try_acquire_many(2).await?.is_none()); // only one left
+/// let three: redis_locks::Permit = slots.acquire_many(3).await?;
+/// assert_eq!(three.num_permits(), 3);
+/// assert!(slots.try_acquire_many(2).await.is_err()); // only one left
 /// three.release().await?;
 /// # Ok(()) }
 /// ```
-#[must_use = "dropping the permit releases it in the background"]
-pub struct Permit {
-    pub(crate) hold: Hold,
-    pub(crate) count: u32,
-}
+pub type Permit = Guard<kind::Semaphore>;
 
-guard_methods!(Permit);
-handle_options!(Semaphore);
-
-impl Permit {
-    /// How many permits this guard holds.
-    pub fn count(&self) -> u32 {
-        self.count
+fn check_count(permits: u32) -> Result<()> {
+    if permits == 0 || permits > MAX_PERMITS {
+        return Err(Error::invalid(
+            "permits",
+            format!("a semaphore has 1 to {MAX_PERMITS} permits, not {permits}"),
+        ));
     }
+    Ok(())
 }
 
-impl Semaphore {
-    fn claim(&self, n: u32) -> Result<Claim> {
-        if self.permits == 0 || self.permits > MAX_PERMITS {
-            return Err(Error::invalid(
-                "permits",
-                format!(
-                    "a semaphore has 1 to {MAX_PERMITS} permits, not {}",
-                    self.permits
-                ),
-            ));
-        }
+impl Lock<kind::Semaphore> {
+    fn request(&self, n: u32) -> Result<Request> {
+        check_count(self.kind.permits)?;
         // The upper bound is the count in force on the server: `set_permits` from any client
         // may have raised or lowered this handle's count, so the script checks `n` against it.
         if n == 0 || n > MAX_PERMITS {
@@ -86,108 +72,191 @@ impl Semaphore {
                 format!("asked for {n}; ask for 1 to the semaphore's permit count"),
             ));
         }
-        Ok(self.ctx.claim(
-            Slot::Ticket {
-                weight: n,
-                capacity: self.permits,
-                resizable: true,
-            },
-            Policy::Writer,
-        ))
+        Ok(Request::Semaphore {
+            permits: n,
+            capacity: self.kind.permits,
+        })
     }
 
-    /// The permit count this handle was made with (see [`Semaphore::set_permits`]).
+    /// The permit count this handle was made with. The count in force is the last
+    /// [`set_permits`](Self::set_permits) (or `add_permits`, `forget_permits`) of any client,
+    /// else this one: see [`available_permits`](Self::available_permits).
+    ///
+    /// ```
+    /// let client = redis_locks::LockClient::in_memory();
+    /// assert_eq!(client.semaphore("exports", 3).permits(), 3);
+    /// ```
     pub fn permits(&self) -> u32 {
-        self.permits
+        self.kind.permits
     }
 
-    /// Waits for one permit.
+    /// Waits for one permit; configure the wait with [`Acquiring::timeout`] and
+    /// [`Acquiring::on_position`] before awaiting it.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let permit = client.semaphore("exports", 2).acquire().await?;
+    /// permit.release().await?;
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the future leaves the queue at once and releases a grant made
     /// meanwhile in the background.
-    pub async fn acquire(&self) -> Result<Permit> {
-        self.acquire_many(1).await
+    pub fn acquire(&self) -> Acquiring<'_, kind::Semaphore> {
+        self.acquire_many(1)
     }
 
     /// Waits for `n` permits, all at once or none; FIFO: while this request is at the head,
     /// later smaller requests do not overtake it. `n` may be at most the permit count in
-    /// force on the server (the last [`Semaphore::set_permits`] of any client, else this
-    /// handle's count); more is refused with an invalid-input error, also when another
+    /// force on the server; more is refused with an invalid-input error, also when another
     /// client lowers the count while this request waits.
     ///
-    /// # Cancel safety
-    /// As [`Semaphore::acquire`].
-    pub async fn acquire_many(&self, n: u32) -> Result<Permit> {
-        let hold = self
-            .ctx
-            .wait_for(self.claim(n)?, Deadline::Never, None)
-            .await?;
-        Ok(Permit { hold, count: n })
-    }
-
-    /// One attempt at one permit: only when permits are free and nobody waits.
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let two = client.semaphore("exports", 4).acquire_many(2).await?;
+    /// assert_eq!(two.num_permits(), 2);
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Cancel safety
-    /// As [`Semaphore::acquire`].
-    pub async fn try_acquire(&self) -> Result<Option<Permit>> {
+    /// As [`acquire`](Self::acquire).
+    pub fn acquire_many(&self, n: u32) -> Acquiring<'_, kind::Semaphore> {
+        self.acquiring(self.request(n), kind::Semaphore { permits: n })
+    }
+
+    /// One attempt at one permit: only when permits are free and nobody waits. A refusal is
+    /// an error whose [`is_would_block`](crate::Error::is_would_block) is true.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let one = client.semaphore("exports", 1);
+    /// let held = one.try_acquire().await?;
+    /// assert!(one.try_acquire().await.unwrap_err().is_would_block());
+    /// # drop(held);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
+    pub async fn try_acquire(&self) -> Result<Permit> {
         self.try_acquire_many(1).await
     }
 
-    /// One attempt at `n` permits.
+    /// One attempt at `n` permits (see [`try_acquire`](Self::try_acquire)).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let three = client.semaphore("exports", 3).try_acquire_many(3).await?;
+    /// assert_eq!(three.num_permits(), 3);
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Cancel safety
-    /// As [`Semaphore::acquire`].
-    pub async fn try_acquire_many(&self, n: u32) -> Result<Option<Permit>> {
-        let hold = self
-            .ctx
-            .acquire(self.claim(n)?, Deadline::Try, None)
-            .await?;
-        Ok(hold.map(|hold| Permit { hold, count: n }))
+    /// As [`acquire`](Self::acquire).
+    pub async fn try_acquire_many(&self, n: u32) -> Result<Permit> {
+        self.attempt(self.request(n), kind::Semaphore { permits: n })
+            .await
     }
 
-    /// Waits at most `timeout` for one permit, then leaves the queue (`is_timeout()`).
+    /// Permits free right now on the server: the count in force (the last `set_permits` of
+    /// any client, else this handle's) minus the permits of live holders, in one round trip.
+    /// Waiters may take them at once; use it for metrics and decisions, not as a promise.
     ///
-    /// # Cancel safety
-    /// As [`Semaphore::acquire`].
-    pub async fn acquire_timeout(&self, timeout: Duration) -> Result<Permit> {
-        let deadline = Deadline::after(timeout);
-        let hold = self.ctx.wait_for(self.claim(1)?, deadline, None).await?;
-        Ok(Permit { hold, count: 1 })
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let exports = client.semaphore("exports", 4);
+    /// let one = exports.acquire().await?;
+    /// assert_eq!(exports.available_permits().await?, 3);
+    /// # drop(one);
+    /// # Ok(()) }
+    /// ```
+    pub async fn available_permits(&self) -> Result<u32> {
+        check_count(self.kind.permits)?;
+        let info = self.inspect().await?;
+        let count = info.permits.unwrap_or(self.kind.permits);
+        let held: u64 = info
+            .holders
+            .iter()
+            .map(|h| match h.kind {
+                HoldKind::Permits(n) => u64::from(n),
+                HoldKind::Write | HoldKind::Read => 0,
+            })
+            .sum();
+        Ok(u64::from(count).saturating_sub(held) as u32)
     }
 
     /// Changes the number of permits for every client of this semaphore: new grants follow
     /// it, current permits are not revoked. The count is stored next to the fence and, like
-    /// it, outlives the holders. Returns a handle with the new count.
-    pub async fn set_permits(mut self, permits: u32) -> Result<Self> {
-        if permits == 0 || permits > MAX_PERMITS {
-            return Err(Error::invalid(
-                "permits",
-                format!("a semaphore has 1 to {MAX_PERMITS} permits, not {permits}"),
-            ));
-        }
+    /// it, outlives the holders. Returns the new count.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let exports = client.semaphore("exports", 2);
+    /// assert_eq!(exports.set_permits(5).await?, 5);
+    /// assert_eq!(exports.available_permits().await?, 5);
+    /// # Ok(()) }
+    /// ```
+    pub async fn set_permits(&self, permits: u32) -> Result<u32> {
+        check_count(permits)?;
         self.ctx.opts.validate()?;
         let keys = self.ctx.keys()?;
         self.ctx
             .store
             .set_permits(keys, permits, self.ctx.opts.heartbeat(), None)
             .await?;
-        self.permits = permits;
-        Ok(self)
+        Ok(permits)
     }
 
-    /// Waits for one permit, runs `work` under it, and releases it; if the lease is lost
-    /// first, `work` is stopped ([`Error::LeaseLost`]).
+    /// Waits for one permit, runs `work(fencing_token)` under it, and releases it; if the
+    /// lease is lost first, `work` is stopped ([`Error::LeaseLost`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let rows = client.semaphore("exports", 2).with_permit(|_fence| async { 7 }).await?;
+    /// assert_eq!(rows, 7);
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Cancel safety
     /// Cancel safe: the queue place or the permit is given up in the background.
-    pub async fn with_permit<Fut: std::future::Future>(&self, work: Fut) -> Result<Fut::Output> {
+    pub async fn with_permit<F, Fut>(&self, work: F) -> Result<Fut::Output>
+    where
+        F: FnOnce(u64) -> Fut,
+        Fut: Future,
+    {
         let permit = self.acquire().await?;
-        crate::run_while_held(permit, work).await
+        let fence = permit.fencing_token();
+        permit.run_while_held(work(fence)).await
     }
 
     /// Holders with their permits, the queue in order, fence, in one round trip.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let exports = client.semaphore("exports", 2);
+    /// let p = exports.acquire().await?;
+    /// assert_eq!(exports.inspect().await?.holders.len(), 1);
+    /// # drop(p);
+    /// # Ok(()) }
+    /// ```
     pub async fn inspect(&self) -> Result<LockInfo> {
-        self.ctx.inspect(Family::TicketQueue).await
+        self.inspect_family(Request::FairLock).await
     }
 }

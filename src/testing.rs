@@ -7,8 +7,12 @@
 //! - [`plant`] reverts one of the client-side fixes that keep guards honest, so a check can
 //!   prove that it finds the bug (see `tests/simulation.rs`).
 //! - [`local_hub`], [`divert`] and [`deliver`] let a test store sit between a
-//!   [`MemoryStore`](crate::store::MemoryStore) and its clients' wake-ups: it takes what the
+//!   [`MemoryStore`](store::MemoryStore) and its clients' wake-ups: it takes what the
 //!   store publishes and delivers it to each client's own hub late, out of order or never.
+//! - [`store`] and [`keys`] expose the protocol steps behind the handles (the [`store::Store`]
+//!   contract, its Redis, quorum and in-memory implementations, and the explicit clock the
+//!   model checks use), and [`SCRIPT_SOURCES`] the Lua scripts. An explicit `now` turns off
+//!   key TTLs: never point these at a production server.
 
 #[cfg(feature = "testing")]
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -16,7 +20,21 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 #[cfg(feature = "testing")]
-use crate::hub::WakeHub;
+pub use crate::hub::WakeHub;
+#[cfg(feature = "testing")]
+pub use crate::scripts::SOURCES as SCRIPT_SOURCES;
+
+/// The store contract: one method per protocol step, and its implementations.
+#[cfg(feature = "testing")]
+pub mod store {
+    pub use crate::store::*;
+}
+
+/// Key naming: every key of a lock under `<prefix>:{<name>}:`.
+#[cfg(feature = "testing")]
+pub mod keys {
+    pub use crate::keys::*;
+}
 
 /// A client-side fix that a test may revert, to prove its check finds the bug.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -64,7 +82,7 @@ pub fn seed(seed: u64) {
     crate::token::reseed(seed);
 }
 
-/// A wake-up hub for a [`Store`](crate::store::Store) written in a test, like
+/// A wake-up hub for a [`Store`](store::Store) written in a test, like
 /// `MemoryStore`'s own: in process, every channel counts as subscribed. Return it from the
 /// store's `hub()` and feed it with [`deliver`].
 #[cfg(feature = "testing")]

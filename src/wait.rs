@@ -19,10 +19,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
+use crate::hub::{HandOff, Registration};
 use crate::keys::LockKeys;
 use crate::lease::{release_in_background, release_with_retry, Hold};
 use crate::options::Options;
-use crate::store::{Acquire, Claim, Policy, Slot, Store};
+use crate::store::{Acquire, Busy, Claim, Policy, Request, Slot, Store};
 use crate::testing::{planted, Bug};
 
 /// How long to keep trying after lost replies before reporting the connection error.
@@ -49,20 +50,79 @@ impl Deadline {
     }
 }
 
-/// Removes the claim's traces if the acquiring future is dropped mid-way.
-struct Pending {
-    store: Arc<dyn Store>,
-    lock: LockKeys,
-    claim: Claim,
-    armed: bool,
+/// What the server may hold for a claim until it becomes a hold: a queue place, a writer
+/// announcement, or a grant whose reply was lost. Dropping it (the acquire failed, or its
+/// future was dropped) releases the claim by token in the background; the acquire consumes it
+/// instead, into a [`Hold`], by [`Pending::withdraw`], or by [`Pending::settled`].
+struct Pending(Option<(Arc<dyn Store>, LockKeys, Claim)>);
+
+impl Pending {
+    fn new(store: Arc<dyn Store>, lock: LockKeys, claim: Claim) -> Self {
+        Pending(Some((store, lock, claim)))
+    }
+
+    fn parts(&self) -> (&Arc<dyn Store>, &LockKeys, &Claim) {
+        let (store, lock, claim) = self.0.as_ref().expect("a pending claim is consumed once");
+        (store, lock, claim)
+    }
+
+    fn take(mut self) -> (Arc<dyn Store>, LockKeys, Claim) {
+        self.0.take().expect("a pending claim is consumed once")
+    }
+
+    /// The claim left nothing on the server (a refused try never queues).
+    fn settled(self) {
+        drop(self.take());
+    }
+
+    /// Removes the claim's traces now; if Redis cannot be asked, it is left to the background.
+    async fn withdraw(self) {
+        let (store, lock, claim) = self.parts();
+        if release_with_retry(&**store, lock, claim).await.is_ok() {
+            self.settled();
+        }
+    }
+
+    /// The grant made to this claim by the reply to the attempt sent at `sent_at`.
+    fn granted(self, fence: u64, sent_at: Instant, opts: Options) -> Hold {
+        let (store, lock, claim) = self.take();
+        tracing::debug!(lock = lock.name(), fence, "granted");
+        Hold::new(store, lock, claim, fence, sent_at, opts)
+    }
+
+    /// The grant a release handed to this claim after its attempt sent at `sent_at`.
+    fn handed_over(self, fence: u64, sent_at: Instant, opts: Options) -> Hold {
+        let (store, lock, claim) = self.take();
+        tracing::debug!(lock = lock.name(), fence, "granted by hand-off");
+        Hold::handed_over(store, lock, claim, fence, sent_at, opts)
+    }
 }
 
 impl Drop for Pending {
     fn drop(&mut self) {
-        if self.armed {
-            release_in_background(self.store.clone(), self.lock.clone(), self.claim.clone());
+        if let Some((store, lock, claim)) = self.0.take() {
+            release_in_background(store, lock, claim);
         }
     }
+}
+
+/// The outcome of one attempt.
+enum Attempt {
+    /// The reply granted the claim.
+    Granted { fence: u64, sent_at: Instant },
+    /// Refused (and queued or announced, when waiting).
+    Refused { busy: Busy, sent_at: Instant },
+    /// No usable reply.
+    Failed(Error),
+}
+
+/// The outcome of waiting after a refusal.
+enum Woken {
+    /// A release handed this claim the lock and the grant can be trusted as it is.
+    HandedOver(HandOff),
+    /// Attempt again (a wake-up, the claim's interval, the blocking lease's end, or the
+    /// caller's deadline).
+    Retry,
 }
 
 /// Everything a handle needs to acquire: store, lock keys (or the error that refused the
@@ -70,6 +130,8 @@ impl Drop for Pending {
 #[derive(Clone, Debug)]
 pub(crate) struct LockCtx {
     pub store: Arc<dyn Store>,
+    /// The name as given (valid or not).
+    pub name: Arc<str>,
     pub keys: std::result::Result<LockKeys, Arc<Error>>,
     pub opts: Options,
 }
@@ -90,8 +152,8 @@ impl LockCtx {
         })
     }
 
-    pub(crate) fn claim(&self, slot: Slot, policy: Policy) -> Claim {
-        Claim::new(slot, self.opts.lease, self.opts.heartbeat(), policy)
+    pub(crate) fn claim(&self, request: Request) -> Claim {
+        request.claim(self.opts.lease, self.opts.heartbeat())
     }
 
     /// The longest a waiter sleeps between attempts.
@@ -178,65 +240,22 @@ impl LockCtx {
         self.opts.validate()?;
         let lock = self.keys()?.clone();
         let wait = !matches!(deadline, Deadline::Try);
-        let mut pending = Pending {
-            store: self.store.clone(),
-            lock: lock.clone(),
-            claim: claim.clone(),
-            armed: false,
-        };
+        let pending = Pending::new(self.store.clone(), lock.clone(), claim.clone());
         let mut registration = None;
         let mut failures = 0;
         let mut last_position = None;
-        // The heartbeat deadline named by the reply to the latest attempt (`sent_at` is its
-        // send instant while the loop waits): only a grant naming that deadline is known to
-        // have been made after that attempt was applied.
-        let mut last_refusal: Option<u64>;
         loop {
-            let sent_at = Instant::now();
-            pending.armed = true;
-            let reply = self.store.acquire(&lock, &claim, wait, None).await;
-            match reply {
-                Ok(Acquire::Granted(grant)) => {
-                    if let Some((replicas, timeout)) = self.opts.wait_replicas {
-                        // Still armed: if this is cancelled, the grant is released.
-                        match self.store.wait_replicas(&lock, replicas, timeout).await {
-                            Ok(acked) if acked >= replicas => {}
-                            outcome => {
-                                if release_with_retry(&*self.store, &lock, &claim)
-                                    .await
-                                    .is_ok()
-                                {
-                                    pending.armed = false;
-                                }
-                                return Err(match outcome {
-                                    Ok(acked) => Error::ReplicasNotReached {
-                                        acked,
-                                        required: replicas,
-                                    },
-                                    Err(err) => err,
-                                });
-                            }
-                        }
-                    }
-                    pending.armed = false;
-                    tracing::debug!(lock = lock.name(), fence = grant.fence, "granted");
-                    return Ok(Some(Hold::new(
-                        self.store.clone(),
-                        lock,
-                        claim,
-                        grant.fence,
-                        sent_at,
-                        self.opts.clone(),
-                    )));
+            match self.attempt(&lock, &claim, wait).await {
+                Attempt::Granted { fence, sent_at } => {
+                    return self.confirm(pending, fence, sent_at).await.map(Some);
                 }
-                Ok(Acquire::Busy(busy)) => {
+                Attempt::Refused { .. } if !wait => {
+                    // A refused try never stays queued.
+                    pending.settled();
+                    return Ok(None);
+                }
+                Attempt::Refused { busy, sent_at } => {
                     failures = 0;
-                    last_refusal = busy.heartbeat_until;
-                    if !wait {
-                        // A refused try never stays queued.
-                        pending.armed = false;
-                        return Ok(None);
-                    }
                     if let Some(pos) = busy.position.filter(|p| Some(*p) != last_position) {
                         last_position = Some(pos);
                         crate::telemetry::position(lock.name(), pos);
@@ -245,88 +264,124 @@ impl LockCtx {
                         }
                     }
                     let Some(reg) = registration.as_ref() else {
-                        registration = Some(
-                            self.store
-                                .hub()
-                                .register(&lock.channel(), &claim.token)
-                                .await,
-                        );
+                        // Subscribed only now: attempt again at once, so a release between the
+                        // first attempt and the subscription is not missed.
+                        let hub = self.store.hub();
+                        registration = Some(hub.register(&lock.channel(), &claim.token).await);
                         continue;
                     };
-                    let mut sleep = jitter(self.interval(&claim));
-                    if let Some(hint) = busy.retry_after {
-                        sleep = sleep.min(hint + Duration::from_millis(1));
-                    }
-                    let mut wake_at = Instant::now() + sleep;
-                    if let Deadline::At(limit, _) = deadline {
-                        wake_at = wake_at.min(limit);
-                    }
-                    tokio::select! {
-                        biased;
-                        _ = reg.notified() => {}
-                        _ = tokio::time::sleep_until(wake_at) => {}
-                    }
-                    // A hand-off's wake-up may carry the grant itself: the hold is then
-                    // valid from our last attempt, and the full lease is claimed in the
-                    // background, which saves the hand-off a round trip. A grant that does
-                    // not name the deadline our latest refusal was told may predate that
-                    // refusal (the push was delayed, the claim window ended and someone else
-                    // took the lock): the next attempt confirms it instead (it claims a grant
-                    // that still stands); so does a grant whose trust window is mostly gone.
-                    let handed_off = reg.take_grant().filter(|grant| {
-                        let wanted = matches!(claim.slot, Slot::Ticket { .. } | Slot::Write)
-                            // With wait_replicas, the normal claim path runs WAIT first.
-                            && self.opts.wait_replicas.is_none();
-                        let after_refusal = grant.until.is_some() && grant.until == last_refusal;
-                        wanted
-                            && (after_refusal || planted(Bug::StaleGrant))
-                            && Hold::hand_off_is_fresh(&claim, sent_at)
-                    });
-                    if let Some(grant) = handed_off {
-                        pending.armed = false;
-                        tracing::debug!(
-                            lock = lock.name(),
-                            fence = grant.fence,
-                            "granted by hand-off"
-                        );
-                        return Ok(Some(Hold::handed_over(
-                            self.store.clone(),
-                            lock,
-                            claim,
+                    if let Woken::HandedOver(grant) =
+                        self.sleep(reg, &claim, &busy, sent_at, deadline).await
+                    {
+                        return Ok(Some(pending.handed_over(
                             grant.fence,
                             sent_at,
                             self.opts.clone(),
                         )));
                     }
                 }
-                Err(err) if err.is_retryable() && failures < CONNECTION_RETRIES => {
+                Attempt::Failed(err) if err.is_retryable() && failures < CONNECTION_RETRIES => {
                     // The attempt may have run: try again with the same token.
                     failures += 1;
                     tracing::debug!(lock = lock.name(), %err, failures, "acquire reply lost; retrying by token");
                     tokio::time::sleep(Duration::from_millis(25 << failures)).await;
                 }
-                Err(err) => {
-                    // Whatever ended the acquire, it leaves no trace: the pending guard
-                    // releases by token in the background (a lost reply may have been a
-                    // grant; a refusal may have left a queue place or an announcement).
-                    return Err(err);
-                }
+                // Whatever ended the acquire, it leaves no trace: dropping `pending` releases
+                // by token in the background (a lost reply may have been a grant; a refusal
+                // may have left a queue place or an announcement).
+                Attempt::Failed(err) => return Err(err),
             }
             if let Deadline::At(limit, waited) = deadline {
                 if Instant::now() >= limit {
                     drop(registration.take());
-                    if release_with_retry(&*self.store, &lock, &claim)
-                        .await
-                        .is_ok()
-                    {
-                        pending.armed = false;
-                    }
+                    pending.withdraw().await;
                     return Err(Error::Timeout {
                         name: lock.name().to_owned(),
                         waited,
                     });
                 }
             }
+        }
+    }
+
+    /// One attempt, timed from its send.
+    async fn attempt(&self, lock: &LockKeys, claim: &Claim, wait: bool) -> Attempt {
+        let sent_at = Instant::now();
+        match self.store.acquire(lock, claim, wait, None).await {
+            Ok(Acquire::Granted(grant)) => Attempt::Granted {
+                fence: grant.fence,
+                sent_at,
+            },
+            Ok(Acquire::Busy(busy)) => Attempt::Refused { busy, sent_at },
+            Err(err) => Attempt::Failed(err),
+        }
+    }
+
+    /// Turns a grant into a hold, after the replicas acknowledged it if the handle asks for
+    /// that (if they do not, the grant is released again).
+    async fn confirm(&self, pending: Pending, fence: u64, sent_at: Instant) -> Result<Hold> {
+        if let Some((replicas, timeout)) = self.opts.wait_replicas {
+            // If this is cancelled, dropping `pending` releases the grant.
+            let (_, lock, _) = pending.parts();
+            match self.store.wait_replicas(lock, replicas, timeout).await {
+                Ok(acked) if acked >= replicas => {}
+                outcome => {
+                    pending.withdraw().await;
+                    return Err(match outcome {
+                        Ok(acked) => Error::ReplicasNotReached {
+                            acked,
+                            required: replicas,
+                        },
+                        Err(err) => err,
+                    });
+                }
+            }
+        }
+        Ok(pending.granted(fence, sent_at, self.opts.clone()))
+    }
+
+    /// After a refusal of the attempt sent at `sent_at`: waits for the first of a wake-up
+    /// naming this claim (or everyone), the end of the lease that blocks it, the claim's own
+    /// interval (jittered; also its heartbeat) and the caller's deadline.
+    async fn sleep(
+        &self,
+        reg: &Registration,
+        claim: &Claim,
+        busy: &Busy,
+        sent_at: Instant,
+        deadline: Deadline,
+    ) -> Woken {
+        let mut sleep = jitter(self.interval(claim));
+        if let Some(hint) = busy.retry_after {
+            sleep = sleep.min(hint + Duration::from_millis(1));
+        }
+        let mut wake_at = Instant::now() + sleep;
+        if let Deadline::At(limit, _) = deadline {
+            wake_at = wake_at.min(limit);
+        }
+        tokio::select! {
+            biased;
+            _ = reg.notified() => {}
+            _ = tokio::time::sleep_until(wake_at) => {}
+        }
+        // A hand-off's wake-up may carry the grant itself: the hold is then valid from our
+        // last attempt, and the full lease is claimed in the background, which saves the
+        // hand-off a round trip. A grant that does not name the deadline our latest refusal
+        // was told may predate that refusal (the push was delayed, the claim window ended and
+        // someone else took the lock): the next attempt confirms it instead (it claims a grant
+        // that still stands); so does a grant whose trust window is mostly gone.
+        let wanted = matches!(claim.slot, Slot::Ticket { .. } | Slot::Write)
+            // With wait_replicas, the normal claim path runs WAIT first.
+            && self.opts.wait_replicas.is_none();
+        match reg.take_grant() {
+            Some(grant)
+                if wanted
+                    && (grant.names(busy.heartbeat_until) || planted(Bug::StaleGrant))
+                    && Hold::hand_off_is_fresh(claim, sent_at) =>
+            {
+                Woken::HandedOver(grant)
+            }
+            _ => Woken::Retry,
         }
     }
 }

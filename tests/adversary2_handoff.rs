@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
-use redis_locks::store::{MemoryStore, Store};
+use redis_locks::testing::store::{MemoryStore, Store};
 use redis_locks::{testing, LockClient};
 use tokio::time::{sleep, timeout};
 
@@ -46,8 +46,8 @@ async fn stale_hand_off_push_is_not_trusted() {
             .heartbeat(ms(300))
             .retry_interval(ms(100))
     };
-    let h = opts().store(mem.clone());
-    let x = opts().store(mem.clone());
+    let h = opts().store(mem.clone()).expect("client");
+    let x = opts().store(mem.clone()).expect("client");
     let slow = Arc::new(AtomicBool::new(false));
     let w_store = Faulty::new(mem.clone() as Arc<dyn Store>);
     {
@@ -58,7 +58,7 @@ async fn stale_hand_off_push_is_not_trusted() {
                 .delay_request(ms(800)),
         );
     }
-    let w = opts().store(w_store.clone());
+    let w = opts().store(w_store.clone()).expect("client");
 
     let hg = h.mutex("m").lock().await.unwrap();
     let w_task = tokio::spawn(async move { w.mutex("m").lock().await });

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
-use redis_locks::keys::{hash_slot, LockKeys};
+use redis_locks::testing::keys::{hash_slot, LockKeys};
 use redis_locks::{LockClient, LockClientBuilder, Preference};
 use support::backend::EVENTUALLY;
 use support::history::{History, Kind};
@@ -140,10 +140,15 @@ async fn waiter_is_woken_by_sharded_pubsub(a: &LockClient, b: &LockClient) {
 
 async fn mutex_excludes(a: &LockClient, b: &LockClient) {
     let g = a.mutex("m").lock().await.expect("lock");
-    assert!(b.mutex("m").try_lock().await.expect("try").is_none());
+    assert!(b
+        .mutex("m")
+        .try_lock()
+        .await
+        .expect_err("try")
+        .is_would_block());
     let fence = g.fencing_token();
     assert!(g.release().await.expect("release"));
-    let g = b.mutex("m").try_lock().await.expect("try").expect("free");
+    let g = b.mutex("m").try_lock().await.expect("free");
     assert!(g.fencing_token() > fence);
     g.release().await.expect("release");
 }
@@ -151,11 +156,21 @@ async fn mutex_excludes(a: &LockClient, b: &LockClient) {
 async fn rwlock_shares_reads_and_excludes_writes(a: &LockClient, b: &LockClient) {
     let r1 = a.rwlock("rw").read().await.expect("read");
     let r2 = b.rwlock("rw").read().await.expect("read");
-    assert!(b.rwlock("rw").try_write().await.expect("try").is_none());
+    assert!(b
+        .rwlock("rw")
+        .try_write()
+        .await
+        .expect_err("try")
+        .is_would_block());
     r1.release().await.expect("release");
     r2.release().await.expect("release");
     let w = b.rwlock("rw").write().await.expect("write");
-    assert!(a.rwlock("rw").try_read().await.expect("try").is_none());
+    assert!(a
+        .rwlock("rw")
+        .try_read()
+        .await
+        .expect_err("try")
+        .is_would_block());
     w.release().await.expect("release");
 }
 
@@ -203,8 +218,8 @@ async fn semaphore_counts_permits(a: &LockClient, b: &LockClient) {
         .semaphore("sem", 2)
         .try_acquire()
         .await
-        .expect("try")
-        .is_none());
+        .expect_err("try")
+        .is_would_block());
     let sem = b.semaphore("sem", 2);
     let waiter = tokio::spawn(async move { sem.acquire().await.expect("queued permit") });
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -221,7 +236,7 @@ async fn thousand_names_spread_over_every_master(cluster: &RedisCluster, c: &Loc
     let mut guards = Vec::new();
     for i in 0..1000 {
         let m = c.mutex(&format!("job-{i}")).auto_renew(false);
-        guards.push(m.try_lock().await.expect("try").expect("free name"));
+        guards.push(m.try_lock().await.expect("free name"));
     }
     // Our slot computation agrees with the server's.
     for name in ["job-0", "job-1", "job-999"] {
@@ -422,7 +437,7 @@ fn contenders(
                 let deadline = Instant::now() + 3 * EVENTUALLY;
                 let mut mine = 0;
                 while mine == 0 || !stop.load(Ordering::SeqCst) {
-                    let g = match m.lock_timeout(EVENTUALLY).await {
+                    let g = match m.lock().timeout(EVENTUALLY).await {
                         Ok(g) => g,
                         Err(e) if e.is_connection() && Instant::now() < deadline => {
                             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -490,7 +505,12 @@ async fn a_slot_migrated_while_held_and_waited_on() {
     // The hold moved with its keys: a fresh client and the waiters are refused, and the
     // holder renews on the new master.
     let c = client_with(&cluster, builder()).await;
-    assert!(c.mutex(name).try_lock().await.expect("try").is_none());
+    assert!(c
+        .mutex(name)
+        .try_lock()
+        .await
+        .expect_err("try")
+        .is_would_block());
     assert!(g
         .extend(Duration::from_secs(6))
         .await
@@ -564,7 +584,8 @@ async fn a_failover_keeps_holds_that_reached_the_replica() {
     let deadline = Instant::now() + EVENTUALLY;
     let refused = loop {
         match b.mutex(name).try_lock().await {
-            Ok(r) => break r,
+            Ok(r) => break Some(r),
+            Err(e) if e.is_would_block() => break None,
             Err(e) if e.is_connection() && Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
@@ -581,7 +602,7 @@ async fn a_failover_keeps_holds_that_reached_the_replica() {
     stop_all(&stop, tasks).await;
     // No overlap, and every grant after the failover has a larger fence than the hold's.
     h.check_exclusion();
-    let g2 = b.mutex(name).try_lock().await.expect("try").expect("free");
+    let g2 = b.mutex(name).try_lock().await.expect("free");
     assert!(g2.fencing_token() > fence);
     g2.release().await.expect("release");
 }

@@ -193,7 +193,8 @@ mod worker {
             match self {
                 Handle::Mutex(m) => m.lock().await.map(Guard::Mutex),
                 Handle::Fair(f) => f
-                    .lock_with(|ahead| emit!("queued {ahead}"))
+                    .lock()
+                    .on_position(|ahead| emit!("queued {ahead}"))
                     .await
                     .map(Guard::Fair),
             }

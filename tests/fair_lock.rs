@@ -8,7 +8,7 @@ mod support;
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
-use redis_locks::store::{Acquire, Claim, Family, Policy, Slot};
+use redis_locks::testing::store::{Acquire, Claim, Family, Request};
 use redis_locks::{FairLock, FairLockGuard, LockClient, LockInfo};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -18,12 +18,6 @@ use support::faulty::{Faulty, Op};
 use support::history::{History, Kind};
 
 /// The ticket slot of a FairLock (one permit of one).
-const FAIR_SLOT: Slot = Slot::Ticket {
-    weight: 1,
-    capacity: 1,
-    resizable: false,
-};
-
 async fn info(lock: &FairLock) -> LockInfo {
     lock.inspect().await.expect("inspect")
 }
@@ -37,12 +31,7 @@ async fn until_waiters(lock: &FairLock, n: usize) -> LockInfo {
 /// heartbeat window, as a process that died while waiting would leave behind.
 async fn dead_waiter(client: &LockClient, name: &str, heartbeat: Duration) -> Claim {
     let keys = client.keys(name).expect("keys");
-    let claim = Claim::new(
-        FAIR_SLOT,
-        Duration::from_secs(30),
-        heartbeat,
-        Policy::Writer,
-    );
+    let claim = Request::FairLock.claim(Duration::from_secs(30), heartbeat);
     let reply = client
         .store()
         .acquire(&keys, &claim, true, None)
@@ -262,7 +251,7 @@ async fn cancelled_waiters_leave_at_once(b: Backend) {
     let holder = lock.lock().await.expect("holder");
 
     let l2 = lock.clone();
-    let timed = tokio::spawn(async move { l2.lock_timeout(Duration::from_millis(500)).await });
+    let timed = tokio::spawn(async move { l2.lock().timeout(Duration::from_millis(500)).await });
     until_waiters(&lock, 1).await;
     let history = History::new();
     let patient = start_waiter(&lock, &history, 1, Duration::ZERO, 2).await;
@@ -288,7 +277,7 @@ async fn cancelled_waiters_leave_at_once(b: Backend) {
 
     // A dropped lock_with (position callback) future as well.
     let l4 = lock.clone();
-    let dropped = tokio::spawn(async move { l4.lock_with(|_| {}).await.map(|_| ()) });
+    let dropped = tokio::spawn(async move { l4.lock().on_position(|_| {}).await.map(|_| ()) });
     until_waiters(&lock, 2).await;
     dropped.abort();
     let _ = dropped.await;
@@ -342,14 +331,17 @@ async fn try_lock_never_jumps_the_queue(b: Backend) {
         guard.release().await.expect("release")
     });
     until_waiters(&owner, 1).await;
-    assert!(third.try_lock().await.expect("try").is_none(), "held");
+    assert!(
+        third.try_lock().await.expect_err("try").is_would_block(),
+        "held"
+    );
     // try_lock never stays queued.
     assert_eq!(info(&owner).await.waiters.len(), 1);
 
     assert!(holder.release().await.expect("release"));
     // The release handed the lock to the waiter: a third party arriving now is refused.
     assert!(
-        third.try_lock().await.expect("try").is_none(),
+        third.try_lock().await.expect_err("try").is_would_block(),
         "try_lock jumped the queue right after the release"
     );
     eventually("the waiter holds", || {
@@ -358,16 +350,12 @@ async fn try_lock_never_jumps_the_queue(b: Backend) {
     })
     .await;
     assert!(
-        third.try_lock().await.expect("try").is_none(),
+        third.try_lock().await.expect_err("try").is_would_block(),
         "waiter holds"
     );
     go.send(()).expect("waiter listens");
     assert!(join("waiter", waiter).await);
-    let free = third
-        .try_lock()
-        .await
-        .expect("try")
-        .expect("free and nobody waits");
+    let free = third.try_lock().await.expect("free and nobody waits");
     assert!(free.release().await.expect("release"));
 }
 
@@ -387,7 +375,8 @@ async fn lock_with_reports_decreasing_positions(b: Backend) {
     let (l, s, h) = (lock.clone(), seen.clone(), history.clone());
     let last = tokio::spawn(async move {
         let guard = l
-            .lock_with(move |p| s.lock().expect("positions").push(p))
+            .lock()
+            .on_position(move |p| s.lock().expect("positions").push(p))
             .await
             .expect("lock_with");
         let t = h.enter_as("3", Kind::Exclusive, guard.fencing_token());
@@ -439,12 +428,7 @@ async fn ten_thousand_queued_waiters(b: Backend) {
         fillers.spawn(async move {
             let mut claims = Vec::new();
             for _ in 0..N / 8 {
-                let c = Claim::new(
-                    FAIR_SLOT,
-                    Duration::from_secs(60),
-                    Duration::from_secs(60),
-                    Policy::Writer,
-                );
+                let c = Request::FairLock.claim(Duration::from_secs(60), Duration::from_secs(60));
                 let r = store.acquire(&keys, &c, true, None).await.expect("enqueue");
                 let Acquire::Busy(busy) = r else {
                     panic!("a filler was granted: {r:?}")
@@ -475,7 +459,8 @@ async fn ten_thousand_queued_waiters(b: Backend) {
     let last = tokio::spawn(async move {
         let mut queued_tx = Some(queued_tx);
         let guard = l
-            .lock_with(move |p| {
+            .lock()
+            .on_position(move |p| {
                 if let Some(tx) = queued_tx.take() {
                     let _ = tx.send(p);
                 }
@@ -549,7 +534,7 @@ async fn only_the_fence_counter_outlives_the_lock(b: Backend) {
     let live = start_waiter(&lock, &history, 0, Duration::ZERO, 1).await;
     let _dead = dead_waiter(&client, name, Duration::from_millis(300)).await;
     let l2 = lock.clone();
-    let timed = tokio::spawn(async move { l2.lock_timeout(Duration::from_millis(200)).await });
+    let timed = tokio::spawn(async move { l2.lock().timeout(Duration::from_millis(200)).await });
     until_waiters(&lock, 3).await;
     if let Some(server) = &b.server {
         // While in use, every key of the lock but the fence counter carries a TTL.
@@ -631,7 +616,7 @@ async fn handed_off_waiter_claims_its_full_lease(b: Backend) {
             "auto_renew={auto_renew}: lost after the claim window"
         );
         assert_eq!(info(&fair).await.holders.len(), 1);
-        assert!(fair.try_lock().await.expect("try").is_none());
+        assert!(fair.try_lock().await.expect_err("try").is_would_block());
         assert!(guard.release().await.expect("release"));
     }
 }
@@ -640,8 +625,8 @@ async fn handed_off_waiter_claims_its_full_lease(b: Backend) {
 /// the grant, and the waiter's only call afterwards is the background claim (an extend).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hand_off_needs_no_acquire_round_trip() {
-    let store = Faulty::new(Arc::new(redis_locks::store::MemoryStore::new()));
-    let c = LockClient::builder().store(store.clone());
+    let store = Faulty::new(Arc::new(redis_locks::testing::store::MemoryStore::new()));
+    let c = LockClient::builder().store(store.clone()).expect("client");
     // Long intervals: the waiter makes no heartbeat attempt during the measurement.
     let fair = c
         .fair_lock("counted")

@@ -200,7 +200,12 @@ async fn kill_and_restart_with_persistence_keeps_fences() {
     assert!(fenced.write(old.fencing_token(), "old").await);
     server.restart();
     // The state came back: another client is refused while the lease lives.
-    assert!(b.mutex("aof").try_lock().await.expect("try").is_none());
+    assert!(b
+        .mutex("aof")
+        .try_lock()
+        .await
+        .expect_err("try")
+        .is_would_block());
     assert!(fenced.write(old.fencing_token(), "old").await);
     let old_fence = old.fencing_token();
     assert!(old.release().await.expect("release"));
@@ -295,18 +300,42 @@ async fn maxmemory_refuses_writes_with_a_typed_error() {
     let outcomes = [
         (
             "mutex",
-            c.mutex("oom").try_lock().await.map(|g| g.is_some()),
+            c.mutex("oom").try_lock().await.map_or_else(
+                |e| {
+                    if e.is_would_block() {
+                        Ok(false)
+                    } else {
+                        Err(e)
+                    }
+                },
+                |_| Ok(true),
+            ),
         ),
         (
             "fair lock",
-            c.fair_lock("oom-fair")
-                .try_lock()
-                .await
-                .map(|g| g.is_some()),
+            c.fair_lock("oom-fair").try_lock().await.map_or_else(
+                |e| {
+                    if e.is_would_block() {
+                        Ok(false)
+                    } else {
+                        Err(e)
+                    }
+                },
+                |_| Ok(true),
+            ),
         ),
         (
             "read",
-            c.rwlock("oom-rw").try_read().await.map(|g| g.is_some()),
+            c.rwlock("oom-rw").try_read().await.map_or_else(
+                |e| {
+                    if e.is_would_block() {
+                        Ok(false)
+                    } else {
+                        Err(e)
+                    }
+                },
+                |_| Ok(true),
+            ),
         ),
     ];
     let wrong: Vec<String> = outcomes
@@ -322,6 +351,6 @@ async fn maxmemory_refuses_writes_with_a_typed_error() {
     );
     assert!(held.release().await.expect("release under OOM"));
     server.cli(&["CONFIG", "SET", "maxmemory", "0"]);
-    let g = c.mutex("oom").try_lock().await.expect("try").expect("free");
+    let g = c.mutex("oom").try_lock().await.expect("free");
     assert!(g.release().await.expect("release"));
 }

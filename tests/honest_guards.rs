@@ -8,11 +8,12 @@
 //! mutex say `is_held()` at once.
 
 mod support;
+use support::Granted;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis_locks::store::RedisStore;
+use redis_locks::testing::store::RedisStore;
 use redis_locks::{LockClient, Mutex, MutexGuard};
 use tokio::time::{sleep, timeout, Instant};
 
@@ -41,7 +42,7 @@ async fn connect(url: &str) -> LockClient {
 async fn faulty_client(url: &str) -> (Arc<Faulty>, LockClient) {
     let inner = RedisStore::connect(url).await.expect("connect");
     let faulty = Faulty::new(Arc::new(inner));
-    let client = LockClient::builder().store(faulty.clone());
+    let client = LockClient::builder().store(faulty.clone()).expect("client");
     (faulty, client)
 }
 
@@ -61,7 +62,7 @@ async fn eventually(what: &str, within: Duration, mut check: impl FnMut() -> boo
 async fn take_when_free(mutex: &Mutex, within: Duration) -> Option<MutexGuard> {
     let until = Instant::now() + within;
     loop {
-        if let Some(guard) = mutex.try_lock().await.expect("try_lock") {
+        if let Some(guard) = mutex.try_lock().await.granted("try_lock") {
             return Some(guard);
         }
         if Instant::now() >= until {
@@ -384,7 +385,7 @@ async fn extend_to_a_shorter_lease_keeps_the_guard_renewed() {
         extended.elapsed()
     );
     assert!(g.is_held(), "the auto-renewed guard says !is_held()");
-    let taken = other.mutex(name).try_lock().await.expect("try_lock");
+    let taken = other.mutex(name).try_lock().await.granted("try_lock");
     assert!(
         taken.is_none(),
         "another client was granted the lock (fence {:?}) while the auto-renewed guard lived",

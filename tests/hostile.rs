@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use redis_locks::keys::MAX_NAME_LEN;
+use redis_locks::testing::keys::MAX_NAME_LEN;
 use redis_locks::{LockClient, MutexGuard, MAX_LEASE, MIN_LEASE};
 use tokio::runtime::Runtime;
 
@@ -153,7 +153,7 @@ fn arbitrary_names_are_refused_or_isolated() {
                 let f = w.c.fair_lock(&name).lease(Duration::from_secs(5));
                 let r = w.c.rwlock(&name).lease(Duration::from_secs(5));
                 match (m.try_lock().await, valid) {
-                    (Ok(Some(g)), true) => {
+                    (Ok(g), true) => {
                         assert_eq!(g.name(), name);
                         assert!(g.release().await.expect("release"));
                     }
@@ -161,12 +161,12 @@ fn arbitrary_names_are_refused_or_isolated() {
                     (other, _) => panic!("mutex {name:?} (valid={valid}): {other:?}"),
                 }
                 match (f.try_lock().await, valid) {
-                    (Ok(Some(g)), true) => assert!(g.release().await.expect("release")),
+                    (Ok(g), true) => assert!(g.release().await.expect("release")),
                     (Err(e), false) => assert!(e.is_invalid_input(), "{e}"),
                     (other, _) => panic!("fair lock {name:?} (valid={valid}): {other:?}"),
                 }
                 match (r.try_read().await, valid) {
-                    (Ok(Some(g)), true) => assert!(g.release().await.expect("release")),
+                    (Ok(g), true) => assert!(g.release().await.expect("release")),
                     (Err(e), false) => assert!(e.is_invalid_input(), "{e}"),
                     (other, _) => panic!("read {name:?} (valid={valid}): {other:?}"),
                 }
@@ -233,7 +233,7 @@ fn arbitrary_durations_are_refused_or_work() {
             w.rt.block_on(async {
                 let valid = in_range(lease) && in_range(heartbeat);
                 let m = w.c.mutex("durations").lease(lease).heartbeat(heartbeat);
-                match (m.lock_timeout(wait).await, valid) {
+                match (m.lock().timeout(wait).await, valid) {
                     (Ok(mut g), true) => {
                         match (g.extend(extend).await, in_range(extend)) {
                             (Ok(true), true) => {}
@@ -255,7 +255,7 @@ fn arbitrary_durations_are_refused_or_work() {
                 }
                 let s = w.c.semaphore("durations-sem", 2).lease(lease);
                 match (s.try_acquire().await, in_range(lease)) {
-                    (Ok(Some(p)), true) => {
+                    (Ok(p), true) => {
                         let released = p.release().await.expect("release");
                         assert!(released || can_lapse(lease), "lease {lease:?} lost");
                     }
@@ -284,11 +284,16 @@ fn a_wait_of_duration_max_does_not_panic() {
             let task = tokio::spawn(async move {
                 let wait = Duration::MAX;
                 match what {
-                    "mutex" => c.mutex(&name).lock_timeout(wait).await.map(drop),
-                    "fair lock" => c.fair_lock(&name).lock_timeout(wait).await.map(drop),
-                    "semaphore" => c.semaphore(&name, 1).acquire_timeout(wait).await.map(drop),
-                    "read" => c.rwlock(&name).read_timeout(wait).await.map(drop),
-                    _ => c.rwlock(&name).write_timeout(wait).await.map(drop),
+                    "mutex" => c.mutex(&name).lock().timeout(wait).await.map(drop),
+                    "fair lock" => c.fair_lock(&name).lock().timeout(wait).await.map(drop),
+                    "semaphore" => c
+                        .semaphore(&name, 1)
+                        .acquire()
+                        .timeout(wait)
+                        .await
+                        .map(drop),
+                    "read" => c.rwlock(&name).read().timeout(wait).await.map(drop),
+                    _ => c.rwlock(&name).write().timeout(wait).await.map(drop),
                 }
             });
             match task.await {
@@ -332,10 +337,34 @@ fn wrong_types_at_every_key_are_reported_and_kept() {
                 // A mutex never announces waiters, so it does not read `wq` at all (and
                 // leaves it alone, as asserted below); every other key is its own.
                 if suffix != "wq" {
-                    outcomes.push(("mutex", m.try_lock().await.map(|g| g.is_some())));
+                    outcomes.push((
+                        "mutex",
+                        m.try_lock().await.map_or_else(
+                            |e| {
+                                if e.is_would_block() {
+                                    Ok(false)
+                                } else {
+                                    Err(e)
+                                }
+                            },
+                            |_| Ok(true),
+                        ),
+                    ));
                 }
                 let r = w.c.rwlock(&name);
-                outcomes.push(("read", r.try_read().await.map(|g| g.is_some())));
+                outcomes.push((
+                    "read",
+                    r.try_read().await.map_or_else(
+                        |e| {
+                            if e.is_would_block() {
+                                Ok(false)
+                            } else {
+                                Err(e)
+                            }
+                        },
+                        |_| Ok(true),
+                    ),
+                ));
                 outcomes.push(("inspect", m.inspect().await.map(|_| true)));
             }
             if queue_key(suffix) || suffix == "fence" {
@@ -343,9 +372,33 @@ fn wrong_types_at_every_key_are_reported_and_kept() {
                 // The ticket counter is read only when a waiter joins the queue (a `try_*`
                 // never does); inspect reads it and must report it.
                 if suffix != "tk" {
-                    outcomes.push(("fair", f.try_lock().await.map(|g| g.is_some())));
+                    outcomes.push((
+                        "fair",
+                        f.try_lock().await.map_or_else(
+                            |e| {
+                                if e.is_would_block() {
+                                    Ok(false)
+                                } else {
+                                    Err(e)
+                                }
+                            },
+                            |_| Ok(true),
+                        ),
+                    ));
                     let s = w.c.semaphore(&name, 3);
-                    outcomes.push(("semaphore", s.try_acquire().await.map(|g| g.is_some())));
+                    outcomes.push((
+                        "semaphore",
+                        s.try_acquire().await.map_or_else(
+                            |e| {
+                                if e.is_would_block() {
+                                    Ok(false)
+                                } else {
+                                    Err(e)
+                                }
+                            },
+                            |_| Ok(true),
+                        ),
+                    ));
                 }
                 outcomes.push(("inspect queue", f.inspect().await.map(|_| true)));
             }
@@ -385,9 +438,27 @@ fn malformed_values_are_reported_and_kept() {
             let key = set[1];
             let kept = w.dump(key).await;
             let outcome = if key.ends_with(":cap") {
-                w.c.fair_lock(name).try_lock().await.map(|g| g.is_some())
+                w.c.fair_lock(name).try_lock().await.map_or_else(
+                    |e| {
+                        if e.is_would_block() {
+                            Ok(false)
+                        } else {
+                            Err(e)
+                        }
+                    },
+                    |_| Ok(true),
+                )
             } else {
-                w.c.mutex(name).try_lock().await.map(|g| g.is_some())
+                w.c.mutex(name).try_lock().await.map_or_else(
+                    |e| {
+                        if e.is_would_block() {
+                            Ok(false)
+                        } else {
+                            Err(e)
+                        }
+                    },
+                    |_| Ok(true),
+                )
             };
             match outcome {
                 Err(e) if e.is_wrong_type() => {}
@@ -414,8 +485,7 @@ fn malformed_queue_members_do_not_panic_or_vanish() {
             w.raw_cmd(&["ZADD", key, far, "abc#notanumber"]).await;
             let f = w.c.fair_lock(name);
             match f.try_lock().await {
-                Ok(None) => {}
-                Err(e) if e.is_wrong_type() => {}
+                Err(e) if e.is_would_block() || e.is_wrong_type() => {}
                 other => panic!("{key}: a foreign member was ignored: {other:?}"),
             }
             let mut raw = w.raw.clone();

@@ -15,12 +15,12 @@ use proptest::strategy::Union;
 use proptest::test_runner::{
     Config, FailurePersistence, FileFailurePersistence, TestCaseError, TestError, TestRunner,
 };
-use redis_locks::keys::LockKeys;
-use redis_locks::store::{
-    Acquire, Claim, Family, MemoryStore, Policy, RedisStore, Slot, Snapshot, Store,
-    FAIR_RW_CAPACITY,
+use redis_locks::testing::keys::LockKeys;
+use redis_locks::testing::store::{
+    Acquire, Claim, Family, MemoryStore, Policy, RedisStore, Request, Slot, Snapshot, Store,
 };
-use redis_locks::{Error, Result, WakeHub};
+use redis_locks::testing::WakeHub;
+use redis_locks::{Error, Preference, Result};
 use support::RedisServer;
 
 /// Cases per primitive when `MODEL_CASES` is not set.
@@ -50,8 +50,9 @@ enum Primitive {
 /// What one claim of a client asks for.
 #[derive(Clone, Debug)]
 struct ClaimSpec {
-    slot: Slot,
-    policy: Policy,
+    /// What a handle asks for; its claim is made by the library's own `Request::claim`, so the
+    /// model checks exactly the slot and policy each handle sends.
+    request: Request,
     lease: Duration,
     heartbeat: u64,
 }
@@ -160,13 +161,11 @@ impl Program {
                 _ => "x".repeat(65),
             },
         };
-        Claim {
-            token,
-            slot: spec.slot,
-            lease: spec.lease,
-            heartbeat: Duration::from_millis(spec.heartbeat),
-            policy: spec.policy,
-        }
+        let mut claim = spec
+            .request
+            .claim(spec.lease, Duration::from_millis(spec.heartbeat));
+        claim.token = token;
+        claim
     }
 
     fn lock(&self, lock: usize) -> LockKeys {
@@ -229,52 +228,44 @@ fn acquire_who() -> impl Strategy<Value = Who> {
     ]
 }
 
-fn slot_and_policy(primitive: Primitive) -> BoxedStrategy<(Slot, Policy)> {
-    let ticket = |weight, capacity, resizable| Slot::Ticket {
-        weight,
-        capacity,
-        resizable,
+/// The requests a primitive's handles send (`Mutex::lock`, `RwLock::read`/`write` under a
+/// preference, `FairLock::lock`, `Semaphore::acquire_many` of a 3-permit semaphore).
+fn request(primitive: Primitive) -> BoxedStrategy<Request> {
+    let rw = |preference| {
+        prop::sample::select(vec![Request::Read(preference), Request::Write(preference)]).boxed()
     };
     match primitive {
-        // What `Mutex` sends (see `Mutex::claim`).
-        Primitive::Mutex => Just((Slot::Write, Policy::Writer)).boxed(),
-        Primitive::RwWriterPreference => prop::sample::select(vec![Slot::Write, Slot::Read])
-            .prop_map(|s| (s, Policy::Writer))
-            .boxed(),
-        Primitive::RwReaderPreference => prop::sample::select(vec![Slot::Write, Slot::Read])
-            .prop_map(|s| (s, Policy::Reader))
-            .boxed(),
-        Primitive::RwFair => prop::sample::select(vec![
-            ticket(1, FAIR_RW_CAPACITY, false),
-            ticket(FAIR_RW_CAPACITY, FAIR_RW_CAPACITY, false),
-        ])
-        .prop_map(|s| (s, Policy::Writer))
-        .boxed(),
-        Primitive::FairLock => Just((ticket(1, 1, false), Policy::Writer)).boxed(),
+        Primitive::Mutex => Just(Request::Mutex).boxed(),
+        Primitive::RwWriterPreference => rw(Preference::Writer),
+        Primitive::RwReaderPreference => rw(Preference::Reader),
+        Primitive::RwFair => rw(Preference::Fair),
+        Primitive::FairLock => Just(Request::FairLock).boxed(),
         Primitive::Semaphore => (1..=3u32)
-            .prop_map(move |w| (ticket(w, 3, true), Policy::Writer))
+            .prop_map(|permits| Request::Semaphore {
+                permits,
+                capacity: 3,
+            })
             .boxed(),
         Primitive::Mixed => prop_oneof![
-            slot_and_policy(Primitive::Mutex),
-            slot_and_policy(Primitive::RwWriterPreference),
-            slot_and_policy(Primitive::RwReaderPreference),
-            slot_and_policy(Primitive::RwFair),
-            slot_and_policy(Primitive::FairLock),
-            slot_and_policy(Primitive::Semaphore),
+            request(Primitive::Mutex),
+            request(Primitive::RwWriterPreference),
+            request(Primitive::RwReaderPreference),
+            request(Primitive::RwFair),
+            request(Primitive::FairLock),
+            request(Primitive::Semaphore),
         ]
         .boxed(),
     }
 }
 
 fn claim_spec(primitive: Primitive) -> impl Strategy<Value = ClaimSpec> {
-    (slot_and_policy(primitive), lease(), heartbeat_ms()).prop_map(
-        |((slot, policy), lease, heartbeat)| ClaimSpec {
-            slot,
-            policy,
+    (request(primitive), lease(), heartbeat_ms()).prop_map(|(request, lease, heartbeat)| {
+        ClaimSpec {
+            request,
             lease,
             heartbeat,
-        },
-    )
+        }
+    })
 }
 
 /// Targets: `recent` in 3 refer back to an earlier acquire, the others pick anew.
@@ -853,21 +844,9 @@ fn replay(program: &Program) {
 // `fair_lock_scripts_match_model`; replayed on both state families.
 #[test]
 fn regression_submillisecond_lease_is_granted_in_whole_ms() {
-    let slots = [
-        (Slot::Write, Policy::Reader),
-        (
-            Slot::Ticket {
-                weight: 1,
-                capacity: 1,
-                resizable: false,
-            },
-            Policy::Writer,
-        ),
-    ];
-    for (slot, policy) in slots {
+    for request in [Request::Mutex, Request::FairLock] {
         let spec = ClaimSpec {
-            slot,
-            policy,
+            request,
             lease: Duration::from_micros(100_001),
             heartbeat: 50,
         };

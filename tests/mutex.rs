@@ -1,10 +1,11 @@
 //! Mutex behaviour, on a real redis-server and on the in-memory store (issue 2's acceptance).
 
 mod support;
+use support::Granted;
 
 use std::time::Duration;
 
-use redis_locks::store::{Acquire, Claim, Family, Policy, Slot};
+use redis_locks::testing::store::{Acquire, Family, Request};
 use redis_locks::{LockClient, LockInfo};
 use tokio::time::{timeout, Instant};
 
@@ -19,10 +20,11 @@ async fn second_holder_is_refused(b: Backend) {
     let c = b.client().await;
     let m = c.mutex("second-holder");
     let g = m.lock().await.expect("lock");
-    assert!(m.try_lock().await.expect("try").is_none());
+    assert!(m.try_lock().await.expect_err("try").is_would_block());
     assert!(g.release().await.expect("release"));
     let g2 = m
-        .lock_timeout(Duration::from_secs(5))
+        .lock()
+        .timeout(Duration::from_secs(5))
         .await
         .expect("relock");
     assert!(g2.fencing_token() > 1);
@@ -73,12 +75,7 @@ async fn release_with_wrong_token_is_refused(b: Backend) {
         .is_some()
         .then(|| b.cli(&["GET", "rl:{wrong-token}:w"]));
     let keys = c.keys("wrong-token").expect("keys");
-    let other = Claim::new(
-        Slot::Write,
-        Duration::from_secs(30),
-        Duration::from_secs(5),
-        Policy::Reader,
-    );
+    let other = Request::Mutex.claim(Duration::from_secs(30), Duration::from_secs(5));
     let released = c
         .store()
         .release(&keys, &other, None)
@@ -96,7 +93,7 @@ async fn release_with_wrong_token_is_refused(b: Backend) {
         assert!(raw.contains('|'), "writer record: {raw}");
         assert_eq!(b.cli(&["GET", "rl:{wrong-token}:w"]), raw);
     }
-    assert!(m.try_lock().await.expect("try").is_none());
+    assert!(m.try_lock().await.expect_err("try").is_would_block());
     assert!(g.is_held());
     assert!(g.release().await.expect("release"));
 }
@@ -128,11 +125,12 @@ async fn dead_holder_frees_within_its_lease(b: Backend) {
 
     let other = b.client().await.mutex("dead-holder");
     assert!(
-        other.try_lock().await.expect("try").is_none(),
+        other.try_lock().await.expect_err("try").is_would_block(),
         "the dead holder's lease must still block"
     );
     let g = other
-        .lock_timeout(EVENTUALLY)
+        .lock()
+        .timeout(EVENTUALLY)
         .await
         .expect("lock after the lease");
     let waited = started.elapsed();
@@ -166,7 +164,7 @@ async fn renewed_lease_is_never_lost(b: Backend) {
         assert!(g.is_held(), "not held after {:?}", start.elapsed());
     }
     let rival = b.client().await.mutex("renewed");
-    assert!(rival.try_lock().await.expect("try").is_none());
+    assert!(rival.try_lock().await.expect_err("try").is_would_block());
     assert_eq!(m.inspect().await.expect("inspect").fence, fence);
     assert!(g.is_held());
     assert!(g.release().await.expect("release"), "the lease had lapsed");
@@ -213,12 +211,7 @@ async fn acquire_is_idempotent_per_token(b: Backend) {
     let c = b.client().await;
     let keys = c.keys("idempotent").expect("keys");
     let store = c.store();
-    let claim = Claim::new(
-        Slot::Write,
-        Duration::from_secs(30),
-        Duration::from_secs(5),
-        Policy::Reader,
-    );
+    let claim = Request::Mutex.claim(Duration::from_secs(30), Duration::from_secs(5));
     let first = store
         .acquire(&keys, &claim, false, None)
         .await
@@ -235,12 +228,7 @@ async fn acquire_is_idempotent_per_token(b: Backend) {
     assert_eq!(snap.fence, a.fence, "the retry bumped the fence counter");
     assert_eq!(snap.holders.len(), 1);
     assert_eq!(snap.holders[0].token, claim.token);
-    let other = Claim::new(
-        Slot::Write,
-        Duration::from_secs(30),
-        Duration::from_secs(5),
-        Policy::Reader,
-    );
+    let other = Request::Mutex.claim(Duration::from_secs(30), Duration::from_secs(5));
     assert!(matches!(
         store
             .acquire(&keys, &other, false, None)
@@ -302,7 +290,7 @@ async fn script_flush_between_calls() {
     let m = c.mutex("flushed");
     let g = m.lock().await.expect("lock");
     assert_eq!(b.cli(&["SCRIPT", "FLUSH"]), "OK");
-    assert!(m.try_lock().await.expect("try").is_none());
+    assert!(m.try_lock().await.expect_err("try").is_would_block());
     assert_eq!(b.cli(&["SCRIPT", "FLUSH"]), "OK");
     assert_eq!(m.inspect().await.expect("inspect").holders.len(), 1);
     assert_eq!(b.cli(&["SCRIPT", "FLUSH"]), "OK");
@@ -325,7 +313,7 @@ async fn assert_all_invalid(what: &str, m: &redis_locks::Mutex) {
     assert!(e.is_invalid_input(), "{what}: lock() gave {e:?}");
     let e = m.try_lock().await.expect_err(what);
     assert!(e.is_invalid_input(), "{what}: try_lock() gave {e:?}");
-    let e = timeout(quick, m.lock_timeout(Duration::from_secs(1)))
+    let e = timeout(quick, m.lock().timeout(Duration::from_secs(1)))
         .await
         .unwrap_or_else(|_| panic!("{what}: lock_timeout() waited"))
         .expect_err(what);
@@ -364,7 +352,7 @@ async fn invalid_input_is_refused_before_redis(b: Backend) {
         .mutex(&"x".repeat(1024))
         .try_lock()
         .await
-        .expect("1024 bytes");
+        .granted("1024 bytes");
     // A valid guard refuses an invalid extension without touching the lease.
     let mut g = g.expect("free");
     let e = g.extend(Duration::ZERO).await.expect_err("zero extend");
@@ -495,8 +483,8 @@ async fn release_hands_the_mutex_to_a_waiter_in_one_trip() {
     use std::sync::Arc;
     use support::faulty::{Faulty, Op};
     for auto_renew in [true, false] {
-        let store = Faulty::new(Arc::new(redis_locks::store::MemoryStore::new()));
-        let c = LockClient::builder().store(store.clone());
+        let store = Faulty::new(Arc::new(redis_locks::testing::store::MemoryStore::new()));
+        let c = LockClient::builder().store(store.clone()).expect("client");
         let m = c
             .mutex("handed")
             .lease(Duration::from_secs(30))
@@ -573,7 +561,7 @@ async fn a_thousand_names_are_woken_and_unsubscribed() {
             .mutex(&format!("churn-{i}"))
             .retry_interval(Duration::from_secs(600));
         tasks.push(tokio::spawn(async move {
-            m.lock_timeout(Duration::from_secs(300)).await
+            m.lock().timeout(Duration::from_secs(300)).await
         }));
     }
     let channels = || -> usize {

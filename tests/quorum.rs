@@ -48,7 +48,7 @@ async fn mutex_rounds(q: &mut Quorum, h: &History, rounds: usize, kill_after: Op
         let (h, done) = (h.clone(), done.clone());
         tasks.push(tokio::spawn(async move {
             for _ in 0..rounds {
-                let g = m.lock_timeout(EVENTUALLY).await.expect("lock");
+                let g = m.lock().timeout(EVENTUALLY).await.expect("lock");
                 let t = h.enter(Kind::Exclusive, g.fencing_token());
                 tokio::time::sleep(Duration::from_millis(2)).await;
                 h.exit(t);
@@ -117,13 +117,13 @@ async fn sixteen_rwlock_tasks_share_reads_and_exclude_writes() {
         tasks.push(tokio::spawn(async move {
             for _ in 0..4 {
                 if writer {
-                    let g = lock.write_timeout(EVENTUALLY).await.expect("write");
+                    let g = lock.write().timeout(EVENTUALLY).await.expect("write");
                     let t = h.enter(Kind::Write, g.fencing_token());
                     tokio::time::sleep(Duration::from_millis(2)).await;
                     h.exit(t);
                     assert!(g.release().await.expect("release"), "write lost");
                 } else {
-                    let g = lock.read_timeout(EVENTUALLY).await.expect("read");
+                    let g = lock.read().timeout(EVENTUALLY).await.expect("read");
                     let t = h.enter(Kind::Read, g.fencing_token());
                     tokio::time::sleep(Duration::from_millis(4)).await;
                     h.exit(t);
@@ -156,11 +156,17 @@ async fn a_minority_down_still_works() {
         .lock()
         .await
         .expect("lock with one node down");
-    assert!(b.mutex("minority").try_lock().await.expect("try").is_none());
+    assert!(b
+        .mutex("minority")
+        .try_lock()
+        .await
+        .expect_err("try")
+        .is_would_block());
     assert!(g.release().await.expect("release"));
     let g = b
         .mutex("minority")
-        .lock_timeout(Duration::from_secs(10))
+        .lock()
+        .timeout(Duration::from_secs(10))
         .await
         .expect("second holder");
     assert!(g.release().await.expect("release"));
@@ -259,12 +265,27 @@ async fn rwlock_readers_share_and_exclude_writers() {
     let b = q.client().await;
     let r1 = a.rwlock("doc").read().await.expect("read 1");
     let r2 = b.rwlock("doc").read().await.expect("read 2");
-    assert!(b.rwlock("doc").try_write().await.expect("try").is_none());
+    assert!(b
+        .rwlock("doc")
+        .try_write()
+        .await
+        .expect_err("try")
+        .is_would_block());
     r1.release().await.expect("release r1");
     r2.release().await.expect("release r2");
     let w = a.rwlock("doc").write().await.expect("write");
-    assert!(b.rwlock("doc").try_read().await.expect("try").is_none());
-    assert!(b.rwlock("doc").try_write().await.expect("try").is_none());
+    assert!(b
+        .rwlock("doc")
+        .try_read()
+        .await
+        .expect_err("try")
+        .is_would_block());
+    assert!(b
+        .rwlock("doc")
+        .try_write()
+        .await
+        .expect_err("try")
+        .is_would_block());
     let fence = w.fencing_token();
     let r = redis_locks::WriteGuard::downgrade(w)
         .await
@@ -276,7 +297,12 @@ async fn rwlock_readers_share_and_exclude_writers() {
         .await
         .expect("read beside downgraded");
     assert!(r3.fencing_token() >= fence);
-    assert!(b.rwlock("doc").try_write().await.expect("try").is_none());
+    assert!(b
+        .rwlock("doc")
+        .try_write()
+        .await
+        .expect_err("try")
+        .is_would_block());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -334,7 +360,8 @@ async fn fences_keep_increasing_when_a_minority_loses_its_counter() {
     q.servers[1].restart();
     q.servers[0].kill();
     let g = m
-        .lock_timeout(EVENTUALLY)
+        .lock()
+        .timeout(EVENTUALLY)
         .await
         .expect("lock on servers 1 and 2");
     assert!(
@@ -359,7 +386,6 @@ async fn release_with_an_unknown_majority_is_an_error() {
         .mutex("r")
         .try_lock()
         .await
-        .expect("try")
         .expect("granted by servers 0 and 2");
     q.servers[2].kill();
     let err = g.release().await.expect_err("outcome unknown");
@@ -389,11 +415,7 @@ async fn inspect_shows_the_majority_view() {
     assert_eq!(q.servers[0].cli(&record), "OK");
     let info = stray.inspect().await.expect("inspect");
     assert!(info.holders.is_empty(), "{info:?}");
-    let g = stray
-        .try_lock()
-        .await
-        .expect("try")
-        .expect("servers 1 and 2 grant");
+    let g = stray.try_lock().await.expect("servers 1 and 2 grant");
     assert!(g.release().await.expect("release"));
 
     // A quorum hold is shown, also with a server down.
@@ -423,7 +445,7 @@ async fn subscriptions_missed_while_a_server_was_down_are_caught_up() {
     let channels = |server: &RedisServer| server.cli(&["PUBSUB", "CHANNELS", "rl:*"]);
     let wait_on = |name: &str| {
         let m = c.mutex(name).retry_interval(Duration::from_secs(600));
-        tokio::spawn(async move { m.lock_timeout(Duration::from_secs(60)).await })
+        tokio::spawn(async move { m.lock().timeout(Duration::from_secs(60)).await })
     };
     let first = wait_on("missed");
     let deadline = Instant::now() + EVENTUALLY;

@@ -1,12 +1,13 @@
 //! RwLock behaviour, on a real redis-server and on the in-memory store (issue 3's acceptance).
 
 mod support;
+use support::Granted;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis_locks::store::{Acquire, Claim, Policy, Slot};
+use redis_locks::testing::store::{Acquire, Request};
 use redis_locks::{HoldKind, LockClient, Preference, RwLock, WriteGuard};
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, timeout, Instant};
@@ -82,7 +83,7 @@ async fn mixed_load(b: Backend, preference: Preference, run: Duration) {
                 if writer {
                     // Reader preference may starve writers: a timeout is allowed there only.
                     let limit = end.saturating_duration_since(Instant::now()) + EVENTUALLY;
-                    match lock.write_timeout(limit).await {
+                    match lock.write().timeout(limit).await {
                         Ok(g) => {
                             let t = h.enter(Kind::Write, g.fencing_token());
                             sleep(rng.ms(4)).await;
@@ -93,7 +94,7 @@ async fn mixed_load(b: Backend, preference: Preference, run: Duration) {
                         Err(e) => panic!("write: {e}"),
                     }
                 } else {
-                    let g = lock.read_timeout(EVENTUALLY).await.expect("read");
+                    let g = lock.read().timeout(EVENTUALLY).await.expect("read");
                     let t = h.enter(Kind::Read, g.fencing_token());
                     sleep(rng.ms(4)).await;
                     h.exit(t);
@@ -154,7 +155,7 @@ async fn looping_readers(
         let (h, stop) = (h.clone(), stop.clone());
         tasks.push(tokio::spawn(async move {
             while !stop.load(Ordering::SeqCst) {
-                let g = lock.read_timeout(EVENTUALLY).await.expect("read");
+                let g = lock.read().timeout(EVENTUALLY).await.expect("read");
                 let t = h.enter(Kind::Read, g.fencing_token());
                 sleep(Duration::from_millis(5)).await;
                 h.exit(t);
@@ -185,7 +186,7 @@ async fn writer_preference_stops_new_readers(b: Backend) {
         let lock = b.client().await.rwlock(name);
         let h = h.clone();
         tokio::spawn(async move {
-            let g = lock.write_timeout(EVENTUALLY).await.expect("write");
+            let g = lock.write().timeout(EVENTUALLY).await.expect("write");
             let granted = Instant::now();
             let t = h.enter_as("writer", Kind::Write, g.fencing_token());
             sleep(Duration::from_millis(50)).await;
@@ -242,7 +243,7 @@ async fn reader_preference_keeps_admitting_readers(b: Backend) {
     let writer = {
         let lock = b.client().await.rwlock(name).preference(Preference::Reader);
         tokio::spawn(async move {
-            let g = lock.write_timeout(EVENTUALLY).await.expect("write");
+            let g = lock.write().timeout(EVENTUALLY).await.expect("write");
             assert!(g.release().await.expect("release"));
         })
     };
@@ -359,7 +360,7 @@ async fn dead_reader_expires_alone(b: Backend) {
     let lock = c.rwlock(name).lease(lease);
     let live = lock.read().await.expect("another reader proceeds");
     assert_eq!(lock.inspect().await.expect("inspect").holders.len(), 2);
-    assert!(lock.try_write().await.expect("try").is_none());
+    assert!(lock.try_write().await.expect_err("try").is_would_block());
 
     // Wait for the dead reader's lease to end; the live one renews past it.
     loop {
@@ -379,18 +380,13 @@ async fn dead_reader_expires_alone(b: Backend) {
         "the dead reader expired early"
     );
     assert!(live.is_held(), "the live reader expired with the dead one");
-    assert!(lock.try_write().await.expect("try").is_none());
-    let another = lock
-        .try_read()
-        .await
-        .expect("try")
-        .expect("readers proceed");
+    assert!(lock.try_write().await.expect_err("try").is_would_block());
+    let another = lock.try_read().await.expect("readers proceed");
     assert!(another.release().await.expect("release"));
     assert!(live.release().await.expect("release live"));
     let w = lock
         .try_write()
         .await
-        .expect("try")
         .expect("a writer gets in once the live reader left");
     assert!(w.release().await.expect("release"));
 }
@@ -409,12 +405,7 @@ async fn dead_waiting_writer_stops_blocking(b: Backend) {
     // A crashed writer: one waiting attempt on its own connection, then silence.
     let crashed = b.client().await;
     let keys = crashed.keys(name).expect("keys");
-    let claim = Claim::new(
-        Slot::Write,
-        Duration::from_secs(30),
-        heartbeat,
-        Policy::Writer,
-    );
+    let claim = Request::Mutex.claim(Duration::from_secs(30), heartbeat);
     let announced = Instant::now();
     let reply = crashed
         .store()
@@ -424,11 +415,11 @@ async fn dead_waiting_writer_stops_blocking(b: Backend) {
     assert!(matches!(reply, Acquire::Busy(_)), "{reply:?}");
     assert_eq!(lock.inspect().await.expect("inspect").waiters.len(), 1);
     assert!(
-        lock.try_read().await.expect("try").is_none(),
+        lock.try_read().await.expect_err("try").is_would_block(),
         "a reader got past a waiting writer"
     );
 
-    let r = lock.read_timeout(EVENTUALLY).await.expect("read after");
+    let r = lock.read().timeout(EVENTUALLY).await.expect("read after");
     let waited = announced.elapsed();
     assert!(
         waited + Duration::from_millis(50) >= heartbeat,
@@ -460,7 +451,8 @@ async fn cancelled_writer_stops_blocking_at_once(b: Backend) {
 
     // Timed out.
     let e = writer
-        .write_timeout(Duration::from_millis(600))
+        .write()
+        .timeout(Duration::from_millis(600))
         .await
         .expect_err("write beside a reader");
     assert!(e.is_timeout(), "{e:?}");
@@ -468,7 +460,6 @@ async fn cancelled_writer_stops_blocking_at_once(b: Backend) {
     let r = lock
         .try_read()
         .await
-        .expect("try")
         .expect("readers admitted at once after a timed-out write");
     assert!(r.release().await.expect("release"));
 
@@ -480,12 +471,12 @@ async fn cancelled_writer_stops_blocking_at_once(b: Backend) {
         })
     };
     until_waiters(&lock, 1).await;
-    assert!(lock.try_read().await.expect("try").is_none());
+    assert!(lock.try_read().await.expect_err("try").is_would_block());
     task.abort();
     let _ = task.await;
     let dropped = Instant::now();
     let r = loop {
-        if let Some(r) = lock.try_read().await.expect("try") {
+        if let Some(r) = lock.try_read().await.granted("try") {
             break r;
         }
         assert!(
@@ -514,7 +505,7 @@ async fn downgrade_races_no_writer(b: Backend) {
         rivals.push(tokio::spawn(async move {
             let mut rng = Rng::new(100 + i);
             while !stop.load(Ordering::SeqCst) {
-                if let Some(g) = lock.try_write().await.expect("try_write") {
+                if let Some(g) = lock.try_write().await.granted("try_write") {
                     let t = h.enter_as(format!("rival{i}"), Kind::Write, g.fencing_token());
                     sleep(Duration::from_millis(10)).await;
                     h.exit(t);
@@ -528,7 +519,7 @@ async fn downgrade_races_no_writer(b: Backend) {
     let lock = c.rwlock(name);
     let other = b.client().await.rwlock(name);
     for _ in 0..10 {
-        let w = lock.write_timeout(EVENTUALLY).await.expect("write");
+        let w = lock.write().timeout(EVENTUALLY).await.expect("write");
         let fence = w.fencing_token();
         let wt = h.enter_as("main", Kind::Write, fence);
         sleep(Duration::from_millis(5)).await;
@@ -539,7 +530,7 @@ async fn downgrade_races_no_writer(b: Backend) {
         let rt = h.enter_as("main", Kind::Read, r.fencing_token());
         assert_eq!(r.fencing_token(), fence);
         assert!(r.is_held());
-        assert!(other.try_write().await.expect("try").is_none());
+        assert!(other.try_write().await.expect_err("try").is_would_block());
         sleep(Duration::from_millis(20)).await;
         h.exit(rt);
         assert!(r.release().await.expect("release"));
@@ -562,7 +553,11 @@ async fn downgrade_keeps_waiting_writer_out(b: Backend, preference: Preference) 
     let waiting = {
         let lock = b.client().await.rwlock(&name).preference(preference);
         tokio::spawn(async move {
-            let g = lock.write_timeout(EVENTUALLY).await.expect("waiting write");
+            let g = lock
+                .write()
+                .timeout(EVENTUALLY)
+                .await
+                .expect("waiting write");
             let f = g.fencing_token();
             assert!(g.release().await.expect("release"));
             f
@@ -584,7 +579,7 @@ async fn downgrade_keeps_waiting_writer_out(b: Backend, preference: Preference) 
         "{info:?}"
     );
     assert_eq!(info.waiters.len(), 1, "{info:?}");
-    assert!(lock.try_write().await.expect("try").is_none());
+    assert!(lock.try_write().await.expect_err("try").is_would_block());
     assert!(r.release().await.expect("release"));
     let next = join("waiting writer", waiting).await;
     assert!(next > fence, "fence {next} after {fence}");
@@ -616,7 +611,9 @@ async fn assert_all_invalid(what: &str, lock: &RwLock) {
         ),
         (
             "read_timeout",
-            timeout(quick, lock.read_timeout(t)).await.map(|r| r.err()),
+            timeout(quick, lock.read().timeout(t))
+                .await
+                .map(|r| r.err()),
         ),
         ("write", timeout(quick, lock.write()).await.map(|r| r.err())),
         (
@@ -625,7 +622,9 @@ async fn assert_all_invalid(what: &str, lock: &RwLock) {
         ),
         (
             "write_timeout",
-            timeout(quick, lock.write_timeout(t)).await.map(|r| r.err()),
+            timeout(quick, lock.write().timeout(t))
+                .await
+                .map(|r| r.err()),
         ),
     ];
     for (op, res) in results {
@@ -790,8 +789,8 @@ async fn state_is_shared_between_clients(b: Backend) {
         .rwlock("shared-state")
         .try_write()
         .await
-        .expect("try")
-        .is_none());
+        .expect_err("try")
+        .is_would_block());
     assert!(r.release().await.expect("release"));
 }
 
@@ -824,10 +823,15 @@ async fn one_name_is_held_through_one_family_at_a_time(b: Backend) {
     assert_conflict("fair read", name, fair.try_read().await);
     assert_conflict("fair lock", name, c.fair_lock(name).try_lock().await);
     assert_conflict("semaphore", name, c.semaphore(name, 3).try_acquire().await);
-    let waited = fair.write_timeout(Duration::from_secs(5)).await;
+    let waited = fair.write().timeout(Duration::from_secs(5)).await;
     assert_conflict("waiting fair write", name, waited);
     // The same family just waits its turn.
-    assert!(c.mutex(name).try_lock().await.expect("mutex").is_none());
+    assert!(c
+        .mutex(name)
+        .try_lock()
+        .await
+        .expect_err("mutex")
+        .is_would_block());
     assert!(w.release().await.expect("release"));
 
     // Free again: the ticket queue may take it, and then the lease lock is refused.
@@ -837,7 +841,7 @@ async fn one_name_is_held_through_one_family_at_a_time(b: Backend) {
     assert_conflict(
         "mutex",
         name,
-        c.mutex(name).lock_timeout(Duration::from_secs(5)).await,
+        c.mutex(name).lock().timeout(Duration::from_secs(5)).await,
     );
     let info = fair.inspect().await.expect("inspect");
     assert_eq!(info.holders.len(), 1, "{info:?}");
@@ -846,12 +850,7 @@ async fn one_name_is_held_through_one_family_at_a_time(b: Backend) {
         "a refused caller stayed queued: {info:?}"
     );
     assert!(r.release().await.expect("release"));
-    let m = c
-        .mutex(name)
-        .try_lock()
-        .await
-        .expect("mutex")
-        .expect("free");
+    let m = c.mutex(name).try_lock().await.expect("free");
     assert!(m.release().await.expect("release"));
 }
 

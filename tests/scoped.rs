@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis_locks::{run_while_held, Error};
+use redis_locks::Error;
 use support::backend::Backend;
 
 async fn work_runs_under_the_lock_and_releases_it(b: Backend) {
@@ -18,7 +18,7 @@ async fn work_runs_under_the_lock_and_releases_it(b: Backend) {
             let m = m.clone();
             async move {
                 // Nobody else gets in while the work runs.
-                assert!(m.try_lock().await.expect("try").is_none());
+                assert!(m.try_lock().await.expect_err("try").is_would_block());
                 fence
             }
         })
@@ -26,13 +26,13 @@ async fn work_runs_under_the_lock_and_releases_it(b: Backend) {
         .expect("work done");
     assert!(inside >= 1);
     // Released after: free again at once.
-    assert!(m.try_lock().await.expect("try").is_some());
+    assert!(m.try_lock().await.is_ok());
     let rw = c.rwlock("scoped-rw");
     assert_eq!(rw.with_read(|_| async { 1 }).await.expect("read"), 1);
     assert_eq!(rw.with_write(|_| async { 2 }).await.expect("write"), 2);
     let s = c.semaphore("scoped-sem", 1);
-    assert_eq!(s.with_permit(async { 3 }).await.expect("permit"), 3);
-    assert!(s.try_acquire().await.expect("try").is_some());
+    assert_eq!(s.with_permit(|_| async { 3 }).await.expect("permit"), 3);
+    assert!(s.try_acquire().await.is_ok());
     let f = c.fair_lock("scoped-fair");
     assert_eq!(f.with_lock(|_| async { 4 }).await.expect("fair"), 4);
 }
@@ -62,7 +62,7 @@ async fn a_lost_lease_stops_the_work(b: Backend) {
             c.force_release("scoped-lost").await.expect("force release")
         })
     };
-    let outcome = tokio::time::timeout(Duration::from_secs(20), run_while_held(guard, work))
+    let outcome = tokio::time::timeout(Duration::from_secs(20), guard.run_while_held(work))
         .await
         .expect("stopped well before the work's 30 s");
     assert!(

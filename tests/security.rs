@@ -73,7 +73,12 @@ async fn every_primitive_works_as_a_restricted_acl_user() {
     let b = LockClient::connect(&url).await.expect("connect as locks");
 
     let g = a.mutex("acl-m").lock().await.expect("mutex");
-    assert!(b.mutex("acl-m").try_lock().await.expect("try").is_none());
+    assert!(b
+        .mutex("acl-m")
+        .try_lock()
+        .await
+        .expect_err("try")
+        .is_would_block());
     assert_eq!(
         b.mutex("acl-m")
             .inspect()
@@ -131,7 +136,7 @@ async fn every_primitive_works_as_a_restricted_acl_user() {
 
     let s = a.semaphore("acl-s", 2);
     let p = s.acquire_many(2).await.expect("permits");
-    assert!(s.try_acquire().await.expect("try").is_none());
+    assert!(s.try_acquire().await.expect_err("try").is_would_block());
     assert!(p.release().await.expect("release"));
 
     let held = a.mutex("acl-forced").lock().await.expect("lock");
@@ -356,7 +361,12 @@ async fn a_lock_over_tls() {
         .unwrap_or_else(|e| panic!("connect over TLS to {url}: {e}"));
     let g = c.mutex("tls").lock().await.expect("lock over TLS");
     assert!(g.fencing_token() >= 1);
-    assert!(c.mutex("tls").try_lock().await.expect("try").is_none());
+    assert!(c
+        .mutex("tls")
+        .try_lock()
+        .await
+        .expect_err("try")
+        .is_would_block());
     assert!(g.release().await.expect("release over TLS"));
     // The state really is on the TLS server.
     assert_eq!(server.cli(&["GET", "rl:{tls}:fence"]), "1");

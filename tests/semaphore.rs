@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
-use redis_locks::store::{Acquire, Claim, Policy, Slot};
+use redis_locks::testing::store::{Acquire, Claim, Request};
 use redis_locks::{HoldKind, LockClient, LockInfo, Permit, Semaphore};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -44,12 +44,11 @@ fn is(shown: &str, claim: &Claim) -> bool {
 /// `acquire(wait = true)` for one permit of `permits`, with the given heartbeat window.
 async fn dead_waiter(client: &LockClient, name: &str, permits: u32, heartbeat: Duration) -> Claim {
     let keys = client.keys(name).expect("keys");
-    let slot = Slot::Ticket {
-        weight: 1,
+    let claim = Request::Semaphore {
+        permits: 1,
         capacity: permits,
-        resizable: true,
-    };
-    let claim = Claim::new(slot, Duration::from_secs(30), heartbeat, Policy::Writer);
+    }
+    .claim(Duration::from_secs(30), heartbeat);
     let reply = client
         .store()
         .acquire(&keys, &claim, true, None)
@@ -133,7 +132,10 @@ async fn dead_holder_permit_returns_after_its_lease(b: Backend) {
     // Dropping a permit releases it in the background; forgetting it is a crash.
     std::mem::forget(lost);
     let kept = sem.acquire().await.expect("live holder");
-    assert!(sem.try_acquire().await.expect("try").is_none(), "both out");
+    assert!(
+        sem.try_acquire().await.expect_err("try").is_would_block(),
+        "both out"
+    );
     let waiter = start_acquirer(&sem, 1, 1).await;
     let got = join("permit of the dead holder", waiter).await;
     let waited = start.elapsed();
@@ -200,14 +202,14 @@ async fn acquire_many_at_the_head_is_not_overtaken(b: Backend) {
     let weights: Vec<u32> = queue.waiters.iter().map(|w| w.weight).collect();
     assert_eq!(weights, vec![3, 1, 1]);
     assert!(
-        other.try_acquire().await.expect("try").is_none(),
+        other.try_acquire().await.expect_err("try").is_would_block(),
         "queue first"
     );
 
     // Three free: the large request is granted, the small ones still wait (none free).
     assert!(h1.release().await.expect("release"));
     let big = join("acquire_many(3)", big).await;
-    assert_eq!(big.count(), 3);
+    assert_eq!(big.num_permits(), 3);
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(!s1.is_finished() && !s2.is_finished());
     let now = info(&sem).await;
@@ -235,21 +237,20 @@ async fn set_permits_changes_new_grants_only(b: Backend) {
     let sem = client.semaphore("resize", 2);
     let p1 = sem.acquire().await.expect("p1");
     let p2 = sem.acquire().await.expect("p2");
-    assert!(sem.try_acquire().await.expect("try").is_none());
+    assert!(sem.try_acquire().await.expect_err("try").is_would_block());
     let waiter = start_acquirer(&sem, 1, 1).await;
 
     // Raising grants the waiter that now fits, current permits stay.
-    let sem = sem.set_permits(3).await.expect("raise");
-    assert_eq!(sem.permits(), 3);
+    assert_eq!(sem.set_permits(3).await.expect("raise"), 3);
     let p3 = join("waiter granted by the raise", waiter).await;
     assert_eq!(info(&sem).await.permits, Some(3));
     assert!(
-        sem.try_acquire().await.expect("try").is_none(),
+        sem.try_acquire().await.expect_err("try").is_would_block(),
         "3 of 3 out"
     );
 
     // Lowering revokes nobody: all three keep their permits (and can renew them).
-    let sem = sem.set_permits(1).await.expect("lower");
+    assert_eq!(sem.set_permits(1).await.expect("lower"), 1);
     let mut held = [p1, p2, p3];
     for p in held.iter_mut() {
         assert!(p.is_held());
@@ -262,34 +263,26 @@ async fn set_permits_changes_new_grants_only(b: Backend) {
     assert!(p1.release().await.expect("release"));
     assert!(p2.release().await.expect("release"));
     assert!(
-        old.try_acquire().await.expect("try").is_none(),
+        old.try_acquire().await.expect_err("try").is_would_block(),
         "1 of 1 still out"
     );
     assert!(
-        sem.try_acquire().await.expect("try").is_none(),
+        sem.try_acquire().await.expect_err("try").is_would_block(),
         "1 of 1 still out"
     );
     assert!(p3.release().await.expect("release"));
-    let only = old
-        .try_acquire()
-        .await
-        .expect("try")
-        .expect("the one permit");
+    let only = old.try_acquire().await.expect("the one permit");
     assert!(
-        sem.try_acquire().await.expect("try").is_none(),
+        sem.try_acquire().await.expect_err("try").is_would_block(),
         "capacity is 1"
     );
     assert!(only.release().await.expect("release"));
 
     // Requests are bounded by the stored count, not by the handle's own: a handle made
     // with 2 may take 4 of 4 once another client raised the count, and no more than that.
-    let sem = sem.set_permits(4).await.expect("raise");
-    let four = old
-        .try_acquire_many(4)
-        .await
-        .expect("4 of the stored 4")
-        .expect("all free");
-    assert_eq!(four.count(), 4);
+    assert_eq!(sem.set_permits(4).await.expect("raise"), 4);
+    let four = old.try_acquire_many(4).await.expect("all free");
+    assert_eq!(four.num_permits(), 4);
     assert!(four.release().await.expect("release"));
     let e = old.try_acquire_many(5).await.expect_err("5 of 4");
     assert!(e.is_invalid_input(), "{e}");
@@ -318,7 +311,7 @@ async fn invalid_inputs_are_refused(b: Backend) {
         .await
         .expect_err("4")
         .is_invalid_input());
-    let too_many = client.semaphore("invalid", redis_locks::semaphore::MAX_PERMITS + 1);
+    let too_many = client.semaphore("invalid", redis_locks::MAX_PERMITS + 1);
     assert!(too_many
         .acquire()
         .await
@@ -331,7 +324,7 @@ async fn invalid_inputs_are_refused(b: Backend) {
         .expect_err("set 0");
     assert!(err.is_invalid_input());
     // More than the count stored by set_permits: refused by the store, not queued forever.
-    let sem = sem.set_permits(2).await.expect("set 2");
+    assert_eq!(sem.set_permits(2).await.expect("set 2"), 2);
     let stale = client.semaphore("invalid", 3);
     let err = tokio::time::timeout(EVENTUALLY, stale.acquire_many(3))
         .await

@@ -90,6 +90,12 @@
 //! `finds_planted_*` test searches targeted schedules and requires a counterexample of that
 //! defect's kind.
 
+#[cfg(not(feature = "testing"))]
+compile_error!(
+    "the simulation needs the `testing` feature: run `cargo nextest run --all-targets \
+     --all-features` (or `cargo test --all-features`)"
+);
+
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 use std::future::Future;
@@ -105,14 +111,13 @@ use proptest::test_runner::{
     Config, FailurePersistence, FileFailurePersistence, RngAlgorithm, TestCaseError, TestError,
     TestRng, TestRunner,
 };
-use redis_locks::keys::LockKeys;
-use redis_locks::store::{
+use redis_locks::testing::keys::LockKeys;
+use redis_locks::testing::store::{
     Acquire, Claim, Family, HoldKind, MemoryStore, Snapshot, Store, FAIR_RW_CAPACITY,
 };
-use redis_locks::testing::{self, Bug};
+use redis_locks::testing::{self, Bug, WakeHub};
 use redis_locks::{
-    Error, FairLockGuard, LockClient, MutexGuard, Permit, Preference, ReadGuard, Result, WakeHub,
-    WriteGuard,
+    Error, FairLockGuard, LockClient, MutexGuard, Permit, Preference, ReadGuard, Result, WriteGuard,
 };
 use tokio::sync::{oneshot, Notify};
 use tokio::task::AbortHandle;
@@ -1364,7 +1369,7 @@ fn lost_reply() -> Error {
         std::io::ErrorKind::ConnectionReset,
         "reply lost (simulated)",
     );
-    Error::Connection(redis::RedisError::from(io))
+    Error::Connection(Box::new(io))
 }
 
 /// A request on its way to the server.
@@ -1681,7 +1686,11 @@ async fn acquire(
         ($wait:expr, $try:expr, $timeout:expr, $wrap:expr, $kind:expr) => {{
             let guard = match mode {
                 Mode::Wait | Mode::Cancel(_) => Some($wait.await?),
-                Mode::Try => $try.await?,
+                Mode::Try => match $try.await {
+                    Ok(g) => Some(g),
+                    Err(e) if e.is_would_block() => None,
+                    Err(e) => return Err(e),
+                },
                 Mode::Timeout(t) => Some($timeout(timeout(t)).await?),
             };
             Ok(guard.map(|g| ($wrap(g), $kind)))
@@ -1693,7 +1702,7 @@ async fn acquire(
             by_mode!(
                 m.lock(),
                 m.try_lock(),
-                |t| m.lock_timeout(t),
+                |t| m.lock().timeout(t),
                 AnyGuard::Mutex,
                 HoldKind::Write
             )
@@ -1703,7 +1712,7 @@ async fn acquire(
             by_mode!(
                 f.lock(),
                 f.try_lock(),
-                |t| f.lock_timeout(t),
+                |t| f.lock().timeout(t),
                 AnyGuard::Fair,
                 HoldKind::Permits(1)
             )
@@ -1720,7 +1729,7 @@ async fn acquire(
                 by_mode!(
                     rw.write(),
                     rw.try_write(),
-                    |t| rw.write_timeout(t),
+                    |t| rw.write().timeout(t),
                     AnyGuard::Write,
                     kind
                 )
@@ -1733,7 +1742,7 @@ async fn acquire(
                 by_mode!(
                     rw.read(),
                     rw.try_read(),
-                    |t| rw.read_timeout(t),
+                    |t| rw.read().timeout(t),
                     AnyGuard::Read,
                     kind
                 )
@@ -1748,7 +1757,7 @@ async fn acquire(
             by_mode!(
                 s.acquire_many(n),
                 s.try_acquire_many(n),
-                |t| s.acquire_timeout(t),
+                |t| s.acquire().timeout(t),
                 AnyGuard::Permit,
                 HoldKind::Permits(n)
             )
@@ -2138,7 +2147,8 @@ async fn run(schedule: &Schedule, focus: &[Class], trace: bool) -> Outcome {
         let client = builder
             .retry_interval(ms(spec.retry))
             .auto_renew(spec.auto_renew)
-            .store(Arc::new(conn));
+            .store(Arc::new(conn))
+            .expect("client");
         let script = Script {
             sim: sim.clone(),
             c,

@@ -12,12 +12,12 @@
 mod support;
 
 use std::fmt::Debug;
-use std::future::Future;
+use std::future::{Future, IntoFuture};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis_locks::keys::LockKeys;
-use redis_locks::store::{Acquire, Claim, Family, HoldKind, Policy, Slot, Store};
+use redis_locks::testing::keys::LockKeys;
+use redis_locks::testing::store::{Acquire, Claim, Family, HoldKind, Policy, Slot, Store};
 use redis_locks::{LockClient, LockInfo, Preference};
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, timeout, Instant};
@@ -88,9 +88,9 @@ async fn assert_waiting_capacity_conflict<T: Debug>(
     c: &LockClient,
     name: &str,
     holders_before: usize,
-    acquire: impl Future<Output = redis_locks::Result<T>>,
+    acquire: impl IntoFuture<Output = redis_locks::Result<T>>,
 ) {
-    let got = match timeout(REFUSAL_BOUND, acquire).await {
+    let got = match timeout(REFUSAL_BOUND, acquire.into_future()).await {
         Ok(got) => got,
         Err(_) => {
             let state = queue_info(c, name).await;
@@ -296,11 +296,8 @@ async fn full_semaphore_of_two_refuses_semaphore_of_five(b: Backend) {
 async fn stored_permit_count_refuses_fair_lock_and_fair_rwlock(b: Backend) {
     let name = "cap-stored-4";
     let (c, other) = (b.client().await, b.client().await);
-    let sem = c
-        .semaphore(name, 2)
-        .set_permits(4)
-        .await
-        .expect("set_permits(4)");
+    let sem = c.semaphore(name, 2);
+    sem.set_permits(4).await.expect("set_permits(4)");
     let permit = sem.acquire().await.expect("1 of 4");
     let fair = other.fair_lock(name);
     let rw = other.rwlock(name).preference(Preference::Fair);
@@ -346,12 +343,8 @@ async fn stored_permit_count_refuses_fair_lock_and_fair_rwlock(b: Backend) {
     );
     // Semaphore handles follow the stored count whatever their own (existing behaviour).
     let any = other.semaphore(name, 9);
-    let four = any
-        .try_acquire_many(4)
-        .await
-        .expect("4 of the stored 4")
-        .expect("all 4 free");
-    assert!(any.try_acquire().await.expect("try").is_none());
+    let four = any.try_acquire_many(4).await.expect("all 4 free");
+    assert!(any.try_acquire().await.expect_err("try").is_would_block());
     assert!(four.release().await.expect("release"));
 }
 
@@ -371,8 +364,8 @@ async fn agreeing_capacities_share_the_queue(b: Backend) {
     assert!(
         sem1.try_acquire()
             .await
-            .expect("Semaphore(1) beside a FairLock: busy, not an error")
-            .is_none(),
+            .expect_err("Semaphore(1) beside a FairLock: busy, not an error")
+            .is_would_block(),
         "Semaphore(1) granted beside a FairLock holder"
     );
     let s1 = sem1.clone();
@@ -396,12 +389,12 @@ async fn agreeing_capacities_share_the_queue(b: Backend) {
     assert!(
         fair.try_lock()
             .await
-            .expect("FairLock beside Semaphore(1): busy, not an error")
-            .is_none(),
+            .expect_err("FairLock beside Semaphore(1): busy, not an error")
+            .is_would_block(),
         "FairLock granted beside a Semaphore(1) holder"
     );
     assert!(p.release().await.expect("release"));
-    let g = fair.try_lock().await.expect("try").expect("free again");
+    let g = fair.try_lock().await.expect("free again");
     assert!(g.release().await.expect("release"));
 
     // Two Semaphore(3) handles on two clients: 3 permits in all.
@@ -409,25 +402,18 @@ async fn agreeing_capacities_share_the_queue(b: Backend) {
     let (a, bb) = (c.semaphore(name, 3), other.semaphore(name, 3));
     let two = a.acquire_many(2).await.expect("2 of 3");
     let one = bb.acquire().await.expect("3 of 3");
-    assert!(bb.try_acquire().await.expect("try").is_none());
-    assert!(a.try_acquire().await.expect("try").is_none());
+    assert!(bb.try_acquire().await.expect_err("try").is_would_block());
+    assert!(a.try_acquire().await.expect_err("try").is_would_block());
     assert!(two.release().await.expect("release"));
-    let again = bb
-        .try_acquire_many(2)
-        .await
-        .expect("try")
-        .expect("2 free again");
+    let again = bb.try_acquire_many(2).await.expect("2 free again");
     assert_eq!(queue_info(&c, name).await.holders.len(), 2);
     assert!(again.release().await.expect("release"));
     assert!(one.release().await.expect("release"));
 
     // A stored count applies to every Semaphore handle, whatever its own count.
     let name = "cap-ok-stored-3";
-    let stored = c
-        .semaphore(name, 2)
-        .set_permits(3)
-        .await
-        .expect("set_permits(3)");
+    let stored = c.semaphore(name, 2);
+    stored.set_permits(3).await.expect("set_permits(3)");
     let seven = other.semaphore(name, 7);
     let mut held = Vec::new();
     for i in 0..3 {
@@ -435,12 +421,15 @@ async fn agreeing_capacities_share_the_queue(b: Backend) {
             seven
                 .try_acquire()
                 .await
-                .unwrap_or_else(|e| panic!("Semaphore(7) on stored 3, permit {i}: {e}"))
-                .unwrap_or_else(|| panic!("permit {i} of the stored 3 is free")),
+                .unwrap_or_else(|e| panic!("Semaphore(7) on stored 3, permit {i}: {e}")),
         );
     }
-    assert!(seven.try_acquire().await.expect("try").is_none());
-    assert!(stored.try_acquire().await.expect("try").is_none());
+    assert!(seven.try_acquire().await.expect_err("try").is_would_block());
+    assert!(stored
+        .try_acquire()
+        .await
+        .expect_err("try")
+        .is_would_block());
     for p in held {
         assert!(p.release().await.expect("release"));
     }
@@ -449,23 +438,15 @@ async fn agreeing_capacities_share_the_queue(b: Backend) {
     // refused on it even when the count is 1 (else a later set_permits(2) would admit a second
     // FairLock holder), and set_permits is refused while a FairLock uses the queue.
     let name = "cap-stored-1";
-    let _sem = c
-        .semaphore(name, 4)
-        .set_permits(1)
-        .await
-        .expect("set_permits(1)");
+    let _sem = c.semaphore(name, 4);
+    _sem.set_permits(1).await.expect("set_permits(1)");
     let refused = other.fair_lock(name).try_lock().await;
     assert!(
         matches!(&refused, Err(e) if e.is_capacity_conflict()),
         "FairLock on a stored count: {refused:?}"
     );
     let name = "cap-fixed-in-use";
-    let g = other
-        .fair_lock(name)
-        .try_lock()
-        .await
-        .expect("FairLock")
-        .expect("free");
+    let g = other.fair_lock(name).try_lock().await.expect("free");
     for permits in [1, 2] {
         let resized = c.semaphore(name, 1).set_permits(permits).await;
         assert!(
@@ -497,7 +478,7 @@ async fn lease_info(c: &LockClient, name: &str) -> LockInfo {
 /// A client on its own connection that [`Faulty::freeze`] can stop like a frozen process.
 async fn gated_client(b: &Backend) -> (LockClient, Arc<Faulty>) {
     let gate = Faulty::new(b.client().await.store().clone());
-    let client = LockClient::builder().store(gate.clone());
+    let client = LockClient::builder().store(gate.clone()).expect("client");
     (client, gate)
 }
 
@@ -550,7 +531,6 @@ where
         .fair_lock(name)
         .try_lock()
         .await
-        .expect("setup: FairLock try_lock")
         .expect("setup: the FairLock takes the name once the lease lapsed");
     gate.thaw();
 
@@ -580,17 +560,20 @@ where
     assert!(fair.release().await.expect("release FairLock"));
     let rw = c.rwlock(name);
     let r = rw
-        .read_timeout(Duration::from_secs(2))
+        .read()
+        .timeout(Duration::from_secs(2))
         .await
         .expect("a reader is admitted at once after the FairLock released");
     assert!(r.release().await.expect("release reader"));
     let w = rw
-        .write_timeout(Duration::from_secs(2))
+        .write()
+        .timeout(Duration::from_secs(2))
         .await
         .expect("writer");
     assert!(w.release().await.expect("release writer"));
     let r = rw
-        .read_timeout(Duration::from_secs(2))
+        .read()
+        .timeout(Duration::from_secs(2))
         .await
         .expect("a reader is admitted at once after a writer released");
     assert!(r.release().await.expect("release reader"));
@@ -638,14 +621,14 @@ macro_rules! both_stores {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn redis() {
                     let (_server, url) = $crate::support::server_url();
-                    let store = redis_locks::store::RedisStore::connect(&url)
+                    let store = redis_locks::testing::store::RedisStore::connect(&url)
                         .await
                         .unwrap_or_else(|e| panic!("connect to {url}: {e}"));
                     super::$name(std::sync::Arc::new(store)).await
                 }
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn memory() {
-                    super::$name(std::sync::Arc::new(redis_locks::store::MemoryStore::new()))
+                    super::$name(std::sync::Arc::new(redis_locks::testing::store::MemoryStore::new()))
                         .await
                 }
             }

@@ -113,8 +113,10 @@ pub struct Claim {
 }
 
 impl Claim {
-    /// A claim with a fresh random token.
-    pub fn new(slot: Slot, lease: Duration, heartbeat: Duration, policy: Policy) -> Self {
+    /// A claim with a fresh random token. Handles never call this directly: they describe
+    /// what they want as a [`Request`], whose [`Request::claim`] is the one place that maps a
+    /// primitive operation to a slot and policy.
+    pub(crate) fn new(slot: Slot, lease: Duration, heartbeat: Duration, policy: Policy) -> Self {
         Claim {
             token: crate::token::next(),
             slot,
@@ -128,6 +130,84 @@ impl Claim {
     /// or an empty or over-long token): every store calls this before touching any state.
     pub fn check(&self) -> Result<()> {
         crate::token::check(&self.token)
+    }
+}
+
+/// One primitive operation, as a handle asks for it: the only way a [`Claim`] is made, used
+/// by the handles and by the model check alike, so the model check runs exactly what the
+/// handles send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Request {
+    /// `Mutex::lock` and its `try_` form: the lease lock's writer slot under writer
+    /// preference (a waiting mutex claim announces itself like a waiting writer, so a release
+    /// can hand the lock straight to it).
+    Mutex,
+    /// `RwLock::read` under the given preference.
+    Read(crate::Preference),
+    /// `RwLock::write` under the given preference.
+    Write(crate::Preference),
+    /// `FairLock::lock`: one permit of a one-permit queue.
+    FairLock,
+    /// `Semaphore::acquire_many(permits)` on a semaphore made with `capacity` permits.
+    Semaphore {
+        /// Permits taken.
+        permits: u32,
+        /// The handle's permit count (the server's `set_permits` count wins over it).
+        capacity: u32,
+    },
+}
+
+impl Request {
+    /// What the store holds or queues for this request.
+    pub fn slot(self) -> Slot {
+        use crate::Preference::Fair;
+        match self {
+            Request::Mutex
+            | Request::Write(crate::Preference::Writer | crate::Preference::Reader) => Slot::Write,
+            Request::Read(crate::Preference::Writer | crate::Preference::Reader) => Slot::Read,
+            Request::Read(Fair) => Slot::Ticket {
+                weight: 1,
+                capacity: FAIR_RW_CAPACITY,
+                resizable: false,
+            },
+            Request::Write(Fair) => Slot::Ticket {
+                weight: FAIR_RW_CAPACITY,
+                capacity: FAIR_RW_CAPACITY,
+                resizable: false,
+            },
+            Request::FairLock => Slot::Ticket {
+                weight: 1,
+                capacity: 1,
+                resizable: false,
+            },
+            Request::Semaphore { permits, capacity } => Slot::Ticket {
+                weight: permits,
+                capacity,
+                resizable: true,
+            },
+        }
+    }
+
+    /// The lease lock's reader/writer policy (the ticket queue has none: it is FIFO).
+    pub fn policy(self) -> Policy {
+        match self {
+            Request::Read(crate::Preference::Reader)
+            | Request::Write(crate::Preference::Reader) => Policy::Reader,
+            _ => Policy::Writer,
+        }
+    }
+
+    /// The family of state the request lives in.
+    pub fn family(self) -> Family {
+        match self.slot() {
+            Slot::Write | Slot::Read => Family::LeaseLock,
+            Slot::Ticket { .. } => Family::TicketQueue,
+        }
+    }
+
+    /// The claim a handle sends for this request, with a fresh token.
+    pub fn claim(self, lease: Duration, heartbeat: Duration) -> Claim {
+        Claim::new(self.slot(), lease, heartbeat, self.policy())
     }
 }
 

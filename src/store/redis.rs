@@ -120,6 +120,7 @@ impl Subscriber for ClusterSubscriber {
 impl RedisStore {
     /// Connects to one Redis server (`redis://host:port/db`, `rediss://` with TLS support
     /// compiled into the redis crate).
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     pub async fn connect(url: &str) -> Result<Self> {
         Self::connect_with(url, RedisConfig::default()).await
     }

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis_locks::store::{MemoryStore, RedisStore, Store};
+use redis_locks::testing::store::{MemoryStore, RedisStore, Store};
 use redis_locks::LockClient;
 
 use super::RedisServer;
@@ -58,7 +58,9 @@ impl Backend {
                 .connect(url)
                 .await
                 .unwrap_or_else(|e| panic!("connect to {url}: {e}")),
-            (None, Some(store)) => builder.store(store.clone()),
+            (None, Some(store)) => builder
+                .store(store.clone())
+                .unwrap_or_else(|e| panic!("in-memory client: {e}")),
             (None, None) => unreachable!("a backend is redis or memory"),
         }
     }

@@ -3,7 +3,7 @@
 //!
 //! ```ignore
 //! let faulty = Faulty::new(Arc::new(RedisStore::connect(&url).await?));
-//! let client = LockClient::builder().store(faulty.clone());
+//! let client = LockClient::builder().store(faulty.clone()).expect("client");
 //! // Every extend with a 30 s lease, once: the reply is held until `gate.open()`.
 //! let gate = Gate::new();
 //! faulty.add(Rule::on(Op::Extend).when(|c| c.lease == Some(secs(30))).times(1)
@@ -29,9 +29,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
-use redis_locks::keys::LockKeys;
-use redis_locks::store::{Acquire, Claim, Family, Snapshot, Store};
-use redis_locks::WakeHub;
+use redis_locks::testing::keys::LockKeys;
+use redis_locks::testing::store::{Acquire, Claim, Family, Snapshot, Store};
+use redis_locks::testing::WakeHub;
 use tokio::sync::watch;
 use tokio::time::Instant;
 

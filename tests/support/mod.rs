@@ -18,6 +18,14 @@
 
 #![allow(dead_code)]
 
+// The tests reach the store, the explicit clock and the fault hooks through the `testing`
+// feature: without it they must fail to build with the command to use, never skip.
+#[cfg(not(feature = "testing"))]
+compile_error!(
+    "the integration tests need the `testing` feature: run `cargo nextest run --all-targets \
+     --all-features` (or `cargo test --all-features`)"
+);
+
 pub mod backend;
 pub mod faulty;
 pub mod fenced;
@@ -499,4 +507,22 @@ fn probe(port: u16) -> Option<Option<u32>> {
         .find_map(|l| l.trim().strip_prefix("process_id:")?.parse().ok());
     // A PONG without a parsable pid still means "alive".
     Some(pid)
+}
+
+/// Reads a `try_*` outcome as "granted or not": `Some(guard)` when granted, `None` when the
+/// lock was held ([`redis_locks::Error::is_would_block`]); any other error panics with `what`.
+#[allow(dead_code)]
+pub trait Granted<G> {
+    /// See the trait.
+    fn granted(self, what: &str) -> Option<G>;
+}
+
+impl<G> Granted<G> for redis_locks::Result<G> {
+    fn granted(self, what: &str) -> Option<G> {
+        match self {
+            Ok(guard) => Some(guard),
+            Err(e) if e.is_would_block() => None,
+            Err(e) => panic!("{what}: {e}"),
+        }
+    }
 }
