@@ -5,8 +5,7 @@ mod support;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use redis_locks::store::Family;
-use redis_locks::LockClient;
+use redis_locks::{LockClient, TOKEN_PREFIX_LEN};
 use support::RedisServer;
 
 fn cli(server: &RedisServer, args: &[&str]) -> Output {
@@ -20,6 +19,18 @@ fn cli(server: &RedisServer, args: &[&str]) -> Output {
 
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Every `"token":"..."` value of a JSON view, in order.
+fn json_tokens(json: &str) -> Vec<String> {
+    json.split("\"token\":\"")
+        .skip(1)
+        .map(|rest| rest.split('"').next().expect("closing quote").to_owned())
+        .collect()
 }
 
 /// Waits until `f` is true (behaviour, not speed: a generous bound).
@@ -59,19 +70,24 @@ async fn shows_readers_and_a_waiting_writer() {
     assert!(text.contains("holders (3)"), "{text}");
     assert!(text.contains("waiting writers (1)"), "{text}");
 
-    // Tokens are shown as short prefixes only.
-    let full = client
-        .store()
-        .inspect(
-            &client.keys("catalog").expect("keys"),
-            Family::LeaseLock,
-            None,
-        )
-        .await
-        .expect("inspect");
-    for h in &full.holders {
-        assert!(!json.contains(&h.token), "a whole token leaked: {json}");
-        assert!(json.contains(&h.token[..redis_locks::TOKEN_PREFIX_LEN]));
+    // Tokens are shown as short prefixes only: the prefixes the library reports.
+    let info = lock.inspect().await.expect("inspect");
+    let mut shown = json_tokens(&json);
+    let mut expected: Vec<String> = info
+        .holders
+        .iter()
+        .map(|h| h.token_prefix.clone())
+        .chain(info.waiters.iter().map(|w| w.token_prefix.clone()))
+        .collect();
+    shown.sort();
+    expected.sort();
+    assert_eq!(shown, expected, "{json}");
+    assert!(shown.iter().all(|t| t.len() == TOKEN_PREFIX_LEN), "{json}");
+    #[cfg(feature = "testing")]
+    for r in &readers {
+        let whole = r.token();
+        assert!(!json.contains(&whole), "a whole token leaked: {json}");
+        assert!(json.contains(&whole[..TOKEN_PREFIX_LEN]), "{json}");
     }
 
     for r in readers {
@@ -98,25 +114,18 @@ async fn shows_a_fair_queue_in_order() {
         waiters.push(tokio::spawn(async move { f.lock().await }));
         until(async || fair.inspect().await.expect("inspect").waiters.len() == i).await;
     }
-    let full = client
-        .store()
-        .inspect(
-            &client.keys("jobs").expect("keys"),
-            Family::TicketQueue,
-            None,
-        )
-        .await
-        .expect("inspect");
+    let info = fair.inspect().await.expect("inspect");
     let out = cli(&server, &["inspect", "jobs", "--json"]);
     assert!(out.status.success(), "{out:?}");
     let json = stdout(&out);
-    // Queue entries appear in ticket order, positions 0..4, with the right tokens.
+    // Queue entries appear in queue order, positions 0..4, with the right tokens.
+    assert_eq!(info.waiters.len(), 5);
     let mut last = 0;
-    for (i, w) in full.waiters.iter().enumerate() {
+    for (i, w) in info.waiters.iter().enumerate() {
+        assert_eq!(w.position, i);
         let entry = format!(
-            "{{\"position\":{i},\"ticket\":{},\"token\":\"{}\"",
-            w.ticket,
-            &w.token[..redis_locks::TOKEN_PREFIX_LEN]
+            "{{\"position\":{i},\"token\":\"{}\",\"weight\":1,",
+            w.token_prefix
         );
         let at = json
             .find(&entry)
@@ -124,6 +133,7 @@ async fn shows_a_fair_queue_in_order() {
         assert!(at >= last, "queue out of order in {json}");
         last = at;
     }
+    assert!(json.contains("\"kind\":\"permits:1\""), "{json}");
     let text = stdout(&cli(&server, &["inspect", "jobs"]));
     assert!(text.contains("queue (5)"), "{text}");
 
@@ -152,16 +162,14 @@ async fn list_force_release_and_exit_codes() {
     let out = cli(&server, &["list", "beta*"]);
     assert_eq!(stdout(&out).trim(), "beta:1");
 
-    // Unknown lock: exit code 3.
-    assert_eq!(
-        cli(&server, &["inspect", "nothing-here"]).status.code(),
-        Some(3)
-    );
-    // Without --yes nothing happens: exit code 2 and the holder keeps the lock.
-    assert_eq!(
-        cli(&server, &["force-release", "alpha"]).status.code(),
-        Some(2)
-    );
+    // Unknown lock: exit code 3, and a hint on where to look.
+    let out = cli(&server, &["inspect", "nothing-here"]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert!(stderr(&out).contains("redis-locks list"), "{out:?}");
+    // Without --yes nothing happens: exit code 2, a hint, and the holder keeps the lock.
+    let out = cli(&server, &["force-release", "alpha"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(stderr(&out).contains("--yes"), "{out:?}");
     assert!(client
         .mutex("alpha")
         .try_lock()
@@ -208,4 +216,10 @@ async fn list_force_release_and_exit_codes() {
         .output()
         .expect("run");
     assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(stderr(&out).contains("what to do"), "{out:?}");
+    assert!(stderr(&out).contains("--url"), "{out:?}");
+    // A refused prefix: exit code 2 and what to pass instead.
+    let out = cli(&server, &["--prefix", "a{b", "list"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(stderr(&out).contains("--prefix"), "{out:?}");
 }

@@ -7,16 +7,22 @@
 //! redis-locks force-release NAME --yes
 //! ```
 //!
+//! `inspect` and `watch` read both families of state a lock name can have, each through its
+//! public handle and without changing anything: the lease lock (Mutex, RwLock with Writer or
+//! Reader preference: holders, waiting writers) and the ticket queue (FairLock, Semaphore,
+//! RwLock with Fair preference: holders, the queue in order, stored permits). Tokens are
+//! shown as their first [`redis_locks::TOKEN_PREFIX_LEN`] characters (the first
+//! [`redis_locks::PROCESS_PREFIX_LEN`] name the process).
+//!
 //! Exit codes: 0 success; 1 Redis could not be reached or refused; 2 usage error (including
 //! `force-release` without `--yes`); 3 `inspect` found no trace of the lock (nothing held,
-//! nobody waiting, no fence).
+//! nobody waiting, no fence). Every error message ends with what to do about it.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use redis_locks::store::{Family, Snapshot};
-use redis_locks::{HoldKind, LockClient};
+use redis_locks::{Error, HoldKind, HolderInfo, LockClient, LockInfo, WaiterInfo};
 
 #[derive(Parser)]
 #[command(
@@ -93,79 +99,87 @@ fn json_str(s: &str) -> String {
     out
 }
 
-fn short(token: &str) -> String {
-    token.chars().take(redis_locks::TOKEN_PREFIX_LEN).collect()
-}
-
 fn kind_name(kind: HoldKind) -> String {
     match kind {
         HoldKind::Write => "write".into(),
         HoldKind::Read => "read".into(),
         HoldKind::Permits(n) => format!("permits:{n}"),
+        // `HoldKind` may grow; show what it is rather than fail.
+        #[allow(unreachable_patterns)]
+        other => format!("{other:?}").to_lowercase(),
     }
 }
 
+fn ms(d: Duration) -> u128 {
+    d.as_millis()
+}
+
+fn secs(d: Duration) -> String {
+    format!("{:.1}s", d.as_secs_f64())
+}
+
+/// Both families of one lock name, each read through its public handle (one round trip
+/// each, changing nothing): the lease lock (Mutex, RwLock with Writer or Reader preference)
+/// and the ticket queue (FairLock, Semaphore, RwLock with Fair preference).
 struct View {
     name: String,
-    lease: Snapshot,
-    queue: Snapshot,
+    lease: LockInfo,
+    queue: LockInfo,
 }
 
 impl View {
     fn is_empty(&self) -> bool {
-        let empty = |s: &Snapshot| s.holders.is_empty() && s.waiters.is_empty();
+        let empty = |i: &LockInfo| i.holders.is_empty() && i.waiters.is_empty();
         empty(&self.lease) && empty(&self.queue) && self.fence() == 0
     }
 
+    /// Both families share one fence counter; each read reports it.
     fn fence(&self) -> u64 {
         self.lease.fence.max(self.queue.fence)
     }
 
+    fn permits(&self) -> Option<u32> {
+        self.queue.permits.or(self.lease.permits)
+    }
+
+    fn holders(&self) -> impl Iterator<Item = &HolderInfo> {
+        self.lease.holders.iter().chain(self.queue.holders.iter())
+    }
+
     fn json(&self) -> String {
         let holders: Vec<String> = self
-            .lease
-            .holders
-            .iter()
-            .chain(self.queue.holders.iter())
+            .holders()
             .map(|h| {
                 format!(
                     "{{\"token\":{},\"kind\":{},\"lease_remaining_ms\":{}}}",
-                    json_str(&short(&h.token)),
+                    json_str(&h.token_prefix),
                     json_str(&kind_name(h.kind)),
-                    h.remaining_ms
+                    ms(h.lease_remaining)
                 )
             })
             .collect();
+        let waiter = |w: &WaiterInfo, weight: bool| {
+            let weight = if weight {
+                format!(",\"weight\":{}", w.weight)
+            } else {
+                String::new()
+            };
+            format!(
+                "{{\"position\":{},\"token\":{}{weight},\"heartbeat_remaining_ms\":{}}}",
+                w.position,
+                json_str(&w.token_prefix),
+                ms(w.heartbeat_remaining)
+            )
+        };
         let waiting_writers: Vec<String> = self
             .lease
             .waiters
             .iter()
-            .map(|w| {
-                format!(
-                    "{{\"token\":{},\"heartbeat_remaining_ms\":{}}}",
-                    json_str(&short(&w.token)),
-                    w.heartbeat_remaining_ms
-                )
-            })
+            .map(|w| waiter(w, false))
             .collect();
-        let queue: Vec<String> = self
-            .queue
-            .waiters
-            .iter()
-            .enumerate()
-            .map(|(i, w)| {
-                format!(
-                    "{{\"position\":{i},\"ticket\":{},\"token\":{},\"weight\":{},\"heartbeat_remaining_ms\":{}}}",
-                    w.ticket,
-                    json_str(&short(&w.token)),
-                    w.weight,
-                    w.heartbeat_remaining_ms
-                )
-            })
-            .collect();
+        let queue: Vec<String> = self.queue.waiters.iter().map(|w| waiter(w, true)).collect();
         let permits = self
-            .queue
-            .permits
+            .permits()
             .map(|p| p.to_string())
             .unwrap_or_else(|| "null".into());
         format!(
@@ -179,21 +193,15 @@ impl View {
     }
 
     fn text(&self) -> String {
-        let secs = |ms: u64| format!("{:.1}s", ms as f64 / 1000.0);
         let mut out = format!("lock {}  fence {}\n", self.name, self.fence());
-        let holders: Vec<_> = self
-            .lease
-            .holders
-            .iter()
-            .chain(self.queue.holders.iter())
-            .collect();
+        let holders: Vec<_> = self.holders().collect();
         out.push_str(&format!("holders ({}):\n", holders.len()));
         for h in holders {
             out.push_str(&format!(
-                "  {:<10} {:<12} lease left {}\n",
-                short(&h.token),
+                "  {:<16} {:<12} lease left {}\n",
+                h.token_prefix,
                 kind_name(h.kind),
-                secs(h.remaining_ms)
+                secs(h.lease_remaining)
             ));
         }
         if !self.lease.waiters.is_empty() {
@@ -203,24 +211,24 @@ impl View {
             ));
             for w in &self.lease.waiters {
                 out.push_str(&format!(
-                    "  {:<10} heartbeat left {}\n",
-                    short(&w.token),
-                    secs(w.heartbeat_remaining_ms)
+                    "  {:<16} heartbeat left {}\n",
+                    w.token_prefix,
+                    secs(w.heartbeat_remaining)
                 ));
             }
         }
-        if !self.queue.waiters.is_empty() || self.queue.permits.is_some() {
-            if let Some(p) = self.queue.permits {
-                out.push_str(&format!("permits (stored): {p}\n"));
-            }
+        if let Some(p) = self.permits() {
+            out.push_str(&format!("permits (stored): {p}\n"));
+        }
+        if !self.queue.waiters.is_empty() {
             out.push_str(&format!("queue ({}):\n", self.queue.waiters.len()));
-            for (i, w) in self.queue.waiters.iter().enumerate() {
+            for w in &self.queue.waiters {
                 out.push_str(&format!(
-                    "  #{i:<3} ticket {:<6} {:<10} weight {:<4} heartbeat left {}\n",
-                    w.ticket,
-                    short(&w.token),
+                    "  #{:<3} {:<16} weight {:<4} heartbeat left {}\n",
+                    w.position,
+                    w.token_prefix,
                     w.weight,
-                    secs(w.heartbeat_remaining_ms)
+                    secs(w.heartbeat_remaining)
                 ));
             }
         }
@@ -229,23 +237,25 @@ impl View {
 }
 
 async fn view(client: &LockClient, name: &str) -> redis_locks::Result<View> {
-    let keys = client.keys(name)?;
-    let store = client.store();
+    // `inspect` only reads, whatever the handle's options: a FairLock handle reads the ticket
+    // queue whichever ticket-queue primitive (FairLock, Semaphore, fair RwLock) made it.
+    let lease = client.mutex(name).inspect().await?;
+    let queue = client.fair_lock(name).inspect().await?;
     Ok(View {
         name: name.to_owned(),
-        lease: store.inspect(&keys, Family::LeaseLock, None).await?,
-        queue: store.inspect(&keys, Family::TicketQueue, None).await?,
+        lease,
+        queue,
     })
 }
 
-async fn list(client: &LockClient, url: &str, pattern: &str) -> redis_locks::Result<Vec<String>> {
+async fn list(url: &str, prefix: &str, pattern: &str) -> redis_locks::Result<Vec<String>> {
     let conn_err = |e: redis::RedisError| redis_locks::Error::Connection(e);
     let redis_client = redis::Client::open(url).map_err(conn_err)?;
     let mut conn = redis_client
         .get_multiplexed_async_connection()
         .await
         .map_err(conn_err)?;
-    let head = format!("{}:{{", client.prefix());
+    let head = format!("{prefix}:{{");
     let glob = format!("{head}{pattern}}}:*");
     let mut cursor: u64 = 0;
     let mut names = std::collections::BTreeSet::new();
@@ -258,7 +268,17 @@ async fn list(client: &LockClient, url: &str, pattern: &str) -> redis_locks::Res
             .arg(1000)
             .query_async(&mut conn)
             .await
-            .map_err(conn_err)?;
+            .map_err(|e| {
+                if e.is_timeout()
+                    || e.is_connection_dropped()
+                    || e.is_connection_refusal()
+                    || e.is_io_error()
+                {
+                    redis_locks::Error::Connection(e)
+                } else {
+                    redis_locks::Error::Redis(e)
+                }
+            })?;
         for key in keys {
             if let Some(rest) = key.strip_prefix(&head) {
                 if let Some(end) = rest.rfind("}:") {
@@ -274,28 +294,68 @@ async fn list(client: &LockClient, url: &str, pattern: &str) -> redis_locks::Res
     Ok(names.into_iter().collect())
 }
 
-async fn run(cli: Cli) -> Result<ExitCode, redis_locks::Error> {
+/// What the operator can do about `err`, in one sentence (empty when the message already
+/// says it).
+fn advice(err: &Error, cli: &Cli) -> String {
+    if err.is_connection() {
+        return format!(
+            "check that Redis is running and reachable at {}, or pass the right address with \
+             --url (or REDIS_URL)",
+            cli.url
+        );
+    }
+    if err.is_wrong_type() {
+        // The message says to delete the key or use another name or prefix.
+        return String::new();
+    }
+    match err {
+        Error::InvalidName { .. } => {
+            "check the lock name (`redis-locks list` shows the names under this prefix)".into()
+        }
+        Error::InvalidArgument { what, .. } if *what == "key prefix" => {
+            "pass the key prefix the locks were made with as --prefix (default `rl`)".into()
+        }
+        Error::InvalidArgument { what, .. } if *what == "Redis URL" => {
+            "pass --url (or REDIS_URL) as redis://[user:password@]host:port/[db], or \
+             rediss:// for TLS"
+                .into()
+        }
+        Error::InvalidArgument { .. } => "fix the argument named above".into(),
+        Error::Redis(_) => format!(
+            "check the Redis user's rights in --url (this tool runs SCAN, EVAL/EVALSHA, \
+             SCRIPT LOAD and SUBSCRIBE on keys under `{}:`) and the server's log",
+            cli.prefix
+        ),
+        _ => "see the message above; run `redis-locks --help` for the commands and options".into(),
+    }
+}
+
+async fn run(cli: &Cli) -> Result<ExitCode, Error> {
     let client = LockClient::builder()
         .prefix(&cli.prefix)
         .connect(&cli.url)
         .await?;
-    match cli.command {
+    match &cli.command {
         Command::Inspect { name, json } => {
-            let v = view(&client, &name).await?;
-            if json {
+            let v = view(&client, name).await?;
+            if *json {
                 println!("{}", v.json());
             } else {
                 print!("{}", v.text());
             }
-            Ok(if v.is_empty() {
-                ExitCode::from(3)
-            } else {
-                ExitCode::SUCCESS
-            })
+            if v.is_empty() {
+                eprintln!(
+                    "no trace of lock `{name}` under prefix `{}` (nothing held, nobody waiting, \
+                     no fence): check the name with `redis-locks list` and the --prefix",
+                    cli.prefix
+                );
+                return Ok(ExitCode::from(3));
+            }
+            Ok(ExitCode::SUCCESS)
         }
         Command::List { pattern, json } => {
-            let names = list(&client, &cli.url, &pattern).await?;
-            if json {
+            let names = list(&cli.url, &cli.prefix, pattern).await?;
+            if *json {
                 let items: Vec<String> = names.iter().map(|n| json_str(n)).collect();
                 println!("[{}]", items.join(","));
             } else {
@@ -313,8 +373,8 @@ async fn run(cli: Cli) -> Result<ExitCode, redis_locks::Error> {
         } => {
             let mut shown = 0u64;
             loop {
-                let v = view(&client, &name).await?;
-                if json {
+                let v = view(&client, name).await?;
+                if *json {
                     println!("{}", v.json());
                 } else {
                     println!("{}", v.text());
@@ -323,15 +383,18 @@ async fn run(cli: Cli) -> Result<ExitCode, redis_locks::Error> {
                 if count.is_some_and(|c| shown >= c) {
                     return Ok(ExitCode::SUCCESS);
                 }
-                tokio::time::sleep(Duration::from_millis(interval_ms.max(50))).await;
+                tokio::time::sleep(Duration::from_millis((*interval_ms).max(50))).await;
             }
         }
         Command::ForceRelease { name, yes } => {
             if !yes {
-                eprintln!("force-release breaks the lock for its holders; add --yes to confirm");
+                eprintln!(
+                    "force-release breaks the lock for its holders; run it again with --yes to \
+                     confirm (see who holds it first with `redis-locks inspect {name}`)"
+                );
                 return Ok(ExitCode::from(2));
             }
-            let fence = client.force_release(&name).await?;
+            let fence = client.force_release(name).await?;
             println!("released every hold of {name}; fence is now {fence}");
             Ok(ExitCode::SUCCESS)
         }
@@ -341,10 +404,15 @@ async fn run(cli: Cli) -> Result<ExitCode, redis_locks::Error> {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    match run(cli).await {
+    match run(&cli).await {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("error: {err}");
+            let advice = advice(&err, &cli);
+            if advice.is_empty() {
+                eprintln!("error: {err}");
+            } else {
+                eprintln!("error: {err}\n  what to do: {advice}");
+            }
             if err.is_invalid_input() {
                 ExitCode::from(2)
             } else {
