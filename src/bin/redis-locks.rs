@@ -339,8 +339,8 @@ fn advice(err: &Error, cli: &Cli) -> String {
         }
         Error::InvalidArgument { .. } => "fix the argument named above".into(),
         Error::Redis(_) => format!(
-            "check the Redis user's rights in --url (this tool runs SCAN, EVAL/EVALSHA, \
-             SCRIPT LOAD and SUBSCRIBE on keys under `{}:`) and the server's log",
+            "check the rights of the Redis user in --url on keys `{}:*` (the ACL rule in \
+             docs/RELIABILITY.md, plus +scan for `list`) and the server's log",
             cli.prefix
         ),
         _ => "see the message above; run `redis-locks --help` for the commands and options".into(),
