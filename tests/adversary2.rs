@@ -1,5 +1,6 @@
-//! Second adversarial round: the kept capacity marker, hand-off freshness, serialized
-//! renewals. Each test asserts a documented guarantee; see the report for which ones broke.
+//! Adversarial checks of the capacity marker (kept, stale, replaced), hand-off freshness and
+//! serialized renewals, through the public API. Each test asserts a documented guarantee
+//! (docs/GUARANTEES.md), on a real redis-server and on the in-memory store.
 
 #[macro_use]
 mod support;

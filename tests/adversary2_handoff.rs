@@ -1,4 +1,4 @@
-//! Second adversarial round, hand-off part (feature `testing`: the in-memory store's wake-ups
+//! Adversarial checks of the hand-off push (feature `testing`: the in-memory store's wake-ups
 //! are diverted so the test decides when a hand-off push arrives).
 
 mod support;

@@ -17,6 +17,12 @@ fn cli(server: &RedisServer, args: &[&str]) -> Output {
         .expect("run the redis-locks binary")
 }
 
+fn cli_with_prefix(server: &RedisServer, prefix: &str, args: &[&str]) -> Output {
+    let mut with_prefix = vec!["--prefix", prefix];
+    with_prefix.extend_from_slice(args);
+    cli(server, &with_prefix)
+}
+
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
@@ -179,7 +185,11 @@ async fn list_force_release_and_exit_codes() {
 
     let out = cli(&server, &["force-release", "alpha", "--yes"]);
     assert!(out.status.success(), "{out:?}");
-    let next = client.mutex("alpha").try_lock().await.expect("free now");
+    let next = client
+        .mutex("alpha")
+        .try_lock()
+        .await
+        .expect("free now");
     assert!(
         next.fencing_token() > fence + 1,
         "the fence was bumped past the evicted holder"
@@ -217,4 +227,47 @@ async fn list_force_release_and_exit_codes() {
     let out = cli(&server, &["--prefix", "a{b", "list"]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(stderr(&out).contains("--prefix"), "{out:?}");
+}
+
+/// A key prefix is matched literally by `list`, even when it contains glob characters:
+/// `app[1]` and `app\1` are globs that match `app1`, and must list only their own locks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_matches_the_prefix_literally() {
+    let server = RedisServer::start();
+    let mut guards = Vec::new();
+    for (prefix, name) in [
+        ("app1", "plain"),
+        ("app[1]", "bracketed"),
+        ("app\\1", "backslashed"),
+        ("app*", "starred"),
+        ("app?", "questioned"),
+    ] {
+        let client = LockClient::builder()
+            .prefix(prefix)
+            .connect(&server.url())
+            .await
+            .expect("connect");
+        guards.push(client.mutex(name).lock().await.expect("lock"));
+    }
+    for (prefix, listed) in [
+        ("app1", "plain"),
+        ("app[1]", "bracketed"),
+        ("app\\1", "backslashed"),
+        ("app*", "starred"),
+        ("app?", "questioned"),
+    ] {
+        let out = cli_with_prefix(&server, prefix, &["list", "--json"]);
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(
+            stdout(&out).trim(),
+            format!("[\"{listed}\"]"),
+            "prefix {prefix}"
+        );
+    }
+    // The name pattern is still a glob, under the literal prefix.
+    let out = cli_with_prefix(&server, "app[1]", &["list", "brack*"]);
+    assert_eq!(stdout(&out).trim(), "bracketed", "{out:?}");
+    for g in guards {
+        g.release().await.expect("release");
+    }
 }

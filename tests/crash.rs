@@ -1,4 +1,4 @@
-//! Multi-process crash test (defect 8): real worker processes contend for one lock on a real
+//! Multi-process crash test: real worker processes contend for one lock on a real
 //! `redis-server` while the test SIGKILLs and SIGSTOPs them, as holders and as waiters. Every
 //! worker uses a short lease (500 ms) and the default heartbeat.
 //!
@@ -14,10 +14,11 @@
 //!   [`PROGRESS_BOUND`] (five leases), neither during the faults nor after the last one, and
 //!   the survivors go on completing sections after the last fault.
 //!
-//! The last fault is the one defect 8 is about: a waiter SIGKILLed right after it announced
+//! The last fault tests the dead-waiter bound: a waiter SIGKILLed right after it announced
 //! itself as the only waiter while a holder held, so the holder's release hands the lock to the
-//! dead waiter. A grant that lasts the waiter's heartbeat window (5 s by default, whatever the
-//! lease) idles the lock for ~5 s; a grant of at most one lease, for ~0.5 s.
+//! dead waiter. The grant lasts until the waiter's heartbeat deadline, at most one lease with
+//! the default heartbeat, so the lock idles for about 0.5 s (a 5 s heartbeat window would
+//! idle it for about 5 s).
 //!
 //! How it runs: a test re-executes its own binary (`current_exe() <test> --exact`) as each
 //! worker, with [`WORKER_ENV`] set; the same test function then runs the worker and exits.

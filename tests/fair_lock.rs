@@ -1,4 +1,5 @@
-//! FairLock acceptance (issue 4), on a real redis-server and on the in-memory store.
+//! FairLock behaviour (arrival order, dead and cancelled waiters, hand-off), on a real
+//! redis-server and on the in-memory store.
 //!
 //! Arrival order is made certain by starting one waiter at a time and waiting until
 //! `inspect` shows it in the queue before starting the next.

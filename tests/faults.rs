@@ -1,4 +1,4 @@
-//! Connection faults (issue 6): connections killed by the server (`CLIENT KILL`) and a proxy
+//! Connection faults: connections killed by the server (`CLIENT KILL`) and a proxy
 //! that stalls or cuts traffic, so replies go missing and outcomes are unknown. Every test
 //! also writes to a fenced resource on a separate server and checks that no stale write was
 //! accepted and no fence was granted twice.

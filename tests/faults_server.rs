@@ -1,4 +1,4 @@
-//! Server faults (issue 6): `DEBUG SLEEP` longer than a lease, `kill -9` and restart on the
+//! Server faults: `DEBUG SLEEP` longer than a lease, `kill -9` and restart on the
 //! same port, `SCRIPT FLUSH`, and `maxmemory` refusing writes. Fenced writes to a resource on
 //! a separate server show that no stale write is accepted and no fence is granted twice.
 

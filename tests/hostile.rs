@@ -1,4 +1,4 @@
-//! Hostile input (issue 6): arbitrary lock names and durations (by proptest), and garbage
+//! Hostile input: arbitrary lock names and durations (by proptest), and garbage
 //! already stored at a lock's keys. The library answers with typed errors, never panics, and
 //! never touches another lock's keys (a sentinel lock, held by another client, is compared
 //! byte for byte after every case).

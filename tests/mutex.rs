@@ -1,4 +1,4 @@
-//! Mutex behaviour, on a real redis-server and on the in-memory store (issue 2's acceptance).
+//! Mutex behaviour, on a real redis-server and on the in-memory store.
 
 mod support;
 use support::Granted;

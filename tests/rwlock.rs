@@ -1,4 +1,4 @@
-//! RwLock behaviour, on a real redis-server and on the in-memory store (issue 3's acceptance).
+//! RwLock behaviour, on a real redis-server and on the in-memory store.
 
 mod support;
 use support::Granted;

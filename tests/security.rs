@@ -1,4 +1,4 @@
-//! Security (issue 6): the library works as a Redis ACL user restricted to the lock key
+//! Security: the library works as a Redis ACL user restricted to the lock key
 //! prefix, its wake-up channels and the commands it needs (the rule documented in
 //! docs/RELIABILITY.md), and over TLS (`rediss://`, feature `tls`) against a local
 //! redis-server with certificates generated for the test.

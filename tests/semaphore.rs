@@ -1,4 +1,4 @@
-//! Semaphore acceptance (issue 10), on a real redis-server and on the in-memory store.
+//! Semaphore behaviour, on a real redis-server and on the in-memory store.
 //!
 //! Arrival order is made certain by starting one waiter at a time and waiting until
 //! `inspect` shows it in the queue before starting the next.

@@ -50,7 +50,7 @@
 //!   every instant in between: a guard whose lease lapses reports `lost()` no later than its
 //!   `valid_until()`;
 //! - `LostMismatch`: `lost()` resolves at once exactly when `is_held()` is false;
-//! - `DeadHoldsPastLease` (defect 8): a crashed client's claim never holds on the server past
+//! - `DeadHoldsPastLease`: a crashed client's claim never holds on the server past
 //!   one lease (the longest lease it asked for) after the later of its crash and its grant;
 //! - `LostWithoutFault`: a guard acquired from [`CLEAN_FROM`] on (after every delayed call,
 //!   reply and wake-up has landed) by a live client with auto-renewal keeps `is_held()` until
@@ -86,9 +86,9 @@
 //! The harness itself uses `Notify` and biased `select!` only (tokio's `watch` wakes its
 //! receivers in a random order).
 //!
-//! Planted bugs: `testing::plant(Bug::..)` reverts one client-side fix; each
+//! Planted bugs: `testing::plant(Bug::..)` puts one known client-side bug back; each
 //! `finds_planted_*` test searches targeted schedules and requires a counterexample of that
-//! defect's kind.
+//! bug's kind.
 
 #[cfg(not(feature = "testing"))]
 compile_error!(

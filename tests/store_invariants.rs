@@ -1,11 +1,10 @@
 //! Store invariants the scripts and the in-memory reference must keep, whoever calls them:
-//! regression tests for defects 4, 5, 7 and 8 of the store issue.
 //!
-//! - Defect 4: the ticket queue must know its capacity; kinds that disagree on it are refused
-//!   with `Error::is_capacity_conflict()` instead of being granted side by side.
-//! - Defect 5: an acquire that ends in an error (the family conflict) leaves no trace.
-//! - Defect 7: claim tokens are validated by the store itself, before any state is touched.
-//! - Defect 8: a waiter that died blocks the lock for at most about one lease.
+//! - the ticket queue knows its capacity; kinds that disagree on it are refused with
+//!   `Error::is_capacity_conflict()` instead of being granted side by side;
+//! - an acquire that ends in an error (the family conflict) leaves no trace;
+//! - claim tokens are validated by the store itself, before any state is touched;
+//! - a waiter that died blocks the lock for at most about one lease.
 //!
 //! Every test runs on a real redis-server and on the in-memory store.
 

@@ -14,6 +14,8 @@
 //! shown as their first [`redis_locks::TOKEN_PREFIX_LEN`] characters (the first
 //! [`redis_locks::PROCESS_PREFIX_LEN`] name the process).
 //!
+//! `list` matches the key prefix literally and `PATTERN` as a Redis glob on the lock name.
+//!
 //! Exit codes: 0 success; 1 Redis could not be reached or refused; 2 usage error (including
 //! `force-release` without `--yes`); 3 `inspect` found no trace of the lock (nothing held,
 //! nobody waiting, no fence). Every error message ends with what to do about it.
@@ -53,7 +55,7 @@ enum Command {
     },
     /// Lock names with keys under the prefix (SCAN, never KEYS).
     List {
-        /// Glob on the lock name.
+        /// Redis glob on the lock name (the key prefix is matched literally).
         #[arg(default_value = "*")]
         pattern: String,
         /// A JSON array instead of one name per line.
@@ -248,6 +250,19 @@ async fn view(client: &LockClient, name: &str) -> redis_locks::Result<View> {
     })
 }
 
+/// `s` with every Redis glob metacharacter escaped, so that as a `MATCH` pattern it matches
+/// exactly `s`.
+fn glob_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
 async fn list(url: &str, prefix: &str, pattern: &str) -> redis_locks::Result<Vec<String>> {
     let conn_err = |e: redis::RedisError| redis_locks::Error::Connection(Box::new(e));
     let redis_client = redis::Client::open(url).map_err(conn_err)?;
@@ -255,8 +270,10 @@ async fn list(url: &str, prefix: &str, pattern: &str) -> redis_locks::Result<Vec
         .get_multiplexed_async_connection()
         .await
         .map_err(conn_err)?;
+    // Keys are `<prefix>:{<name>}:<part>`: the prefix is literal, the pattern a glob on the
+    // name.
     let head = format!("{prefix}:{{");
-    let glob = format!("{head}{pattern}}}:*");
+    let glob = format!("{}{pattern}}}:*", glob_escape(&head));
     let mut cursor: u64 = 0;
     let mut names = std::collections::BTreeSet::new();
     loop {
@@ -322,8 +339,8 @@ fn advice(err: &Error, cli: &Cli) -> String {
         }
         Error::InvalidArgument { .. } => "fix the argument named above".into(),
         Error::Redis(_) => format!(
-            "check the Redis user's rights in --url (this tool runs SCAN, EVAL/EVALSHA, \
-             SCRIPT LOAD and SUBSCRIBE on keys under `{}:`) and the server's log",
+            "check the rights of the Redis user in --url on keys `{}:*` (the ACL rule in \
+             docs/RELIABILITY.md, plus +scan for `list`) and the server's log",
             cli.prefix
         ),
         _ => "see the message above; run `redis-locks --help` for the commands and options".into(),
