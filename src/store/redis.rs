@@ -24,7 +24,7 @@ pub(crate) enum Connect {
     Lazily,
 }
 
-/// Connection settings of a [`RedisStore`].
+/// Connection settings for Redis: timeouts of the connections the client opens.
 #[derive(Clone, Debug)]
 pub struct RedisConfig {
     /// A reply slower than this counts as lost (the outcome is then unknown and the library
