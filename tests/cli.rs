@@ -185,11 +185,7 @@ async fn list_force_release_and_exit_codes() {
 
     let out = cli(&server, &["force-release", "alpha", "--yes"]);
     assert!(out.status.success(), "{out:?}");
-    let next = client
-        .mutex("alpha")
-        .try_lock()
-        .await
-        .expect("free now");
+    let next = client.mutex("alpha").try_lock().await.expect("free now");
     assert!(
         next.fencing_token() > fence + 1,
         "the fence was bumped past the evicted holder"

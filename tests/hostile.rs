@@ -503,3 +503,39 @@ fn malformed_queue_members_do_not_panic_or_vanish() {
     });
     drop(w.server);
 }
+
+/// A prefix or default that `connect` refuses is refused by the in-memory builder too, with the
+/// same kind of error, before any lock is made: a configuration tried in memory works on Redis.
+#[test]
+fn bad_builder_settings_are_refused_alike_in_memory_and_on_redis() {
+    let server = RedisServer::start();
+    let rt = Runtime::new().expect("runtime");
+    let long = "p".repeat(200);
+    let builders: Vec<(&str, redis_locks::LockClientBuilder)> = vec![
+        ("empty prefix", LockClient::builder().prefix("")),
+        ("brace in prefix", LockClient::builder().prefix("a{b")),
+        ("200-byte prefix", LockClient::builder().prefix(&long)),
+        ("zero lease", LockClient::builder().lease(Duration::ZERO)),
+        (
+            "zero retry interval",
+            LockClient::builder().retry_interval(Duration::ZERO),
+        ),
+        (
+            "huge heartbeat",
+            LockClient::builder().heartbeat(MAX_LEASE * 2),
+        ),
+    ];
+    for (what, builder) in builders {
+        let memory = builder.clone().in_memory().expect_err(what);
+        let redis = rt.block_on(builder.connect(&server.url())).expect_err(what);
+        assert!(memory.is_invalid_input(), "{what}: in memory: {memory}");
+        assert!(redis.is_invalid_input(), "{what}: on Redis: {redis}");
+        assert_eq!(memory.to_string(), redis.to_string(), "{what}");
+    }
+    // A good configuration is accepted by both.
+    let good = LockClient::builder()
+        .prefix("billing")
+        .lease(MIN_LEASE * 100);
+    assert!(good.clone().in_memory().is_ok());
+    assert!(rt.block_on(good.connect(&server.url())).is_ok());
+}
