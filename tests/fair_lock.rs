@@ -9,7 +9,7 @@ mod support;
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
-use redis_locks::testing::store::{Acquire, Claim, Family, Request};
+use redis_locks::testing::store::{Acquire, Family, Request};
 use redis_locks::{FairLock, FairLockGuard, LockClient, LockInfo};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -17,32 +17,11 @@ use tokio::time::Instant;
 use support::backend::{eventually, join, until_waiters, Backend, EVENTUALLY};
 use support::faulty::{Faulty, Op};
 use support::history::{History, Kind};
+use support::queue::{dead_waiter, is};
 
 /// The ticket slot of a FairLock (one permit of one).
 async fn info(lock: &FairLock) -> LockInfo {
     lock.inspect().await.expect("inspect")
-}
-
-/// A queued waiter that never attempts again: one raw `acquire(wait = true)` with the given
-/// heartbeat window, as a process that died while waiting would leave behind.
-async fn dead_waiter(client: &LockClient, name: &str, heartbeat: Duration) -> Claim {
-    let keys = client.keys(name).expect("keys");
-    let claim = Request::FairLock.claim(Duration::from_secs(30), heartbeat);
-    let reply = client
-        .store()
-        .acquire(&keys, &claim, true, None)
-        .await
-        .expect("raw acquire");
-    assert!(
-        matches!(reply, Acquire::Busy(_)),
-        "the dead waiter must queue, got {reply:?}"
-    );
-    claim
-}
-
-/// True if `shown` (a shortened token from `inspect`) is `claim`'s.
-fn is(shown: &str, claim: &Claim) -> bool {
-    !shown.is_empty() && claim.token.starts_with(shown)
 }
 
 /// Starts waiter `i` on `lock`: it records its grant in `history` under its index, holds
@@ -166,7 +145,13 @@ async fn dead_waiter_in_the_middle_is_dropped_after_its_heartbeat(b: Backend) {
     let history = History::new();
     let holder = lock.lock().await.expect("holder");
     let first = start_waiter(&lock, &history, 0, Duration::ZERO, 1).await;
-    let dead = dead_waiter(&client, "dead-middle", Duration::from_millis(300)).await;
+    let dead = dead_waiter(
+        &client,
+        "dead-middle",
+        Request::FairLock,
+        Duration::from_millis(300),
+    )
+    .await;
     let before = until_waiters(2, || lock.inspect()).await;
     assert!(
         is(&before.waiters[1].token_prefix, &dead),
@@ -219,7 +204,7 @@ async fn dead_waiter_at_the_head_is_dropped_after_its_own_heartbeat(b: Backend) 
     let lock = client.fair_lock("dead-head").heartbeat(window);
     let history = History::new();
     let holder = holder_lock.lock().await.expect("holder");
-    let dead = dead_waiter(&client, "dead-head", window).await;
+    let dead = dead_waiter(&client, "dead-head", Request::FairLock, window).await;
     let live = start_waiter(&lock, &history, 1, Duration::ZERO, 2).await;
     assert!(is(&info(&lock).await.waiters[0].token_prefix, &dead));
     let fence = holder.fencing_token();
@@ -528,7 +513,7 @@ async fn only_the_fence_counter_outlives_the_lock(b: Backend) {
     let holder = lock.lock().await.expect("holder");
     let history = History::new();
     let live = start_waiter(&lock, &history, 0, Duration::ZERO, 1).await;
-    let _dead = dead_waiter(&client, name, Duration::from_millis(300)).await;
+    let _dead = dead_waiter(&client, name, Request::FairLock, Duration::from_millis(300)).await;
     let l2 = lock.clone();
     let timed = tokio::spawn(async move { l2.lock().timeout(Duration::from_millis(200)).await });
     until_waiters(3, || lock.inspect()).await;

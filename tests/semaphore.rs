@@ -9,13 +9,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
-use redis_locks::testing::store::{Acquire, Claim, Request};
+use redis_locks::testing::store::Request;
 use redis_locks::{HoldKind, LockClient, LockInfo, Permit, Semaphore};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use support::backend::{join, until_waiters, Backend, EVENTUALLY};
 use support::history::{History, Kind};
+use support::queue::{dead_waiter, is};
 
 async fn info(sem: &Semaphore) -> LockInfo {
     sem.inspect().await.expect("inspect")
@@ -28,29 +29,6 @@ async fn start_acquirer(sem: &Semaphore, n: u32, queued: usize) -> JoinHandle<Pe
     let task = tokio::spawn(async move { s.acquire_many(n).await.expect("acquire_many") });
     until_waiters(queued, || sem.inspect()).await;
     task
-}
-
-/// True if `shown` (a shortened token from `inspect`) is `claim`'s.
-fn is(shown: &str, claim: &Claim) -> bool {
-    !shown.is_empty() && claim.token.starts_with(shown)
-}
-
-/// A queued waiter that never attempts again (its process died): one raw
-/// `acquire(wait = true)` for one permit of `permits`, with the given heartbeat window.
-async fn dead_waiter(client: &LockClient, name: &str, permits: u32, heartbeat: Duration) -> Claim {
-    let keys = client.keys(name).expect("keys");
-    let claim = Request::Semaphore {
-        permits: 1,
-        capacity: permits,
-    }
-    .claim(Duration::from_secs(30), heartbeat);
-    let reply = client
-        .store()
-        .acquire(&keys, &claim, true, None)
-        .await
-        .expect("raw acquire");
-    assert!(matches!(reply, Acquire::Busy(_)), "must queue: {reply:?}");
-    claim
 }
 
 async fn thirty_tasks_on_three_clients_never_exceed_four(b: Backend) {
@@ -157,7 +135,16 @@ async fn dead_waiter_is_dropped_after_its_heartbeat(b: Backend) {
     let h1 = sem.acquire().await.expect("h1");
     let h2 = sem.acquire().await.expect("h2");
     let first = start_acquirer(&sem, 1, 1).await;
-    let dead = dead_waiter(&client, name, 2, Duration::from_millis(300)).await;
+    let dead = dead_waiter(
+        &client,
+        name,
+        Request::Semaphore {
+            permits: 1,
+            capacity: 2,
+        },
+        Duration::from_millis(300),
+    )
+    .await;
     let queue = until_waiters(2, || sem.inspect()).await;
     assert!(is(&queue.waiters[1].token_prefix, &dead));
     let last = start_acquirer(&sem, 1, 3).await;

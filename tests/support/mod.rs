@@ -31,6 +31,7 @@ pub mod faulty;
 pub mod fenced;
 pub mod history;
 pub mod proxy;
+pub mod queue;
 
 use std::fs::{self, OpenOptions};
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
