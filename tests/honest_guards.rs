@@ -47,6 +47,19 @@ async fn faulty_client(url: &str) -> (Arc<Faulty>, LockClient) {
     (faulty, client)
 }
 
+/// Setup: within 5 s, B (whose store is `b_store`) made its second acquire attempt, the one
+/// after its subscription: B waits, subscribed.
+async fn b_waits_subscribed(b_store: &Faulty) {
+    timeout(
+        secs(5),
+        eventually("B waits, subscribed", async || {
+            b_store.calls(Op::Acquire).len() >= 2
+        }),
+    )
+    .await
+    .expect("setup: not within 5 s: B waits, subscribed");
+}
+
 /// `try_lock` every 20 ms until granted, at most `within`.
 async fn take_when_free(mutex: &Mutex, within: Duration) -> Option<MutexGuard> {
     let until = Instant::now() + within;
@@ -110,14 +123,7 @@ async fn handed_over_guard_trusts_no_longer_than_the_server_lease() {
     let b_task = tokio::spawn(async move { b_mutex.lock().await });
     // B's second attempt follows its subscription: from then on a release hands over to B
     // through the wake-up.
-    timeout(
-        secs(5),
-        eventually("B waits, subscribed", async || {
-            b_store.calls(Op::Acquire).len() >= 2
-        }),
-    )
-    .await
-    .expect("setup: not within 5 s: B waits, subscribed");
+    b_waits_subscribed(&b_store).await;
     sleep(ms(50)).await;
     assert!(a.release().await.expect("A releases"), "setup: A held");
 
@@ -176,14 +182,7 @@ async fn a_refused_waiter_never_uses_a_stale_hand_off_grant() {
     b_store.add(Rule::on(Op::Extend).hold_request(renewals.clone()));
     let b_mutex = b_client.mutex(name).heartbeat(secs(3));
     let mut b_task = Some(tokio::spawn(async move { b_mutex.lock().await }));
-    timeout(
-        secs(5),
-        eventually("B waits, subscribed", async || {
-            b_store.calls(Op::Acquire).len() >= 2
-        }),
-    )
-    .await
-    .expect("setup: not within 5 s: B waits, subscribed");
+    b_waits_subscribed(&b_store).await;
 
     // B's next heartbeat attempt (about 1 s later) is held before it reaches Redis.
     let attempt = Gate::new();
