@@ -27,10 +27,8 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::error::Error as StdError;
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
@@ -337,114 +335,65 @@ fn print_markdown(rows: &[Row]) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The redis-server this bench starts (unless REDIS_URL is set).
+// The redis-servers this bench starts (the single node unless REDIS_URL is set): the
+// integration tests' launcher (a private `redis-server` on a free loopback port, persistence
+// off, in its own temporary directory, retried on port races, killed by its handle on drop).
 
-/// A private `redis-server` child; killed (by its own handle) and its directory removed on drop.
-struct LocalServer {
-    child: Child,
-    dir: PathBuf,
-    port: u16,
-}
+#[allow(dead_code)] // the bench uses part of the tests' launcher
+#[path = "../tests/support/server.rs"]
+mod server;
 
-impl Drop for LocalServer {
-    fn drop(&mut self) {
-        // Forget the pid first: the Ctrl-C handler must never signal a reused pid.
-        let pid = self.child.id();
-        STARTED
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .retain(|(p, _)| *p != pid);
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn pong(port: u16) -> bool {
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
-    if s.write_all(b"PING\r\n").is_err() {
-        return false;
-    }
-    let mut buf = [0u8; 7];
-    s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
-}
+#[cfg(feature = "cluster")]
+use server::RedisCluster;
+use server::RedisServer;
 
 /// Every server this bench started, `(pid, dir)`, for the Ctrl-C handler.
 static STARTED: StdMutex<Vec<(u32, PathBuf)>> = StdMutex::new(Vec::new());
-/// Distinguishes the directories of the servers of one run.
-static NEXT_DIR: AtomicUsize = AtomicUsize::new(0);
 
-/// Redis Cluster's bus listens on `port + 10000`.
-const CLUSTER_BUS_OFFSET: u16 = 10000;
+/// Servers the bench started (`RedisServer` or `RedisCluster`), listed in [`STARTED`] while
+/// they live. Dropping forgets their pids first (the Ctrl-C handler must never signal a
+/// reused pid), then the launcher kills each process by its own handle.
+struct Started<T> {
+    servers: T,
+    pids: Vec<u32>,
+}
 
-/// A loopback port that was free a moment ago (never 6379); with `bus`, `port + 10000` too.
-fn free_port(bus: bool) -> BoxResult<u16> {
-    for _ in 0..100 {
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let bus_free = !bus
-            || port
-                .checked_add(CLUSTER_BUS_OFFSET)
-                .is_some_and(|b| TcpListener::bind(("127.0.0.1", b)).is_ok());
-        if port != 6379 && bus_free {
-            return Ok(port);
-        }
+/// Lists `nodes` in [`STARTED`]; returns their pids.
+fn register<'a>(nodes: impl IntoIterator<Item = &'a RedisServer>) -> Vec<u32> {
+    let mut started = STARTED.lock().unwrap_or_else(|p| p.into_inner());
+    nodes
+        .into_iter()
+        .map(|node| {
+            started.push((node.pid(), node.dir().to_path_buf()));
+            node.pid()
+        })
+        .collect()
+}
+
+impl<T> std::ops::Deref for Started<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.servers
     }
-    Err("no free loopback port".into())
 }
 
-fn start_server() -> BoxResult<LocalServer> {
-    start_server_with(&[], false)
-}
-
-/// A `redis-server` with `extra` arguments on a free port (`bus`: with a free cluster bus
-/// port), in its own temporary directory.
-fn start_server_with(extra: &[&str], bus: bool) -> BoxResult<LocalServer> {
-    for _ in 0..5 {
-        // A free port now; another process may take it before redis-server binds, hence retries.
-        let port = free_port(bus)?;
-        let dir = std::env::temp_dir().join(format!(
-            "redis-locks-bench-{}-{}",
-            std::process::id(),
-            NEXT_DIR.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir)?;
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .args(extra)
-            .arg("--dir")
-            .arg(&dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| -> BoxError {
-                format!(
-                    "cannot start redis-server ({e}); install it (`apt-get install redis-server`) \
-                     or set REDIS_URL"
-                )
-                .into()
-            })?;
+impl<T> Drop for Started<T> {
+    fn drop(&mut self) {
         STARTED
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push((child.id(), dir.clone()));
-        let mut server = LocalServer { child, dir, port };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if pong(port) {
-                return Ok(server);
-            }
-            if let Ok(Some(_)) = server.child.try_wait() {
-                break; // it died (port taken?): drop cleans up, try another port
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            .retain(|(p, _)| !self.pids.contains(p));
     }
-    Err("redis-server did not start on a free loopback port after 5 attempts".into())
+}
+
+/// A private `redis-server` on a free loopback port.
+fn start_server() -> Started<RedisServer> {
+    let server = RedisServer::start();
+    let pids = register([&server]);
+    Started {
+        servers: server,
+        pids,
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1636,74 +1585,22 @@ struct Extra {
     cluster: Option<LockClient>,
     quorum: Option<LockClient>,
     /// Killed when `Extra` is dropped, after the clients (fields drop in order).
-    servers: Vec<LocalServer>,
+    servers: Vec<Started<RedisServer>>,
+    #[cfg(feature = "cluster")]
+    cluster_nodes: Option<Started<RedisCluster>>,
 }
 
-/// `redis-cli` with `args`; its stdout, or an error with its output.
+/// A local 3-master Redis Cluster (no replicas), once every node reports `cluster_state:ok`
+/// and knows the others. Returns its URLs.
 #[cfg(feature = "cluster")]
-fn redis_cli(args: &[&str]) -> BoxResult<String> {
-    let out = Command::new("redis-cli")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| -> BoxError {
-            format!("cannot run redis-cli ({e}); install it (`apt-get install redis-tools`)").into()
-        })?;
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    if !out.status.success() {
-        return Err(format!(
-            "redis-cli {args:?} failed: {}{stdout}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-        .into());
-    }
-    Ok(stdout)
-}
-
-/// Three cluster-enabled servers joined by `redis-cli --cluster create` (no replicas), once
-/// every node reports `cluster_state:ok` and knows the others. Returns their URLs.
-#[cfg(feature = "cluster")]
-fn start_cluster(extra: &mut Extra) -> BoxResult<Vec<String>> {
-    const MASTERS: usize = 3;
-    let args = [
-        "--cluster-enabled",
-        "yes",
-        "--cluster-config-file",
-        "nodes.conf",
-        "--cluster-node-timeout",
-        "5000",
-    ];
-    let mut addrs = Vec::new();
-    for _ in 0..MASTERS {
-        let node = start_server_with(&args, true)?;
-        addrs.push(format!("127.0.0.1:{}", node.port));
-        extra.servers.push(node);
-    }
-    let mut create = vec!["--cluster", "create"];
-    create.extend(addrs.iter().map(String::as_str));
-    create.extend(["--cluster-replicas", "0", "--cluster-yes"]);
-    let out = redis_cli(&create)?;
-    if !out.contains("[OK] All 16384 slots covered") {
-        return Err(format!("redis-cli --cluster create: {out}").into());
-    }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let known = format!("cluster_known_nodes:{MASTERS}");
-    loop {
-        let mut ready = true;
-        for addr in &addrs {
-            let port = addr.rsplit(':').next().unwrap_or_default();
-            let info = redis_cli(&["-h", "127.0.0.1", "-p", port, "cluster", "info"])?;
-            ready &= info.contains("cluster_state:ok") && info.contains(&known);
-        }
-        if ready {
-            break;
-        }
-        if Instant::now() > deadline {
-            return Err("the bench's cluster did not reach cluster_state:ok in 30 s".into());
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    Ok(addrs.iter().map(|a| format!("redis://{a}/")).collect())
+fn start_cluster(extra: &mut Extra) -> Vec<String> {
+    let cluster = RedisCluster::start(3, 0);
+    let pids = register(cluster.nodes());
+    let cluster = extra.cluster_nodes.insert(Started {
+        servers: cluster,
+        pids,
+    });
+    cluster.urls()
 }
 
 /// Prepares what `workload` needs beyond the single node. `Ok(false)`: skip the workload.
@@ -1712,7 +1609,7 @@ async fn prepare(workload: &str, env: &Env, extra: &mut Extra) -> BoxResult<bool
         "cluster" => {
             #[cfg(feature = "cluster")]
             {
-                let urls = start_cluster(extra)?;
+                let urls = start_cluster(extra);
                 let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
                 let client = LockClient::builder()
                     .prefix(&env.prefix)
@@ -1734,8 +1631,8 @@ async fn prepare(workload: &str, env: &Env, extra: &mut Extra) -> BoxResult<bool
         "quorum" => {
             let mut urls = Vec::new();
             for _ in 0..3 {
-                let s = start_server()?;
-                urls.push(format!("redis://127.0.0.1:{}/", s.port));
+                let s = start_server();
+                urls.push(s.url());
                 extra.servers.push(s);
             }
             let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
@@ -1998,8 +1895,8 @@ async fn main() -> BoxResult<()> {
     let (server, url) = match std::env::var("REDIS_URL") {
         Ok(url) if !url.is_empty() => (None, url),
         _ => {
-            let s = start_server()?;
-            let url = format!("redis://127.0.0.1:{}/", s.port);
+            let s = start_server();
+            let url = s.url();
             (Some(s), url)
         }
     };

@@ -3,9 +3,9 @@
 mod support;
 
 use std::process::{Command, Output};
-use std::time::Duration;
 
 use redis_locks::{LockClient, TOKEN_PREFIX_LEN};
+use support::backend::until_waiters;
 use support::RedisServer;
 
 fn cli(server: &RedisServer, args: &[&str]) -> Output {
@@ -39,17 +39,6 @@ fn json_tokens(json: &str) -> Vec<String> {
         .collect()
 }
 
-/// Waits until `f` is true (behaviour, not speed: a generous bound).
-async fn until(mut f: impl AsyncFnMut() -> bool) {
-    for _ in 0..400 {
-        if f().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("condition not reached in 10 s");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn shows_readers_and_a_waiting_writer() {
     let server = RedisServer::start();
@@ -63,7 +52,7 @@ async fn shows_readers_and_a_waiting_writer() {
         let lock = lock.clone();
         tokio::spawn(async move { lock.write().await })
     };
-    until(async || lock.inspect().await.expect("inspect").waiters.len() == 1).await;
+    until_waiters(1, || lock.inspect()).await;
 
     let out = cli(&server, &["inspect", "catalog", "--json"]);
     assert!(out.status.success(), "{out:?}");
@@ -118,7 +107,7 @@ async fn shows_a_fair_queue_in_order() {
     for i in 1..=5usize {
         let f = fair.clone();
         waiters.push(tokio::spawn(async move { f.lock().await }));
-        until(async || fair.inspect().await.expect("inspect").waiters.len() == i).await;
+        until_waiters(i, || fair.inspect()).await;
     }
     let info = fair.inspect().await.expect("inspect");
     let out = cli(&server, &["inspect", "jobs", "--json"]);

@@ -9,45 +9,19 @@ mod support;
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
-use redis_locks::testing::store::{Acquire, Claim, Family, Request};
+use redis_locks::testing::store::{Acquire, Family, Request};
 use redis_locks::{FairLock, FairLockGuard, LockClient, LockInfo};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use support::backend::{eventually, join, Backend, EVENTUALLY};
+use support::backend::{eventually, join, until_waiters, Backend, EVENTUALLY};
 use support::faulty::{Faulty, Op};
 use support::history::{History, Kind};
+use support::queue::{dead_waiter, is};
 
 /// The ticket slot of a FairLock (one permit of one).
 async fn info(lock: &FairLock) -> LockInfo {
     lock.inspect().await.expect("inspect")
-}
-
-/// Waits until the queue holds exactly `n` live waiters and returns that state.
-async fn until_waiters(lock: &FairLock, n: usize) -> LockInfo {
-    support::backend::until_waiters(n, || lock.inspect()).await
-}
-
-/// A queued waiter that never attempts again: one raw `acquire(wait = true)` with the given
-/// heartbeat window, as a process that died while waiting would leave behind.
-async fn dead_waiter(client: &LockClient, name: &str, heartbeat: Duration) -> Claim {
-    let keys = client.keys(name).expect("keys");
-    let claim = Request::FairLock.claim(Duration::from_secs(30), heartbeat);
-    let reply = client
-        .store()
-        .acquire(&keys, &claim, true, None)
-        .await
-        .expect("raw acquire");
-    assert!(
-        matches!(reply, Acquire::Busy(_)),
-        "the dead waiter must queue, got {reply:?}"
-    );
-    claim
-}
-
-/// True if `shown` (a shortened token from `inspect`) is `claim`'s.
-fn is(shown: &str, claim: &Claim) -> bool {
-    !shown.is_empty() && claim.token.starts_with(shown)
 }
 
 /// Starts waiter `i` on `lock`: it records its grant in `history` under its index, holds
@@ -72,7 +46,7 @@ async fn start_waiter(
         );
         fence
     });
-    until_waiters(lock, queued).await;
+    until_waiters(queued, || lock.inspect()).await;
     task
 }
 
@@ -171,8 +145,14 @@ async fn dead_waiter_in_the_middle_is_dropped_after_its_heartbeat(b: Backend) {
     let history = History::new();
     let holder = lock.lock().await.expect("holder");
     let first = start_waiter(&lock, &history, 0, Duration::ZERO, 1).await;
-    let dead = dead_waiter(&client, "dead-middle", Duration::from_millis(300)).await;
-    let before = until_waiters(&lock, 2).await;
+    let dead = dead_waiter(
+        &client,
+        "dead-middle",
+        Request::FairLock,
+        Duration::from_millis(300),
+    )
+    .await;
+    let before = until_waiters(2, || lock.inspect()).await;
     assert!(
         is(&before.waiters[1].token_prefix, &dead),
         "dead one is 2nd"
@@ -186,7 +166,7 @@ async fn dead_waiter_in_the_middle_is_dropped_after_its_heartbeat(b: Backend) {
     );
 
     // Its heartbeat lapses: the queue no longer shows it; the live ones keep their places.
-    let after = until_waiters(&lock, 2).await;
+    let after = until_waiters(2, || lock.inspect()).await;
     assert!(after.waiters.iter().all(|w| !is(&w.token_prefix, &dead)));
     assert_eq!(after.waiters[0].token_prefix, queue.waiters[0].token_prefix);
     assert_eq!(after.waiters[1].token_prefix, queue.waiters[2].token_prefix);
@@ -224,7 +204,7 @@ async fn dead_waiter_at_the_head_is_dropped_after_its_own_heartbeat(b: Backend) 
     let lock = client.fair_lock("dead-head").heartbeat(window);
     let history = History::new();
     let holder = holder_lock.lock().await.expect("holder");
-    let dead = dead_waiter(&client, "dead-head", window).await;
+    let dead = dead_waiter(&client, "dead-head", Request::FairLock, window).await;
     let live = start_waiter(&lock, &history, 1, Duration::ZERO, 2).await;
     assert!(is(&info(&lock).await.waiters[0].token_prefix, &dead));
     let fence = holder.fencing_token();
@@ -253,7 +233,7 @@ async fn cancelled_waiters_leave_at_once(b: Backend) {
 
     let l2 = lock.clone();
     let timed = tokio::spawn(async move { l2.lock().timeout(Duration::from_millis(500)).await });
-    until_waiters(&lock, 1).await;
+    until_waiters(1, || lock.inspect()).await;
     let history = History::new();
     let patient = start_waiter(&lock, &history, 1, Duration::ZERO, 2).await;
     let patient_prefix = info(&lock).await.waiters[1].token_prefix.clone();
@@ -270,19 +250,19 @@ async fn cancelled_waiters_leave_at_once(b: Backend) {
     // A dropped lock() future leaves too (released in the background, well before 60 s).
     let l3 = lock.clone();
     let dropped = tokio::spawn(async move { l3.lock().await.map(|_| ()) });
-    until_waiters(&lock, 2).await;
+    until_waiters(2, || lock.inspect()).await;
     dropped.abort();
     assert!(dropped.await.expect_err("aborted").is_cancelled());
-    let now = until_waiters(&lock, 1).await;
+    let now = until_waiters(1, || lock.inspect()).await;
     assert_eq!(now.waiters[0].token_prefix, patient_prefix);
 
     // A dropped lock_with (position callback) future as well.
     let l4 = lock.clone();
     let dropped = tokio::spawn(async move { l4.lock().on_position(|_| {}).await.map(|_| ()) });
-    until_waiters(&lock, 2).await;
+    until_waiters(2, || lock.inspect()).await;
     dropped.abort();
     let _ = dropped.await;
-    until_waiters(&lock, 1).await;
+    until_waiters(1, || lock.inspect()).await;
 
     let fence = holder.fencing_token();
     assert!(holder.release().await.expect("release"));
@@ -331,7 +311,7 @@ async fn try_lock_never_jumps_the_queue(b: Backend) {
         h2.exit(t);
         guard.release().await.expect("release")
     });
-    until_waiters(&owner, 1).await;
+    until_waiters(1, || owner.inspect()).await;
     assert!(
         third.try_lock().await.expect_err("try").is_would_block(),
         "held"
@@ -384,7 +364,7 @@ async fn lock_with_reports_decreasing_positions(b: Backend) {
         h.exit(t);
         guard.release().await.expect("release")
     });
-    until_waiters(&lock, 4).await;
+    until_waiters(4, || lock.inspect()).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(holder.release().await.expect("release"));
     for t in ahead {
@@ -533,10 +513,10 @@ async fn only_the_fence_counter_outlives_the_lock(b: Backend) {
     let holder = lock.lock().await.expect("holder");
     let history = History::new();
     let live = start_waiter(&lock, &history, 0, Duration::ZERO, 1).await;
-    let _dead = dead_waiter(&client, name, Duration::from_millis(300)).await;
+    let _dead = dead_waiter(&client, name, Request::FairLock, Duration::from_millis(300)).await;
     let l2 = lock.clone();
     let timed = tokio::spawn(async move { l2.lock().timeout(Duration::from_millis(200)).await });
-    until_waiters(&lock, 3).await;
+    until_waiters(3, || lock.inspect()).await;
     if let Some(server) = &b.server {
         // While in use, every key of the lock but the fence counter carries a TTL.
         let pattern = format!("rl:{{{name}}}:*");
@@ -596,7 +576,7 @@ async fn handed_off_waiter_claims_its_full_lease(b: Backend) {
             let fair = fair.clone();
             tokio::spawn(async move { fair.lock().await })
         };
-        until_waiters(&fair, 1).await;
+        until_waiters(1, || fair.inspect()).await;
         assert!(holder.release().await.expect("release"));
         let guard = join("handed-off waiter", waiter).await.expect("granted");
         assert_eq!(guard.fencing_token(), fence + 1, "the grant's own fence");
@@ -638,7 +618,7 @@ async fn hand_off_needs_no_acquire_round_trip() {
         let fair = fair.clone();
         tokio::spawn(async move { fair.lock().await })
     };
-    until_waiters(&fair, 1).await;
+    until_waiters(1, || fair.inspect()).await;
     let acquires_before = store.count(Op::Acquire);
     let extends_before = store.count(Op::Extend);
     holder.release().await.expect("release");

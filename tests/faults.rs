@@ -10,12 +10,10 @@ use std::time::Duration;
 use redis_locks::{LockClient, RedisConfig};
 use tokio::time::{sleep, timeout, Instant};
 
+use support::backend::{eventually, EVENTUALLY};
 use support::fenced::Fenced;
 use support::proxy::Proxy;
 use support::RedisServer;
-
-/// Generous bound for "eventually" (behaviour, not speed).
-const EVENTUALLY: Duration = Duration::from_secs(20);
 
 /// Short timeouts, so a stalled reply counts as lost quickly.
 fn quick() -> RedisConfig {
@@ -52,19 +50,6 @@ fn kill_clients(server: &RedisServer) -> u64 {
         .parse()
         .unwrap_or(0);
     normal + pubsub
-}
-
-/// Polls `check` until it is true or [`EVENTUALLY`] passes.
-async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let until = Instant::now() + EVENTUALLY;
-    while !check().await {
-        assert!(Instant::now() < until, "not within {EVENTUALLY:?}: {what}");
-        sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// The holder tokens' prefixes of mutex `name`, read on a direct connection.

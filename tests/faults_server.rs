@@ -9,11 +9,9 @@ use std::time::Duration;
 use redis_locks::{LockClient, RedisConfig};
 use tokio::time::{sleep, timeout};
 
+use support::backend::EVENTUALLY;
 use support::fenced::Fenced;
 use support::RedisServer;
-
-/// Generous bound for "eventually" (behaviour, not speed).
-const EVENTUALLY: Duration = Duration::from_secs(20);
 
 async fn connect(url: &str) -> LockClient {
     LockClient::builder()

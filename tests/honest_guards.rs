@@ -17,6 +17,7 @@ use redis_locks::testing::store::RedisStore;
 use redis_locks::{LockClient, Mutex, MutexGuard};
 use tokio::time::{sleep, timeout, Instant};
 
+use support::backend::eventually;
 use support::faulty::{Faulty, Gate, Op, Rule};
 use support::RedisServer;
 
@@ -46,16 +47,17 @@ async fn faulty_client(url: &str) -> (Arc<Faulty>, LockClient) {
     (faulty, client)
 }
 
-/// Waits until `check` is true; fails the test (as a setup failure) after `within`.
-async fn eventually(what: &str, within: Duration, mut check: impl FnMut() -> bool) {
-    let until = Instant::now() + within;
-    while !check() {
-        assert!(
-            Instant::now() < until,
-            "setup: not within {within:?}: {what}"
-        );
-        sleep(ms(10)).await;
-    }
+/// Setup: within 5 s, B (whose store is `b_store`) made its second acquire attempt, the one
+/// after its subscription: B waits, subscribed.
+async fn b_waits_subscribed(b_store: &Faulty) {
+    timeout(
+        secs(5),
+        eventually("B waits, subscribed", async || {
+            b_store.calls(Op::Acquire).len() >= 2
+        }),
+    )
+    .await
+    .expect("setup: not within 5 s: B waits, subscribed");
 }
 
 /// `try_lock` every 20 ms until granted, at most `within`.
@@ -121,10 +123,7 @@ async fn handed_over_guard_trusts_no_longer_than_the_server_lease() {
     let b_task = tokio::spawn(async move { b_mutex.lock().await });
     // B's second attempt follows its subscription: from then on a release hands over to B
     // through the wake-up.
-    eventually("B waits, subscribed", secs(5), || {
-        b_store.calls(Op::Acquire).len() >= 2
-    })
-    .await;
+    b_waits_subscribed(&b_store).await;
     sleep(ms(50)).await;
     assert!(a.release().await.expect("A releases"), "setup: A held");
 
@@ -183,10 +182,7 @@ async fn a_refused_waiter_never_uses_a_stale_hand_off_grant() {
     b_store.add(Rule::on(Op::Extend).hold_request(renewals.clone()));
     let b_mutex = b_client.mutex(name).heartbeat(secs(3));
     let mut b_task = Some(tokio::spawn(async move { b_mutex.lock().await }));
-    eventually("B waits, subscribed", secs(5), || {
-        b_store.calls(Op::Acquire).len() >= 2
-    })
-    .await;
+    b_waits_subscribed(&b_store).await;
 
     // B's next heartbeat attempt (about 1 s later) is held before it reaches Redis.
     let attempt = Gate::new();

@@ -2,21 +2,18 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis_locks::{Error, LockClient};
+use support::backend::eventually;
 use support::RedisServer;
 
-fn wait_for_replica(master: &RedisServer) {
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(20) {
+async fn wait_for_replica(master: &RedisServer) {
+    eventually("the replica came online", async || {
         let info = master.cli(&["INFO", "replication"]);
-        if info.contains("connected_slaves:1") && info.contains("state=online") {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("replica never came online");
+        info.contains("connected_slaves:1") && info.contains("state=online")
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -24,7 +21,7 @@ async fn grant_waits_for_an_acknowledging_replica() {
     let master = RedisServer::start();
     let port = master.port().to_string();
     let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
-    wait_for_replica(&master);
+    wait_for_replica(&master).await;
     let client = LockClient::connect(&master.url()).await.expect("connect");
     let guard = client
         .mutex("replicated")

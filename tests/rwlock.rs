@@ -12,7 +12,7 @@ use redis_locks::{HoldKind, LockClient, Preference, RwLock, WriteGuard};
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, timeout, Instant};
 
-use support::backend::{Backend, EVENTUALLY};
+use support::backend::{join, until_waiters, Backend, EVENTUALLY};
 use support::history::{Event, History, Kind};
 
 /// A tiny deterministic PRNG (xorshift64) for hold and pause lengths.
@@ -30,30 +30,6 @@ impl Rng {
         self.0 ^= self.0 << 17;
         Duration::from_millis(self.0 % max_ms)
     }
-}
-
-/// Polls `lock.inspect()` until it shows `n` waiters; returns the instant it first did.
-async fn until_waiters(lock: &RwLock, n: usize) -> Instant {
-    let start = Instant::now();
-    loop {
-        let info = lock.inspect().await.expect("inspect");
-        if info.waiters.len() >= n {
-            return Instant::now();
-        }
-        assert!(
-            start.elapsed() < EVENTUALLY,
-            "inspect never showed {n} waiters: {info:?}"
-        );
-        sleep(Duration::from_millis(5)).await;
-    }
-}
-
-/// Awaits a spawned task, failing the test if it panicked or took longer than EVENTUALLY.
-async fn join<T>(what: &str, task: JoinHandle<T>) -> T {
-    timeout(EVENTUALLY, task)
-        .await
-        .unwrap_or_else(|_| panic!("{what} did not finish"))
-        .unwrap_or_else(|e| panic!("{what} failed: {e}"))
 }
 
 /// Read grants logged strictly between `from` and `to`.
@@ -195,7 +171,8 @@ async fn writer_preference_stops_new_readers(b: Backend) {
             (granted, Instant::now())
         })
     };
-    let registered = until_waiters(&lock, 1).await;
+    until_waiters(1, || lock.inspect()).await;
+    let registered = Instant::now();
     sleep(Duration::from_secs(1)).await;
     assert!(!writer.is_finished(), "the writer got in beside a reader");
     h.exit(blocker_ticket);
@@ -307,7 +284,7 @@ async fn fair_grants_in_arrival_order(b: Backend) {
             }
         }));
         // Each arrival must be queued before the next one comes.
-        until_waiters(&probe, i + 1).await;
+        until_waiters(i + 1, || probe.inspect()).await;
     }
     sleep(Duration::from_millis(100)).await;
     assert_eq!(h.grants().len(), 1, "someone overtook the queue");
@@ -470,7 +447,7 @@ async fn cancelled_writer_stops_blocking_at_once(b: Backend) {
             let _g = writer.write().await;
         })
     };
-    until_waiters(&lock, 1).await;
+    until_waiters(1, || lock.inspect()).await;
     assert!(lock.try_read().await.expect_err("try").is_would_block());
     task.abort();
     let _ = task.await;
@@ -563,7 +540,7 @@ async fn downgrade_keeps_waiting_writer_out(b: Backend, preference: Preference) 
             f
         })
     };
-    until_waiters(&lock, 1).await;
+    until_waiters(1, || lock.inspect()).await;
     let r = WriteGuard::downgrade(w).await.expect("downgrade");
     assert_eq!(r.fencing_token(), fence);
     sleep(Duration::from_millis(500)).await;

@@ -9,21 +9,17 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
-use redis_locks::testing::store::{Acquire, Claim, Request};
+use redis_locks::testing::store::Request;
 use redis_locks::{HoldKind, LockClient, LockInfo, Permit, Semaphore};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use support::backend::{join, Backend, EVENTUALLY};
+use support::backend::{join, until_waiters, Backend, EVENTUALLY};
 use support::history::{History, Kind};
+use support::queue::{dead_waiter, is};
 
 async fn info(sem: &Semaphore) -> LockInfo {
     sem.inspect().await.expect("inspect")
-}
-
-/// Waits until the queue holds exactly `n` live waiters and returns that state.
-async fn until_waiters(sem: &Semaphore, n: usize) -> LockInfo {
-    support::backend::until_waiters(n, || sem.inspect()).await
 }
 
 /// Starts `acquire_many(n)` on `sem` in a task that hands back the permit; returns once the
@@ -31,31 +27,8 @@ async fn until_waiters(sem: &Semaphore, n: usize) -> LockInfo {
 async fn start_acquirer(sem: &Semaphore, n: u32, queued: usize) -> JoinHandle<Permit> {
     let s = sem.clone();
     let task = tokio::spawn(async move { s.acquire_many(n).await.expect("acquire_many") });
-    until_waiters(sem, queued).await;
+    until_waiters(queued, || sem.inspect()).await;
     task
-}
-
-/// True if `shown` (a shortened token from `inspect`) is `claim`'s.
-fn is(shown: &str, claim: &Claim) -> bool {
-    !shown.is_empty() && claim.token.starts_with(shown)
-}
-
-/// A queued waiter that never attempts again (its process died): one raw
-/// `acquire(wait = true)` for one permit of `permits`, with the given heartbeat window.
-async fn dead_waiter(client: &LockClient, name: &str, permits: u32, heartbeat: Duration) -> Claim {
-    let keys = client.keys(name).expect("keys");
-    let claim = Request::Semaphore {
-        permits: 1,
-        capacity: permits,
-    }
-    .claim(Duration::from_secs(30), heartbeat);
-    let reply = client
-        .store()
-        .acquire(&keys, &claim, true, None)
-        .await
-        .expect("raw acquire");
-    assert!(matches!(reply, Acquire::Busy(_)), "must queue: {reply:?}");
-    claim
 }
 
 async fn thirty_tasks_on_three_clients_never_exceed_four(b: Backend) {
@@ -87,7 +60,7 @@ async fn thirty_tasks_on_three_clients_never_exceed_four(b: Backend) {
             h.exit(t);
             assert!(permit.release().await.expect("release"), "task {i} lost it");
         }));
-        let queued = until_waiters(&sems[i % 3], i + 1).await;
+        let queued = until_waiters(i + 1, || sems[i % 3].inspect()).await;
         let newest = queued.waiters[i].token_prefix.clone();
         assert!(
             arrival.insert(newest, i).is_none(),
@@ -162,12 +135,21 @@ async fn dead_waiter_is_dropped_after_its_heartbeat(b: Backend) {
     let h1 = sem.acquire().await.expect("h1");
     let h2 = sem.acquire().await.expect("h2");
     let first = start_acquirer(&sem, 1, 1).await;
-    let dead = dead_waiter(&client, name, 2, Duration::from_millis(300)).await;
-    let queue = until_waiters(&sem, 2).await;
+    let dead = dead_waiter(
+        &client,
+        name,
+        Request::Semaphore {
+            permits: 1,
+            capacity: 2,
+        },
+        Duration::from_millis(300),
+    )
+    .await;
+    let queue = until_waiters(2, || sem.inspect()).await;
     assert!(is(&queue.waiters[1].token_prefix, &dead));
     let last = start_acquirer(&sem, 1, 3).await;
     // Its heartbeat lapses: it leaves the middle of the queue.
-    let after = until_waiters(&sem, 2).await;
+    let after = until_waiters(2, || sem.inspect()).await;
     assert!(after.waiters.iter().all(|w| !is(&w.token_prefix, &dead)));
 
     // One permit at a time: the first live waiter, then the one behind the dead one, while

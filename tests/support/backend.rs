@@ -1,5 +1,6 @@
 //! Runs one behavioural test body against both backends: a real redis-server started for
-//! the test, and the in-memory store.
+//! the test, and the in-memory store; and the waiting helpers every test shares
+//! ([`EVENTUALLY`], [`eventually`], [`join`], [`until_waiters`]), whatever its backend.
 //!
 //! ```ignore
 //! async fn two_holders_never_overlap(b: Backend) { let c = b.client(0); ... }
@@ -97,11 +98,11 @@ impl Backend {
 pub const EVENTUALLY: Duration = Duration::from_secs(20);
 
 /// Polls `check` every 10 ms until it holds; panics with `what` after [`EVENTUALLY`].
-pub async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
+///
+/// `check` is an async closure (`async || ..`) or a closure returning a future
+/// (`|| async { .. }`); a plain condition reads `async || flag.load(..)`. Where a step needs a
+/// tighter bound than [`EVENTUALLY`], wrap the call in `tokio::time::timeout`.
+pub async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
     let give_up = tokio::time::Instant::now() + EVENTUALLY;
     while !check().await {
         assert!(
@@ -121,11 +122,14 @@ pub async fn join<T>(what: &str, task: tokio::task::JoinHandle<T>) -> T {
 }
 
 /// Polls `inspect` until the lock shows exactly `n` live waiters, and returns that state.
-pub async fn until_waiters<F, Fut>(n: usize, mut inspect: F) -> redis_locks::LockInfo
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = redis_locks::Result<redis_locks::LockInfo>>,
-{
+///
+/// `inspect` is any inspection of the lock, e.g. `|| lock.inspect()` for any handle kind, or
+/// one through another client; the caller that needs the instant the waiters first showed
+/// reads `Instant::now()` right after.
+pub async fn until_waiters(
+    n: usize,
+    mut inspect: impl AsyncFnMut() -> redis_locks::Result<redis_locks::LockInfo>,
+) -> redis_locks::LockInfo {
     let give_up = tokio::time::Instant::now() + EVENTUALLY;
     loop {
         let info = inspect().await.expect("inspect");
