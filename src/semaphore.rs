@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::guard::{guard_methods, handle_options};
 use crate::info::LockInfo;
 use crate::lease::Hold;
-use crate::store::{Claim, Family, Policy, Slot};
+use crate::store::{Claim, Family, PermitChange, Policy, Slot};
 use crate::wait::{Deadline, LockCtx};
 
 /// Largest permit count a semaphore accepts.
@@ -168,11 +168,16 @@ impl Semaphore {
         }
         self.ctx.opts.validate()?;
         let keys = self.ctx.keys()?;
-        self.ctx
+        self.permits = self
+            .ctx
             .store
-            .set_permits(keys, permits, self.ctx.opts.heartbeat(), None)
+            .set_permits(
+                keys,
+                PermitChange::Set(permits),
+                self.ctx.opts.heartbeat(),
+                None,
+            )
             .await?;
-        self.permits = permits;
         Ok(self)
     }
 

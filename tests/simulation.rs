@@ -107,7 +107,7 @@ use proptest::test_runner::{
 };
 use redis_locks::keys::LockKeys;
 use redis_locks::store::{
-    Acquire, Claim, Family, HoldKind, MemoryStore, Snapshot, Store, FAIR_RW_CAPACITY,
+    Acquire, Claim, Family, HoldKind, MemoryStore, PermitChange, Snapshot, Store, FAIR_RW_CAPACITY,
 };
 use redis_locks::testing::{self, Bug};
 use redis_locks::{
@@ -1375,7 +1375,7 @@ enum Call {
     Extend(Claim, Duration),
     Downgrade(Claim),
     Inspect(Family),
-    SetPermits(u32, Duration),
+    SetPermits(PermitChange, Duration),
     ForceRelease,
 }
 
@@ -1386,7 +1386,7 @@ enum Reply {
     Bool(Result<bool>),
     Fence(Result<Option<u64>>),
     Snapshot(Result<Snapshot>),
-    Unit(Result<()>),
+    Permits(Result<u32>),
     Number(Result<u64>),
     Lost,
 }
@@ -1428,7 +1428,9 @@ impl Call {
             Call::Extend(claim, lease) => Reply::Bool(ready(s.extend(lock, claim, *lease, now))),
             Call::Downgrade(claim) => Reply::Fence(ready(s.downgrade(lock, claim, now))),
             Call::Inspect(family) => Reply::Snapshot(ready(s.inspect(lock, *family, now))),
-            Call::SetPermits(n, hb) => Reply::Unit(ready(s.set_permits(lock, *n, *hb, now))),
+            Call::SetPermits(change, hb) => {
+                Reply::Permits(ready(s.set_permits(lock, *change, *hb, now)))
+            }
             Call::ForceRelease => Reply::Number(ready(s.force_release(lock, now))),
         }
     }
@@ -1633,13 +1635,13 @@ impl Store for Conn {
     async fn set_permits(
         &self,
         lock: &LockKeys,
-        permits: u32,
+        change: PermitChange,
         heartbeat: Duration,
         _now: Option<u64>,
-    ) -> Result<()> {
-        let reply = self.call(lock, Call::SetPermits(permits, heartbeat)).await;
+    ) -> Result<u32> {
+        let reply = self.call(lock, Call::SetPermits(change, heartbeat)).await;
         answer(reply, |r| match r {
-            Reply::Unit(r) => Some(r),
+            Reply::Permits(r) => Some(r),
             _ => None,
         })
     }

@@ -11,11 +11,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 
-use super::{ms, Acquire, Busy, Claim, Family, Grant, HoldKind, HolderState, Policy, Slot};
-use super::{Snapshot, Store, WaiterState};
+use super::{ms, Acquire, Busy, Claim, Family, Grant, HoldKind, HolderState, PermitChange};
+use super::{Policy, Slot, Snapshot, Store, WaiterState};
 use crate::error::{Error, Result, LEASE_FAMILY, QUEUE_FAMILY};
 use crate::hub::WakeHub;
 use crate::keys::LockKeys;
+use crate::semaphore::MAX_PERMITS;
 
 /// A sorted set ordered like Redis: by score, then by member bytes.
 #[derive(Clone, Debug, Default)]
@@ -818,11 +819,21 @@ impl Store for MemoryStore {
     async fn set_permits(
         &self,
         lock: &LockKeys,
-        permits: u32,
+        change: PermitChange,
         heartbeat: Duration,
         now: Option<u64>,
-    ) -> Result<()> {
+    ) -> Result<u32> {
         self.step(lock, now, |s, now, wakes| {
+            // Mirrors queue_set_permits.lua: the count is checked before anything changes.
+            let count = change.apply(s.permits);
+            let Some(permits) = u32::try_from(count)
+                .ok()
+                .filter(|n| (1..=MAX_PERMITS).contains(n))
+            else {
+                return Err(Error::too_many_permits(&format!(
+                    "count {count} out of range"
+                )));
+            };
             s.q_prune(now);
             if let Some((true, n)) = s.capacity_mark {
                 if s.in_use(now) {
@@ -833,7 +844,7 @@ impl Store for MemoryStore {
             s.capacity_mark = None; // the stored count replaces the marker (one key in Redis)
             s.promote(now, u64::from(permits), ms(heartbeat), None, wakes);
             s.refresh();
-            Ok(())
+            Ok(permits)
         })
         .map_err(|e| named(e, lock))
     }

@@ -9,7 +9,7 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{FromRedisValue, IntoConnectionInfo, ProtocolVersion, Script, Value};
 
 use super::{ms, Acquire, Busy, Claim, Family, Grant, HoldKind, HolderState, Slot, Snapshot};
-use super::{Store, WaiterState};
+use super::{PermitChange, Store, WaiterState};
 use crate::error::{Error, Result};
 use crate::hub::{Subscriber, WakeHub};
 use crate::keys::LockKeys;
@@ -679,12 +679,21 @@ impl Store for RedisStore {
     async fn set_permits(
         &self,
         lock: &LockKeys,
-        permits: u32,
+        change: PermitChange,
         heartbeat: Duration,
         now: Option<u64>,
-    ) -> Result<()> {
-        let args = [permits.to_string(), ms(heartbeat).to_string()];
-        let _: i64 = self
+    ) -> Result<u32> {
+        let (op, n, base) = match change {
+            PermitChange::Set(n) => ('=', n, n),
+            PermitChange::Add { by, base } => ('+', by, base),
+            PermitChange::Forget { by, base } => ('-', by, base),
+        };
+        let args = [
+            format!("{op}{n}"),
+            base.to_string(),
+            ms(heartbeat).to_string(),
+        ];
+        let permits: i64 = self
             .run(
                 lock,
                 &SCRIPTS.queue_set_permits,
@@ -693,7 +702,7 @@ impl Store for RedisStore {
                 &args,
             )
             .await?;
-        Ok(())
+        u32::try_from(permits).map_err(|_| corrupt(lock, &format!("permits {permits}")))
     }
 
     async fn force_release(&self, lock: &LockKeys, now: Option<u64>) -> Result<u64> {
