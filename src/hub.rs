@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use tokio::sync::{mpsc, oneshot, Notify};
 
+use crate::wire::{HandOff, WakeUp};
+
 /// How long a channel stays subscribed after its last local waiter left.
 const LINGER: Duration = Duration::from_secs(5);
 
@@ -38,28 +40,6 @@ type Waiter = (u64, String, Arc<Wake>);
 pub(crate) struct Wake {
     notify: Notify,
     granted: StdMutex<Option<HandOff>>,
-}
-
-/// A grant announced in a wake-up: the lock was handed to this waiter with `fence`, until the
-/// store-clock instant `until` (ms), the waiter's heartbeat deadline at the grant.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct HandOff {
-    pub fence: u64,
-    pub until: Option<u64>,
-}
-
-impl HandOff {
-    /// Parses the part after `token=`: `fence@until` (or a bare `fence`).
-    fn parse(text: &str) -> Option<HandOff> {
-        let (fence, until) = match text.split_once('@') {
-            Some((f, u)) => (f, Some(u.parse().ok()?)),
-            None => (text, None),
-        };
-        Some(HandOff {
-            fence: fence.parse().ok()?,
-            until,
-        })
-    }
 }
 
 #[derive(Default)]
@@ -265,8 +245,8 @@ impl WakeHub {
         registration
     }
 
-    /// Delivers one message: `*` wakes every waiter of the channel, otherwise the waiters
-    /// whose token is named.
+    /// Delivers one message (see [`WakeUp`]): `*` wakes every waiter of the channel,
+    /// otherwise the waiters whose token is named, with their grant if it carries one.
     pub(crate) fn dispatch(&self, channel: &str, message: &str) {
         #[cfg(feature = "testing")]
         if let Some(tap) = self.tap.get() {
@@ -288,20 +268,19 @@ impl WakeHub {
         let Some(entry) = st.channels.get(channel) else {
             return;
         };
-        if message == "*" {
-            for (_, _, w) in &entry.waiters {
-                w.notify.notify_one();
+        let named = match WakeUp::parse(message) {
+            WakeUp::All => {
+                for (_, _, w) in &entry.waiters {
+                    w.notify.notify_one();
+                }
+                return;
             }
-            return;
-        }
-        for named in message.split(' ') {
-            let (named, grant) = match named.split_once('=') {
-                Some((t, g)) => (t, HandOff::parse(g)),
-                None => (named, None),
-            };
+            WakeUp::Named(named) => named,
+        };
+        for named in named {
             for (_, token, w) in &entry.waiters {
-                if token == named {
-                    if let Some(g) = grant {
+                if *token == named.token {
+                    if let Some(g) = named.grant {
                         *w.granted.lock().unwrap_or_else(|p| p.into_inner()) = Some(g);
                     }
                     w.notify.notify_one();

@@ -13,10 +13,11 @@ use async_trait::async_trait;
 
 use super::{ms, Acquire, Busy, Claim, Family, Grant, HoldKind, HolderState, PermitChange};
 use super::{Policy, Slot, Snapshot, Store, WaiterState};
-use crate::error::{Error, Result, LEASE_FAMILY, QUEUE_FAMILY};
+use crate::error::{Error, Result};
 use crate::hub::WakeHub;
 use crate::keys::LockKeys;
 use crate::semaphore::MAX_PERMITS;
+use crate::wire::{HandOff, Member, Named, Refusal, WakeUp};
 
 /// A sorted set ordered like Redis: by score, then by member bytes.
 #[derive(Clone, Debug, Default)]
@@ -136,32 +137,28 @@ fn wall_clock_ms() -> u64 {
 }
 
 fn member_of(token: &str, weight: u32) -> String {
-    if weight == 1 {
-        token.to_owned()
-    } else {
-        format!("{token}#{weight}")
-    }
+    Member { token, weight }.to_string()
 }
 
 fn weight_of(member: &str) -> u64 {
-    super::redis::split_member(member).1 as u64
+    Member::parse(member).map_or(1, |m| u64::from(m.weight))
 }
 
 fn token_of(member: &str) -> String {
-    super::redis::split_member(member).0
+    Member::parse(member).map_or(member, |m| m.token).to_owned()
 }
 
 /// Wake-ups produced by one step, delivered after the state lock is released.
 #[derive(Default)]
-struct Wakes(Vec<String>);
+struct Wakes(Vec<WakeUp<'static>>);
 
 impl Wakes {
     fn all(&mut self) {
-        self.0.push("*".to_owned());
+        self.0.push(WakeUp::All);
     }
-    fn named(&mut self, tokens: Vec<String>) {
-        if !tokens.is_empty() {
-            self.0.push(tokens.join(" "));
+    fn named(&mut self, named: Vec<Named<'static>>) {
+        if !named.is_empty() {
+            self.0.push(WakeUp::Named(named));
         }
     }
 }
@@ -211,7 +208,11 @@ impl LockState {
         self.waiting_writers.remove(&token);
         self.fence += 1;
         self.writer = Some((token.clone(), until));
-        wakes.named(vec![format!("{token}={}@{until}", self.fence)]);
+        let grant = HandOff {
+            fence: self.fence,
+            until: Some(until),
+        };
+        wakes.named(vec![Named::granted(token, grant)]);
         true
     }
 
@@ -261,7 +262,7 @@ impl LockState {
                 }
                 if self.queue_held(now) {
                     self.leave_waiting(&claim.token, wakes);
-                    return Err(family_conflict(QUEUE_FAMILY));
+                    return Err(family_conflict(Family::TicketQueue));
                 }
                 self.fence += 1;
                 self.writer = Some((claim.token.clone(), now + lease));
@@ -280,7 +281,7 @@ impl LockState {
                     return Ok(busy(None, None));
                 }
                 if !mine && self.queue_held(now) {
-                    return Err(family_conflict(QUEUE_FAMILY));
+                    return Err(family_conflict(Family::TicketQueue));
                 }
                 self.readers.add(&claim.token, now + lease);
                 Ok(granted(self.fence))
@@ -491,7 +492,13 @@ impl LockState {
         wakes.named(
             named
                 .into_iter()
-                .map(|(t, until)| format!("{t}={fence}@{until}"))
+                .map(|(t, until)| {
+                    let grant = HandOff {
+                        fence,
+                        until: Some(until),
+                    };
+                    Named::granted(t, grant)
+                })
                 .collect(),
         );
         self_granted
@@ -532,9 +539,11 @@ impl LockState {
             self.heartbeats.remove(&member);
             self.promote(now, cap, hb, None, wakes);
             self.refresh();
-            return Err(Error::too_many_permits(&format!(
-                "asked for {weight} permits of {cap}"
-            )));
+            return Err(Refusal::TooManyPermits {
+                asked: w,
+                capacity: cap,
+            }
+            .into_error(""));
         }
         let granted = |fence: u64| {
             Ok(Acquire::Granted(Grant {
@@ -553,7 +562,7 @@ impl LockState {
                 self.heartbeats.remove(&member);
             }
             self.refresh();
-            return Err(family_conflict(LEASE_FAMILY));
+            return Err(family_conflict(Family::LeaseLock));
         }
         if self.queue.score(&member).is_none() {
             if self.queue.is_empty() && self.permits_used() + w <= cap {
@@ -694,11 +703,8 @@ fn named(e: Error, lock: &LockKeys) -> Error {
 }
 
 /// The error a script answers with RLMIXED; the store fills in the lock's name.
-fn family_conflict(held_by: &'static str) -> Error {
-    Error::FamilyConflict {
-        name: String::new(),
-        held_by,
-    }
+fn family_conflict(held_by: Family) -> Error {
+    Refusal::Mixed { held_by }.into_error("")
 }
 
 fn ticket(claim: &Claim) -> (u32, u32, bool) {
@@ -714,10 +720,7 @@ fn ticket(claim: &Claim) -> (u32, u32, bool) {
 
 /// The error a script answers with RLCAPACITY; the store fills in the lock's name.
 fn capacity_conflict(stored: impl std::fmt::Display, asked: u32) -> Error {
-    Error::CapacityConflict {
-        name: String::new(),
-        detail: format!("in use with {stored} permits, asked for {asked}"),
-    }
+    Refusal::capacity(stored, asked).into_error("")
 }
 
 impl MemoryStore {
@@ -750,8 +753,8 @@ impl MemoryStore {
             out
         };
         let channel = lock.channel();
-        for message in wakes.0 {
-            self.hub.dispatch(&channel, &message);
+        for wake_up in wakes.0 {
+            self.hub.dispatch(&channel, &wake_up.to_string());
         }
         out
     }
@@ -830,9 +833,7 @@ impl Store for MemoryStore {
                 .ok()
                 .filter(|n| (1..=MAX_PERMITS).contains(n))
             else {
-                return Err(Error::too_many_permits(&format!(
-                    "count {count} out of range"
-                )));
+                return Err(Refusal::PermitCount { count }.into_error(lock.name()));
             };
             s.q_prune(now);
             if let Some((true, n)) = s.capacity_mark {
