@@ -6,6 +6,8 @@
 //! - Defect 5: an acquire that ends in an error (the family conflict) leaves no trace.
 //! - Defect 7: claim tokens are validated by the store itself, before any state is touched.
 //! - Defect 8: a waiter that died blocks the lock for at most about one lease.
+//! - Relative permit changes (`PermitChange::Add` / `Forget`) are applied by the store in one
+//!   step, from the stored count or the handle's own, within 1 to `MAX_PERMITS`.
 //!
 //! Every test runs on a real redis-server and on the in-memory store.
 
@@ -17,7 +19,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis_locks::keys::LockKeys;
-use redis_locks::store::{Acquire, Claim, Family, HoldKind, Policy, Slot, Store};
+use redis_locks::semaphore::MAX_PERMITS;
+use redis_locks::store::{Acquire, Claim, Family, HoldKind, PermitChange, Policy, Slot, Store};
 use redis_locks::{LockClient, LockInfo, Preference};
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, timeout, Instant};
@@ -1088,4 +1091,193 @@ async fn dead_fair_lock_head_is_skipped_within_a_lease(b: Backend) {
 both_backends!(
     dead_mutex_waiter_blocks_no_longer_than_a_lease,
     dead_fair_lock_head_is_skipped_within_a_lease,
+);
+
+// ---- relative permit changes ----------------------------------------------------------------
+
+/// A Semaphore's claim of `weight` permits out of a handle count of `capacity`.
+fn permits_claim(token: &str, weight: u32, capacity: u32) -> Claim {
+    claim(
+        token,
+        Slot::Ticket {
+            weight,
+            capacity,
+            resizable: true,
+        },
+    )
+}
+
+/// The count stored for `lock`, as inspected.
+async fn stored_permits(store: &Arc<dyn Store>, lock: &LockKeys) -> Option<u32> {
+    store
+        .inspect(lock, Family::TicketQueue, None)
+        .await
+        .expect("inspect")
+        .permits
+}
+
+/// `Add` and `Forget` start from the handle's count (`base`) while none is stored, then from
+/// the stored count; a change that would leave fewer than 1 or more than `MAX_PERMITS`
+/// permits is refused with `is_invalid_input()` and changes nothing.
+async fn relative_permit_changes_follow_the_stored_count(store: Arc<dyn Store>) {
+    let hb = Duration::from_secs(30);
+    let lock = keys("relative-permits");
+    let change = |c: PermitChange| {
+        let (store, lock) = (store.clone(), lock.clone());
+        async move { store.set_permits(&lock, c, hb, None).await }
+    };
+    assert_eq!(stored_permits(&store, &lock).await, None);
+    let add = |by, base| PermitChange::Add { by, base };
+    let forget = |by, base| PermitChange::Forget { by, base };
+    assert_eq!(change(add(2, 3)).await.expect("add to the base"), 5);
+    assert_eq!(change(add(1, 100)).await.expect("add to the stored"), 6);
+    assert_eq!(change(forget(4, 1)).await.expect("forget"), 2);
+    assert_eq!(stored_permits(&store, &lock).await, Some(2));
+
+    let refused = [
+        forget(2, 5),
+        forget(u32::MAX, 5),
+        add(MAX_PERMITS - 1, 1),
+        add(u32::MAX, 1),
+        PermitChange::Set(0),
+        PermitChange::Set(MAX_PERMITS + 1),
+    ];
+    for c in refused {
+        let got = change(c).await;
+        assert!(invalid(&got), "{c:?} from 2 must be refused: {got:?}");
+        assert_eq!(stored_permits(&store, &lock).await, Some(2), "after {c:?}");
+    }
+    assert_eq!(
+        change(add(MAX_PERMITS - 2, 1))
+            .await
+            .expect("up to the max"),
+        MAX_PERMITS
+    );
+    assert_eq!(
+        change(forget(MAX_PERMITS - 1, 1)).await.expect("down to 1"),
+        1
+    );
+
+    // Forgetting from the handle's own count while none is stored.
+    let fresh = keys("relative-permits-fresh");
+    let got = store.set_permits(&fresh, forget(1, 3), hb, None).await;
+    assert_eq!(got.expect("forget from the base"), 2);
+    let gone = keys("relative-permits-gone");
+    let got = store.set_permits(&gone, forget(3, 3), hb, None).await;
+    assert!(invalid(&got), "3 - 3 permits: {got:?}");
+    assert_eq!(stored_permits(&store, &gone).await, None);
+
+    // A FairLock's fixed capacity refuses relative changes too, storing nothing.
+    let fair = keys("relative-permits-fair");
+    let holder = claim(
+        "fair-holder",
+        Slot::Ticket {
+            weight: 1,
+            capacity: 1,
+            resizable: false,
+        },
+    );
+    assert!(matches!(
+        store.acquire(&fair, &holder, false, None).await,
+        Ok(Acquire::Granted(_))
+    ));
+    let got = store.set_permits(&fair, add(1, 1), hb, None).await;
+    assert!(
+        matches!(&got, Err(e) if e.is_capacity_conflict()),
+        "a relative change beside a FairLock holder: {got:?}"
+    );
+    assert_eq!(stored_permits(&store, &fair).await, None);
+}
+
+/// Added permits grant the waiters that now fit at once; forgotten permits revoke no hold,
+/// but new grants follow the lower count.
+async fn added_permits_grant_waiters_forgotten_ones_keep_holds(store: Arc<dyn Store>) {
+    let hb = Duration::from_secs(30);
+    let lock = keys("relative-permits-grants");
+    let a = permits_claim("holder-a", 2, 2);
+    let b = permits_claim("waiter-b", 1, 2);
+    assert!(matches!(
+        store.acquire(&lock, &a, false, None).await,
+        Ok(Acquire::Granted(_))
+    ));
+    assert!(matches!(
+        store.acquire(&lock, &b, true, None).await,
+        Ok(Acquire::Busy(_))
+    ));
+    let add = PermitChange::Add { by: 1, base: 2 };
+    assert_eq!(
+        store.set_permits(&lock, add, hb, None).await.expect("add"),
+        3
+    );
+    let s = store
+        .inspect(&lock, Family::TicketQueue, None)
+        .await
+        .expect("inspect");
+    assert!(
+        s.waiters.is_empty() && s.holders.iter().any(|h| h.token == b.token),
+        "the added permit went to the waiter: holders {:?}, waiters {:?}",
+        s.holders,
+        s.waiters
+    );
+    assert!(matches!(
+        store.acquire(&lock, &b, true, None).await,
+        Ok(Acquire::Granted(_))
+    ));
+
+    let forget = PermitChange::Forget { by: 2, base: 2 };
+    assert_eq!(
+        store
+            .set_permits(&lock, forget, hb, None)
+            .await
+            .expect("forget"),
+        1
+    );
+    let s = store
+        .inspect(&lock, Family::TicketQueue, None)
+        .await
+        .expect("inspect");
+    assert_eq!(s.holders.len(), 2, "holds stay: {:?}", s.holders);
+    let c = permits_claim("late-c", 1, 2);
+    assert!(matches!(
+        store.acquire(&lock, &c, false, None).await,
+        Ok(Acquire::Busy(_))
+    ));
+    let d = permits_claim("greedy-d", 2, 2);
+    let got = store.acquire(&lock, &d, false, None).await;
+    assert!(invalid(&got), "2 permits of 1: {got:?}");
+}
+
+/// Concurrent relative changes from many callers all count: the store reads and writes the
+/// count in one step.
+async fn concurrent_relative_changes_all_count(store: Arc<dyn Store>) {
+    let lock = keys("relative-permits-concurrent");
+    let tasks: Vec<JoinHandle<redis_locks::Result<u32>>> = (0..24)
+        .map(|i| {
+            let (store, lock) = (store.clone(), lock.clone());
+            tokio::spawn(async move {
+                let change = if i % 3 == 2 {
+                    PermitChange::Forget { by: 1, base: 100 }
+                } else {
+                    PermitChange::Add { by: 2, base: 100 }
+                };
+                store
+                    .set_permits(&lock, change, Duration::from_secs(30), None)
+                    .await
+            })
+        })
+        .collect();
+    let mut last = 0;
+    for t in tasks {
+        last = last.max(join("set_permits", t).await.expect("relative change"));
+    }
+    // 16 adds of 2 and 8 forgets of 1 from 100, whatever the order: a lost update would
+    // leave less (or more).
+    assert_eq!(stored_permits(&store, &lock).await, Some(100 + 32 - 8));
+    assert!(last <= 132, "no reply beyond every add: {last}");
+}
+
+both_stores!(
+    relative_permit_changes_follow_the_stored_count,
+    added_permits_grant_waiters_forgotten_ones_keep_holds,
+    concurrent_relative_changes_all_count,
 );
