@@ -211,26 +211,25 @@ impl Error {
         {
             return Error::Connection(Box::new(err));
         }
-        match err.code() {
-            Some("WRONGTYPE") | Some("RLCORRUPT") => Error::WrongType {
-                name: name.to_owned(),
-                detail: err.detail().unwrap_or("").to_owned(),
-            },
-            Some("RLMIXED") => Error::FamilyConflict {
-                name: name.to_owned(),
-                held_by: if err.detail().is_some_and(|d| d.starts_with("lease")) {
-                    LEASE_FAMILY
-                } else {
-                    QUEUE_FAMILY
-                },
-            },
-            Some("RLCAPACITY") => Error::CapacityConflict {
-                name: name.to_owned(),
-                detail: err.detail().unwrap_or("").to_owned(),
-            },
-            Some("RLPERMITS") => {
-                Error::too_many_permits(err.detail().unwrap_or("more permits than it has"))
+        use crate::wire::ErrorReply;
+        let detail = err.detail().unwrap_or("");
+        // The scripts' own codes (`RL*`): their wire format is known to `wire` only.
+        match err.code().and_then(|code| ErrorReply::parse(code, detail)) {
+            Some(ErrorReply::Refused(refusal)) => return refusal.into_error(name),
+            Some(ErrorReply::Corrupt(detail)) => {
+                return Error::WrongType {
+                    name: name.to_owned(),
+                    detail,
+                }
             }
+            // A script could not use its arguments: a bug, reported as Redis said it.
+            Some(ErrorReply::Arg(_)) | None => {}
+        }
+        match err.code() {
+            Some("WRONGTYPE") => Error::WrongType {
+                name: name.to_owned(),
+                detail: detail.to_owned(),
+            },
             Some("LOADING") | Some("BUSY") | Some("TRYAGAIN") | Some("CLUSTERDOWN")
             | Some("MASTERDOWN") => Error::Connection(Box::new(err)),
             _ => Error::Redis(Box::new(err)),

@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use tokio::sync::{mpsc, oneshot, Notify};
 
+use crate::wire::{HandOff, WakeUp};
+
 /// How long a channel stays subscribed after its last local waiter left.
 const LINGER: Duration = Duration::from_secs(5);
 
@@ -40,41 +42,46 @@ pub(crate) struct Wake {
     granted: StdMutex<Option<HandOff>>,
 }
 
-/// A grant announced in a wake-up: the lock was handed to this waiter with `fence`, until the
-/// store-clock instant `until` (ms), the waiter's heartbeat deadline at the grant.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct HandOff {
-    pub fence: u64,
-    pub until: Option<u64>,
-}
-
-impl HandOff {
-    /// True when this grant names `refusal_deadline`, the heartbeat deadline the waiter's
-    /// latest refused attempt was told: the release that made it then came after that
-    /// attempt was applied.
-    pub(crate) fn names(&self, refusal_deadline: Option<u64>) -> bool {
-        self.until.is_some() && self.until == refusal_deadline
-    }
-
-    /// Parses the part after `token=`: `fence@until` (or a bare `fence`).
-    fn parse(text: &str) -> Option<HandOff> {
-        let (fence, until) = match text.split_once('@') {
-            Some((f, u)) => (f, Some(u.parse().ok()?)),
-            None => (text, None),
-        };
-        Some(HandOff {
-            fence: fence.parse().ok()?,
-            until,
-        })
-    }
-}
-
 #[derive(Default)]
 struct ChannelEntry {
     waiters: Vec<Waiter>,
     subscribed: bool,
     idle_since: Option<Instant>,
+    /// Registrations waiting for the subscription to be in place (or to have failed).
     pending: Vec<oneshot::Sender<()>>,
+}
+
+impl ChannelEntry {
+    /// Releases the registrations waiting for the subscription.
+    fn confirm_pending(&mut self) {
+        for p in self.pending.drain(..) {
+            let _ = p.send(());
+        }
+    }
+}
+
+/// Where a channel stands between its local waiters and its subscription, as
+/// `WakeHub::reconcile` sees it; each state names the transition that leaves it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// The channel is no longer known: nothing to do.
+    Gone,
+    /// Local waiters, no subscription: subscribe, then release the waiters that wait for it
+    /// (also when subscribing failed: they fall back to polling).
+    Wanted,
+    /// Local waiters and a subscription: release the waiters that wait for it.
+    Subscribed,
+    /// No local waiter, still subscribed, idle for less than [`LINGER`]: check again once
+    /// `left` has passed (a busy lock is not re-subscribed on every hand-off).
+    Lingering {
+        /// Time until the linger is over.
+        left: Duration,
+    },
+    /// No local waiter, subscribed, idle for [`LINGER`]: unsubscribe (tried again at once if
+    /// it fails).
+    Idle,
+    /// No local waiter, no subscription: forget the channel.
+    Unused,
 }
 
 #[derive(Default)]
@@ -152,6 +159,47 @@ impl WakeHub {
         });
     }
 
+    /// Where `channel` stands (see [`Phase`]), read under the state lock.
+    fn phase(&self, channel: &str) -> Phase {
+        let st = self.lock_state();
+        let Some(e) = st.channels.get(channel) else {
+            return Phase::Gone;
+        };
+        match (!e.waiters.is_empty(), e.subscribed) {
+            (true, false) => Phase::Wanted,
+            (true, true) => Phase::Subscribed,
+            (false, true) => {
+                let idle = e.idle_since.map(|t| t.elapsed()).unwrap_or(LINGER);
+                if idle < LINGER {
+                    Phase::Lingering {
+                        left: LINGER - idle,
+                    }
+                } else {
+                    Phase::Idle
+                }
+            }
+            (false, false) => Phase::Unused,
+        }
+    }
+
+    /// Applies `f` to the channel's entry, if it still exists.
+    fn with_entry(&self, channel: &str, f: impl FnOnce(&mut ChannelEntry)) {
+        if let Some(e) = self.lock_state().channels.get_mut(channel) {
+            f(e);
+        }
+    }
+
+    /// Brings `channel`'s subscription in line with its local waiters, one transition at a
+    /// time (see [`Phase`] for the states and what leaves each):
+    ///
+    /// ```text
+    /// Wanted --subscribed--> Subscribed --waiters released--> done
+    ///   \--subscribe failed: waiters released (they poll)--> done
+    /// Lingering --re-checked when LINGER is over--> done
+    /// Idle --unsubscribed--> Unused, or Wanted if a waiter came meanwhile
+    ///   \--unsubscribe failed--> Idle (tried again)
+    /// Unused --forgotten--> done
+    /// ```
     async fn reconcile(
         &self,
         channel: &str,
@@ -159,79 +207,50 @@ impl WakeHub {
         tx: &mpsc::UnboundedSender<String>,
     ) {
         loop {
-            let (wanted, subscribed, idle_since) = {
-                let st = self.lock_state();
-                match st.channels.get(channel) {
-                    Some(e) => (!e.waiters.is_empty(), e.subscribed, e.idle_since),
-                    None => return,
-                }
-            };
-            if wanted && !subscribed {
-                match conn.subscribe(channel).await {
-                    Ok(()) => {
-                        let mut st = self.lock_state();
-                        if let Some(e) = st.channels.get_mut(channel) {
-                            e.subscribed = true;
-                            for p in e.pending.drain(..) {
-                                let _ = p.send(());
-                            }
-                        }
-                    }
+            match self.phase(channel) {
+                Phase::Gone => return,
+                Phase::Wanted => match conn.subscribe(channel).await {
+                    Ok(()) => self.with_entry(channel, |e| {
+                        e.subscribed = true;
+                        e.confirm_pending();
+                    }),
                     Err(err) => {
                         // Waiters fall back to their own interval; they asked once, that is enough.
                         tracing::debug!(channel, %err, "subscribe failed; waiters will poll");
-                        let mut st = self.lock_state();
-                        if let Some(e) = st.channels.get_mut(channel) {
-                            for p in e.pending.drain(..) {
-                                let _ = p.send(());
-                            }
-                        }
+                        self.with_entry(channel, ChannelEntry::confirm_pending);
                         return;
                     }
+                },
+                Phase::Subscribed => {
+                    self.with_entry(channel, ChannelEntry::confirm_pending);
+                    return;
                 }
-                continue;
-            }
-            if !wanted && subscribed {
-                let idle = idle_since.map(|t| t.elapsed()).unwrap_or(LINGER);
-                if idle < LINGER {
+                Phase::Lingering { left } => {
                     let tx = tx.clone();
                     let channel = channel.to_owned();
                     tokio::spawn(async move {
-                        tokio::time::sleep(LINGER - idle).await;
+                        tokio::time::sleep(left).await;
                         let _ = tx.send(channel);
                     });
                     return;
                 }
-                let result = conn.unsubscribe(channel).await;
-                let mut st = self.lock_state();
-                if let Some(e) = st.channels.get_mut(channel) {
-                    if result.is_ok() {
-                        e.subscribed = false;
+                Phase::Idle => {
+                    if conn.unsubscribe(channel).await.is_ok() {
+                        self.with_entry(channel, |e| e.subscribed = false);
                     }
-                    if e.waiters.is_empty() && !e.subscribed {
+                }
+                Phase::Unused => {
+                    let mut st = self.lock_state();
+                    if st
+                        .channels
+                        .get(channel)
+                        .is_some_and(|e| e.waiters.is_empty() && !e.subscribed)
+                    {
                         st.channels.remove(channel);
-                        return;
                     }
-                }
-                continue;
-            }
-            if wanted && subscribed {
-                let mut st = self.lock_state();
-                if let Some(e) = st.channels.get_mut(channel) {
-                    for p in e.pending.drain(..) {
-                        let _ = p.send(());
-                    }
-                }
-                return;
-            }
-            // Neither wanted nor subscribed: forget the channel.
-            let mut st = self.lock_state();
-            if let Some(e) = st.channels.get(channel) {
-                if e.waiters.is_empty() && !e.subscribed {
-                    st.channels.remove(channel);
+                    return;
                 }
             }
-            return;
         }
     }
 
@@ -272,8 +291,8 @@ impl WakeHub {
         registration
     }
 
-    /// Delivers one message: `*` wakes every waiter of the channel, otherwise the waiters
-    /// whose token is named.
+    /// Delivers one message (see [`WakeUp`]): `*` wakes every waiter of the channel,
+    /// otherwise the waiters whose token is named, with their grant if it carries one.
     pub(crate) fn dispatch(&self, channel: &str, message: &str) {
         #[cfg(feature = "testing")]
         if let Some(tap) = self.tap.get() {
@@ -295,20 +314,19 @@ impl WakeHub {
         let Some(entry) = st.channels.get(channel) else {
             return;
         };
-        if message == "*" {
-            for (_, _, w) in &entry.waiters {
-                w.notify.notify_one();
+        let named = match WakeUp::parse(message) {
+            WakeUp::All => {
+                for (_, _, w) in &entry.waiters {
+                    w.notify.notify_one();
+                }
+                return;
             }
-            return;
-        }
-        for named in message.split(' ') {
-            let (named, grant) = match named.split_once('=') {
-                Some((t, g)) => (t, HandOff::parse(g)),
-                None => (named, None),
-            };
+            WakeUp::Named(named) => named,
+        };
+        for named in named {
             for (_, token, w) in &entry.waiters {
-                if token == named {
-                    if let Some(g) = grant {
+                if *token == named.token {
+                    if let Some(g) = named.grant {
                         *w.granted.lock().unwrap_or_else(|p| p.into_inner()) = Some(g);
                     }
                     w.notify.notify_one();

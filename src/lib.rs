@@ -54,6 +54,7 @@ pub mod testing;
 mod testing;
 mod token;
 mod wait;
+mod wire;
 
 pub use client::{LockClient, LockClientBuilder, RedisConfig};
 pub use error::{BoxError, Error, Result};

@@ -7,7 +7,7 @@ use crate::guard::Guard;
 use crate::handle::{Acquiring, Lock};
 use crate::info::LockInfo;
 use crate::kind;
-use crate::store::{HoldKind, Request};
+use crate::store::{HoldKind, PermitChange, Request};
 
 /// Largest permit count a semaphore accepts.
 pub const MAX_PERMITS: u32 = 1 << 20;
@@ -211,13 +211,60 @@ impl Lock<kind::Semaphore> {
     /// ```
     pub async fn set_permits(&self, permits: u32) -> Result<u32> {
         check_count(permits)?;
+        self.change_permits(PermitChange::Set(permits)).await
+    }
+
+    /// Adds `n` permits for every client, in one step on the server (two clients adding at
+    /// once both count), starting from the count in force (the last change of any client,
+    /// else this handle's count). Waiters that now fit are granted at once. Returns the new
+    /// count; a result above [`MAX_PERMITS`] is refused and changes nothing.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let exports = client.semaphore("exports", 2);
+    /// assert_eq!(exports.add_permits(3).await?, 5);
+    /// # Ok(()) }
+    /// ```
+    pub async fn add_permits(&self, n: u32) -> Result<u32> {
+        check_count(self.kind.permits)?;
+        self.change_permits(PermitChange::Add {
+            by: n,
+            base: self.kind.permits,
+        })
+        .await
+    }
+
+    /// Removes `n` permits for every client, in one step on the server, from the count in
+    /// force. Current holders keep their permits (nobody is revoked); new grants follow the
+    /// lower count. Returns the new count; a result below 1 is refused and changes nothing.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let exports = client.semaphore("exports", 4);
+    /// assert_eq!(exports.forget_permits(3).await?, 1);
+    /// assert!(exports.forget_permits(1).await.unwrap_err().is_invalid_input());
+    /// # Ok(()) }
+    /// ```
+    pub async fn forget_permits(&self, n: u32) -> Result<u32> {
+        check_count(self.kind.permits)?;
+        self.change_permits(PermitChange::Forget {
+            by: n,
+            base: self.kind.permits,
+        })
+        .await
+    }
+
+    async fn change_permits(&self, change: PermitChange) -> Result<u32> {
         self.ctx.opts.validate()?;
         let keys = self.ctx.keys()?;
         self.ctx
             .store
-            .set_permits(keys, permits, self.ctx.opts.heartbeat(), None)
-            .await?;
-        Ok(permits)
+            .set_permits(keys, change, self.ctx.opts.heartbeat(), None)
+            .await
     }
 
     /// Waits for one permit, runs `work(fencing_token)` under it, and releases it; if the

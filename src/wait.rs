@@ -19,12 +19,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::hub::{HandOff, Registration};
+use crate::hub::Registration;
 use crate::keys::LockKeys;
 use crate::lease::{release_in_background, release_with_retry, Hold};
 use crate::options::Options;
 use crate::store::{Acquire, Busy, Claim, Policy, Request, Slot, Store};
 use crate::testing::{planted, Bug};
+use crate::wire::HandOff;
 
 /// How long to keep trying after lost replies before reporting the connection error.
 const CONNECTION_RETRIES: u32 = 5;

@@ -20,7 +20,9 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use redis_locks::testing::keys::LockKeys;
-use redis_locks::testing::store::{Acquire, Claim, Family, RedisStore, Snapshot, Store};
+use redis_locks::testing::store::{
+    Acquire, Claim, Family, PermitChange, RedisStore, Snapshot, Store,
+};
 use redis_locks::testing::WakeHub;
 use redis_locks::{LockClient, Preference, WriteGuard};
 use tokio::time::{sleep, sleep_until, timeout, Instant};
@@ -147,11 +149,11 @@ impl Store for Detached {
     async fn set_permits(
         &self,
         lock: &LockKeys,
-        permits: u32,
+        change: PermitChange,
         heartbeat: Duration,
         now: Option<u64>,
-    ) -> redis_locks::Result<()> {
-        self.inner.set_permits(lock, permits, heartbeat, now).await
+    ) -> redis_locks::Result<u32> {
+        self.inner.set_permits(lock, change, heartbeat, now).await
     }
 
     async fn force_release(&self, lock: &LockKeys, now: Option<u64>) -> redis_locks::Result<u64> {

@@ -194,7 +194,7 @@ async fn dead_waiter_in_the_middle_is_dropped_after_its_heartbeat(b: Backend) {
 async fn dead_waiter_at_the_head_is_dropped_after_its_own_heartbeat(b: Backend) {
     // The holder's handle has a long heartbeat window; the dead waiter's own window is 2 s.
     // A release that grants the (dead) head must not let it hold the lock longer than the
-    // dead waiter's own window (issue 4: "a granted-but-dead waiter must not hold it longer
+    // dead waiter's own window ("a granted-but-dead waiter must not hold it longer
     // than its heartbeat window"), whatever window the releaser was configured with.
     let client = b.client().await;
     let window = Duration::from_secs(2);

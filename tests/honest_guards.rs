@@ -350,7 +350,7 @@ async fn extend_racing_a_renewal_trusts_no_longer_than_the_server_deadline() {
 /// lease had run out: the guard reported itself lost although nothing failed, and another
 /// client was granted. Auto-renewal must follow the lease the guard now has.
 ///
-/// (600 ms rather than the 300 ms: still far below the old 1 s renewal interval, and
+/// (600 ms rather than 300 ms: still far below the old 1 s renewal interval, and
 /// it leaves a fixed renewal loop a comfortable margin on a busy machine.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extend_to_a_shorter_lease_keeps_the_guard_renewed() {

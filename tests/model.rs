@@ -17,9 +17,11 @@ use proptest::test_runner::{
 };
 use redis_locks::testing::keys::LockKeys;
 use redis_locks::testing::store::{
-    Acquire, Claim, Family, MemoryStore, Policy, RedisStore, Request, Slot, Snapshot, Store,
+    Acquire, Claim, Family, MemoryStore, PermitChange, Policy, RedisStore, Request, Slot, Snapshot,
+    Store,
 };
 use redis_locks::testing::WakeHub;
+use redis_locks::MAX_PERMITS;
 use redis_locks::{Error, Preference, Result};
 use support::RedisServer;
 
@@ -108,7 +110,7 @@ enum Op {
     },
     SetPermits {
         lock: usize,
-        permits: u32,
+        change: PermitChange,
         heartbeat: u64,
     },
     ForceRelease {
@@ -207,6 +209,28 @@ fn advance_ms() -> impl Strategy<Value = u64> {
         1 => Just(0u64),
         4 => prop::sample::select(vec![1u64, 49, 50, 51, 99, 100, 101, 150, 250, 500, 1000, 2000]),
         2 => 0..=2500u64,
+    ]
+}
+
+/// Permit changes: mostly small counts near the programs' semaphores (3 permits), absolute
+/// or relative to the stored count (or to a handle's own count while none is stored), some
+/// leaving fewer than 1 permit; now and then one at or beyond `MAX_PERMITS`. Both stores must
+/// refuse the same ones and leave the same count.
+fn permit_change() -> impl Strategy<Value = PermitChange> {
+    const MAX: u32 = MAX_PERMITS;
+    prop_oneof![
+        3 => (0..=5u32).prop_map(PermitChange::Set),
+        3 => (0..=3u32, 1..=4u32).prop_map(|(by, base)| PermitChange::Add { by, base }),
+        3 => (0..=4u32, 1..=4u32).prop_map(|(by, base)| PermitChange::Forget { by, base }),
+        1 => prop::sample::select(vec![
+            PermitChange::Set(MAX),
+            PermitChange::Set(MAX + 1),
+            PermitChange::Add { by: MAX - 3, base: 3 },
+            PermitChange::Add { by: MAX, base: 3 },
+            PermitChange::Add { by: u32::MAX, base: MAX },
+            PermitChange::Forget { by: u32::MAX, base: 3 },
+            PermitChange::Forget { by: MAX - 1, base: MAX },
+        ]),
     ]
 }
 
@@ -319,10 +343,10 @@ fn op(primitive: Primitive) -> impl Strategy<Value = Op> {
     if matches!(primitive, Primitive::Semaphore | Primitive::Mixed) {
         arms.push((
             1,
-            (0..MAX_LOCKS, 1..=4u32, heartbeat_ms())
-                .prop_map(|(lock, permits, heartbeat)| Op::SetPermits {
+            (0..MAX_LOCKS, permit_change(), heartbeat_ms())
+                .prop_map(|(lock, change, heartbeat)| Op::SetPermits {
                     lock,
-                    permits,
+                    change,
                     heartbeat,
                 })
                 .boxed(),
@@ -480,13 +504,13 @@ async fn run_program(
             }
             Op::SetPermits {
                 lock,
-                permits,
+                change,
                 heartbeat,
             } => {
                 let keys = program.lock(*lock);
                 let hb = Duration::from_millis(*heartbeat);
-                let r = redis.set_permits(&keys, *permits, hb, at).await;
-                let m = model.set_permits(&keys, *permits, hb, at).await;
+                let r = redis.set_permits(&keys, *change, hb, at).await;
+                let m = model.set_permits(&keys, *change, hb, at).await;
                 same(step, &what, r, m)?;
                 keys
             }
@@ -754,12 +778,12 @@ impl Store for Planted {
     async fn set_permits(
         &self,
         lock: &LockKeys,
-        permits: u32,
+        change: PermitChange,
         heartbeat: Duration,
         now: Option<u64>,
-    ) -> Result<()> {
+    ) -> Result<u32> {
         let heartbeat = self.longer(heartbeat);
-        self.inner.set_permits(lock, permits, heartbeat, now).await
+        self.inner.set_permits(lock, change, heartbeat, now).await
     }
 
     async fn force_release(&self, lock: &LockKeys, now: Option<u64>) -> Result<u64> {

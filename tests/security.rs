@@ -1,12 +1,17 @@
 //! Security: the library works as a Redis ACL user restricted to the lock key
-//! prefix, its wake-up channels and the commands it needs (the rule documented in
-//! docs/RELIABILITY.md), and over TLS (`rediss://`, feature `tls`) against a local
-//! redis-server with certificates generated for the test.
+//! prefix, its wake-up channels and the commands it needs (the rule documented in README.md
+//! and docs/RELIABILITY.md), and over TLS (`rediss://`, feature `tls`) against a local
+//! redis-server with certificates generated for the test. Every script runs by SHA under that
+//! rule (no `EVAL`).
 
 mod support;
 
 use std::time::Duration;
 
+use redis_locks::testing::keys::LockKeys;
+use redis_locks::testing::store::{
+    Acquire, Claim, Family, PermitChange, Policy, RedisStore, Slot, Store, FAIR_RW_CAPACITY,
+};
 use redis_locks::LockClient;
 use tokio::time::timeout;
 
@@ -49,6 +54,66 @@ const ACL_RULE: &[&str] = &[
     "+zremrangebyscore",
     "+zscore",
 ];
+
+/// The rule documented in README.md is the one tested here: the same words up to `-@all`,
+/// in order (order matters there), and the same commands after it.
+#[test]
+fn the_tested_acl_rule_is_the_documented_one() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
+    let readme = std::fs::read_to_string(&path).expect("README.md");
+    let start = readme
+        .find("ACL SETUSER locks")
+        .expect("README.md documents an `ACL SETUSER locks` rule");
+    let block = &readme[start..];
+    let block = &block[..block.find("```").expect("end of the rule's code block")];
+    let documented: Vec<&str> = block
+        .split_whitespace()
+        .skip(3)
+        .map(|word| {
+            if word.starts_with('>') {
+                ">secret"
+            } else {
+                word
+            }
+        })
+        .collect();
+    /// The words up to `-@all`, and the sorted words after it.
+    fn split<'a>(rule: &[&'a str]) -> (Vec<&'a str>, Vec<&'a str>) {
+        let all = rule.iter().position(|w| *w == "-@all").expect("-@all") + 1;
+        let mut commands = rule[all..].to_vec();
+        commands.sort_unstable();
+        (rule[..all].to_vec(), commands)
+    }
+    assert_eq!(
+        split(&documented),
+        split(ACL_RULE),
+        "README.md's ACL rule and the tested ACL_RULE differ"
+    );
+}
+
+/// The SHA1 of every script, by name.
+fn script_shas() -> Vec<(&'static str, String)> {
+    redis_locks::testing::SCRIPT_SOURCES
+        .iter()
+        .map(|(name, source)| (*name, redis::Script::new(source).get_hash().to_owned()))
+        .collect()
+}
+
+/// True if `server` has the script with `sha` in its cache.
+fn cached(server: &RedisServer, sha: &str) -> bool {
+    server.cli(&["SCRIPT", "EXISTS", sha]).trim() == "1"
+}
+
+/// Calls of `command` the server counted (`INFO commandstats`).
+fn calls(server: &RedisServer, command: &str) -> u64 {
+    let stats = server.cli(&["INFO", "commandstats"]);
+    let prefix = format!("cmdstat_{command}:calls=");
+    stats
+        .lines()
+        .find_map(|line| line.strip_prefix(prefix.as_str()))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().expect("calls"))
+}
 
 fn acl_server() -> RedisServer {
     let server = RedisServer::start();
@@ -153,6 +218,110 @@ async fn every_primitive_works_as_a_restricted_acl_user() {
     assert!(g.release().await.expect("release"));
 }
 
+/// Every protocol step of the store, one script each, runs as the restricted user after a
+/// `SCRIPT FLUSH`: each script is then loaded by SHA (`SCRIPT LOAD`, allowed) and run with
+/// `EVALSHA`, never with `EVAL` (denied). `raise_fence` is quorum mode's; see
+/// `quorum_raises_a_lagging_fence_as_a_restricted_acl_user`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_script_runs_by_sha_as_the_restricted_acl_user() {
+    let server = acl_server();
+    server.cli(&["SCRIPT", "FLUSH"]);
+    server.cli(&["CONFIG", "RESETSTAT"]);
+    let store = RedisStore::connect(&acl_url(&server))
+        .await
+        .expect("connect as locks");
+    let claim = |token: &str, slot| Claim {
+        token: token.to_owned(),
+        slot,
+        lease: Duration::from_secs(30),
+        heartbeat: Duration::from_secs(30),
+        policy: Policy::Writer,
+    };
+    let granted = |r: redis_locks::Result<Acquire>| matches!(r, Ok(Acquire::Granted(_)));
+
+    let lock = LockKeys::new("rl", "acl-steps-lease").expect("keys");
+    let writer = claim("writer", Slot::Write);
+    assert!(granted(store.acquire(&lock, &writer, false, None).await));
+    let lease = Duration::from_secs(60);
+    assert!(store
+        .extend(&lock, &writer, lease, None)
+        .await
+        .expect("extend"));
+    assert!(store
+        .downgrade(&lock, &writer, None)
+        .await
+        .expect("downgrade")
+        .is_some());
+    let reader = claim("writer", Slot::Read);
+    assert!(store.release(&lock, &reader, None).await.expect("release"));
+    store
+        .inspect(&lock, Family::LeaseLock, None)
+        .await
+        .expect("inspect");
+
+    let lock = LockKeys::new("rl", "acl-steps-queue").expect("keys");
+    let exclusive = Slot::Ticket {
+        weight: FAIR_RW_CAPACITY,
+        capacity: FAIR_RW_CAPACITY,
+        resizable: false,
+    };
+    let fair_writer = claim("fair-writer", exclusive);
+    assert!(granted(
+        store.acquire(&lock, &fair_writer, false, None).await
+    ));
+    assert!(store
+        .extend(&lock, &fair_writer, lease, None)
+        .await
+        .expect("extend"));
+    assert!(store
+        .downgrade(&lock, &fair_writer, None)
+        .await
+        .expect("downgrade")
+        .is_some());
+    let fair_reader = claim(
+        "fair-writer",
+        Slot::Ticket {
+            weight: 1,
+            capacity: FAIR_RW_CAPACITY,
+            resizable: false,
+        },
+    );
+    assert!(store
+        .release(&lock, &fair_reader, None)
+        .await
+        .expect("release"));
+    store
+        .inspect(&lock, Family::TicketQueue, None)
+        .await
+        .expect("inspect");
+
+    let lock = LockKeys::new("rl", "acl-steps-permits").expect("keys");
+    let hb = Duration::from_secs(30);
+    for (change, count) in [
+        (PermitChange::Set(3), 3),
+        (PermitChange::Add { by: 2, base: 3 }, 5),
+        (PermitChange::Forget { by: 4, base: 3 }, 1),
+    ] {
+        let got = store.set_permits(&lock, change, hb, None).await;
+        assert_eq!(got.expect("set_permits"), count, "{change:?}");
+    }
+    assert!(
+        store
+            .force_release(&lock, None)
+            .await
+            .expect("force release")
+            >= 1
+    );
+
+    for (name, sha) in script_shas() {
+        if name != "raise_fence" {
+            assert!(cached(&server, &sha), "{name} was not loaded by SHA");
+        }
+    }
+    assert!(calls(&server, "evalsha") >= 13, "steps run with EVALSHA");
+    assert_eq!(calls(&server, "eval"), 0, "no step runs with EVAL");
+}
+
 /// The restricted user cannot read or write keys outside the prefix, nor run other commands.
 /// Quorum mode as the restricted user: a server whose fence counter lags (here: deleted by an
 /// operator) is raised to the majority's fence by the next grant, through the `raise_fence`
@@ -170,6 +339,7 @@ async fn quorum_raises_a_lagging_fence_as_a_restricted_acl_user() {
     }
     let fence_key = "rl:{acl-q}:fence";
     assert_eq!(servers[2].cli(&["DEL", fence_key]), "1");
+    servers[2].cli(&["SCRIPT", "FLUSH"]);
     let g = m.lock().await.expect("lock with a lagging server");
     let fence = g.fencing_token();
     assert!(fence >= 4, "fence {fence} went back");
@@ -181,6 +351,15 @@ async fn quorum_raises_a_lagging_fence_as_a_restricted_acl_user() {
             .unwrap_or_else(|e| panic!("server {i} fence: {e}"));
         assert!(stored >= fence, "server {i} holds fence {stored} < {fence}");
     }
+    // The lagging server was raised by the raise_fence script, loaded by SHA.
+    let (_, raise_fence) = script_shas()
+        .into_iter()
+        .find(|(name, _)| *name == "raise_fence")
+        .expect("raise_fence script");
+    assert!(
+        cached(&servers[2], &raise_fence),
+        "raise_fence not run by SHA"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -113,7 +113,7 @@ use proptest::test_runner::{
 };
 use redis_locks::testing::keys::LockKeys;
 use redis_locks::testing::store::{
-    Acquire, Claim, Family, HoldKind, MemoryStore, Snapshot, Store, FAIR_RW_CAPACITY,
+    Acquire, Claim, Family, HoldKind, MemoryStore, PermitChange, Snapshot, Store, FAIR_RW_CAPACITY,
 };
 use redis_locks::testing::{self, Bug, WakeHub};
 use redis_locks::{
@@ -344,7 +344,7 @@ impl Profile {
         }
     }
 
-    /// Defect 1: hand-offs with a lease shorter than the heartbeat, nothing else.
+    /// Hand-offs with a lease shorter than the heartbeat, nothing else.
     fn hand_off() -> Profile {
         Profile {
             prims: HAND_OFF_PRIMS.to_vec(),
@@ -361,7 +361,7 @@ impl Profile {
         }
     }
 
-    /// Defect 2: hand-offs and late calls and wake-ups, with leases at least the heartbeat
+    /// Hand-offs and late calls and wake-ups, with leases at least the heartbeat
     /// (so defect 1 cannot show) and no `extend` (so defect 3 cannot).
     fn stale_grant() -> Profile {
         Profile {
@@ -379,7 +379,7 @@ impl Profile {
         }
     }
 
-    /// Defect 3: `extend` while renewals run, with late requests and replies; only `try` (no
+    /// `extend` while renewals run, with late requests and replies; only `try` (no
     /// hand-offs), no lost replies (an `extend` whose reply is lost is another finding).
     fn renewals() -> Profile {
         Profile {
@@ -397,7 +397,7 @@ impl Profile {
         }
     }
 
-    /// Defect 8: crashed waiters with short leases and the default heartbeat (the bound holds
+    /// Crashed waiters with short leases and the default heartbeat (the bound holds
     /// with default options; an explicit heartbeat longer than the lease is allowed to block
     /// for that heartbeat), no other fault.
     fn dead_waiter() -> Profile {
@@ -1380,7 +1380,7 @@ enum Call {
     Extend(Claim, Duration),
     Downgrade(Claim),
     Inspect(Family),
-    SetPermits(u32, Duration),
+    SetPermits(PermitChange, Duration),
     ForceRelease,
 }
 
@@ -1391,7 +1391,7 @@ enum Reply {
     Bool(Result<bool>),
     Fence(Result<Option<u64>>),
     Snapshot(Result<Snapshot>),
-    Unit(Result<()>),
+    Permits(Result<u32>),
     Number(Result<u64>),
     Lost,
 }
@@ -1433,7 +1433,9 @@ impl Call {
             Call::Extend(claim, lease) => Reply::Bool(ready(s.extend(lock, claim, *lease, now))),
             Call::Downgrade(claim) => Reply::Fence(ready(s.downgrade(lock, claim, now))),
             Call::Inspect(family) => Reply::Snapshot(ready(s.inspect(lock, *family, now))),
-            Call::SetPermits(n, hb) => Reply::Unit(ready(s.set_permits(lock, *n, *hb, now))),
+            Call::SetPermits(change, hb) => {
+                Reply::Permits(ready(s.set_permits(lock, *change, *hb, now)))
+            }
             Call::ForceRelease => Reply::Number(ready(s.force_release(lock, now))),
         }
     }
@@ -1638,13 +1640,13 @@ impl Store for Conn {
     async fn set_permits(
         &self,
         lock: &LockKeys,
-        permits: u32,
+        change: PermitChange,
         heartbeat: Duration,
         _now: Option<u64>,
-    ) -> Result<()> {
-        let reply = self.call(lock, Call::SetPermits(permits, heartbeat)).await;
+    ) -> Result<u32> {
+        let reply = self.call(lock, Call::SetPermits(change, heartbeat)).await;
         answer(reply, |r| match r {
-            Reply::Unit(r) => Some(r),
+            Reply::Permits(r) => Some(r),
             _ => None,
         })
     }

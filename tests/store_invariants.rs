@@ -4,7 +4,9 @@
 //!   `Error::is_capacity_conflict()` instead of being granted side by side;
 //! - an acquire that ends in an error (the family conflict) leaves no trace;
 //! - claim tokens are validated by the store itself, before any state is touched;
-//! - a waiter that died blocks the lock for at most about one lease.
+//! - a waiter that died blocks the lock for at most about one lease;
+//! - Relative permit changes (`PermitChange::Add` / `Forget`) are applied by the store in one
+//!   step, from the stored count or the handle's own, within 1 to `MAX_PERMITS`.
 //!
 //! Every test runs on a real redis-server and on the in-memory store.
 
@@ -16,7 +18,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis_locks::testing::keys::LockKeys;
-use redis_locks::testing::store::{Acquire, Claim, Family, HoldKind, Policy, Slot, Store};
+use redis_locks::testing::store::{
+    Acquire, Claim, Family, HoldKind, PermitChange, Policy, Slot, Store,
+};
+use redis_locks::MAX_PERMITS;
 use redis_locks::{LockClient, LockInfo, Preference};
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, timeout, Instant};
@@ -124,7 +129,7 @@ async fn assert_waiting_capacity_conflict<T: Debug>(
 
 // ---- defect 4: the ticket queue's capacity ---------------------------------------------------
 
-/// Defect 4: `queue_acquire.lua` (and the memory store) counted each request against the
+/// `queue_acquire.lua` (and the memory store) counted each request against the
 /// capacity the *caller* passed. A FairLock holder takes 1 permit of 1 (exclusive, new
 /// fence), yet a Fair RwLock reader (1 of 2^30) was granted beside it. The queue must refuse
 /// a request whose capacity disagrees with the one in use, with `is_capacity_conflict()`,
@@ -166,7 +171,7 @@ async fn fair_lock_holder_refuses_fair_rwlock_with_capacity_conflict(b: Backend)
     assert!(holder.release().await.expect("release"));
 }
 
-/// Defect 4: a `Semaphore(5)` permit was granted beside a FairLock holder (1 of 1), because
+/// A `Semaphore(5)` permit was granted beside a FairLock holder (1 of 1), because
 /// the semaphore counted the one used permit against its own 5. Expected: refused with
 /// `is_capacity_conflict()` (try and waiting), nothing granted, no queue place left.
 async fn fair_lock_holder_refuses_semaphore_of_five_with_capacity_conflict(b: Backend) {
@@ -193,8 +198,8 @@ async fn fair_lock_holder_refuses_semaphore_of_five_with_capacity_conflict(b: Ba
     assert!(holder.release().await.expect("release"));
 }
 
-/// Defect 4: a `Semaphore(3)` holding all three permits (exclusive, new fence) and a FairLock
-/// (1 of 1) disagree on the capacity; on c16c933 the FairLock counts the 3 used permits
+/// A `Semaphore(3)` holding all three permits (exclusive, new fence) and a FairLock
+/// (1 of 1) disagree on the capacity; without the capacity check the FairLock counts the 3 used permits
 /// against its own capacity of 1 and is just "busy" (a waiting `lock()` queues behind the
 /// semaphore). Expected: `is_capacity_conflict()` for `try_lock` and `lock()`, no queue place.
 async fn full_semaphore_of_three_refuses_fair_lock_with_capacity_conflict(b: Backend) {
@@ -221,8 +226,8 @@ async fn full_semaphore_of_three_refuses_fair_lock_with_capacity_conflict(b: Bac
     assert!(all.release().await.expect("release"));
 }
 
-/// Defect 4, the other way round: with a FairLock holding (1 of 1), a `Semaphore(3)` counts
-/// the used permit against its own 3, so on c16c933 `try_acquire_many(2)` is granted beside
+/// The other way round: with a FairLock holding (1 of 1), a `Semaphore(3)` counts
+/// the used permit against its own 3, so without the capacity check `try_acquire_many(2)` is granted beside
 /// the exclusive FairLock holder (1 + 2 <= 3), and `acquire_many(3)` is merely busy (and
 /// would queue behind it). Expected: `is_capacity_conflict()` for all of them, no queue place.
 async fn fair_lock_holder_refuses_semaphore_of_three(b: Backend) {
@@ -256,7 +261,7 @@ async fn fair_lock_holder_refuses_semaphore_of_three(b: Backend) {
     assert!(holder.release().await.expect("release"));
 }
 
-/// Defect 4, as reported: `semaphore("s", 2)` holding both permits, then
+/// `semaphore("s", 2)` holding both permits, then
 /// `semaphore("s", 5).try_acquire()` was granted: three holders of a 2-permit semaphore.
 /// Expected: `is_capacity_conflict()` (try and waiting), still two holders, no queue place.
 async fn full_semaphore_of_two_refuses_semaphore_of_five(b: Backend) {
@@ -286,9 +291,9 @@ async fn full_semaphore_of_two_refuses_semaphore_of_five(b: Backend) {
     assert!(p2.release().await.expect("release"));
 }
 
-/// Defect 4: a count stored by `set_permits` applies to every Semaphore handle, but a
+/// A count stored by `set_permits` applies to every Semaphore handle, but a
 /// FairLock (capacity 1) or a Fair RwLock (capacity 2^30) on a name whose stored count is 4
-/// must be refused with `is_capacity_conflict()`, whether or not a permit is out. On c16c933
+/// must be refused with `is_capacity_conflict()`, whether or not a permit is out. Without the check
 /// the FairLock takes 1 of the stored 4 (a non-exclusive "FairLock" beside a permit), the
 /// Fair RwLock reader likewise, and the Fair RwLock writer gets an invalid-input error
 /// ("asked for 1073741824 permits of 4").
@@ -347,7 +352,7 @@ async fn stored_permit_count_refuses_fair_lock_and_fair_rwlock(b: Backend) {
     assert!(four.release().await.expect("release"));
 }
 
-/// Defect 4, the compatible cases (these pass on c16c933 too and must keep passing): kinds
+/// The compatible cases (these must keep passing): kinds
 /// whose capacity agrees share the queue. `semaphore(name, 1)` and `fair_lock(name)` act as
 /// one mutex (the second is busy or queued, never an error); two `semaphore(name, 3)`
 /// handles share 3 permits; a stored count applies to Semaphore handles of any count, and a
@@ -579,7 +584,7 @@ where
     drop(holder);
 }
 
-/// Defect 5 with a Mutex waiter (it announces itself like a writer): `rw_acquire.lua` and the
+/// With a Mutex waiter (it announces itself like a writer): `rw_acquire.lua` and the
 /// memory store answered the family conflict without removing the token from the
 /// waiting-writer set, and `wait.rs` disarmed the clean-up because the error is not
 /// retryable. The dead announcement then held readers back for its whole heartbeat window.
@@ -593,7 +598,7 @@ async fn refused_mutex_waiter_leaves_no_waiting_writer(b: Backend) {
     .await
 }
 
-/// Defect 5 with an RwLock writer (writer preference): the same trace is left by `write()`.
+/// With an RwLock writer (writer preference): the same trace is left by `write()`.
 async fn refused_rwlock_writer_leaves_no_waiting_writer(b: Backend) {
     family_conflict_leaves_no_waiting_writer(b, "trace-rwlock", |c| async move {
         c.rwlock("trace-rwlock")
@@ -664,7 +669,7 @@ fn invalid<T>(r: &redis_locks::Result<T>) -> bool {
     matches!(r, Err(e) if e.is_invalid_input())
 }
 
-/// Defect 7: no store checked claim tokens, though they travel inside Lua-parsed records
+/// No store checked claim tokens, though they travel inside Lua-parsed records
 /// (`deadline|token`, `token#weight`). Every method that takes a claim (acquire, try or
 /// waiting; release; extend; downgrade) must refuse a token outside 1 to 64 characters of
 /// `[A-Za-z0-9_-]` with `is_invalid_input()`, for every slot, in `RedisStore` and
@@ -763,12 +768,12 @@ async fn store_refuses_invalid_tokens_on_every_claim_method(store: Arc<dyn Store
     );
 }
 
-/// Defect 7: `rw_release.lua` cleans up "an expired record of ours" by a suffix match
+/// `rw_release.lua` cleans up "an expired record of ours" by a suffix match
 /// (`...|<token>`), so with a writer whose token is `A|B` (record `<deadline>|A|B`), a
 /// release by token `B`, which holds nothing, deleted that live writer's record. The store
 /// must refuse the token `A|B`; and the attack must not work: whatever holds survives a
 /// release by another token. (The memory store compares tokens exactly, so there only the
-/// refusal fails on c16c933.)
+/// refusal fails without the check.)
 async fn pipe_in_token_cannot_forge_another_writers_release(store: Arc<dyn Store>) {
     let lock = keys("pipe-token");
     let victim = claim("A|B", Slot::Write);
@@ -802,7 +807,7 @@ async fn pipe_in_token_cannot_forge_another_writers_release(store: Arc<dyn Store
     assert!(store.release(&lock, &honest, None).await.expect("release"));
 }
 
-/// Defect 7: a ticket member is `token#weight`, and `weight_of` reads a token ending in
+/// A ticket member is `token#weight`, and `weight_of` reads a token ending in
 /// `#<digits>` as that many permits. A FairLock claim with token `x#0` counted as 0 permits,
 /// so a second FairLock was granted beside it (two holders of a 1-permit lock); a one-permit
 /// claim with token `y#5` counted as 5 and locked every other permit of a `Semaphore(5)`.
@@ -907,11 +912,11 @@ async fn freezable_client(b: &Backend) -> (LockClient, Freezer) {
 const SHORT_LEASE: Duration = Duration::from_millis(500);
 
 /// From the holder's release, how long the live waiter may take to be granted. A fixed
-/// library needs at most about one lease (500 ms) plus a retry; c16c933 takes the dead
+/// library needs at most about one lease (500 ms) plus a retry; a 5 s default heartbeat took the dead
 /// waiter's whole heartbeat window, about 4 to 5 s with the default 5 s heartbeat.
 const DEAD_WAITER_BOUND: Duration = Duration::from_millis(2500);
 
-/// Defect 8 on the Mutex: a release handed the lock to the waiting writer with the
+/// On the Mutex: a release handed the lock to the waiting writer with the
 /// *earliest* heartbeat deadline (the one heard from longest ago, likeliest dead) until that
 /// deadline, up to the 5 s default heartbeat whatever the lease. With a 500 ms lease and the
 /// default heartbeat, a waiter D that froze kept the live waiter L (who started waiting after
@@ -1010,7 +1015,7 @@ async fn start_fair_waiter(
     task
 }
 
-/// Defect 8 on the FairLock: a release granted the head of the queue until its own heartbeat
+/// On the FairLock: a release granted the head of the queue until its own heartbeat
 /// deadline (up to the 5 s default, whatever the 500 ms lease), so a dead head D kept L1 and
 /// L2, queued behind it, out for ~4-5 s. Required: the dead head is skipped (L1 granted within
 /// `DEAD_WAITER_BOUND` of the holder's release), and FIFO order among the live waiters holds
@@ -1070,4 +1075,193 @@ async fn dead_fair_lock_head_is_skipped_within_a_lease(b: Backend) {
 both_backends!(
     dead_mutex_waiter_blocks_no_longer_than_a_lease,
     dead_fair_lock_head_is_skipped_within_a_lease,
+);
+
+// ---- relative permit changes ----------------------------------------------------------------
+
+/// A Semaphore's claim of `weight` permits out of a handle count of `capacity`.
+fn permits_claim(token: &str, weight: u32, capacity: u32) -> Claim {
+    claim(
+        token,
+        Slot::Ticket {
+            weight,
+            capacity,
+            resizable: true,
+        },
+    )
+}
+
+/// The count stored for `lock`, as inspected.
+async fn stored_permits(store: &Arc<dyn Store>, lock: &LockKeys) -> Option<u32> {
+    store
+        .inspect(lock, Family::TicketQueue, None)
+        .await
+        .expect("inspect")
+        .permits
+}
+
+/// `Add` and `Forget` start from the handle's count (`base`) while none is stored, then from
+/// the stored count; a change that would leave fewer than 1 or more than `MAX_PERMITS`
+/// permits is refused with `is_invalid_input()` and changes nothing.
+async fn relative_permit_changes_follow_the_stored_count(store: Arc<dyn Store>) {
+    let hb = Duration::from_secs(30);
+    let lock = keys("relative-permits");
+    let change = |c: PermitChange| {
+        let (store, lock) = (store.clone(), lock.clone());
+        async move { store.set_permits(&lock, c, hb, None).await }
+    };
+    assert_eq!(stored_permits(&store, &lock).await, None);
+    let add = |by, base| PermitChange::Add { by, base };
+    let forget = |by, base| PermitChange::Forget { by, base };
+    assert_eq!(change(add(2, 3)).await.expect("add to the base"), 5);
+    assert_eq!(change(add(1, 100)).await.expect("add to the stored"), 6);
+    assert_eq!(change(forget(4, 1)).await.expect("forget"), 2);
+    assert_eq!(stored_permits(&store, &lock).await, Some(2));
+
+    let refused = [
+        forget(2, 5),
+        forget(u32::MAX, 5),
+        add(MAX_PERMITS - 1, 1),
+        add(u32::MAX, 1),
+        PermitChange::Set(0),
+        PermitChange::Set(MAX_PERMITS + 1),
+    ];
+    for c in refused {
+        let got = change(c).await;
+        assert!(invalid(&got), "{c:?} from 2 must be refused: {got:?}");
+        assert_eq!(stored_permits(&store, &lock).await, Some(2), "after {c:?}");
+    }
+    assert_eq!(
+        change(add(MAX_PERMITS - 2, 1))
+            .await
+            .expect("up to the max"),
+        MAX_PERMITS
+    );
+    assert_eq!(
+        change(forget(MAX_PERMITS - 1, 1)).await.expect("down to 1"),
+        1
+    );
+
+    // Forgetting from the handle's own count while none is stored.
+    let fresh = keys("relative-permits-fresh");
+    let got = store.set_permits(&fresh, forget(1, 3), hb, None).await;
+    assert_eq!(got.expect("forget from the base"), 2);
+    let gone = keys("relative-permits-gone");
+    let got = store.set_permits(&gone, forget(3, 3), hb, None).await;
+    assert!(invalid(&got), "3 - 3 permits: {got:?}");
+    assert_eq!(stored_permits(&store, &gone).await, None);
+
+    // A FairLock's fixed capacity refuses relative changes too, storing nothing.
+    let fair = keys("relative-permits-fair");
+    let holder = claim(
+        "fair-holder",
+        Slot::Ticket {
+            weight: 1,
+            capacity: 1,
+            resizable: false,
+        },
+    );
+    assert!(matches!(
+        store.acquire(&fair, &holder, false, None).await,
+        Ok(Acquire::Granted(_))
+    ));
+    let got = store.set_permits(&fair, add(1, 1), hb, None).await;
+    assert!(
+        matches!(&got, Err(e) if e.is_capacity_conflict()),
+        "a relative change beside a FairLock holder: {got:?}"
+    );
+    assert_eq!(stored_permits(&store, &fair).await, None);
+}
+
+/// Added permits grant the waiters that now fit at once; forgotten permits revoke no hold,
+/// but new grants follow the lower count.
+async fn added_permits_grant_waiters_forgotten_ones_keep_holds(store: Arc<dyn Store>) {
+    let hb = Duration::from_secs(30);
+    let lock = keys("relative-permits-grants");
+    let a = permits_claim("holder-a", 2, 2);
+    let b = permits_claim("waiter-b", 1, 2);
+    assert!(matches!(
+        store.acquire(&lock, &a, false, None).await,
+        Ok(Acquire::Granted(_))
+    ));
+    assert!(matches!(
+        store.acquire(&lock, &b, true, None).await,
+        Ok(Acquire::Busy(_))
+    ));
+    let add = PermitChange::Add { by: 1, base: 2 };
+    assert_eq!(
+        store.set_permits(&lock, add, hb, None).await.expect("add"),
+        3
+    );
+    let s = store
+        .inspect(&lock, Family::TicketQueue, None)
+        .await
+        .expect("inspect");
+    assert!(
+        s.waiters.is_empty() && s.holders.iter().any(|h| h.token == b.token),
+        "the added permit went to the waiter: holders {:?}, waiters {:?}",
+        s.holders,
+        s.waiters
+    );
+    assert!(matches!(
+        store.acquire(&lock, &b, true, None).await,
+        Ok(Acquire::Granted(_))
+    ));
+
+    let forget = PermitChange::Forget { by: 2, base: 2 };
+    assert_eq!(
+        store
+            .set_permits(&lock, forget, hb, None)
+            .await
+            .expect("forget"),
+        1
+    );
+    let s = store
+        .inspect(&lock, Family::TicketQueue, None)
+        .await
+        .expect("inspect");
+    assert_eq!(s.holders.len(), 2, "holds stay: {:?}", s.holders);
+    let c = permits_claim("late-c", 1, 2);
+    assert!(matches!(
+        store.acquire(&lock, &c, false, None).await,
+        Ok(Acquire::Busy(_))
+    ));
+    let d = permits_claim("greedy-d", 2, 2);
+    let got = store.acquire(&lock, &d, false, None).await;
+    assert!(invalid(&got), "2 permits of 1: {got:?}");
+}
+
+/// Concurrent relative changes from many callers all count: the store reads and writes the
+/// count in one step.
+async fn concurrent_relative_changes_all_count(store: Arc<dyn Store>) {
+    let lock = keys("relative-permits-concurrent");
+    let tasks: Vec<JoinHandle<redis_locks::Result<u32>>> = (0..24)
+        .map(|i| {
+            let (store, lock) = (store.clone(), lock.clone());
+            tokio::spawn(async move {
+                let change = if i % 3 == 2 {
+                    PermitChange::Forget { by: 1, base: 100 }
+                } else {
+                    PermitChange::Add { by: 2, base: 100 }
+                };
+                store
+                    .set_permits(&lock, change, Duration::from_secs(30), None)
+                    .await
+            })
+        })
+        .collect();
+    let mut last = 0;
+    for t in tasks {
+        last = last.max(join("set_permits", t).await.expect("relative change"));
+    }
+    // 16 adds of 2 and 8 forgets of 1 from 100, whatever the order: a lost update would
+    // leave less (or more).
+    assert_eq!(stored_permits(&store, &lock).await, Some(100 + 32 - 8));
+    assert!(last <= 132, "no reply beyond every add: {last}");
+}
+
+both_stores!(
+    relative_permit_changes_follow_the_stored_count,
+    added_permits_grant_waiters_forgotten_ones_keep_holds,
+    concurrent_relative_changes_all_count,
 );

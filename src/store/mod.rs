@@ -303,6 +303,53 @@ pub struct Snapshot {
     pub waiters: Vec<WaiterState>,
 }
 
+/// A change of a ticket queue's permit count (a Semaphore's), made atomically by
+/// [`Store::set_permits`]: the store reads the count in force and writes the new one in one
+/// step, so concurrent relative changes from several clients all count.
+///
+/// A relative change starts from the count stored by an earlier `set_permits` of any client;
+/// while none is stored, from its `base`: the permit count of the handle that asks (each
+/// Semaphore handle follows its own count until one is stored).
+///
+/// ```
+/// use redis_locks::store::PermitChange;
+/// assert_eq!(PermitChange::Add { by: 2, base: 5 }.apply(None), 7);
+/// assert_eq!(PermitChange::Add { by: 2, base: 5 }.apply(Some(3)), 5);
+/// assert_eq!(PermitChange::Forget { by: 4, base: 5 }.apply(Some(3)), -1); // refused
+/// assert_eq!(PermitChange::Set(4).apply(Some(3)), 4);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PermitChange {
+    /// Exactly this many permits.
+    Set(u32),
+    /// `by` permits more.
+    Add {
+        /// Permits added.
+        by: u32,
+        /// The count to start from while none is stored (the asking handle's own).
+        base: u32,
+    },
+    /// `by` permits fewer. Current holds stay; new grants follow the lower count.
+    Forget {
+        /// Permits taken away.
+        by: u32,
+        /// The count to start from while none is stored (the asking handle's own).
+        base: u32,
+    },
+}
+
+impl PermitChange {
+    /// The count this change leaves when `stored` is the count stored now (`None`: none is).
+    /// It may be out of range; the store then refuses the change (see [`Store::set_permits`]).
+    pub fn apply(self, stored: Option<u32>) -> i64 {
+        match self {
+            PermitChange::Set(n) => i64::from(n),
+            PermitChange::Add { by, base } => i64::from(stored.unwrap_or(base)) + i64::from(by),
+            PermitChange::Forget { by, base } => i64::from(stored.unwrap_or(base)) - i64::from(by),
+        }
+    }
+}
+
 /// The protocol steps of every primitive. See the module docs for the contract.
 ///
 /// `now` is `None` in production (the store's clock); tests pass an explicit time in ms.
@@ -360,14 +407,21 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// Reads the live state of one family in one step, changing nothing.
     async fn inspect(&self, lock: &LockKeys, family: Family, now: Option<u64>) -> Result<Snapshot>;
 
-    /// Stores a new permit count for a ticket queue and grants the waiters that now fit.
+    /// Changes the stored permit count of a ticket queue in one step (see [`PermitChange`]),
+    /// grants the waiters that now fit (each for `heartbeat`, until it claims the grant), and
+    /// returns the new count. Current holds stay; new grants follow the new count.
+    ///
+    /// A change that would leave fewer than 1 or more than
+    /// [`MAX_PERMITS`](crate::semaphore::MAX_PERMITS) permits is refused with an
+    /// invalid-input error (`Error::is_invalid_input`), and one while a FairLock or fair
+    /// RwLock uses the queue with a capacity conflict; either way nothing changes.
     async fn set_permits(
         &self,
         lock: &LockKeys,
-        permits: u32,
+        change: PermitChange,
         heartbeat: Duration,
         now: Option<u64>,
-    ) -> Result<()>;
+    ) -> Result<u32>;
 
     /// Drops every hold of the lock, bumps the fence and wakes every waiter; returns the new
     /// fence. For operators: evicted holders learn it when their renewal is refused.

@@ -55,7 +55,9 @@ use tokio::time::Instant;
 
 use super::redis::{Connect, RedisConfig, RedisStore};
 use super::WaiterState;
-use super::{Acquire, Busy, Claim, Family, Grant, HolderState, Slot, Snapshot, Store};
+use super::{
+    Acquire, Busy, Claim, Family, Grant, HolderState, PermitChange, Slot, Snapshot, Store,
+};
 use crate::error::{Error, Result};
 use crate::hub::{Subscriber, WakeHub};
 use crate::keys::LockKeys;
@@ -519,10 +521,10 @@ impl Store for QuorumStore {
     async fn set_permits(
         &self,
         _lock: &LockKeys,
-        _permits: u32,
+        _change: PermitChange,
         _heartbeat: Duration,
         _now: Option<u64>,
-    ) -> Result<()> {
+    ) -> Result<u32> {
         Err(unsupported())
     }
 

@@ -6,14 +6,19 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::{FromRedisValue, IntoConnectionInfo, ProtocolVersion, Script, Value};
+use redis::{FromRedisValue, IntoConnectionInfo, ProtocolVersion, Script, ToRedisArgs, Value};
 
-use super::{ms, Acquire, Busy, Claim, Family, Grant, HoldKind, HolderState, Slot, Snapshot};
-use super::{Store, WaiterState};
+use super::{ms, Acquire, Claim, Family, PermitChange, Slot, Snapshot, Store};
 use crate::error::{Error, Result};
 use crate::hub::{Subscriber, WakeHub};
 use crate::keys::LockKeys;
 use crate::scripts::SCRIPTS;
+use crate::wire::{
+    AcquireReply, Argv, Change, DowngradeReply, Fence, Flag, HandOver, LeaseLockView, Ms, NoArgs,
+    Now, Permits, Publish, QueueAcquireArgs, QueueDowngradeArgs, QueueExtendArgs, QueueReleaseArgs,
+    RaiseFenceArgs, RwAcquireArgs, RwDowngradeArgs, RwExtendArgs, RwReleaseArgs, SetPermitsArgs,
+    TicketQueueView,
+};
 
 /// When [`RedisStore::connect_to_hub`] opens the connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,7 +78,7 @@ enum Conn {
 pub struct RedisStore {
     conn: Conn,
     hub: Arc<WakeHub>,
-    publish: &'static str,
+    publish: Publish,
     /// Whether a writer's release hands the lock straight to the next waiting writer. Off in
     /// quorum mode: each server would pick its own next writer, and a wake-up from one server
     /// is no majority grant.
@@ -177,7 +182,7 @@ impl RedisStore {
         let store = RedisStore {
             conn: Conn::Single(conn),
             hub,
-            publish: "PUBLISH",
+            publish: Publish::Plain,
             hand_over: true,
         };
         Ok((store, subscriber))
@@ -208,7 +213,7 @@ impl RedisStore {
         Ok(RedisStore {
             conn: Conn::Cluster(conn),
             hub,
-            publish: "SPUBLISH",
+            publish: Publish::Sharded,
             hand_over: true,
         })
     }
@@ -229,34 +234,35 @@ impl RedisStore {
         result.map_err(|e| Error::from_redis("", e))
     }
 
-    async fn run<T: FromRedisValue>(
+    /// Runs one script step: `keys`, then the prelude's arguments and the step's own
+    /// (`args`), and parses the reply; a reply of another shape is a typed error.
+    async fn run<A: ToRedisArgs, T: FromRedisValue>(
         &self,
         lock: &LockKeys,
         script: &Script,
         keys: &[String],
         now: Option<u64>,
-        args: &[String],
+        args: A,
     ) -> Result<T> {
-        let mut inv = script.prepare_invoke();
-        for k in keys {
-            inv.key(k);
-        }
-        let now = now.map(|n| n.to_string()).unwrap_or_default();
-        inv.arg(&now);
-        inv.arg(self.publish);
-        for a in args {
-            inv.arg(a);
-        }
-        let result = match self.conn.clone() {
-            Conn::Single(mut c) => invoke(&inv, &mut c).await,
-            #[cfg(feature = "cluster")]
-            Conn::Cluster(mut c) => {
-                let mut all_args = vec![now, self.publish.to_owned()];
-                all_args.extend_from_slice(args);
-                invoke_cluster(script, keys, &all_args, &mut c).await
-            }
+        let argv = Argv {
+            now: Now(now),
+            publish: self.publish,
+            step: args,
         };
-        result.map_err(|e| Error::from_redis(lock.name(), e))
+        let result: redis::RedisResult<Value> = match self.conn.clone() {
+            Conn::Single(mut c) => {
+                let mut inv = script.prepare_invoke();
+                inv.key(keys).arg(&argv);
+                invoke(&inv, &mut c).await
+            }
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(mut c) => invoke_cluster(script, keys, &argv, &mut c).await,
+        };
+        let reply = result.map_err(|e| Error::from_redis(lock.name(), e))?;
+        T::from_redis_value(reply).map_err(|e| Error::WrongType {
+            name: lock.name().to_owned(),
+            detail: format!("unexpected script reply: {e}"),
+        })
     }
 }
 
@@ -286,7 +292,7 @@ async fn invoke<T: FromRedisValue>(
 async fn invoke_cluster<T: FromRedisValue>(
     script: &Script,
     keys: &[String],
-    args: &[String],
+    args: &impl ToRedisArgs,
     conn: &mut redis::cluster_async::ClusterConnection,
 ) -> redis::RedisResult<T> {
     let mut evalsha = redis::cmd("EVALSHA");
@@ -321,101 +327,21 @@ fn source_of(script: &Script) -> Option<&'static str> {
     BY_HASH.get(script.get_hash()).copied()
 }
 
-fn corrupt(lock: &LockKeys, what: &str) -> Error {
-    Error::WrongType {
-        name: lock.name().to_owned(),
-        detail: format!("unexpected script reply: {what}"),
-    }
-}
-
-fn int(v: &Value) -> Option<i64> {
-    match v {
-        Value::Int(i) => Some(*i),
-        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
-        Value::SimpleString(s) => s.parse().ok(),
-        Value::Double(d) => Some(*d as i64),
-        _ => None,
-    }
-}
-
-fn text(v: &Value) -> Option<String> {
-    match v {
-        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
-        Value::SimpleString(s) => Some(s.clone()),
-        Value::Int(i) => Some(i.to_string()),
-        _ => None,
-    }
-}
-
-fn array(v: &Value) -> Option<&[Value]> {
-    match v {
-        Value::Array(a) => Some(a),
-        Value::Nil => Some(&[]),
-        _ => None,
-    }
-}
-
-fn acquire_reply(lock: &LockKeys, reply: &[i64]) -> Result<Acquire> {
-    match reply {
-        [1, fence, lease, ..] => Ok(Acquire::Granted(Grant {
-            fence: *fence as u64,
-            lease: Duration::from_millis((*lease).max(0) as u64),
-        })),
-        [0, retry, position, rest @ ..] => Ok(Acquire::Busy(Busy {
-            retry_after: (*retry >= 0).then(|| Duration::from_millis(*retry as u64)),
-            position: (*position >= 0).then_some(*position as u64),
-            heartbeat_until: rest.first().filter(|h| **h >= 0).map(|h| *h as u64),
-        })),
-        other => Err(corrupt(lock, &format!("{other:?}"))),
-    }
-}
-
-/// Splits a ticket-queue member into token and weight (`token#weight`).
-pub(crate) fn split_member(member: &str) -> (String, u32) {
-    if let Some((token, weight)) = member.rsplit_once('#') {
-        if let Ok(w) = weight.parse::<u32>() {
-            return (token.to_owned(), w);
-        }
-    }
-    (member.to_owned(), 1)
-}
-
-/// A ticket claim's weight and capacity argument: `<n>` for a Semaphore (a count stored by
-/// set_permits wins), `=<n>` for a fixed capacity.
-fn ticket_args(claim: &Claim) -> (u32, String) {
-    match claim.slot {
-        Slot::Ticket {
-            weight,
-            capacity,
-            resizable,
-        } => {
-            let capacity = if resizable {
-                capacity.to_string()
-            } else {
-                format!("={capacity}")
-            };
-            (weight, capacity)
-        }
-        // Not reachable through the public API: lease-lock slots never reach queue scripts.
-        _ => (1, "=1".to_owned()),
-    }
-}
-
 impl RedisStore {
     /// Raises the lock's fence counter to at least `fence` (quorum mode: a server that
     /// lagged must never hand out a smaller fence than the majority did).
     pub(crate) async fn raise_fence(&self, lock: &LockKeys, fence: u64) -> Result<u64> {
         let keys = [lock.fence()];
-        let reached: i64 = self
+        let Fence(reached) = self
             .run(
                 lock,
                 &SCRIPTS.raise_fence,
                 &keys,
                 None,
-                &[fence.to_string()],
+                RaiseFenceArgs { fence },
             )
             .await?;
-        Ok(reached.max(0) as u64)
+        Ok(reached)
     }
 }
 
@@ -429,76 +355,41 @@ impl Store for RedisStore {
         now: Option<u64>,
     ) -> Result<Acquire> {
         claim.check()?;
-        let wait = if wait { "1" } else { "0" }.to_owned();
-        let reply: Vec<i64> = match claim.slot {
+        let AcquireReply(reply) = match claim.slot {
             Slot::Write | Slot::Read => {
-                let mode = if claim.slot == Slot::Write { "w" } else { "r" };
-                let policy = match claim.policy {
-                    super::Policy::Writer => "writer",
-                    super::Policy::Reader => "reader",
-                };
-                let args = [
-                    claim.token.clone(),
-                    mode.to_owned(),
-                    ms(claim.lease).to_string(),
-                    policy.to_owned(),
-                    wait,
-                    ms(claim.heartbeat).to_string(),
-                ];
-                self.run(lock, &SCRIPTS.rw_acquire, &lock.lease_lock(), now, &args)
+                let args = RwAcquireArgs::new(claim, wait);
+                self.run(lock, &SCRIPTS.rw_acquire, &lock.lease_lock(), now, args)
                     .await?
             }
             Slot::Ticket { .. } => {
-                let (weight, capacity) = ticket_args(claim);
-                let args = [
-                    claim.token.clone(),
-                    weight.to_string(),
-                    ms(claim.lease).to_string(),
-                    ms(claim.heartbeat).to_string(),
-                    capacity,
-                    wait,
-                ];
-                self.run(
-                    lock,
-                    &SCRIPTS.queue_acquire,
-                    &lock.ticket_queue(),
-                    now,
-                    &args,
-                )
-                .await?
+                let args = QueueAcquireArgs::new(claim, wait);
+                let keys = lock.ticket_queue();
+                self.run(lock, &SCRIPTS.queue_acquire, &keys, now, args)
+                    .await?
             }
         };
-        acquire_reply(lock, &reply)
+        Ok(reply)
     }
 
     async fn release(&self, lock: &LockKeys, claim: &Claim, now: Option<u64>) -> Result<bool> {
         claim.check()?;
-        let held: i64 = match claim.slot {
+        let Flag(held) = match claim.slot {
             Slot::Write | Slot::Read => {
-                let hand_over = if self.hand_over { "1" } else { "0" };
-                let args = [claim.token.clone(), hand_over.to_owned()];
-                self.run(lock, &SCRIPTS.rw_release, &lock.lease_lock(), now, &args)
+                let args = RwReleaseArgs {
+                    token: &claim.token,
+                    hand_over: HandOver(self.hand_over),
+                };
+                self.run(lock, &SCRIPTS.rw_release, &lock.lease_lock(), now, args)
                     .await?
             }
             Slot::Ticket { .. } => {
-                let (weight, capacity) = ticket_args(claim);
-                let args = [
-                    claim.token.clone(),
-                    weight.to_string(),
-                    ms(claim.heartbeat).to_string(),
-                    capacity,
-                ];
-                self.run(
-                    lock,
-                    &SCRIPTS.queue_release,
-                    &lock.ticket_queue(),
-                    now,
-                    &args,
-                )
-                .await?
+                let args = QueueReleaseArgs::new(claim);
+                let keys = lock.ticket_queue();
+                self.run(lock, &SCRIPTS.queue_release, &keys, now, args)
+                    .await?
             }
         };
-        Ok(held == 1)
+        Ok(held)
     }
 
     async fn extend(
@@ -509,31 +400,20 @@ impl Store for RedisStore {
         now: Option<u64>,
     ) -> Result<bool> {
         claim.check()?;
-        let renewed: i64 = match claim.slot {
+        let Flag(renewed) = match claim.slot {
             Slot::Write | Slot::Read => {
-                let mode = if claim.slot == Slot::Write { "w" } else { "r" };
-                let args = [claim.token.clone(), ms(lease).to_string(), mode.to_owned()];
-                self.run(lock, &SCRIPTS.rw_extend, &lock.lease_lock(), now, &args)
+                let args = RwExtendArgs::new(claim, lease);
+                self.run(lock, &SCRIPTS.rw_extend, &lock.lease_lock(), now, args)
                     .await?
             }
             Slot::Ticket { .. } => {
-                let (weight, _) = ticket_args(claim);
-                let args = [
-                    claim.token.clone(),
-                    weight.to_string(),
-                    ms(lease).to_string(),
-                ];
-                self.run(
-                    lock,
-                    &SCRIPTS.queue_extend,
-                    &lock.ticket_queue(),
-                    now,
-                    &args,
-                )
-                .await?
+                let args = QueueExtendArgs::new(claim, lease);
+                let keys = lock.ticket_queue();
+                self.run(lock, &SCRIPTS.queue_extend, &keys, now, args)
+                    .await?
             }
         };
-        Ok(renewed == 1)
+        Ok(renewed)
     }
 
     async fn downgrade(
@@ -543,136 +423,41 @@ impl Store for RedisStore {
         now: Option<u64>,
     ) -> Result<Option<u64>> {
         claim.check()?;
-        let reply: Vec<i64> = match claim.slot {
+        let DowngradeReply(fence) = match claim.slot {
             Slot::Write | Slot::Read => {
-                let args = [claim.token.clone(), ms(claim.lease).to_string()];
-                self.run(lock, &SCRIPTS.rw_downgrade, &lock.lease_lock(), now, &args)
+                let args = RwDowngradeArgs {
+                    token: &claim.token,
+                    lease: Ms(claim.lease),
+                };
+                let keys = lock.lease_lock();
+                self.run(lock, &SCRIPTS.rw_downgrade, &keys, now, args)
                     .await?
             }
             Slot::Ticket { .. } => {
-                let (weight, capacity) = ticket_args(claim);
-                let args = [
-                    claim.token.clone(),
-                    weight.to_string(),
-                    ms(claim.lease).to_string(),
-                    ms(claim.heartbeat).to_string(),
-                    capacity,
-                ];
-                self.run(
-                    lock,
-                    &SCRIPTS.queue_downgrade,
-                    &lock.ticket_queue(),
-                    now,
-                    &args,
-                )
-                .await?
+                let args = QueueDowngradeArgs::new(claim);
+                let keys = lock.ticket_queue();
+                self.run(lock, &SCRIPTS.queue_downgrade, &keys, now, args)
+                    .await?
             }
         };
-        match reply.as_slice() {
-            [1, fence, ..] => Ok(Some(*fence as u64)),
-            [0, ..] => Ok(None),
-            other => Err(corrupt(lock, &format!("{other:?}"))),
-        }
+        Ok(fence)
     }
 
     async fn inspect(&self, lock: &LockKeys, family: Family, now: Option<u64>) -> Result<Snapshot> {
-        let bad = |what: &str| corrupt(lock, what);
         match family {
             Family::LeaseLock => {
-                let v: Value = self
-                    .run(lock, &SCRIPTS.rw_inspect, &lock.lease_lock(), now, &[])
+                let keys = lock.lease_lock();
+                let LeaseLockView(snapshot) = self
+                    .run(lock, &SCRIPTS.rw_inspect, &keys, now, NoArgs)
                     .await?;
-                let a = array(&v).ok_or_else(|| bad("inspect reply"))?;
-                let [now_ms, fence, wtok, wrem, readers, writers, ..] = a else {
-                    return Err(bad("inspect reply length"));
-                };
-                let mut holders = Vec::new();
-                let wtok = text(wtok).unwrap_or_default();
-                if !wtok.is_empty() {
-                    holders.push(HolderState {
-                        token: wtok,
-                        kind: HoldKind::Write,
-                        remaining_ms: int(wrem).unwrap_or(0).max(0) as u64,
-                    });
-                }
-                let rows = array(readers).ok_or_else(|| bad("readers"))?;
-                for pair in rows.chunks(2) {
-                    if let [t, rem] = pair {
-                        holders.push(HolderState {
-                            token: text(t).unwrap_or_default(),
-                            kind: HoldKind::Read,
-                            remaining_ms: int(rem).unwrap_or(0).max(0) as u64,
-                        });
-                    }
-                }
-                let rows = array(writers).ok_or_else(|| bad("waiting writers"))?;
-                let waiters = rows
-                    .chunks(2)
-                    .filter_map(|pair| match pair {
-                        [t, rem] => Some(WaiterState {
-                            token: text(t).unwrap_or_default(),
-                            weight: 1,
-                            ticket: 0,
-                            heartbeat_remaining_ms: int(rem).unwrap_or(0).max(0) as u64,
-                        }),
-                        _ => None,
-                    })
-                    .collect();
-                Ok(Snapshot {
-                    now_ms: int(now_ms).unwrap_or(0).max(0) as u64,
-                    fence: int(fence).unwrap_or(0).max(0) as u64,
-                    permits: None,
-                    holders,
-                    waiters,
-                })
+                Ok(snapshot)
             }
             Family::TicketQueue => {
-                let v: Value = self
-                    .run(lock, &SCRIPTS.queue_inspect, &lock.ticket_queue(), now, &[])
+                let keys = lock.ticket_queue();
+                let TicketQueueView(snapshot) = self
+                    .run(lock, &SCRIPTS.queue_inspect, &keys, now, NoArgs)
                     .await?;
-                let a = array(&v).ok_or_else(|| bad("inspect reply"))?;
-                let [now_ms, fence, permits, holders, waiters, ..] = a else {
-                    return Err(bad("inspect reply length"));
-                };
-                let holders = array(holders)
-                    .ok_or_else(|| bad("holders"))?
-                    .chunks(2)
-                    .filter_map(|pair| match pair {
-                        [m, rem] => {
-                            let (token, weight) = split_member(&text(m)?);
-                            Some(HolderState {
-                                token,
-                                kind: HoldKind::Permits(weight),
-                                remaining_ms: int(rem).unwrap_or(0).max(0) as u64,
-                            })
-                        }
-                        _ => None,
-                    })
-                    .collect();
-                let waiters = array(waiters)
-                    .ok_or_else(|| bad("waiters"))?
-                    .chunks(3)
-                    .filter_map(|row| match row {
-                        [m, ticket, rem] => {
-                            let (token, weight) = split_member(&text(m)?);
-                            Some(WaiterState {
-                                token,
-                                weight,
-                                ticket: int(ticket).unwrap_or(0).max(0) as u64,
-                                heartbeat_remaining_ms: int(rem).unwrap_or(0).max(0) as u64,
-                            })
-                        }
-                        _ => None,
-                    })
-                    .collect();
-                let permits = int(permits).unwrap_or(-1);
-                Ok(Snapshot {
-                    now_ms: int(now_ms).unwrap_or(0).max(0) as u64,
-                    fence: int(fence).unwrap_or(0).max(0) as u64,
-                    permits: u32::try_from(permits).ok(),
-                    holders,
-                    waiters,
-                })
+                Ok(snapshot)
             }
         }
     }
@@ -680,34 +465,27 @@ impl Store for RedisStore {
     async fn set_permits(
         &self,
         lock: &LockKeys,
-        permits: u32,
+        change: PermitChange,
         heartbeat: Duration,
         now: Option<u64>,
-    ) -> Result<()> {
-        let args = [permits.to_string(), ms(heartbeat).to_string()];
-        let _: i64 = self
-            .run(
-                lock,
-                &SCRIPTS.queue_set_permits,
-                &lock.ticket_queue(),
-                now,
-                &args,
-            )
+    ) -> Result<u32> {
+        let args = SetPermitsArgs {
+            change: Change(change),
+            heartbeat: Ms(heartbeat),
+        };
+        let keys = lock.ticket_queue();
+        let Permits(permits) = self
+            .run(lock, &SCRIPTS.queue_set_permits, &keys, now, args)
             .await?;
-        Ok(())
+        Ok(permits)
     }
 
     async fn force_release(&self, lock: &LockKeys, now: Option<u64>) -> Result<u64> {
-        let fence: i64 = self
-            .run(
-                lock,
-                &SCRIPTS.force_release,
-                &lock.force_release(),
-                now,
-                &[],
-            )
+        let keys = lock.force_release();
+        let Fence(fence) = self
+            .run(lock, &SCRIPTS.force_release, &keys, now, NoArgs)
             .await?;
-        Ok(fence.max(0) as u64)
+        Ok(fence)
     }
 
     async fn wait_replicas(

@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use redis_locks::testing::keys::LockKeys;
-use redis_locks::testing::store::{Acquire, Claim, Family, Snapshot, Store};
+use redis_locks::testing::store::{Acquire, Claim, Family, PermitChange, Snapshot, Store};
 use redis_locks::testing::WakeHub;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -418,12 +418,12 @@ impl Store for Faulty {
     async fn set_permits(
         &self,
         lock: &LockKeys,
-        permits: u32,
+        change: PermitChange,
         heartbeat: Duration,
         now: Option<u64>,
-    ) -> redis_locks::Result<()> {
+    ) -> redis_locks::Result<u32> {
         let c = call(Op::SetPermits, lock, None);
-        self.run(c, self.inner.set_permits(lock, permits, heartbeat, now))
+        self.run(c, self.inner.set_permits(lock, change, heartbeat, now))
             .await
     }
 

@@ -1,0 +1,334 @@
+//! [`MemoryStore`]: the executable specification of the store contract, in process.
+//!
+//! It mirrors the Lua scripts step by step (same pruning, same ordering of sorted sets by
+//! score then member, same ticket numbering), so the model checks can require identical
+//! replies from both. It is also a complete backend for running code that uses locks without
+//! Redis: `LockClient::in_memory()`.
+//!
+//! The store is split like the scripts: `lease_lock` mirrors the `rw_*.lua` steps and
+//! `ticket_queue` the `queue_*.lua` steps. Both are pure state machines: a step takes the
+//! lock's state, the time and the request, and returns the reply with the wake-up messages to
+//! publish (built through the crate's wire formats, as the scripts publish them). This module
+//! wraps them: the lock around the state, the clock, and the delivery of the wake-ups to the
+//! hub once the state is unlocked.
+
+mod lease_lock;
+mod ticket_queue;
+mod zset;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+
+use self::lease_lock::LeaseLock;
+use self::ticket_queue::TicketQueue;
+use super::{ms, Acquire, Claim, Family, PermitChange, Slot, Snapshot, Store};
+use crate::error::Result;
+use crate::hub::WakeHub;
+use crate::keys::LockKeys;
+use crate::wire::{Named, WakeUp};
+
+/// All state of one lock name (both families, like the keys under one hash tag).
+#[derive(Clone, Debug, Default)]
+struct LockState {
+    /// The fence counter, shared by both families.
+    fence: u64,
+    /// The lease lock's keys.
+    lease: LeaseLock,
+    /// The ticket queue's keys.
+    queue: TicketQueue,
+}
+
+impl LockState {
+    /// True when only what key TTLs would clean up is left: no fence, no stored count, no
+    /// hold or waiter. Such state is dropped, as expired keys disappear.
+    fn is_idle(&self) -> bool {
+        self.fence == 0 && self.lease.is_empty() && self.queue.is_idle()
+    }
+}
+
+/// What one step of a state machine produced: its reply, and the wake-up messages to publish
+/// on the lock's channel, in order.
+#[derive(Debug)]
+struct Step<T> {
+    reply: T,
+    wake_ups: Vec<WakeUp<'static>>,
+}
+
+/// The wake-ups a step publishes, collected as it goes (the scripts' `publish` calls).
+#[derive(Debug, Default)]
+struct WakeUps(Vec<WakeUp<'static>>);
+
+impl WakeUps {
+    /// `*`: every waiter re-checks.
+    fn all(&mut self) {
+        self.0.push(WakeUp::All);
+    }
+
+    /// The waiters granted by one hand-off or promotion, in one message (none: no message).
+    fn granted(&mut self, named: Vec<Named<'static>>) {
+        if !named.is_empty() {
+            self.0.push(WakeUp::Named(named));
+        }
+    }
+
+    /// The step's outcome: `reply` with the wake-ups collected.
+    fn reply<T>(self, reply: T) -> Step<T> {
+        Step {
+            reply,
+            wake_ups: self.0,
+        }
+    }
+}
+
+/// force_release.lua: drops every hold of both families (waiters stay), bumps the fence and
+/// wakes everyone; the new fence.
+fn force_release(state: &mut LockState) -> Step<u64> {
+    state.lease.drop_holds();
+    state.queue.drop_holds();
+    state.fence += 1;
+    let mut wakes = WakeUps::default();
+    wakes.all();
+    wakes.reply(state.fence)
+}
+
+/// The in-process store. Cheap to clone; clones share state.
+///
+/// Share one between several clients to test code that coordinates across "machines"
+/// without Redis:
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> redis_locks::Result<()> {
+/// use std::sync::Arc;
+/// use redis_locks::{store::MemoryStore, LockClient};
+/// let store = Arc::new(MemoryStore::new());
+/// let a = LockClient::builder().store(store.clone());
+/// let b = LockClient::builder().store(store);
+/// let held = a.mutex("shared").lock().await?;
+/// assert!(b.mutex("shared").try_lock().await?.is_none());
+/// held.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct MemoryStore {
+    locks: Arc<StdMutex<HashMap<String, LockState>>>,
+    hub: Arc<WakeHub>,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn wall_clock_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(ms)
+        .unwrap_or(0)
+}
+
+impl MemoryStore {
+    /// An empty store with its own wake-up hub.
+    pub fn new() -> Self {
+        MemoryStore {
+            locks: Arc::default(),
+            hub: WakeHub::local(),
+        }
+    }
+
+    /// Runs one step on the lock's state at `now` (the wall clock unless given), then
+    /// publishes the wake-ups it produced, once the state is unlocked.
+    fn step<T>(
+        &self,
+        lock: &LockKeys,
+        now: Option<u64>,
+        f: impl FnOnce(&mut LockState, u64) -> Step<T>,
+    ) -> T {
+        let now = now.unwrap_or_else(wall_clock_ms);
+        let channel = lock.channel();
+        let Step { reply, wake_ups } = {
+            let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+            let state = locks.entry(channel.clone()).or_default();
+            let step = f(state, now);
+            if state.is_idle() {
+                locks.remove(&channel);
+            }
+            step
+        };
+        for wake_up in wake_ups {
+            self.hub.dispatch(&channel, &wake_up.to_string());
+        }
+        reply
+    }
+
+    /// A step that publishes nothing (a read).
+    fn read<T>(
+        &self,
+        lock: &LockKeys,
+        now: Option<u64>,
+        f: impl FnOnce(&LockState, u64) -> T,
+    ) -> T {
+        self.step(lock, now, |state, now| {
+            WakeUps::default().reply(f(state, now))
+        })
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    async fn acquire(
+        &self,
+        lock: &LockKeys,
+        claim: &Claim,
+        wait: bool,
+        now: Option<u64>,
+    ) -> Result<Acquire> {
+        claim.check()?;
+        self.step(lock, now, |state, now| match claim.slot {
+            Slot::Write | Slot::Read => lease_lock::acquire(state, now, claim, wait),
+            Slot::Ticket { .. } => ticket_queue::acquire(state, now, claim, wait),
+        })
+        .map_err(|refusal| refusal.into_error(lock.name()))
+    }
+
+    async fn release(&self, lock: &LockKeys, claim: &Claim, now: Option<u64>) -> Result<bool> {
+        claim.check()?;
+        Ok(self.step(lock, now, |state, now| match claim.slot {
+            Slot::Write | Slot::Read => lease_lock::release(state, now, &claim.token),
+            Slot::Ticket { .. } => ticket_queue::release(state, now, claim),
+        }))
+    }
+
+    async fn extend(
+        &self,
+        lock: &LockKeys,
+        claim: &Claim,
+        lease: Duration,
+        now: Option<u64>,
+    ) -> Result<bool> {
+        claim.check()?;
+        Ok(self.step(lock, now, |state, now| match claim.slot {
+            Slot::Write | Slot::Read => lease_lock::extend(state, now, claim, ms(lease)),
+            Slot::Ticket { .. } => ticket_queue::extend(state, now, claim, ms(lease)),
+        }))
+    }
+
+    async fn downgrade(
+        &self,
+        lock: &LockKeys,
+        claim: &Claim,
+        now: Option<u64>,
+    ) -> Result<Option<u64>> {
+        claim.check()?;
+        Ok(self.step(lock, now, |state, now| match claim.slot {
+            Slot::Write | Slot::Read => lease_lock::downgrade(state, now, claim),
+            Slot::Ticket { .. } => ticket_queue::downgrade(state, now, claim),
+        }))
+    }
+
+    async fn inspect(&self, lock: &LockKeys, family: Family, now: Option<u64>) -> Result<Snapshot> {
+        Ok(self.read(lock, now, |state, now| match family {
+            Family::LeaseLock => lease_lock::inspect(state, now),
+            Family::TicketQueue => ticket_queue::inspect(state, now),
+        }))
+    }
+
+    async fn set_permits(
+        &self,
+        lock: &LockKeys,
+        change: PermitChange,
+        heartbeat: Duration,
+        now: Option<u64>,
+    ) -> Result<u32> {
+        self.step(lock, now, |state, now| {
+            ticket_queue::set_permits(state, now, change, ms(heartbeat))
+        })
+        .map_err(|refusal| refusal.into_error(lock.name()))
+    }
+
+    async fn force_release(&self, lock: &LockKeys, now: Option<u64>) -> Result<u64> {
+        Ok(self.step(lock, now, |state, _| force_release(state)))
+    }
+
+    fn hub(&self) -> &Arc<WakeHub> {
+        &self.hub
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The state machines are pure: a step's wake-ups come back with its reply.
+
+    use super::*;
+    use crate::store::{Grant, Policy};
+    use crate::wire::HandOff;
+
+    fn claim(token: &str, slot: Slot) -> Claim {
+        Claim {
+            token: token.to_owned(),
+            slot,
+            lease: Duration::from_millis(1_000),
+            heartbeat: Duration::from_millis(300),
+            policy: Policy::Writer,
+        }
+    }
+
+    #[test]
+    fn a_writer_release_hands_the_lock_over_in_its_wake_up() {
+        let mut state = LockState::default();
+        let (a, b) = (claim("a", Slot::Write), claim("b", Slot::Write));
+        let step = lease_lock::acquire(&mut state, 100, &a, false);
+        assert!(matches!(
+            step.reply,
+            Ok(Acquire::Granted(Grant { fence: 1, .. }))
+        ));
+        assert!(step.wake_ups.is_empty());
+        let step = lease_lock::acquire(&mut state, 200, &b, true);
+        assert!(matches!(step.reply, Ok(Acquire::Busy(_))));
+        let step = lease_lock::release(&mut state, 300, "a");
+        assert!(step.reply);
+        let grant = HandOff {
+            fence: 2,
+            until: Some(500),
+        };
+        assert_eq!(
+            step.wake_ups,
+            [WakeUp::Named(vec![Named::granted("b", grant)])]
+        );
+        assert_eq!(step.wake_ups[0].to_string(), "b=2@500");
+    }
+
+    #[test]
+    fn a_permit_change_grants_the_waiters_that_now_fit() {
+        let mut state = LockState::default();
+        let slot = Slot::Ticket {
+            weight: 1,
+            capacity: 1,
+            resizable: true,
+        };
+        let (a, b) = (claim("a", slot), claim("b", slot));
+        let step = ticket_queue::acquire(&mut state, 100, &a, false);
+        assert!(matches!(step.reply, Ok(Acquire::Granted(_))));
+        let step = ticket_queue::acquire(&mut state, 100, &b, true);
+        assert!(matches!(step.reply, Ok(Acquire::Busy(_))));
+        let add = PermitChange::Add { by: 1, base: 1 };
+        let step = ticket_queue::set_permits(&mut state, 150, add, 300);
+        assert_eq!(step.reply, Ok(2));
+        assert_eq!(step.wake_ups.len(), 1);
+        // A shared grant reports the last exclusive fence (a took all of 1 permit).
+        assert_eq!(step.wake_ups[0].to_string(), "b=1@400");
+        // Out of range: refused, nothing changes, nobody is woken.
+        let forget = PermitChange::Forget { by: 2, base: 1 };
+        let step = ticket_queue::set_permits(&mut state, 160, forget, 300);
+        assert_eq!(
+            step.reply,
+            Err(crate::wire::Refusal::PermitCount { count: 0 })
+        );
+        assert!(step.wake_ups.is_empty());
+        assert_eq!(ticket_queue::inspect(&state, 160).permits, Some(2));
+    }
+}

@@ -1,0 +1,435 @@
+//! The ticket queue's state machine (FairLock, Semaphore, RwLock with the fair policy): the
+//! in-memory mirror of `queue_common.lua` and the `queue_*.lua` steps, call by call.
+//!
+//! Pure: every step takes the lock's state, the time and the request, and returns the reply
+//! with the wake-ups to publish ([`Step`]); nothing here reads a clock or publishes.
+//! Members are encoded as the scripts encode them ([`Member`]), so the sorted sets order them
+//! alike.
+
+use std::time::Duration;
+
+use super::zset::ZSet;
+use super::{LockState, Step, WakeUps};
+use crate::semaphore::MAX_PERMITS;
+use crate::store::{
+    ms, Acquire, Busy, Claim, Family, Grant, HoldKind, HolderState, PermitChange, Slot, Snapshot,
+    WaiterState,
+};
+use crate::wire::{HandOff, Member, Named, Refusal};
+
+/// The keys `h`, `q`, `hb`, `tk` and `cap` of one lock.
+#[derive(Clone, Debug, Default)]
+pub(super) struct TicketQueue {
+    /// `h`: holder member -> lease deadline.
+    holders: ZSet,
+    /// `q`: waiter member -> ticket.
+    queue: ZSet,
+    /// `hb`: waiter member -> heartbeat deadline.
+    heartbeats: ZSet,
+    /// `tk`: the last ticket handed out.
+    tickets: u64,
+    /// `cap` as `<n>`: the count stored by `set_permits`.
+    permits: Option<u32>,
+    /// `cap` as `~<n>` / `=<n>`: the capacity marker left by the queue's claims while it is
+    /// in use, as (fixed, n). `None` while `permits` is stored (one key in Redis).
+    capacity_mark: Option<(bool, u32)>,
+}
+
+/// The member of `token` taking `weight` permits.
+fn member_of(token: &str, weight: u32) -> String {
+    Member { token, weight }.to_string()
+}
+
+/// `weight_of` in queue_common.lua.
+fn weight_of(member: &str) -> u64 {
+    Member::parse(member).map_or(1, |m| u64::from(m.weight))
+}
+
+/// `token_of` in queue_common.lua.
+fn token_of(member: &str) -> &str {
+    Member::parse(member).map_or(member, |m| m.token)
+}
+
+/// A ticket claim's (weight, capacity, resizable); lease-lock slots never reach the queue.
+fn ticket(claim: &Claim) -> (u32, u32, bool) {
+    match claim.slot {
+        Slot::Ticket {
+            weight,
+            capacity,
+            resizable,
+        } => (weight, capacity, resizable),
+        _ => (1, 1, false),
+    }
+}
+
+impl TicketQueue {
+    /// True while a holder has a live lease (`queue_held` in rw_common.lua).
+    pub(super) fn held(&self, now: u64) -> bool {
+        self.holders.iter().any(|(dl, _)| *dl > now)
+    }
+
+    /// True when no holder or waiter is left and no count is stored.
+    pub(super) fn is_idle(&self) -> bool {
+        self.holders.is_empty() && self.queue.is_empty() && self.permits.is_none()
+    }
+
+    /// Drops every holder, keeping the waiters (force_release.lua).
+    pub(super) fn drop_holds(&mut self) {
+        self.holders = ZSet::default();
+    }
+
+    /// `prune`: drops lapsed holders, and waiters whose heartbeat lapsed.
+    fn prune(&mut self, now: u64) {
+        self.holders.remove_up_to(now);
+        let dead = self.heartbeats.remove_up_to(now);
+        for m in &dead {
+            self.queue.remove(m);
+        }
+        // The ticket counter goes with the last waiter (tickets restart from 1).
+        if !dead.is_empty() {
+            self.refresh();
+        }
+    }
+
+    /// `refresh_ttls`, as far as state goes: an empty queue forgets its tickets.
+    fn refresh(&mut self) {
+        if self.queue.is_empty() {
+            self.tickets = 0;
+            self.heartbeats = ZSet::default();
+        }
+    }
+
+    /// `capacity`: the capacity in force for a claim already in the queue's state.
+    fn capacity(&self, own: u32) -> u64 {
+        let marked = self.capacity_mark.map(|(_, n)| n);
+        u64::from(self.permits.or(marked).unwrap_or(own))
+    }
+
+    /// `in_use`: a live holder or any waiter.
+    fn in_use(&self, now: u64) -> bool {
+        self.held(now) || !self.queue.is_empty()
+    }
+
+    /// `capacity_for`: the capacity for a new claim, and the marker to leave if it is granted
+    /// or queued.
+    fn capacity_for(
+        &self,
+        now: u64,
+        want: u32,
+        resizable: bool,
+    ) -> Result<(u32, Option<(bool, u32)>), Refusal> {
+        let fixed = !resizable;
+        if let Some(n) = self.permits {
+            // A stored count may change at any set_permits: a fixed capacity cannot live on it.
+            if fixed {
+                return Err(Refusal::capacity(
+                    format!("{n} (set_permits, resizable)"),
+                    want,
+                ));
+            }
+            return Ok((n, None));
+        }
+        let mark = self.capacity_mark;
+        if let Some((_, n)) = mark {
+            if n != want && self.in_use(now) {
+                return Err(Refusal::capacity(n, want));
+            }
+        }
+        let stale_or_upgrade = match mark {
+            None => true,
+            Some((marked_fixed, n)) => {
+                n != want
+                    || (fixed && !marked_fixed)
+                    || (!fixed && marked_fixed && !self.in_use(now))
+            }
+        };
+        Ok((want, stale_or_upgrade.then_some((fixed, want))))
+    }
+
+    /// `mark_capacity`.
+    fn mark_capacity(&mut self, mark: Option<(bool, u32)>) {
+        if mark.is_some() {
+            self.capacity_mark = mark;
+        }
+    }
+
+    /// `permits_used`.
+    fn permits_used(&self) -> u64 {
+        self.holders.iter().map(|(_, m)| weight_of(m)).sum()
+    }
+}
+
+/// `promote`: grants, in ticket order, the waiters at the head that fit in the free permits,
+/// each until its own heartbeat deadline, and names them with their grants (except
+/// `self_member`). True if `self_member` was granted.
+fn promote(
+    state: &mut LockState,
+    now: u64,
+    cap: u64,
+    claim_ms: u64,
+    self_member: Option<&str>,
+    wakes: &mut WakeUps,
+) -> bool {
+    let q = &mut state.queue;
+    let mut free = cap.saturating_sub(q.permits_used());
+    let mut named = Vec::new();
+    let mut self_granted = false;
+    while free > 0 {
+        let Some((_, m)) = q.queue.first().cloned() else {
+            break;
+        };
+        let w = weight_of(&m);
+        // Never granted beside a lease-lock holder.
+        if w > free || state.lease.held(now) {
+            break;
+        }
+        free -= w;
+        let until = q.heartbeats.score(&m).unwrap_or(now + claim_ms);
+        q.queue.remove(&m);
+        q.heartbeats.remove(&m);
+        q.holders.add(&m, until);
+        if w >= cap {
+            state.fence += 1;
+        }
+        if Some(m.as_str()) == self_member {
+            self_granted = true;
+        } else {
+            named.push((token_of(&m).to_owned(), until));
+        }
+    }
+    let fence = state.fence;
+    wakes.granted(
+        named
+            .into_iter()
+            .map(|(token, until)| {
+                let grant = HandOff {
+                    fence,
+                    until: Some(until),
+                };
+                Named::granted(token, grant)
+            })
+            .collect(),
+    );
+    self_granted
+}
+
+/// queue_acquire.lua: one attempt to take the claim's permits.
+pub(super) fn acquire(
+    state: &mut LockState,
+    now: u64,
+    claim: &Claim,
+    wait: bool,
+) -> Step<Result<Acquire, Refusal>> {
+    let mut wakes = WakeUps::default();
+    let reply = attempt(state, now, claim, wait, &mut wakes);
+    wakes.reply(reply)
+}
+
+fn attempt(
+    state: &mut LockState,
+    now: u64,
+    claim: &Claim,
+    wait: bool,
+    wakes: &mut WakeUps,
+) -> Result<Acquire, Refusal> {
+    let (weight, capacity, resizable) = ticket(claim);
+    let member = member_of(&claim.token, weight);
+    let (lease, hb) = (ms(claim.lease), ms(claim.heartbeat));
+    let q = &mut state.queue;
+    q.prune(now);
+    let (cap, mark) = match q.capacity_for(now, capacity, resizable) {
+        Ok(found) => found,
+        Err(refusal) => {
+            if q.queue.remove(&member) {
+                q.heartbeats.remove(&member);
+            }
+            q.refresh();
+            return Err(refusal);
+        }
+    };
+    let cap = u64::from(cap);
+    let w = u64::from(weight);
+    if w < 1 || w > cap {
+        q.queue.remove(&member);
+        q.heartbeats.remove(&member);
+        promote(state, now, cap, hb, None, wakes);
+        state.queue.refresh();
+        return Err(Refusal::TooManyPermits {
+            asked: w,
+            capacity: cap,
+        });
+    }
+    let granted = |fence: u64| {
+        Ok(Acquire::Granted(Grant {
+            fence,
+            lease: Duration::from_millis(lease),
+        }))
+    };
+    if q.holders.score(&member).is_some() {
+        q.mark_capacity(mark);
+        q.holders.add(&member, now + lease);
+        q.refresh();
+        return granted(state.fence);
+    }
+    if state.lease.held(now) {
+        if q.queue.remove(&member) {
+            q.heartbeats.remove(&member);
+        }
+        q.refresh();
+        return Err(Refusal::Mixed {
+            held_by: Family::LeaseLock,
+        });
+    }
+    if q.queue.score(&member).is_none() {
+        if q.queue.is_empty() && q.permits_used() + w <= cap {
+            if w >= cap {
+                state.fence += 1;
+            }
+            q.mark_capacity(mark);
+            q.holders.add(&member, now + lease);
+            q.refresh();
+            return granted(state.fence);
+        }
+        if !wait {
+            return Ok(Acquire::Busy(Busy {
+                retry_after: None,
+                position: None,
+                heartbeat_until: None,
+            }));
+        }
+        q.tickets += 1;
+        q.queue.add(&member, q.tickets);
+    }
+    let heartbeat_until = now + hb;
+    q.heartbeats.add(&member, heartbeat_until);
+    q.mark_capacity(mark);
+    if promote(state, now, cap, hb, Some(&member), wakes) {
+        let q = &mut state.queue;
+        q.holders.add(&member, now + lease);
+        q.refresh();
+        return granted(state.fence);
+    }
+    let q = &mut state.queue;
+    q.refresh();
+    Ok(Acquire::Busy(Busy {
+        retry_after: None,
+        position: q.queue.rank(&member).map(|r| r as u64),
+        heartbeat_until: Some(heartbeat_until),
+    }))
+}
+
+/// queue_release.lua: gives up the claim's hold and queue place, then grants the waiters
+/// that now fit; true if it held a live lease.
+pub(super) fn release(state: &mut LockState, now: u64, claim: &Claim) -> Step<bool> {
+    let mut wakes = WakeUps::default();
+    let (weight, capacity, _) = ticket(claim);
+    let member = member_of(&claim.token, weight);
+    let q = &mut state.queue;
+    let cap = q.capacity(capacity);
+    q.prune(now);
+    let held = q.holders.remove(&member);
+    q.queue.remove(&member);
+    q.heartbeats.remove(&member);
+    promote(state, now, cap, ms(claim.heartbeat), None, &mut wakes);
+    state.queue.refresh();
+    wakes.reply(held)
+}
+
+/// queue_extend.lua: renews a live hold to `lease` ms from now.
+pub(super) fn extend(state: &mut LockState, now: u64, claim: &Claim, lease: u64) -> Step<bool> {
+    let member = member_of(&claim.token, ticket(claim).0);
+    let q = &mut state.queue;
+    q.prune(now);
+    let renewed = q.holders.score(&member).is_some();
+    if renewed {
+        q.holders.add(&member, now + lease);
+        q.refresh();
+    }
+    WakeUps::default().reply(renewed)
+}
+
+/// queue_downgrade.lua: a live exclusive hold becomes a one-permit hold, then the waiters
+/// that now fit are granted; the fence of the exclusive hold.
+pub(super) fn downgrade(state: &mut LockState, now: u64, claim: &Claim) -> Step<Option<u64>> {
+    let mut wakes = WakeUps::default();
+    let (weight, capacity, _) = ticket(claim);
+    let q = &mut state.queue;
+    let cap = q.capacity(capacity);
+    q.prune(now);
+    let member = member_of(&claim.token, weight);
+    if q.holders.score(&member).is_none() {
+        return wakes.reply(None);
+    }
+    q.holders.remove(&member);
+    q.holders
+        .add(&member_of(&claim.token, 1), now + ms(claim.lease));
+    promote(state, now, cap, ms(claim.heartbeat), None, &mut wakes);
+    state.queue.refresh();
+    wakes.reply(Some(state.fence))
+}
+
+/// queue_set_permits.lua: applies `change` to the stored count (or to its base while none is
+/// stored), refusing a count outside 1 to [`MAX_PERMITS`] and any change while a FairLock or
+/// fair RwLock uses the queue; then grants the waiters that now fit. The new count.
+pub(super) fn set_permits(
+    state: &mut LockState,
+    now: u64,
+    change: PermitChange,
+    heartbeat: u64,
+) -> Step<Result<u32, Refusal>> {
+    let mut wakes = WakeUps::default();
+    let count = change.apply(state.queue.permits);
+    let Some(permits) = u32::try_from(count)
+        .ok()
+        .filter(|n| (1..=MAX_PERMITS).contains(n))
+    else {
+        return wakes.reply(Err(Refusal::PermitCount { count }));
+    };
+    let q = &mut state.queue;
+    q.prune(now);
+    if let Some((true, n)) = q.capacity_mark {
+        if q.in_use(now) {
+            return wakes.reply(Err(Refusal::capacity(format!("{n} (fixed)"), permits)));
+        }
+    }
+    q.permits = Some(permits);
+    q.capacity_mark = None; // the stored count replaces the marker (one key in Redis)
+    promote(state, now, u64::from(permits), heartbeat, None, &mut wakes);
+    state.queue.refresh();
+    wakes.reply(Ok(permits))
+}
+
+/// queue_inspect.lua: the live state, changing nothing.
+pub(super) fn inspect(state: &LockState, now: u64) -> Snapshot {
+    let q = &state.queue;
+    let holders = q
+        .holders
+        .iter()
+        .filter(|(dl, _)| *dl > now)
+        .map(|(dl, m)| HolderState {
+            token: token_of(m).to_owned(),
+            kind: HoldKind::Permits(weight_of(m) as u32),
+            remaining_ms: dl - now,
+        })
+        .collect();
+    let waiters = q
+        .queue
+        .iter()
+        .filter_map(|(ticket, m)| {
+            let hb = q.heartbeats.score(m)?;
+            (hb > now).then(|| WaiterState {
+                token: token_of(m).to_owned(),
+                weight: weight_of(m) as u32,
+                ticket: *ticket,
+                heartbeat_remaining_ms: hb - now,
+            })
+        })
+        .collect();
+    Snapshot {
+        now_ms: now,
+        fence: state.fence,
+        permits: q.permits,
+        holders,
+        waiters,
+    }
+}
