@@ -319,7 +319,37 @@ async fn invalid_inputs_are_refused(b: Backend) {
     assert!(ok.release().await.expect("release"));
 }
 
+/// The handle's relative changes and `available_permits` act on the count in force on the
+/// server, for every client: added permits go to a waiter at once, forgotten ones revoke no
+/// holder, a change below one permit is refused and changes nothing.
+async fn relative_permit_changes_through_the_handles(b: Backend) {
+    let (c1, c2) = (b.client().await, b.client().await);
+    let (a, other) = (c1.semaphore("relative", 2), c2.semaphore("relative", 2));
+    let p1 = a.acquire().await.expect("p1");
+    let p2 = a.acquire().await.expect("p2");
+    assert_eq!(other.available_permits().await.expect("available"), 0);
+    let waiter = start_acquirer(&other, 1, 1).await;
+    assert_eq!(other.add_permits(1).await.expect("add"), 3);
+    let p3 = join("waiter granted by the added permit", waiter).await;
+    assert_eq!(a.available_permits().await.expect("available"), 0);
+    assert_eq!(a.forget_permits(2).await.expect("forget"), 1);
+    for p in [&p1, &p2, &p3] {
+        assert!(p.is_held(), "forgetting permits revokes no holder");
+    }
+    assert_eq!(other.available_permits().await.expect("available"), 0);
+    let refused = other.forget_permits(1).await.expect_err("below one permit");
+    assert!(refused.is_invalid_input(), "{refused}");
+    assert_eq!(a.inspect().await.expect("inspect").permits, Some(1));
+    for p in [p1, p2, p3] {
+        assert!(p.release().await.expect("release"));
+    }
+    assert_eq!(other.available_permits().await.expect("available"), 1);
+    assert_eq!(a.set_permits(4).await.expect("set"), 4);
+    assert_eq!(other.available_permits().await.expect("available"), 4);
+}
+
 both_backends!(
+    relative_permit_changes_through_the_handles,
     thirty_tasks_on_three_clients_never_exceed_four,
     dead_holder_permit_returns_after_its_lease,
     dead_waiter_is_dropped_after_its_heartbeat,
