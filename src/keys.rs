@@ -16,7 +16,7 @@ pub const DEFAULT_PREFIX: &str = "rl";
 /// A validated lock name with its key names.
 ///
 /// ```
-/// let keys = redis_locks::keys::LockKeys::new("rl", "jobs").unwrap();
+/// let keys = redis_locks::testing::keys::LockKeys::new("rl", "jobs").unwrap();
 /// assert_eq!(keys.fence(), "rl:{jobs}:fence");
 /// assert_eq!(keys.channel(), "rl:{jobs}:ch");
 /// ```

@@ -312,7 +312,7 @@ pub struct Snapshot {
 /// Semaphore handle follows its own count until one is stored).
 ///
 /// ```
-/// use redis_locks::store::PermitChange;
+/// use redis_locks::testing::store::PermitChange;
 /// assert_eq!(PermitChange::Add { by: 2, base: 5 }.apply(None), 7);
 /// assert_eq!(PermitChange::Add { by: 2, base: 5 }.apply(Some(3)), 5);
 /// assert_eq!(PermitChange::Forget { by: 4, base: 5 }.apply(Some(3)), -1); // refused
@@ -358,14 +358,15 @@ impl PermitChange {
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> redis_locks::Result<()> {
 /// use std::time::Duration;
-/// use redis_locks::keys::LockKeys;
-/// use redis_locks::store::{Acquire, Claim, MemoryStore, Policy, Slot, Store};
+/// use redis_locks::testing::keys::LockKeys;
+/// use redis_locks::testing::store::{Acquire, MemoryStore, Request, Store};
 /// let store = MemoryStore::new();
 /// let lock = LockKeys::new("rl", "jobs")?;
-/// let claim = Claim::new(Slot::Write, Duration::from_secs(1), Duration::from_secs(1), Policy::Writer);
+/// let second = Duration::from_secs(1);
+/// let claim = Request::Mutex.claim(second, second);
 /// // One step at an explicit time (ms): granted, then the lease lapses at t + 1000.
 /// assert!(matches!(store.acquire(&lock, &claim, false, Some(5_000)).await?, Acquire::Granted(_)));
-/// let other = Claim::new(Slot::Write, Duration::from_secs(1), Duration::from_secs(1), Policy::Writer);
+/// let other = Request::Mutex.claim(second, second);
 /// assert!(matches!(store.acquire(&lock, &other, false, Some(5_999)).await?, Acquire::Busy(_)));
 /// assert!(matches!(store.acquire(&lock, &other, false, Some(6_000)).await?, Acquire::Granted(_)));
 /// # Ok(()) }

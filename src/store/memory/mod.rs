@@ -103,12 +103,12 @@ fn force_release(state: &mut LockState) -> Step<u64> {
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> redis_locks::Result<()> {
 /// use std::sync::Arc;
-/// use redis_locks::{store::MemoryStore, LockClient};
+/// use redis_locks::{testing::store::MemoryStore, LockClient};
 /// let store = Arc::new(MemoryStore::new());
-/// let a = LockClient::builder().store(store.clone());
-/// let b = LockClient::builder().store(store);
+/// let a = LockClient::builder().store(store.clone())?;
+/// let b = LockClient::builder().store(store)?;
 /// let held = a.mutex("shared").lock().await?;
-/// assert!(b.mutex("shared").try_lock().await?.is_none());
+/// assert!(b.mutex("shared").try_lock().await.unwrap_err().is_would_block());
 /// held.release().await?;
 /// # Ok(()) }
 /// ```
