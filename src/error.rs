@@ -70,12 +70,31 @@ pub enum Error {
     /// Redis could not be asked, or the reply was lost (connection dropped, response timeout,
     /// server restarting). The outcome of the command is unknown; the library has already
     /// retried by token where that is safe.
-    #[error("Redis connection problem ({0}); the library retried where safe, check that the server is reachable")]
+    ///
+    /// `Display` says what happened and what to check; the cause (such as "Connection refused")
+    /// is the error's [`source`](std::error::Error::source), printed once by an error
+    /// reporter that walks the chain.
+    #[error("Redis could not be reached or its reply was lost; the library retried where safe: check that the server is reachable")]
     Connection(#[source] BoxError),
     /// Redis answered with an error the library does not expect (for instance a command denied
-    /// by an ACL rule, or memory full).
-    #[error("Redis refused the command: {0}")]
-    Redis(#[source] BoxError),
+    /// by an ACL rule, or memory full). `Display` quotes Redis's reply, which is the whole
+    /// cause (there is no further source).
+    #[error("Redis refused the command: {reply}; check the Redis user's ACL rights (README, \"Least privilege\") and the server's memory and log")]
+    Redis {
+        /// Redis's error reply, as the server worded it (code first, such as `NOPERM` or
+        /// `OOM`).
+        reply: String,
+    },
+    /// The service at the URL answered, but not in the Redis protocol: another program
+    /// listens on that host and port. Nothing was sent beyond the handshake.
+    #[error("the service at {address} is not a Redis server (it did not answer in the Redis protocol); check the host and port of the URL")]
+    NotRedis {
+        /// The address from the URL.
+        address: String,
+        /// What the Redis client could not parse.
+        #[source]
+        source: BoxError,
+    },
     /// Quorum mode: fewer than a majority of the nodes granted the lock in time (or, when
     /// connecting, answered at all).
     #[error("quorum not reached: only {granted} of the {required} servers needed granted the step (or answered, when connecting); check that a majority of the quorum's servers are up and reachable")]
@@ -135,6 +154,35 @@ pub enum Error {
         /// The lock's name.
         name: String,
     },
+}
+
+/// A Redis client error kept as a source. The redis crate's own error prints its cause's text
+/// in `Display` *and* returns that cause from `source()`, so an error reporter would print it
+/// twice; this wrapper skips the repeated layer, so each cause is printed once.
+#[derive(Debug)]
+pub(crate) struct Cause(pub(crate) redis::RedisError);
+
+impl Cause {
+    pub(crate) fn boxed(err: redis::RedisError) -> BoxError {
+        Box::new(Cause(err))
+    }
+}
+
+impl std::fmt::Display for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl std::error::Error for Cause {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        let inner = std::error::Error::source(&self.0)?;
+        if inner.to_string() == self.0.to_string() {
+            inner.source()
+        } else {
+            Some(inner)
+        }
+    }
 }
 
 /// What [`Error::FamilyConflict`] names when the lease lock holds the name.
@@ -209,7 +257,7 @@ impl Error {
             || err.is_connection_refusal()
             || err.is_io_error()
         {
-            return Error::Connection(Box::new(err));
+            return Error::Connection(Cause::boxed(err));
         }
         use crate::wire::ErrorReply;
         let detail = err.detail().unwrap_or("");
@@ -231,8 +279,10 @@ impl Error {
                 detail: detail.to_owned(),
             },
             Some("LOADING") | Some("BUSY") | Some("TRYAGAIN") | Some("CLUSTERDOWN")
-            | Some("MASTERDOWN") => Error::Connection(Box::new(err)),
-            _ => Error::Redis(Box::new(err)),
+            | Some("MASTERDOWN") => Error::Connection(Cause::boxed(err)),
+            _ => Error::Redis {
+                reply: err.to_string(),
+            },
         }
     }
 

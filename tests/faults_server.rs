@@ -339,7 +339,7 @@ async fn maxmemory_refuses_writes_with_a_typed_error() {
     let wrong: Vec<String> = outcomes
         .iter()
         .filter(|(_, r)| {
-            !matches!(r, Err(e @ redis_locks::Error::Redis(_)) if e.to_string().contains("OOM"))
+            !matches!(r, Err(e @ redis_locks::Error::Redis { .. }) if e.to_string().contains("OOM"))
         })
         .map(|(what, r)| format!("{what}: {r:?}"))
         .collect();

@@ -416,10 +416,12 @@ async fn a_missing_permission_is_a_clear_error() {
         .expect("answered")
         .expect_err("ZADD denied");
     assert!(
-        matches!(err, redis_locks::Error::Redis(_))
+        matches!(err, redis_locks::Error::Redis { .. })
             && (err.to_string().contains("NOPERM") || err.to_string().contains("can't run")),
         "{err:?}"
     );
+    // The reply is quoted once: no source repeats it in an error reporter's chain.
+    assert!(std::error::Error::source(&err).is_none(), "{err:?}");
 }
 
 /// TLS: a CA and a server certificate for 127.0.0.1 are generated with the `openssl` CLI,

@@ -265,7 +265,12 @@ fn glob_escape(s: &str) -> String {
 
 async fn list(url: &str, prefix: &str, pattern: &str) -> redis_locks::Result<Vec<String>> {
     let conn_err = |e: redis::RedisError| redis_locks::Error::Connection(Box::new(e));
-    let redis_client = redis::Client::open(url).map_err(conn_err)?;
+    // The URL was already accepted by `LockClient::connect`; a refusal here is still the URL's.
+    let redis_client =
+        redis::Client::open(url).map_err(|e| redis_locks::Error::InvalidArgument {
+            what: "Redis URL",
+            reason: e.to_string(),
+        })?;
     let mut conn = redis_client
         .get_multiplexed_async_connection()
         .await
@@ -293,7 +298,9 @@ async fn list(url: &str, prefix: &str, pattern: &str) -> redis_locks::Result<Vec
                 {
                     redis_locks::Error::Connection(Box::new(e))
                 } else {
-                    redis_locks::Error::Redis(Box::new(e))
+                    redis_locks::Error::Redis {
+                        reply: e.to_string(),
+                    }
                 }
             })?;
         for key in keys {
@@ -338,7 +345,7 @@ fn advice(err: &Error, cli: &Cli) -> String {
                 .into()
         }
         Error::InvalidArgument { .. } => "fix the argument named above".into(),
-        Error::Redis(_) => format!(
+        Error::Redis { .. } => format!(
             "check the rights of the Redis user in --url on keys `{}:*` (the ACL rule in \
              docs/RELIABILITY.md, plus +scan for `list`) and the server's log",
             cli.prefix
@@ -425,10 +432,15 @@ async fn main() -> ExitCode {
         Ok(code) => code,
         Err(err) => {
             let advice = advice(&err, &cli);
-            if advice.is_empty() {
-                eprintln!("error: {err}");
-            } else {
-                eprintln!("error: {err}\n  what to do: {advice}");
+            eprintln!("error: {err}");
+            // The causes, each once (the library's messages do not repeat their sources).
+            let mut source = std::error::Error::source(&err);
+            while let Some(cause) = source {
+                eprintln!("  caused by: {cause}");
+                source = cause.source();
+            }
+            if !advice.is_empty() {
+                eprintln!("  what to do: {advice}");
             }
             if err.is_invalid_input() {
                 ExitCode::from(2)

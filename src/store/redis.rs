@@ -122,6 +122,32 @@ impl Subscriber for ClusterSubscriber {
     }
 }
 
+/// A `rediss://` URL needs this crate's `tls` feature; without it, say so before the redis
+/// crate reports a missing feature of its own.
+fn check_tls_support(url: &str, tls_compiled: bool) -> Result<()> {
+    let scheme = url.split("://").next().unwrap_or("");
+    if !tls_compiled && scheme.eq_ignore_ascii_case("rediss") {
+        return Err(Error::invalid(
+            "Redis URL",
+            "a rediss:// (TLS) URL needs redis-locks' `tls` feature: in Cargo.toml, \
+             redis-locks = { version = \"...\", features = [\"tls\"] }",
+        ));
+    }
+    Ok(())
+}
+
+/// Classifies a failure to connect to `address`: a reply that is not the Redis protocol
+/// means another service listens there.
+fn connect_error(address: &str, err: redis::RedisError) -> Error {
+    if err.kind() == redis::ErrorKind::Parse {
+        return Error::NotRedis {
+            address: address.to_owned(),
+            source: crate::error::Cause::boxed(err),
+        };
+    }
+    Error::from_redis("", err)
+}
+
 impl RedisStore {
     /// Connects to one Redis server (`redis://host:port/db`, `rediss://` with TLS support
     /// compiled into the redis crate).
@@ -151,7 +177,9 @@ impl RedisStore {
         when: Connect,
     ) -> Result<(Self, Box<dyn Subscriber>)> {
         let bad_url = |e: redis::RedisError| Error::invalid("Redis URL", e.to_string());
+        check_tls_support(url, cfg!(feature = "tls"))?;
         let info = url.into_connection_info().map_err(bad_url)?;
+        let address = info.addr().to_string();
         // RESP3 lets pub/sub pushes share the command connection.
         let settings = info
             .redis_settings()
@@ -177,7 +205,7 @@ impl RedisStore {
                 .get_connection_manager_with_config(manager_config)
                 .await
         }
-        .map_err(|e| Error::from_redis("", e))?;
+        .map_err(|e| connect_error(&address, e))?;
         let subscriber = Box::new(SingleSubscriber(conn.clone()));
         let store = RedisStore {
             conn: Conn::Single(conn),
@@ -518,5 +546,20 @@ impl Store for RedisStore {
 
     fn hub(&self) -> &Arc<WakeHub> {
         &self.hub
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_tls_support;
+
+    #[test]
+    fn a_tls_url_without_the_feature_names_the_feature() {
+        let err = check_tls_support("rediss://cache.internal:6380/", false).unwrap_err();
+        assert!(err.is_invalid_input());
+        assert!(err.to_string().contains("`tls` feature"), "{err}");
+        assert!(check_tls_support("REDISS://h/", false).is_err());
+        assert!(check_tls_support("rediss://h/", true).is_ok());
+        assert!(check_tls_support("redis://h/", false).is_ok());
     }
 }
