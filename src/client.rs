@@ -48,6 +48,7 @@ impl LockClient {
     /// Connects to a Redis Cluster through any of its nodes, with the default settings.
     /// Every primitive works; wake-ups use sharded pub/sub (see `docs/SCALE.md`).
     #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
     pub async fn cluster(urls: &[&str]) -> Result<Self> {
         Self::builder().cluster(urls).await
     }
@@ -253,6 +254,7 @@ impl LockClientBuilder {
 
     /// Connects to a Redis Cluster through any of its nodes.
     #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
     pub async fn cluster(self, urls: &[&str]) -> Result<LockClient> {
         self.check()?;
         let store = RedisStore::cluster(urls, self.redis.clone()).await?;

@@ -29,6 +29,7 @@
 //! See `docs/ARCHITECTURE.md` for the keys, scripts and hand-off, and `docs/GUARANTEES.md`
 //! for what each primitive promises and when it stops promising it.
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 mod client;
