@@ -228,6 +228,7 @@ pub(crate) enum Publish {
     /// `PUBLISH` (a single server).
     Plain,
     /// `SPUBLISH`: sharded pub/sub in the lock's slot (Redis Cluster).
+    #[cfg_attr(not(any(feature = "cluster", feature = "testing")), allow(dead_code))]
     Sharded,
 }
 
