@@ -7,6 +7,7 @@ use crate::error::Result;
 use crate::handle::Lock;
 use crate::keys::{validate_prefix, LockKeys, DEFAULT_PREFIX};
 use crate::kind;
+use crate::lease::Holds;
 use crate::options::Options;
 use crate::rwlock::Preference;
 use crate::store::{MemoryStore, QuorumStore, RedisStore, Store};
@@ -35,6 +36,7 @@ pub struct LockClient {
 #[derive(Debug)]
 struct Inner {
     store: Arc<dyn Store>,
+    holds: Arc<Holds>,
     prefix: String,
     defaults: Options,
 }
@@ -80,6 +82,36 @@ impl LockClient {
         &self.inner.store
     }
 
+    /// Releases every lock this client (and its clones) holds now, at once, and returns how
+    /// many the server still held. For a clean shutdown: a guard dropped while the runtime
+    /// shuts down, or on a thread without a tokio runtime, cannot release in the background
+    /// and stays held until its lease lapses; call this before the runtime ends instead.
+    ///
+    /// Every guard of this client reports itself lost afterwards (`is_held()` is false,
+    /// `lost()` fires); its own `release()` then answers `Ok(false)`. Waits in progress are not
+    /// cancelled: drop their futures first if the process is going away.
+    ///
+    /// # Errors
+    /// The first error among the releases, after every release was tried (a hold that could
+    /// not be released lapses with its lease).
+    ///
+    /// # Cancel safety
+    /// The releases run as tasks of their own: cancelling this call does not stop them.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let guard = client.mutex("nightly-report").lock().await?;
+    /// assert_eq!(client.release_all().await?, 1);
+    /// assert!(!guard.is_held());
+    /// assert!(client.mutex("nightly-report").try_lock().await.is_ok());
+    /// # Ok(()) }
+    /// ```
+    pub async fn release_all(&self) -> Result<usize> {
+        self.inner.holds.release_all().await
+    }
+
     /// The key prefix (default `rl`).
     pub fn prefix(&self) -> &str {
         &self.inner.prefix
@@ -94,6 +126,7 @@ impl LockClient {
     fn ctx(&self, name: &str) -> LockCtx {
         LockCtx {
             store: self.inner.store.clone(),
+            holds: self.inner.holds.clone(),
             name: Arc::from(name),
             keys: LockKeys::new(&self.inner.prefix, name).map_err(Arc::new),
             opts: self.inner.defaults.clone(),
@@ -286,6 +319,7 @@ impl LockClientBuilder {
         LockClient {
             inner: Arc::new(Inner {
                 store,
+                holds: Arc::default(),
                 prefix: self.prefix,
                 defaults: self.defaults,
             }),

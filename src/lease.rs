@@ -6,7 +6,9 @@
 //! request left. A hold is trusted until `sent_at + lease - drift`; each confirmed renewal
 //! restarts that from its own send instant.
 
-use std::sync::{Arc, Mutex as StdMutex};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex as StdMutex, Weak};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -41,6 +43,7 @@ struct Requests {
 
 struct Shared {
     granted_at: Instant,
+    holds: Arc<Holds>,
     store: Arc<dyn Store>,
     lock: LockKeys,
     claim: StdMutex<Claim>,
@@ -222,9 +225,82 @@ impl Shared {
     }
 }
 
+/// The live holds of one client, for [`Holds::release_all`] (a client's shutdown). Each hold
+/// registers itself when granted and leaves when released or dropped; the registry keeps no
+/// hold alive.
+#[derive(Default)]
+pub(crate) struct Holds {
+    live: StdMutex<HashMap<u64, Weak<Shared>>>,
+    next_id: AtomicU64,
+}
+
+impl std::fmt::Debug for Holds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let live = self.live.lock().unwrap_or_else(|p| p.into_inner()).len();
+        f.debug_struct("Holds").field("live", &live).finish()
+    }
+}
+
+impl Holds {
+    fn register(&self, shared: &Arc<Shared>) -> u64 {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.live
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, Arc::downgrade(shared));
+        id
+    }
+
+    fn unregister(&self, id: u64) {
+        self.live
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
+    }
+
+    /// Releases every live hold by token, all at once, and marks their guards lost (so
+    /// `is_held()` is false and `lost()` fires at once). Returns how many the server still
+    /// held. Errors are reported after every release has been tried.
+    pub(crate) async fn release_all(&self) -> Result<usize> {
+        let holds: Vec<Arc<Shared>> = {
+            let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+            let holds = live.values().filter_map(Weak::upgrade).collect();
+            live.clear();
+            holds
+        };
+        let mut releases = tokio::task::JoinSet::new();
+        for shared in holds {
+            shared.mark_lost_quietly();
+            releases.spawn(async move {
+                let claim = shared.claim();
+                release_with_retry(&*shared.store, &shared.lock, &claim).await
+            });
+        }
+        let (mut released, mut first_error) = (0, None);
+        while let Some(outcome) = releases.join_next().await {
+            match outcome {
+                Ok(Ok(true)) => released += 1,
+                Ok(Ok(false)) => {}
+                Ok(Err(err)) => {
+                    first_error.get_or_insert(err);
+                }
+                Err(join) => {
+                    first_error.get_or_insert(Error::Connection(Box::new(join)));
+                }
+            }
+        }
+        match first_error {
+            Some(err) => Err(err),
+            None => Ok(released),
+        }
+    }
+}
+
 /// The hold behind every guard.
 pub(crate) struct Hold {
     shared: Arc<Shared>,
+    /// This hold's entry in its client's [`Holds`].
+    id: u64,
     renewer: Option<AbortHandle>,
     opts: Options,
     released: bool,
@@ -243,7 +319,7 @@ impl Hold {
     /// A hold granted by the reply to a request sent at `sent_at`: trusted for its lease from
     /// that instant.
     pub(crate) fn new(
-        store: Arc<dyn Store>,
+        (holds, store): (Arc<Holds>, Arc<dyn Store>),
         lock: LockKeys,
         claim: Claim,
         fence: u64,
@@ -252,7 +328,16 @@ impl Hold {
     ) -> Self {
         let window = claim.lease;
         let first = FirstRenewal::Scheduled;
-        Self::start(store, lock, claim, fence, sent_at, window, opts, first)
+        Self::start(
+            (holds, store),
+            lock,
+            claim,
+            fence,
+            sent_at,
+            window,
+            opts,
+            first,
+        )
     }
 
     /// A hold handed over by someone else's release while this claim waited (the wake-up
@@ -262,7 +347,7 @@ impl Hold {
     /// (the claim that follows sets the server deadline to its lease from then). The full
     /// lease is claimed at once in the background.
     pub(crate) fn handed_over(
-        store: Arc<dyn Store>,
+        (holds, store): (Arc<Holds>, Arc<dyn Store>),
         lock: LockKeys,
         claim: Claim,
         fence: u64,
@@ -272,7 +357,7 @@ impl Hold {
         let window = hand_off_window(&claim);
         let first = FirstRenewal::Immediately;
         Self::start(
-            store,
+            (holds, store),
             lock,
             claim,
             fence,
@@ -295,7 +380,7 @@ impl Hold {
     /// Trusts the hold for `window` from `trusted_from`, minus drift, and starts renewing it.
     #[allow(clippy::too_many_arguments)]
     fn start(
-        store: Arc<dyn Store>,
+        (holds, store): (Arc<Holds>, Arc<dyn Store>),
         lock: LockKeys,
         claim: Claim,
         fence: u64,
@@ -312,6 +397,7 @@ impl Hold {
         });
         let shared = Arc::new(Shared {
             granted_at: Instant::now(),
+            holds,
             store,
             lock,
             claim: StdMutex::new(claim),
@@ -329,8 +415,10 @@ impl Hold {
                 Some(tokio::spawn(task).abort_handle())
             }
         };
+        let id = shared.holds.register(&shared);
         Hold {
             shared,
+            id,
             renewer,
             opts,
             released: false,
@@ -409,6 +497,7 @@ impl Hold {
         if let Some(r) = self.renewer.take() {
             r.abort();
         }
+        self.shared.holds.unregister(self.id);
     }
 
     pub(crate) async fn release(mut self) -> Result<bool> {
@@ -436,7 +525,7 @@ impl Hold {
                 let mut shared_claim = claim;
                 shared_claim.slot = shared_slot;
                 Ok(Hold::new(
-                    self.shared.store.clone(),
+                    (self.shared.holds.clone(), self.shared.store.clone()),
                     self.shared.lock.clone(),
                     shared_claim,
                     fence,

@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use crate::error::{Error, Result};
 use crate::hub::Registration;
 use crate::keys::LockKeys;
-use crate::lease::{release_in_background, release_with_retry, Hold};
+use crate::lease::{release_in_background, release_with_retry, Hold, Holds};
 use crate::options::Options;
 use crate::store::{Acquire, Busy, Claim, Policy, Request, Slot, Store};
 use crate::testing::{planted, Bug};
@@ -55,11 +55,11 @@ impl Deadline {
 /// announcement, or a grant whose reply was lost. Dropping it (the acquire failed, or its
 /// future was dropped) releases the claim by token in the background; the acquire consumes it
 /// instead, into a [`Hold`], by [`Pending::withdraw`], or by [`Pending::settled`].
-struct Pending(Option<(Arc<dyn Store>, LockKeys, Claim)>);
+struct Pending(Option<(Arc<dyn Store>, LockKeys, Claim)>, Arc<Holds>);
 
 impl Pending {
-    fn new(store: Arc<dyn Store>, lock: LockKeys, claim: Claim) -> Self {
-        Pending(Some((store, lock, claim)))
+    fn new(store: Arc<dyn Store>, lock: LockKeys, claim: Claim, holds: Arc<Holds>) -> Self {
+        Pending(Some((store, lock, claim)), holds)
     }
 
     fn parts(&self) -> (&Arc<dyn Store>, &LockKeys, &Claim) {
@@ -86,16 +86,18 @@ impl Pending {
 
     /// The grant made to this claim by the reply to the attempt sent at `sent_at`.
     fn granted(self, fence: u64, sent_at: Instant, opts: Options) -> Hold {
+        let holds = self.1.clone();
         let (store, lock, claim) = self.take();
         tracing::debug!(lock = lock.name(), fence, "granted");
-        Hold::new(store, lock, claim, fence, sent_at, opts)
+        Hold::new((holds, store), lock, claim, fence, sent_at, opts)
     }
 
     /// The grant a release handed to this claim after its attempt sent at `sent_at`.
     fn handed_over(self, fence: u64, sent_at: Instant, opts: Options) -> Hold {
+        let holds = self.1.clone();
         let (store, lock, claim) = self.take();
         tracing::debug!(lock = lock.name(), fence, "granted by hand-off");
-        Hold::handed_over(store, lock, claim, fence, sent_at, opts)
+        Hold::handed_over((holds, store), lock, claim, fence, sent_at, opts)
     }
 }
 
@@ -131,6 +133,8 @@ enum Woken {
 #[derive(Clone, Debug)]
 pub(crate) struct LockCtx {
     pub store: Arc<dyn Store>,
+    /// The client's live holds (for its shutdown).
+    pub holds: Arc<Holds>,
     /// The name as given (valid or not).
     pub name: Arc<str>,
     pub keys: std::result::Result<LockKeys, Arc<Error>>,
@@ -241,7 +245,12 @@ impl LockCtx {
         self.opts.validate()?;
         let lock = self.keys()?.clone();
         let wait = !matches!(deadline, Deadline::Try);
-        let pending = Pending::new(self.store.clone(), lock.clone(), claim.clone());
+        let pending = Pending::new(
+            self.store.clone(),
+            lock.clone(),
+            claim.clone(),
+            self.holds.clone(),
+        );
         let mut registration = None;
         let mut failures = 0;
         let mut last_position = None;
