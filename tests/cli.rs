@@ -172,8 +172,17 @@ async fn list_force_release_and_exit_codes() {
         .expect_err("try")
         .is_would_block());
 
-    let out = cli(&server, &["force-release", "alpha", "--yes"]);
+    // A name that never existed: nothing to release, and no fence key is left behind.
+    let out = cli(&server, &["force-release", "never-was", "--yes"]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert_eq!(server.cli(&["EXISTS", "rl:{never-was}:fence"]), "0");
+
+    let out = cli(&server, &["force-release", "alpha", "--yes", "--json"]);
     assert!(out.status.success(), "{out:?}");
+    assert!(
+        stdout(&out).starts_with("{\"name\":\"alpha\",\"fence\":"),
+        "{out:?}"
+    );
     let next = client.mutex("alpha").try_lock().await.expect("free now");
     assert!(
         next.fencing_token() > fence + 1,

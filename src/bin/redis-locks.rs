@@ -3,8 +3,8 @@
 //! ```text
 //! redis-locks [--url URL] [--prefix P] inspect NAME [--json]
 //! redis-locks list [PATTERN] [--json]
-//! redis-locks watch NAME [--interval-ms 1000] [--count N]
-//! redis-locks force-release NAME --yes
+//! redis-locks watch NAME [--interval-ms 1000] [--count N] [--json]
+//! redis-locks force-release NAME --yes [--json]
 //! ```
 //!
 //! `inspect` and `watch` read both families of state a lock name can have, each through its
@@ -84,6 +84,9 @@ enum Command {
         /// Confirm: this breaks the lock for whoever holds it.
         #[arg(long)]
         yes: bool,
+        /// One JSON object (`{"name":..,"fence":..}`) instead of text.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -410,7 +413,7 @@ async fn run(cli: &Cli) -> Result<ExitCode, Error> {
                 tokio::time::sleep(Duration::from_millis((*interval_ms).max(50))).await;
             }
         }
-        Command::ForceRelease { name, yes } => {
+        Command::ForceRelease { name, yes, json } => {
             if !yes {
                 eprintln!(
                     "force-release breaks the lock for its holders; run it again with --yes to \
@@ -418,8 +421,22 @@ async fn run(cli: &Cli) -> Result<ExitCode, Error> {
                 );
                 return Ok(ExitCode::from(2));
             }
+            // A name with no keys at all has nothing to release; bumping its fence would only
+            // leave a fence key behind (fence keys never expire).
+            if view(&client, name).await?.is_empty() {
+                eprintln!(
+                    "no trace of lock `{name}` under prefix `{}`: nothing to release (check the \
+                     name with `redis-locks list` and the --prefix)",
+                    cli.prefix
+                );
+                return Ok(ExitCode::from(3));
+            }
             let fence = client.force_release(name).await?;
-            println!("released every hold of {name}; fence is now {fence}");
+            if *json {
+                println!("{{\"name\":{},\"fence\":{fence}}}", json_str(name));
+            } else {
+                println!("released every hold of {name}; fence is now {fence}");
+            }
             Ok(ExitCode::SUCCESS)
         }
     }
