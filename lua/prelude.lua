@@ -78,8 +78,11 @@ local function expire_zset(key)
   if top then expire_at(key, top) end
 end
 
+-- A wake-up is a hint: waiters also retry on their own interval. A publish the user's ACL
+-- denies (no channel rights) must not fail a script whose writes are already done, so its
+-- error is ignored (pcall); the client warns about the missing rights when it connects.
 local function publish(channel, message)
-  redis.call(PUBLISH_CMD, channel, message)
+  redis.pcall(PUBLISH_CMD, channel, message)
 end
 
 

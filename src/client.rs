@@ -282,7 +282,18 @@ impl LockClientBuilder {
     pub async fn connect(self, url: &str) -> Result<LockClient> {
         self.check()?;
         let store = RedisStore::connect_with(url, self.redis.clone()).await?;
+        self.probe_channels(&store).await?;
         Ok(self.build(Arc::new(store)))
+    }
+
+    /// Warns when the user may not publish on this prefix's lock channels (see
+    /// `RedisStore::warn_without_channel_rights`).
+    async fn probe_channels(&self, store: &RedisStore) -> Result<()> {
+        let probe = LockKeys::new(&self.prefix, "redis-locks-channel-probe")?;
+        store
+            .warn_without_channel_rights(&probe.channel(), &self.prefix)
+            .await;
+        Ok(())
     }
 
     /// Connects to a Redis Cluster through any of its nodes.
@@ -291,6 +302,7 @@ impl LockClientBuilder {
     pub async fn cluster(self, urls: &[&str]) -> Result<LockClient> {
         self.check()?;
         let store = RedisStore::cluster(urls, self.redis.clone()).await?;
+        self.probe_channels(&store).await?;
         Ok(self.build(Arc::new(store)))
     }
 

@@ -553,3 +553,76 @@ async fn a_lock_over_tls() {
     assert_eq!(server.cli(&["GET", "rl:{tls}:fence"]), "1");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Captures the messages of `WARN` events emitted on this thread (the tests below run on a
+/// current-thread runtime, so the library's events reach it).
+#[derive(Clone, Default)]
+struct Warnings(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl tracing::Subscriber for Warnings {
+    fn enabled(&self, meta: &tracing::Metadata<'_>) -> bool {
+        *meta.level() <= tracing::Level::WARN
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        struct Text(String);
+        impl tracing::field::Visit for Text {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                self.0.push_str(&format!("{}={value:?} ", field.name()));
+            }
+        }
+        let mut text = Text(String::new());
+        event.record(&mut text);
+        self.0.lock().unwrap().push(text.0);
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// A user whose ACL grants no channels (`resetchannels` without `&rl:*`): connecting warns
+/// once with the rule to add; a release that deleted the hold reports success (the wake-up it
+/// could not publish does not fail it), and a waiter still gets the lock, by its retry
+/// interval.
+#[tokio::test(flavor = "current_thread")]
+async fn a_user_without_channel_rights_is_warned_and_releases_still_succeed() {
+    let server = acl_server();
+    assert_eq!(
+        server.cli(&["ACL", "SETUSER", "locks", "resetchannels"]),
+        "OK"
+    );
+    let warnings = Warnings::default();
+    let _capture = tracing::subscriber::set_default(warnings.clone());
+
+    let a = LockClient::connect(&acl_url(&server))
+        .await
+        .expect("connect");
+    let b = LockClient::connect(&acl_url(&server))
+        .await
+        .expect("connect");
+    let seen = warnings.0.lock().unwrap().clone();
+    assert!(
+        seen.iter().any(|w| w.contains("&rl:*")),
+        "connect warns with the channel rule to add: {seen:?}"
+    );
+
+    let m = a.mutex("no-channels");
+    let g = m.try_lock().await.expect("granted");
+    let patient = b
+        .mutex("no-channels")
+        .retry_interval(Duration::from_millis(100));
+    let waiter = patient.lock().timeout(Duration::from_secs(20));
+    let release = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        g.release().await
+    };
+    let (got, released) = tokio::join!(waiter, release);
+    assert!(released.expect("a done release is reported as done"));
+    got.expect("the waiter is served by its retry interval")
+        .release()
+        .await
+        .expect("release");
+}

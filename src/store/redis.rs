@@ -246,6 +246,31 @@ impl RedisStore {
         })
     }
 
+    /// Whether this connection's user may publish wake-ups on `channel` (a lock's channel
+    /// under the client's prefix). A user whose ACL grants no channels still gets every lock
+    /// (the scripts ignore a denied publish) but its waiters are never woken by Redis and only
+    /// retry on their interval: warn once, with the rule to add. Any other answer (or none)
+    /// says nothing about the rights and is not reported here.
+    pub(crate) async fn warn_without_channel_rights(&self, channel: &str, prefix: &str) {
+        let mut cmd = redis::cmd(match self.publish {
+            Publish::Plain => "PUBLISH",
+            Publish::Sharded => "SPUBLISH",
+        });
+        cmd.arg(channel).arg("");
+        if let Err(err) = self.raw::<i64>(&cmd).await {
+            if err.code() == Some("NOPERM") {
+                let reply = err.to_string();
+                tracing::warn!(
+                    %reply,
+                    "this Redis user may not use the lock channels, so waiters are not woken by \
+                     releases and only retry on their interval (`retry_interval`); grant them \
+                     with: ACL SETUSER <user> &{prefix}:* (and +subscribe +unsubscribe +publish, \
+                     or +ssubscribe +sunsubscribe +spublish on Cluster)"
+                );
+            }
+        }
+    }
+
     /// This store's writer releases no longer hand the lock to the next waiting writer.
     pub(crate) fn without_hand_over(mut self) -> Self {
         self.hand_over = false;
@@ -254,12 +279,16 @@ impl RedisStore {
 
     /// Sends any command on the store's connection (for tools and tests).
     pub async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
-        let result = match self.conn.clone() {
+        self.raw(cmd).await.map_err(|e| Error::from_redis("", e))
+    }
+
+    /// Sends `cmd` and returns the redis crate's own result.
+    async fn raw<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
+        match self.conn.clone() {
             Conn::Single(mut c) => cmd.query_async(&mut c).await,
             #[cfg(feature = "cluster")]
             Conn::Cluster(mut c) => cmd.query_async(&mut c).await,
-        };
-        result.map_err(|e| Error::from_redis("", e))
+        }
     }
 
     /// Runs one script step: `keys`, then the prelude's arguments and the step's own
