@@ -37,6 +37,8 @@ pub struct LockClient {
 struct Inner {
     store: Arc<dyn Store>,
     holds: Arc<Holds>,
+    /// The longest a request waits for its reply (Redis's response timeout).
+    response_timeout: Duration,
     prefix: String,
     defaults: Options,
 }
@@ -127,6 +129,7 @@ impl LockClient {
         LockCtx {
             store: self.inner.store.clone(),
             holds: self.inner.holds.clone(),
+            response_timeout: self.inner.response_timeout,
             name: Arc::from(name),
             keys: LockKeys::new(&self.inner.prefix, name).map_err(Arc::new),
             opts: self.inner.defaults.clone(),
@@ -261,6 +264,21 @@ impl LockClientBuilder {
         self
     }
 
+    /// Default outage budget of every wait (default
+    /// [`DEFAULT_OUTAGE_BUDGET`](crate::DEFAULT_OUTAGE_BUDGET), 60 s): how long a wait keeps
+    /// attempting while Redis cannot be reached. See [`Lock::outage_budget`].
+    ///
+    /// ```
+    /// let client = redis_locks::LockClient::builder()
+    ///     .outage_budget(std::time::Duration::from_secs(300))
+    ///     .in_memory()?;
+    /// # Ok::<(), redis_locks::Error>(())
+    /// ```
+    pub fn outage_budget(mut self, budget: Duration) -> Self {
+        self.defaults.outage_budget = budget;
+        self
+    }
+
     /// Default for automatic renewal (default on).
     pub fn auto_renew(mut self, on: bool) -> Self {
         self.defaults.auto_renew = on;
@@ -332,6 +350,7 @@ impl LockClientBuilder {
             inner: Arc::new(Inner {
                 store,
                 holds: Arc::default(),
+                response_timeout: self.redis.response_timeout,
                 prefix: self.prefix,
                 defaults: self.defaults,
             }),

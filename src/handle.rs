@@ -107,6 +107,24 @@ impl<K: Kind> Lock<K> {
         self
     }
 
+    /// How long a wait keeps attempting while Redis cannot be reached (a restart, a
+    /// failover), counted from its first failed attempt; default
+    /// [`DEFAULT_OUTAGE_BUDGET`](crate::DEFAULT_OUTAGE_BUDGET) (60 s). Past it, the wait fails
+    /// with [`Error::Connection`]. Attempts back off up to the retry interval meanwhile. A wait
+    /// with a `.timeout(d)` ends at its deadline all the same, with `Error::Connection` if Redis
+    /// was unreachable at the end, and a `try_*` makes exactly one attempt. Zero: give up at
+    /// the first failed attempt.
+    ///
+    /// ```
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let lock = client.mutex("m").outage_budget(std::time::Duration::from_secs(300));
+    /// # drop(lock);
+    /// ```
+    pub fn outage_budget(mut self, budget: Duration) -> Self {
+        self.ctx.opts.outage_budget = budget;
+        self
+    }
+
     /// After each grant, wait (Redis `WAIT`) until `replicas` replicas acknowledged it, at
     /// most `timeout`; if fewer did, release it again and fail with
     /// [`Error::ReplicasNotReached`]. Narrows the window in which a failover to a replica

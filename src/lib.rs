@@ -65,7 +65,10 @@ pub use handle::{Acquiring, Lock};
 pub use info::{HolderInfo, LockInfo, WaiterInfo, PROCESS_PREFIX_LEN, TOKEN_PREFIX_LEN};
 pub use keys::{MAX_NAME_LEN, MAX_PREFIX_LEN};
 pub use mutex::{Mutex, MutexGuard};
-pub use options::{DEFAULT_HEARTBEAT, DEFAULT_LEASE, DEFAULT_RETRY_INTERVAL, MAX_LEASE, MIN_LEASE};
+pub use options::{
+    DEFAULT_HEARTBEAT, DEFAULT_LEASE, DEFAULT_OUTAGE_BUDGET, DEFAULT_RETRY_INTERVAL, MAX_LEASE,
+    MIN_LEASE,
+};
 pub use rwlock::{Preference, ReadGuard, RwLock, WriteGuard};
 pub use semaphore::{Permit, Semaphore, MAX_PERMITS};
 pub use store::HoldKind;

@@ -12,6 +12,12 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(5);
 /// Default longest sleep of a waiter between attempts when no wake-up arrives: 1 s.
 pub const DEFAULT_RETRY_INTERVAL: Duration = Duration::from_secs(1);
+/// Default outage budget of a wait: 60 s. A wait keeps attempting through a Redis outage (a
+/// restart, a failover) this long after its first failed attempt, then fails with
+/// [`Error::Connection`](crate::Error::Connection). Long enough for a restart that reloads a
+/// moderate data set or a Sentinel failover (about 10 to 30 s with common settings), short
+/// enough that a Redis that does not come back is reported within a minute.
+pub const DEFAULT_OUTAGE_BUDGET: Duration = Duration::from_secs(60);
 /// Shortest accepted lease or heartbeat window: 10 ms.
 pub const MIN_LEASE: Duration = Duration::from_millis(10);
 /// Longest accepted lease or heartbeat window: one year. Longer is a configuration mistake
@@ -29,6 +35,8 @@ pub(crate) struct Options {
     pub retry_interval: Duration,
     /// After each grant, wait for this many replicas (at most this long) to acknowledge it.
     pub wait_replicas: Option<(u32, Duration)>,
+    /// How long a wait keeps attempting while Redis cannot be reached.
+    pub outage_budget: Duration,
 }
 
 impl Default for Options {
@@ -40,6 +48,7 @@ impl Default for Options {
             heartbeat: None,
             retry_interval: DEFAULT_RETRY_INTERVAL,
             wait_replicas: None,
+            outage_budget: DEFAULT_OUTAGE_BUDGET,
         }
     }
 }
@@ -69,6 +78,12 @@ impl Options {
             return Err(Error::invalid(
                 "retry interval",
                 "must be more than zero and at most a year",
+            ));
+        }
+        if self.outage_budget > MAX_LEASE {
+            return Err(Error::invalid(
+                "outage budget",
+                "must be at most a year (zero gives up at the first failed attempt)",
             ));
         }
         if let Some((n, timeout)) = self.wait_replicas {

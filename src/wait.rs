@@ -27,8 +27,8 @@ use crate::store::{Acquire, Busy, Claim, Policy, Request, Slot, Store};
 use crate::testing::{planted, Bug};
 use crate::wire::HandOff;
 
-/// How long to keep trying after lost replies before reporting the connection error.
-const CONNECTION_RETRIES: u32 = 5;
+/// The first back-off after a failed attempt; it doubles up to the claim's interval.
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 
 /// When a wait gives up.
 #[derive(Clone, Copy, Debug)]
@@ -84,6 +84,16 @@ impl Pending {
         }
     }
 
+    /// [`Pending::withdraw`], waiting at most `bound`: what is not done by then goes on in
+    /// the background (the caller is not kept waiting on an unreachable Redis).
+    async fn withdraw_within(self, bound: Duration) {
+        let (store, lock, claim) = self.parts();
+        let release = release_with_retry(&**store, lock, claim);
+        if let Ok(Ok(_)) = tokio::time::timeout(bound, release).await {
+            self.settled();
+        }
+    }
+
     /// The grant made to this claim by the reply to the attempt sent at `sent_at`.
     fn granted(self, fence: u64, sent_at: Instant, opts: Options) -> Hold {
         let holds = self.1.clone();
@@ -135,10 +145,21 @@ pub(crate) struct LockCtx {
     pub store: Arc<dyn Store>,
     /// The client's live holds (for its shutdown).
     pub holds: Arc<Holds>,
+    /// The longest a request waits for its reply: what "one bounded round trip" past a
+    /// deadline means.
+    pub response_timeout: Duration,
     /// The name as given (valid or not).
     pub name: Arc<str>,
     pub keys: std::result::Result<LockKeys, Arc<Error>>,
     pub opts: Options,
+}
+
+/// The error of an attempt whose reply did not come within one round trip past the deadline.
+fn no_reply(bound: Duration) -> Error {
+    Error::Connection(Box::new(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("no reply from Redis within {bound:?} past the wait's deadline"),
+    )))
 }
 
 fn jitter(d: Duration) -> Duration {
@@ -252,10 +273,26 @@ impl LockCtx {
             self.holds.clone(),
         );
         let mut registration = None;
-        let mut failures = 0;
         let mut last_position = None;
+        // Since when Redis has not answered, and the latest reason why.
+        let mut outage: Option<(Instant, Error)> = None;
+        let mut backoff = FIRST_BACKOFF;
         loop {
-            match self.attempt(&lock, &claim, wait).await {
+            let attempt = match deadline {
+                // An attempt in flight at the deadline gets one bounded round trip more.
+                Deadline::At(limit, _) => {
+                    let bound = limit + self.response_timeout;
+                    tokio::time::timeout_at(bound, self.attempt(&lock, &claim, wait))
+                        .await
+                        .unwrap_or_else(|_| Attempt::Failed(no_reply(self.response_timeout)))
+                }
+                _ => self.attempt(&lock, &claim, wait).await,
+            };
+            if !matches!(attempt, Attempt::Failed(_)) {
+                outage = None;
+                backoff = FIRST_BACKOFF;
+            }
+            match attempt {
                 Attempt::Granted { fence, sent_at } => {
                     return self.confirm(pending, fence, sent_at).await.map(Some);
                 }
@@ -265,7 +302,6 @@ impl LockCtx {
                     return Ok(None);
                 }
                 Attempt::Refused { busy, sent_at } => {
-                    failures = 0;
                     if let Some(pos) = busy.position.filter(|p| Some(*p) != last_position) {
                         last_position = Some(pos);
                         crate::telemetry::position(lock.name(), pos);
@@ -290,11 +326,23 @@ impl LockCtx {
                         )));
                     }
                 }
-                Attempt::Failed(err) if err.is_retryable() && failures < CONNECTION_RETRIES => {
-                    // The attempt may have run: try again with the same token.
-                    failures += 1;
-                    tracing::debug!(lock = lock.name(), %err, failures, "acquire reply lost; retrying by token");
-                    tokio::time::sleep(Duration::from_millis(25 << failures)).await;
+                // A wait rides through an outage within its budget, attempting again with
+                // the same token (the failed attempt may have run); a try makes one attempt.
+                Attempt::Failed(err) if wait && err.is_retryable() => {
+                    let since = outage
+                        .as_ref()
+                        .map_or_else(Instant::now, |(since, _)| *since);
+                    if since.elapsed() >= self.opts.outage_budget {
+                        return Err(err);
+                    }
+                    tracing::debug!(lock = lock.name(), %err, "Redis unreachable; attempting again by token");
+                    let mut wake_at = Instant::now() + jitter(backoff);
+                    if let Deadline::At(limit, _) = deadline {
+                        wake_at = wake_at.min(limit);
+                    }
+                    outage = Some((since, err));
+                    backoff = (backoff * 2).min(self.interval(&claim));
+                    tokio::time::sleep_until(wake_at).await;
                 }
                 // Whatever ended the acquire, it leaves no trace: dropping `pending` releases
                 // by token in the background (a lost reply may have been a grant; a refusal
@@ -304,7 +352,11 @@ impl LockCtx {
             if let Deadline::At(limit, waited) = deadline {
                 if Instant::now() >= limit {
                     drop(registration.take());
-                    pending.withdraw().await;
+                    // Redis unreachable at the deadline: say so, not "the lock was busy".
+                    if let Some((_, err)) = outage {
+                        return Err(err);
+                    }
+                    pending.withdraw_within(self.response_timeout).await;
                     return Err(Error::Timeout {
                         name: lock.name().to_owned(),
                         waited,
