@@ -49,6 +49,13 @@ impl LockClient {
         Self::builder().connect(url).await
     }
 
+    /// Connects with the settings of a `redis::Client` you already have (address, database,
+    /// user, password, TLS), and the default settings otherwise; see
+    /// [`LockClientBuilder::connect_client`] for what the library overrides.
+    pub async fn from_client(client: &redis::Client) -> Result<Self> {
+        Self::builder().connect_client(client).await
+    }
+
     /// Connects to a Redis Cluster through any of its nodes, with the default settings.
     /// Every primitive works; wake-ups use sharded pub/sub (see `docs/SCALE.md`).
     #[cfg(feature = "cluster")]
@@ -300,6 +307,32 @@ impl LockClientBuilder {
     pub async fn connect(self, url: &str) -> Result<LockClient> {
         self.check()?;
         let store = RedisStore::connect_with(url, self.redis.clone()).await?;
+        self.probe_channels(&store).await?;
+        Ok(self.build(Arc::new(store)))
+    }
+
+    /// Connects to one Redis server with the settings of a `redis::Client` you already have:
+    /// its address, database, username and password, and TLS settings are used as they are,
+    /// so nothing is typed twice. The library overrides two things on its own connection:
+    /// the protocol is RESP3 (wake-ups arrive as pushes on the command connection) and the
+    /// response and connect timeouts are this builder's [`RedisConfig`] (a reply later than
+    /// the response timeout counts as lost and is confirmed by token, which the lock's
+    /// safety relies on). Your client and its connections are not touched.
+    ///
+    /// The argument is a type of the `redis` crate (1.x): this method follows that crate's
+    /// major version.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let mine = redis::Client::open("redis://app:s3cret@127.0.0.1:6379/2").expect("url");
+    /// let client = redis_locks::LockClient::builder().connect_client(&mine).await?;
+    /// # drop(client); Ok(()) }
+    /// ```
+    pub async fn connect_client(self, client: &redis::Client) -> Result<LockClient> {
+        self.check()?;
+        let info = client.get_connection_info().clone();
+        let store = RedisStore::connect_info(info, self.redis.clone()).await?;
         self.probe_channels(&store).await?;
         Ok(self.build(Arc::new(store)))
     }

@@ -53,7 +53,7 @@ use async_trait::async_trait;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::redis::{Connect, RedisConfig, RedisStore};
+use super::redis::{parse_url, Connect, RedisConfig, RedisStore};
 use super::WaiterState;
 use super::{
     Acquire, Busy, Claim, Family, Grant, HolderState, PermitChange, Slot, Snapshot, Store,
@@ -197,7 +197,8 @@ impl QuorumStore {
                 ..config.clone()
             };
             let (store, sub) =
-                RedisStore::connect_to_hub(url, config, hub.clone(), Connect::Lazily).await?;
+                RedisStore::connect_to_hub(parse_url(url)?, config, hub.clone(), Connect::Lazily)
+                    .await?;
             nodes.push(store.without_hand_over());
             subscribers.push(sub);
         }

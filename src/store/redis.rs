@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::{FromRedisValue, IntoConnectionInfo, ProtocolVersion, Script, ToRedisArgs, Value};
+use redis::{
+    ConnectionInfo, FromRedisValue, IntoConnectionInfo, ProtocolVersion, Script, ToRedisArgs, Value,
+};
 
 use super::{ms, Acquire, Claim, Family, PermitChange, Slot, Snapshot, Store};
 use crate::error::{Error, Result};
@@ -136,6 +138,13 @@ fn check_tls_support(url: &str, tls_compiled: bool) -> Result<()> {
     Ok(())
 }
 
+/// Parses a `redis://` / `rediss://` URL into the redis crate's connection settings.
+pub(crate) fn parse_url(url: &str) -> Result<ConnectionInfo> {
+    check_tls_support(url, cfg!(feature = "tls"))?;
+    url.into_connection_info()
+        .map_err(|e| Error::invalid("Redis URL", e.to_string()))
+}
+
 /// Classifies a failure to connect to `address`: a reply that is not the Redis protocol
 /// means another service listens there.
 fn connect_error(address: &str, err: redis::RedisError) -> Error {
@@ -158,9 +167,15 @@ impl RedisStore {
 
     /// [`RedisStore::connect`] with explicit settings.
     pub async fn connect_with(url: &str, config: RedisConfig) -> Result<Self> {
+        Self::connect_info(parse_url(url)?, config).await
+    }
+
+    /// Connects with the connection settings of a redis crate `ConnectionInfo` (address,
+    /// database, user and password, TLS): the library sets RESP3 and its own timeouts on top.
+    pub async fn connect_info(info: ConnectionInfo, config: RedisConfig) -> Result<Self> {
         let hub = WakeHub::remote();
         let (store, subscriber) =
-            Self::connect_to_hub(url, config, hub.clone(), Connect::Now).await?;
+            Self::connect_to_hub(info, config, hub.clone(), Connect::Now).await?;
         hub.start(subscriber);
         Ok(store)
     }
@@ -171,14 +186,12 @@ impl RedisStore {
     /// connection is tried again by the next command (a quorum server that is down at
     /// start-up joins when it comes back); only a bad URL fails then.
     pub(crate) async fn connect_to_hub(
-        url: &str,
+        info: ConnectionInfo,
         config: RedisConfig,
         hub: Arc<WakeHub>,
         when: Connect,
     ) -> Result<(Self, Box<dyn Subscriber>)> {
         let bad_url = |e: redis::RedisError| Error::invalid("Redis URL", e.to_string());
-        check_tls_support(url, cfg!(feature = "tls"))?;
-        let info = url.into_connection_info().map_err(bad_url)?;
         let address = info.addr().to_string();
         // RESP3 lets pub/sub pushes share the command connection.
         let settings = info
