@@ -128,7 +128,11 @@ async fn shows_a_fair_queue_in_order() {
         assert!(at >= last, "queue out of order in {json}");
         last = at;
     }
-    assert!(json.contains("\"kind\":\"permits:1\""), "{json}");
+    assert!(
+        json.contains("\"family\":\"queue\",\"kind\":\"permits\",\"permits\":1,"),
+        "{json}"
+    );
+    assert!(json.contains("\"state\":\"held\""), "{json}");
     let text = stdout(&cli(&server, &["inspect", "jobs"]));
     assert!(text.contains("queue (5)"), "{text}");
 
@@ -183,6 +187,14 @@ async fn list_force_release_and_exit_codes() {
         stdout(&out).starts_with("{\"name\":\"alpha\",\"fence\":"),
         "{out:?}"
     );
+    // After the force release, alpha has only its fence left: idle; beta:1 is still held.
+    let out = cli(&server, &["list", "--state"]);
+    assert_eq!(stdout(&out).trim(), "alpha\tidle\nbeta:1\theld", "{out:?}");
+    let out = cli(&server, &["list", "--state", "--json"]);
+    assert_eq!(
+        stdout(&out).trim(),
+        "[{\"name\":\"alpha\",\"state\":\"idle\"},{\"name\":\"beta:1\",\"state\":\"held\"}]"
+    );
     let next = client.mutex("alpha").try_lock().await.expect("free now");
     assert!(
         next.fencing_token() > fence + 1,
@@ -208,6 +220,15 @@ async fn list_force_release_and_exit_codes() {
     );
     assert!(out.status.success(), "{out:?}");
     assert_eq!(stdout(&out).lines().count(), 2);
+    let year = |line: &str| line[7..11].parse::<u32>().unwrap_or(0);
+    for line in stdout(&out).lines() {
+        // Each view says when it was read: {"at":"YYYY-MM-DDTHH:MM:SS.mmmZ",...
+        assert!(
+            line.starts_with("{\"at\":\"") && &line[30..32] == "Z\"",
+            "{line}"
+        );
+        assert!(year(line) >= 2024, "{line}");
+    }
 
     // Unreachable server: exit code 1.
     let out = Command::new(env!("CARGO_BIN_EXE_redis-locks"))

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! redis-locks [--url URL] [--prefix P] inspect NAME [--json]
-//! redis-locks list [PATTERN] [--json]
+//! redis-locks list [PATTERN] [--state] [--json]
 //! redis-locks watch NAME [--interval-ms 1000] [--count N] [--json]
 //! redis-locks force-release NAME --yes [--json]
 //! ```
@@ -61,6 +61,10 @@ enum Command {
         /// A JSON array instead of one name per line.
         #[arg(long)]
         json: bool,
+        /// Also show each lock's state: `held`, `waiting`, or `idle` (only its fence counter
+        /// is left). Reads every listed lock (two round trips each).
+        #[arg(long)]
+        state: bool,
     },
     /// Inspect repeatedly.
     Watch {
@@ -104,15 +108,69 @@ fn json_str(s: &str) -> String {
     out
 }
 
-fn kind_name(kind: HoldKind) -> String {
-    match kind {
-        HoldKind::Write => "write".into(),
-        HoldKind::Read => "read".into(),
-        HoldKind::Permits(n) => format!("permits:{n}"),
-        // `HoldKind` may grow; show what it is rather than fail.
+/// A fair RwLock's ticket queue has this many permits: a reader takes one, a writer all
+/// (docs/ARCHITECTURE.md, "Two families of state").
+const FAIR_RW_PERMITS: u32 = 1 << 30;
+
+/// What a hold is, for people: its family (the lease lock of Mutex and RwLock, or the ticket
+/// queue of FairLock, Semaphore and fair RwLock), its kind and the permits it takes.
+struct Described {
+    family: &'static str,
+    kind: &'static str,
+    permits: Option<u32>,
+}
+
+fn describe(kind: HoldKind) -> Described {
+    let (family, kind, permits) = match kind {
+        HoldKind::Write => ("lease", "write", None),
+        HoldKind::Read => ("lease", "read", None),
+        HoldKind::Permits(FAIR_RW_PERMITS) => ("queue", "write", Some(FAIR_RW_PERMITS)),
+        HoldKind::Permits(n) => ("queue", "permits", Some(n)),
+        // `HoldKind` may grow; show what is known rather than fail.
         #[allow(unreachable_patterns)]
-        other => format!("{other:?}").to_lowercase(),
+        _ => ("?", "other", None),
+    };
+    Described {
+        family,
+        kind,
+        permits,
     }
+}
+
+/// The text column of a hold: `write`, `read`, `write (fair)`, `1 permit`, `3 permits`.
+fn kind_text(kind: HoldKind) -> String {
+    let d = describe(kind);
+    match (d.kind, d.permits) {
+        ("write", Some(_)) => "write (fair)".into(),
+        ("permits", Some(1)) => "1 permit".into(),
+        ("permits", Some(n)) => format!("{n} permits"),
+        (kind, _) => kind.into(),
+    }
+}
+
+/// Now, as `2026-11-24T21:58:00.123Z` (UTC), for `watch`.
+fn timestamp() -> String {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let (secs, millis) = (since.as_secs(), since.subsec_millis());
+    let (days, rest) = ((secs / 86_400) as i64, secs % 86_400);
+    // Civil date from days since 1970-01-01 (proleptic Gregorian calendar).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+        rest / 3_600,
+        rest / 60 % 60,
+        rest % 60
+    )
 }
 
 fn ms(d: Duration) -> u128 {
@@ -155,10 +213,13 @@ impl View {
         let holders: Vec<String> = self
             .holders()
             .map(|h| {
+                let d = describe(h.kind);
+                let permits = d.permits.map_or_else(|| "null".into(), |p| p.to_string());
                 format!(
-                    "{{\"token\":{},\"kind\":{},\"lease_remaining_ms\":{}}}",
+                    "{{\"token\":{},\"family\":{},\"kind\":{},\"permits\":{permits},\"lease_remaining_ms\":{}}}",
                     json_str(&h.token_prefix),
-                    json_str(&kind_name(h.kind)),
+                    json_str(d.family),
+                    json_str(d.kind),
                     ms(h.lease_remaining)
                 )
             })
@@ -187,9 +248,14 @@ impl View {
             .permits()
             .map(|p| p.to_string())
             .unwrap_or_else(|| "null".into());
+        let free = self
+            .free_permits()
+            .map(|p| p.to_string())
+            .unwrap_or_else(|| "null".into());
         format!(
-            "{{\"name\":{},\"fence\":{},\"permits\":{permits},\"holders\":[{}],\"waiting_writers\":[{}],\"queue\":[{}]}}",
+            "{{\"name\":{},\"state\":{},\"fence\":{},\"permits\":{permits},\"free_permits\":{free},\"holders\":[{}],\"waiting_writers\":[{}],\"queue\":[{}]}}",
             json_str(&self.name),
+            json_str(self.state()),
             self.fence(),
             holders.join(","),
             waiting_writers.join(","),
@@ -197,15 +263,44 @@ impl View {
         )
     }
 
+    /// `held`, `waiting` (nobody holds it, waiters are queued or announced) or `idle` (only
+    /// the fence counter is left, or nothing).
+    fn state(&self) -> &'static str {
+        if self.holders().next().is_some() {
+            "held"
+        } else if !self.lease.waiters.is_empty() || !self.queue.waiters.is_empty() {
+            "waiting"
+        } else {
+            "idle"
+        }
+    }
+
+    /// Permits not held, when a semaphore's count is stored (`set_permits`).
+    fn free_permits(&self) -> Option<u32> {
+        let held: u32 = self
+            .queue
+            .holders
+            .iter()
+            .map(|h| describe(h.kind).permits.unwrap_or(0))
+            .fold(0, u32::saturating_add);
+        self.permits().map(|p| p.saturating_sub(held))
+    }
+
     fn text(&self) -> String {
-        let mut out = format!("lock {}  fence {}\n", self.name, self.fence());
+        let mut out = format!(
+            "lock {}  {}  fence {}\n",
+            self.name,
+            self.state(),
+            self.fence()
+        );
         let holders: Vec<_> = self.holders().collect();
         out.push_str(&format!("holders ({}):\n", holders.len()));
         for h in holders {
             out.push_str(&format!(
-                "  {:<16} {:<12} lease left {}\n",
+                "  {:<16} {:<6} {:<14} lease left {}\n",
                 h.token_prefix,
-                kind_name(h.kind),
+                describe(h.kind).family,
+                kind_text(h.kind),
                 secs(h.lease_remaining)
             ));
         }
@@ -222,8 +317,8 @@ impl View {
                 ));
             }
         }
-        if let Some(p) = self.permits() {
-            out.push_str(&format!("permits (stored): {p}\n"));
+        if let (Some(p), Some(free)) = (self.permits(), self.free_permits()) {
+            out.push_str(&format!("permits (stored): {p}, free: {free}\n"));
         }
         if !self.queue.waiters.is_empty() {
             out.push_str(&format!("queue ({}):\n", self.queue.waiters.len()));
@@ -380,14 +475,37 @@ async fn run(cli: &Cli) -> Result<ExitCode, Error> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::List { pattern, json } => {
+        Command::List {
+            pattern,
+            json,
+            state,
+        } => {
             let names = list(&cli.url, &cli.prefix, pattern).await?;
+            let mut items = Vec::with_capacity(names.len());
+            for name in names {
+                let state = match state {
+                    true => Some(view(&client, &name).await?.state()),
+                    false => None,
+                };
+                items.push((name, state));
+            }
             if *json {
-                let items: Vec<String> = names.iter().map(|n| json_str(n)).collect();
+                let items: Vec<String> = items
+                    .iter()
+                    .map(|(name, state)| match state {
+                        Some(s) => {
+                            format!("{{\"name\":{},\"state\":{}}}", json_str(name), json_str(s))
+                        }
+                        None => json_str(name),
+                    })
+                    .collect();
                 println!("[{}]", items.join(","));
             } else {
-                for n in names {
-                    println!("{n}");
+                for (name, state) in items {
+                    match state {
+                        Some(s) => println!("{name}\t{s}"),
+                        None => println!("{name}"),
+                    }
                 }
             }
             Ok(ExitCode::SUCCESS)
@@ -401,10 +519,13 @@ async fn run(cli: &Cli) -> Result<ExitCode, Error> {
             let mut shown = 0u64;
             loop {
                 let v = view(&client, name).await?;
+                let at = timestamp();
                 if *json {
-                    println!("{}", v.json());
+                    let json = v.json();
+                    // The same object, with the time of the read first.
+                    println!("{{\"at\":{},{}", json_str(&at), &json[1..]);
                 } else {
-                    println!("{}", v.text());
+                    println!("at {at}\n{}", v.text());
                 }
                 shown += 1;
                 if count.is_some_and(|c| shown >= c) {
