@@ -24,7 +24,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use redis_locks::{Error, HoldKind, HolderInfo, LockClient, LockInfo, WaiterInfo};
+use redis_locks::{Error, HoldKind, HolderInfo, LockClient, LockInfo, RedisConfig, WaiterInfo};
 
 #[derive(Parser)]
 #[command(
@@ -369,8 +369,13 @@ async fn list(url: &str, prefix: &str, pattern: &str) -> redis_locks::Result<Vec
             what: "Redis URL",
             reason: e.to_string(),
         })?;
+    // The same timeouts as the library's own connection.
+    let timeouts = RedisConfig::default();
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(timeouts.connect_timeout))
+        .set_response_timeout(Some(timeouts.response_timeout));
     let mut conn = redis_client
-        .get_multiplexed_async_connection()
+        .get_multiplexed_async_connection_with_config(&config)
         .await
         .map_err(conn_err)?;
     // Keys are `<prefix>:{<name>}:<part>`: the prefix is literal, the pattern a glob on the
