@@ -148,6 +148,16 @@ pub enum Error {
         /// The capacity in use and the one asked for.
         detail: String,
     },
+    /// The server is too old (or not compatible) for the library's scripts: it needs Redis
+    /// 7.0 or later, or Valkey 7.2 or later (script flags on the shebang line, `PEXPIRE` with
+    /// `NX`/`GT`, sharded pub/sub on Cluster). Nothing was written.
+    #[error("{server} {version} is not supported: redis-locks needs Redis 7.0 or later (or Valkey 7.2 or later) for script flags, PEXPIRE NX/GT and sharded pub/sub; upgrade the server")]
+    UnsupportedServer {
+        /// What the server calls itself in its `HELLO` reply (`redis`, `valkey` ...).
+        server: String,
+        /// Its version.
+        version: String,
+    },
     /// The lease was lost while work ran under it (see `with_lock` helpers).
     #[error("the lease on lock `{name}` was lost before the work finished")]
     LeaseLost {

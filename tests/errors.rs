@@ -74,3 +74,49 @@ async fn a_service_that_is_not_redis_is_named_as_such() {
     );
     drop(service);
 }
+
+/// A server that answers like Redis 6.2 (every command gets the `HELLO` map of a 6.2 server)
+/// is refused at connect with the versions the library needs.
+#[tokio::test]
+async fn a_server_older_than_redis_7_is_refused_at_connect() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let server = tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let hello = b"%3\r\n+server\r\n+redis\r\n+version\r\n+6.2.14\r\n+proto\r\n:3\r\n";
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                // One reply per command: commands are RESP arrays, each starting with `*`.
+                while let Ok(n) = stream.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    let commands = buf[..n].iter().filter(|&&b| b == b'*').count();
+                    for _ in 0..commands {
+                        if stream.write_all(hello).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let url = format!("redis://127.0.0.1:{port}/");
+    let err = quick()
+        .connect(&url)
+        .await
+        .expect_err("Redis 6.2 is refused");
+    let text = err.to_string();
+    assert!(
+        matches!(err, redis_locks::Error::UnsupportedServer { .. }),
+        "{err:?}"
+    );
+    assert!(
+        text.contains("6.2.14") && text.contains("Redis 7.0 or later"),
+        "{text}"
+    );
+    server.abort();
+}

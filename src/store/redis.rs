@@ -145,6 +145,26 @@ pub(crate) fn parse_url(url: &str) -> Result<ConnectionInfo> {
         .map_err(|e| Error::invalid("Redis URL", e.to_string()))
 }
 
+/// Redis 7.0 or later, Valkey 7.2 or later (every Valkey release is 7.2 or later); another
+/// server that answers `HELLO` like Redis is judged by its version as Redis would be.
+fn supported_server(server: &str, version: &str) -> Result<()> {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    let needed = if server.eq_ignore_ascii_case("valkey") {
+        (7, 2)
+    } else {
+        (7, 0)
+    };
+    if (major, minor) >= needed {
+        Ok(())
+    } else {
+        Err(Error::UnsupportedServer {
+            server: server.to_owned(),
+            version: version.to_owned(),
+        })
+    }
+}
+
 /// Classifies a failure to connect to `address`: a reply that is not the Redis protocol
 /// means another service listens there.
 fn connect_error(address: &str, err: redis::RedisError) -> Error {
@@ -176,8 +196,28 @@ impl RedisStore {
         let hub = WakeHub::remote();
         let (store, subscriber) =
             Self::connect_to_hub(info, config, hub.clone(), Connect::Now).await?;
+        store.check_server().await?;
         hub.start(subscriber);
         Ok(store)
+    }
+
+    /// Refuses a server the scripts cannot run on, from its `HELLO` reply (`server`,
+    /// `version`); a reply without them is let through (the scripts then say what fails).
+    async fn check_server(&self) -> Result<()> {
+        let hello: Value = self.query(redis::cmd("HELLO").arg(3)).await?;
+        let field = |name: &str| -> Option<String> {
+            let Value::Map(pairs) = &hello else {
+                return None;
+            };
+            pairs.iter().find_map(|(k, v)| {
+                let key: String = redis::from_redis_value_ref(k).ok()?;
+                (key == name).then(|| redis::from_redis_value_ref(v).ok())?
+            })
+        };
+        match (field("server"), field("version")) {
+            (Some(server), Some(version)) => supported_server(&server, &version),
+            _ => Ok(()),
+        }
     }
 
     /// Connects with the pushes of the connection delivered to `hub`, which the caller starts
@@ -593,7 +633,31 @@ impl Store for RedisStore {
 
 #[cfg(test)]
 mod tests {
-    use super::check_tls_support;
+    use super::{check_tls_support, supported_server};
+
+    #[test]
+    fn servers_older_than_the_scripts_need_are_refused() {
+        for (server, version) in [("redis", "7.0.0"), ("redis", "7.2.4"), ("redis", "8.0.1")] {
+            assert!(
+                supported_server(server, version).is_ok(),
+                "{server} {version}"
+            );
+        }
+        for (server, version) in [("valkey", "7.2.5"), ("valkey", "8.1.0")] {
+            assert!(
+                supported_server(server, version).is_ok(),
+                "{server} {version}"
+            );
+        }
+        for (server, version) in [("redis", "6.2.14"), ("redis", "5.0.7"), ("valkey", "7.0.0")] {
+            let err = supported_server(server, version).unwrap_err();
+            let text = err.to_string();
+            assert!(
+                text.contains(version) && text.contains("7.0 or later"),
+                "{text}"
+            );
+        }
+    }
 
     #[test]
     fn a_tls_url_without_the_feature_names_the_feature() {
