@@ -17,6 +17,40 @@
 --        Error RLMIXED when the lease lock of the same name has a live holder, RLCAPACITY
 --        when the queue is in use with another capacity (either way the caller's queue place,
 --        if any, is removed).
+
+-- Fast path: a claim on an empty queue (no holder, waiter, ticket counter or capacity marker)
+-- of a name the lease lock does not use either: one EXISTS answers, and the grant is made
+-- without the helpers below, with the capacity marker the general logic would leave. The
+-- same as the general logic from that state.
+if redis.call('EXISTS', H, Q, HB, TK, CAP, LW, LR) == 0 then
+  local weight, want = tonumber(ARGV[4]), tonumber(string.match(ARGV[7], '%d+$'))
+  if weight and want and weight >= 1 and weight <= want then
+    local lease = tonumber(ARGV[5])
+    local fence
+    if weight >= want then
+      fence = redis.pcall('INCR', FENCE)
+      if type(fence) == 'table' then fence = nil end
+    else
+      fence = redis.call('GET', FENCE) or '0'
+      fence = string.match(fence, '^%-?%d+$') and tonumber(fence)
+    end
+    if not fence then
+      error({ err = 'RLCORRUPT key ' .. FENCE .. ' does not hold a redis-locks counter' })
+    end
+    local member = ARGV[3]
+    if weight ~= 1 then member = member .. '#' .. weight end
+    redis.call('ZADD', H, NOW + lease, member)
+    local mark = (string.sub(ARGV[7], 1, 1) == '=' and '=' or '~') .. want
+    if EXPLICIT_NOW then
+      redis.call('SET', CAP, mark)
+    else
+      redis.call('PEXPIRE', H, math.max(1, lease))
+      redis.call('SET', CAP, mark, 'PX', math.max(1, lease))
+    end
+    return { 1, fence, lease }
+  end
+end
+-- @general
 local token, weight = ARGV[3], tonumber(ARGV[4])
 local lease, heartbeat = tonumber(ARGV[5]), tonumber(ARGV[6])
 local wait = ARGV[8] == '1'

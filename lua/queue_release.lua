@@ -4,9 +4,18 @@
 -- ARGV[1] now   ARGV[2] publish command   ARGV[3] token   ARGV[4] weight
 -- ARGV[5] heartbeat_ms (claim window for waiters granted here)   ARGV[6] capacity (as in queue_acquire.lua)
 -- Reply: 1 if the token held permits (a live lease) until this call, else 0.
+
+-- Fast path: nobody waits (no queue, no heartbeats): drop the lapsed holders and the caller's
+-- hold, as the general logic does from that state; no one is promoted, no TTL grows.
+if redis.call('EXISTS', Q, HB) == 0 then
+  redis.call('ZREMRANGEBYSCORE', H, '-inf', NOW)
+  local member, weight = ARGV[3], tonumber(ARGV[4])
+  if weight ~= 1 then member = member .. '#' .. weight end
+  return redis.call('ZREM', H, member)
+end
+-- @general
 local member = member_of(ARGV[3], tonumber(ARGV[4]))
 local heartbeat = tonumber(ARGV[5])
-local cap = capacity(ARGV[6])
 
 prune()
 local held = redis.call('ZREM', H, member)
@@ -14,6 +23,7 @@ if redis.call('ZREM', Q, member) == 1 then
   redis.call('ZREM', HB, member)
   QUEUE_SHRANK = true
 end
-promote(cap, heartbeat, nil)
+-- The capacity matters (and is read) only when someone waits to be promoted.
+if redis.call('EXISTS', Q) == 1 then promote(capacity(ARGV[6]), heartbeat, nil) end
 refresh_ttls()
 return held

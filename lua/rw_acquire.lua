@@ -13,6 +13,35 @@
 --        announced_until: the announcement's heartbeat deadline in server ms, -1 when the
 --        claim did not announce itself; a hand-off to this claim names the same deadline).
 --        Error RLMIXED when the ticket queue of the same name has a live holder.
+
+-- Fast path: a claim on a free lock, with no writer record (live or not), reader, waiting
+-- writer or ticket-queue holder: one EXISTS answers, and the grant is made without the
+-- helpers below. The same as the general logic from that state.
+if redis.call('EXISTS', W, R, WQ, QH) == 0 then
+  local lease = tonumber(ARGV[5])
+  if ARGV[4] == 'w' then
+    local fence = redis.pcall('INCR', FENCE)
+    if type(fence) == 'table' then
+      error({ err = 'RLCORRUPT key ' .. FENCE .. ' does not hold a redis-locks counter' })
+    end
+    local record = string.format('%d', NOW + lease) .. '|' .. ARGV[3]
+    if EXPLICIT_NOW then
+      redis.call('SET', W, record)
+    else
+      redis.call('SET', W, record, 'PX', math.max(1, lease))
+    end
+    return { 1, fence, lease }
+  elseif ARGV[4] == 'r' then
+    local fence = redis.call('GET', FENCE) or '0'
+    if not string.match(fence, '^%-?%d+$') then
+      error({ err = 'RLCORRUPT key ' .. FENCE .. ' does not hold a redis-locks counter' })
+    end
+    redis.call('ZADD', R, NOW + lease, ARGV[3])
+    if not EXPLICIT_NOW then redis.call('PEXPIRE', R, math.max(1, lease)) end
+    return { 1, tonumber(fence), lease }
+  end
+end
+-- @general
 local token, mode = ARGV[3], ARGV[4]
 local lease, policy = tonumber(ARGV[5]), ARGV[6]
 local wait, heartbeat = ARGV[7] == '1', tonumber(ARGV[8])

@@ -30,7 +30,7 @@ local function live_writer()
 end
 
 local function set_writer(token, deadline)
-  local record = tostring(deadline) .. '|' .. token
+  local record = string.format('%d', deadline) .. '|' .. token
   if EXPLICIT_NOW then
     redis.call('SET', W, record)
   else

@@ -1,111 +1,304 @@
-//! The Lua scripts, pulled in at compile time. Each script is its file in `lua/`, preceded by
-//! the shared `prelude.lua` and its family's `*_common.lua` (static text joined by `concat!`,
-//! never code built from data).
+//! The Lua scripts, pulled in at compile time (`include_str!`) and assembled once per process.
+//!
+//! Each step is its file in `lua/`, run with the shared `prelude.lua` and its family's
+//! `*_common.lua`. A script is assembled in this order:
+//!
+//! 1. the shebang line with the step's flags;
+//! 2. the top-level statements of the prelude and the common file (the clock, the key names);
+//! 3. the step's **fast path**, if it has one: the part of the step file above its
+//!    `-- @general` line, which answers the common cases (a free lock, nobody waiting) with
+//!    the fewest calls and returns, or falls through;
+//! 4. the helper functions of the prelude and the common file that the rest of the script
+//!    calls, directly or through another helper, in their file order; the others are left out,
+//!    because every `local function` of a script is a closure built again on every call;
+//! 5. the step's general logic.
+//!
+//! A fast path uses no helper (none is defined yet where it runs), so a call it answers
+//! builds none. Every fast path must leave the same state and give the same reply as the
+//! general logic would from the same state: `tests/fast_paths.rs` runs both side by side
+//! (the [`Variant::General`] scripts have no fast path), and the model check counts, through
+//! [`Variant::Probed`], that its runs take every fast path and every general one.
+//!
+//! The text is static (files of this crate joined by rules that only drop whole helper
+//! functions), never code built from data.
 
+use std::collections::BTreeSet;
 use std::sync::LazyLock;
 
 use redis::Script;
 
-// The first line is a Redis 7 shebang: without flags, Redis refuses the whole script with
-// -OOM when `maxmemory` is reached, before it runs (a script that has written once is
-// otherwise let through, and every script prunes before it grants). Steps that only give
-// up or renew what a holder has carry `allow-oom`, so holders can still let go; read-only
-// steps carry `no-writes`.
-macro_rules! lua {
-    ($flags:literal, $common:literal, $file:literal) => {
-        concat!(
-            $flags,
-            "\n",
-            include_str!("../lua/prelude.lua"),
-            "\n",
-            include_str!(concat!("../lua/", $common)),
-            "\n",
-            include_str!(concat!("../lua/", $file))
-        )
-    };
-}
+/// The line that ends a step's fast path.
+const GENERAL: &str = "-- @general";
 
-/// Script sources, by name (also used by tools that want to load them by hand).
-pub const SOURCES: &[(&str, &str)] = &[
+const PRELUDE: &str = include_str!("../lua/prelude.lua");
+const RW_COMMON: &str = include_str!("../lua/rw_common.lua");
+const QUEUE_COMMON: &str = include_str!("../lua/queue_common.lua");
+
+// The shebang flags: without flags, Redis refuses the whole script with -OOM when `maxmemory`
+// is reached, before it runs (a script that has written once is otherwise let through, and
+// every script prunes before it grants). Steps that only give up or renew what a holder has
+// carry `allow-oom`, so holders can still let go; read-only steps carry `no-writes`.
+const PLAIN: &str = "#!lua";
+const ALLOW_OOM: &str = "#!lua flags=allow-oom";
+const NO_WRITES: &str = "#!lua flags=no-writes";
+
+/// Every step: name, flags, common file (if any), step file.
+const STEPS: &[(&str, &str, Option<&str>, &str)] = &[
     (
         "rw_acquire",
-        lua!("#!lua", "rw_common.lua", "rw_acquire.lua"),
+        PLAIN,
+        Some(RW_COMMON),
+        include_str!("../lua/rw_acquire.lua"),
     ),
     (
         "rw_release",
-        lua!("#!lua flags=allow-oom", "rw_common.lua", "rw_release.lua"),
+        ALLOW_OOM,
+        Some(RW_COMMON),
+        include_str!("../lua/rw_release.lua"),
     ),
     (
         "rw_extend",
-        lua!("#!lua flags=allow-oom", "rw_common.lua", "rw_extend.lua"),
+        ALLOW_OOM,
+        Some(RW_COMMON),
+        include_str!("../lua/rw_extend.lua"),
     ),
     (
         "rw_downgrade",
-        lua!("#!lua flags=allow-oom", "rw_common.lua", "rw_downgrade.lua"),
+        ALLOW_OOM,
+        Some(RW_COMMON),
+        include_str!("../lua/rw_downgrade.lua"),
     ),
     (
         "rw_inspect",
-        lua!("#!lua flags=no-writes", "rw_common.lua", "rw_inspect.lua"),
+        NO_WRITES,
+        Some(RW_COMMON),
+        include_str!("../lua/rw_inspect.lua"),
     ),
     (
         "queue_acquire",
-        lua!("#!lua", "queue_common.lua", "queue_acquire.lua"),
+        PLAIN,
+        Some(QUEUE_COMMON),
+        include_str!("../lua/queue_acquire.lua"),
     ),
     (
         "queue_release",
-        lua!(
-            "#!lua flags=allow-oom",
-            "queue_common.lua",
-            "queue_release.lua"
-        ),
+        ALLOW_OOM,
+        Some(QUEUE_COMMON),
+        include_str!("../lua/queue_release.lua"),
     ),
     (
         "queue_extend",
-        lua!(
-            "#!lua flags=allow-oom",
-            "queue_common.lua",
-            "queue_extend.lua"
-        ),
+        ALLOW_OOM,
+        Some(QUEUE_COMMON),
+        include_str!("../lua/queue_extend.lua"),
     ),
     (
         "queue_downgrade",
-        lua!(
-            "#!lua flags=allow-oom",
-            "queue_common.lua",
-            "queue_downgrade.lua"
-        ),
+        ALLOW_OOM,
+        Some(QUEUE_COMMON),
+        include_str!("../lua/queue_downgrade.lua"),
     ),
     (
         "queue_set_permits",
-        lua!("#!lua", "queue_common.lua", "queue_set_permits.lua"),
+        PLAIN,
+        Some(QUEUE_COMMON),
+        include_str!("../lua/queue_set_permits.lua"),
     ),
     (
         "queue_inspect",
-        lua!(
-            "#!lua flags=no-writes",
-            "queue_common.lua",
-            "queue_inspect.lua"
-        ),
+        NO_WRITES,
+        Some(QUEUE_COMMON),
+        include_str!("../lua/queue_inspect.lua"),
     ),
     (
         "force_release",
-        concat!(
-            "#!lua flags=allow-oom\n",
-            include_str!("../lua/prelude.lua"),
-            "\n",
-            include_str!("../lua/force_release.lua")
-        ),
+        ALLOW_OOM,
+        None,
+        include_str!("../lua/force_release.lua"),
     ),
     (
         "raise_fence",
-        concat!(
-            "#!lua\n",
-            include_str!("../lua/prelude.lua"),
-            "\n",
-            include_str!("../lua/raise_fence.lua")
-        ),
+        PLAIN,
+        None,
+        include_str!("../lua/raise_fence.lua"),
     ),
 ];
+
+/// Which form of the scripts a store runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "testing"), allow(dead_code))]
+pub enum Variant {
+    /// What the library runs: fast paths, then the general logic.
+    Production,
+    /// Without the fast paths: every call runs the general logic (the reference the fast
+    /// paths are compared with).
+    General,
+    /// The production scripts, plus a `PUBLISH` on [`PROBE_CHANNEL`] of `<step>:call` when a
+    /// step starts and `<step>:general` when a call reaches the general logic (tests count
+    /// which paths their runs took).
+    Probed,
+}
+
+/// The channel [`Variant::Probed`] scripts report their paths on.
+pub const PROBE_CHANNEL: &str = "redis-locks-probe";
+
+/// A part of a shared file: a helper function (with the comment above it) or anything else.
+struct Piece<'a> {
+    function: Option<&'a str>,
+    text: String,
+}
+
+/// Splits a shared file into top-level statements and `local function` helpers; a helper
+/// runs from its `local function NAME(` line (with the comment lines just above it) to the
+/// first line that is exactly `end`.
+fn pieces(src: &str) -> Vec<Piece<'_>> {
+    let mut out = Vec::new();
+    let mut comments = String::new();
+    let mut lines = src.lines();
+    while let Some(line) = lines.next() {
+        if let Some(rest) = line.strip_prefix("local function ") {
+            let name = rest.split('(').next().unwrap_or_default().trim();
+            let mut text = std::mem::take(&mut comments);
+            text.push_str(line);
+            text.push('\n');
+            for body in lines.by_ref() {
+                text.push_str(body);
+                text.push('\n');
+                if body == "end" {
+                    break;
+                }
+            }
+            out.push(Piece {
+                function: Some(name),
+                text,
+            });
+        } else if line.starts_with("--") || line.trim().is_empty() {
+            comments.push_str(line);
+            comments.push('\n');
+        } else {
+            let mut text = std::mem::take(&mut comments);
+            text.push_str(line);
+            text.push('\n');
+            out.push(Piece {
+                function: None,
+                text,
+            });
+        }
+    }
+    out
+}
+
+/// The identifiers in Lua `code`, outside comments.
+fn identifiers(code: &str) -> BTreeSet<&str> {
+    let mut out = BTreeSet::new();
+    for line in code.lines() {
+        let line = line.split("--").next().unwrap_or_default();
+        for word in line.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+            if !word.is_empty() {
+                out.insert(word);
+            }
+        }
+    }
+    out
+}
+
+/// Assembles one step's script (see the module docs).
+fn assemble(name: &str, flags: &str, common: Option<&str>, step: &str, variant: Variant) -> String {
+    let shared: Vec<Piece<'_>> = pieces(PRELUDE)
+        .into_iter()
+        .chain(common.map(pieces).unwrap_or_default())
+        .collect();
+    let (fast, general) = match step.split_once(&format!("\n{GENERAL}\n")) {
+        Some((fast, general)) => (fast, general),
+        None => ("", step),
+    };
+    let fast = if variant == Variant::General {
+        ""
+    } else {
+        fast
+    };
+
+    // The helpers the script calls, directly or through each other.
+    let mut needed: BTreeSet<&str> = identifiers(fast)
+        .into_iter()
+        .chain(identifiers(general))
+        .collect();
+    for p in shared.iter().filter(|p| p.function.is_none()) {
+        needed.extend(identifiers(&p.text));
+    }
+    loop {
+        let before = needed.len();
+        for p in &shared {
+            if let Some(f) = p.function {
+                if needed.contains(f) {
+                    needed.extend(identifiers(&p.text));
+                }
+            }
+        }
+        if needed.len() == before {
+            break;
+        }
+    }
+
+    let mut out = String::new();
+    out.push_str(flags);
+    out.push('\n');
+    for p in shared.iter().filter(|p| p.function.is_none()) {
+        out.push_str(&p.text);
+    }
+    if variant == Variant::Probed {
+        out.push_str(&format!(
+            "redis.pcall('PUBLISH', '{PROBE_CHANNEL}', '{name}:call')\n"
+        ));
+    }
+    out.push_str(fast);
+    out.push('\n');
+    for p in &shared {
+        if let Some(f) = p.function {
+            if needed.contains(f) {
+                out.push_str(&p.text);
+            }
+        }
+    }
+    if variant == Variant::Probed {
+        out.push_str(&format!(
+            "redis.pcall('PUBLISH', '{PROBE_CHANNEL}', '{name}:general')\n"
+        ));
+    }
+    out.push_str(general);
+    out
+}
+
+/// Every script of `variant`, by step name.
+fn sources_of(variant: Variant) -> Vec<(&'static str, String)> {
+    STEPS
+        .iter()
+        .map(|(name, flags, common, step)| (*name, assemble(name, flags, *common, step, variant)))
+        .collect()
+}
+
+static SOURCES: LazyLock<Vec<(&'static str, String)>> =
+    LazyLock::new(|| sources_of(Variant::Production));
+
+/// The production script sources, by step name (also for tools that load them by hand).
+pub fn sources() -> &'static [(&'static str, String)] {
+    &SOURCES
+}
+
+/// The script sources of `variant`, by step name.
+#[cfg_attr(not(feature = "testing"), allow(dead_code))]
+pub fn sources_of_variant(variant: Variant) -> &'static [(&'static str, String)] {
+    match variant {
+        Variant::Production => &SOURCES,
+        Variant::General => &GENERAL_SOURCES,
+        Variant::Probed => &PROBED_SOURCES,
+    }
+}
+
+static GENERAL_SOURCES: LazyLock<Vec<(&'static str, String)>> =
+    LazyLock::new(|| sources_of(Variant::General));
+static PROBED_SOURCES: LazyLock<Vec<(&'static str, String)>> =
+    LazyLock::new(|| sources_of(Variant::Probed));
 
 /// The compiled scripts (SHA1 computed once).
 pub(crate) struct Scripts {
@@ -124,26 +317,117 @@ pub(crate) struct Scripts {
     pub raise_fence: Script,
 }
 
-fn source(name: &str) -> &'static str {
-    SOURCES
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, s)| *s)
-        .unwrap_or_default()
+impl Scripts {
+    fn of(variant: Variant) -> Scripts {
+        let sources = sources_of_variant(variant);
+        let script = |name: &str| {
+            Script::new(
+                sources
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, s)| s.as_str())
+                    .unwrap_or_default(),
+            )
+        };
+        Scripts {
+            rw_acquire: script("rw_acquire"),
+            rw_release: script("rw_release"),
+            rw_extend: script("rw_extend"),
+            rw_downgrade: script("rw_downgrade"),
+            rw_inspect: script("rw_inspect"),
+            queue_acquire: script("queue_acquire"),
+            queue_release: script("queue_release"),
+            queue_extend: script("queue_extend"),
+            queue_downgrade: script("queue_downgrade"),
+            queue_set_permits: script("queue_set_permits"),
+            queue_inspect: script("queue_inspect"),
+            force_release: script("force_release"),
+            raise_fence: script("raise_fence"),
+        }
+    }
+
+    /// The compiled scripts of `variant`.
+    pub(crate) fn get(variant: Variant) -> &'static Scripts {
+        static PRODUCTION: LazyLock<Scripts> = LazyLock::new(|| Scripts::of(Variant::Production));
+        static GENERAL: LazyLock<Scripts> = LazyLock::new(|| Scripts::of(Variant::General));
+        static PROBED: LazyLock<Scripts> = LazyLock::new(|| Scripts::of(Variant::Probed));
+        match variant {
+            Variant::Production => &PRODUCTION,
+            Variant::General => &GENERAL,
+            Variant::Probed => &PROBED,
+        }
+    }
 }
 
-pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    rw_acquire: Script::new(source("rw_acquire")),
-    rw_release: Script::new(source("rw_release")),
-    rw_extend: Script::new(source("rw_extend")),
-    rw_downgrade: Script::new(source("rw_downgrade")),
-    rw_inspect: Script::new(source("rw_inspect")),
-    queue_acquire: Script::new(source("queue_acquire")),
-    queue_release: Script::new(source("queue_release")),
-    queue_extend: Script::new(source("queue_extend")),
-    queue_downgrade: Script::new(source("queue_downgrade")),
-    queue_set_permits: Script::new(source("queue_set_permits")),
-    queue_inspect: Script::new(source("queue_inspect")),
-    force_release: Script::new(source("force_release")),
-    raise_fence: Script::new(source("raise_fence")),
-});
+/// The source of any of the crate's scripts (every variant), by its SHA1.
+#[cfg(feature = "cluster")]
+pub(crate) fn source_by_hash(sha: &str) -> Option<&'static str> {
+    use std::collections::HashMap;
+    static BY_HASH: LazyLock<HashMap<String, &'static str>> = LazyLock::new(|| {
+        [Variant::Production, Variant::General, Variant::Probed]
+            .into_iter()
+            .flat_map(sources_of_variant)
+            .map(|(_, src)| (Script::new(src).get_hash().to_owned(), src.as_str()))
+            .collect()
+    });
+    BY_HASH.get(sha).copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn helpers_a_script_does_not_call_are_left_out() {
+        let extend = &sources()
+            .iter()
+            .find(|(n, _)| *n == "rw_extend")
+            .expect("rw_extend")
+            .1;
+        assert!(extend.contains("local function live_writer("));
+        assert!(extend.contains("local function set_writer("));
+        assert!(!extend.contains("local function hand_over("));
+        assert!(!extend.contains("local function zrem_all("));
+        // A helper called only through another one is kept.
+        let release = &sources()
+            .iter()
+            .find(|(n, _)| *n == "rw_release")
+            .expect("rw_release")
+            .1;
+        assert!(release.contains("local function hand_over("));
+        assert!(release.contains("local function incr_counter("));
+        assert!(release.contains("local function corrupt_counter("));
+    }
+
+    #[test]
+    fn fast_paths_come_before_the_helpers_and_only_in_production() {
+        for variant in [Variant::Production, Variant::General, Variant::Probed] {
+            let acquire = &sources_of_variant(variant)
+                .iter()
+                .find(|(n, _)| *n == "rw_acquire")
+                .expect("rw_acquire")
+                .1;
+            let helpers = acquire.find("local function ").expect("helpers");
+            let fast = acquire.find("-- Fast path");
+            if variant == Variant::General {
+                assert_eq!(fast, None);
+            } else {
+                assert!(fast.expect("a fast path") < helpers);
+            }
+            assert_eq!(
+                acquire.contains(PROBE_CHANNEL),
+                variant == Variant::Probed,
+                "{variant:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_step_has_its_script() {
+        assert_eq!(sources().len(), STEPS.len());
+        for (name, source) in sources() {
+            assert!(source.starts_with("#!lua"), "{name}");
+            assert!(!source.contains(GENERAL), "{name}: the marker is not sent");
+        }
+    }
+}

@@ -11,7 +11,7 @@
 //!   store publishes and delivers it to each client's own hub late, out of order or never.
 //! - [`store`] and [`keys`] expose the protocol steps behind the handles (the [`store::Store`]
 //!   contract, its Redis, quorum and in-memory implementations, and the explicit clock the
-//!   model checks use), and [`SCRIPT_SOURCES`] the Lua scripts. An explicit `now` turns off
+//!   model checks use), and [`script_sources`] the Lua scripts. An explicit `now` turns off
 //!   key TTLs: never point these at a production server.
 
 #[cfg(feature = "testing")]
@@ -22,7 +22,9 @@ use std::sync::Arc;
 #[cfg(feature = "testing")]
 pub use crate::hub::WakeHub;
 #[cfg(feature = "testing")]
-pub use crate::scripts::SOURCES as SCRIPT_SOURCES;
+pub use crate::scripts::{
+    sources as script_sources, sources_of_variant, Variant as ScriptVariant, PROBE_CHANNEL,
+};
 
 /// The store contract: one method per protocol step, and its implementations.
 #[cfg(feature = "testing")]

@@ -8,18 +8,28 @@ use support::RedisServer;
 #[test]
 fn every_script_loads() {
     let server = RedisServer::start();
-    assert!(!redis_locks::testing::SCRIPT_SOURCES.is_empty());
-    for (name, source) in redis_locks::testing::SCRIPT_SOURCES {
-        assert!(source.starts_with("#!lua"), "{name}: no shebang line");
-        let sha = server.cli(&["SCRIPT", "LOAD", source]);
-        assert_eq!(sha.len(), 40, "{name} did not load: {sha}");
+    use redis_locks::testing::{sources_of_variant, ScriptVariant};
+    let mut n = 0;
+    for variant in [
+        ScriptVariant::Production,
+        ScriptVariant::General,
+        ScriptVariant::Probed,
+    ] {
+        for (name, source) in sources_of_variant(variant) {
+            n += 1;
+            assert!(source.starts_with("#!lua"), "{name}: no shebang line");
+            let sha = server.cli(&["SCRIPT", "LOAD", source]);
+            assert_eq!(sha.len(), 40, "{name} ({variant:?}) did not load: {sha}");
+        }
     }
+    assert!(n >= 3 * 13, "{n} scripts");
 }
 
 /// Every file in `lua/` reaches the server: a step file is the script of its own name in
-/// `SCRIPT_SOURCES` (its text at the end of that source), and the shared files (`prelude.lua`,
-/// `*_common.lua`) are part of a source. A script added to `lua/` but not to `SOURCES` (so
-/// neither loaded nor run by SHA) fails here.
+/// `script_sources()` (its fast path, if any, and its general logic at the end of that
+/// source), and every helper of the shared files (`prelude.lua`, `*_common.lua`) is part of
+/// at least one script (a helper no script calls is dead code). A script added to `lua/` but
+/// not to the list in src/scripts.rs (so neither loaded nor run by SHA) fails here.
 #[test]
 fn every_lua_file_is_a_script_or_part_of_one() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("lua");
@@ -30,7 +40,7 @@ fn every_lua_file_is_a_script_or_part_of_one() {
         .collect();
     files.sort();
     assert!(!files.is_empty(), "no scripts in {}", dir.display());
-    let sources = redis_locks::testing::SCRIPT_SOURCES;
+    let sources = redis_locks::testing::script_sources();
     let mut steps = 0;
     for path in &files {
         let stem = path
@@ -39,24 +49,41 @@ fn every_lua_file_is_a_script_or_part_of_one() {
             .expect("file name");
         let text = std::fs::read_to_string(path).expect("script text");
         if stem == "prelude" || stem.ends_with("_common") {
+            let helpers: Vec<&str> = text
+                .lines()
+                .filter(|l| l.starts_with("local function "))
+                .collect();
             assert!(
-                sources.iter().any(|(_, source)| source.contains(&text)),
-                "lua/{stem}.lua is part of no script in SCRIPT_SOURCES"
+                !helpers.is_empty() || stem != "prelude",
+                "no helpers in prelude.lua"
             );
+            for helper in helpers {
+                assert!(
+                    sources.iter().any(|(_, source)| source.contains(helper)),
+                    "lua/{stem}.lua: `{helper}` is part of no script (dead code?)"
+                );
+            }
             continue;
         }
         steps += 1;
         let Some((_, source)) = sources.iter().find(|(name, _)| *name == stem) else {
-            panic!("lua/{stem}.lua is not in SCRIPT_SOURCES (src/scripts.rs)");
+            panic!("lua/{stem}.lua is not a script of src/scripts.rs");
         };
+        let (fast, general) = text
+            .split_once("\n-- @general\n")
+            .unwrap_or(("", text.as_str()));
         assert!(
-            source.ends_with(&text),
-            "SCRIPT_SOURCES[{stem}] does not end with lua/{stem}.lua"
+            source.ends_with(general),
+            "the {stem} script does not end with the general logic of lua/{stem}.lua"
+        );
+        assert!(
+            source.contains(fast),
+            "the {stem} script lacks the fast path of lua/{stem}.lua"
         );
     }
     assert_eq!(
         steps,
         sources.len(),
-        "SCRIPT_SOURCES has entries without a file in lua/"
+        "src/scripts.rs has scripts without a file in lua/"
     );
 }

@@ -93,7 +93,7 @@ fn the_tested_acl_rule_is_the_documented_one() {
 
 /// The SHA1 of every script, by name.
 fn script_shas() -> Vec<(&'static str, String)> {
-    redis_locks::testing::SCRIPT_SOURCES
+    redis_locks::testing::script_sources()
         .iter()
         .map(|(name, source)| (*name, redis::Script::new(source).get_hash().to_owned()))
         .collect()

@@ -14,7 +14,7 @@ use super::{ms, Acquire, Claim, Family, PermitChange, Slot, Snapshot, Store};
 use crate::error::{Error, Result};
 use crate::hub::{Subscriber, WakeHub};
 use crate::keys::LockKeys;
-use crate::scripts::SCRIPTS;
+use crate::scripts::{Scripts, Variant};
 use crate::wire::{
     AcquireReply, Argv, Change, DowngradeReply, Fence, Flag, HandOver, LeaseLockView, Ms, NoArgs,
     Now, Permits, Publish, QueueAcquireArgs, QueueDowngradeArgs, QueueExtendArgs, QueueReleaseArgs,
@@ -85,6 +85,8 @@ pub struct RedisStore {
     /// quorum mode: each server would pick its own next writer, and a wake-up from one server
     /// is no majority grant.
     hand_over: bool,
+    /// The scripts this store runs (the production ones, except in tests).
+    scripts: &'static Scripts,
 }
 
 impl fmt::Debug for RedisStore {
@@ -265,6 +267,7 @@ impl RedisStore {
             hub,
             publish: Publish::Plain,
             hand_over: true,
+            scripts: Scripts::get(Variant::Production),
         };
         Ok((store, subscriber))
     }
@@ -296,6 +299,7 @@ impl RedisStore {
             hub,
             publish: Publish::Sharded,
             hand_over: true,
+            scripts: Scripts::get(Variant::Production),
         })
     }
 
@@ -322,6 +326,14 @@ impl RedisStore {
                 );
             }
         }
+    }
+
+    /// This store runs the scripts of `variant` instead of the production ones (tests:
+    /// the fast paths against the general logic, and which paths a run took).
+    #[cfg(feature = "testing")]
+    pub fn with_scripts(mut self, variant: Variant) -> Self {
+        self.scripts = Scripts::get(variant);
+        self
     }
 
     /// This store's writer releases no longer hand the lock to the next waiting writer.
@@ -413,7 +425,7 @@ async fn invoke_cluster<T: FromRedisValue>(
         .arg(args);
     match evalsha.query_async(conn).await {
         Err(err) if err.code() == Some("NOSCRIPT") => {
-            let Some(source) = source_of(script) else {
+            let Some(source) = crate::scripts::source_by_hash(script.get_hash()) else {
                 return Err(err);
             };
             let mut eval = redis::cmd("EVAL");
@@ -424,19 +436,6 @@ async fn invoke_cluster<T: FromRedisValue>(
     }
 }
 
-/// The source of one of the crate's scripts, by its SHA1.
-#[cfg(feature = "cluster")]
-fn source_of(script: &Script) -> Option<&'static str> {
-    static BY_HASH: std::sync::LazyLock<std::collections::HashMap<String, &'static str>> =
-        std::sync::LazyLock::new(|| {
-            crate::scripts::SOURCES
-                .iter()
-                .map(|(_, src)| (Script::new(src).get_hash().to_owned(), *src))
-                .collect()
-        });
-    BY_HASH.get(script.get_hash()).copied()
-}
-
 impl RedisStore {
     /// Raises the lock's fence counter to at least `fence` (quorum mode: a server that
     /// lagged must never hand out a smaller fence than the majority did).
@@ -445,7 +444,7 @@ impl RedisStore {
         let Fence(reached) = self
             .run(
                 lock,
-                &SCRIPTS.raise_fence,
+                &self.scripts.raise_fence,
                 &keys,
                 None,
                 RaiseFenceArgs { fence },
@@ -468,13 +467,19 @@ impl Store for RedisStore {
         let AcquireReply(reply) = match claim.slot {
             Slot::Write | Slot::Read => {
                 let args = RwAcquireArgs::new(claim, wait);
-                self.run(lock, &SCRIPTS.rw_acquire, &lock.lease_lock(), now, args)
-                    .await?
+                self.run(
+                    lock,
+                    &self.scripts.rw_acquire,
+                    &lock.lease_lock(),
+                    now,
+                    args,
+                )
+                .await?
             }
             Slot::Ticket { .. } => {
                 let args = QueueAcquireArgs::new(claim, wait);
                 let keys = lock.ticket_queue();
-                self.run(lock, &SCRIPTS.queue_acquire, &keys, now, args)
+                self.run(lock, &self.scripts.queue_acquire, &keys, now, args)
                     .await?
             }
         };
@@ -489,13 +494,19 @@ impl Store for RedisStore {
                     token: &claim.token,
                     hand_over: HandOver(self.hand_over),
                 };
-                self.run(lock, &SCRIPTS.rw_release, &lock.lease_lock(), now, args)
-                    .await?
+                self.run(
+                    lock,
+                    &self.scripts.rw_release,
+                    &lock.lease_lock(),
+                    now,
+                    args,
+                )
+                .await?
             }
             Slot::Ticket { .. } => {
                 let args = QueueReleaseArgs::new(claim);
                 let keys = lock.ticket_queue();
-                self.run(lock, &SCRIPTS.queue_release, &keys, now, args)
+                self.run(lock, &self.scripts.queue_release, &keys, now, args)
                     .await?
             }
         };
@@ -513,13 +524,13 @@ impl Store for RedisStore {
         let Flag(renewed) = match claim.slot {
             Slot::Write | Slot::Read => {
                 let args = RwExtendArgs::new(claim, lease);
-                self.run(lock, &SCRIPTS.rw_extend, &lock.lease_lock(), now, args)
+                self.run(lock, &self.scripts.rw_extend, &lock.lease_lock(), now, args)
                     .await?
             }
             Slot::Ticket { .. } => {
                 let args = QueueExtendArgs::new(claim, lease);
                 let keys = lock.ticket_queue();
-                self.run(lock, &SCRIPTS.queue_extend, &keys, now, args)
+                self.run(lock, &self.scripts.queue_extend, &keys, now, args)
                     .await?
             }
         };
@@ -540,13 +551,13 @@ impl Store for RedisStore {
                     lease: Ms(claim.lease),
                 };
                 let keys = lock.lease_lock();
-                self.run(lock, &SCRIPTS.rw_downgrade, &keys, now, args)
+                self.run(lock, &self.scripts.rw_downgrade, &keys, now, args)
                     .await?
             }
             Slot::Ticket { .. } => {
                 let args = QueueDowngradeArgs::new(claim);
                 let keys = lock.ticket_queue();
-                self.run(lock, &SCRIPTS.queue_downgrade, &keys, now, args)
+                self.run(lock, &self.scripts.queue_downgrade, &keys, now, args)
                     .await?
             }
         };
@@ -558,14 +569,14 @@ impl Store for RedisStore {
             Family::LeaseLock => {
                 let keys = lock.lease_lock();
                 let LeaseLockView(snapshot) = self
-                    .run(lock, &SCRIPTS.rw_inspect, &keys, now, NoArgs)
+                    .run(lock, &self.scripts.rw_inspect, &keys, now, NoArgs)
                     .await?;
                 Ok(snapshot)
             }
             Family::TicketQueue => {
                 let keys = lock.ticket_queue();
                 let TicketQueueView(snapshot) = self
-                    .run(lock, &SCRIPTS.queue_inspect, &keys, now, NoArgs)
+                    .run(lock, &self.scripts.queue_inspect, &keys, now, NoArgs)
                     .await?;
                 Ok(snapshot)
             }
@@ -585,7 +596,7 @@ impl Store for RedisStore {
         };
         let keys = lock.ticket_queue();
         let Permits(permits) = self
-            .run(lock, &SCRIPTS.queue_set_permits, &keys, now, args)
+            .run(lock, &self.scripts.queue_set_permits, &keys, now, args)
             .await?;
         Ok(permits)
     }
@@ -593,7 +604,7 @@ impl Store for RedisStore {
     async fn force_release(&self, lock: &LockKeys, now: Option<u64>) -> Result<u64> {
         let keys = lock.force_release();
         let Fence(fence) = self
-            .run(lock, &SCRIPTS.force_release, &keys, now, NoArgs)
+            .run(lock, &self.scripts.force_release, &keys, now, NoArgs)
             .await?;
         Ok(fence)
     }
