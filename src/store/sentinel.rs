@@ -96,7 +96,17 @@ impl SentinelConn {
         let client = sentinels
             .async_master_for(master, None)
             .await
-            .map_err(|e| crate::Error::from_redis("", e))?;
+            .map_err(|e| match e.kind() {
+                redis::ErrorKind::MasterNameNotFoundBySentinel => crate::Error::invalid(
+                    "Sentinel master name",
+                    format!(
+                        "no sentinel names a reachable primary for `{master}`: use a name from \
+                         the sentinels' `sentinel monitor <name> ...` lines (SENTINEL MASTERS \
+                         lists them), and check that the primary is up"
+                    ),
+                ),
+                _ => crate::Error::from_redis("", e),
+            })?;
         let info = client.get_connection_info().clone();
         let address = info.addr().to_string();
         let conn = super::redis::manager(info, config.clone(), hub.clone(), Connect::Now).await?;
