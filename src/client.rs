@@ -64,6 +64,26 @@ impl LockClient {
         Self::builder().cluster(urls).await
     }
 
+    /// Connects to the primary that the Redis Sentinels at `sentinel_urls` name for
+    /// `master_name`, with the default settings, and follows it through failovers (see
+    /// [`LockClientBuilder::sentinel`]).
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let client = redis_locks::LockClient::sentinel(
+    ///     &["redis://127.0.0.1:26379", "redis://127.0.0.1:26380"],
+    ///     "mymaster",
+    /// )
+    /// .await?;
+    /// # drop(client); Ok(()) }
+    /// ```
+    #[cfg(feature = "sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
+    pub async fn sentinel(sentinel_urls: &[&str], master_name: &str) -> Result<Self> {
+        Self::builder().sentinel(sentinel_urls, master_name).await
+    }
+
     /// Quorum (Redlock) mode over independent Redis servers, with the default settings:
     /// Mutex and RwLock (writer or reader preference) are granted by a majority. Ticket-queue
     /// primitives (FairLock, Semaphore, `Preference::Fair`) fail with
@@ -353,6 +373,36 @@ impl LockClientBuilder {
     pub async fn cluster(self, urls: &[&str]) -> Result<LockClient> {
         self.check()?;
         let store = RedisStore::cluster(urls, self.redis.clone()).await?;
+        self.probe_channels(&store).await?;
+        Ok(self.build(Arc::new(store)))
+    }
+
+    /// Connects to the primary that the Redis Sentinels at `sentinel_urls` (the sentinels'
+    /// own `redis://host:port` addresses) name for `master_name`.
+    ///
+    /// The client follows failovers without a restart: a write refused with `READONLY` (the
+    /// old primary was demoted) or a lost connection makes it ask the sentinels for the
+    /// primary again and move there, subscribing its waiters' channels on the new primary
+    /// and waking them. Replication is asynchronous, so a hold granted just before a
+    /// failover may not have reached the new primary: that guard's next renewal is refused
+    /// and it reports [`lost()`](crate::MutexGuard::lost). To make a hold survive a
+    /// failover, confirm it reached the replicas with `wait_replicas` (see
+    /// `docs/RELIABILITY.md`).
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let client = redis_locks::LockClient::builder()
+    ///     .prefix("billing")
+    ///     .sentinel(&["redis://127.0.0.1:26379"], "mymaster")
+    ///     .await?;
+    /// # drop(client); Ok(()) }
+    /// ```
+    #[cfg(feature = "sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
+    pub async fn sentinel(self, sentinel_urls: &[&str], master_name: &str) -> Result<LockClient> {
+        self.check()?;
+        let store = RedisStore::sentinel(sentinel_urls, master_name, self.redis.clone()).await?;
         self.probe_channels(&store).await?;
         Ok(self.build(Arc::new(store)))
     }

@@ -33,6 +33,8 @@
 pub mod memory;
 pub mod quorum;
 pub mod redis;
+#[cfg(feature = "sentinel")]
+mod sentinel;
 
 use std::fmt;
 use std::sync::Arc;

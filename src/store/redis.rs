@@ -69,6 +69,8 @@ enum Conn {
     Single(ConnectionManager),
     #[cfg(feature = "cluster")]
     Cluster(redis::cluster_async::ClusterConnection),
+    #[cfg(feature = "sentinel")]
+    Sentinel(Arc<super::sentinel::SentinelConn>),
 }
 
 /// The store on a Redis server (or Redis Cluster with the `cluster` feature).
@@ -95,6 +97,8 @@ impl fmt::Debug for RedisStore {
             Conn::Single(_) => "single",
             #[cfg(feature = "cluster")]
             Conn::Cluster(_) => "cluster",
+            #[cfg(feature = "sentinel")]
+            Conn::Sentinel(_) => "sentinel",
         };
         f.debug_struct("RedisStore").field("kind", &kind).finish()
     }
@@ -179,6 +183,45 @@ fn connect_error(address: &str, err: redis::RedisError) -> Error {
     Error::from_redis("", err)
 }
 
+/// A connection manager on the server of `info`, in RESP3 with its pushes delivered to `hub`
+/// and re-subscribed after a reconnect (see [`RedisStore::connect_to_hub`] for `when`).
+pub(crate) async fn manager(
+    info: ConnectionInfo,
+    config: RedisConfig,
+    hub: Arc<WakeHub>,
+    when: Connect,
+) -> Result<ConnectionManager> {
+    let bad_url = |e: redis::RedisError| Error::invalid("Redis URL", e.to_string());
+    let address = info.addr().to_string();
+    // RESP3 lets pub/sub pushes share the command connection.
+    let settings = info
+        .redis_settings()
+        .clone()
+        .set_protocol(ProtocolVersion::RESP3);
+    let info = info.set_redis_settings(settings);
+    let client = redis::Client::open(info).map_err(bad_url)?;
+    let pushes = hub;
+    let manager_config = ConnectionManagerConfig::new()
+        .set_push_sender(move |push| {
+            pushes.on_push(push);
+            Ok::<(), ()>(())
+        })
+        .set_automatic_resubscription()
+        .set_response_timeout(Some(config.response_timeout))
+        .set_connection_timeout(Some(config.connect_timeout))
+        .set_number_of_retries(config.reconnect_retries)
+        .set_max_delay(Duration::from_millis(500));
+    let conn = if when == Connect::Lazily {
+        ConnectionManager::new_lazy_with_config(client, manager_config)
+    } else {
+        client
+            .get_connection_manager_with_config(manager_config)
+            .await
+    }
+    .map_err(|e| connect_error(&address, e))?;
+    Ok(conn)
+}
+
 impl RedisStore {
     /// Connects to one Redis server (`redis://host:port/db`, `rediss://` with TLS support
     /// compiled into the redis crate).
@@ -233,34 +276,7 @@ impl RedisStore {
         hub: Arc<WakeHub>,
         when: Connect,
     ) -> Result<(Self, Box<dyn Subscriber>)> {
-        let bad_url = |e: redis::RedisError| Error::invalid("Redis URL", e.to_string());
-        let address = info.addr().to_string();
-        // RESP3 lets pub/sub pushes share the command connection.
-        let settings = info
-            .redis_settings()
-            .clone()
-            .set_protocol(ProtocolVersion::RESP3);
-        let info = info.set_redis_settings(settings);
-        let client = redis::Client::open(info).map_err(bad_url)?;
-        let pushes = hub.clone();
-        let manager_config = ConnectionManagerConfig::new()
-            .set_push_sender(move |push| {
-                pushes.on_push(push);
-                Ok::<(), ()>(())
-            })
-            .set_automatic_resubscription()
-            .set_response_timeout(Some(config.response_timeout))
-            .set_connection_timeout(Some(config.connect_timeout))
-            .set_number_of_retries(config.reconnect_retries)
-            .set_max_delay(Duration::from_millis(500));
-        let conn = if when == Connect::Lazily {
-            ConnectionManager::new_lazy_with_config(client, manager_config)
-        } else {
-            client
-                .get_connection_manager_with_config(manager_config)
-                .await
-        }
-        .map_err(|e| connect_error(&address, e))?;
+        let conn = manager(info, config, hub.clone(), when).await?;
         let subscriber = Box::new(SingleSubscriber(conn.clone()));
         let store = RedisStore {
             conn: Conn::Single(conn),
@@ -270,6 +286,32 @@ impl RedisStore {
             scripts: Scripts::get(Variant::Production),
         };
         Ok((store, subscriber))
+    }
+
+    /// Connects to the primary that the Redis Sentinels at `sentinel_urls` name for
+    /// `master_name`, and follows it through failovers: a write refused with `READONLY` (the
+    /// old primary was demoted) or a lost connection makes the store ask the sentinels
+    /// again, and a `READONLY`-refused step is sent again to the new primary. See
+    /// `docs/decisions/sentinel.md`.
+    #[cfg(feature = "sentinel")]
+    pub async fn sentinel(
+        sentinel_urls: &[&str],
+        master_name: &str,
+        config: RedisConfig,
+    ) -> Result<Self> {
+        let hub = WakeHub::remote();
+        let conn =
+            super::sentinel::SentinelConn::connect(sentinel_urls, master_name, config, hub.clone())
+                .await?;
+        let store = RedisStore {
+            conn: Conn::Sentinel(conn.clone()),
+            hub: hub.clone(),
+            publish: Publish::Plain,
+            hand_over: true,
+        };
+        store.check_server().await?;
+        hub.start(Box::new(super::sentinel::SentinelSubscriber(conn)));
+        Ok(store)
     }
 
     /// Connects to a Redis Cluster through any of its nodes. Wake-ups use sharded pub/sub
@@ -353,6 +395,10 @@ impl RedisStore {
             Conn::Single(mut c) => cmd.query_async(&mut c).await,
             #[cfg(feature = "cluster")]
             Conn::Cluster(mut c) => cmd.query_async(&mut c).await,
+            #[cfg(feature = "sentinel")]
+            Conn::Sentinel(s) => {
+                on_primary(&s, |mut c| async move { cmd.query_async(&mut c).await }).await
+            }
         }
     }
 
@@ -379,12 +425,51 @@ impl RedisStore {
             }
             #[cfg(feature = "cluster")]
             Conn::Cluster(mut c) => invoke_cluster(script, keys, &argv, &mut c).await,
+            #[cfg(feature = "sentinel")]
+            Conn::Sentinel(s) => {
+                let mut inv = script.prepare_invoke();
+                inv.key(keys).arg(&argv);
+                let inv = &inv;
+                on_primary(&s, |mut c| async move { invoke(inv, &mut c).await }).await
+            }
         };
         let reply = result.map_err(|e| Error::from_redis(lock.name(), e))?;
         T::from_redis_value(reply).map_err(|e| Error::WrongType {
             name: lock.name().to_owned(),
             detail: format!("unexpected script reply: {e}"),
         })
+    }
+}
+
+/// Runs `step` on the primary the sentinels named last. A failure that says the connection no
+/// longer leads to the primary makes the store ask the sentinels again, now and before every
+/// later step until they answer (so a step never goes to a restarted old primary that the
+/// connection manager reconnected to after the sentinels moved on); a step refused with
+/// `READONLY` did not run, so it is sent once more to the new primary. Any other failure
+/// (a lost connection leaves the outcome unknown) is returned as it is, for the caller's
+/// own handling of an unknown outcome.
+#[cfg(feature = "sentinel")]
+async fn on_primary<T, F, Fut>(
+    conn: &super::sentinel::SentinelConn,
+    mut step: F,
+) -> redis::RedisResult<T>
+where
+    F: FnMut(ConnectionManager) -> Fut,
+    Fut: std::future::Future<Output = redis::RedisResult<T>>,
+{
+    conn.verify().await;
+    let (c, generation) = conn.conn();
+    match step(c).await {
+        Err(err) if super::sentinel::needs_new_primary(&err) => {
+            conn.suspect();
+            let moved = conn.reresolve(generation).await;
+            if moved && err.code() == Some("READONLY") {
+                step(conn.conn().0).await
+            } else {
+                Err(err)
+            }
+        }
+        other => other,
     }
 }
 
@@ -619,6 +704,11 @@ impl Store for RedisStore {
         wait.arg(replicas).arg(ms(timeout));
         let acked: i64 = match self.conn.clone() {
             Conn::Single(mut c) => wait.query_async(&mut c).await,
+            #[cfg(feature = "sentinel")]
+            Conn::Sentinel(s) => {
+                let wait = &wait;
+                on_primary(&s, |mut c| async move { wait.query_async(&mut c).await }).await
+            }
             #[cfg(feature = "cluster")]
             Conn::Cluster(mut c) => {
                 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};

@@ -29,7 +29,7 @@ mod server;
 
 // Each test binary uses some of these.
 #[allow(unused_imports)]
-pub use server::{server_url, RedisCluster, RedisServer};
+pub use server::{server_url, RedisCluster, RedisSentinels, RedisServer};
 
 /// Reads a `try_*` outcome as "granted or not": `Some(guard)` when granted, `None` when the
 /// lock was held ([`redis_locks::Error::is_would_block`]); any other error panics with `what`.

@@ -62,6 +62,9 @@ pub struct RedisServer {
     extra_args: Vec<String>,
     dir: PathBuf,
     child: Option<Child>,
+    /// For a sentinel: the config file's text, written to `sentinel.conf` in `dir` at the
+    /// first start (the sentinel rewrites that file as it learns the topology).
+    sentinel_config: Option<String>,
 }
 
 impl RedisServer {
@@ -82,6 +85,7 @@ impl RedisServer {
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
             dir: unique_temp_dir(),
             child: None,
+            sentinel_config: None,
         };
         let mut failures = Vec::new();
         for attempt in 1..=START_ATTEMPTS {
@@ -195,7 +199,15 @@ impl RedisServer {
         let log_err = log.try_clone().expect("clone redis-server log file handle");
         let port = self.port.to_string();
         let dir = self.dir.to_str().expect("temp dir path is not UTF-8");
-        let child = Command::new("redis-server")
+        let mut command = Command::new("redis-server");
+        if let Some(config) = &self.sentinel_config {
+            let path = self.dir.join("sentinel.conf");
+            if !path.exists() {
+                fs::write(&path, config.replace("{port}", &port)).expect("write sentinel.conf");
+            }
+            command.arg(&path).arg("--sentinel");
+        }
+        let child = command
             .args(["--port", &port, "--bind", "127.0.0.1", "--save", ""])
             .args(["--appendonly", "no", "--dir", dir, "--daemonize", "no"])
             .args(["--protected-mode", "no"])
@@ -258,6 +270,155 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.stop();
         let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A primary, one replica and three sentinels monitoring them as `master`, all private, on
+/// free loopback ports; a failover takes a few seconds (`down-after-milliseconds` 1000,
+/// `failover-timeout` 5000).
+pub struct RedisSentinels {
+    /// The primary at start, then its replica.
+    nodes: Vec<RedisServer>,
+    sentinels: Vec<RedisServer>,
+    master: String,
+}
+
+impl RedisSentinels {
+    pub fn start(master: &str) -> RedisSentinels {
+        let primary = RedisServer::start();
+        let replica =
+            RedisServer::start_with(&["--replicaof", "127.0.0.1", &primary.port().to_string()]);
+        let config = format!(
+            "port {{port}}\n\
+             sentinel monitor {master} 127.0.0.1 {} 2\n\
+             sentinel down-after-milliseconds {master} 1000\n\
+             sentinel failover-timeout {master} 5000\n\
+             sentinel parallel-syncs {master} 1\n",
+            primary.port()
+        );
+        let sentinels = (0..3)
+            .map(|_| {
+                let mut s = RedisServer {
+                    port: 0,
+                    extra_args: Vec::new(),
+                    dir: unique_temp_dir(),
+                    child: None,
+                    sentinel_config: Some(config.clone()),
+                };
+                let mut failures = Vec::new();
+                for attempt in 1..=START_ATTEMPTS {
+                    s.port = free_port(PortKind::Standalone);
+                    let _ = fs::remove_file(s.dir.join("sentinel.conf"));
+                    match s.spawn_and_wait() {
+                        Ok(()) => return s,
+                        Err(why) => {
+                            failures.push(format!("attempt {attempt} on port {}: {why}", s.port));
+                            s.stop();
+                        }
+                    }
+                }
+                panic!(
+                    "redis-server --sentinel failed to start:\n{}\n{}",
+                    failures.join("\n"),
+                    s.log_contents()
+                );
+            })
+            .collect();
+        let all = RedisSentinels {
+            nodes: vec![primary, replica],
+            sentinels,
+            master: master.to_owned(),
+        };
+        all.wait_until(
+            Duration::from_secs(20),
+            "the replica to sync and the sentinels to meet",
+            |a| {
+                a.nodes[1]
+                    .cli(&["INFO", "replication"])
+                    .contains("master_link_status:up")
+                    && a.sentinels.iter().all(|s| {
+                        let info = s.cli(&["SENTINEL", "MASTER", &a.master]);
+                        // num-other-sentinels 2 and num-slaves 1, in redis-cli's line-per-field form.
+                        let lines: Vec<&str> = info.lines().collect();
+                        let field = |name: &str| {
+                            lines
+                                .iter()
+                                .position(|l| *l == name)
+                                .and_then(|i| lines.get(i + 1).copied())
+                        };
+                        field("num-other-sentinels") == Some("2")
+                            && field("num-slaves") == Some("1")
+                    })
+            },
+        );
+        all
+    }
+
+    /// The sentinels' `redis://127.0.0.1:PORT/` addresses.
+    pub fn sentinel_urls(&self) -> Vec<String> {
+        self.sentinels.iter().map(RedisServer::url).collect()
+    }
+
+    /// The primary's port as the first sentinel that answers names it.
+    pub fn primary_port(&self) -> u16 {
+        for s in &self.sentinels {
+            let out = s.cli(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", &self.master]);
+            if let Some(port) = out.lines().nth(1).and_then(|p| p.trim().parse().ok()) {
+                return port;
+            }
+        }
+        panic!("no sentinel names a primary for {}", self.master);
+    }
+
+    /// The data node on `port` (the primary or the replica).
+    pub fn node_mut(&mut self, port: u16) -> &mut RedisServer {
+        self.nodes
+            .iter_mut()
+            .find(|n| n.port() == port)
+            .expect("no data node on that port")
+    }
+
+    /// Asks a sentinel to fail over now (`SENTINEL FAILOVER`).
+    pub fn failover(&self) {
+        let out = self.sentinels[0].cli(&["SENTINEL", "FAILOVER", &self.master]);
+        assert_eq!(out, "OK", "SENTINEL FAILOVER refused");
+    }
+
+    /// Waits until the sentinels name a primary other than `old`, and returns its port.
+    pub fn wait_new_primary(&self, old: u16) -> u16 {
+        self.wait_until(
+            Duration::from_secs(30),
+            "the sentinels to name a new primary",
+            |a| a.primary_port() != old,
+        );
+        self.primary_port()
+    }
+
+    /// Waits until the data node on `port` is a replica of `primary` with its link up.
+    pub fn wait_replica_of(&self, port: u16, primary: u16) {
+        let master_port = format!("master_port:{primary}");
+        self.wait_until(
+            Duration::from_secs(30),
+            "the old primary to become a replica",
+            |a| {
+                let node = a.nodes.iter().find(|n| n.port() == port).expect("node");
+                let info = node.cli(&["INFO", "replication"]);
+                info.contains("role:slave")
+                    && info.contains(&master_port)
+                    && info.contains("master_link_status:up")
+            },
+        );
+    }
+
+    fn wait_until(&self, timeout: Duration, what: &str, done: impl Fn(&Self) -> bool) {
+        let deadline = Instant::now() + timeout;
+        while !done(self) {
+            if Instant::now() >= deadline {
+                let logs: Vec<String> = self.sentinels.iter().map(|s| s.log_contents()).collect();
+                panic!("timed out waiting for {what}:\n{}", logs.join("\n"));
+            }
+            sleep(Duration::from_millis(100));
+        }
     }
 }
 

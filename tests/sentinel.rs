@@ -1,0 +1,217 @@
+//! Redis Sentinel: the client finds the primary through the sentinels and follows it through
+//! a failover (`SENTINEL FAILOVER`, a killed primary) while holders and waiters are active.
+#![cfg(feature = "sentinel")]
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis_locks::{LockClient, Preference};
+use support::history::{History, Kind};
+use support::RedisSentinels;
+
+const MASTER: &str = "locks";
+/// Long enough that a waiter is served only by a wake-up, never by its own retry.
+const NO_POLL: Duration = Duration::from_secs(120);
+
+enum Failover {
+    /// `SENTINEL FAILOVER`: the primary is demoted to a replica of its replica.
+    Command,
+    /// SIGKILL of the primary; it comes back empty and the sentinels make it a replica.
+    Kill,
+}
+
+async fn failover_under_load(how: Failover) {
+    let mut set = tokio::task::block_in_place(|| RedisSentinels::start(MASTER));
+    let urls = set.sentinel_urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let client = LockClient::builder()
+        .sentinel(&urls, MASTER)
+        .await
+        .expect("connect through the sentinels");
+    let old = set.primary_port();
+
+    // Holders on "m": every grant acknowledged by the replica, so it survives the failover.
+    let history = History::new();
+    let stop = Arc::new(AtomicBool::new(false));
+    let granted = Arc::new(AtomicUsize::new(0));
+    let mut holders = Vec::new();
+    for i in 0..3 {
+        let (client, history, stop, granted) = (
+            client.clone(),
+            history.clone(),
+            stop.clone(),
+            granted.clone(),
+        );
+        holders.push(tokio::spawn(async move {
+            let lock = client
+                .mutex("m")
+                .lease(Duration::from_secs(5))
+                .wait_replicas(1, Duration::from_secs(1));
+            while !stop.load(Ordering::SeqCst) {
+                match lock.lock().timeout(Duration::from_secs(2)).await {
+                    Ok(guard) => {
+                        let t = history.enter_as(
+                            format!("holder {i}"),
+                            Kind::Exclusive,
+                            guard.fencing_token(),
+                        );
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        history.exit(t);
+                        granted.fetch_add(1, Ordering::SeqCst);
+                        let _ = guard.release().await;
+                    }
+                    // During the switch: connection errors, no replica to acknowledge.
+                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                }
+            }
+        }));
+    }
+
+    // Waiters on "w", held across the failover; they poll only every NO_POLL, so they are
+    // served by a wake-up published on the new primary.
+    let blocker = client
+        .mutex("w")
+        .wait_replicas(1, Duration::from_secs(2))
+        .lock()
+        .await
+        .expect("hold w");
+    let mut waiters = Vec::new();
+    for _ in 0..3 {
+        let client = client.clone();
+        waiters.push(tokio::spawn(async move {
+            let guard = client
+                .mutex("w")
+                .retry_interval(NO_POLL)
+                .lock()
+                .timeout(Duration::from_secs(40))
+                .await
+                .expect("a waiter was not served after the failover");
+            guard.release().await.expect("release w");
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = granted.load(Ordering::SeqCst);
+    assert!(before > 0, "no grant before the failover");
+
+    let new = tokio::task::block_in_place(|| {
+        match how {
+            Failover::Command => set.failover(),
+            Failover::Kill => set.node_mut(old).kill(),
+        }
+        set.wait_new_primary(old)
+    });
+    if let Failover::Kill = how {
+        // Back empty, and a primary until it is told otherwise: the client must not use it.
+        // The sentinels make it a replica of the new primary in their own time (slow on a
+        // loaded machine); after two seconds the test does it for them, so grants can be
+        // acknowledged again.
+        tokio::task::block_in_place(|| set.node_mut(old).restart());
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let new_port = new.to_string();
+        tokio::task::block_in_place(|| {
+            set.node_mut(old)
+                .cli(&["REPLICAOF", "127.0.0.1", &new_port])
+        });
+    }
+    // Once the old primary is a replica, it refuses writes: grants from now on are made on
+    // the new primary only if the client followed it.
+    tokio::task::block_in_place(|| set.wait_replica_of(old, new));
+    let demoted = granted.load(Ordering::SeqCst);
+    support::backend::eventually("grants resume on the new primary", async || {
+        granted.load(Ordering::SeqCst) > demoted + 5
+    })
+    .await;
+    assert!(
+        blocker.is_held(),
+        "the replicated hold on w was lost in the failover"
+    );
+    blocker
+        .release()
+        .await
+        .expect("release w on the new primary");
+    for w in waiters {
+        w.await.expect("waiter task");
+    }
+    stop.store(true, Ordering::SeqCst);
+    for h in holders {
+        h.await.expect("holder task");
+    }
+    history.check_exclusion();
+
+    // Every primitive works against the new primary.
+    let t = Duration::from_secs(10);
+    let g = client
+        .mutex("after-m")
+        .lock()
+        .timeout(t)
+        .await
+        .expect("mutex");
+    g.release().await.expect("mutex release");
+    for pref in [Preference::Writer, Preference::Reader, Preference::Fair] {
+        let rw = client.rwlock("after-rw").preference(pref);
+        let r = rw.read().timeout(t).await.expect("read");
+        r.release().await.expect("read release");
+        let w = rw.write().timeout(t).await.expect("write");
+        w.release().await.expect("write release");
+    }
+    let f = client
+        .fair_lock("after-f")
+        .lock()
+        .timeout(t)
+        .await
+        .expect("fair lock");
+    f.release().await.expect("fair release");
+    let p = client
+        .semaphore("after-s", 2)
+        .acquire()
+        .timeout(t)
+        .await
+        .expect("permit");
+    p.release().await.expect("permit release");
+
+    // A hold that did not reach the new primary (its keys gone there, as after a lost
+    // replication) reports lost() at its next renewal, long before its 30 s lease ends.
+    let g = client
+        .mutex("unreplicated")
+        .lease(Duration::from_secs(30))
+        .renew_every(Duration::from_millis(300))
+        .lock()
+        .timeout(t)
+        .await
+        .expect("mutex");
+    let primary = set.primary_port();
+    assert_eq!(primary, new);
+    tokio::task::block_in_place(|| set.node_mut(primary).cli(&["FLUSHALL"]));
+    tokio::time::timeout(Duration::from_secs(10), g.lost())
+        .await
+        .expect("a hold missing on the new primary still reports held");
+    assert!(!g.is_held());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follows_a_sentinel_failover_command() {
+    failover_under_load(Failover::Command).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follows_a_failover_after_the_primary_is_killed() {
+    failover_under_load(Failover::Kill).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_master_name_is_an_error() {
+    let set = tokio::task::block_in_place(|| RedisSentinels::start(MASTER));
+    let urls = set.sentinel_urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let err = LockClient::sentinel(&urls, "no-such-master")
+        .await
+        .expect_err("a master the sentinels do not know");
+    assert!(
+        matches!(err, redis_locks::Error::InvalidArgument { .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("no-such-master"), "{err}");
+}
