@@ -281,6 +281,7 @@ static SOURCES: LazyLock<Vec<(&'static str, String)>> =
     LazyLock::new(|| sources_of(Variant::Production));
 
 /// The production script sources, by step name (also for tools that load them by hand).
+#[cfg_attr(not(feature = "testing"), allow(dead_code))]
 pub fn sources() -> &'static [(&'static str, String)] {
     &SOURCES
 }

@@ -308,6 +308,7 @@ impl RedisStore {
             hub: hub.clone(),
             publish: Publish::Plain,
             hand_over: true,
+            scripts: Scripts::get(Variant::Production),
         };
         store.check_server().await?;
         hub.start(Box::new(super::sentinel::SentinelSubscriber(conn)));
