@@ -2,21 +2,23 @@
 --
 -- Conventions shared by every script:
 --   ARGV[1]  "" to use the server clock (TIME), or an explicit time in ms. An explicit time is
---            for deterministic tests only: with it, no key TTL is set, so the stored deadlines
---            alone decide (the model checks drive a virtual clock through this).
+--            for deterministic tests only (the model checks drive a virtual clock through
+--            it): every command is sent as under the server clock, but each key TTL is a day
+--            longer (TTL_PAD), so no key expires under a virtual clock and the stored
+--            deadlines alone decide.
 --   ARGV[2]  the publish command for wake-ups: "PUBLISH", or "SPUBLISH" on Redis Cluster.
 -- Every deadline is stored inside the lock state (a value or a sorted-set score) and compared
 -- with `now`; key TTLs only clean up after abandoned locks, so correctness never depends on them.
 -- A hold or heartbeat with deadline D is live while now < D.
 
-local NOW, EXPLICIT_NOW
+local NOW, TTL_PAD
 if ARGV[1] ~= nil and ARGV[1] ~= '' then
   NOW = tonumber(ARGV[1])
-  EXPLICIT_NOW = true
+  TTL_PAD = 86400000
 else
   local t = redis.call('TIME')
   NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  EXPLICIT_NOW = false
+  TTL_PAD = 0
 end
 local PUBLISH_CMD = ARGV[2]
 
@@ -47,21 +49,19 @@ local function incr_counter(key)
   return v
 end
 
--- Sets a TTL so that `key` disappears at `deadline` (ms); nothing under an explicit clock.
+-- Sets a TTL so that `key` disappears at `deadline` (ms).
 local function expire_at(key, deadline)
-  if EXPLICIT_NOW then return end
   local ttl = math.floor(deadline - NOW)
   if ttl < 1 then ttl = 1 end
-  redis.call('PEXPIRE', key, ttl)
+  redis.call('PEXPIRE', key, ttl + TTL_PAD)
 end
 
 -- Makes `key` live at least until `deadline` (ms), never shortening a longer TTL: one call
--- when the key has no TTL yet (it was just created), two otherwise. Nothing under an
--- explicit clock.
+-- when the key has no TTL yet (it was just created), two otherwise.
 local function extend_ttl(key, deadline)
-  if EXPLICIT_NOW then return end
   local ttl = math.floor(deadline - NOW)
   if ttl < 1 then ttl = 1 end
+  ttl = ttl + TTL_PAD
   if redis.call('PEXPIRE', key, ttl, 'NX') == 0 then redis.call('PEXPIRE', key, ttl, 'GT') end
 end
 

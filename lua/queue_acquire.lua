@@ -41,12 +41,9 @@ if redis.call('EXISTS', H, Q, HB, TK, CAP, LW, LR) == 0 then
     if weight ~= 1 then member = member .. '#' .. weight end
     redis.call('ZADD', H, NOW + lease, member)
     local mark = (string.sub(ARGV[7], 1, 1) == '=' and '=' or '~') .. want
-    if EXPLICIT_NOW then
-      redis.call('SET', CAP, mark)
-    else
-      redis.call('PEXPIRE', H, math.max(1, lease))
-      redis.call('SET', CAP, mark, 'PX', math.max(1, lease))
-    end
+    local ttl = math.max(1, lease) + TTL_PAD
+    redis.call('PEXPIRE', H, ttl)
+    redis.call('SET', CAP, mark, 'PX', ttl)
     return { 1, fence, lease }
   end
 end

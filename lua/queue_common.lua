@@ -125,12 +125,11 @@ end
 -- replaced (upgraded, or stale) keeps its TTL, which may cover holders beyond `deadline`.
 local function mark_capacity(deadline)
   if not CAP_MARK then return end
-  if EXPLICIT_NOW then
-    redis.call('SET', CAP, CAP_MARK)
-  elseif redis.call('SET', CAP, CAP_MARK, 'XX', 'KEEPTTL') then
-    redis.call('PEXPIRE', CAP, math.max(1, math.floor(deadline - NOW)), 'GT')
+  local ttl = math.max(1, math.floor(deadline - NOW)) + TTL_PAD
+  if redis.call('SET', CAP, CAP_MARK, 'XX', 'KEEPTTL') then
+    redis.call('PEXPIRE', CAP, ttl, 'GT')
   else
-    redis.call('SET', CAP, CAP_MARK, 'PX', math.max(1, math.floor(deadline - NOW)))
+    redis.call('SET', CAP, CAP_MARK, 'PX', ttl)
   end
   CAP_MARK = nil
 end
@@ -138,8 +137,7 @@ end
 -- Keeps a capacity marker alive at least until `deadline`; a count stored by set_permits has
 -- no TTL and keeps none (PEXPIRE GT leaves a key without TTL as it is).
 local function extend_capacity(deadline)
-  if EXPLICIT_NOW then return end
-  redis.call('PEXPIRE', CAP, math.max(1, math.floor(deadline - NOW)), 'GT')
+  redis.call('PEXPIRE', CAP, math.max(1, math.floor(deadline - NOW)) + TTL_PAD, 'GT')
 end
 
 local function permits_used()

@@ -25,11 +25,7 @@ if redis.call('EXISTS', W, R, WQ, QH) == 0 then
       error({ err = 'RLCORRUPT key ' .. FENCE .. ' does not hold a redis-locks counter' })
     end
     local record = string.format('%d', NOW + lease) .. '|' .. ARGV[3]
-    if EXPLICIT_NOW then
-      redis.call('SET', W, record)
-    else
-      redis.call('SET', W, record, 'PX', math.max(1, lease))
-    end
+    redis.call('SET', W, record, 'PX', math.max(1, lease) + TTL_PAD)
     return { 1, fence, lease }
   elseif ARGV[4] == 'r' then
     local fence = redis.call('GET', FENCE) or '0'
@@ -37,7 +33,7 @@ if redis.call('EXISTS', W, R, WQ, QH) == 0 then
       error({ err = 'RLCORRUPT key ' .. FENCE .. ' does not hold a redis-locks counter' })
     end
     redis.call('ZADD', R, NOW + lease, ARGV[3])
-    if not EXPLICIT_NOW then redis.call('PEXPIRE', R, math.max(1, lease)) end
+    redis.call('PEXPIRE', R, math.max(1, lease) + TTL_PAD)
     return { 1, tonumber(fence), lease }
   end
 end

@@ -31,11 +31,7 @@ end
 
 local function set_writer(token, deadline)
   local record = string.format('%d', deadline) .. '|' .. token
-  if EXPLICIT_NOW then
-    redis.call('SET', W, record)
-  else
-    redis.call('SET', W, record, 'PX', math.max(1, math.floor(deadline - NOW)))
-  end
+  redis.call('SET', W, record, 'PX', math.max(1, math.floor(deadline - NOW)) + TTL_PAD)
 end
 
 -- Live readers (lease deadline after now).

@@ -15,9 +15,13 @@
 //!
 //! A fast path uses no helper (none is defined yet where it runs), so a call it answers
 //! builds none. Every fast path must leave the same state and give the same reply as the
-//! general logic would from the same state: `tests/fast_paths.rs` runs both side by side
-//! (the [`Variant::General`] scripts have no fast path), and the model check counts, through
-//! [`Variant::Probed`], that its runs take every fast path and every general one.
+//! general logic would from the same state: the model check (`tests/model.rs`) runs both
+//! side by side on every program, comparing replies and every key (the [`Variant::General`]
+//! scripts have no fast path), and counts, through [`Variant::Probed`], that its runs take
+//! every fast path and every general one.
+//!
+//! Under an explicit clock (tests only) the scripts send the same commands as under the
+//! server clock; key TTLs are a day longer, so no key expires under a virtual clock.
 //!
 //! The text is static (files of this crate joined by rules that only drop whole helper
 //! functions), never code built from data.

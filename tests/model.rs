@@ -2,11 +2,19 @@
 //! redis-server) and on `MemoryStore` (the reference), under one virtual clock. Every reply
 //! and the state read back after every step must be identical. One test per primitive family;
 //! `MODEL_CASES` raises the number of programs (see docs/MODEL_CHECKS.md).
+//!
+//! The same programs also run on the scripts without their fast paths
+//! (`ScriptVariant::General`), and every reply and state of the production scripts must equal
+//! theirs at every step: the differential check that a fast path answers exactly as the
+//! general logic it shortcuts. The production scripts run in their `Probed` form, which
+//! reports on a channel which path each call took; each test fails if its programs never took
+//! one of the fast paths or one of the general paths of its family's steps.
 
 mod support;
 
+use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -20,7 +28,9 @@ use redis_locks::testing::store::{
     Acquire, Claim, Family, MemoryStore, PermitChange, Policy, RedisStore, Request, Slot, Snapshot,
     Store,
 };
-use redis_locks::testing::WakeHub;
+use redis_locks::testing::{
+    script_sources, sources_of_variant, ScriptVariant, WakeHub, PROBE_CHANNEL,
+};
 use redis_locks::MAX_PERMITS;
 use redis_locks::{Error, Preference, Result};
 use support::RedisServer;
@@ -394,19 +404,31 @@ fn class(e: &Error) -> &'static str {
     }
 }
 
-/// Requires equal `Ok` values, or errors of the same classification.
+/// Equal `Ok` values, or errors of the same classification.
+fn equal<T: PartialEq>(a: &Result<T>, b: &Result<T>) -> bool {
+    match (a, b) {
+        (Ok(a), Ok(b)) => a == b,
+        (Err(a), Err(b)) => class(a) == class(b),
+        _ => false,
+    }
+}
+
+/// Requires the production scripts to answer as the scripts without fast paths do
+/// (`general`), and both as the model.
 fn same<T: PartialEq + fmt::Debug>(
     step: usize,
     what: &str,
     redis: Result<T>,
     model: Result<T>,
+    general: Result<T>,
 ) -> std::result::Result<(), String> {
-    let equal = match (&redis, &model) {
-        (Ok(a), Ok(b)) => a == b,
-        (Err(a), Err(b)) => class(a) == class(b),
-        _ => false,
-    };
-    if equal {
+    if !equal(&redis, &general) {
+        return Err(format!(
+            "step {step}: {what}: a fast path differs from the general logic\n  \
+             production: {redis:?}\n  general: {general:?}"
+        ));
+    }
+    if equal(&redis, &model) {
         Ok(())
     } else {
         Err(format!(
@@ -419,6 +441,7 @@ fn same<T: PartialEq + fmt::Debug>(
 async fn same_state(
     step: usize,
     redis: &dyn Store,
+    general: &dyn Store,
     model: &dyn Store,
     lock: &LockKeys,
     now: u64,
@@ -426,6 +449,7 @@ async fn same_state(
     let mut holding = Vec::new();
     for family in [Family::LeaseLock, Family::TicketQueue] {
         let r: Result<Snapshot> = redis.inspect(lock, family, Some(now)).await;
+        let g: Result<Snapshot> = general.inspect(lock, family, Some(now)).await;
         let m: Result<Snapshot> = model.inspect(lock, family, Some(now)).await;
         if let Ok(snapshot) = &r {
             if !snapshot.holders.is_empty() {
@@ -441,6 +465,7 @@ async fn same_state(
             ),
             r,
             m,
+            g,
         )?;
     }
     // Safety across families: one name is never held through both at once.
@@ -454,10 +479,76 @@ async fn same_state(
     Ok(())
 }
 
+/// Every key of a store (it has its own database): type, content and time to live.
+async fn dump(store: &RedisStore) -> Result<BTreeMap<String, (String, String, i64)>> {
+    let mut keys: Vec<String> = store.query(&redis::cmd("KEYS").arg("*")).await?;
+    keys.sort();
+    let mut out = BTreeMap::new();
+    for key in keys {
+        let kind: String = store.query(redis::cmd("TYPE").arg(&key)).await?;
+        let content: redis::Value = match kind.as_str() {
+            "string" => store.query(redis::cmd("GET").arg(&key)).await?,
+            "zset" => {
+                store
+                    .query(
+                        redis::cmd("ZRANGE")
+                            .arg(&key)
+                            .arg(0)
+                            .arg(-1)
+                            .arg("WITHSCORES"),
+                    )
+                    .await?
+            }
+            "hash" => store.query(redis::cmd("HGETALL").arg(&key)).await?,
+            "set" => store.query(redis::cmd("SMEMBERS").arg(&key)).await?,
+            "list" => {
+                store
+                    .query(redis::cmd("LRANGE").arg(&key).arg(0).arg(-1))
+                    .await?
+            }
+            _ => redis::Value::Nil,
+        };
+        let ttl: i64 = store.query(redis::cmd("PTTL").arg(&key)).await?;
+        out.insert(key, (kind, format!("{content:?}"), ttl));
+    }
+    Ok(out)
+}
+
+/// Requires the production scripts and the scripts without fast paths to have left the same
+/// keys with the same contents, and expiries that differ by no more than the time between
+/// their calls (a few milliseconds; 250 allows for a loaded machine).
+async fn same_keys(
+    step: usize,
+    what: &str,
+    redis: &RedisStore,
+    general: &RedisStore,
+) -> std::result::Result<(), String> {
+    let (r, g) = match (dump(redis).await, dump(general).await) {
+        (Ok(r), Ok(g)) => (r, g),
+        (r, g) => return Err(format!("step {step}: reading the keys: {r:?} / {g:?}")),
+    };
+    let same_keys = r.len() == g.len()
+        && r.iter().zip(&g).all(|((rk, rv), (gk, gv))| {
+            rk == gk
+                && rv.0 == gv.0
+                && rv.1 == gv.1
+                && (rv.2 == gv.2 || (rv.2 > 0 && gv.2 > 0 && (rv.2 - gv.2).abs() <= 250))
+        });
+    if same_keys {
+        Ok(())
+    } else {
+        Err(format!(
+            "step {step}: {what}: a fast path left other keys than the general logic\n  \
+             production: {r:?}\n  general: {g:?}"
+        ))
+    }
+}
+
 /// Runs `program` on both stores (fresh state expected), comparing every reply and the state
 /// of the touched lock after every step, and of every lock at the end.
 async fn run_program(
-    redis: &dyn Store,
+    redis: &RedisStore,
+    general: &RedisStore,
     model: &dyn Store,
     program: &Program,
 ) -> std::result::Result<(), String> {
@@ -476,30 +567,34 @@ async fn run_program(
                 let (keys, claim) = keys_and_claim(target, who);
                 acquired.push(program.resolve(target, &acquired));
                 let r = redis.acquire(&keys, &claim, *wait, at).await;
+                let g = general.acquire(&keys, &claim, *wait, at).await;
                 let m = model.acquire(&keys, &claim, *wait, at).await;
-                same::<Acquire>(step, &what, r, m)?;
+                same::<Acquire>(step, &what, r, m, g)?;
                 keys
             }
             Op::Release { target, who } => {
                 let (keys, claim) = keys_and_claim(target, who);
                 let r = redis.release(&keys, &claim, at).await;
+                let g = general.release(&keys, &claim, at).await;
                 let m = model.release(&keys, &claim, at).await;
-                same(step, &what, r, m)?;
+                same(step, &what, r, m, g)?;
                 keys
             }
             Op::Extend { target, who, lease } => {
                 let (keys, claim) = keys_and_claim(target, who);
                 let lease = *lease;
                 let r = redis.extend(&keys, &claim, lease, at).await;
+                let g = general.extend(&keys, &claim, lease, at).await;
                 let m = model.extend(&keys, &claim, lease, at).await;
-                same(step, &what, r, m)?;
+                same(step, &what, r, m, g)?;
                 keys
             }
             Op::Downgrade { target, who } => {
                 let (keys, claim) = keys_and_claim(target, who);
                 let r = redis.downgrade(&keys, &claim, at).await;
+                let g = general.downgrade(&keys, &claim, at).await;
                 let m = model.downgrade(&keys, &claim, at).await;
-                same(step, &what, r, m)?;
+                same(step, &what, r, m, g)?;
                 keys
             }
             Op::SetPermits {
@@ -510,15 +605,17 @@ async fn run_program(
                 let keys = program.lock(*lock);
                 let hb = Duration::from_millis(*heartbeat);
                 let r = redis.set_permits(&keys, *change, hb, at).await;
+                let g = general.set_permits(&keys, *change, hb, at).await;
                 let m = model.set_permits(&keys, *change, hb, at).await;
-                same(step, &what, r, m)?;
+                same(step, &what, r, m, g)?;
                 keys
             }
             Op::ForceRelease { lock } => {
                 let keys = program.lock(*lock);
                 let r = redis.force_release(&keys, at).await;
+                let g = general.force_release(&keys, at).await;
                 let m = model.force_release(&keys, at).await;
-                same(step, &what, r, m)?;
+                same(step, &what, r, m, g)?;
                 keys
             }
             Op::Advance(ms) => {
@@ -528,20 +625,26 @@ async fn run_program(
                 continue;
             }
         };
-        same_state(step, redis, model, &lock, now).await?;
+        same_state(step, redis, general, model, &lock, now).await?;
+        same_keys(step, &what, redis, general).await?;
     }
     let end = program.ops.len();
     for lock in 0..program.locks {
-        same_state(end, redis, model, &lock_keys(lock), now).await?;
+        same_state(end, redis, general, model, &lock_keys(lock), now).await?;
     }
     Ok(())
 }
 
-/// One redis-server, a runtime to drive it, and a connected `RedisStore`.
+/// One redis-server, a runtime to drive it, the production scripts (in their `Probed` form)
+/// on database 0, the scripts without fast paths on database 1, and the count of the
+/// production scripts' probes.
 struct Rig {
     _server: RedisServer,
     runtime: tokio::runtime::Runtime,
     redis: RedisStore,
+    general: RedisStore,
+    probes: Arc<Mutex<BTreeMap<String, u64>>>,
+    _probe_conn: redis::aio::MultiplexedConnection,
 }
 
 impl Rig {
@@ -551,14 +654,62 @@ impl Rig {
             .enable_all()
             .build()
             .expect("tokio runtime");
-        let redis = runtime
-            .block_on(RedisStore::connect(&server.url()))
-            .expect("connect to redis-server");
+        let connect = |url: String, variant| {
+            runtime
+                .block_on(RedisStore::connect(&url))
+                .expect("connect to redis-server")
+                .with_scripts(variant)
+        };
+        let redis = connect(server.url(), ScriptVariant::Probed);
+        let general = connect(format!("{}/1", server.url()), ScriptVariant::General);
+        let probes = Arc::new(Mutex::new(BTreeMap::new()));
+        let counts = probes.clone();
+        let client =
+            redis::Client::open(format!("{}?protocol=resp3", server.url())).expect("probe client");
+        let config =
+            redis::AsyncConnectionConfig::new().set_push_sender(move |push: redis::PushInfo| {
+                if let [_, redis::Value::BulkString(probe)] = push.data.as_slice() {
+                    let probe = String::from_utf8_lossy(probe).into_owned();
+                    *counts.lock().unwrap().entry(probe).or_default() += 1;
+                }
+                Ok::<(), ()>(())
+            });
+        let probe_conn = runtime.block_on(async {
+            let mut conn = client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await
+                .expect("probe subscriber");
+            conn.subscribe(PROBE_CHANNEL).await.expect("SUBSCRIBE");
+            conn
+        });
         Rig {
             _server: server,
             runtime,
             redis,
+            general,
+            probes,
+            _probe_conn: probe_conn,
         }
+    }
+
+    /// Waits until the subscriber has counted every probe published so far, then returns
+    /// the counts.
+    fn probe_counts(&self) -> BTreeMap<String, u64> {
+        self.runtime.block_on(async {
+            let _: i64 = self
+                .redis
+                .query(redis::cmd("PUBLISH").arg(PROBE_CHANNEL).arg("flush"))
+                .await
+                .expect("PUBLISH");
+            let start = self.probes.lock().unwrap().get("flush").copied();
+            for _ in 0..1000 {
+                if self.probes.lock().unwrap().get("flush").copied() != start {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        });
+        self.probes.lock().unwrap().clone()
     }
 
     /// Runs `program` on an empty server against the model made by `model`.
@@ -569,7 +720,7 @@ impl Rig {
                 .query(&redis::cmd("FLUSHALL"))
                 .await
                 .map_err(|e| format!("FLUSHALL: {e}"))?;
-            run_program(&self.redis, model, program).await
+            run_program(&self.redis, &self.general, model, program).await
         })
     }
 
@@ -610,7 +761,48 @@ fn check_primitive(primitive: Primitive, regressions: &'static str) {
     };
     let model = MemoryStore::new;
     if let Err(e) = rig.run(primitive, config, |program| rig.check(program, &model())) {
-        panic!("{primitive:?}: RedisStore and MemoryStore disagree: {e}");
+        panic!("{primitive:?}: the stores disagree: {e}");
+    }
+    check_paths_taken(primitive, &rig.probe_counts());
+}
+
+/// The steps whose production script has a fast path (it differs from the general script).
+fn steps_with_fast_paths() -> Vec<&'static str> {
+    let general = sources_of_variant(ScriptVariant::General);
+    script_sources()
+        .iter()
+        .filter(|(name, source)| general.iter().any(|(n, g)| n == name && g != source))
+        .map(|(name, _)| *name)
+        .collect()
+}
+
+/// Fails unless the programs of `primitive` took, for every step of its family that has a
+/// fast path, both that fast path and the general logic (`counts` from the probes).
+fn check_paths_taken(primitive: Primitive, counts: &BTreeMap<String, u64>) {
+    let families: &[&str] = match primitive {
+        // The fair RwLock is built on the ticket queue.
+        Primitive::FairLock | Primitive::Semaphore | Primitive::RwFair => &["queue_"],
+        Primitive::Mixed => &["rw_", "queue_"],
+        _ => &["rw_"],
+    };
+    let steps = steps_with_fast_paths();
+    assert!(
+        steps.len() >= 4,
+        "expected the fast paths of rw_acquire, rw_release, queue_acquire, queue_release; \
+         found {steps:?}"
+    );
+    for step in steps
+        .iter()
+        .filter(|s| families.iter().any(|f| s.starts_with(f)))
+    {
+        let calls = counts.get(&format!("{step}:call")).copied().unwrap_or(0);
+        let general = counts.get(&format!("{step}:general")).copied().unwrap_or(0);
+        assert!(
+            general > 0 && calls > general,
+            "{primitive:?}: the programs must take both the fast path and the general logic \
+             of {step}: {calls} calls, {general} reached the general logic (all probes: \
+             {counts:?})"
+        );
     }
 }
 
