@@ -481,7 +481,7 @@ async fn same_state(
 
 /// Every key of a store (it has its own database): type, content and time to live.
 async fn dump(store: &RedisStore) -> Result<BTreeMap<String, (String, String, i64)>> {
-    let mut keys: Vec<String> = store.query(&redis::cmd("KEYS").arg("*")).await?;
+    let mut keys: Vec<String> = store.query(redis::cmd("KEYS").arg("*")).await?;
     keys.sort();
     let mut out = BTreeMap::new();
     for key in keys {
