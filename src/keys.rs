@@ -22,8 +22,18 @@ pub const DEFAULT_PREFIX: &str = "rl";
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct LockKeys {
+    inner: std::sync::Arc<Inner>,
+}
+
+/// The name and every key list a script takes, built once per handle (a clone shares them),
+/// so no step formats a key string.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Inner {
     name: String,
     base: String,
+    lease_lock: [String; 6],
+    ticket_queue: [String; 9],
+    force_release: [String; 5],
 }
 
 impl LockKeys {
@@ -55,71 +65,73 @@ impl LockKeys {
                 reason: "the name starts with `}`, which would leave its keys without a common Cluster hash tag; prefix it with any other character".into(),
             });
         }
-        Ok(LockKeys {
+        let base = format!("{prefix}:{{{name}}}:");
+        let key = |suffix: &str| format!("{base}{suffix}");
+        let inner = Inner {
             name: name.to_owned(),
-            base: format!("{prefix}:{{{name}}}:"),
+            lease_lock: [
+                key("w"),
+                key("r"),
+                key("wq"),
+                key("fence"),
+                key("ch"),
+                key("h"),
+            ],
+            ticket_queue: [
+                key("h"),
+                key("q"),
+                key("hb"),
+                key("tk"),
+                key("fence"),
+                key("ch"),
+                key("cap"),
+                key("w"),
+                key("r"),
+            ],
+            force_release: [key("w"), key("r"), key("h"), key("fence"), key("ch")],
+            base,
+        };
+        Ok(LockKeys {
+            inner: std::sync::Arc::new(inner),
         })
     }
 
     /// The lock's name.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.inner.name
     }
 
     /// `<prefix>:{<name>}:<suffix>`.
     pub fn key(&self, suffix: &str) -> String {
-        format!("{}{suffix}", self.base)
+        format!("{}{suffix}", self.inner.base)
     }
 
     /// The wake-up channel.
     pub fn channel(&self) -> String {
-        self.key("ch")
+        self.inner.lease_lock[4].clone()
     }
 
     /// The fence counter, the one key that outlives the lock.
     pub fn fence(&self) -> String {
-        self.key("fence")
+        self.inner.lease_lock[3].clone()
     }
 
     /// Keys of the lease lock (mutex, RwLock writer/reader policies), in script order. The
     /// last one is the ticket queue's holder set, which the scripts only read: a grant of one
     /// family is refused while the other holds the name.
-    pub fn lease_lock(&self) -> [String; 6] {
-        [
-            self.key("w"),
-            self.key("r"),
-            self.key("wq"),
-            self.fence(),
-            self.channel(),
-            self.key("h"),
-        ]
+    pub fn lease_lock(&self) -> &[String; 6] {
+        &self.inner.lease_lock
     }
 
     /// Keys of the ticket queue (FairLock, Semaphore, RwLock fair policy), in script order.
     /// The last two are the lease lock's writer and readers, which the scripts only read.
-    pub fn ticket_queue(&self) -> [String; 9] {
-        [
-            self.key("h"),
-            self.key("q"),
-            self.key("hb"),
-            self.key("tk"),
-            self.fence(),
-            self.channel(),
-            self.key("cap"),
-            self.key("w"),
-            self.key("r"),
-        ]
+    pub fn ticket_queue(&self) -> &[String; 9] {
+        &self.inner.ticket_queue
     }
 
     /// Keys touched by a forced release, in script order.
-    pub fn force_release(&self) -> [String; 5] {
-        [
-            self.key("w"),
-            self.key("r"),
-            self.key("h"),
-            self.fence(),
-            self.channel(),
-        ]
+    pub fn force_release(&self) -> &[String; 5] {
+        &self.inner.force_release
     }
 }
 

@@ -556,7 +556,7 @@ impl Store for RedisStore {
                 self.run(
                     lock,
                     &self.scripts.rw_acquire,
-                    &lock.lease_lock(),
+                    lock.lease_lock(),
                     now,
                     args,
                 )
@@ -565,7 +565,7 @@ impl Store for RedisStore {
             Slot::Ticket { .. } => {
                 let args = QueueAcquireArgs::new(claim, wait);
                 let keys = lock.ticket_queue();
-                self.run(lock, &self.scripts.queue_acquire, &keys, now, args)
+                self.run(lock, &self.scripts.queue_acquire, keys, now, args)
                     .await?
             }
         };
@@ -583,7 +583,7 @@ impl Store for RedisStore {
                 self.run(
                     lock,
                     &self.scripts.rw_release,
-                    &lock.lease_lock(),
+                    lock.lease_lock(),
                     now,
                     args,
                 )
@@ -592,7 +592,7 @@ impl Store for RedisStore {
             Slot::Ticket { .. } => {
                 let args = QueueReleaseArgs::new(claim);
                 let keys = lock.ticket_queue();
-                self.run(lock, &self.scripts.queue_release, &keys, now, args)
+                self.run(lock, &self.scripts.queue_release, keys, now, args)
                     .await?
             }
         };
@@ -610,13 +610,13 @@ impl Store for RedisStore {
         let Flag(renewed) = match claim.slot {
             Slot::Write | Slot::Read => {
                 let args = RwExtendArgs::new(claim, lease);
-                self.run(lock, &self.scripts.rw_extend, &lock.lease_lock(), now, args)
+                self.run(lock, &self.scripts.rw_extend, lock.lease_lock(), now, args)
                     .await?
             }
             Slot::Ticket { .. } => {
                 let args = QueueExtendArgs::new(claim, lease);
                 let keys = lock.ticket_queue();
-                self.run(lock, &self.scripts.queue_extend, &keys, now, args)
+                self.run(lock, &self.scripts.queue_extend, keys, now, args)
                     .await?
             }
         };
@@ -637,13 +637,13 @@ impl Store for RedisStore {
                     lease: Ms(claim.lease),
                 };
                 let keys = lock.lease_lock();
-                self.run(lock, &self.scripts.rw_downgrade, &keys, now, args)
+                self.run(lock, &self.scripts.rw_downgrade, keys, now, args)
                     .await?
             }
             Slot::Ticket { .. } => {
                 let args = QueueDowngradeArgs::new(claim);
                 let keys = lock.ticket_queue();
-                self.run(lock, &self.scripts.queue_downgrade, &keys, now, args)
+                self.run(lock, &self.scripts.queue_downgrade, keys, now, args)
                     .await?
             }
         };
@@ -655,14 +655,14 @@ impl Store for RedisStore {
             Family::LeaseLock => {
                 let keys = lock.lease_lock();
                 let LeaseLockView(snapshot) = self
-                    .run(lock, &self.scripts.rw_inspect, &keys, now, NoArgs)
+                    .run(lock, &self.scripts.rw_inspect, keys, now, NoArgs)
                     .await?;
                 Ok(snapshot)
             }
             Family::TicketQueue => {
                 let keys = lock.ticket_queue();
                 let TicketQueueView(snapshot) = self
-                    .run(lock, &self.scripts.queue_inspect, &keys, now, NoArgs)
+                    .run(lock, &self.scripts.queue_inspect, keys, now, NoArgs)
                     .await?;
                 Ok(snapshot)
             }
@@ -682,7 +682,7 @@ impl Store for RedisStore {
         };
         let keys = lock.ticket_queue();
         let Permits(permits) = self
-            .run(lock, &self.scripts.queue_set_permits, &keys, now, args)
+            .run(lock, &self.scripts.queue_set_permits, keys, now, args)
             .await?;
         Ok(permits)
     }
@@ -690,7 +690,7 @@ impl Store for RedisStore {
     async fn force_release(&self, lock: &LockKeys, now: Option<u64>) -> Result<u64> {
         let keys = lock.force_release();
         let Fence(fence) = self
-            .run(lock, &self.scripts.force_release, &keys, now, NoArgs)
+            .run(lock, &self.scripts.force_release, keys, now, NoArgs)
             .await?;
         Ok(fence)
     }
