@@ -6,13 +6,13 @@
 //! request left. A hold is trusted until `sent_at + lease - drift`; each confirmed renewal
 //! restarts that from its own send instant.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, Weak};
 use std::time::Duration;
 
-use tokio::sync::watch;
-use tokio::task::AbortHandle;
+use tokio::sync::{watch, Notify};
+use tokio::task::{AbortHandle, JoinHandle};
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
@@ -50,6 +50,35 @@ struct Shared {
     fence: u64,
     validity: watch::Sender<Validity>,
     requests: tokio::sync::Mutex<Requests>,
+    renewer: StdMutex<Renewer>,
+}
+
+/// Where a hold's renewals stand. A hold gets a renewal task only when its first renewal falls
+/// due (or a request may have changed its trust before then): until that moment it is an
+/// entry in its client's [`Renewals`] schedule, so a hold released sooner (the common case)
+/// costs no task, no timer and no wake-up.
+enum Renewer {
+    /// Auto-renewal is off.
+    Off,
+    /// In the client's schedule, for its first renewal at `due`.
+    Scheduled { due: Instant, opts: Options },
+    /// Its renewal task runs.
+    Running(AbortHandle),
+    /// Released or dropped: no renewal starts any more.
+    Stopped,
+}
+
+/// When the renewal after a confirmed request is due: a renewal interval after the send of
+/// that request, for the hold's lease, and at the latest halfway through what is trusted (so
+/// a shortened trust, after a request of unknown outcome, is renewed in time too).
+fn next_renewal(v: &Validity, lease: Duration, opts: &Options) -> Instant {
+    let every = if planted(Bug::UnorderedRenewals) {
+        opts.renew_interval()
+    } else {
+        opts.renew_interval_for(lease)
+    };
+    let halfway = v.since + v.until.saturating_duration_since(v.since) / 2;
+    (v.since + every).min(halfway.max(v.since))
 }
 
 /// The trust a request sent at `sent_at` for `lease` buys: the server applied it at or after
@@ -90,6 +119,15 @@ impl Drop for InFlight<'_> {
 }
 
 impl Shared {
+    /// Starts the renewal task of a hold still waiting in the schedule (no-op otherwise).
+    fn start_renewing(self: &Arc<Self>) {
+        let mut renewer = self.renewer.lock().unwrap_or_else(|p| p.into_inner());
+        if let Renewer::Scheduled { opts, .. } = &*renewer {
+            let task = tokio::spawn(renew(self.clone(), opts.clone(), false, false));
+            *renewer = Renewer::Running(task.abort_handle());
+        }
+    }
+
     fn claim(&self) -> Claim {
         self.claim.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
@@ -119,7 +157,10 @@ impl Shared {
     /// reply: a request for a shorter lease lowers the trust before it is even sent (it may
     /// be applied at any moment from then on), and a confirmed reply sets the trust from its
     /// own send instant, capped by any earlier request whose outcome stayed unknown.
-    async fn request(&self, give_up_at: Option<Instant>) -> Result<bool> {
+    async fn request(self: &Arc<Self>, give_up_at: Option<Instant>) -> Result<bool> {
+        // The trust may change from here on: a hold still waiting in the schedule gets its
+        // renewal task now, which follows every change of the trust.
+        self.start_renewing();
         if planted(Bug::UnorderedRenewals) {
             let lease = self.claim().lease;
             return self.request_unordered(lease, give_up_at).await;
@@ -232,6 +273,116 @@ impl Shared {
 pub(crate) struct Holds {
     live: StdMutex<HashMap<u64, Weak<Shared>>>,
     next_id: AtomicU64,
+    renewals: Renewals,
+}
+
+/// A client's renewal schedule: holds waiting for their first renewal, by due time, and the
+/// one driver task that starts each hold's renewal task when it falls due. Adding a hold wakes
+/// the driver only when it is due before the driver's next look (or no driver runs yet), so
+/// a steady stream of holds costs one lock and one map insert each, no wake-up.
+#[derive(Default)]
+struct Renewals {
+    schedule: Arc<Schedule>,
+}
+
+#[derive(Default)]
+struct Schedule {
+    state: StdMutex<ScheduleState>,
+    wake: Notify,
+}
+
+#[derive(Default)]
+struct ScheduleState {
+    due: BTreeMap<(Instant, u64), Weak<Shared>>,
+    /// When the driver looks next (`None`: when notified).
+    armed: Option<Instant>,
+    driver: Option<JoinHandle<()>>,
+    /// The client is gone: the driver ends.
+    closed: bool,
+}
+
+impl Renewals {
+    /// Schedules the first renewal of hold `id` at `due`. Runs inside a tokio runtime (an
+    /// acquisition), where a driver is spawned if none runs (the first hold, or after the
+    /// runtime of the previous driver shut down).
+    fn add(&self, due: Instant, id: u64, shared: &Arc<Shared>) {
+        let notify = {
+            let mut state = self
+                .schedule
+                .state
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            state.due.insert((due, id), Arc::downgrade(shared));
+            if state.driver.as_ref().is_none_or(JoinHandle::is_finished) {
+                state.armed = Some(due);
+                state.driver = Some(tokio::spawn(drive(self.schedule.clone())));
+                false
+            } else if state.armed.is_none_or(|armed| due < armed) {
+                state.armed = Some(due);
+                true
+            } else {
+                false
+            }
+        };
+        if notify {
+            self.schedule.wake.notify_one();
+        }
+    }
+
+    fn remove(&self, due: Instant, id: u64) {
+        let mut state = self
+            .schedule
+            .state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        state.due.remove(&(due, id));
+    }
+}
+
+impl Drop for Renewals {
+    fn drop(&mut self) {
+        self.schedule
+            .state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .closed = true;
+        self.schedule.wake.notify_one();
+    }
+}
+
+/// The driver of a client's schedule: starts the renewal task of every hold whose first
+/// renewal is due, then sleeps until the next one is (or a sooner one is added).
+async fn drive(schedule: Arc<Schedule>) {
+    loop {
+        let (ready, next) = {
+            let mut state = schedule.state.lock().unwrap_or_else(|p| p.into_inner());
+            if state.closed {
+                return;
+            }
+            let now = Instant::now();
+            let mut ready = Vec::new();
+            while let Some(entry) = state.due.first_entry() {
+                if entry.key().0 > now {
+                    break;
+                }
+                ready.push(entry.remove());
+            }
+            state.armed = state.due.keys().next().map(|(due, _)| *due);
+            (ready, state.armed)
+        };
+        for shared in ready.iter().filter_map(Weak::upgrade) {
+            shared.start_renewing();
+        }
+        match next {
+            Some(at) => {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(at) => {}
+                    _ = schedule.wake.notified() => {}
+                }
+            }
+            None => schedule.wake.notified().await,
+        }
+    }
 }
 
 impl std::fmt::Debug for Holds {
@@ -301,7 +452,6 @@ pub(crate) struct Hold {
     shared: Arc<Shared>,
     /// This hold's entry in its client's [`Holds`].
     id: u64,
-    renewer: Option<AbortHandle>,
     opts: Options,
     released: bool,
 }
@@ -404,22 +554,29 @@ impl Hold {
             fence,
             validity,
             requests: tokio::sync::Mutex::default(),
+            renewer: StdMutex::new(Renewer::Off),
         });
-        let renewer = match first {
-            FirstRenewal::Scheduled => opts.auto_renew.then(|| {
-                tokio::spawn(renew(shared.clone(), opts.clone(), false, false)).abort_handle()
-            }),
+        let id = shared.holds.register(&shared);
+        match first {
+            FirstRenewal::Scheduled if opts.auto_renew => {
+                let due = next_renewal(&shared.validity.borrow(), shared.claim().lease, &opts);
+                *shared.renewer.lock().unwrap_or_else(|p| p.into_inner()) = Renewer::Scheduled {
+                    due,
+                    opts: opts.clone(),
+                };
+                shared.holds.renewals.add(due, id, &shared);
+            }
+            FirstRenewal::Scheduled => {}
             FirstRenewal::Immediately => {
                 let once = !opts.auto_renew;
-                let task = renew(shared.clone(), opts.clone(), true, once);
-                Some(tokio::spawn(task).abort_handle())
+                let task = tokio::spawn(renew(shared.clone(), opts.clone(), true, once));
+                *shared.renewer.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Renewer::Running(task.abort_handle());
             }
-        };
-        let id = shared.holds.register(&shared);
+        }
         Hold {
             shared,
             id,
-            renewer,
             opts,
             released: false,
         }
@@ -494,8 +651,18 @@ impl Hold {
     }
 
     fn stop_renewing(&mut self) {
-        if let Some(r) = self.renewer.take() {
-            r.abort();
+        let renewer = std::mem::replace(
+            &mut *self
+                .shared
+                .renewer
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+            Renewer::Stopped,
+        );
+        match renewer {
+            Renewer::Running(task) => task.abort(),
+            Renewer::Scheduled { due, .. } => self.shared.holds.renewals.remove(due, self.id),
+            Renewer::Off | Renewer::Stopped => {}
         }
         self.shared.holds.unregister(self.id);
     }
@@ -626,15 +793,8 @@ async fn renew(shared: Arc<Shared>, opts: Options, at_once: bool, once: bool) {
         }
         let lease = shared.claim().lease;
         let next = retry_at.unwrap_or_else(|| {
-            // Halfway through what is trusted at the latest, so a shortened trust (a request
-            // of unknown outcome) is renewed in time too.
-            let every = if planted(Bug::UnorderedRenewals) {
-                opts.renew_interval()
-            } else {
-                opts.renew_interval_for(lease)
-            };
-            let halfway = since + until.saturating_duration_since(since) / 2;
-            (since + every).min(halfway.max(since))
+            let v = Validity { until, since, lost };
+            next_renewal(&v, lease, &opts)
         });
         tokio::select! {
             biased;

@@ -1,0 +1,75 @@
+//! The client's renewal schedule: a hold gets its renewal task only when its first renewal
+//! falls due, from one driver task per client. These tests pin what that must not break.
+
+use std::time::Duration;
+
+use redis_locks::LockClient;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// A client first used on a runtime that then shut down (its renewal driver went with it)
+/// still renews the holds it makes on the next runtime.
+#[test]
+fn renewals_continue_after_the_first_runtime_shut_down() {
+    let client = LockClient::builder()
+        .lease(Duration::from_millis(600))
+        .in_memory()
+        .expect("in-memory client");
+    runtime().block_on(async {
+        let guard = client.mutex("first").lock().await.expect("lock");
+        guard.release().await.expect("release");
+    });
+    runtime().block_on(async {
+        let guard = client.mutex("second").lock().await.expect("lock");
+        tokio::time::sleep(Duration::from_millis(2000)).await;
+        assert!(
+            guard.is_held(),
+            "a 600 ms hold was not renewed for 2 s on the second runtime"
+        );
+        let other = client.mutex("second").try_lock().await;
+        assert!(other.is_err(), "the lock was free while the guard held it");
+        assert!(guard.release().await.expect("release"));
+    });
+}
+
+/// Holds released before their first renewal leave nothing scheduled that could renew them
+/// later: after many short holds, the lock is free and a later holder keeps it.
+#[tokio::test]
+async fn short_holds_leave_no_renewal_behind() {
+    let client = LockClient::builder()
+        .lease(Duration::from_millis(600))
+        .in_memory()
+        .expect("in-memory client");
+    let m = client.mutex("short");
+    for _ in 0..200 {
+        let g = m.lock().await.expect("lock");
+        assert!(g.release().await.expect("release"));
+    }
+    // Past every scheduled first renewal of those holds.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let g = m.try_lock().await.expect("the lock is free");
+    tokio::time::sleep(Duration::from_millis(1800)).await;
+    assert!(g.is_held(), "the last holder was not renewed");
+    assert!(g.release().await.expect("release"));
+    assert!(m.try_lock().await.is_ok(), "a released lock stayed held");
+}
+
+/// An `extend` before the first renewal starts the renewal task, which then follows the new
+/// lease: a hold shortened to 600 ms by `extend` is still renewed in time.
+#[tokio::test]
+async fn extend_before_the_first_renewal_is_followed() {
+    let client = LockClient::builder()
+        .lease(Duration::from_secs(30))
+        .in_memory()
+        .expect("in-memory client");
+    let mut g = client.mutex("shortened").lock().await.expect("lock");
+    assert!(g.extend(Duration::from_millis(600)).await.expect("extend"));
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    assert!(g.is_held(), "the shortened hold was not renewed in time");
+    assert!(g.release().await.expect("release"));
+}
