@@ -10,8 +10,8 @@
 -- ARGV[7] capacity      "<n>": a Semaphore of n permits (a count stored by set_permits wins);
 --                       "=<n>": a fixed capacity (FairLock 1, fair RwLock 2^30)
 -- ARGV[8] wait          "1": join the queue when refused; "0": never stay queued
--- Reply: {1, fence, lease_ms} granted (fence: new when exclusive, else the last exclusive
---        grant's); {0, -1, position, heartbeat_until} refused, position = waiters ahead
+-- Reply: fence (an integer) granted, for lease_ms (fence: new when exclusive, else the last
+--        exclusive grant's); {0, -1, position, heartbeat_until} refused, position = waiters ahead
 --        (-1 when not queued), heartbeat_until = the queue place's heartbeat deadline in server
 --        ms (-1 when not queued; a grant made to this place later names the same deadline).
 --        Error RLMIXED when the lease lock of the same name has a live holder, RLCAPACITY
@@ -44,7 +44,7 @@ if redis.call('EXISTS', H, Q, HB, TK, CAP, LW, LR) == 0 then
     local ttl = math.max(1, lease) + TTL_PAD
     redis.call('PEXPIRE', H, ttl)
     redis.call('SET', CAP, mark, 'PX', ttl)
-    return { 1, fence, lease }
+    return fence
   end
 end
 -- @general
@@ -80,7 +80,7 @@ if redis.call('ZSCORE', H, member) then
   local fence = read_counter(FENCE)
   hold_until(member, NOW + lease)
   refresh_ttls()
-  return { 1, fence, lease }
+  return fence
 end
 
 local queued = redis.call('ZSCORE', Q, member)
@@ -100,7 +100,7 @@ if not queued then
     if weight >= cap then fence = incr_counter(FENCE) else fence = read_counter(FENCE) end
     hold_until(member, NOW + lease)
     refresh_ttls()
-    return { 1, fence, lease }
+    return fence
   end
   if not wait then
     return { 0, -1, -1, -1 }
@@ -116,7 +116,7 @@ if promote(cap, heartbeat, member) then
   local fence = read_counter(FENCE)
   hold_until(member, NOW + lease)
   refresh_ttls()
-  return { 1, fence, lease }
+  return fence
 end
 refresh_ttls()
 return { 0, -1, redis.call('ZRANK', Q, member), heartbeat_until }

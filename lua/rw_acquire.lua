@@ -7,8 +7,8 @@
 -- ARGV[6] policy       "writer": waiting writers hold back new readers; "reader": they do not
 -- ARGV[7] wait         "1": a refused writer under the writer policy announces itself in wq
 -- ARGV[8] heartbeat_ms how long that announcement lives unless the writer attempts again
--- Reply: {1, fence, lease_ms} granted (fence: the new token for a writer, the last writer's
---        for a reader); {0, retry_ms, -1, announced_until} refused (retry_ms: when the
+-- Reply: fence (an integer) granted, for lease_ms (fence: the new token for a writer, the
+--        last writer's for a reader); {0, retry_ms, -1, announced_until} refused (retry_ms: when the
 --        blocking lease ends, -1 when only a wake-up or the waiter's own interval can tell;
 --        announced_until: the announcement's heartbeat deadline in server ms, -1 when the
 --        claim did not announce itself; a hand-off to this claim names the same deadline).
@@ -26,7 +26,7 @@ if redis.call('EXISTS', W, R, WQ, QH) == 0 then
     end
     local record = string.format('%d', NOW + lease) .. '|' .. ARGV[3]
     redis.call('SET', W, record, 'PX', math.max(1, lease) + TTL_PAD)
-    return { 1, fence, lease }
+    return fence
   elseif ARGV[4] == 'r' then
     local fence = redis.call('GET', FENCE) or '0'
     if not string.match(fence, '^%-?%d+$') then
@@ -34,7 +34,7 @@ if redis.call('EXISTS', W, R, WQ, QH) == 0 then
     end
     redis.call('ZADD', R, NOW + lease, ARGV[3])
     redis.call('PEXPIRE', R, math.max(1, lease) + TTL_PAD)
-    return { 1, tonumber(fence), lease }
+    return tonumber(fence)
   end
 end
 -- @general
@@ -49,7 +49,7 @@ if mode == 'w' then
     -- Already ours (a retry after a lost reply): renew from now, same fence.
     local fence = read_counter(FENCE)
     set_writer(token, NOW + lease)
-    return { 1, fence, lease }
+    return fence
   end
   local retry = nil
   -- The common free lock has no readers, no ticket-queue holders and no waiting writers: one
@@ -82,7 +82,7 @@ if mode == 'w' then
   end
   local fence = incr_counter(FENCE)
   set_writer(token, NOW + lease)
-  return { 1, fence, lease }
+  return fence
 end
 
 if mode == 'r' then
@@ -98,7 +98,7 @@ if mode == 'r' then
   local fence = read_counter(FENCE)
   redis.call('ZADD', R, NOW + lease, token)
   expire_zset(R)
-  return { 1, fence, lease }
+  return fence
 end
 
 return redis.error_reply('RLARG unknown mode ' .. tostring(mode))

@@ -550,17 +550,11 @@ impl Store for RedisStore {
         now: Option<u64>,
     ) -> Result<Acquire> {
         claim.check()?;
-        let AcquireReply(reply) = match claim.slot {
+        let reply: AcquireReply = match claim.slot {
             Slot::Write | Slot::Read => {
                 let args = RwAcquireArgs::new(claim, wait);
-                self.run(
-                    lock,
-                    &self.scripts.rw_acquire,
-                    lock.lease_lock(),
-                    now,
-                    args,
-                )
-                .await?
+                self.run(lock, &self.scripts.rw_acquire, lock.lease_lock(), now, args)
+                    .await?
             }
             Slot::Ticket { .. } => {
                 let args = QueueAcquireArgs::new(claim, wait);
@@ -569,7 +563,7 @@ impl Store for RedisStore {
                     .await?
             }
         };
-        Ok(reply)
+        Ok(reply.outcome(claim.lease))
     }
 
     async fn release(&self, lock: &LockKeys, claim: &Claim, now: Option<u64>) -> Result<bool> {
@@ -580,14 +574,8 @@ impl Store for RedisStore {
                     token: &claim.token,
                     hand_over: HandOver(self.hand_over),
                 };
-                self.run(
-                    lock,
-                    &self.scripts.rw_release,
-                    lock.lease_lock(),
-                    now,
-                    args,
-                )
-                .await?
+                self.run(lock, &self.scripts.rw_release, lock.lease_lock(), now, args)
+                    .await?
             }
             Slot::Ticket { .. } => {
                 let args = QueueReleaseArgs::new(claim);
