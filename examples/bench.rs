@@ -1594,7 +1594,17 @@ where
     F: Fn(T) -> Fut,
     Fut: std::future::Future<Output = BoxResult<()>> + Send + 'static,
 {
-    let before = cmdstat(raw, "evalsha").await?;
+    hot_of(raw, "evalsha", items, step).await
+}
+
+/// [`hot`] for steps sent as command `cmd` (lower case, as `INFO commandstats` names it).
+async fn hot_of<T, F, Fut>(raw: &RedisStore, cmd: &str, items: &[T], step: F) -> BoxResult<f64>
+where
+    T: Clone + Send + 'static,
+    F: Fn(T) -> Fut,
+    Fut: std::future::Future<Output = BoxResult<()>> + Send + 'static,
+{
+    let before = cmdstat(raw, cmd).await?;
     for chunk in items.chunks(HOT_DEPTH) {
         let mut set = JoinSet::new();
         for item in chunk {
@@ -1604,10 +1614,10 @@ where
             r??;
         }
     }
-    let after = cmdstat(raw, "evalsha").await?;
+    let after = cmdstat(raw, cmd).await?;
     let calls = after.0.saturating_sub(before.0);
     if calls < items.len() as u64 {
-        return Err(format!("{calls} EVALSHA calls for {} steps", items.len()).into());
+        return Err(format!("{calls} {cmd} calls for {} steps", items.len()).into());
     }
     Ok((after.1 - before.1) as f64 / calls as f64)
 }
@@ -1741,6 +1751,10 @@ async fn server_hot(env: &Env, run: usize) -> BoxResult<Vec<Row>> {
     let queue_acquire_claim = each(&raw, &waiters, &store, grant).await?;
     let queue_release = each(&raw, &waiters, &store, release).await?;
 
+    // The production rw_acquire as a Redis Function (FCALL) against the same source by
+    // EVALSHA, each granting a Mutex on free names: what Functions would save per call.
+    let (fcall, evalsha) = function_vs_script(&raw, &mk).await?;
+
     let mut del = redis::cmd("DEL");
     for k in &floor_keys {
         del.arg(k);
@@ -1784,7 +1798,73 @@ async fn server_hot(env: &Env, run: usize) -> BoxResult<Vec<Row>> {
         rel("queue_release.hand_off", queue_release_hand_off, Some(5.0)),
         acq("queue_acquire.claim", queue_acquire_claim, None),
         rel("queue_release.no_waiter", queue_release, None),
+        Row::new(W, "usec_per_call.rw_acquire.free_fcall", fcall, "usec")
+            .vs("usec_per_call.rw_acquire.free_evalsha", evalsha),
     ])
+}
+
+/// Grants a Mutex on each of `names` by EVALSHA of the production `rw_acquire`, releases them,
+/// then grants them by FCALL of the same source loaded as a Redis Function; returns (FCALL,
+/// EVALSHA) server µs per call.
+async fn function_vs_script(raw: &RedisStore, names: &[LockKeys]) -> BoxResult<(f64, f64)> {
+    let source = &redis_locks::testing::script_sources()
+        .iter()
+        .find(|(n, _)| *n == "rw_acquire")
+        .ok_or("no rw_acquire script")?
+        .1;
+    let body = source.split_once('\n').ok_or("empty script")?.1;
+    let library = format!(
+        "#!lua name=rlbench\nredis.register_function('rl_rw_acquire', function(KEYS, ARGV)\n{body}\nend)"
+    );
+    let _: String = raw
+        .query(
+            redis::cmd("FUNCTION")
+                .arg("LOAD")
+                .arg("REPLACE")
+                .arg(library),
+        )
+        .await?;
+    let sha: String = raw
+        .query(redis::cmd("SCRIPT").arg("LOAD").arg(source.as_str()))
+        .await?;
+    let grant = |how: &'static str, sha: String, r: RedisStore| {
+        move |k: LockKeys| {
+            let (sha, r) = (sha.clone(), r.clone());
+            async move {
+                let mut cmd = redis::cmd(how);
+                if how == "EVALSHA" {
+                    cmd.arg(&sha);
+                } else {
+                    cmd.arg("rl_rw_acquire");
+                }
+                cmd.arg(6).arg(k.lease_lock().as_slice());
+                cmd.arg("").arg("PUBLISH").arg("benchtoken").arg("w");
+                cmd.arg(LONG.as_millis() as u64)
+                    .arg("writer")
+                    .arg("1")
+                    .arg(1000);
+                let fence: redis::Value = r.query(&cmd).await?;
+                match fence {
+                    redis::Value::Int(_) => Ok(()),
+                    other => Err(format!("{how} rw_acquire: {other:?}").into()),
+                }
+            }
+        }
+    };
+    let clear = |r: RedisStore, names: Vec<LockKeys>| async move {
+        for k in &names {
+            let _: i64 = r.query(redis::cmd("DEL").arg(&k.lease_lock()[0])).await?;
+        }
+        Ok::<(), BoxError>(())
+    };
+    let evalsha = hot(raw, names, grant("EVALSHA", sha.clone(), raw.clone())).await?;
+    clear(raw.clone(), names.to_vec()).await?;
+    let fcall = hot_of(raw, "fcall", names, grant("FCALL", sha, raw.clone())).await?;
+    clear(raw.clone(), names.to_vec()).await?;
+    let _: String = raw
+        .query(redis::cmd("FUNCTION").arg("DELETE").arg("rlbench"))
+        .await?;
+    Ok((fcall, evalsha))
 }
 
 // --- memory -----------------------------------------------------------------------------------
