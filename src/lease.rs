@@ -60,8 +60,12 @@ struct Shared {
 enum Renewer {
     /// Auto-renewal is off.
     Off,
-    /// In the client's schedule, for its first renewal at `due`.
-    Scheduled { due: Instant, opts: Options },
+    /// In the client's schedule of `runtime`, for its first renewal at `due`.
+    Scheduled {
+        due: Instant,
+        runtime: tokio::runtime::Id,
+        opts: Options,
+    },
     /// Its renewal task runs.
     Running(AbortHandle),
     /// Released or dropped: no renewal starts any more.
@@ -276,13 +280,15 @@ pub(crate) struct Holds {
     renewals: Renewals,
 }
 
-/// A client's renewal schedule: holds waiting for their first renewal, by due time, and the
-/// one driver task that starts each hold's renewal task when it falls due. Adding a hold wakes
-/// the driver only when it is due before the driver's next look (or no driver runs yet), so
-/// a steady stream of holds costs one lock and one map insert each, no wake-up.
+/// A client's renewal schedules, one per tokio runtime that made holds (so a hold's renewals
+/// run on the runtime that granted it, as its own tasks would): holds waiting for their first
+/// renewal, by due time, and one driver task per runtime that starts each hold's renewal task
+/// when it falls due. Adding a hold wakes the driver only when it is due before the driver's
+/// next look (or no driver runs yet), so a steady stream of holds costs two short locks and
+/// one map insert each, no wake-up.
 #[derive(Default)]
 struct Renewals {
-    schedule: Arc<Schedule>,
+    by_runtime: StdMutex<HashMap<tokio::runtime::Id, Arc<Schedule>>>,
 }
 
 #[derive(Default)]
@@ -302,20 +308,61 @@ struct ScheduleState {
 }
 
 impl Renewals {
-    /// Schedules the first renewal of hold `id` at `due`. Runs inside a tokio runtime (an
-    /// acquisition), where a driver is spawned if none runs (the first hold, or after the
-    /// runtime of the previous driver shut down).
-    fn add(&self, due: Instant, id: u64, shared: &Arc<Shared>) {
+    /// Schedules the first renewal of hold `id` at `due` on the schedule of `runtime`, the
+    /// current one (this runs inside an acquisition).
+    fn add(&self, runtime: tokio::runtime::Id, due: Instant, id: u64, shared: &Arc<Shared>) {
+        let schedule = {
+            let mut by_runtime = self.by_runtime.lock().unwrap_or_else(|p| p.into_inner());
+            // A runtime that shut down took its driver along; its schedule has nothing left
+            // to start once empty.
+            by_runtime.retain(|_, s| !s.is_spent());
+            by_runtime.entry(runtime).or_default().clone()
+        };
+        schedule.add(due, id, shared);
+    }
+
+    fn remove(&self, runtime: tokio::runtime::Id, due: Instant, id: u64) {
+        let schedule = self
+            .by_runtime
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&runtime)
+            .cloned();
+        if let Some(schedule) = schedule {
+            schedule.lock().due.remove(&(due, id));
+        }
+    }
+}
+
+impl Drop for Renewals {
+    fn drop(&mut self) {
+        let by_runtime = self.by_runtime.lock().unwrap_or_else(|p| p.into_inner());
+        for schedule in by_runtime.values() {
+            schedule.lock().closed = true;
+            schedule.wake.notify_one();
+        }
+    }
+}
+
+impl Schedule {
+    fn lock(&self) -> std::sync::MutexGuard<'_, ScheduleState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Nothing scheduled and no driver running.
+    fn is_spent(&self) -> bool {
+        let state = self.lock();
+        state.due.is_empty() && state.driver.as_ref().is_none_or(JoinHandle::is_finished)
+    }
+
+    /// Adds an entry; spawns the driver on the current runtime if none runs.
+    fn add(self: &Arc<Self>, due: Instant, id: u64, shared: &Arc<Shared>) {
         let notify = {
-            let mut state = self
-                .schedule
-                .state
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
+            let mut state = self.lock();
             state.due.insert((due, id), Arc::downgrade(shared));
             if state.driver.as_ref().is_none_or(JoinHandle::is_finished) {
                 state.armed = Some(due);
-                state.driver = Some(tokio::spawn(drive(self.schedule.clone())));
+                state.driver = Some(tokio::spawn(drive(self.clone())));
                 false
             } else if state.armed.is_none_or(|armed| due < armed) {
                 state.armed = Some(due);
@@ -325,28 +372,8 @@ impl Renewals {
             }
         };
         if notify {
-            self.schedule.wake.notify_one();
+            self.wake.notify_one();
         }
-    }
-
-    fn remove(&self, due: Instant, id: u64) {
-        let mut state = self
-            .schedule
-            .state
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        state.due.remove(&(due, id));
-    }
-}
-
-impl Drop for Renewals {
-    fn drop(&mut self) {
-        self.schedule
-            .state
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .closed = true;
-        self.schedule.wake.notify_one();
     }
 }
 
@@ -355,7 +382,7 @@ impl Drop for Renewals {
 async fn drive(schedule: Arc<Schedule>) {
     loop {
         let (ready, next) = {
-            let mut state = schedule.state.lock().unwrap_or_else(|p| p.into_inner());
+            let mut state = schedule.lock();
             if state.closed {
                 return;
             }
@@ -560,11 +587,15 @@ impl Hold {
         match first {
             FirstRenewal::Scheduled if opts.auto_renew => {
                 let due = next_renewal(&shared.validity.borrow(), shared.claim().lease, &opts);
+                // The renewer says `Scheduled` before the entry exists, so the driver never
+                // finds an entry whose renewer it would skip.
+                let runtime = tokio::runtime::Handle::current().id();
                 *shared.renewer.lock().unwrap_or_else(|p| p.into_inner()) = Renewer::Scheduled {
                     due,
+                    runtime,
                     opts: opts.clone(),
                 };
-                shared.holds.renewals.add(due, id, &shared);
+                shared.holds.renewals.add(runtime, due, id, &shared);
             }
             FirstRenewal::Scheduled => {}
             FirstRenewal::Immediately => {
@@ -661,7 +692,9 @@ impl Hold {
         );
         match renewer {
             Renewer::Running(task) => task.abort(),
-            Renewer::Scheduled { due, .. } => self.shared.holds.renewals.remove(due, self.id),
+            Renewer::Scheduled { due, runtime, .. } => {
+                self.shared.holds.renewals.remove(runtime, due, self.id)
+            }
             Renewer::Off | Renewer::Stopped => {}
         }
         self.shared.holds.unregister(self.id);

@@ -37,6 +37,36 @@ fn renewals_continue_after_the_first_runtime_shut_down() {
     });
 }
 
+/// Holds made on a second runtime are renewed there while the first runtime, where the
+/// client made its first holds, still exists but runs nothing.
+#[test]
+fn renewals_run_on_the_runtime_of_the_hold() {
+    let client = LockClient::builder()
+        .lease(Duration::from_millis(600))
+        .in_memory()
+        .expect("in-memory client");
+    let idle = runtime();
+    idle.block_on(async {
+        let guard = client.mutex("first").lock().await.expect("lock");
+        guard.release().await.expect("release");
+    });
+    let busy = std::thread::spawn(move || {
+        runtime().block_on(async {
+            let guard = client.mutex("second").lock().await.expect("lock");
+            tokio::time::sleep(Duration::from_millis(2000)).await;
+            let held = guard.is_held();
+            guard.release().await.expect("release");
+            held
+        })
+    });
+    let held = busy.join().expect("second runtime");
+    drop(idle);
+    assert!(
+        held,
+        "a 600 ms hold on the second runtime was not renewed while the first one sat idle"
+    );
+}
+
 /// Holds released before their first renewal leave nothing scheduled that could renew them
 /// later: after many short holds, the lock is free and a later holder keeps it.
 #[tokio::test]
