@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use redis_locks::{LockClient, RedisConfig};
 
+mod support;
+
 /// The error and all its sources, one per line, as an error reporter prints them.
 fn chain(err: &redis_locks::Error) -> String {
     let mut lines = vec![err.to_string()];
@@ -75,10 +77,9 @@ async fn a_service_that_is_not_redis_is_named_as_such() {
     drop(service);
 }
 
-/// A server that answers like Redis 6.2 (every command gets the `HELLO` map of a 6.2 server)
-/// is refused at connect with the versions the library needs.
-#[tokio::test]
-async fn a_server_older_than_redis_7_is_refused_at_connect() {
+/// A fake server that answers every command with the `HELLO` map of Redis 6.2; returns its
+/// port and the task serving it.
+async fn redis_6_2() -> (u16, tokio::task::JoinHandle<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -104,6 +105,14 @@ async fn a_server_older_than_redis_7_is_refused_at_connect() {
             });
         }
     });
+    (port, server)
+}
+
+/// A server that answers like Redis 6.2 is refused at connect with the versions the library
+/// needs.
+#[tokio::test]
+async fn a_server_older_than_redis_7_is_refused_at_connect() {
+    let (port, server) = redis_6_2().await;
     let url = format!("redis://127.0.0.1:{port}/");
     let err = quick()
         .connect(&url)
@@ -118,5 +127,27 @@ async fn a_server_older_than_redis_7_is_refused_at_connect() {
         text.contains("6.2.14") && text.contains("Redis 7.0 or later"),
         "{text}"
     );
+    server.abort();
+}
+
+/// A quorum with one server older than Redis 7 is refused at connect, although the two
+/// others (a majority) are fine.
+#[tokio::test]
+async fn a_quorum_with_an_old_server_is_refused_at_connect() {
+    let (port, server) = redis_6_2().await;
+    let a = support::RedisServer::start();
+    let b = support::RedisServer::start();
+    let old = format!("redis://127.0.0.1:{port}/");
+    let urls = [a.url(), b.url(), old];
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let err = quick()
+        .quorum(&urls)
+        .await
+        .expect_err("a quorum with Redis 6.2 is refused");
+    assert!(
+        matches!(err, redis_locks::Error::UnsupportedServer { .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("6.2.14"), "{err}");
     server.abort();
 }

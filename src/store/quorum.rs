@@ -206,9 +206,17 @@ impl QuorumStore {
             nodes,
             hub: hub.clone(),
         };
-        let pings = quorum
-            .on_all(|node| async move { node.query::<String>(&redis::cmd("PING")).await })
+        // Every server that answers must be one the scripts run on (a quorum with an old
+        // server is misconfigured, even if a majority of the others would do).
+        let mut pings = quorum
+            .on_all(|node| async move { node.check_server().await })
             .await;
+        if let Some(i) = pings
+            .iter()
+            .position(|r| matches!(r, Err(Error::UnsupportedServer { .. })))
+        {
+            pings.swap_remove(i)?;
+        }
         let answered = pings.iter().filter(|r| r.is_ok()).count();
         let required = quorum.required();
         if answered < required {

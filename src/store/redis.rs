@@ -248,7 +248,9 @@ impl RedisStore {
 
     /// Refuses a server the scripts cannot run on, from its `HELLO` reply (`server`,
     /// `version`); a reply without them is let through (the scripts then say what fails).
-    async fn check_server(&self) -> Result<()> {
+    /// On Cluster the node that answers is one of the cluster's (a cluster runs one
+    /// version; a mixed one during an upgrade is not checked node by node).
+    pub(crate) async fn check_server(&self) -> Result<()> {
         let hello: Value = self.query(redis::cmd("HELLO").arg(3)).await?;
         let field = |name: &str| -> Option<String> {
             let Value::Map(pairs) = &hello else {
@@ -336,14 +338,16 @@ impl RedisStore {
             .get_async_connection()
             .await
             .map_err(|e| Error::from_redis("", e))?;
-        hub.start(Box::new(ClusterSubscriber(conn.clone())));
-        Ok(RedisStore {
-            conn: Conn::Cluster(conn),
-            hub,
+        let store = RedisStore {
+            conn: Conn::Cluster(conn.clone()),
+            hub: hub.clone(),
             publish: Publish::Sharded,
             hand_over: true,
             scripts: Scripts::get(Variant::Production),
-        })
+        };
+        store.check_server().await?;
+        hub.start(Box::new(ClusterSubscriber(conn)));
+        Ok(store)
     }
 
     /// Whether this connection's user may publish wake-ups on `channel` (a lock's channel
