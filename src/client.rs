@@ -377,6 +377,38 @@ impl LockClientBuilder {
         Ok(self.build(Arc::new(store)))
     }
 
+    /// Connects to a Redis Cluster with the settings of a cluster client builder of the
+    /// `redis` crate you already configured (its nodes, username and password, TLS), so
+    /// nothing is typed twice. As with [`connect_client`](Self::connect_client), the library
+    /// sets on top: RESP3 (wake-ups arrive as pushes), its own push receiver, and the
+    /// response and connect timeouts of this builder's [`RedisConfig`] (a reply later than the
+    /// response timeout counts as lost and is confirmed by token, which the lock's safety
+    /// relies on).
+    ///
+    /// The argument is a type of the `redis` crate (1.x): this method follows that crate's
+    /// major version.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let mine = redis::cluster::ClusterClientBuilder::new(vec!["redis://10.0.0.1:7000"])
+    ///     .username("app".to_owned())
+    ///     .password("s3cret".to_owned());
+    /// let client = redis_locks::LockClient::builder().connect_cluster(mine).await?;
+    /// # drop(client); Ok(()) }
+    /// ```
+    #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
+    pub async fn connect_cluster(
+        self,
+        nodes: redis::cluster::ClusterClientBuilder,
+    ) -> Result<LockClient> {
+        self.check()?;
+        let store = RedisStore::cluster_with(nodes, self.redis.clone()).await?;
+        self.probe_channels(&store).await?;
+        Ok(self.build(Arc::new(store)))
+    }
+
     /// Connects to the primary that the Redis Sentinels at `sentinel_urls` (the sentinels'
     /// own `redis://host:port` addresses) name for `master_name`.
     ///

@@ -623,3 +623,56 @@ fn owner_of_from(cluster: &RedisCluster, from: usize, slot: u16) -> Option<usize
         owns.then(|| node_index(cluster, port))
     })
 }
+
+/// A client built from the user's own cluster builder keeps its credentials: every node
+/// requires a password for user `app`, the library's connections log in as `app`, and every
+/// primitive works; the same builder with a wrong password is refused.
+#[tokio::test]
+async fn client_from_the_users_cluster_builder_keeps_its_credentials() {
+    let cluster = RedisCluster::start(3, 0);
+    for node in 0..cluster.nodes().len() {
+        let ok = cluster.cli(
+            node,
+            &[
+                "ACL", "SETUSER", "app", "on", ">s3cret", "~*", "&*", "+@all",
+            ],
+        );
+        assert_eq!(ok.trim(), "OK", "ACL SETUSER on node {node}");
+    }
+    let builder = |password: &str| {
+        redis::cluster::ClusterClientBuilder::new(cluster.urls())
+            .username("app".to_owned())
+            .password(password.to_owned())
+    };
+    let wrong = LockClient::builder()
+        .connect_cluster(builder("wrong"))
+        .await;
+    assert!(wrong.is_err(), "a wrong password must be refused");
+
+    let client = LockClient::builder()
+        .connect_cluster(builder("s3cret"))
+        .await
+        .expect("connect as app");
+    let m = client.mutex("own-builder-m");
+    let g = m.lock().await.expect("mutex");
+    assert!(m.try_lock().await.is_err(), "held");
+    assert!(g.release().await.expect("release"));
+    let f = client
+        .fair_lock("own-builder-f")
+        .lock()
+        .await
+        .expect("fair lock");
+    assert!(f.release().await.expect("release"));
+    let p = client
+        .semaphore("own-builder-s", 2)
+        .acquire()
+        .await
+        .expect("permit");
+    assert!(p.release().await.expect("release"));
+    let mut logged_in = 0;
+    for node in 0..cluster.nodes().len() {
+        let clients = cluster.cli(node, &["CLIENT", "LIST"]);
+        logged_in += clients.lines().filter(|l| l.contains(" user=app ")).count();
+    }
+    assert!(logged_in > 0, "no connection logged in as app");
+}

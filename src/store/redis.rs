@@ -321,10 +321,25 @@ impl RedisStore {
     /// (`SSUBSCRIBE`/`SPUBLISH`) on the lock's own slot.
     #[cfg(feature = "cluster")]
     pub async fn cluster(urls: &[&str], config: RedisConfig) -> Result<Self> {
+        Self::cluster_with(
+            redis::cluster::ClusterClientBuilder::new(urls.to_vec()),
+            config,
+        )
+        .await
+    }
+
+    /// [`RedisStore::cluster`] from a cluster client builder the caller configured (nodes,
+    /// username and password, TLS, read-from-replicas...): the store sets RESP3, its push
+    /// receiver and `config`'s timeouts on top.
+    #[cfg(feature = "cluster")]
+    pub async fn cluster_with(
+        builder: redis::cluster::ClusterClientBuilder,
+        config: RedisConfig,
+    ) -> Result<Self> {
         let bad_url = |e: redis::RedisError| Error::invalid("Redis URL", e.to_string());
         let hub = WakeHub::remote();
         let pushes = hub.clone();
-        let client = redis::cluster::ClusterClientBuilder::new(urls.to_vec())
+        let client = builder
             .use_protocol(ProtocolVersion::RESP3)
             .push_sender(move |push| {
                 pushes.on_push(push);
