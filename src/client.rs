@@ -392,8 +392,8 @@ impl LockClientBuilder {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> redis_locks::Result<()> {
     /// let mine = redis::cluster::ClusterClientBuilder::new(vec!["redis://10.0.0.1:7000"])
-    ///     .username("app".to_owned())
-    ///     .password("s3cret".to_owned());
+    ///     .username("app")
+    ///     .password("s3cret");
     /// let client = redis_locks::LockClient::builder().connect_cluster(mine).await?;
     /// # drop(client); Ok(()) }
     /// ```

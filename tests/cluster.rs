@@ -641,8 +641,8 @@ async fn client_from_the_users_cluster_builder_keeps_its_credentials() {
     }
     let builder = |password: &str| {
         redis::cluster::ClusterClientBuilder::new(cluster.urls())
-            .username("app".to_owned())
-            .password(password.to_owned())
+            .username("app")
+            .password(password)
     };
     let wrong = LockClient::builder()
         .connect_cluster(builder("wrong"))
