@@ -306,6 +306,29 @@ impl LockClientBuilder {
         self
     }
 
+    /// The holder label of this client's claims (default `<hostname>-<pid>`), shown by
+    /// `inspect` and the CLI next to each holder and waiter so an operator can tell who holds
+    /// a lock. It travels inside every claim token, so it is 1 to
+    /// [`MAX_LABEL_LEN`](crate::MAX_LABEL_LEN) characters of `A-Z`, `a-z`, `0-9`, `_` and `-`;
+    /// anything else is refused when the client is built.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let client = redis_locks::LockClient::builder()
+    ///     .label("billing-worker-3")
+    ///     .in_memory()?;
+    /// let guard = client.mutex("invoices").lock().await?;
+    /// let info = client.mutex("invoices").inspect().await?;
+    /// assert_eq!(info.holders[0].label.as_deref(), Some("billing-worker-3"));
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn label(mut self, label: &str) -> Self {
+        self.defaults.label = label.into();
+        self
+    }
+
     /// Default for automatic renewal (default on).
     pub fn auto_renew(mut self, on: bool) -> Self {
         self.defaults.auto_renew = on;

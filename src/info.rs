@@ -17,6 +17,9 @@ pub const PROCESS_PREFIX_LEN: usize = 8;
 pub struct HolderInfo {
     /// First characters of the holder's token.
     pub token_prefix: String,
+    /// The holder's label (its client's [`label`](crate::LockClientBuilder::label), by
+    /// default `<hostname>-<pid>`), when its token carries one.
+    pub label: Option<String>,
     /// Write, read or permits.
     pub kind: HoldKind,
     /// Lease left on the server's clock.
@@ -29,6 +32,8 @@ pub struct HolderInfo {
 pub struct WaiterInfo {
     /// First characters of the waiter's token.
     pub token_prefix: String,
+    /// The waiter's label, when its token carries one (see [`HolderInfo::label`]).
+    pub label: Option<String>,
     /// 0 for the head of the queue (waiting writers of a lease lock: by heartbeat order).
     pub position: usize,
     /// Permits wanted.
@@ -83,6 +88,7 @@ impl LockInfo {
                 .into_iter()
                 .map(|h| HolderInfo {
                     token_prefix: short(&h.token),
+                    label: crate::token::label_of(&h.token).map(str::to_owned),
                     kind: h.kind,
                     lease_remaining: Duration::from_millis(h.remaining_ms),
                 })
@@ -93,6 +99,7 @@ impl LockInfo {
                 .enumerate()
                 .map(|(position, w)| WaiterInfo {
                     token_prefix: short(&w.token),
+                    label: crate::token::label_of(&w.token).map(str::to_owned),
                     position,
                     weight: w.weight,
                     heartbeat_remaining: Duration::from_millis(w.heartbeat_remaining_ms),

@@ -102,6 +102,7 @@ impl LockKeys {
     }
 
     /// `<prefix>:{<name>}:<suffix>`.
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     pub fn key(&self, suffix: &str) -> String {
         format!("{}{suffix}", self.inner.base)
     }

@@ -72,6 +72,7 @@ pub use options::{
 pub use rwlock::{Preference, ReadGuard, RwLock, WriteGuard};
 pub use semaphore::{Permit, Semaphore, MAX_PERMITS};
 pub use store::HoldKind;
+pub use token::MAX_LABEL_LEN;
 
 /// The README's code compiles (checked by `cargo test --doc`).
 #[doc = include_str!("../README.md")]

@@ -37,6 +37,9 @@ pub(crate) struct Options {
     pub wait_replicas: Option<(u32, Duration)>,
     /// How long a wait keeps attempting while Redis cannot be reached.
     pub outage_budget: Duration,
+    /// Who holds: appended to every claim token (`inspect` shows it), checked by
+    /// [`crate::token::check_label`].
+    pub label: std::sync::Arc<str>,
 }
 
 impl Default for Options {
@@ -49,6 +52,7 @@ impl Default for Options {
             retry_interval: DEFAULT_RETRY_INTERVAL,
             wait_replicas: None,
             outage_budget: DEFAULT_OUTAGE_BUDGET,
+            label: crate::token::default_label(),
         }
     }
 }
@@ -72,6 +76,7 @@ pub(crate) fn check_duration(what: &'static str, d: Duration) -> Result<()> {
 impl Options {
     /// Checks every option; called before anything is sent to Redis.
     pub fn validate(&self) -> Result<()> {
+        crate::token::check_label(&self.label)?;
         check_duration("lease", self.lease)?;
         check_duration("heartbeat", self.heartbeat())?;
         if self.retry_interval.is_zero() || self.retry_interval > MAX_LEASE {

@@ -12,6 +12,69 @@ use crate::error::{Error, Result};
 
 /// Longest accepted token.
 pub(crate) const MAX_TOKEN_LEN: usize = 64;
+/// Characters of a generated token before its label.
+pub(crate) const GENERATED_LEN: usize = 32;
+/// Longest holder label: a generated token, `-` and the label fit [`MAX_TOKEN_LEN`].
+pub const MAX_LABEL_LEN: usize = MAX_TOKEN_LEN - GENERATED_LEN - 1;
+
+/// Refuses a holder label that could not ride in a token: 1 to [`MAX_LABEL_LEN`] characters
+/// of `[A-Za-z0-9_-]`.
+pub(crate) fn check_label(label: &str) -> Result<()> {
+    let ok = !label.is_empty()
+        && label.len() <= MAX_LABEL_LEN
+        && label
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            "label",
+            format!(
+                "{label:?}: a holder label has 1 to {MAX_LABEL_LEN} characters of A-Z, a-z, \
+                 0-9, '_' and '-' (it travels inside the claim token)"
+            ),
+        ))
+    }
+}
+
+/// The default holder label: `<hostname>-<pid>`, the host name from `HOSTNAME` or
+/// `/etc/hostname` (else `host`), other characters than `[A-Za-z0-9_-]` turned into `_`, the
+/// host name shortened so the whole fits [`MAX_LABEL_LEN`].
+pub(crate) fn default_label() -> std::sync::Arc<str> {
+    static LABEL: OnceLock<std::sync::Arc<str>> = OnceLock::new();
+    LABEL
+        .get_or_init(|| {
+            let host = std::env::var("HOSTNAME")
+                .ok()
+                .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+                .map(|h| h.trim().to_owned())
+                .filter(|h| !h.is_empty())
+                .unwrap_or_else(|| "host".to_owned());
+            let pid = std::process::id().to_string();
+            let room = MAX_LABEL_LEN - pid.len() - 1;
+            let host: String = host
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '-' {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .take(room)
+                .collect();
+            format!("{host}-{pid}").into()
+        })
+        .clone()
+}
+
+/// The label a token carries, if it is a generated token with one.
+pub(crate) fn label_of(token: &str) -> Option<&str> {
+    let (generated, label) = (token.get(..GENERATED_LEN)?, token.get(GENERATED_LEN..)?);
+    let label = label.strip_prefix('-')?;
+    (generated.bytes().all(|b| b.is_ascii_hexdigit()) && !label.is_empty()).then_some(label)
+}
 
 static PREFIX: OnceLock<AtomicU64> = OnceLock::new();
 static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -86,6 +149,28 @@ mod tests {
         assert_eq!(a[24..], b[24..], "one process prefix");
         check(&a).unwrap();
         assert_eq!(a.len(), 32);
+    }
+
+    #[test]
+    fn labels_ride_in_valid_tokens() {
+        let label = default_label();
+        check_label(&label).unwrap();
+        let token = format!("{}-{label}", next());
+        check(&token).unwrap();
+        assert_eq!(label_of(&token), Some(&*label));
+        assert_eq!(label_of(&next()), None);
+        let longest = "x".repeat(MAX_LABEL_LEN);
+        check(&format!("{}-{longest}", next())).unwrap();
+        for bad in [
+            "",
+            "a:b",
+            "a.b",
+            "a#1",
+            "a|b",
+            &"x".repeat(MAX_LABEL_LEN + 1),
+        ] {
+            assert!(check_label(bad).unwrap_err().is_invalid_input(), "{bad:?}");
+        }
     }
 
     #[test]

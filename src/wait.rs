@@ -179,7 +179,11 @@ impl LockCtx {
     }
 
     pub(crate) fn claim(&self, request: Request) -> Claim {
-        request.claim(self.opts.lease, self.opts.heartbeat())
+        let mut claim = request.claim(self.opts.lease, self.opts.heartbeat());
+        claim.token.reserve_exact(1 + self.opts.label.len());
+        claim.token.push('-');
+        claim.token.push_str(&self.opts.label);
+        claim
     }
 
     /// The longest a waiter sleeps between attempts.

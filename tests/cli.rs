@@ -119,8 +119,9 @@ async fn shows_a_fair_queue_in_order() {
     for (i, w) in info.waiters.iter().enumerate() {
         assert_eq!(w.position, i);
         let entry = format!(
-            "{{\"position\":{i},\"token\":\"{}\",\"weight\":1,",
-            w.token_prefix
+            "{{\"position\":{i},\"token\":\"{}\",\"label\":\"{}\",\"weight\":1,",
+            w.token_prefix,
+            w.label.as_deref().expect("a label")
         );
         let at = json
             .find(&entry)
@@ -284,5 +285,66 @@ async fn list_matches_the_prefix_literally() {
     assert_eq!(stdout(&out).trim(), "bracketed", "{out:?}");
     for g in guards {
         g.release().await.expect("release");
+    }
+}
+
+/// Every holder and waiter shows its client's label: the one set on the builder, or the
+/// default `<hostname>-<pid>`; in the readable view and in JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn inspect_shows_who_holds_and_who_waits() {
+    let server = RedisServer::start();
+    let worker = LockClient::builder()
+        .label("billing-worker-3")
+        .connect(&server.url())
+        .await
+        .expect("connect");
+    let default = LockClient::connect(&server.url()).await.expect("connect");
+    let ledger = worker.fair_lock("ledger");
+    let held = ledger.lock().await.expect("lock");
+    let waiter = {
+        let lock = default.fair_lock("ledger");
+        tokio::spawn(async move { lock.lock().await })
+    };
+    until_waiters(1, || ledger.inspect()).await;
+    let pid = format!("-{}", std::process::id());
+
+    let out = cli(&server, &["inspect", "ledger"]);
+    assert!(out.status.success(), "{out:?}");
+    let text = stdout(&out);
+    assert!(text.contains("billing-worker-3"), "{text}");
+    assert!(
+        text.contains(&pid),
+        "the waiter's default label ends with the pid: {text}"
+    );
+
+    let out = cli(&server, &["inspect", "ledger", "--json"]);
+    let json = stdout(&out);
+    assert!(json.contains("\"label\":\"billing-worker-3\""), "{json}");
+    assert!(
+        json.split("\"label\":\"")
+            .skip(1)
+            .any(|l| l.split('"').next().unwrap().ends_with(&pid)),
+        "{json}"
+    );
+
+    held.release().await.expect("release");
+    let next = waiter.await.expect("join").expect("granted");
+    next.release().await.expect("release");
+}
+
+/// A label that could not ride in a token is refused when the client is built.
+#[test]
+fn a_bad_label_is_refused() {
+    for bad in [
+        "",
+        "host:1234",
+        "a b",
+        &"x".repeat(redis_locks::MAX_LABEL_LEN + 1),
+    ] {
+        let err = LockClient::builder()
+            .label(bad)
+            .in_memory()
+            .expect_err("refused");
+        assert!(err.is_invalid_input(), "{bad:?}: {err}");
     }
 }

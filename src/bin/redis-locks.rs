@@ -94,6 +94,11 @@ enum Command {
     },
 }
 
+/// A label as JSON: a string, or `null` for a token without one.
+fn json_label(label: Option<&str>) -> String {
+    label.map_or_else(|| "null".to_owned(), json_str)
+}
+
 fn json_str(s: &str) -> String {
     let mut out = String::from("\"");
     for c in s.chars() {
@@ -216,8 +221,9 @@ impl View {
                 let d = describe(h.kind);
                 let permits = d.permits.map_or_else(|| "null".into(), |p| p.to_string());
                 format!(
-                    "{{\"token\":{},\"family\":{},\"kind\":{},\"permits\":{permits},\"lease_remaining_ms\":{}}}",
+                    "{{\"token\":{},\"label\":{},\"family\":{},\"kind\":{},\"permits\":{permits},\"lease_remaining_ms\":{}}}",
                     json_str(&h.token_prefix),
+                    json_label(h.label.as_deref()),
                     json_str(d.family),
                     json_str(d.kind),
                     ms(h.lease_remaining)
@@ -231,9 +237,10 @@ impl View {
                 String::new()
             };
             format!(
-                "{{\"position\":{},\"token\":{}{weight},\"heartbeat_remaining_ms\":{}}}",
+                "{{\"position\":{},\"token\":{},\"label\":{}{weight},\"heartbeat_remaining_ms\":{}}}",
                 w.position,
                 json_str(&w.token_prefix),
+                json_label(w.label.as_deref()),
                 ms(w.heartbeat_remaining)
             )
         };
@@ -297,8 +304,9 @@ impl View {
         out.push_str(&format!("holders ({}):\n", holders.len()));
         for h in holders {
             out.push_str(&format!(
-                "  {:<16} {:<6} {:<14} lease left {}\n",
+                "  {:<16} {:<32} {:<6} {:<14} lease left {}\n",
                 h.token_prefix,
+                h.label.as_deref().unwrap_or("-"),
                 describe(h.kind).family,
                 kind_text(h.kind),
                 secs(h.lease_remaining)
@@ -311,8 +319,9 @@ impl View {
             ));
             for w in &self.lease.waiters {
                 out.push_str(&format!(
-                    "  {:<16} heartbeat left {}\n",
+                    "  {:<16} {:<32} heartbeat left {}\n",
                     w.token_prefix,
+                    w.label.as_deref().unwrap_or("-"),
                     secs(w.heartbeat_remaining)
                 ));
             }
@@ -324,9 +333,10 @@ impl View {
             out.push_str(&format!("queue ({}):\n", self.queue.waiters.len()));
             for w in &self.queue.waiters {
                 out.push_str(&format!(
-                    "  #{:<3} {:<16} weight {:<4} heartbeat left {}\n",
+                    "  #{:<3} {:<16} {:<32} weight {:<4} heartbeat left {}\n",
                     w.position,
                     w.token_prefix,
+                    w.label.as_deref().unwrap_or("-"),
                     w.weight,
                     secs(w.heartbeat_remaining)
                 ));
