@@ -348,3 +348,90 @@ fn a_bad_label_is_refused() {
         assert!(err.is_invalid_input(), "{bad:?}: {err}");
     }
 }
+
+fn cli_args(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_redis-locks"))
+        .args(args)
+        .output()
+        .expect("run the redis-locks binary")
+}
+
+/// `--cluster`: `inspect` reads a lock through the cluster and `list` finds names held on
+/// every master (names spread over the slots of all three).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cluster_mode_inspects_and_lists_every_master() {
+    use redis_locks::testing::keys::{hash_slot, LockKeys};
+    let cluster = support::RedisCluster::start(3, 0);
+    let urls = cluster.urls();
+    let refs: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let client = LockClient::builder()
+        .label("cluster-holder")
+        .cluster(&refs)
+        .await
+        .expect("cluster");
+    // One name in each third of the slot range: each master holds one.
+    let mut names = Vec::new();
+    for third in 0..3u16 {
+        let name = (0..)
+            .map(|i| format!("job-{i}"))
+            .find(|n| {
+                let keys = LockKeys::new("rl", n).expect("name");
+                hash_slot(keys.channel().as_bytes()) / 5462 == third
+            })
+            .expect("a name in each third");
+        names.push(name);
+    }
+    let mut guards = Vec::new();
+    for name in &names {
+        guards.push(client.mutex(name).lock().await.expect("lock"));
+    }
+    let joined = urls[..1].join(",");
+    let out = cli_args(&["--cluster", &joined, "list"]);
+    assert!(out.status.success(), "{out:?}");
+    let listed = stdout(&out);
+    for name in &names {
+        assert!(
+            listed.lines().any(|l| l == name),
+            "{name} missing: {listed}"
+        );
+    }
+    let out = cli_args(&["--cluster", &joined, "inspect", &names[2], "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    let json = stdout(&out);
+    assert!(json.contains("\"label\":\"cluster-holder\""), "{json}");
+    assert!(json.contains("\"state\":\"held\""), "{json}");
+    for g in guards {
+        g.release().await.expect("release");
+    }
+}
+
+/// `--quorum`: `inspect` reads a lock held through the quorum (no ticket queue there) and
+/// `list` finds its name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn quorum_mode_inspects_and_lists() {
+    let servers = [
+        RedisServer::start(),
+        RedisServer::start(),
+        RedisServer::start(),
+    ];
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let refs: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let client = LockClient::builder()
+        .label("quorum-holder")
+        .quorum(&refs)
+        .await
+        .expect("quorum");
+    let guard = client.mutex("reports").lock().await.expect("lock");
+    let joined = urls.join(",");
+    let out = cli_args(&["--quorum", &joined, "inspect", "reports"]);
+    assert!(out.status.success(), "{out:?}");
+    let text = stdout(&out);
+    assert!(
+        text.contains("quorum-holder") && text.contains("held"),
+        "{text}"
+    );
+    let out = cli_args(&["--quorum", &joined, "list"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(stdout(&out).lines().any(|l| l == "reports"), "{out:?}");
+    guard.release().await.expect("release");
+}

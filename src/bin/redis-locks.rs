@@ -36,6 +36,15 @@ struct Cli {
     /// Redis URL.
     #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379/")]
     url: String,
+    /// Redis Cluster mode: URLs of any nodes of the cluster (comma-separated, or the option
+    /// repeated) instead of --url. `list` scans every master.
+    #[arg(long, value_delimiter = ',', conflicts_with = "quorum")]
+    cluster: Vec<String>,
+    /// Quorum mode: the URLs of every server of the quorum (comma-separated, or the option
+    /// repeated) instead of --url, as the clients were built with `LockClient::quorum`.
+    /// `list` shows the names found on any of them.
+    #[arg(long, value_delimiter = ',')]
+    quorum: Vec<String>,
     /// Key prefix the locks were made with.
     #[arg(long, default_value = "rl")]
     prefix: String,
@@ -350,7 +359,17 @@ async fn view(client: &LockClient, name: &str) -> redis_locks::Result<View> {
     // `inspect` only reads, whatever the handle's options: a FairLock handle reads the ticket
     // queue whichever ticket-queue primitive (FairLock, Semaphore, fair RwLock) made it.
     let lease = client.mutex(name).inspect().await?;
-    let queue = client.fair_lock(name).inspect().await?;
+    let queue = match client.fair_lock(name).inspect().await {
+        // Quorum mode has no ticket queue: nothing can be held or queued there.
+        Err(Error::Unsupported { .. }) => {
+            let mut empty = lease.clone();
+            empty.holders.clear();
+            empty.waiters.clear();
+            empty.permits = None;
+            empty
+        }
+        other => other?,
+    };
     Ok(View {
         name: name.to_owned(),
         lease,
@@ -371,23 +390,114 @@ fn glob_escape(s: &str) -> String {
     out
 }
 
-async fn list(url: &str, prefix: &str, pattern: &str) -> redis_locks::Result<Vec<String>> {
+/// The servers whose keys `list` scans: the one of --url, every server of --quorum, or every
+/// master of --cluster (from `CLUSTER NODES` of the first node given, reached with the same
+/// scheme, credentials and TLS settings as that URL).
+async fn scan_targets(cli: &Cli) -> redis_locks::Result<Vec<redis::ConnectionInfo>> {
+    use redis::IntoConnectionInfo;
+    let info = |url: &str| {
+        url.into_connection_info()
+            .map_err(|e| redis_locks::Error::InvalidArgument {
+                what: "Redis URL",
+                reason: e.to_string(),
+            })
+    };
+    if !cli.quorum.is_empty() {
+        return cli.quorum.iter().map(|u| info(u)).collect();
+    }
+    let Some(seed) = cli.cluster.first() else {
+        return Ok(vec![info(&cli.url)?]);
+    };
+    let seed = info(seed)?;
+    let mut conn = connection(seed.clone()).await?;
+    let nodes: String = redis::cmd("CLUSTER")
+        .arg("NODES")
+        .query_async(&mut conn)
+        .await
+        .map_err(redis_error)?;
+    let mut masters = Vec::new();
+    for line in nodes.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 3 || !f[2].contains("master") || f[2].contains("fail") {
+            continue;
+        }
+        // `ip:port@cport[,hostname]`
+        let addr = f[1].split(['@', ',']).next().unwrap_or_default();
+        let Some((host, port)) = addr.rsplit_once(':') else {
+            continue;
+        };
+        let Ok(port) = port.parse::<u16>() else {
+            continue;
+        };
+        let host = host.to_owned();
+        let addr = match seed.addr().clone() {
+            redis::ConnectionAddr::TcpTls {
+                insecure,
+                tls_params,
+                ..
+            } => redis::ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure,
+                tls_params,
+            },
+            _ => redis::ConnectionAddr::Tcp(host, port),
+        };
+        masters.push(seed.clone().set_addr(addr));
+    }
+    Ok(masters)
+}
+
+/// A connection with the library's own timeouts.
+async fn connection(
+    info: redis::ConnectionInfo,
+) -> redis_locks::Result<redis::aio::MultiplexedConnection> {
     let conn_err = |e: redis::RedisError| redis_locks::Error::Connection(Box::new(e));
-    // The URL was already accepted by `LockClient::connect`; a refusal here is still the URL's.
     let redis_client =
-        redis::Client::open(url).map_err(|e| redis_locks::Error::InvalidArgument {
+        redis::Client::open(info).map_err(|e| redis_locks::Error::InvalidArgument {
             what: "Redis URL",
             reason: e.to_string(),
         })?;
-    // The same timeouts as the library's own connection.
     let timeouts = RedisConfig::default();
     let config = redis::AsyncConnectionConfig::new()
         .set_connection_timeout(Some(timeouts.connect_timeout))
         .set_response_timeout(Some(timeouts.response_timeout));
-    let mut conn = redis_client
+    redis_client
         .get_multiplexed_async_connection_with_config(&config)
         .await
-        .map_err(conn_err)?;
+        .map_err(conn_err)
+}
+
+/// A failed command: a connection problem, or what Redis replied.
+fn redis_error(e: redis::RedisError) -> redis_locks::Error {
+    if e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_io_error() {
+        redis_locks::Error::Connection(Box::new(e))
+    } else {
+        redis_locks::Error::Redis {
+            reply: e.to_string(),
+        }
+    }
+}
+
+/// Lock names under `prefix` matching `pattern` on every server of `targets`.
+async fn list(
+    targets: Vec<redis::ConnectionInfo>,
+    prefix: &str,
+    pattern: &str,
+) -> redis_locks::Result<Vec<String>> {
+    let mut names = std::collections::BTreeSet::new();
+    for target in targets {
+        names.extend(list_one(target, prefix, pattern).await?);
+    }
+    Ok(names.into_iter().collect())
+}
+
+async fn list_one(
+    target: redis::ConnectionInfo,
+    prefix: &str,
+    pattern: &str,
+) -> redis_locks::Result<Vec<String>> {
+    let mut conn = connection(target).await?;
     // Keys are `<prefix>:{<name>}:<part>`: the prefix is literal, the pattern a glob on the
     // name.
     let head = format!("{prefix}:{{");
@@ -403,19 +513,7 @@ async fn list(url: &str, prefix: &str, pattern: &str) -> redis_locks::Result<Vec
             .arg(1000)
             .query_async(&mut conn)
             .await
-            .map_err(|e| {
-                if e.is_timeout()
-                    || e.is_connection_dropped()
-                    || e.is_connection_refusal()
-                    || e.is_io_error()
-                {
-                    redis_locks::Error::Connection(Box::new(e))
-                } else {
-                    redis_locks::Error::Redis {
-                        reply: e.to_string(),
-                    }
-                }
-            })?;
+            .map_err(redis_error)?;
         for key in keys {
             if let Some(rest) = key.strip_prefix(&head) {
                 if let Some(end) = rest.rfind("}:") {
@@ -435,10 +533,16 @@ async fn list(url: &str, prefix: &str, pattern: &str) -> redis_locks::Result<Vec
 /// says it).
 fn advice(err: &Error, cli: &Cli) -> String {
     if err.is_connection() {
+        let at = if !cli.cluster.is_empty() {
+            cli.cluster.join(",")
+        } else if !cli.quorum.is_empty() {
+            cli.quorum.join(",")
+        } else {
+            cli.url.clone()
+        };
         return format!(
-            "check that Redis is running and reachable at {}, or pass the right address with \
-             --url (or REDIS_URL)",
-            cli.url
+            "check that Redis is running and reachable at {at}, or pass the right address with \
+             --url (or REDIS_URL), --cluster or --quorum"
         );
     }
     if err.is_wrong_type() {
@@ -468,10 +572,16 @@ fn advice(err: &Error, cli: &Cli) -> String {
 }
 
 async fn run(cli: &Cli) -> Result<ExitCode, Error> {
-    let client = LockClient::builder()
-        .prefix(&cli.prefix)
-        .connect(&cli.url)
-        .await?;
+    let builder = LockClient::builder().prefix(&cli.prefix);
+    let client = if !cli.cluster.is_empty() {
+        let urls: Vec<&str> = cli.cluster.iter().map(String::as_str).collect();
+        builder.cluster(&urls).await?
+    } else if !cli.quorum.is_empty() {
+        let urls: Vec<&str> = cli.quorum.iter().map(String::as_str).collect();
+        builder.quorum(&urls).await?
+    } else {
+        builder.connect(&cli.url).await?
+    };
     match &cli.command {
         Command::Inspect { name, json } => {
             let v = view(&client, name).await?;
@@ -495,7 +605,7 @@ async fn run(cli: &Cli) -> Result<ExitCode, Error> {
             json,
             state,
         } => {
-            let names = list(&cli.url, &cli.prefix, pattern).await?;
+            let names = list(scan_targets(cli).await?, &cli.prefix, pattern).await?;
             let mut items = Vec::with_capacity(names.len());
             for name in names {
                 let state = match state {
