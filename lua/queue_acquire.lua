@@ -18,13 +18,18 @@
 --        when the queue is in use with another capacity (either way the caller's queue place,
 --        if any, is removed).
 
--- Fast path: a claim on an empty queue (no holder, waiter, ticket counter or capacity marker)
--- of a name the lease lock does not use either: one EXISTS answers, and the grant is made
--- without the helpers below, with the capacity marker the general logic would leave. The
--- same as the general logic from that state.
-if redis.call('EXISTS', H, Q, HB, TK, CAP, LW, LR) == 0 then
+-- Fast path: a claim on an empty queue (no holder, waiter or ticket counter) of a name the
+-- lease lock does not use either, whose capacity marker is absent or already the one this
+-- claim would leave (the marker outlives the last holder, so the common re-acquire of a
+-- FairLock or Semaphore finds it): one EXISTS and one GET answer, and the grant is made
+-- without the helpers below, leaving what the general logic would (a new marker with the
+-- lease's TTL, or the same marker's TTL lengthened only). The same as the general logic from
+-- that state.
+if redis.call('EXISTS', H, Q, HB, TK, LW, LR) == 0 then
   local weight, want = tonumber(ARGV[4]), tonumber(string.match(ARGV[7], '%d+$'))
-  if weight and want and weight >= 1 and weight <= want then
+  local mark = (string.sub(ARGV[7], 1, 1) == '=' and '=' or '~') .. (want or '')
+  local cap = redis.call('GET', CAP)
+  if weight and want and weight >= 1 and weight <= want and (not cap or cap == mark) then
     local lease = tonumber(ARGV[5])
     local fence
     if weight >= want then
@@ -40,10 +45,13 @@ if redis.call('EXISTS', H, Q, HB, TK, CAP, LW, LR) == 0 then
     local member = ARGV[3]
     if weight ~= 1 then member = member .. '#' .. weight end
     redis.call('ZADD', H, NOW + lease, member)
-    local mark = (string.sub(ARGV[7], 1, 1) == '=' and '=' or '~') .. want
     local ttl = math.max(1, lease) + TTL_PAD
     redis.call('PEXPIRE', H, ttl)
-    redis.call('SET', CAP, mark, 'PX', ttl)
+    if cap then
+      redis.call('PEXPIRE', CAP, ttl, 'GT')
+    else
+      redis.call('SET', CAP, mark, 'PX', ttl)
+    end
     return fence
   end
 end
