@@ -14,7 +14,8 @@ use crate::error::{Error, Result};
 pub(crate) const MAX_TOKEN_LEN: usize = 64;
 /// Characters of a generated token before its label.
 pub(crate) const GENERATED_LEN: usize = 32;
-/// Longest holder label: a generated token, `-` and the label fit [`MAX_TOKEN_LEN`].
+/// Longest holder label: a generated token (32 characters), `-` and the label fit in the 64
+/// characters a claim token may have.
 pub const MAX_LABEL_LEN: usize = MAX_TOKEN_LEN - GENERATED_LEN - 1;
 
 /// Refuses a holder label that could not ride in a token: 1 to [`MAX_LABEL_LEN`] characters
