@@ -1574,6 +1574,43 @@ async fn server_cost_steps(env: &Env, run: usize) -> BoxResult<Vec<Row>> {
     Ok(rows)
 }
 
+/// Each script path's cold cost (`server_cost`: one call after the server idled, slow log)
+/// next to its hot cost (`server_hot`: steady state, pipelined), when both ran: rows
+/// `server_hot/cold.<path>` with the hot cost as baseline.
+fn cold_next_to_hot(earlier: &[Row], hot: &[Row]) -> Vec<Row> {
+    const PATHS: &[(&str, &str)] = &[
+        ("rw_acquire.free", "mutex_acquire_grant.q0"),
+        ("rw_extend", "mutex_extend.q0"),
+        ("rw_release.no_waiter", "mutex_release.q0"),
+        ("rw_acquire.wait", "mutex_acquire_wait.q0"),
+        ("rw_release.hand_off", "mutex_release.q1"),
+        ("rw_acquire.claim", "mutex_acquire_grant.q1"),
+        ("queue_acquire.grant", "fair_acquire_grant.q0"),
+        ("queue_extend", "fair_extend.q0"),
+        ("queue_acquire.join", "fair_acquire_join.q0"),
+        ("queue_acquire.heartbeat", "fair_acquire_heartbeat.q0"),
+        ("queue_release.hand_off", "fair_release.q1"),
+        ("queue_acquire.claim", "fair_acquire_grant.q1"),
+        ("queue_release.no_waiter", "fair_release.q0"),
+    ];
+    let find = |rows: &[Row], workload: &str, metric: &str| {
+        rows.iter()
+            .find(|r| r.workload == workload && r.metric == metric)
+            .map(|r| r.value)
+    };
+    PATHS
+        .iter()
+        .filter_map(|(hot_path, cold_path)| {
+            let h = find(hot, "server_hot", &format!("usec_per_call.{hot_path}"))?;
+            let c = find(earlier, "server_cost", &format!("usec_per_call.{cold_path}"))?;
+            Some(
+                Row::new("server_hot", format!("cold.{hot_path}"), c, "usec")
+                    .vs(format!("usec_per_call.{hot_path}"), h),
+            )
+        })
+        .collect()
+}
+
 /// After the runs are merged: the worst 10k/0 ratio of any step, as one row.
 fn server_cost_summary(rows: &[Row]) -> Option<Row> {
     let worst = rows
@@ -2283,6 +2320,10 @@ async fn bench(args: &Args, url: &str) -> BoxResult<()> {
             if let Some(summary) = server_cost_summary(&merged) {
                 merged.push(summary);
             }
+        }
+        if w == "server_hot" {
+            let side_by_side = cold_next_to_hot(&rows, &merged);
+            merged.extend(side_by_side);
         }
         eprintln!("bench: {w} done in {:.1} s", t.elapsed().as_secs_f64());
         if args.json {
