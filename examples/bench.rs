@@ -1602,7 +1602,11 @@ fn cold_next_to_hot(earlier: &[Row], hot: &[Row]) -> Vec<Row> {
         .iter()
         .filter_map(|(hot_path, cold_path)| {
             let h = find(hot, "server_hot", &format!("usec_per_call.{hot_path}"))?;
-            let c = find(earlier, "server_cost", &format!("usec_per_call.{cold_path}"))?;
+            let c = find(
+                earlier,
+                "server_cost",
+                &format!("usec_per_call.{cold_path}"),
+            )?;
             Some(
                 Row::new("server_hot", format!("cold.{hot_path}"), c, "usec")
                     .vs(format!("usec_per_call.{hot_path}"), h),

@@ -457,7 +457,47 @@ impl LockClientBuilder {
     #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
     pub async fn sentinel(self, sentinel_urls: &[&str], master_name: &str) -> Result<LockClient> {
         self.check()?;
-        let store = RedisStore::sentinel(sentinel_urls, master_name, self.redis.clone()).await?;
+        let store =
+            RedisStore::sentinel(sentinel_urls, master_name, None, self.redis.clone()).await?;
+        self.probe_channels(&store).await?;
+        Ok(self.build(Arc::new(store)))
+    }
+
+    /// [`sentinel`](Self::sentinel) for data nodes that need credentials or TLS: `nodes` says
+    /// how to reach the primary the sentinels name (username and password, database, TLS
+    /// mode), as the redis crate's Sentinel client takes it. The sentinels themselves are
+    /// reached with the credentials in their URLs. As with
+    /// [`connect_client`](Self::connect_client), the library sets RESP3 and its own timeouts
+    /// on top.
+    ///
+    /// The argument is a type of the `redis` crate (1.x): this method follows that crate's
+    /// major version.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// use redis::sentinel::SentinelNodeConnectionInfo;
+    /// let auth = redis::RedisConnectionInfo::default()
+    ///     .set_username("app")
+    ///     .set_password("s3cret");
+    /// let nodes = SentinelNodeConnectionInfo::default().set_redis_connection_info(auth);
+    /// let client = redis_locks::LockClient::builder()
+    ///     .connect_sentinel(&["redis://127.0.0.1:26379"], "mymaster", nodes)
+    ///     .await?;
+    /// # drop(client); Ok(()) }
+    /// ```
+    #[cfg(feature = "sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
+    pub async fn connect_sentinel(
+        self,
+        sentinel_urls: &[&str],
+        master_name: &str,
+        nodes: redis::sentinel::SentinelNodeConnectionInfo,
+    ) -> Result<LockClient> {
+        self.check()?;
+        let store =
+            RedisStore::sentinel(sentinel_urls, master_name, Some(nodes), self.redis.clone())
+                .await?;
         self.probe_channels(&store).await?;
         Ok(self.build(Arc::new(store)))
     }

@@ -215,3 +215,46 @@ async fn unknown_master_name_is_an_error() {
     );
     assert!(err.to_string().contains("no-such-master"), "{err}");
 }
+
+/// Data nodes reached with the user's credentials: the client logs in to the primary the
+/// sentinels name as ACL user `app` (given as `SentinelNodeConnectionInfo`), every primitive
+/// works, and a wrong password is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_nodes_are_reached_with_the_users_credentials() {
+    use redis::sentinel::SentinelNodeConnectionInfo;
+    let mut set = tokio::task::block_in_place(|| RedisSentinels::start(MASTER));
+    let primary = set.primary_port();
+    let ok = set.node_mut(primary).cli(&[
+        "ACL", "SETUSER", "app", "on", ">s3cret", "~*", "&*", "+@all",
+    ]);
+    assert_eq!(ok.trim(), "OK");
+    let urls = set.sentinel_urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let nodes = |password: &str| {
+        SentinelNodeConnectionInfo::default().set_redis_connection_info(
+            redis::RedisConnectionInfo::default()
+                .set_username("app")
+                .set_password(password),
+        )
+    };
+    let wrong = LockClient::builder()
+        .connect_sentinel(&urls, MASTER, nodes("wrong"))
+        .await;
+    assert!(wrong.is_err(), "a wrong password must be refused");
+
+    let client = LockClient::builder()
+        .connect_sentinel(&urls, MASTER, nodes("s3cret"))
+        .await
+        .expect("connect as app");
+    let m = client.mutex("auth-m");
+    let g = m.lock().await.expect("mutex");
+    assert!(m.try_lock().await.is_err(), "held");
+    assert!(g.release().await.expect("release"));
+    let f = client.fair_lock("auth-f").lock().await.expect("fair lock");
+    assert!(f.release().await.expect("release"));
+    let clients = set.node_mut(primary).cli(&["CLIENT", "LIST"]);
+    assert!(
+        clients.lines().any(|l| l.contains(" user=app ")),
+        "no connection logged in as app: {clients}"
+    );
+}

@@ -294,17 +294,24 @@ impl RedisStore {
     /// `master_name`, and follows it through failovers: a write refused with `READONLY` (the
     /// old primary was demoted) or a lost connection makes the store ask the sentinels
     /// again, and a `READONLY`-refused step is sent again to the new primary. See
-    /// `docs/decisions/sentinel.md`.
+    /// `docs/decisions/sentinel.md`. `node`: how to reach the data nodes (credentials, TLS),
+    /// as the redis crate's Sentinel client takes it.
     #[cfg(feature = "sentinel")]
     pub async fn sentinel(
         sentinel_urls: &[&str],
         master_name: &str,
+        node: Option<redis::sentinel::SentinelNodeConnectionInfo>,
         config: RedisConfig,
     ) -> Result<Self> {
         let hub = WakeHub::remote();
-        let conn =
-            super::sentinel::SentinelConn::connect(sentinel_urls, master_name, config, hub.clone())
-                .await?;
+        let conn = super::sentinel::SentinelConn::connect(
+            sentinel_urls,
+            master_name,
+            node,
+            config,
+            hub.clone(),
+        )
+        .await?;
         let store = RedisStore {
             conn: Conn::Sentinel(conn.clone()),
             hub: hub.clone(),

@@ -20,6 +20,9 @@ use crate::hub::{Subscriber, WakeHub};
 pub(crate) struct SentinelConn {
     sentinels: Mutex<Sentinel>,
     master: String,
+    /// How to reach the data nodes the sentinels name (username and password, database,
+    /// TLS); `None`: plain connections with the default user.
+    node: Option<redis::sentinel::SentinelNodeConnectionInfo>,
     config: RedisConfig,
     hub: Arc<WakeHub>,
     current: RwLock<Current>,
@@ -55,6 +58,7 @@ impl SentinelConn {
     pub(crate) async fn connect(
         urls: &[&str],
         master: &str,
+        node: Option<redis::sentinel::SentinelNodeConnectionInfo>,
         config: RedisConfig,
         hub: Arc<WakeHub>,
     ) -> crate::Result<Arc<Self>> {
@@ -70,10 +74,12 @@ impl SentinelConn {
         }
         let mut sentinels = Sentinel::build(infos)
             .map_err(|e| crate::Error::invalid("Sentinel URLs", e.to_string()))?;
-        let (conn, address) = Self::open(&mut sentinels, master, &config, &hub).await?;
+        let (conn, address) =
+            Self::open(&mut sentinels, master, node.as_ref(), &config, &hub).await?;
         Ok(Arc::new(SentinelConn {
             sentinels: Mutex::new(sentinels),
             master: master.to_owned(),
+            node,
             config,
             hub,
             current: RwLock::new(Current {
@@ -90,11 +96,12 @@ impl SentinelConn {
     async fn open(
         sentinels: &mut Sentinel,
         master: &str,
+        node: Option<&redis::sentinel::SentinelNodeConnectionInfo>,
         config: &RedisConfig,
         hub: &Arc<WakeHub>,
     ) -> crate::Result<(ConnectionManager, String)> {
         let client = sentinels
-            .async_master_for(master, None)
+            .async_master_for(master, node)
             .await
             .map_err(|e| match e.kind() {
                 redis::ErrorKind::MasterNameNotFoundBySentinel => crate::Error::invalid(
@@ -151,7 +158,10 @@ impl SentinelConn {
         if now.generation != seen {
             return true;
         }
-        let client = match sentinels.async_master_for(&self.master, None).await {
+        let client = match sentinels
+            .async_master_for(&self.master, self.node.as_ref())
+            .await
+        {
             Ok(c) => c,
             Err(err) => {
                 tracing::debug!(%err, "sentinels did not name a primary");
