@@ -123,6 +123,20 @@ impl Drop for InFlight<'_> {
 }
 
 impl Shared {
+    /// No renewal of this hold (entry `id` of its client) starts or goes on any more: its
+    /// schedule entry is removed, or its renewal task aborted.
+    fn stop_renewer(&self, id: u64) {
+        let renewer = std::mem::replace(
+            &mut *self.renewer.lock().unwrap_or_else(|p| p.into_inner()),
+            Renewer::Stopped,
+        );
+        match renewer {
+            Renewer::Running(task) => task.abort(),
+            Renewer::Scheduled { due, runtime, .. } => self.holds.renewals.remove(runtime, due, id),
+            Renewer::Off | Renewer::Stopped => {}
+        }
+    }
+
     /// Starts the renewal task of a hold still waiting in the schedule (no-op otherwise).
     fn start_renewing(self: &Arc<Self>) {
         let mut renewer = self.renewer.lock().unwrap_or_else(|p| p.into_inner());
@@ -440,14 +454,19 @@ impl Holds {
     /// `is_held()` is false and `lost()` fires at once). Returns how many the server still
     /// held. Errors are reported after every release has been tried.
     pub(crate) async fn release_all(&self) -> Result<usize> {
-        let holds: Vec<Arc<Shared>> = {
+        let holds: Vec<(u64, Arc<Shared>)> = {
             let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
-            let holds = live.values().filter_map(Weak::upgrade).collect();
+            let holds = live
+                .iter()
+                .filter_map(|(id, weak)| Some((*id, weak.upgrade()?)))
+                .collect();
             live.clear();
             holds
         };
         let mut releases = tokio::task::JoinSet::new();
-        for shared in holds {
+        for (id, shared) in holds {
+            // Released by token here: no renewal may go on (it would be refused anyway).
+            shared.stop_renewer(id);
             shared.mark_lost_quietly();
             releases.spawn(async move {
                 let claim = shared.claim();
@@ -682,21 +701,7 @@ impl Hold {
     }
 
     fn stop_renewing(&mut self) {
-        let renewer = std::mem::replace(
-            &mut *self
-                .shared
-                .renewer
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()),
-            Renewer::Stopped,
-        );
-        match renewer {
-            Renewer::Running(task) => task.abort(),
-            Renewer::Scheduled { due, runtime, .. } => {
-                self.shared.holds.renewals.remove(runtime, due, self.id)
-            }
-            Renewer::Off | Renewer::Stopped => {}
-        }
+        self.shared.stop_renewer(self.id);
         self.shared.holds.unregister(self.id);
     }
 
