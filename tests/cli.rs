@@ -435,3 +435,39 @@ async fn quorum_mode_inspects_and_lists() {
     assert!(stdout(&out).lines().any(|l| l == "reports"), "{out:?}");
     guard.release().await.expect("release");
 }
+
+/// `--sentinel` with `--master`: `inspect` and `list` reach the primary the sentinels name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sentinel_mode_inspects_and_lists() {
+    let set = tokio::task::block_in_place(|| support::RedisSentinels::start("clilocks"));
+    let urls = set.sentinel_urls();
+    let refs: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let client = LockClient::builder()
+        .label("sentinel-holder")
+        .sentinel(&refs, "clilocks")
+        .await
+        .expect("sentinel");
+    let guard = client.mutex("nightly").lock().await.expect("lock");
+    let joined = urls.join(",");
+    let out = cli_args(&[
+        "--sentinel",
+        &joined,
+        "--master",
+        "clilocks",
+        "inspect",
+        "nightly",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let text = stdout(&out);
+    assert!(
+        text.contains("sentinel-holder") && text.contains("held"),
+        "{text}"
+    );
+    let out = cli_args(&["--sentinel", &joined, "--master", "clilocks", "list"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(stdout(&out).lines().any(|l| l == "nightly"), "{out:?}");
+    // --sentinel without --master is an input error.
+    let out = cli_args(&["--sentinel", &joined, "list"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    guard.release().await.expect("release");
+}

@@ -38,13 +38,20 @@ struct Cli {
     url: String,
     /// Redis Cluster mode: URLs of any nodes of the cluster (comma-separated, or the option
     /// repeated) instead of --url. `list` scans every master.
-    #[arg(long, value_delimiter = ',', conflicts_with = "quorum")]
+    #[arg(long, value_delimiter = ',', conflicts_with_all = ["quorum", "sentinel"])]
     cluster: Vec<String>,
     /// Quorum mode: the URLs of every server of the quorum (comma-separated, or the option
     /// repeated) instead of --url, as the clients were built with `LockClient::quorum`.
     /// `list` shows the names found on any of them.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', conflicts_with = "sentinel")]
     quorum: Vec<String>,
+    /// Sentinel mode: the sentinels' URLs (comma-separated, or the option repeated) instead of
+    /// --url, with --master naming the primary they watch.
+    #[arg(long, value_delimiter = ',', requires = "master")]
+    sentinel: Vec<String>,
+    /// The master name the sentinels watch (with --sentinel).
+    #[arg(long, requires = "sentinel")]
+    master: Option<String>,
     /// Key prefix the locks were made with.
     #[arg(long, default_value = "rl")]
     prefix: String,
@@ -405,6 +412,25 @@ async fn scan_targets(cli: &Cli) -> redis_locks::Result<Vec<redis::ConnectionInf
     if !cli.quorum.is_empty() {
         return cli.quorum.iter().map(|u| info(u)).collect();
     }
+    if let (false, Some(master)) = (cli.sentinel.is_empty(), &cli.master) {
+        // The primary the sentinels name now.
+        let sentinels = cli
+            .sentinel
+            .iter()
+            .map(|u| info(u))
+            .collect::<redis_locks::Result<Vec<_>>>()?;
+        let mut sentinels = redis::sentinel::Sentinel::build(sentinels).map_err(|e| {
+            redis_locks::Error::InvalidArgument {
+                what: "Sentinel URLs",
+                reason: e.to_string(),
+            }
+        })?;
+        let primary = sentinels
+            .async_master_for(master, None)
+            .await
+            .map_err(redis_error)?;
+        return Ok(vec![primary.get_connection_info().clone()]);
+    }
     let Some(seed) = cli.cluster.first() else {
         return Ok(vec![info(&cli.url)?]);
     };
@@ -537,12 +563,14 @@ fn advice(err: &Error, cli: &Cli) -> String {
             cli.cluster.join(",")
         } else if !cli.quorum.is_empty() {
             cli.quorum.join(",")
+        } else if !cli.sentinel.is_empty() {
+            cli.sentinel.join(",")
         } else {
             cli.url.clone()
         };
         return format!(
             "check that Redis is running and reachable at {at}, or pass the right address with \
-             --url (or REDIS_URL), --cluster or --quorum"
+             --url (or REDIS_URL), --cluster, --quorum or --sentinel with --master"
         );
     }
     if err.is_wrong_type() {
@@ -579,6 +607,9 @@ async fn run(cli: &Cli) -> Result<ExitCode, Error> {
     } else if !cli.quorum.is_empty() {
         let urls: Vec<&str> = cli.quorum.iter().map(String::as_str).collect();
         builder.quorum(&urls).await?
+    } else if let (false, Some(master)) = (cli.sentinel.is_empty(), &cli.master) {
+        let urls: Vec<&str> = cli.sentinel.iter().map(String::as_str).collect();
+        builder.sentinel(&urls, master).await?
     } else {
         builder.connect(&cli.url).await?
     };
