@@ -12,7 +12,7 @@ use crate::options::Options;
 use crate::rwlock::Preference;
 use crate::store::{MemoryStore, QuorumStore, RedisStore, Store};
 use crate::wait::LockCtx;
-use crate::{FairLock, Mutex, RwLock, Semaphore};
+use crate::{FairLock, MultiLock, Mutex, RwLock, Semaphore};
 
 pub use crate::store::redis::RedisConfig;
 
@@ -231,6 +231,68 @@ impl LockClient {
     pub async fn force_release(&self, name: &str) -> Result<u64> {
         let keys = LockKeys::new(&self.inner.prefix, name)?;
         self.inner.store.force_release(&keys, None).await
+    }
+
+    /// A [`MultiLock`] over `names`, each taken exclusively (the same lock as
+    /// [`mutex(name)`](LockClient::mutex) and an [`RwLock`]'s writer): all or none, in one
+    /// canonical order, so multi-locks over overlapping names never deadlock. Duplicates
+    /// count once. No names, more than [`MAX_MULTI_NAMES`](crate::MAX_MULTI_NAMES), or a bad
+    /// name is reported by the first operation, before any Redis call. Not available in
+    /// quorum mode ([`Error::Unsupported`](crate::Error::Unsupported)).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let guard = client.multi_lock(["account:7", "account:3"]).lock().await?;
+    /// assert_eq!(guard.names().collect::<Vec<_>>(), ["account:3", "account:7"]);
+    /// # Ok(()) }
+    /// ```
+    pub fn multi_lock<I>(&self, names: I) -> MultiLock
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        let names: Vec<I::Item> = names.into_iter().collect();
+        MultiLock::new(
+            self.ctx("multi-lock"),
+            &self.inner.prefix,
+            std::iter::empty(),
+            names.iter().map(|n| n.as_ref()),
+        )
+    }
+
+    /// A [`MultiLock`] over RwLocks: `reads` taken shared, `writes` exclusive, all or none
+    /// (see [`multi_lock`](LockClient::multi_lock)). A name in both lists is refused; list it
+    /// once, as a write.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let report = client.multi_rwlock(["prices", "stock"], ["report:daily"]);
+    /// let guard = report.lock().await?;
+    /// // Other readers of "prices" may read meanwhile; nobody writes it.
+    /// assert!(client.rwlock("prices").try_read().await.is_ok());
+    /// assert!(client.rwlock("prices").try_write().await.unwrap_err().is_would_block());
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn multi_rwlock<R, W>(&self, reads: R, writes: W) -> MultiLock
+    where
+        R: IntoIterator,
+        R::Item: AsRef<str>,
+        W: IntoIterator,
+        W::Item: AsRef<str>,
+    {
+        let reads: Vec<R::Item> = reads.into_iter().collect();
+        let writes: Vec<W::Item> = writes.into_iter().collect();
+        MultiLock::new(
+            self.ctx("multi-lock"),
+            &self.inner.prefix,
+            reads.iter().map(|n| n.as_ref()),
+            writes.iter().map(|n| n.as_ref()),
+        )
     }
 }
 

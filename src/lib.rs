@@ -8,6 +8,7 @@
 //! | many readers or one writer, writers never starved | [`RwLock`] |
 //! | one holder at a time, strictly in arrival order (job claiming) | [`FairLock`] |
 //! | at most N at once (rate-limited API, export slots) | [`Semaphore`] |
+//! | several names at once, all or none, without deadlocks (a transfer between two accounts) | [`MultiLock`] |
 //!
 //! Every hold is a lease on the server's clock, renewed in the background while its guard
 //! lives; a guard tells you when its lease may be gone ([`Guard::lost`]); every exclusive
@@ -42,6 +43,7 @@ mod info;
 pub(crate) mod keys;
 pub mod kind;
 mod lease;
+mod multi;
 mod mutex;
 mod options;
 mod rwlock;
@@ -64,6 +66,7 @@ pub use guard::Guard;
 pub use handle::{Acquiring, Lock};
 pub use info::{HolderInfo, LockInfo, WaiterInfo, PROCESS_PREFIX_LEN, TOKEN_PREFIX_LEN};
 pub use keys::{MAX_NAME_LEN, MAX_PREFIX_LEN};
+pub use multi::{MultiAcquiring, MultiGuard, MultiLock, MAX_MULTI_NAMES};
 pub use mutex::{Mutex, MutexGuard};
 pub use options::{
     DEFAULT_HEARTBEAT, DEFAULT_LEASE, DEFAULT_OUTAGE_BUDGET, DEFAULT_RETRY_INTERVAL, MAX_LEASE,

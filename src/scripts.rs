@@ -126,6 +126,12 @@ const STEPS: &[(&str, &str, Option<&str>, &str)] = &[
         None,
         include_str!("../lua/raise_fence.lua"),
     ),
+    (
+        "multi_acquire",
+        PLAIN,
+        Some(RW_COMMON),
+        include_str!("../lua/multi_acquire.lua"),
+    ),
 ];
 
 /// Which form of the scripts a store runs.
@@ -320,6 +326,7 @@ pub(crate) struct Scripts {
     pub queue_inspect: Script,
     pub force_release: Script,
     pub raise_fence: Script,
+    pub multi_acquire: Script,
 }
 
 impl Scripts {
@@ -348,6 +355,7 @@ impl Scripts {
             queue_inspect: script("queue_inspect"),
             force_release: script("force_release"),
             raise_fence: script("raise_fence"),
+            multi_acquire: script("multi_acquire"),
         }
     }
 

@@ -28,7 +28,7 @@ use crate::testing::{planted, Bug};
 use crate::wire::HandOff;
 
 /// The first back-off after a failed attempt; it doubles up to the claim's interval.
-const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+pub(crate) const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 
 /// When a wait gives up.
 #[derive(Clone, Copy, Debug)]
@@ -155,14 +155,14 @@ pub(crate) struct LockCtx {
 }
 
 /// The error of an attempt whose reply did not come within one round trip past the deadline.
-fn no_reply(bound: Duration) -> Error {
+pub(crate) fn no_reply(bound: Duration) -> Error {
     Error::Connection(Box::new(std::io::Error::new(
         std::io::ErrorKind::TimedOut,
         format!("no reply from Redis within {bound:?} past the wait's deadline"),
     )))
 }
 
-fn jitter(d: Duration) -> Duration {
+pub(crate) fn jitter(d: Duration) -> Duration {
     // 80% to 100% of `d`, so waiters woken together do not retry in lockstep.
     let r = (crate::token::random() % 1000) as u32;
     d.mul_f64(0.8 + f64::from(r) / 5000.0)

@@ -653,6 +653,50 @@ script_args! {
     }
 }
 
+/// The mode of each part of a multi-lock, one letter per part (`w` or `r`, as [`Mode`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Modes<'a>(pub &'a [crate::store::Part]);
+
+impl ToRedisArgs for Modes<'_> {
+    fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        let modes: String = self
+            .0
+            .iter()
+            .map(|part| match Mode::of(part.slot) {
+                Mode::Write => 'w',
+                Mode::Read => 'r',
+            })
+            .collect();
+        write_text(out, &modes);
+    }
+}
+
+script_args! {
+    /// `multi_acquire.lua`.
+    MultiAcquireArgs<'a> {
+        /// `ARGV[3]`.
+        token: &'a str,
+        /// `ARGV[4]`.
+        lease: Ms,
+        /// `ARGV[5]`.
+        policy: PolicyArg,
+        /// `ARGV[6]`.
+        modes: Modes<'a>,
+    }
+}
+
+impl<'a> MultiAcquireArgs<'a> {
+    /// The arguments of one attempt of `claim` over `parts`.
+    pub fn new(claim: &'a Claim, parts: &'a [crate::store::Part]) -> Self {
+        MultiAcquireArgs {
+            token: &claim.token,
+            lease: Ms(claim.lease),
+            policy: PolicyArg(claim.policy),
+            modes: Modes(parts),
+        }
+    }
+}
+
 // ---- script replies -------------------------------------------------------------------------
 
 fn malformed(what: &str, v: &Value) -> ParsingError {
@@ -915,6 +959,89 @@ from_value_ref!(TicketQueueView, |v| {
         holders,
         waiters,
     }))
+});
+
+/// The reply of `multi_acquire.lua`: every part's fence when all are granted;
+/// `{-1, part, retry_ms}` refused at `part` (1-based, retry `-1` when unknown); `{-2, part}`
+/// the part's name is held through the ticket queue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum MultiAcquireReply {
+    Granted(Vec<u64>),
+    Busy { part: usize, retry: Option<u64> },
+    Mixed { part: usize },
+}
+
+impl MultiAcquireReply {
+    /// The outcome for `claim` over `parts`; a part index out of range, or fences for another
+    /// number of parts, is a malformed reply.
+    pub(crate) fn outcome(
+        self,
+        claim: &Claim,
+        parts: &[crate::store::Part],
+    ) -> Result<crate::store::AcquireAll, Error> {
+        use crate::store::AcquireAll;
+        let malformed = || Error::WrongType {
+            name: parts
+                .first()
+                .map(|p| p.lock.name())
+                .unwrap_or("")
+                .to_owned(),
+            detail: format!("multi-lock reply does not fit {} parts", parts.len()),
+        };
+        match self {
+            MultiAcquireReply::Granted(fences) if fences.len() == parts.len() => {
+                Ok(AcquireAll::Granted(
+                    fences
+                        .into_iter()
+                        .map(|fence| Grant {
+                            fence,
+                            lease: Duration::from_millis(ms(claim.lease)),
+                        })
+                        .collect(),
+                ))
+            }
+            MultiAcquireReply::Busy { part, retry } if (1..=parts.len()).contains(&part) => {
+                Ok(AcquireAll::Busy {
+                    part: part - 1,
+                    busy: Busy {
+                        retry_after: retry.map(Duration::from_millis),
+                        position: None,
+                        heartbeat_until: None,
+                    },
+                })
+            }
+            MultiAcquireReply::Mixed { part } if (1..=parts.len()).contains(&part) => {
+                Err(Refusal::Mixed {
+                    held_by: Family::TicketQueue,
+                }
+                .into_error(parts[part - 1].lock.name()))
+            }
+            _ => Err(malformed()),
+        }
+    }
+}
+
+from_value_ref!(MultiAcquireReply, |v| {
+    const WHAT: &str = "multi-lock reply";
+    let all = items(v, WHAT)?;
+    let index = |p: &Value| {
+        natural(p, "part").and_then(|p| usize::try_from(p).map_err(|_| malformed(WHAT, v)))
+    };
+    match all {
+        [flag, part, retry] if int(flag, WHAT)? == -1 => Ok(MultiAcquireReply::Busy {
+            part: index(part)?,
+            retry: optional(retry, "retry")?,
+        }),
+        [flag, part] if int(flag, WHAT)? == -2 => {
+            Ok(MultiAcquireReply::Mixed { part: index(part)? })
+        }
+        fences => Ok(MultiAcquireReply::Granted(
+            fences
+                .iter()
+                .map(|f| natural(f, "fence"))
+                .collect::<Result<_, _>>()?,
+        )),
+    }
 });
 
 // ---- error replies --------------------------------------------------------------------------

@@ -449,6 +449,78 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
 
     /// The wake-up hub that delivers this store's notifications to local waiters.
     fn hub(&self) -> &Arc<WakeHub>;
+
+    /// One all-or-nothing attempt over several lease locks (a multi-lock): grants every part
+    /// to `claim`'s token, each for `claim.lease` under `claim.policy`, or changes nothing
+    /// (expired readers of a read part may be pruned, as by `acquire`) and names the first
+    /// busy part. Never queues or announces: a refused multi-lock waits on the busy part's
+    /// wake-ups and attempts again. `claim.slot` is not used: each [`Part`] names its own
+    /// ([`Slot::Write`] or [`Slot::Read`]); parts are distinct locks, in the caller's order.
+    ///
+    /// A part whose name is held through the ticket queue fails the attempt with a family
+    /// conflict naming that part. Idempotent like `acquire`: a retry after a lost reply finds
+    /// its own holds and renews them with the same fences.
+    ///
+    /// Stores that cannot make the grant atomic answer [`Error::Unsupported`](crate::Error).
+    async fn acquire_all(
+        &self,
+        parts: &[Part],
+        claim: &Claim,
+        now: Option<u64>,
+    ) -> Result<AcquireAll> {
+        let _ = (parts, claim, now);
+        Err(crate::Error::Unsupported {
+            what: "multi_lock",
+            reason: "this store cannot take several locks in one atomic step",
+        })
+    }
+
+    /// True when one `acquire_all` may only touch the keys of one Redis Cluster hash slot:
+    /// a multi-lock then sends one per slot, in slot order.
+    fn one_slot_per_step(&self) -> bool {
+        false
+    }
+}
+
+/// One lock of a multi-lock and the hold it asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Part {
+    /// The lock.
+    pub lock: LockKeys,
+    /// [`Slot::Write`] (exclusive) or [`Slot::Read`] (shared); ticket slots are refused.
+    pub slot: Slot,
+}
+
+/// Outcome of one [`Store::acquire_all`] attempt.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AcquireAll {
+    /// Every part is held: its grant, in part order.
+    Granted(Vec<Grant>),
+    /// No part was granted.
+    Busy {
+        /// Index of the first busy part.
+        part: usize,
+        /// Why, as for a single attempt (no queue position or announcement: a multi-lock
+        /// never queues).
+        busy: Busy,
+    },
+}
+
+/// Refuses parts an `acquire_all` cannot take: none, or a ticket slot.
+pub(crate) fn check_parts(parts: &[Part]) -> Result<()> {
+    if parts.is_empty() {
+        return Err(crate::Error::invalid(
+            "multi-lock",
+            "no lock names; give at least one",
+        ));
+    }
+    if parts.iter().any(|p| matches!(p.slot, Slot::Ticket { .. })) {
+        return Err(crate::Error::invalid(
+            "multi-lock",
+            "only lease locks (Mutex, RwLock with writer or reader preference) can be parts",
+        ));
+    }
+    Ok(())
 }
 
 pub(crate) fn ms(d: Duration) -> u64 {

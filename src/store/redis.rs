@@ -10,16 +10,16 @@ use redis::{
     ConnectionInfo, FromRedisValue, IntoConnectionInfo, ProtocolVersion, Script, ToRedisArgs, Value,
 };
 
-use super::{ms, Acquire, Claim, Family, PermitChange, Slot, Snapshot, Store};
+use super::{ms, Acquire, AcquireAll, Claim, Family, Part, PermitChange, Slot, Snapshot, Store};
 use crate::error::{Error, Result};
 use crate::hub::{Subscriber, WakeHub};
 use crate::keys::LockKeys;
 use crate::scripts::{Scripts, Variant};
 use crate::wire::{
-    AcquireReply, Argv, Change, DowngradeReply, Fence, Flag, HandOver, LeaseLockView, Ms, NoArgs,
-    Now, Permits, Publish, QueueAcquireArgs, QueueDowngradeArgs, QueueExtendArgs, QueueReleaseArgs,
-    RaiseFenceArgs, RwAcquireArgs, RwDowngradeArgs, RwExtendArgs, RwReleaseArgs, SetPermitsArgs,
-    TicketQueueView,
+    AcquireReply, Argv, Change, DowngradeReply, Fence, Flag, HandOver, LeaseLockView, Ms,
+    MultiAcquireArgs, MultiAcquireReply, NoArgs, Now, Permits, Publish, QueueAcquireArgs,
+    QueueDowngradeArgs, QueueExtendArgs, QueueReleaseArgs, RaiseFenceArgs, RwAcquireArgs,
+    RwDowngradeArgs, RwExtendArgs, RwReleaseArgs, SetPermitsArgs, TicketQueueView,
 };
 
 /// When [`RedisStore::connect_to_hub`] opens the connection.
@@ -744,6 +744,50 @@ impl Store for RedisStore {
 
     fn hub(&self) -> &Arc<WakeHub> {
         &self.hub
+    }
+
+    async fn acquire_all(
+        &self,
+        parts: &[Part],
+        claim: &Claim,
+        now: Option<u64>,
+    ) -> Result<AcquireAll> {
+        claim.check()?;
+        super::check_parts(parts)?;
+        let first = &parts[0].lock;
+        if self.one_slot_per_step() {
+            let slot = crate::keys::hash_slot(first.channel().as_bytes());
+            if let Some(other) = parts
+                .iter()
+                .find(|p| crate::keys::hash_slot(p.lock.channel().as_bytes()) != slot)
+            {
+                return Err(Error::invalid(
+                    "multi-lock",
+                    format!(
+                        "`{}` and `{}` are in different Cluster hash slots; one step takes one slot",
+                        first.name(),
+                        other.lock.name()
+                    ),
+                ));
+            }
+        }
+        let keys: Vec<String> = parts
+            .iter()
+            .flat_map(|p| p.lock.lease_lock().iter().cloned())
+            .collect();
+        let args = MultiAcquireArgs::new(claim, parts);
+        let reply: MultiAcquireReply = self
+            .run(first, &self.scripts.multi_acquire, &keys, now, args)
+            .await?;
+        reply.outcome(claim, parts)
+    }
+
+    fn one_slot_per_step(&self) -> bool {
+        match self.conn {
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(_) => true,
+            _ => false,
+        }
     }
 }
 

@@ -288,3 +288,77 @@ pub(super) fn inspect(state: &LockState, now: u64) -> Snapshot {
         waiters,
     }
 }
+
+/// What the first pass of multi_acquire.lua finds for one part: `None` when the claim can
+/// take it, else the refusal (a busy reply with its retry hint, or the family conflict).
+/// Changes nothing but what `prune` drops, for read parts, as the script does.
+pub(super) fn part_refusal(
+    state: &mut LockState,
+    now: u64,
+    claim: &Claim,
+    slot: Slot,
+) -> Step<Option<Result<Option<u64>, Refusal>>> {
+    let mut wakes = WakeUps::default();
+    let token = claim.token.as_str();
+    let live = state.lease.live_writer(now);
+    let mine = live.as_ref().is_some_and(|(t, _)| t == token);
+    let refusal = if slot == Slot::Write {
+        if mine {
+            None
+        } else if let Some((_, dl)) = live {
+            Some(Ok(Some(dl - now)))
+        } else if let Some(latest) = state
+            .lease
+            .readers
+            .iter()
+            .map(|(dl, _)| *dl)
+            .filter(|dl| *dl > now)
+            .max()
+        {
+            Some(Ok(Some(latest - now)))
+        } else if state.queue.held(now) {
+            Some(Err(Refusal::Mixed {
+                held_by: Family::TicketQueue,
+            }))
+        } else {
+            None
+        }
+    } else if let Some((_, dl)) = live {
+        Some(Ok(Some(dl - now)))
+    } else {
+        state.lease.prune(now, &mut wakes);
+        let lock = &state.lease;
+        if lock.readers.score(token).is_some() {
+            None
+        } else if claim.policy == Policy::Writer && !lock.waiting_writers.is_empty() {
+            Some(Ok(None))
+        } else if state.queue.held(now) {
+            Some(Err(Refusal::Mixed {
+                held_by: Family::TicketQueue,
+            }))
+        } else {
+            None
+        }
+    };
+    wakes.reply(refusal)
+}
+
+/// The second pass of multi_acquire.lua for one part the first pass found free: grants it
+/// (renews it with the same fence when the token holds it already); the fence.
+pub(super) fn grant_part(state: &mut LockState, now: u64, claim: &Claim, slot: Slot) -> u64 {
+    let token = claim.token.as_str();
+    let deadline = now + ms(claim.lease);
+    if slot == Slot::Write {
+        let mine = state
+            .lease
+            .live_writer(now)
+            .is_some_and(|(t, _)| t == token);
+        if !mine {
+            state.fence += 1;
+        }
+        state.lease.writer = Some((token.to_owned(), deadline));
+    } else {
+        state.lease.readers.add(token, deadline);
+    }
+    state.fence
+}

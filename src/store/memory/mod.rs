@@ -24,7 +24,9 @@ use async_trait::async_trait;
 
 use self::lease_lock::LeaseLock;
 use self::ticket_queue::TicketQueue;
-use super::{ms, Acquire, Claim, Family, PermitChange, Slot, Snapshot, Store};
+use super::{
+    ms, Acquire, AcquireAll, Busy, Claim, Family, Grant, Part, PermitChange, Slot, Snapshot, Store,
+};
 use crate::error::Result;
 use crate::hub::WakeHub;
 use crate::keys::LockKeys;
@@ -256,6 +258,68 @@ impl Store for MemoryStore {
 
     fn hub(&self) -> &Arc<WakeHub> {
         &self.hub
+    }
+
+    async fn acquire_all(
+        &self,
+        parts: &[Part],
+        claim: &Claim,
+        now: Option<u64>,
+    ) -> Result<AcquireAll> {
+        claim.check()?;
+        super::check_parts(parts)?;
+        let now = now.unwrap_or_else(wall_clock_ms);
+        let mut published = Vec::new();
+        let outcome = {
+            let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+            let mut refused = None;
+            for (i, part) in parts.iter().enumerate() {
+                let channel = part.lock.channel();
+                let state = locks.entry(channel.clone()).or_default();
+                let step = lease_lock::part_refusal(state, now, claim, part.slot);
+                published.push((channel, step.wake_ups));
+                if let Some(refusal) = step.reply {
+                    refused = Some((i, refusal));
+                    break;
+                }
+            }
+            let outcome = match refused {
+                Some((part, Ok(retry))) => Ok(AcquireAll::Busy {
+                    part,
+                    busy: Busy {
+                        retry_after: retry.map(Duration::from_millis),
+                        position: None,
+                        heartbeat_until: None,
+                    },
+                }),
+                Some((part, Err(refusal))) => Err(refusal.into_error(parts[part].lock.name())),
+                None => Ok(AcquireAll::Granted(
+                    parts
+                        .iter()
+                        .map(|part| {
+                            let state = locks.entry(part.lock.channel()).or_default();
+                            Grant {
+                                fence: lease_lock::grant_part(state, now, claim, part.slot),
+                                lease: Duration::from_millis(ms(claim.lease)),
+                            }
+                        })
+                        .collect(),
+                )),
+            };
+            for part in parts {
+                let channel = part.lock.channel();
+                if locks.get(&channel).is_some_and(LockState::is_idle) {
+                    locks.remove(&channel);
+                }
+            }
+            outcome
+        };
+        for (channel, wake_ups) in published {
+            for wake_up in wake_ups {
+                self.hub.dispatch(&channel, &wake_up.to_string());
+            }
+        }
+        outcome
     }
 }
 
