@@ -676,3 +676,94 @@ async fn client_from_the_users_cluster_builder_keeps_its_credentials() {
     }
     assert!(logged_in > 0, "no connection logged in as app");
 }
+
+/// A multi-lock over names on every master and two names sharing a slot: taken one slot at a
+/// time in slot order, every part held, all released; workers naming overlapping sets in
+/// opposite orders all finish (no deadlock across slots) and never share a part; a wait woken
+/// by a release on another master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn multi_locks_span_slots_without_deadlock() {
+    let cluster = RedisCluster::start(3, 0);
+    let a = slow_polling_client(&cluster).await;
+    let b = slow_polling_client(&cluster).await;
+    // "s}1" and "s}2" hash by the tag "s": one slot, one step.
+    let names = ["alpha", "beta", "gamma", "delta", "s}1", "s}2"];
+    let slots: std::collections::BTreeSet<u16> = names
+        .iter()
+        .map(|n| redis_locks::testing::keys::hash_slot(format!("rl:{{{n}}}:w").as_bytes()))
+        .collect();
+    assert_eq!(slots.len(), names.len() - 1, "five slots");
+    let g = a
+        .multi_lock(names)
+        .lock()
+        .await
+        .expect("multi on a cluster");
+    for name in names {
+        assert!(
+            b.mutex(name).try_lock().await.is_err(),
+            "{name} is held by the multi-lock"
+        );
+    }
+    assert!(g.release().await.expect("release"));
+    for name in names {
+        let info = b.mutex(name).inspect().await.expect("inspect");
+        assert!(info.holders.is_empty(), "{name} released");
+    }
+
+    // Woken across masters: a holder of "gamma" releases; the multi-lock waiting on it (with a
+    // 30 s poll) is granted well before its next poll.
+    let held = b.mutex("gamma").lock().await.expect("hold gamma");
+    let waiter = {
+        let a = a.clone();
+        tokio::spawn(async move { a.multi_lock(["alpha", "gamma", "s}1"]).lock().await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    held.release().await.expect("release gamma");
+    let g = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("woken by the release, not by its 30 s poll")
+        .expect("task")
+        .expect("multi");
+    g.release().await.expect("release");
+
+    let inside = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for worker in 0..4usize {
+        let c = if worker % 2 == 0 {
+            a.clone()
+        } else {
+            b.clone()
+        };
+        let inside = inside.clone();
+        tasks.push(tokio::spawn(async move {
+            for round in 0..10usize {
+                let mut mine: Vec<&str> = names
+                    .iter()
+                    .cycle()
+                    .skip(worker + round)
+                    .take(3)
+                    .copied()
+                    .collect();
+                if worker % 2 == 1 {
+                    mine.reverse();
+                }
+                mine.push("alpha");
+                let g = c.multi_lock(mine).lock().await.expect("multi");
+                assert_eq!(
+                    inside.fetch_add(1, std::sync::atomic::Ordering::SeqCst),
+                    0,
+                    "two holders of alpha"
+                );
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                inside.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                g.release().await.expect("release");
+            }
+        }));
+    }
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(60), t)
+            .await
+            .expect("every worker finishes: no deadlock across slots")
+            .expect("worker");
+    }
+}
