@@ -1,0 +1,54 @@
+//! The examples that demonstrate a guarantee end to end run in CI, in memory and against a
+//! private redis-server, and must succeed (each checks its own outcome and exits non-zero
+//! when it does not hold). `cargo nextest run --all-targets` builds them next to the tests.
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// The built example `name` (target/<profile>/examples/<name>), next to this test binary.
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>/deps");
+    let path = profile_dir
+        .join("examples")
+        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        path.exists(),
+        "example `{name}` is not built at {}; run the tests with `cargo nextest run --all-targets --all-features`",
+        path.display()
+    );
+    path
+}
+
+fn run(name: &str, redis_url: Option<&str>) -> String {
+    let mut cmd = Command::new(example(name));
+    cmd.env_remove("REDIS_URL");
+    if let Some(url) = redis_url {
+        cmd.env("REDIS_URL", url);
+    }
+    let out = cmd.output().unwrap_or_else(|e| panic!("run {name}: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{name} failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+#[test]
+fn transfer_conserves_stock_in_memory_and_on_redis() {
+    let out = run("transfer", None);
+    assert!(out.contains("backend: in-memory"), "{out}");
+    assert!(out.contains("stock conserved"), "{out}");
+    let server = support::RedisServer::start();
+    let out = run("transfer", Some(&server.url()));
+    assert!(out.contains("backend: Redis"), "{out}");
+    assert!(out.contains("stock conserved"), "{out}");
+}
