@@ -2467,7 +2467,7 @@ async fn multi(env: &Env, run: usize) -> BoxResult<Vec<Row>> {
         let (m, s) = (sorted(m), sorted(s));
         rows.push(
             Row::new(W, format!("multi_{n}_pair_p50_ms"), pct(&m, 0.5), "ms")
-                .vs(&format!("singles_{n}_pairs_p50_ms"), pct(&s, 0.5))
+                .vs(format!("singles_{n}_pairs_p50_ms"), pct(&s, 0.5))
                 .target(Target::RatioAtMost(1.0)),
         );
         rows.push(
