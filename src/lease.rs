@@ -53,23 +53,34 @@ struct Shared {
     renewer: StdMutex<Renewer>,
 }
 
-/// Where a hold's renewals stand. A hold gets a renewal task only when its first renewal falls
-/// due (or a request may have changed its trust before then): until that moment it is an
-/// entry in its client's [`Renewals`] schedule, so a hold released sooner (the common case)
-/// costs no task, no timer and no wake-up.
+/// Where a hold's renewals stand. Every renewal of a hold is an entry in its client's
+/// [`Renewals`] schedule (of the runtime that granted it) until it falls due; the schedule's
+/// driver then sends it, and puts the hold back in the schedule for the next one. A hold costs
+/// no task of its own, no timer and no wake-up between renewals.
+#[derive(Clone)]
 enum Renewer {
     /// Auto-renewal is off.
     Off,
-    /// In the client's schedule of `runtime`, for its first renewal at `due`.
-    Scheduled {
-        due: Instant,
-        runtime: tokio::runtime::Id,
-        opts: Options,
+    /// In the client's schedule of `runtime`, for its next renewal at `due`.
+    Scheduled { due: Instant, plan: Plan },
+    /// A renewal is in flight (the hold is out of the schedule until it is answered).
+    Renewing {
+        plan: Plan,
+        task: Option<AbortHandle>,
     },
-    /// Its renewal task runs.
-    Running(AbortHandle),
     /// Released or dropped: no renewal starts any more.
     Stopped,
+}
+
+/// What the schedule needs to renew a hold again.
+#[derive(Clone)]
+struct Plan {
+    /// The hold's entry in its client's [`Holds`] (and its key in the schedule).
+    id: u64,
+    runtime: tokio::runtime::Id,
+    opts: Options,
+    /// Stop after the first confirmed renewal (a handed-over grant with auto-renewal off).
+    once: bool,
 }
 
 /// When the renewal after a confirmed request is due: a renewal interval after the send of
@@ -123,27 +134,63 @@ impl Drop for InFlight<'_> {
 }
 
 impl Shared {
-    /// No renewal of this hold (entry `id` of its client) starts or goes on any more: its
-    /// schedule entry is removed, or its renewal task aborted.
-    fn stop_renewer(&self, id: u64) {
+    /// No renewal of this hold starts or goes on any more: its schedule entry is removed, or
+    /// its renewal in flight aborted.
+    fn stop_renewer(&self) {
         let renewer = std::mem::replace(
             &mut *self.renewer.lock().unwrap_or_else(|p| p.into_inner()),
             Renewer::Stopped,
         );
         match renewer {
-            Renewer::Running(task) => task.abort(),
-            Renewer::Scheduled { due, runtime, .. } => self.holds.renewals.remove(runtime, due, id),
+            Renewer::Renewing { task, .. } => {
+                if let Some(task) = task {
+                    task.abort();
+                }
+            }
+            Renewer::Scheduled { due, plan } => {
+                self.holds.renewals.remove(plan.runtime, due, plan.id)
+            }
             Renewer::Off | Renewer::Stopped => {}
         }
     }
 
-    /// Starts the renewal task of a hold still waiting in the schedule (no-op otherwise).
-    fn start_renewing(self: &Arc<Self>) {
+    /// Puts the hold (back) in its schedule for the renewal its trust calls for now, or at
+    /// `retry_at`: after a request changed the trust (an `extend`), or after its renewal was
+    /// answered. A hold whose renewal is in flight is left alone (`after_renewal` false): that
+    /// renewal schedules the next one when it is answered, from the trust then.
+    fn reschedule(self: &Arc<Self>, after_renewal: bool, retry_at: Option<Instant>) {
         let mut renewer = self.renewer.lock().unwrap_or_else(|p| p.into_inner());
-        if let Renewer::Scheduled { opts, .. } = &*renewer {
-            let task = tokio::spawn(renew(self.clone(), opts.clone(), false, false));
-            *renewer = Renewer::Running(task.abort_handle());
+        let plan = match &*renewer {
+            Renewer::Scheduled { due, plan } if !after_renewal => {
+                self.holds.renewals.remove(plan.runtime, *due, plan.id);
+                plan.clone()
+            }
+            Renewer::Renewing { plan, .. } if after_renewal => plan.clone(),
+            _ => return,
+        };
+        let v = *self.validity.borrow();
+        if v.lost {
+            *renewer = Renewer::Stopped;
+            return;
         }
+        let due = retry_at.unwrap_or_else(|| next_renewal(&v, self.claim().lease, &plan.opts));
+        self.holds.renewals.add(plan.runtime, due, plan.id, self);
+        *renewer = Renewer::Scheduled { due, plan };
+    }
+
+    /// Called by the driver when the entry (`due`, `id`) fell due: sends the renewal, unless
+    /// the hold was released or rescheduled meanwhile.
+    fn renew_now(self: &Arc<Self>, due: Instant, id: u64) {
+        let mut renewer = self.renewer.lock().unwrap_or_else(|p| p.into_inner());
+        let plan = match &*renewer {
+            Renewer::Scheduled { due: d, plan } if *d == due && plan.id == id => plan.clone(),
+            _ => return,
+        };
+        let task = tokio::spawn(renew_once(self.clone(), plan.once));
+        *renewer = Renewer::Renewing {
+            plan,
+            task: Some(task.abort_handle()),
+        };
     }
 
     fn claim(&self) -> Claim {
@@ -176,12 +223,13 @@ impl Shared {
     /// be applied at any moment from then on), and a confirmed reply sets the trust from its
     /// own send instant, capped by any earlier request whose outcome stayed unknown.
     async fn request(self: &Arc<Self>, give_up_at: Option<Instant>) -> Result<bool> {
-        // The trust may change from here on: a hold still waiting in the schedule gets its
-        // renewal task now, which follows every change of the trust.
-        self.start_renewing();
         if planted(Bug::UnorderedRenewals) {
             let lease = self.claim().lease;
-            return self.request_unordered(lease, give_up_at).await;
+            let outcome = self.request_unordered(lease, give_up_at).await;
+            if give_up_at.is_none() {
+                self.reschedule(false, None);
+            }
+            return outcome;
         }
         let mut requests = self.requests.lock().await;
         if self.validity.borrow().lost {
@@ -196,6 +244,9 @@ impl Shared {
             self.validity.send_modify(|v| {
                 v.until = v.until.min(trusted_until(sent_at, lease));
             });
+            // The trust may have shrunk: the next renewal follows it (a renewal's own request
+            // is rescheduled when answered).
+            self.reschedule(false, None);
         }
         let unknown_min = requests.unknown_min;
         let mut in_flight = InFlight {
@@ -217,6 +268,7 @@ impl Shared {
                         v.since = sent_at;
                     }
                 });
+                self.reschedule(false, None);
                 Ok(true)
             }
             Ok(false) => {
@@ -406,13 +458,16 @@ async fn drive(schedule: Arc<Schedule>) {
                 if entry.key().0 > now {
                     break;
                 }
-                ready.push(entry.remove());
+                let (due, id) = *entry.key();
+                ready.push((due, id, entry.remove()));
             }
             state.armed = state.due.keys().next().map(|(due, _)| *due);
             (ready, state.armed)
         };
-        for shared in ready.iter().filter_map(Weak::upgrade) {
-            shared.start_renewing();
+        for (due, id, shared) in ready {
+            if let Some(shared) = shared.upgrade() {
+                shared.renew_now(due, id);
+            }
         }
         match next {
             Some(at) => {
@@ -464,9 +519,9 @@ impl Holds {
             holds
         };
         let mut releases = tokio::task::JoinSet::new();
-        for (id, shared) in holds {
+        for (_, shared) in holds {
             // Released by token here: no renewal may go on (it would be refused anyway).
-            shared.stop_renewer(id);
+            shared.stop_renewer();
             shared.mark_lost_quietly();
             releases.spawn(async move {
                 let claim = shared.claim();
@@ -603,26 +658,32 @@ impl Hold {
             renewer: StdMutex::new(Renewer::Off),
         });
         let id = shared.holds.register(&shared);
-        match first {
-            FirstRenewal::Scheduled if opts.auto_renew => {
-                let due = next_renewal(&shared.validity.borrow(), shared.claim().lease, &opts);
-                // The renewer says `Scheduled` before the entry exists, so the driver never
-                // finds an entry whose renewer it would skip.
-                let runtime = tokio::runtime::Handle::current().id();
-                *shared.renewer.lock().unwrap_or_else(|p| p.into_inner()) = Renewer::Scheduled {
-                    due,
-                    runtime,
-                    opts: opts.clone(),
-                };
-                shared.holds.renewals.add(runtime, due, id, &shared);
-            }
-            FirstRenewal::Scheduled => {}
-            FirstRenewal::Immediately => {
-                let once = !opts.auto_renew;
-                let task = tokio::spawn(renew(shared.clone(), opts.clone(), true, once));
-                *shared.renewer.lock().unwrap_or_else(|p| p.into_inner()) =
-                    Renewer::Running(task.abort_handle());
-            }
+        let once = match first {
+            FirstRenewal::Scheduled if !opts.auto_renew => None,
+            FirstRenewal::Scheduled => Some(false),
+            FirstRenewal::Immediately => Some(!opts.auto_renew),
+        };
+        if let Some(once) = once {
+            let plan = Plan {
+                id,
+                runtime: tokio::runtime::Handle::current().id(),
+                opts: opts.clone(),
+                once,
+            };
+            let due = match first {
+                FirstRenewal::Scheduled => {
+                    next_renewal(&shared.validity.borrow(), shared.claim().lease, &opts)
+                }
+                FirstRenewal::Immediately => Instant::now(),
+            };
+            // The renewer says `Scheduled` before the entry exists, so the driver never finds
+            // an entry whose renewer it would skip.
+            let mut renewer = shared.renewer.lock().unwrap_or_else(|p| p.into_inner());
+            *renewer = Renewer::Scheduled {
+                due,
+                plan: plan.clone(),
+            };
+            shared.holds.renewals.add(plan.runtime, due, id, &shared);
         }
         Hold {
             shared,
@@ -701,7 +762,7 @@ impl Hold {
     }
 
     fn stop_renewing(&mut self) {
-        self.shared.stop_renewer(self.id);
+        self.shared.stop_renewer();
         self.shared.holds.unregister(self.id);
     }
 
@@ -814,56 +875,34 @@ impl Drop for Hold {
     }
 }
 
-/// Renews the lease while the hold lives: at once with `at_once` (a handed-over grant's
-/// claim), then a renewal interval after the send of the last confirmed request (renewal or
-/// `extend`), for the lease the hold has now; with `once`, stops after the first confirmed
-/// renewal.
-async fn renew(shared: Arc<Shared>, opts: Options, at_once: bool, once: bool) {
-    let mut changes = shared.validity.subscribe();
-    let mut retry_at: Option<Instant> = at_once.then(Instant::now);
-    loop {
-        let (since, until, lost) = {
-            let v = *changes.borrow_and_update();
-            (v.since, v.until, v.lost)
-        };
-        if lost {
-            return;
-        }
-        let lease = shared.claim().lease;
-        let next = retry_at.unwrap_or_else(|| {
-            let v = Validity { until, since, lost };
-            next_renewal(&v, lease, &opts)
-        });
-        tokio::select! {
-            biased;
-            _ = tokio::time::sleep_until(next) => {}
-            // An `extend` (or our own renewal) moved the deadline: schedule again from it.
-            changed = changes.changed() => {
-                if changed.is_err() {
-                    return;
-                }
-                continue;
+/// One renewal of a hold whose entry fell due, for the hold's lease; then the hold goes back
+/// in its schedule for the next (a renewal interval after this request's send, or soon after
+/// a failed one), unless `once` (a handed-over grant's claim with auto-renewal off) or the
+/// lease is gone.
+async fn renew_once(shared: Arc<Shared>, once: bool) {
+    let until = shared.until();
+    if shared.validity.borrow().lost {
+        return;
+    }
+    if Instant::now() >= until {
+        shared.mark_lost("renewal came too late");
+        return;
+    }
+    match shared.request(Some(until)).await {
+        Ok(true) if once => {
+            let mut renewer = shared.renewer.lock().unwrap_or_else(|p| p.into_inner());
+            if matches!(*renewer, Renewer::Renewing { .. }) {
+                *renewer = Renewer::Off;
             }
         }
-        let until = shared.until();
-        if Instant::now() >= until {
-            shared.mark_lost("renewal came too late");
-            return;
-        }
-        match shared.request(Some(until)).await {
-            Ok(true) => {
-                retry_at = None;
-                if once {
-                    return;
-                }
-            }
-            Ok(false) => return,
-            Err(err) => {
-                tracing::debug!(lock = shared.lock.name(), %err, "renewal failed; retrying");
-                // Retry soon, but well inside what is left of the lease.
-                let left = shared.until().saturating_duration_since(Instant::now());
-                retry_at = Some(Instant::now() + (left / 4).min(Duration::from_millis(500)));
-            }
+        Ok(true) => shared.reschedule(true, None),
+        Ok(false) => {}
+        Err(err) => {
+            tracing::debug!(lock = shared.lock.name(), %err, "renewal failed; retrying");
+            // Retry soon, but well inside what is left of the lease.
+            let left = shared.until().saturating_duration_since(Instant::now());
+            let retry_at = Instant::now() + (left / 4).min(Duration::from_millis(500));
+            shared.reschedule(true, Some(retry_at));
         }
     }
 }

@@ -1,5 +1,6 @@
-//! The client's renewal schedule: a hold gets its renewal task only when its first renewal
-//! falls due, from one driver task per client. These tests pin what that must not break.
+//! The client's renewal schedule: every renewal of every hold is an entry in one schedule per
+//! client and runtime, sent by its driver when due; no hold has a task of its own. These tests
+//! pin what that must not break.
 
 use std::time::Duration;
 
@@ -102,4 +103,45 @@ async fn extend_before_the_first_renewal_is_followed() {
     tokio::time::sleep(Duration::from_millis(2000)).await;
     assert!(g.is_held(), "the shortened hold was not renewed in time");
     assert!(g.release().await.expect("release"));
+}
+
+/// Long holds cost no task each: 300 holds of a 300 ms lease renewed for 1.5 s (five leases)
+/// stay held, while the runtime never has a task per hold alive between renewals.
+#[test]
+fn long_holds_are_renewed_without_a_task_each() {
+    let client = LockClient::builder()
+        .lease(Duration::from_millis(300))
+        .in_memory()
+        .expect("in-memory client");
+    runtime().block_on(async {
+        let mut guards = Vec::new();
+        for i in 0..300 {
+            guards.push(
+                client
+                    .mutex(&format!("long-{i}"))
+                    .lock()
+                    .await
+                    .expect("lock"),
+            );
+        }
+        let metrics = tokio::runtime::Handle::current().metrics();
+        let mut fewest_alive = usize::MAX;
+        // From the first renewal on (100 ms), sampled at instants that drift across the
+        // renewal rounds.
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        for _ in 0..36 {
+            tokio::time::sleep(Duration::from_millis(37)).await;
+            fewest_alive = fewest_alive.min(metrics.num_alive_tasks());
+        }
+        for g in &guards {
+            assert!(g.is_held(), "{} lost while its client renewed it", g.name());
+        }
+        assert!(
+            fewest_alive < 30,
+            "{fewest_alive} tasks alive at best for 300 long holds: a task per hold"
+        );
+        for g in guards {
+            assert!(g.release().await.expect("release"));
+        }
+    });
 }
