@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use redis_locks::testing::keys::LockKeys;
 use redis_locks::testing::store::{
-    Acquire, Claim, Family, PermitChange, Policy, RedisStore, Slot, Store, FAIR_RW_CAPACITY,
+    Acquire, AcquireAll, Claim, Family, Part, PermitChange, Policy, RedisStore, Slot, Store,
+    FAIR_RW_CAPACITY,
 };
 use redis_locks::LockClient;
 use tokio::time::timeout;
@@ -313,12 +314,25 @@ async fn every_script_runs_by_sha_as_the_restricted_acl_user() {
             >= 1
     );
 
+    let parts: Vec<Part> = ["acl-multi-a", "acl-multi-b"]
+        .iter()
+        .map(|n| Part {
+            lock: LockKeys::new("rl", n).expect("keys"),
+            slot: Slot::Write,
+        })
+        .collect();
+    let multi = claim("multi", Slot::Write);
+    assert!(matches!(
+        store.acquire_all(&parts, &multi, None).await,
+        Ok(AcquireAll::Granted(_))
+    ));
+
     for (name, sha) in script_shas() {
         if name != "raise_fence" {
             assert!(cached(&server, &sha), "{name} was not loaded by SHA");
         }
     }
-    assert!(calls(&server, "evalsha") >= 13, "steps run with EVALSHA");
+    assert!(calls(&server, "evalsha") >= 14, "steps run with EVALSHA");
     assert_eq!(calls(&server, "eval"), 0, "no step runs with EVAL");
 }
 
