@@ -12,7 +12,7 @@ use crate::options::Options;
 use crate::rwlock::Preference;
 use crate::store::{MemoryStore, QuorumStore, RedisStore, Store};
 use crate::wait::LockCtx;
-use crate::{FairLock, MultiLock, Mutex, RwLock, Semaphore};
+use crate::{Election, FairLock, MultiLock, Mutex, RwLock, Semaphore};
 
 pub use crate::store::redis::RedisConfig;
 
@@ -213,6 +213,22 @@ impl LockClient {
     /// ```
     pub fn semaphore(&self, name: &str, permits: u32) -> Semaphore {
         Lock::new(self.ctx(name), kind::Semaphore { permits })
+    }
+
+    /// An [`Election`] among the members of a pool, on the ticket queue of `name` (the
+    /// FairLock of that name: use the name for nothing else). Not available in quorum mode
+    /// ([`Error::Unsupported`](crate::Error::Unsupported)).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let leadership = client.election("scheduler").campaign("worker-1").await?;
+    /// assert!(leadership.is_held());
+    /// # Ok(()) }
+    /// ```
+    pub fn election(&self, name: &str) -> Election {
+        Election::new(self.fair_lock(name))
     }
 
     /// Operator's override: drops every hold of lock `name`, keeps its waiters, bumps the

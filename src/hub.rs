@@ -2,7 +2,8 @@
 //!
 //! Every lock has one channel (`<prefix>:{<name>}:ch`, in the lock's hash slot). A release
 //! publishes either `*` (everyone re-checks) or the space-separated tokens of the waiters it
-//! concerns (a ticket queue names exactly the waiters it granted). The hub keeps, per
+//! concerns (a ticket queue names exactly the waiters it granted); an election's proclaim
+//! publishes `^`, which wakes only its observers (every message wakes those). The hub keeps, per
 //! channel, the local waiters and their tokens, subscribes when the first one arrives and
 //! unsubscribes a while after the last one left (so a busy lock is not re-subscribed on every
 //! hand-off).
@@ -20,6 +21,10 @@ use async_trait::async_trait;
 use tokio::sync::{mpsc, oneshot, Notify};
 
 use crate::wire::{HandOff, WakeUp};
+
+/// The token an election's observer registers with: no claim has it (tokens are never
+/// empty), and every message of the channel wakes it.
+pub(crate) const OBSERVER: &str = "";
 
 /// How long a channel stays subscribed after its last local waiter left.
 const LINGER: Duration = Duration::from_secs(5);
@@ -314,13 +319,23 @@ impl WakeHub {
         let Some(entry) = st.channels.get(channel) else {
             return;
         };
+        // Observers of an election re-read the leader after every message: a grant or a
+        // release may have changed it as much as a proclaim.
+        for (_, token, w) in &entry.waiters {
+            if token == OBSERVER {
+                w.notify.notify_one();
+            }
+        }
         let named = match WakeUp::parse(message) {
             WakeUp::All => {
-                for (_, _, w) in &entry.waiters {
-                    w.notify.notify_one();
+                for (_, token, w) in &entry.waiters {
+                    if token != OBSERVER {
+                        w.notify.notify_one();
+                    }
                 }
                 return;
             }
+            WakeUp::LeaderChanged => return,
             WakeUp::Named(named) => named,
         };
         for named in named {

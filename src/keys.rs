@@ -34,6 +34,7 @@ struct Inner {
     lease_lock: [String; 6],
     ticket_queue: [String; 9],
     force_release: [String; 5],
+    election: [String; 4],
 }
 
 impl LockKeys {
@@ -89,6 +90,7 @@ impl LockKeys {
                 key("r"),
             ],
             force_release: [key("w"), key("r"), key("h"), key("fence"), key("ch")],
+            election: [key("h"), key("lv"), key("ch"), key("fence")],
             base,
         };
         Ok(LockKeys {
@@ -133,6 +135,12 @@ impl LockKeys {
     /// Keys touched by a forced release, in script order.
     pub fn force_release(&self) -> &[String; 5] {
         &self.inner.force_release
+    }
+
+    /// Keys of an election's steps (`election_*.lua`), in script order: the ticket queue's
+    /// holders, the leader's value, the channel and the fence counter.
+    pub fn election(&self) -> &[String; 4] {
+        &self.inner.election
     }
 }
 
@@ -192,7 +200,12 @@ mod tests {
         for name in ["a", "jobs", "x}y", "{", "a{b}c", "na:me", "\0", "{}", "x}"] {
             let keys = LockKeys::new("rl", name).expect("valid name");
             let slot = hash_slot(keys.channel().as_bytes());
-            for k in keys.lease_lock().iter().chain(keys.ticket_queue().iter()) {
+            for k in keys
+                .lease_lock()
+                .iter()
+                .chain(keys.ticket_queue().iter())
+                .chain(keys.election().iter())
+            {
                 assert_eq!(hash_slot(k.as_bytes()), slot, "{name:?}: {k}");
             }
         }

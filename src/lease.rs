@@ -696,6 +696,16 @@ impl Hold {
         self.shared.fence
     }
 
+    /// The store, keys and claim of this hold, for steps beside the lock's own (an
+    /// election's proclaim).
+    pub(crate) fn step_parts(&self) -> (Arc<dyn Store>, LockKeys, Claim) {
+        (
+            self.shared.store.clone(),
+            self.shared.lock.clone(),
+            self.shared.claim(),
+        )
+    }
+
     pub(crate) fn name(&self) -> &str {
         self.shared.lock.name()
     }

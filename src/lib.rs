@@ -9,6 +9,7 @@
 //! | one holder at a time, strictly in arrival order (job claiming) | [`FairLock`] |
 //! | at most N at once (rate-limited API, export slots) | [`Semaphore`] |
 //! | several names at once, all or none, without deadlocks (a transfer between two accounts) | [`MultiLock`] |
+//! | one member of a pool leads, the others stand by and take over (a scheduler) | [`Election`] |
 //!
 //! Every hold is a lease on the server's clock, renewed in the background while its guard
 //! lives; a guard tells you when its lease may be gone ([`Guard::lost`]); every exclusive
@@ -34,6 +35,7 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 mod client;
+mod election;
 mod error;
 mod fair_lock;
 mod guard;
@@ -60,6 +62,7 @@ mod wait;
 mod wire;
 
 pub use client::{LockClient, LockClientBuilder, RedisConfig};
+pub use election::{Campaign, Election, LeaderInfo, Leadership, Observer, MAX_VALUE_LEN};
 pub use error::{BoxError, Error, Result};
 pub use fair_lock::{FairLock, FairLockGuard};
 pub use guard::Guard;

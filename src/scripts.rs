@@ -132,6 +132,18 @@ const STEPS: &[(&str, &str, Option<&str>, &str)] = &[
         Some(RW_COMMON),
         include_str!("../lua/multi_acquire.lua"),
     ),
+    (
+        "election_proclaim",
+        PLAIN,
+        None,
+        include_str!("../lua/election_proclaim.lua"),
+    ),
+    (
+        "election_leader",
+        NO_WRITES,
+        None,
+        include_str!("../lua/election_leader.lua"),
+    ),
 ];
 
 /// Which form of the scripts a store runs.
@@ -327,6 +339,8 @@ pub(crate) struct Scripts {
     pub force_release: Script,
     pub raise_fence: Script,
     pub multi_acquire: Script,
+    pub election_proclaim: Script,
+    pub election_leader: Script,
 }
 
 impl Scripts {
@@ -356,6 +370,8 @@ impl Scripts {
             force_release: script("force_release"),
             raise_fence: script("raise_fence"),
             multi_acquire: script("multi_acquire"),
+            election_proclaim: script("election_proclaim"),
+            election_leader: script("election_leader"),
         }
     }
 

@@ -82,6 +82,8 @@ impl fmt::Display for Member<'_> {
 
 /// The message that wakes every local waiter of a lock.
 const WAKE_ALL: &str = "*";
+/// The message of an election's proclaim or retract: wakes its observers only.
+const LEADER_CHANGED: &str = "^";
 
 /// A grant announced in a wake-up (`fence@until` after `token=`): the lock was handed to the
 /// named waiter with `fence`, until the store-clock instant `until` (ms), the waiter's
@@ -155,6 +157,9 @@ pub(crate) enum WakeUp<'a> {
     /// Space-separated waiters: the ones concerned (a ticket queue names exactly the waiters
     /// it granted, each with its grant).
     Named(Vec<Named<'a>>),
+    /// `^`: an election's leader proclaimed or retracted its value; wakes its observers
+    /// (which every message wakes), no waiter.
+    LeaderChanged,
 }
 
 impl<'a> WakeUp<'a> {
@@ -163,6 +168,9 @@ impl<'a> WakeUp<'a> {
     pub fn parse(message: &'a str) -> WakeUp<'a> {
         if message == WAKE_ALL {
             return WakeUp::All;
+        }
+        if message == LEADER_CHANGED {
+            return WakeUp::LeaderChanged;
         }
         let named = message
             .split(' ')
@@ -186,6 +194,7 @@ impl fmt::Display for WakeUp<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             WakeUp::All => f.write_str(WAKE_ALL),
+            WakeUp::LeaderChanged => f.write_str(LEADER_CHANGED),
             WakeUp::Named(named) => {
                 for (i, n) in named.iter().enumerate() {
                     if i > 0 {
@@ -653,6 +662,53 @@ script_args! {
     }
 }
 
+/// What `election_proclaim.lua` does: `p` sets the value, `r` retracts it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ProclaimMode {
+    /// `p`.
+    Proclaim,
+    /// `r`.
+    Retract,
+}
+
+impl ToRedisArgs for ProclaimMode {
+    fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        write_text(
+            out,
+            match self {
+                ProclaimMode::Proclaim => "p",
+                ProclaimMode::Retract => "r",
+            },
+        );
+    }
+}
+
+script_args! {
+    /// `election_proclaim.lua`.
+    ProclaimArgs<'a> {
+        /// `ARGV[3]`.
+        token: &'a str,
+        /// `ARGV[4]`.
+        mode: ProclaimMode,
+        /// `ARGV[5]`: the value (empty for a retract).
+        value: &'a str,
+    }
+}
+
+impl<'a> ProclaimArgs<'a> {
+    /// Sets `value` for `claim`'s token, or retracts the token's value (`None`).
+    pub fn new(claim: &'a Claim, value: Option<&'a str>) -> Self {
+        ProclaimArgs {
+            token: &claim.token,
+            mode: match value {
+                Some(_) => ProclaimMode::Proclaim,
+                None => ProclaimMode::Retract,
+            },
+            value: value.unwrap_or(""),
+        }
+    }
+}
+
 /// The mode of each part of a multi-lock, one letter per part (`w` or `r`, as [`Mode`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Modes<'a>(pub &'a [crate::store::Part]);
@@ -959,6 +1015,24 @@ from_value_ref!(TicketQueueView, |v| {
         holders,
         waiters,
     }))
+});
+
+/// The reply of `election_leader.lua`: `{now}` when nobody leads, `{now, fence, remaining_ms,
+/// value}` when the live holder proclaimed `value`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct LeaderView(pub Option<crate::election::LeaderInfo>);
+
+from_value_ref!(LeaderView, |v| {
+    const WHAT: &str = "election leader reply";
+    match items(v, WHAT)? {
+        [_now] => Ok(LeaderView(None)),
+        [_now, fence, remaining, value] => Ok(LeaderView(Some(crate::election::LeaderInfo {
+            value: text(value, "leader value")?,
+            term: natural(fence, "term")?,
+            time_left: Duration::from_millis(natural(remaining, "leader lease")?),
+        }))),
+        _ => Err(malformed(WHAT, v)),
+    }
 });
 
 /// The reply of `multi_acquire.lua`: every part's fence when all are granted;

@@ -475,6 +475,42 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         })
     }
 
+    /// Election: the live holder of the name's one-permit ticket queue (FairLock) sets
+    /// (`Some`) or retracts (`None`) the value it leads with, in one step, and the change is
+    /// published to observers (`^`). `Ok(false)` when `claim` holds no live lease there:
+    /// nothing changes. The value is stored with the claim's token and the fence counter (the
+    /// holder's fence), and reported by [`leader`](Store::leader) only while that token holds.
+    ///
+    /// Stores without the ticket queue answer [`Error::Unsupported`](crate::Error).
+    async fn proclaim(
+        &self,
+        lock: &LockKeys,
+        claim: &Claim,
+        value: Option<&str>,
+        now: Option<u64>,
+    ) -> Result<bool> {
+        let _ = (lock, claim, value, now);
+        Err(crate::Error::Unsupported {
+            what: "election",
+            reason: "this store has no ticket queue to elect a leader on",
+        })
+    }
+
+    /// Election: the leader now, in one read: the value the live holder proclaimed, its fence
+    /// (the term) and its lease left; `None` when no live holder proclaimed one (nobody
+    /// leads, or the holder granted last has not proclaimed yet).
+    async fn leader(
+        &self,
+        lock: &LockKeys,
+        now: Option<u64>,
+    ) -> Result<Option<crate::election::LeaderInfo>> {
+        let _ = (lock, now);
+        Err(crate::Error::Unsupported {
+            what: "election",
+            reason: "this store has no ticket queue to elect a leader on",
+        })
+    }
+
     /// True when one `acquire_all` may only touch the keys of one Redis Cluster hash slot:
     /// a multi-lock then sends one per slot, in slot order.
     fn one_slot_per_step(&self) -> bool {

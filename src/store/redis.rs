@@ -16,10 +16,10 @@ use crate::hub::{Subscriber, WakeHub};
 use crate::keys::LockKeys;
 use crate::scripts::{Scripts, Variant};
 use crate::wire::{
-    AcquireReply, Argv, Change, DowngradeReply, Fence, Flag, HandOver, LeaseLockView, Ms,
-    MultiAcquireArgs, MultiAcquireReply, NoArgs, Now, Permits, Publish, QueueAcquireArgs,
-    QueueDowngradeArgs, QueueExtendArgs, QueueReleaseArgs, RaiseFenceArgs, RwAcquireArgs,
-    RwDowngradeArgs, RwExtendArgs, RwReleaseArgs, SetPermitsArgs, TicketQueueView,
+    AcquireReply, Argv, Change, DowngradeReply, Fence, Flag, HandOver, LeaderView, LeaseLockView,
+    Ms, MultiAcquireArgs, MultiAcquireReply, NoArgs, Now, Permits, ProclaimArgs, Publish,
+    QueueAcquireArgs, QueueDowngradeArgs, QueueExtendArgs, QueueReleaseArgs, RaiseFenceArgs,
+    RwAcquireArgs, RwDowngradeArgs, RwExtendArgs, RwReleaseArgs, SetPermitsArgs, TicketQueueView,
 };
 
 /// When [`RedisStore::connect_to_hub`] opens the connection.
@@ -780,6 +780,39 @@ impl Store for RedisStore {
             .run(first, &self.scripts.multi_acquire, &keys, now, args)
             .await?;
         reply.outcome(claim, parts)
+    }
+
+    async fn proclaim(
+        &self,
+        lock: &LockKeys,
+        claim: &Claim,
+        value: Option<&str>,
+        now: Option<u64>,
+    ) -> Result<bool> {
+        claim.check()?;
+        let args = ProclaimArgs::new(claim, value);
+        let Flag(done) = self
+            .run(
+                lock,
+                &self.scripts.election_proclaim,
+                lock.election(),
+                now,
+                args,
+            )
+            .await?;
+        Ok(done)
+    }
+
+    async fn leader(
+        &self,
+        lock: &LockKeys,
+        now: Option<u64>,
+    ) -> Result<Option<crate::election::LeaderInfo>> {
+        let keys = &lock.election()[..2];
+        let LeaderView(leader) = self
+            .run(lock, &self.scripts.election_leader, keys, now, NoArgs)
+            .await?;
+        Ok(leader)
     }
 
     fn one_slot_per_step(&self) -> bool {

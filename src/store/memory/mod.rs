@@ -12,6 +12,7 @@
 //! wraps them: the lock around the state, the clock, and the delivery of the wake-ups to the
 //! hub once the state is unlocked.
 
+mod election;
 mod lease_lock;
 mod ticket_queue;
 mod zset;
@@ -27,6 +28,7 @@ use self::ticket_queue::TicketQueue;
 use super::{
     ms, Acquire, AcquireAll, Busy, Claim, Family, Grant, Part, PermitChange, Slot, Snapshot, Store,
 };
+use crate::election::LeaderInfo;
 use crate::error::Result;
 use crate::hub::WakeHub;
 use crate::keys::LockKeys;
@@ -41,13 +43,15 @@ struct LockState {
     lease: LeaseLock,
     /// The ticket queue's keys.
     queue: TicketQueue,
+    /// `lv`: the value an election's leader proclaimed, as (token, fence, value).
+    leader: Option<(String, u64, String)>,
 }
 
 impl LockState {
     /// True when only what key TTLs would clean up is left: no fence, no stored count, no
     /// hold or waiter. Such state is dropped, as expired keys disappear.
     fn is_idle(&self) -> bool {
-        self.fence == 0 && self.lease.is_empty() && self.queue.is_idle()
+        self.fence == 0 && self.lease.is_empty() && self.queue.is_idle() && self.leader.is_none()
     }
 }
 
@@ -258,6 +262,23 @@ impl Store for MemoryStore {
 
     fn hub(&self) -> &Arc<WakeHub> {
         &self.hub
+    }
+
+    async fn proclaim(
+        &self,
+        lock: &LockKeys,
+        claim: &Claim,
+        value: Option<&str>,
+        now: Option<u64>,
+    ) -> Result<bool> {
+        claim.check()?;
+        Ok(self.step(lock, now, |state, now| {
+            election::proclaim(state, now, &claim.token, value)
+        }))
+    }
+
+    async fn leader(&self, lock: &LockKeys, now: Option<u64>) -> Result<Option<LeaderInfo>> {
+        Ok(self.read(lock, now, election::leader))
     }
 
     async fn acquire_all(

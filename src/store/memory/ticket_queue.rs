@@ -68,6 +68,11 @@ impl TicketQueue {
         self.holders.iter().any(|(dl, _)| *dl > now)
     }
 
+    /// The lease deadline of holder `member`, if it holds (live or not).
+    pub(super) fn holder_deadline(&self, member: &str) -> Option<u64> {
+        self.holders.score(member)
+    }
+
     /// True when no holder or waiter is left and no count is stored.
     pub(super) fn is_idle(&self) -> bool {
         self.holders.is_empty() && self.queue.is_empty() && self.permits.is_none()
