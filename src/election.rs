@@ -398,8 +398,12 @@ impl Leadership {
                 let _ = guard.release().await;
                 Err(Error::LeaseLost { name })
             }
-            // The guard is dropped: released in the background.
-            Err(err) => Err(err),
+            Err(err) => {
+                // Not leading without a value: give the grant up before answering (a
+                // release that fails too leaves the lease to lapse on its own).
+                let _ = guard.release().await;
+                Err(err)
+            }
         }
     }
 
