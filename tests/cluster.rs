@@ -767,3 +767,67 @@ async fn multi_locks_span_slots_without_deadlock() {
             .expect("worker");
     }
 }
+
+/// Elections on a cluster: the value key lives in the lock's slot, proclaims reach observers
+/// by sharded pub/sub (the clients poll only every 30 s), a standby takes over on resign, on
+/// names owned by different masters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn elections_work_on_a_cluster() {
+    let cluster = RedisCluster::start(3, 0);
+    let a = slow_polling_client(&cluster).await;
+    let b = slow_polling_client(&cluster).await;
+    let names = ["alpha", "beta", "gamma"];
+    let owners: std::collections::BTreeSet<usize> = names
+        .iter()
+        .map(|n| owner_of(&cluster, slot_of(n)).0)
+        .collect();
+    assert!(owners.len() > 1, "the names span masters");
+    for name in names {
+        let election = b.election(name);
+        let mut observer = election.observe();
+        let first = tokio::time::timeout(Duration::from_secs(10), observer.next())
+            .await
+            .expect("first state");
+        assert_eq!(first, Some(None), "{name}: nobody leads yet");
+        let mut leader = a.election(name).campaign("a").await.expect("campaign");
+        let standby = {
+            let b = b.clone();
+            tokio::spawn(async move { b.election(name).campaign("b").await })
+        };
+        let seen = loop {
+            let state = tokio::time::timeout(Duration::from_secs(10), observer.next())
+                .await
+                .expect("woken by the proclaim, not by a 30 s poll")
+                .expect("observer runs");
+            if state.is_some() {
+                break state;
+            }
+        };
+        assert_eq!(
+            seen.map(|l| (l.value, l.term)),
+            Some(("a".to_owned(), leader.term()))
+        );
+        leader.proclaim("a2").await.expect("proclaim");
+        let seen = tokio::time::timeout(Duration::from_secs(10), observer.next())
+            .await
+            .expect("woken by the proclaim")
+            .expect("observer runs");
+        assert_eq!(seen.map(|l| l.value), Some("a2".to_owned()));
+        let term = leader.term();
+        assert!(leader.resign().await.expect("resign"));
+        let next = tokio::time::timeout(Duration::from_secs(10), standby)
+            .await
+            .expect("the standby is woken by the release")
+            .expect("task")
+            .expect("campaign");
+        assert!(next.term() > term);
+        let info = a
+            .election(name)
+            .leader()
+            .await
+            .expect("leader")
+            .expect("a leader");
+        assert_eq!((info.value.as_str(), info.term), ("b", next.term()));
+        next.resign().await.expect("resign");
+    }
+}

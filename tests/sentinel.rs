@@ -171,6 +171,13 @@ async fn failover_under_load(how: Failover) {
         .await
         .expect("permit");
     p.release().await.expect("permit release");
+    // An election on the new primary: campaign, read the leader, resign.
+    let election = client.election("after-e");
+    let leadership = election.campaign("a").timeout(t).await.expect("campaign");
+    let info = election.leader().await.expect("leader").expect("a leader");
+    assert_eq!((info.value.as_str(), info.term), ("a", leadership.term()));
+    assert!(leadership.resign().await.expect("resign"));
+    assert_eq!(election.leader().await.expect("leader"), None);
 
     // A hold that did not reach the new primary (its keys gone there, as after a lost
     // replication) reports lost() at its next renewal, long before its 30 s lease ends.
