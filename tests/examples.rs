@@ -52,3 +52,15 @@ fn transfer_conserves_stock_in_memory_and_on_redis() {
     assert!(out.contains("backend: Redis"), "{out}");
     assert!(out.contains("stock conserved"), "{out}");
 }
+
+#[test]
+fn pool_leader_takes_over_after_the_leader_dies_in_memory_and_on_redis() {
+    let out = run("pool_leader", None);
+    assert!(out.contains("backend: in-memory"), "{out}");
+    assert!(out.contains("took over after"), "{out}");
+    assert!(out.contains("pool ok"), "{out}");
+    let server = support::RedisServer::start();
+    let out = run("pool_leader", Some(&server.url()));
+    assert!(out.contains("backend: Redis"), "{out}");
+    assert!(out.contains("pool ok"), "{out}");
+}
