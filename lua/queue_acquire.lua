@@ -11,8 +11,9 @@
 --                       "=<n>": a fixed capacity (FairLock 1, fair RwLock 2^30)
 -- ARGV[8] wait          "1": join the queue when refused; "0": never stay queued
 -- Reply: fence (an integer) granted, for lease_ms (fence: new when exclusive, else the last
---        exclusive grant's); {0, -1, position, heartbeat_until} refused, position = waiters ahead
---        (-1 when not queued), heartbeat_until = the queue place's heartbeat deadline in server
+--        exclusive grant's); {0, retry_ms, position, heartbeat_until} refused, position = waiters
+--        ahead (-1 when not queued), retry_ms = when the first holder's lease ends, for the
+--        head of the queue (-1 otherwise), heartbeat_until = the queue place's heartbeat deadline in server
 --        ms (-1 when not queued; a grant made to this place later names the same deadline).
 --        Error RLMIXED when the lease lock of the same name has a live holder, RLCAPACITY
 --        when the queue is in use with another capacity (either way the caller's queue place,
@@ -127,4 +128,11 @@ if promote(cap, heartbeat, member) then
   return fence
 end
 refresh_ttls()
-return { 0, -1, redis.call('ZRANK', Q, member), heartbeat_until }
+-- At the head, the claim waits only for holders: the first of their leases to end is when it
+-- may fit (a dead holder's lease runs out with no release to wake the waiter).
+local position, retry = redis.call('ZRANK', Q, member), -1
+if position == 0 then
+  local first = redis.call('ZRANGE', H, 0, 0, 'WITHSCORES')
+  if first[2] then retry = tonumber(first[2]) - NOW end
+end
+return { 0, retry, position, heartbeat_until }

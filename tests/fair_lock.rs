@@ -295,6 +295,31 @@ async fn dead_holder_hands_over_after_its_lease(b: Backend) {
     );
 }
 
+/// The head of the queue is told when the holder's lease ends, and attempts then: a dead
+/// holder's lock is taken over at its lease end, not at the waiter's next heartbeat (30 s /
+/// 3 here; before the hint a takeover waited for it).
+async fn head_waiter_wakes_at_a_dead_holders_lease_end(b: Backend) {
+    let client = b.client().await;
+    let lease = Duration::from_millis(300);
+    let dying = client
+        .fair_lock("dead-holder-hint")
+        .lease(lease)
+        .auto_renew(false);
+    let waiting = client
+        .fair_lock("dead-holder-hint")
+        .heartbeat(Duration::from_secs(30))
+        .retry_interval(Duration::from_secs(30));
+    let guard = dying.lock().await.expect("holder");
+    std::mem::forget(guard);
+    let start = Instant::now();
+    let taken = tokio::time::timeout(Duration::from_secs(5), waiting.lock())
+        .await
+        .expect("taken over at the lease end, not at a 10 s heartbeat")
+        .expect("lock");
+    assert!(start.elapsed() + Duration::from_millis(20) >= lease);
+    taken.release().await.expect("release");
+}
+
 async fn try_lock_never_jumps_the_queue(b: Backend) {
     let owner = b.client().await.fair_lock("no-jump");
     let third = b.client().await.fair_lock("no-jump");
@@ -645,6 +670,7 @@ both_backends!(
     dead_waiter_at_the_head_is_dropped_after_its_own_heartbeat,
     cancelled_waiters_leave_at_once,
     dead_holder_hands_over_after_its_lease,
+    head_waiter_wakes_at_a_dead_holders_lease_end,
     try_lock_never_jumps_the_queue,
     lock_with_reports_decreasing_positions,
     ten_thousand_queued_waiters,

@@ -316,9 +316,18 @@ fn attempt(
     }
     let q = &mut state.queue;
     q.refresh();
+    let position = q.queue.rank(&member).map(|r| r as u64);
+    // At the head: when the first holder's lease ends (it may then fit).
+    let retry_after = match position {
+        Some(0) => q
+            .holders
+            .first()
+            .map(|(deadline, _)| Duration::from_millis(deadline.saturating_sub(now))),
+        _ => None,
+    };
     Ok(Acquire::Busy(Busy {
-        retry_after: None,
-        position: q.queue.rank(&member).map(|r| r as u64),
+        retry_after,
+        position,
         heartbeat_until: Some(heartbeat_until),
     }))
 }
