@@ -313,3 +313,47 @@ async fn quorum_mode_refuses_elections() {
     assert_eq!(observer.next().await, None);
     assert!(observer.closed_because().is_some());
 }
+
+/// A Redis restart (empty, persistence off) loses the leadership: the leader's guard reports
+/// it, the standby still waiting re-queues on the new server and wins, and an observer that
+/// lived through the restart converges to the new leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_election_outlives_a_redis_restart() {
+    let mut b = Backend::redis();
+    let leader_client = b.client().await;
+    let standby_client = b.client().await;
+    let observer_client = b.client().await;
+    let lease = Duration::from_millis(600);
+    let leadership = leader_client
+        .election("e10")
+        .lease(lease)
+        .campaign("a")
+        .await
+        .expect("campaign");
+    let standby = {
+        let c = standby_client.clone();
+        tokio::spawn(async move {
+            c.election("e10")
+                .lease(lease)
+                .heartbeat(Duration::from_millis(300))
+                .campaign("b")
+                .await
+        })
+    };
+    let queue = observer_client.fair_lock("e10");
+    until_waiters(1, || queue.inspect()).await;
+    let mut observer = observer_client
+        .election("e10")
+        .retry_interval(Duration::from_millis(200))
+        .observe();
+    observe_until(&mut observer, Some("a")).await;
+    b.server.as_mut().expect("a private server").restart();
+    tokio::time::timeout(EVENTUALLY, leadership.lost())
+        .await
+        .expect("the leader learns its lease is gone");
+    let next = join("the standby wins on the restarted server", standby)
+        .await
+        .expect("campaign");
+    let seen = observe_until(&mut observer, Some("b")).await;
+    assert_eq!(seen.map(|l| l.term), Some(next.term()));
+}
