@@ -229,7 +229,8 @@ impl Election {
     /// also re-reads when the current leader's lease ends and at least every retry interval,
     /// so a lost notification delays an answer, never leaves a wrong one. When changes come
     /// faster than they are read, the latest state is yielded (intermediate ones may be
-    /// skipped). Needs a tokio runtime; the watch stops when the observer is dropped.
+    /// skipped). The watch runs on the current tokio runtime (outside one, the observer ends
+    /// at once: [`Observer::closed_because`] says so) and stops when the observer is dropped.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -246,16 +247,21 @@ impl Election {
     pub fn observe(&self) -> Observer {
         let shared = Arc::new(ObserverShared::default());
         let ctx = &self.lock.ctx;
-        let task = match ctx.keys() {
-            Ok(keys) => tokio::spawn(watch(
+        let runtime = tokio::runtime::Handle::try_current();
+        let task = match (ctx.keys(), runtime) {
+            (Ok(keys), Ok(runtime)) => Some(runtime.spawn(watch(
                 ctx.store.clone(),
                 keys.clone(),
                 ctx.opts.retry_interval,
                 shared.clone(),
-            )),
-            Err(err) => {
+            ))),
+            (Err(err), _) => {
                 shared.close(err.to_string());
-                tokio::spawn(async {})
+                None
+            }
+            (_, Err(_)) => {
+                shared.close("observe() was called outside a tokio runtime".to_owned());
+                None
             }
         };
         Observer {
@@ -693,7 +699,8 @@ async fn watch(
 pub struct Observer {
     shared: Arc<ObserverShared>,
     seen: u64,
-    task: tokio::task::JoinHandle<()>,
+    /// The watch; `None` when it never started (see `closed_because`).
+    task: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl fmt::Debug for Observer {
@@ -747,7 +754,7 @@ impl Observer {
             self.seen = st.version;
             return Poll::Ready(Some(st.current.clone()));
         }
-        if st.closed.is_some() || self.task.is_finished() {
+        if st.closed.is_some() || self.task.as_ref().is_none_or(|t| t.is_finished()) {
             return Poll::Ready(None);
         }
         st.waker = Some(cx.waker().clone());
@@ -765,6 +772,8 @@ impl futures_core::Stream for Observer {
 
 impl Drop for Observer {
     fn drop(&mut self) {
-        self.task.abort();
+        if let Some(task) = &self.task {
+            task.abort();
+        }
     }
 }

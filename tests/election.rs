@@ -357,3 +357,12 @@ async fn an_election_outlives_a_redis_restart() {
     let seen = observe_until(&mut observer, Some("b")).await;
     assert_eq!(seen.map(|l| l.term), Some(next.term()));
 }
+
+/// `observe()` outside a tokio runtime does not panic: the observer is closed and says why.
+#[test]
+fn observe_outside_a_runtime_is_closed_not_a_panic() {
+    let c = LockClient::in_memory();
+    let observer = c.election("e11").observe();
+    let why = observer.closed_because().expect("closed");
+    assert!(why.contains("runtime"), "{why}");
+}
