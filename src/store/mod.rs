@@ -490,10 +490,7 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         now: Option<u64>,
     ) -> Result<bool> {
         let _ = (lock, claim, value, now);
-        Err(crate::Error::Unsupported {
-            what: "election",
-            reason: "this store has no ticket queue to elect a leader on",
-        })
+        Err(no_election())
     }
 
     /// Election: the leader now, in one read: the value the live holder proclaimed, its fence
@@ -505,16 +502,21 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         now: Option<u64>,
     ) -> Result<Option<crate::election::LeaderInfo>> {
         let _ = (lock, now);
-        Err(crate::Error::Unsupported {
-            what: "election",
-            reason: "this store has no ticket queue to elect a leader on",
-        })
+        Err(no_election())
     }
 
     /// True when one `acquire_all` may only touch the keys of one Redis Cluster hash slot:
     /// a multi-lock then sends one per slot, in slot order.
     fn one_slot_per_step(&self) -> bool {
         false
+    }
+}
+
+/// The answer of a store without the ticket queue to an election step.
+fn no_election() -> crate::Error {
+    crate::Error::Unsupported {
+        what: "election",
+        reason: "this store has no ticket queue to elect a leader on",
     }
 }
 
