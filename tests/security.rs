@@ -327,12 +327,33 @@ async fn every_script_runs_by_sha_as_the_restricted_acl_user() {
         Ok(AcquireAll::Granted(_))
     ));
 
+    let lock = LockKeys::new("rl", "acl-election").expect("keys");
+    let leader = claim(
+        "leader",
+        Slot::Ticket {
+            weight: 1,
+            capacity: 1,
+            resizable: false,
+        },
+    );
+    assert!(granted(store.acquire(&lock, &leader, false, None).await));
+    assert!(store
+        .proclaim(&lock, &leader, Some("a"), None)
+        .await
+        .expect("proclaim"));
+    let info = store.leader(&lock, None).await.expect("leader");
+    assert_eq!(info.map(|l| l.value), Some("a".to_owned()));
+    assert!(store
+        .proclaim(&lock, &leader, None, None)
+        .await
+        .expect("retract"));
+
     for (name, sha) in script_shas() {
         if name != "raise_fence" {
             assert!(cached(&server, &sha), "{name} was not loaded by SHA");
         }
     }
-    assert!(calls(&server, "evalsha") >= 14, "steps run with EVALSHA");
+    assert!(calls(&server, "evalsha") >= 18, "steps run with EVALSHA");
     assert_eq!(calls(&server, "eval"), 0, "no step runs with EVAL");
 }
 
