@@ -166,6 +166,13 @@ impl Shared {
                 plan.clone()
             }
             Renewer::Renewing { plan, .. } if after_renewal => plan.clone(),
+            // The renewal's task ended without answering: its runtime shut down with it in
+            // flight (a finished renewal always moves the hold on first). Schedule the hold
+            // again, on the runtime asking now.
+            Renewer::Renewing {
+                plan,
+                task: Some(task),
+            } if task.is_finished() => plan.clone(),
             _ => return,
         };
         let v = *self.validity.borrow();
@@ -213,20 +220,26 @@ impl Shared {
         self.validity.borrow().until
     }
 
-    /// Asks the store to renew the hold to its current lease from now, waiting at most until
-    /// `give_up_at`; `Ok(false)`: it holds nothing live (the hold is then marked lost). The
-    /// lease is read once this request's turn has come, so a renewal that waited behind an
-    /// `extend` asks for the length the `extend` set.
+    /// Asks the store to renew the hold to its current lease from now; `Ok(false)`: it holds
+    /// nothing live (the hold is then marked lost). The lease is read once this request's
+    /// turn has come, so a renewal that waited behind an `extend` asks for the length the
+    /// `extend` set.
+    ///
+    /// A `renewal` (the schedule's, not an `extend`) gives up, and marks the hold lost, when
+    /// no reply came before the trust ends. That instant too is read once its turn has come:
+    /// an `extend` confirmed while the renewal waited has moved it.
     ///
     /// The local deadline follows the last request the server applied, never the largest
     /// reply: a request for a shorter lease lowers the trust before it is even sent (it may
     /// be applied at any moment from then on), and a confirmed reply sets the trust from its
     /// own send instant, capped by any earlier request whose outcome stayed unknown.
-    async fn request(self: &Arc<Self>, give_up_at: Option<Instant>) -> Result<bool> {
+    async fn request(self: &Arc<Self>, renewal: bool) -> Result<bool> {
         if planted(Bug::UnorderedRenewals) {
             let lease = self.claim().lease;
-            let outcome = self.request_unordered(lease, give_up_at).await;
-            if give_up_at.is_none() {
+            let outcome = self
+                .request_unordered(lease, renewal.then(|| self.until()))
+                .await;
+            if !renewal {
                 self.reschedule(false, None);
             }
             return outcome;
@@ -235,6 +248,16 @@ impl Shared {
         if self.validity.borrow().lost {
             return Ok(false);
         }
+        let give_up_at = if renewal {
+            let until = self.until();
+            if Instant::now() >= until {
+                self.mark_lost("renewal came too late");
+                return Ok(false);
+            }
+            Some(until)
+        } else {
+            None
+        };
         let claim = self.claim();
         let lease = claim.lease;
         let sent_at = Instant::now();
@@ -768,7 +791,7 @@ impl Hold {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .lease = lease;
-        self.shared.request(None).await
+        self.shared.request(false).await
     }
 
     fn stop_renewing(&mut self) {
@@ -890,15 +913,10 @@ impl Drop for Hold {
 /// a failed one), unless `once` (a handed-over grant's claim with auto-renewal off) or the
 /// lease is gone.
 async fn renew_once(shared: Arc<Shared>, once: bool) {
-    let until = shared.until();
     if shared.validity.borrow().lost {
         return;
     }
-    if Instant::now() >= until {
-        shared.mark_lost("renewal came too late");
-        return;
-    }
-    match shared.request(Some(until)).await {
+    match shared.request(true).await {
         Ok(true) if once => {
             let mut renewer = shared.renewer.lock().unwrap_or_else(|p| p.into_inner());
             if matches!(*renewer, Renewer::Renewing { .. }) {
