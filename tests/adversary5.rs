@@ -12,7 +12,10 @@
 //!   (stale entries, lapsed waiters, keys of the wrong type, capacity markers, a forced
 //!   release in between, the script cache flushed).
 //!
-//! A test that found a break is kept, marked `#[ignore = "BREAK: ..."]`.
+//! Three tests found breaks, fixed since (a renewal queued behind an `extend` gave up at the
+//! trust it read before waiting; a renewal in flight when its runtime shut down left the hold
+//! unschedulable): `extend_then_queued_renewal_keeps_the_hold`, `extend_churn_stays_honest`,
+//! `extend_after_the_granting_runtime_shut_down_resumes_renewals`.
 
 #[macro_use]
 mod support;
@@ -28,25 +31,6 @@ use tokio::time::{sleep, sleep_until, timeout, Instant};
 use support::backend::Backend;
 use support::faulty::{Faulty, Gate, Op, Rule};
 use support::proxy::Proxy;
-
-/// `both_backends!` for a test that found a break: both variants are `#[ignore]`d with
-/// `$why`, so the suite stays green; run them with `--run-ignored all`.
-macro_rules! both_backends_break {
-    ($name:ident, $why:literal) => {
-        mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            #[ignore = $why]
-            async fn redis() {
-                super::$name($crate::support::backend::Backend::redis()).await
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            #[ignore = $why]
-            async fn memory() {
-                super::$name($crate::support::backend::Backend::memory()).await
-            }
-        }
-    };
-}
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -158,12 +142,8 @@ async fn extend_then_queued_renewal_keeps_the_hold(b: Backend) {
     drop((g, control));
 }
 
-both_backends_break!(
-    extend_then_queued_renewal_keeps_the_hold,
-    "BREAK: a renewal that fell due while an extend was in flight gives up at the trust it \
-     read before waiting for the extend (renew_once: `until` read before `request`), so it \
-     times out and marks a hold lost that the server holds for 27 s more"
-);
+// Found a break (renewal gave up at the trust it read before waiting for the extend); fixed.
+both_backends!(extend_then_queued_renewal_keeps_the_hold);
 
 // ------------------------------------------------------------------------------------------
 // 2. many holds, slow replies
@@ -612,12 +592,10 @@ fn hold_whose_runtime_shut_down_stays_honest() {
 /// A hold granted on a runtime that shut down is `extend`ed from a live runtime. When its
 /// renewal was merely scheduled at the shutdown, the extend puts it back in a schedule whose
 /// driver is spawned on the live runtime, and it is renewed from then on. When a renewal was
-/// in flight at the shutdown (its task died with the runtime), the hold's renewer stays
-/// `Renewing` forever: the extend leaves it alone, so the hold is never renewed again and
-/// lapses one lease after the extend. The two must agree.
+/// in flight at the shutdown (its task died with the runtime), the hold's renewer stayed
+/// `Renewing` forever before the fix: the extend left it alone, so the hold was never renewed
+/// again and lapsed one lease after the extend. The two must agree.
 #[test]
-#[ignore = "BREAK: a renewal in flight when the granting runtime shut down leaves the hold \
-            `Renewing` forever; a later extend never puts it back in a schedule"]
 fn extend_after_the_granting_runtime_shut_down_resumes_renewals() {
     let main = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -1344,12 +1322,8 @@ async fn extend_churn_stays_honest(b: Backend) {
     assert!(f.release().await.expect("release"));
 }
 
-both_backends_break!(
-    extend_churn_stays_honest,
-    "BREAK: same cause as extend_then_queued_renewal_keeps_the_hold: with 40 ms replies, a \
-     renewal queued behind an extend gives up at its stale trust and marks the hold lost \
-     while the server still lists it"
-);
+// Found a break (same cause as extend_then_queued_renewal_keeps_the_hold); fixed.
+both_backends!(extend_churn_stays_honest);
 
 // ------------------------------------------------------------------------------------------
 // 9. counter tokens
