@@ -244,12 +244,16 @@ impl Shared {
             }
             return outcome;
         }
+        let read_early = renewal.then(|| self.until());
         let mut requests = self.requests.lock().await;
         if self.validity.borrow().lost {
             return Ok(false);
         }
         let give_up_at = if renewal {
-            let until = self.until();
+            let until = match read_early {
+                Some(early) if planted(Bug::StaleRenewalGiveUp) => early,
+                _ => self.until(),
+            };
             if Instant::now() >= until {
                 self.mark_lost("renewal came too late");
                 return Ok(false);

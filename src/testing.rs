@@ -53,6 +53,9 @@ pub enum Bug {
     /// The default heartbeat window is 5 s whatever the lease, so a waiter that died (its queue
     /// place, its writer announcement, a grant handed to it) blocks others for up to 5 s.
     DeadWaiterBlocks,
+    /// A renewal reads the instant it gives up at (the trust end) before it waits behind an
+    /// `extend`, so it may give up, and mark the hold lost, at a trust the `extend` raised.
+    StaleRenewalGiveUp,
 }
 
 impl Bug {

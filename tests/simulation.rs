@@ -55,6 +55,9 @@
 //! - `LostWithoutFault`: a guard acquired from [`CLEAN_FROM`] on (after every delayed call,
 //!   reply and wake-up has landed) by a live client with auto-renewal keeps `is_held()` until
 //!   the client lets it go;
+//! - `SpuriousLoss`: a live client's guard never says it lost its lease while its own trust
+//!   (`valid_until()`) has not run out and the server still holds its claim (a renewal that
+//!   gives up early, a refusal misread);
 //! - `WaitTooLong`: a timed wait started from [`CLEAN_FROM`] on ends within its timeout
 //!   ([`SLACK_MS`]); at [`WIND_DOWN`] every live client drops its guards and starts nothing
 //!   new, and each pending wait must then be granted (or time out) within the bound
@@ -655,6 +658,7 @@ enum Class {
     LostMismatch,
     DeadHoldsPastLease,
     LostWithoutFault,
+    SpuriousLoss,
     WaitTooLong,
     Leak,
     UnexpectedError,
@@ -667,6 +671,7 @@ const ALL_CLASSES: &[Class] = &[
     Class::LostMismatch,
     Class::DeadHoldsPastLease,
     Class::LostWithoutFault,
+    Class::SpuriousLoss,
     Class::WaitTooLong,
     Class::Leak,
     Class::UnexpectedError,
@@ -998,6 +1003,25 @@ impl World {
                 ));
             }
             if !is_held {
+                let until = e.guard.valid_until();
+                if until > Instant::now()
+                    && !self.dead(e.client)
+                    && snaps[e.name]
+                        .holders
+                        .iter()
+                        .any(|h| h.token == e.token && h.kind == e.kind)
+                {
+                    found.push((
+                        Class::SpuriousLoss,
+                        id,
+                        format!(
+                            "{} gave up its lease with {:?} of its own trust left while the \
+                             server still holds it ({when})",
+                            e.describe(id),
+                            until.saturating_duration_since(Instant::now())
+                        ),
+                    ));
+                }
                 if e.clean && !self.dead(e.client) {
                     found.push((
                         Class::LostWithoutFault,
@@ -2374,6 +2398,22 @@ fn finds_planted_stale_grant() {
 #[test]
 fn finds_planted_unordered_renewals() {
     let (schedule, why) = finds(Bug::UnorderedRenewals, Profile::renewals(), SAFETY, 3);
+    let extends = schedule
+        .clients
+        .iter()
+        .flat_map(|c| &c.ops)
+        .any(|op| matches!(op, Op::Extend { .. }));
+    assert!(extends, "the counterexample has no extend: {why}");
+}
+
+#[test]
+fn finds_planted_stale_renewal_give_up() {
+    let (schedule, why) = finds(
+        Bug::StaleRenewalGiveUp,
+        Profile::renewals(),
+        &[Class::SpuriousLoss],
+        4,
+    );
     let extends = schedule
         .clients
         .iter()
