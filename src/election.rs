@@ -30,6 +30,9 @@ pub const MAX_VALUE_LEN: usize = 64 * 1024;
 /// store's deadline has passed by then.
 const LEASE_END_MARGIN: Duration = Duration::from_millis(5);
 
+/// The shortest pause between two reads of an observer, whatever its retry interval.
+const MIN_REREAD: Duration = Duration::from_millis(10);
+
 /// The leader of an election as the store sees it.
 ///
 /// ```
@@ -229,8 +232,11 @@ impl Election {
     /// also re-reads when the current leader's lease ends and at least every retry interval,
     /// so a lost notification delays an answer, never leaves a wrong one. When changes come
     /// faster than they are read, the latest state is yielded (intermediate ones may be
-    /// skipped). The watch runs on the current tokio runtime (outside one, the observer ends
-    /// at once: [`Observer::closed_because`] says so) and stops when the observer is dropped.
+    /// skipped). The watch runs on the current tokio runtime and stops when the observer is
+    /// dropped. Outside a runtime, or with an option a campaign would refuse (a zero retry
+    /// interval, a bad name), the observer ends at once and [`Observer::closed_because`]
+    /// says why. However short the retry interval, an observer pauses at least 10 ms between
+    /// reads that no message asked for.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -248,7 +254,8 @@ impl Election {
         let shared = Arc::new(ObserverShared::default());
         let ctx = &self.lock.ctx;
         let runtime = tokio::runtime::Handle::try_current();
-        let task = match (ctx.keys(), runtime) {
+        let keys = ctx.opts.validate().and_then(|()| ctx.keys());
+        let task = match (keys, runtime) {
             (Ok(keys), Ok(runtime)) => Some(runtime.spawn(watch(
                 ctx.store.clone(),
                 keys.clone(),
@@ -662,6 +669,7 @@ async fn watch(
                 wait
             }
             Err(err @ (Error::Unsupported { .. } | Error::InvalidName { .. })) => {
+                // Permanent: no read will ever succeed.
                 shared.close(err.to_string());
                 return;
             }
@@ -674,7 +682,7 @@ async fn watch(
         };
         tokio::select! {
             _ = registration.notified() => {}
-            _ = tokio::time::sleep(crate::wait::jitter(wait)) => {}
+            _ = tokio::time::sleep(crate::wait::jitter(wait).max(MIN_REREAD)) => {}
         }
     }
 }
