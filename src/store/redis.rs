@@ -808,9 +808,14 @@ impl Store for RedisStore {
         lock: &LockKeys,
         now: Option<u64>,
     ) -> Result<Option<crate::election::LeaderInfo>> {
-        let keys = &lock.election()[..2];
         let LeaderView(leader) = self
-            .run(lock, &self.scripts.election_leader, keys, now, NoArgs)
+            .run(
+                lock,
+                &self.scripts.election_leader,
+                lock.election(),
+                now,
+                NoArgs,
+            )
             .await?;
         Ok(leader)
     }

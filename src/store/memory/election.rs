@@ -34,11 +34,12 @@ pub(super) fn proclaim(
     wakes.reply(true)
 }
 
-/// election_leader.lua: the proclaimed value of the live holder, if any.
+/// election_leader.lua: the value the live holder proclaimed under its current grant, if any
+/// (a value of an earlier grant of the same token has an older fence than the counter).
 pub(super) fn leader(state: &LockState, now: u64) -> Option<LeaderInfo> {
     let (token, fence, value) = state.leader.as_ref()?;
     let deadline = state.queue.holder_deadline(token)?;
-    (deadline > now).then(|| LeaderInfo {
+    (deadline > now && *fence == state.fence).then(|| LeaderInfo {
         value: value.clone(),
         term: *fence,
         time_left: Duration::from_millis(deadline - now),
