@@ -1533,7 +1533,10 @@ async fn redis_client_pause_past_the_lease_keeps_guards_honest() {
     // Load the inspect scripts on the observer's connection first: a SCRIPT LOAD waits out a
     // write pause, and every later reply on that connection behind it.
     o.mutex("adv5-pause-m").inspect().await.expect("inspect");
-    o.fair_lock("adv5-pause-f").inspect().await.expect("inspect");
+    o.fair_lock("adv5-pause-f")
+        .inspect()
+        .await
+        .expect("inspect");
     sleep(ms(250)).await;
     let srv = server.clone();
     let pause = tokio::task::spawn_blocking(move || srv.cli(&["CLIENT", "PAUSE", "1500", "WRITE"]));
