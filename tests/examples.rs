@@ -1,25 +1,44 @@
 //! The examples that demonstrate a guarantee end to end run in CI, in memory and against a
 //! private redis-server, and must succeed (each checks its own outcome and exits non-zero
-//! when it does not hold). `cargo nextest run --all-targets` builds them next to the tests.
+//! when it does not hold). Each test builds its example first (see [`example`]).
 
 mod support;
 
 use std::path::PathBuf;
 use std::process::Command;
 
-/// The built example `name` (target/<profile>/examples/<name>), next to this test binary.
+/// The example `name`, built for this run: `cargo build --all-features --example <name>`
+/// (the library is already built with those features for the tests, so this only compiles
+/// and links the example), then `target/<profile>/examples/<name>`. `--all-targets` alone
+/// does not leave it there: under `cargo test` it builds examples as test harnesses.
 fn example(name: &str) -> PathBuf {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut build = Command::new(cargo);
+    build.current_dir(env!("CARGO_MANIFEST_DIR")).args([
+        "build",
+        "--quiet",
+        "--all-features",
+        "--example",
+        name,
+    ]);
     let exe = std::env::current_exe().expect("test binary path");
     let profile_dir = exe
         .parent()
         .and_then(|deps| deps.parent())
         .expect("target/<profile>/deps");
+    if profile_dir.file_name().is_some_and(|p| p == "release") {
+        build.arg("--release");
+    }
+    let status = build
+        .status()
+        .unwrap_or_else(|e| panic!("run cargo build --example {name}: {e}"));
+    assert!(status.success(), "cargo build --example {name} failed");
     let path = profile_dir
         .join("examples")
         .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
     assert!(
         path.exists(),
-        "example `{name}` is not built at {}; run the tests with `cargo nextest run --all-targets --all-features`",
+        "example `{name}` is not at {}",
         path.display()
     );
     path
