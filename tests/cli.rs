@@ -471,3 +471,90 @@ async fn sentinel_mode_inspects_and_lists() {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     guard.release().await.expect("release");
 }
+
+/// `leader` shows an election's leader (exit 3 when nobody leads); `--follow` prints the
+/// leader now and every change, woken by the election's notifications.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn leader_shows_and_follows_an_election() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.expect("connect");
+    let out = cli(&server, &["leader", "scheduler"]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert!(stdout(&out).contains("nobody leads"), "{out:?}");
+
+    let mut leadership = client
+        .election("scheduler")
+        .campaign("10.0.0.7:9000")
+        .await
+        .expect("campaign");
+    let out = cli(&server, &["leader", "scheduler"]);
+    assert!(out.status.success(), "{out:?}");
+    let text = stdout(&out);
+    assert!(
+        text.contains("10.0.0.7:9000 leads")
+            && text.contains(&format!("term {}", leadership.term())),
+        "{text}"
+    );
+    let out = cli(&server, &["leader", "scheduler", "--json"]);
+    let json = stdout(&out);
+    assert!(
+        json.contains(&format!(
+            "\"leader\":{{\"value\":\"10.0.0.7:9000\",\"term\":{}",
+            leadership.term()
+        )),
+        "{json}"
+    );
+
+    // Follow three states: the leader now, a new value, nobody after the resign. Each change
+    // is made once the follower printed the state before it.
+    let mut follower = Command::new(env!("CARGO_BIN_EXE_redis-locks"))
+        .args([
+            "--url",
+            &server.url(),
+            "leader",
+            "scheduler",
+            "--follow",
+            "--count",
+            "3",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run the redis-locks binary");
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let stdout_pipe = follower.stdout.take().expect("stdout");
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout_pipe).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let next_line = async |rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>| {
+        tokio::time::timeout(std::time::Duration::from_secs(20), rx.recv())
+            .await
+            .expect("a state within 20 s")
+            .expect("the follower prints a line")
+    };
+    let line = next_line(&mut rx).await;
+    assert!(line.contains("10.0.0.7:9000 leads"), "{line}");
+    leadership
+        .proclaim("10.0.0.8:9000")
+        .await
+        .expect("proclaim");
+    let line = next_line(&mut rx).await;
+    assert!(line.contains("10.0.0.8:9000 leads"), "{line}");
+    leadership.resign().await.expect("resign");
+    let line = next_line(&mut rx).await;
+    assert!(line.contains("nobody leads"), "{line}");
+    let status = tokio::task::spawn_blocking(move || follower.wait())
+        .await
+        .expect("task")
+        .expect("wait");
+    assert!(
+        status.success(),
+        "--follow --count 3 exits 0 after three states"
+    );
+    reader.join().expect("reader");
+}

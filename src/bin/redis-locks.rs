@@ -24,7 +24,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use redis_locks::{Error, HoldKind, HolderInfo, LockClient, LockInfo, RedisConfig, WaiterInfo};
+use redis_locks::{
+    Error, HoldKind, HolderInfo, LeaderInfo, LockClient, LockInfo, RedisConfig, WaiterInfo,
+};
 
 #[derive(Parser)]
 #[command(
@@ -96,6 +98,23 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The leader of an election (`client.election(name)`): its value, term and lease left.
+    /// Exits with 3 when nobody leads.
+    Leader {
+        /// Election name.
+        name: String,
+        /// Keep watching: print the leader now, then every change (woken by the election's
+        /// notifications), until interrupted or `--count` states were shown.
+        #[arg(long)]
+        follow: bool,
+        /// With `--follow`, stop after this many states.
+        #[arg(long)]
+        count: Option<u64>,
+        /// One JSON object per state (`{"name":..,"leader":null}` or with `value`, `term`,
+        /// `lease_left_ms`) instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Drop every hold of the lock and bump its fence, so the evicted holders' fenced
     /// writes are refused. Waiters stay queued and are woken.
     ForceRelease {
@@ -108,6 +127,20 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// An election's leader as one JSON object.
+fn leader_json(name: &str, leader: &Option<LeaderInfo>) -> String {
+    match leader {
+        Some(l) => format!(
+            "{{\"name\":{},\"leader\":{{\"value\":{},\"term\":{},\"lease_left_ms\":{}}}}}",
+            json_str(name),
+            json_str(&l.value),
+            l.term,
+            l.time_left.as_millis()
+        ),
+        None => format!("{{\"name\":{},\"leader\":null}}", json_str(name)),
+    }
 }
 
 /// A label as JSON: a string, or `null` for a token without one.
@@ -689,6 +722,54 @@ async fn run(cli: &Cli) -> Result<ExitCode, Error> {
                 }
                 tokio::time::sleep(Duration::from_millis((*interval_ms).max(50))).await;
             }
+        }
+        Command::Leader {
+            name,
+            follow,
+            count,
+            json,
+        } => {
+            let election = client.election(name);
+            let show = |leader: &Option<LeaderInfo>| {
+                if *json {
+                    println!("{}", leader_json(name, leader));
+                } else {
+                    match leader {
+                        Some(l) => println!(
+                            "{name}: {} leads, term {}, lease left {} ms",
+                            l.value,
+                            l.term,
+                            l.time_left.as_millis()
+                        ),
+                        None => println!("{name}: nobody leads"),
+                    }
+                }
+            };
+            if !*follow {
+                let leader = election.leader().await?;
+                show(&leader);
+                return Ok(if leader.is_some() {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::from(3)
+                });
+            }
+            let mut observer = election.observe();
+            let mut shown = 0u64;
+            while let Some(leader) = observer.next().await {
+                show(&leader);
+                shown += 1;
+                if count.is_some_and(|c| shown >= c) {
+                    return Ok(ExitCode::SUCCESS);
+                }
+            }
+            eprintln!(
+                "error: the watch stopped: {}",
+                observer
+                    .closed_because()
+                    .unwrap_or_else(|| "the runtime is shutting down".to_owned())
+            );
+            Ok(ExitCode::from(1))
         }
         Command::ForceRelease { name, yes, json } => {
             if !yes {
