@@ -19,7 +19,6 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::fair_lock::{FairLock, FairLockGuard};
-use crate::hub::OBSERVER;
 use crate::keys::LockKeys;
 use crate::store::{Claim, Store};
 
@@ -383,18 +382,9 @@ async fn proclaim_with_retry(
     claim: &Claim,
     value: Option<&str>,
 ) -> Result<bool> {
-    let mut delay = Duration::from_millis(20);
-    let mut attempt = 0;
-    loop {
-        match store.proclaim(keys, claim, value, None).await {
-            Err(e) if e.is_retryable() && attempt < 3 => {
-                attempt += 1;
-                tokio::time::sleep(crate::wait::jitter(delay)).await;
-                delay *= 2;
-            }
-            other => return other,
-        }
-    }
+    crate::lease::retrying(|| store.proclaim(keys, claim, value, None))
+        .await
+        .0
 }
 
 impl Leadership {
@@ -650,7 +640,7 @@ async fn watch(
     interval: Duration,
     shared: Arc<ObserverShared>,
 ) {
-    let registration = store.hub().register(&keys.channel(), OBSERVER).await;
+    let registration = store.hub().register_observer(&keys.channel()).await;
     let mut last: Option<Option<(u64, String)>> = None;
     let mut backoff = crate::wait::FIRST_BACKOFF;
     loop {

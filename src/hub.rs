@@ -22,9 +22,9 @@ use tokio::sync::{mpsc, oneshot, Notify};
 
 use crate::wire::{HandOff, WakeUp};
 
-/// The token an election's observer registers with: no claim has it (tokens are never
-/// empty), and every message of the channel wakes it.
-pub(crate) const OBSERVER: &str = "";
+/// The token an election's observer is registered with ([`WakeHub::register_observer`]): no
+/// claim has it (tokens are never empty), and every message of the channel wakes it.
+const OBSERVER: &str = "";
 
 /// How long a channel stays subscribed after its last local waiter left.
 const LINGER: Duration = Duration::from_secs(5);
@@ -296,6 +296,11 @@ impl WakeHub {
         registration
     }
 
+    /// Registers an election's observer on `channel`: every message of the channel wakes it.
+    pub(crate) async fn register_observer(self: &Arc<Self>, channel: &str) -> Registration {
+        self.register(channel, OBSERVER).await
+    }
+
     /// Delivers one message (see [`WakeUp`]): `*` wakes every waiter of the channel,
     /// otherwise the waiters whose token is named, with their grant if it carries one.
     pub(crate) fn dispatch(&self, channel: &str, message: &str) {
@@ -319,32 +324,24 @@ impl WakeHub {
         let Some(entry) = st.channels.get(channel) else {
             return;
         };
-        // Observers of an election re-read the leader after every message: a grant or a
-        // release may have changed it as much as a proclaim.
+        let wake_up = WakeUp::parse(message);
         for (_, token, w) in &entry.waiters {
+            // Observers of an election re-read the leader after every message: a grant or a
+            // release may have changed it as much as a proclaim.
             if token == OBSERVER {
                 w.notify.notify_one();
+                continue;
             }
-        }
-        let named = match WakeUp::parse(message) {
-            WakeUp::All => {
-                for (_, token, w) in &entry.waiters {
-                    if token != OBSERVER {
+            match &wake_up {
+                WakeUp::All => w.notify.notify_one(),
+                WakeUp::LeaderChanged => {}
+                WakeUp::Named(named) => {
+                    for named in named.iter().filter(|n| n.token == *token) {
+                        if let Some(g) = named.grant {
+                            *w.granted.lock().unwrap_or_else(|p| p.into_inner()) = Some(g);
+                        }
                         w.notify.notify_one();
                     }
-                }
-                return;
-            }
-            WakeUp::LeaderChanged => return,
-            WakeUp::Named(named) => named,
-        };
-        for named in named {
-            for (_, token, w) in &entry.waiters {
-                if *token == named.token {
-                    if let Some(g) = named.grant {
-                        *w.granted.lock().unwrap_or_else(|p| p.into_inner()) = Some(g);
-                    }
-                    w.notify.notify_one();
                 }
             }
         }

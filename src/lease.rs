@@ -852,33 +852,40 @@ impl Shared {
     }
 }
 
+/// Runs an idempotent step, sending it again after a lost reply (a retryable error) up to
+/// three times, 20, 40 and 80 ms apart. Returns the last outcome and the first error retried:
+/// after a lost reply, an answer such as "nothing held" may be the lost attempt's own doing.
+pub(crate) async fn retrying<T, F, Fut>(mut step: F) -> (Result<T>, Option<Error>)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let mut delay = Duration::from_millis(20);
+    let mut first_error = None;
+    for attempt in 0.. {
+        match step().await {
+            Err(e) if e.is_retryable() && attempt < 3 => {
+                first_error.get_or_insert(e);
+                tokio::time::sleep(delay).await;
+                delay *= 2;
+            }
+            other => return (other, first_error),
+        }
+    }
+    unreachable!("the loop returns")
+}
+
 /// Releases by token, retrying a lost reply a few times (release is idempotent by token).
 pub(crate) async fn release_with_retry(
     store: &dyn Store,
     lock: &LockKeys,
     claim: &Claim,
 ) -> Result<bool> {
-    let mut delay = Duration::from_millis(20);
-    let mut attempt = 0;
-    let mut first_error = None;
-    loop {
-        match store.release(lock, claim, None).await {
-            Err(e) if e.is_retryable() && attempt < 3 => {
-                attempt += 1;
-                first_error.get_or_insert(e);
-                tokio::time::sleep(delay).await;
-                delay *= 2;
-            }
-            // After a lost reply, "nothing held" may mean the lost attempt released it: the
-            // answer stays unknown, so the first error is reported, not a false "you had lost it".
-            Ok(false) => {
-                return match first_error {
-                    Some(e) => Err(e),
-                    None => Ok(false),
-                }
-            }
-            other => return other,
-        }
+    match retrying(|| store.release(lock, claim, None)).await {
+        // After a lost reply, "nothing held" may mean the lost attempt released it: the
+        // answer stays unknown, so the first error is reported, not a false "you had lost it".
+        (Ok(false), Some(e)) => Err(e),
+        (outcome, _) => outcome,
     }
 }
 
