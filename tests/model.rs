@@ -11,6 +11,7 @@
 //! one of the fast paths or one of the general paths of its family's steps.
 
 mod support;
+use support::replies::equal;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -32,7 +33,7 @@ use redis_locks::testing::{
     script_sources, sources_of_variant, ScriptVariant, WakeHub, PROBE_CHANNEL,
 };
 use redis_locks::MAX_PERMITS;
-use redis_locks::{Error, Preference, Result};
+use redis_locks::{Preference, Result};
 use support::RedisServer;
 
 /// Cases per primitive when `MODEL_CASES` is not set.
@@ -384,34 +385,6 @@ fn program(primitive: Primitive) -> impl Strategy<Value = Program> {
 }
 
 // ---- running a program ----------------------------------------------------------------------
-
-/// An error reduced to what the contract specifies: its classification.
-fn class(e: &Error) -> &'static str {
-    if e.is_invalid_input() {
-        "invalid input"
-    } else if e.is_wrong_type() {
-        "wrong type"
-    } else if e.is_connection() {
-        "connection"
-    } else if e.is_timeout() {
-        "timeout"
-    } else if e.is_family_conflict() {
-        "family conflict"
-    } else if e.is_capacity_conflict() {
-        "capacity conflict"
-    } else {
-        "other"
-    }
-}
-
-/// Equal `Ok` values, or errors of the same classification.
-fn equal<T: PartialEq>(a: &Result<T>, b: &Result<T>) -> bool {
-    match (a, b) {
-        (Ok(a), Ok(b)) => a == b,
-        (Err(a), Err(b)) => class(a) == class(b),
-        _ => false,
-    }
-}
 
 /// Requires the production scripts to answer as the scripts without fast paths do
 /// (`general`), and both as the model.

@@ -22,6 +22,7 @@
 //! `MODEL_CASES` raises the number of programs (see docs/MODEL_CHECKS.md).
 
 mod support;
+use support::replies::{class, equal_with_message};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -35,7 +36,7 @@ use redis_locks::testing::store::{
     Acquire, Claim, Family, MemoryStore, PermitChange, RedisStore, Request, Snapshot, Store,
 };
 use redis_locks::testing::WakeHub;
-use redis_locks::{Error, LeaderInfo, Result};
+use redis_locks::{LeaderInfo, Result};
 use support::RedisServer;
 
 const DEFAULT_CASES: u32 = 512;
@@ -178,28 +179,6 @@ fn claim(token: &str, lease: u64, heartbeat: u64) -> Claim {
     claim
 }
 
-fn class(e: &Error) -> &'static str {
-    if e.is_invalid_input() {
-        "invalid input"
-    } else if e.is_wrong_type() {
-        "wrong type"
-    } else if e.is_family_conflict() {
-        "family conflict"
-    } else if e.is_capacity_conflict() {
-        "capacity conflict"
-    } else {
-        "other"
-    }
-}
-
-fn equal<T: PartialEq>(a: &Result<T>, b: &Result<T>) -> bool {
-    match (a, b) {
-        (Ok(a), Ok(b)) => a == b,
-        (Err(a), Err(b)) => class(a) == class(b) && a.to_string() == b.to_string(),
-        _ => false,
-    }
-}
-
 /// What the test knows of one name besides the stores: which token's value `lv` holds (set
 /// by an accepted proclaim, cleared by an accepted retract of the same token), which tokens
 /// claimed their grant with an acquire (a live holder that did not was handed the lock), and
@@ -279,7 +258,7 @@ async fn run_program(
             ($call:ident ( $($arg:expr),* )) => {{
                 let r = redis.$call($($arg),*).await;
                 let m = model.$call($($arg),*).await;
-                if !equal(&r, &m) {
+                if !equal_with_message(&r, &m) {
                     return Err(format!("{}\n  redis: {r:?}\n  model: {m:?}", at()));
                 }
                 r
@@ -379,7 +358,7 @@ async fn run_program(
             let keys = lock_keys(lock);
             let r: Result<Snapshot> = redis.inspect(&keys, Family::TicketQueue, Some(now)).await;
             let m = model.inspect(&keys, Family::TicketQueue, Some(now)).await;
-            if !equal(&r, &m) {
+            if !equal_with_message(&r, &m) {
                 return Err(format!(
                     "{}: ticket queue of elect{lock}\n  redis: {r:?}\n  model: {m:?}",
                     at()
@@ -408,7 +387,7 @@ async fn run_program(
             shadow.holders = holders;
             let r = redis.leader(&keys, Some(now)).await;
             let m = model.leader(&keys, Some(now)).await;
-            if !equal(&r, &m) {
+            if !equal_with_message(&r, &m) {
                 return Err(format!(
                     "{}: leader of elect{lock}\n  redis: {r:?}\n  model: {m:?}",
                     at()

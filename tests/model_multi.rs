@@ -11,6 +11,7 @@
 //! `MODEL_CASES` raises the number of programs (see docs/MODEL_CHECKS.md).
 
 mod support;
+use support::replies::equal_with_message;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -22,7 +23,7 @@ use redis_locks::testing::keys::LockKeys;
 use redis_locks::testing::store::{
     AcquireAll, Claim, Family, MemoryStore, Part, Policy, RedisStore, Request, Slot, Store,
 };
-use redis_locks::{Error, Preference, Result};
+use redis_locks::{Preference, Result};
 use support::RedisServer;
 
 const DEFAULT_CASES: u32 = 256;
@@ -117,26 +118,6 @@ fn claim(token: usize, slot: Slot, lease: u64, policy: Policy) -> Claim {
     }
 }
 
-fn class(e: &Error) -> &'static str {
-    if e.is_invalid_input() {
-        "invalid input"
-    } else if e.is_wrong_type() {
-        "wrong type"
-    } else if e.is_family_conflict() {
-        "family conflict"
-    } else {
-        "other"
-    }
-}
-
-fn equal<T: PartialEq>(a: &Result<T>, b: &Result<T>) -> bool {
-    match (a, b) {
-        (Ok(a), Ok(b)) => a == b,
-        (Err(a), Err(b)) => class(a) == class(b) && a.to_string() == b.to_string(),
-        _ => false,
-    }
-}
-
 /// The outcome kinds a program reached, so the test can require all of them.
 fn outcome_kind(reply: &Result<AcquireAll>, again: bool) -> &'static str {
     match reply {
@@ -181,7 +162,7 @@ async fn run_program(
                 let c = claim(*token, Slot::Write, *lease, *policy);
                 let r = redis.acquire_all(&parts, &c, Some(now)).await;
                 let m = model.acquire_all(&parts, &c, Some(now)).await;
-                if !equal(&r, &m) {
+                if !equal_with_message(&r, &m) {
                     return Err(format!(
                         "step {step}: {op:?} at t+{}\n  redis: {r:?}\n  model: {m:?}",
                         now - START_MS
@@ -207,7 +188,7 @@ async fn run_program(
                 let keys = lock_keys(*lock);
                 let r = redis.acquire(&keys, &c, *wait, Some(now)).await;
                 let m = model.acquire(&keys, &c, *wait, Some(now)).await;
-                if !equal(&r, &m) {
+                if !equal_with_message(&r, &m) {
                     return Err(format!(
                         "step {step}: {op:?}\n  redis: {r:?}\n  model: {m:?}"
                     ));
@@ -218,7 +199,7 @@ async fn run_program(
                 let keys = lock_keys(*lock);
                 let r = redis.release(&keys, &c, Some(now)).await;
                 let m = model.release(&keys, &c, Some(now)).await;
-                if !equal(&r, &m) {
+                if !equal_with_message(&r, &m) {
                     return Err(format!(
                         "step {step}: {op:?}\n  redis: {r:?}\n  model: {m:?}"
                     ));
@@ -236,7 +217,7 @@ async fn run_program(
                 let d = Duration::from_millis(*lease);
                 let r = redis.extend(&keys, &c, d, Some(now)).await;
                 let m = model.extend(&keys, &c, d, Some(now)).await;
-                if !equal(&r, &m) {
+                if !equal_with_message(&r, &m) {
                     return Err(format!(
                         "step {step}: {op:?}\n  redis: {r:?}\n  model: {m:?}"
                     ));
@@ -252,7 +233,7 @@ async fn run_program(
             for family in [Family::LeaseLock, Family::TicketQueue] {
                 let r = redis.inspect(&keys, family, Some(now)).await;
                 let m = model.inspect(&keys, family, Some(now)).await;
-                if !equal(&r, &m) {
+                if !equal_with_message(&r, &m) {
                     return Err(format!(
                         "step {step}: after {op:?}: {family:?} of lock{lock} at t+{}\n  redis: {r:?}\n  model: {m:?}",
                         now - START_MS

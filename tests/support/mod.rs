@@ -6,6 +6,7 @@
 //! * [`backend`]: one test body on both backends, and the waiting helpers (`eventually`,
 //!   `until_waiters`, `join`, `EVENTUALLY`).
 //! * [`queue`]: planted dead waiters and inspect's shortened tokens, for ticket queues.
+//! * [`replies`]: comparing two stores' replies, errors by classification (the model checks).
 //! * [`faulty`], [`proxy`], [`fenced`], [`history`]: fault injection, a TCP proxy, a fenced
 //!   resource and the grant history checks.
 
@@ -25,6 +26,7 @@ pub mod fenced;
 pub mod history;
 pub mod proxy;
 pub mod queue;
+pub mod replies;
 mod server;
 
 // Each test binary uses some of these.
