@@ -9,6 +9,7 @@ use std::time::Duration;
 use redis_locks::{Error, LeaderInfo, LockClient, Observer, MAX_VALUE_LEN};
 
 use support::backend::{eventually, join, until_waiters, Backend, EVENTUALLY};
+use support::faulty::{Faulty, Op, Rule};
 
 /// The next state the observer yields, within the generous bound.
 async fn next_state(observer: &mut Observer) -> Option<LeaderInfo> {
@@ -264,7 +265,36 @@ async fn observers_converge_without_messages(b: Backend) {
     observe_until(&mut observer, None).await;
 }
 
+/// A proclaim or retract whose reply is lost was applied anyway; it is sent again (the step is
+/// idempotent), so the campaign, the new value and the resign all still succeed.
+async fn lost_proclaim_replies_are_retried(b: Backend) {
+    let faulty = Faulty::new(b.store().await);
+    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    faulty.add(Rule::on(Op::Proclaim).times(1).lose_reply());
+    let mut leadership = c.election("e12").campaign("a").await.expect("campaign");
+    assert_eq!(
+        faulty.count(Op::Proclaim),
+        2,
+        "the lost proclaim was sent again"
+    );
+    let info = c.election("e12").leader().await.expect("leader");
+    assert_eq!(info.map(|l| l.value), Some("a".to_owned()));
+    faulty.add(Rule::on(Op::Proclaim).times(1).lose_reply());
+    leadership.proclaim("b").await.expect("proclaim");
+    assert_eq!(leadership.value(), "b");
+    assert_eq!(faulty.count(Op::Proclaim), 4);
+    faulty.add(Rule::on(Op::Proclaim).times(1).lose_reply());
+    assert!(leadership.resign().await.expect("resign"));
+    assert_eq!(
+        faulty.count(Op::Proclaim),
+        6,
+        "the lost retract was sent again"
+    );
+    assert_eq!(c.election("e12").leader().await.expect("leader"), None);
+}
+
 both_backends!(
+    lost_proclaim_replies_are_retried,
     campaign_proclaim_resign,
     candidates_take_over_in_arrival_order,
     only_the_leader_proclaims,

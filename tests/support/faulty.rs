@@ -46,6 +46,8 @@ pub enum Op {
     SetPermits,
     ForceRelease,
     WaitReplicas,
+    Proclaim,
+    Leader,
 }
 
 /// What a rule's predicate sees of a call.
@@ -122,6 +124,7 @@ struct Faults {
     hold_request: Option<Arc<Gate>>,
     delay_reply: Duration,
     hold_reply: Option<Arc<Gate>>,
+    lose_reply: bool,
 }
 
 impl Rule {
@@ -168,6 +171,13 @@ impl Rule {
     /// Waits for `gate` after the inner store answered, before answering the caller.
     pub fn hold_reply(mut self, gate: Arc<Gate>) -> Rule {
         self.faults.hold_reply = Some(gate);
+        self
+    }
+
+    /// The inner store applies the call, and its reply is lost: the caller gets a connection
+    /// error, as from a dropped connection or a response timeout.
+    pub fn lose_reply(mut self) -> Rule {
+        self.faults.lose_reply = true;
         self
     }
 }
@@ -339,6 +349,14 @@ impl Faulty {
         if let Some(gate) = &faults.hold_reply {
             gate.pass().await;
         }
+        if faults.lose_reply {
+            return Err(redis_locks::Error::Connection(Box::new(
+                std::io::Error::new(
+                    std::io::ErrorKind::ConnectionReset,
+                    "reply lost by the fault injector",
+                ),
+            )));
+        }
         result
     }
 }
@@ -441,6 +459,27 @@ impl Store for Faulty {
         let c = call(Op::WaitReplicas, lock, None);
         self.run(c, self.inner.wait_replicas(lock, replicas, timeout))
             .await
+    }
+
+    async fn proclaim(
+        &self,
+        lock: &LockKeys,
+        claim: &Claim,
+        value: Option<&str>,
+        now: Option<u64>,
+    ) -> redis_locks::Result<bool> {
+        let c = call(Op::Proclaim, lock, Some(claim));
+        self.run(c, self.inner.proclaim(lock, claim, value, now))
+            .await
+    }
+
+    async fn leader(
+        &self,
+        lock: &LockKeys,
+        now: Option<u64>,
+    ) -> redis_locks::Result<Option<redis_locks::LeaderInfo>> {
+        let c = call(Op::Leader, lock, None);
+        self.run(c, self.inner.leader(lock, now)).await
     }
 
     fn hub(&self) -> &Arc<WakeHub> {
