@@ -70,6 +70,10 @@ enum Renewer {
     },
     /// Released or dropped: no renewal starts any more.
     Stopped,
+    /// A renewal's request is over (answered, failed, or dropped with its runtime) and nothing
+    /// has put the hold back in a schedule yet: the next reschedule, the renewal's own or an
+    /// `extend`'s, does.
+    Settled { plan: Plan },
 }
 
 /// What the schedule needs to renew a hold again.
@@ -81,6 +85,19 @@ struct Plan {
     opts: Options,
     /// Stop after the first confirmed renewal (a handed-over grant with auto-renewal off).
     once: bool,
+}
+
+/// A renewal's turn at the request lock: when it ends (the request answered, failed, or
+/// dropped), the hold moves from `Renewing` to `Settled`.
+struct RenewalTurn<'a>(&'a Shared);
+
+impl Drop for RenewalTurn<'_> {
+    fn drop(&mut self) {
+        let mut renewer = self.0.renewer.lock().unwrap_or_else(|p| p.into_inner());
+        if let Renewer::Renewing { plan, .. } = &*renewer {
+            *renewer = Renewer::Settled { plan: plan.clone() };
+        }
+    }
 }
 
 /// When the renewal after a confirmed request is due: a renewal interval after the send of
@@ -150,7 +167,7 @@ impl Shared {
             Renewer::Scheduled { due, plan } => {
                 self.holds.renewals.remove(plan.runtime, due, plan.id)
             }
-            Renewer::Off | Renewer::Stopped => {}
+            Renewer::Off | Renewer::Stopped | Renewer::Settled { .. } => {}
         }
     }
 
@@ -166,9 +183,9 @@ impl Shared {
                 plan.clone()
             }
             Renewer::Renewing { plan, .. } if after_renewal => plan.clone(),
-            // The renewal's task ended without answering: its runtime shut down with it in
-            // flight (a finished renewal always moves the hold on first). Schedule the hold
-            // again, on the runtime asking now.
+            Renewer::Settled { plan } => plan.clone(),
+            // The renewal's task ended before its turn came (its runtime shut down while it
+            // waited for the request lock): schedule the hold again, on the runtime asking now.
             Renewer::Renewing {
                 plan,
                 task: Some(task),
@@ -181,6 +198,12 @@ impl Shared {
             return;
         }
         let due = retry_at.unwrap_or_else(|| next_renewal(&v, self.claim().lease, &plan.opts));
+        // On the schedule of the runtime asking: the granting one (a renewal, or an extend
+        // made there), or the one an `extend` came from, which may outlive the granting one.
+        let mut plan = plan;
+        if let Ok(current) = tokio::runtime::Handle::try_current() {
+            plan.runtime = current.id();
+        }
         self.holds.renewals.add(plan.runtime, due, plan.id, self);
         *renewer = Renewer::Scheduled { due, plan };
     }
@@ -246,6 +269,10 @@ impl Shared {
         }
         let read_early = renewal.then(|| self.until());
         let mut requests = self.requests.lock().await;
+        // Declared after the lock guard, so dropped before it: the hold is out of `Renewing`
+        // before any request queued behind this renewal (an `extend`) can run and reschedule,
+        // also when this renewal is dropped with its runtime.
+        let _turn = renewal.then(|| RenewalTurn(self));
         if self.validity.borrow().lost {
             return Ok(false);
         }
@@ -930,7 +957,7 @@ async fn renew_once(shared: Arc<Shared>, once: bool) {
     match shared.request(true).await {
         Ok(true) if once => {
             let mut renewer = shared.renewer.lock().unwrap_or_else(|p| p.into_inner());
-            if matches!(*renewer, Renewer::Renewing { .. }) {
+            if matches!(*renewer, Renewer::Renewing { .. } | Renewer::Settled { .. }) {
                 *renewer = Renewer::Off;
             }
         }
