@@ -539,3 +539,48 @@ fn bad_builder_settings_are_refused_alike_in_memory_and_on_redis() {
     assert!(good.clone().in_memory().is_ok());
     assert!(rt.block_on(good.connect(&server.url())).is_ok());
 }
+
+/// The longest timeout the clock can add to now, less one second: a deadline that exists, but
+/// past which nothing more can be added (a response timeout, a back-off).
+fn timeout_at_the_clocks_limit() -> Duration {
+    let now = tokio::time::Instant::now();
+    let (mut fits, mut overflows) = (Duration::ZERO, Duration::MAX);
+    while overflows - fits > Duration::from_secs(1) {
+        let mid = fits + (overflows - fits) / 2;
+        if now.checked_add(mid).is_some() {
+            fits = mid;
+        } else {
+            overflows = mid;
+        }
+    }
+    fits.saturating_sub(Duration::from_secs(1))
+}
+
+/// A wait with a timeout near the clock's limit (a user's "forever") neither panics nor
+/// returns early: the single lock, the multi-lock and the election campaign wait on.
+async fn a_timeout_at_the_clocks_limit_waits_without_panicking(b: support::backend::Backend) {
+    let holder = b.client().await;
+    let waiter = b.client().await;
+    let huge = timeout_at_the_clocks_limit();
+    let _m = holder.mutex("huge-timeout").lock().await.expect("lock");
+    let _e = holder
+        .election("huge-timeout-election")
+        .campaign("holder")
+        .await
+        .expect("campaign");
+    let mutex = waiter.mutex("huge-timeout");
+    let multi = waiter.multi_lock(["huge-timeout", "huge-timeout-2"]);
+    let election = waiter.election("huge-timeout-election");
+    let waits = async {
+        tokio::join!(
+            mutex.lock().timeout(huge),
+            multi.lock().timeout(huge),
+            election.campaign("waiter").timeout(huge),
+        )
+    };
+    // Still waiting after a while (no panic, no early return), then dropped.
+    let outcome = tokio::time::timeout(Duration::from_millis(1500), waits).await;
+    assert!(outcome.is_err(), "a wait with a huge timeout returned early");
+}
+
+both_backends!(a_timeout_at_the_clocks_limit_waits_without_panicking);

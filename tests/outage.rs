@@ -187,3 +187,69 @@ async fn a_wait_gives_up_after_its_outage_budget() {
         "gave up after {took:?}"
     );
 }
+
+/// Subscriptions stall (a server that stops answering just as waiters subscribe): every timed
+/// wait still ends by its deadline plus one response timeout, however many waiters on other
+/// locks subscribe through the same client at once: the single lock, the multi-lock and the
+/// election campaign.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn timed_waits_end_by_their_deadline_while_subscriptions_stall() {
+    const WAIT: Duration = Duration::from_millis(300);
+    // Scheduling slack on a loaded 2-core machine; one serial SUBSCRIBE too many is 500 ms,
+    // and the last of 8 serial ones would be 3.5 s late.
+    const SLACK: Duration = Duration::from_millis(1000);
+    let server = RedisServer::start();
+    let proxy = support::proxy::Proxy::start(server.port()).await;
+    let holder = LockClient::connect(&server.url()).await.expect("connect");
+    let waiter = LockClient::builder()
+        .redis_config(RedisConfig {
+            response_timeout: RESPONSE,
+            connect_timeout: RESPONSE,
+            ..RedisConfig::default()
+        })
+        .connect(&proxy.url())
+        .await
+        .expect("connect through the proxy");
+    let mut held = Vec::new();
+    for i in 0..6 {
+        held.push(holder.mutex(&format!("stall-{i}")).lock().await.expect("lock"));
+    }
+    let _multi_part = holder.mutex("stall-multi-b").lock().await.expect("lock");
+    let _leader = holder
+        .election("stall-election")
+        .campaign("holder")
+        .await
+        .expect("campaign");
+    proxy.stall_requests_from(b"SUBSCRIBE");
+
+    let started = Instant::now();
+    let mut waits: Vec<tokio::task::JoinHandle<(String, bool, Duration)>> = Vec::new();
+    for i in 0..6 {
+        let c = waiter.clone();
+        waits.push(tokio::spawn(async move {
+            let got = c.mutex(&format!("stall-{i}")).lock().timeout(WAIT).await;
+            (format!("mutex {i}"), got.is_ok(), started.elapsed())
+        }));
+    }
+    let c = waiter.clone();
+    waits.push(tokio::spawn(async move {
+        let multi = c.multi_lock(["stall-multi-a", "stall-multi-b"]);
+        let got = multi.lock().timeout(WAIT).await;
+        ("multi-lock".to_owned(), got.is_ok(), started.elapsed())
+    }));
+    let c = waiter.clone();
+    waits.push(tokio::spawn(async move {
+        let election = c.election("stall-election");
+        let got = election.campaign("waiter").timeout(WAIT).await;
+        ("campaign".to_owned(), got.is_ok(), started.elapsed())
+    }));
+    for wait in waits {
+        let (what, granted, took) = support::backend::join("timed wait", wait).await;
+        assert!(!granted, "{what}: granted a lock that stayed held");
+        assert!(
+            took <= WAIT + RESPONSE + SLACK,
+            "{what}: a {WAIT:?} wait returned after {took:?} (response timeout {RESPONSE:?})"
+        );
+    }
+    proxy.resume();
+}

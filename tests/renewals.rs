@@ -6,6 +6,9 @@ use std::time::Duration;
 
 use redis_locks::LockClient;
 
+mod support;
+use support::backend::Backend;
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -145,3 +148,38 @@ fn long_holds_are_renewed_without_a_task_each() {
         }
     });
 }
+
+/// An `extend` made from a short-lived helper runtime (`spawn_blocking` with a runtime of its
+/// own, a test runtime) does not take the hold's renewals along when that runtime ends: the
+/// runtime that granted the hold is alive and keeps renewing it.
+async fn an_extend_from_a_runtime_that_ends_keeps_the_renewals(b: Backend) {
+    let client = b
+        .client_with(LockClient::builder().lease(Duration::from_millis(600)))
+        .await;
+    let other = b.client().await;
+    let mut guard = client.mutex("helper-extend").lock().await.expect("lock");
+    let guard = tokio::task::spawn_blocking(move || {
+        runtime().block_on(async {
+            assert!(guard
+                .extend(Duration::from_millis(600))
+                .await
+                .expect("extend"));
+        });
+        guard
+    })
+    .await
+    .expect("helper runtime");
+    // Several leases later, the granting runtime has renewed it all along.
+    tokio::time::sleep(Duration::from_millis(2400)).await;
+    assert!(
+        guard.is_held(),
+        "the hold lost its renewals with the helper runtime"
+    );
+    assert!(
+        other.mutex("helper-extend").try_lock().await.is_err(),
+        "the lock was free while its guard was renewed"
+    );
+    assert!(guard.release().await.expect("release"));
+}
+
+both_backends!(an_extend_from_a_runtime_that_ends_keeps_the_renewals);

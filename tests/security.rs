@@ -661,3 +661,82 @@ async fn a_user_without_channel_rights_is_warned_and_releases_still_succeed() {
         .await
         .expect("release");
 }
+
+/// `rejected_calls` of `command` (refused before running, e.g. NOPERM), from `INFO
+/// commandstats`.
+fn rejected(server: &RedisServer, command: &str) -> u64 {
+    let stats = server.cli(&["INFO", "commandstats"]);
+    let prefix = format!("cmdstat_{command}:");
+    stats
+        .lines()
+        .find_map(|line| line.strip_prefix(prefix.as_str()))
+        .and_then(|rest| {
+            rest.split(',')
+                .find_map(|kv| kv.strip_prefix("rejected_calls="))
+        })
+        .map_or(0, |n| n.trim().parse().expect("rejected_calls"))
+}
+
+/// A user one right short of the rule (no `+unsubscribe`): once a waiter's channel goes idle,
+/// the refused UNSUBSCRIBE is logged as a warning naming the right, tried again only with
+/// back-off (no busy loop), and later waits still work and end by their deadline.
+#[tokio::test(flavor = "current_thread")]
+async fn a_user_without_unsubscribe_is_warned_and_waits_go_on() {
+    let server = acl_server();
+    assert_eq!(
+        server.cli(&["ACL", "SETUSER", "locks", "-unsubscribe"]),
+        "OK"
+    );
+    let warnings = Warnings::default();
+    let _capture = tracing::subscriber::set_default(warnings.clone());
+    let a = LockClient::connect(&acl_url(&server))
+        .await
+        .expect("connect");
+    let b = LockClient::connect(&acl_url(&server))
+        .await
+        .expect("connect");
+
+    // B waits (and subscribes), is served, and leaves: its channel goes idle.
+    let g = a.mutex("no-unsub").try_lock().await.expect("granted");
+    let patient = b.mutex("no-unsub");
+    let waiter = patient.lock().timeout(Duration::from_secs(20));
+    let release = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        g.release().await
+    };
+    let (got, released) = tokio::join!(waiter, release);
+    released.expect("release");
+    got.expect("served").release().await.expect("release");
+
+    // Past the channel's linger, the unsubscribe is refused; watch the server for 2 s more.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let before = rejected(&server, "unsubscribe");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let during = rejected(&server, "unsubscribe") - before;
+    assert!(
+        before >= 1,
+        "the idle channel was never unsubscribed (rejected UNSUBSCRIBE: {before})"
+    );
+    assert!(
+        during <= 2,
+        "{during} refused UNSUBSCRIBE calls in 2 s: a retry loop"
+    );
+    let seen = warnings.0.lock().unwrap().clone();
+    assert!(
+        seen.iter().any(|w| w.contains("unsubscribe")),
+        "the refused UNSUBSCRIBE is a warning that names the right: {seen:?}"
+    );
+
+    // Later waits are not held up: a timed wait on a held lock ends by its deadline.
+    let held = a.mutex("no-unsub-2").try_lock().await.expect("granted");
+    let started = tokio::time::Instant::now();
+    let waited = tokio::time::timeout(
+        Duration::from_secs(10),
+        b.mutex("no-unsub-2").lock().timeout(Duration::from_millis(300)),
+    )
+    .await
+    .expect("a timed wait hung");
+    assert!(waited.expect_err("held").is_timeout());
+    assert!(started.elapsed() < Duration::from_secs(5));
+    held.release().await.expect("release");
+}

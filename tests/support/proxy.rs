@@ -23,6 +23,8 @@ struct State {
     stall: watch::Sender<Stall>,
     /// Pump tasks of the open connections; aborting them closes both sockets.
     pumps: Mutex<Vec<AbortHandle>>,
+    /// Requests stall from the first chunk that contains this (ASCII, any case) on.
+    trigger: Mutex<Option<Vec<u8>>>,
 }
 
 /// A proxy listening on `127.0.0.1:0` that forwards to `127.0.0.1:<upstream port>`.
@@ -44,6 +46,7 @@ impl Proxy {
         let state = Arc::new(State {
             stall,
             pumps: Mutex::new(Vec::new()),
+            trigger: Mutex::new(None),
         });
         let st = state.clone();
         let accept = tokio::spawn(async move {
@@ -62,8 +65,8 @@ impl Proxy {
                 let _ = server.set_nodelay(true);
                 let (cr, cw) = client.into_split();
                 let (sr, sw) = server.into_split();
-                let up = tokio::spawn(pump(cr, sw, st.stall.subscribe(), true));
-                let down = tokio::spawn(pump(sr, cw, st.stall.subscribe(), false));
+                let up = tokio::spawn(pump(cr, sw, st.clone(), true));
+                let down = tokio::spawn(pump(sr, cw, st.clone(), false));
                 let mut pumps = st.pumps.lock().unwrap();
                 pumps.push(up.abort_handle());
                 pumps.push(down.abort_handle());
@@ -98,6 +101,13 @@ impl Proxy {
         self.set(false, false);
     }
 
+    /// Stalls requests (replies still flow) from the first request chunk that contains
+    /// `command` (any case), that chunk included: e.g. `b"SUBSCRIBE"` lets every request
+    /// before the first subscription through and holds everything from it on.
+    pub fn stall_requests_from(&self, command: &[u8]) {
+        *self.state.trigger.lock().unwrap() = Some(command.to_ascii_uppercase());
+    }
+
     fn set(&self, up: bool, down: bool) {
         self.state.stall.send_replace(Stall { up, down });
     }
@@ -124,18 +134,23 @@ impl Drop for Proxy {
 }
 
 /// Copies `from` to `to`, holding bytes back while this direction is stalled.
-async fn pump(
-    mut from: OwnedReadHalf,
-    mut to: OwnedWriteHalf,
-    mut stall: watch::Receiver<Stall>,
-    upstream: bool,
-) {
+async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, st: Arc<State>, upstream: bool) {
+    let mut stall = st.stall.subscribe();
     let mut buf = vec![0u8; 16 * 1024];
     loop {
         let n = match from.read(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
+        if upstream {
+            let trigger = st.trigger.lock().unwrap().clone();
+            if let Some(needle) = trigger {
+                let chunk = buf[..n].to_ascii_uppercase();
+                if chunk.windows(needle.len()).any(|w| w == needle.as_slice()) {
+                    st.stall.send_modify(|s| s.up = true);
+                }
+            }
+        }
         // Wait until this direction flows (a stall set after the read still holds the bytes).
         let stalled = |s: &Stall| if upstream { s.up } else { s.down };
         if stall.wait_for(|s| !stalled(s)).await.is_err() {
