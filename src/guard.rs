@@ -251,7 +251,8 @@ impl Guard<kind::Write> {
     pub async fn downgrade(guard: Self) -> Result<Guard<kind::Read>> {
         let preference = guard.kind.preference;
         let shared = Request::Read(preference).slot();
-        let hold = guard.hold.downgrade(shared).await?;
+        let mut hold = guard.hold;
+        hold.downgrade(shared).await?;
         Ok(Guard::new(hold, kind::Read { preference }))
     }
 }

@@ -30,6 +30,14 @@ struct Validity {
     lost: bool,
 }
 
+impl Validity {
+    /// Lost from now on: nothing is trusted past this instant any more.
+    fn lose(&mut self) {
+        self.lost = true;
+        self.until = self.until.min(Instant::now());
+    }
+}
+
 /// What the hold knows about its lease requests (renewals and `extend`s), which run one at a
 /// time in the order sent, so the server applies them in that order and the last reply tells
 /// the server's deadline.
@@ -47,7 +55,9 @@ struct Shared {
     store: Arc<dyn Store>,
     lock: LockKeys,
     claim: StdMutex<Claim>,
-    fence: u64,
+    /// The exclusive grant's fence; a downgrade's reply sets it (the same fence, as the
+    /// server reports it).
+    fence: AtomicU64,
     validity: watch::Sender<Validity>,
     requests: tokio::sync::Mutex<Requests>,
     renewer: StdMutex<Renewer>,
@@ -198,11 +208,14 @@ impl Shared {
             return;
         }
         let due = retry_at.unwrap_or_else(|| next_renewal(&v, self.claim().lease, &plan.opts));
-        // On the schedule of the runtime asking: the granting one (a renewal, or an extend
-        // made there), or the one an `extend` came from, which may outlive the granting one.
+        // On the schedule of the runtime that renews it while that runtime's driver lives
+        // (an `extend` from a short-lived helper runtime leaves it there); only a hold whose
+        // runtime shut down moves to the runtime asking now.
         let mut plan = plan;
-        if let Ok(current) = tokio::runtime::Handle::try_current() {
-            plan.runtime = current.id();
+        if !self.holds.renewals.is_live(plan.runtime) || planted(Bug::RenewalsFollowTheCaller) {
+            if let Ok(current) = tokio::runtime::Handle::try_current() {
+                plan.runtime = current.id();
+            }
         }
         self.holds.renewals.add(plan.runtime, due, plan.id, self);
         *renewer = Renewer::Scheduled { due, plan };
@@ -231,7 +244,7 @@ impl Shared {
         let mut changed = false;
         self.validity.send_modify(|v| {
             changed = !v.lost;
-            v.lost = true;
+            v.lose();
         });
         if changed {
             tracing::warn!(lock = self.lock.name(), why, "lease lost");
@@ -441,6 +454,17 @@ impl Renewals {
         schedule.add(due, id, shared);
     }
 
+    /// Whether `runtime`'s schedule has a driver that still runs (its runtime is alive).
+    fn is_live(&self, runtime: tokio::runtime::Id) -> bool {
+        let schedule = self
+            .by_runtime
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&runtime)
+            .cloned();
+        schedule.is_some_and(|s| s.lock().driver.as_ref().is_some_and(|d| !d.is_finished()))
+    }
+
     fn remove(&self, runtime: tokio::runtime::Id, due: Instant, id: u64) {
         let schedule = self
             .by_runtime
@@ -607,7 +631,6 @@ pub(crate) struct Hold {
     shared: Arc<Shared>,
     /// This hold's entry in its client's [`Holds`].
     id: u64,
-    opts: Options,
     released: bool,
 }
 
@@ -706,7 +729,7 @@ impl Hold {
             store,
             lock,
             claim: StdMutex::new(claim),
-            fence,
+            fence: AtomicU64::new(fence),
             validity,
             requests: tokio::sync::Mutex::default(),
             renewer: StdMutex::new(Renewer::Off),
@@ -742,12 +765,11 @@ impl Hold {
         Hold {
             shared,
             id,
-            opts,
             released: false,
         }
     }
     pub(crate) fn fencing_token(&self) -> u64 {
-        self.shared.fence
+        self.shared.fence.load(Ordering::Relaxed)
     }
 
     /// The store, keys and claim of this hold, for steps beside the lock's own (an
@@ -839,43 +861,59 @@ impl Hold {
         release_with_retry(&*self.shared.store, &self.shared.lock, &claim).await
     }
 
-    /// Turns an exclusive hold into a shared one (`shared_slot`) atomically.
-    pub(crate) async fn downgrade(mut self, shared_slot: Slot) -> Result<Hold> {
-        let claim = self.shared.claim();
-        let sent_at = Instant::now();
-        let fence = self
-            .shared
-            .store
-            .downgrade(&self.shared.lock, &claim, None)
-            .await?;
-        match fence {
-            Some(fence) => {
-                self.stop_renewing();
-                self.released = true;
-                let mut shared_claim = claim;
-                shared_claim.slot = shared_slot;
-                Ok(Hold::new(
-                    (self.shared.holds.clone(), self.shared.store.clone()),
-                    self.shared.lock.clone(),
-                    shared_claim,
-                    fence,
-                    sent_at,
-                    self.opts.clone(),
-                ))
-            }
-            None => {
-                self.shared.mark_lost("downgrade found no live write hold");
-                Err(Error::LeaseLost {
-                    name: self.shared.lock.name().to_owned(),
-                })
-            }
+    /// Turns the exclusive hold into a shared one (`shared_slot`) atomically, in place: the
+    /// same hold, lease owner and registry entry go on as the shared hold.
+    ///
+    /// The request takes its turn behind the hold's other lease requests, and its grant is
+    /// trusted from its send. A `release_all` (or any loss) that came before the reply wins:
+    /// the hold stays lost and the downgrade reports it (what the release left of either
+    /// form on the server is removed by it, whatever the order the server saw them in). If the
+    /// reply is lost or the caller stops waiting, the hold is dropped, and its background
+    /// release removes whichever form the server has.
+    pub(crate) async fn downgrade(&mut self, shared_slot: Slot) -> Result<()> {
+        let shared = self.shared.clone();
+        let requests = shared.requests.lock().await;
+        let lost = || Error::LeaseLost {
+            name: shared.lock.name().to_owned(),
+        };
+        if shared.validity.borrow().lost {
+            return Err(lost());
         }
+        let claim = shared.claim();
+        let sent_at = Instant::now();
+        let Some(fence) = shared.store.downgrade(&shared.lock, &claim, None).await? else {
+            shared.mark_lost("downgrade found no live write hold");
+            return Err(lost());
+        };
+        let trusted = requests
+            .unknown_min
+            .map_or(claim.lease, |m| m.min(claim.lease));
+        drop(requests);
+        if planted(Bug::DowngradeIgnoresLoss) {
+            // The planted bug: the reply is trusted whatever happened meanwhile.
+            shared.validity.send_modify(|v| v.lost = false);
+        }
+        shared.fence.store(fence, Ordering::Relaxed);
+        shared.claim.lock().unwrap_or_else(|p| p.into_inner()).slot = shared_slot;
+        let mut committed = false;
+        shared.validity.send_modify(|v| {
+            if !v.lost {
+                v.until = trusted_until(sent_at, trusted);
+                v.since = sent_at;
+                committed = true;
+            }
+        });
+        if !committed {
+            return Err(lost());
+        }
+        shared.reschedule(false, None);
+        Ok(())
     }
 }
 
 impl Shared {
     fn mark_lost_quietly(&self) {
-        self.validity.send_modify(|v| v.lost = true);
+        self.validity.send_modify(Validity::lose);
     }
 }
 

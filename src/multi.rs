@@ -355,7 +355,7 @@ impl MultiLock {
             let outcome = match deadline {
                 // An attempt in flight at the deadline gets one bounded round trip more.
                 Deadline::At(limit, _) => {
-                    let bound = limit + self.ctx.response_timeout;
+                    let bound = crate::options::later(limit, self.ctx.response_timeout);
                     tokio::time::timeout_at(bound, attempt)
                         .await
                         .unwrap_or_else(|_| Err(no_reply(self.ctx.response_timeout)))

@@ -57,6 +57,22 @@ impl Default for Options {
     }
 }
 
+/// `at + d`, or the latest instant the clock can tell when that is past its limit (a user's
+/// "wait forever" timeout plus a response timeout): deadlines never panic on overflow.
+pub(crate) fn later(at: tokio::time::Instant, d: Duration) -> tokio::time::Instant {
+    at.checked_add(d).unwrap_or_else(|| {
+        // Halve what is added until it fits: the result is within a factor of two of the
+        // clock's limit, decades away in every case.
+        let mut step = d;
+        loop {
+            step /= 2;
+            if let Some(t) = at.checked_add(step) {
+                return t;
+            }
+        }
+    })
+}
+
 pub(crate) fn check_duration(what: &'static str, d: Duration) -> Result<()> {
     if d < MIN_LEASE {
         return Err(Error::invalid(

@@ -56,6 +56,14 @@ pub enum Bug {
     /// A renewal reads the instant it gives up at (the trust end) before it waits behind an
     /// `extend`, so it may give up, and mark the hold lost, at a trust the `extend` raised.
     StaleRenewalGiveUp,
+    /// A downgrade's reply is trusted even when the hold was released (`release_all`) or lost
+    /// while the request was on its way.
+    DowngradeIgnoresLoss,
+    /// An `extend` moves the hold's renewals to the runtime it was called from, even while the
+    /// granting runtime lives; they end with that runtime.
+    RenewalsFollowTheCaller,
+    /// A waiter waits for its channel's subscription with no deadline of its own.
+    UnboundedSubscribe,
 }
 
 impl Bug {

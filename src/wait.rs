@@ -285,7 +285,7 @@ impl LockCtx {
             let attempt = match deadline {
                 // An attempt in flight at the deadline gets one bounded round trip more.
                 Deadline::At(limit, _) => {
-                    let bound = limit + self.response_timeout;
+                    let bound = crate::options::later(limit, self.response_timeout);
                     tokio::time::timeout_at(bound, self.attempt(&lock, &claim, wait))
                         .await
                         .unwrap_or_else(|_| Attempt::Failed(no_reply(self.response_timeout)))

@@ -124,7 +124,10 @@ async fn a_cancelled_downgrade_leaves_nothing(b: Backend) {
         let downgrade = tokio::spawn(WriteGuard::downgrade(w));
         never.wait_entered(1).await;
         downgrade.abort();
-        assert!(downgrade.await.is_err(), "{policy:?}: the downgrade was cancelled");
+        assert!(
+            downgrade.await.is_err(),
+            "{policy:?}: the downgrade was cancelled"
+        );
         let w2 = other
             .rwlock(&name)
             .preference(policy)
@@ -139,10 +142,12 @@ async fn a_cancelled_downgrade_leaves_nothing(b: Backend) {
 /// After `release_all()` a guard says nothing about the future: `valid_until()` is not later
 /// than the instant it was found lost.
 async fn a_lost_guard_claims_no_validity(b: Backend) {
-    let client = b
-        .client_with(LockClient::builder().lease(LEASE))
-        .await;
-    let w = client.rwlock("dg-valid-until").write().await.expect("write");
+    let client = b.client_with(LockClient::builder().lease(LEASE)).await;
+    let w = client
+        .rwlock("dg-valid-until")
+        .write()
+        .await
+        .expect("write");
     let m = client.mutex("dg-valid-until-m").lock().await.expect("lock");
     client.release_all().await.expect("release_all");
     let now = tokio::time::Instant::now();

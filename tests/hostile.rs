@@ -580,7 +580,10 @@ async fn a_timeout_at_the_clocks_limit_waits_without_panicking(b: support::backe
     };
     // Still waiting after a while (no panic, no early return), then dropped.
     let outcome = tokio::time::timeout(Duration::from_millis(1500), waits).await;
-    assert!(outcome.is_err(), "a wait with a huge timeout returned early");
+    assert!(
+        outcome.is_err(),
+        "a wait with a huge timeout returned early"
+    );
 }
 
 both_backends!(a_timeout_at_the_clocks_limit_waits_without_panicking);

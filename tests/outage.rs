@@ -212,7 +212,13 @@ async fn timed_waits_end_by_their_deadline_while_subscriptions_stall() {
         .expect("connect through the proxy");
     let mut held = Vec::new();
     for i in 0..6 {
-        held.push(holder.mutex(&format!("stall-{i}")).lock().await.expect("lock"));
+        held.push(
+            holder
+                .mutex(&format!("stall-{i}"))
+                .lock()
+                .await
+                .expect("lock"),
+        );
     }
     let _multi_part = holder.mutex("stall-multi-b").lock().await.expect("lock");
     let _leader = holder

@@ -732,7 +732,9 @@ async fn a_user_without_unsubscribe_is_warned_and_waits_go_on() {
     let started = tokio::time::Instant::now();
     let waited = tokio::time::timeout(
         Duration::from_secs(10),
-        b.mutex("no-unsub-2").lock().timeout(Duration::from_millis(300)),
+        b.mutex("no-unsub-2")
+            .lock()
+            .timeout(Duration::from_millis(300)),
     )
     .await
     .expect("a timed wait hung");

@@ -341,7 +341,8 @@ pub(super) fn release(state: &mut LockState, now: u64, claim: &Claim) -> Step<bo
     let q = &mut state.queue;
     let cap = q.capacity(capacity);
     q.prune(now);
-    let held = q.holders.remove(&member);
+    // Whatever form the hold has now: a downgrade turned `token#w` into `token`.
+    let held = q.holders.remove(&member) | q.holders.remove(&claim.token);
     q.queue.remove(&member);
     q.heartbeats.remove(&member);
     promote(state, now, cap, ms(claim.heartbeat), None, &mut wakes);
