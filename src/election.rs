@@ -640,7 +640,10 @@ async fn watch(
     interval: Duration,
     shared: Arc<ObserverShared>,
 ) {
-    let registration = store.hub().register_observer(&keys.channel()).await;
+    let mut registration = store.hub().register_observer(&keys.channel());
+    registration
+        .subscribed(crate::options::later(tokio::time::Instant::now(), interval))
+        .await;
     let mut last: Option<Option<(u64, String)>> = None;
     let mut backoff = crate::wait::FIRST_BACKOFF;
     loop {

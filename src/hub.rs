@@ -29,11 +29,18 @@ const OBSERVER: &str = "";
 /// How long a channel stays subscribed after its last local waiter left.
 const LINGER: Duration = Duration::from_secs(5);
 
-/// The subscribe side of a connection (plain or sharded pub/sub).
+/// The subscribe side of a connection (plain or sharded pub/sub). Calls for different
+/// channels may run at once (one task per channel), so a slow or refused channel holds up no
+/// other; the hub never runs two calls for one channel at once.
 #[async_trait]
-pub(crate) trait Subscriber: Send + 'static {
-    async fn subscribe(&mut self, channel: &str) -> redis::RedisResult<()>;
-    async fn unsubscribe(&mut self, channel: &str) -> redis::RedisResult<()>;
+pub(crate) trait Subscriber: Send + Sync + 'static {
+    async fn subscribe(&self, channel: &str) -> redis::RedisResult<()>;
+    async fn unsubscribe(&self, channel: &str) -> redis::RedisResult<()>;
+}
+
+/// Whether the server refused a command for a missing ACL right.
+fn is_noperm(err: &redis::RedisError) -> bool {
+    err.code() == Some("NOPERM")
 }
 
 /// A local waiter: its id, token, and what wakes it.
@@ -54,6 +61,10 @@ struct ChannelEntry {
     idle_since: Option<Instant>,
     /// Registrations waiting for the subscription to be in place (or to have failed).
     pending: Vec<oneshot::Sender<()>>,
+    /// A task is bringing the subscription in line (the channel's one owner of its
+    /// (un)subscriptions); `again`: something changed since it looked.
+    reconciling: bool,
+    again: bool,
 }
 
 impl ChannelEntry {
@@ -82,8 +93,8 @@ enum Phase {
         /// Time until the linger is over.
         left: Duration,
     },
-    /// No local waiter, subscribed, idle for [`LINGER`]: unsubscribe (tried again at once if
-    /// it fails).
+    /// No local waiter, subscribed, idle for [`LINGER`]: unsubscribe (tried again a
+    /// [`LINGER`] later if it fails; given up, with a warning, if the user lacks the right).
     Idle,
     /// No local waiter, no subscription: forget the channel.
     Unused,
@@ -93,6 +104,8 @@ enum Phase {
 struct HubState {
     channels: HashMap<String, ChannelEntry>,
     next_id: u64,
+    /// A missing (un)subscribe right was reported already (one warning per hub).
+    warned_noperm: bool,
 }
 
 /// Where a test diverts the messages published into a hub (feature `testing`).
@@ -149,8 +162,11 @@ impl WakeHub {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Starts the task that keeps the subscriptions in line with the local waiters.
-    pub(crate) fn start(self: &Arc<Self>, mut conn: Box<dyn Subscriber>) {
+    /// Starts the task that keeps the subscriptions in line with the local waiters: each
+    /// channel that needs a change gets a task of its own, which owns that channel's
+    /// (un)subscriptions until its state is settled.
+    pub(crate) fn start(self: &Arc<Self>, conn: Box<dyn Subscriber>) {
+        let conn: Arc<dyn Subscriber> = Arc::from(conn);
         let (tx, mut rx) = mpsc::unbounded_channel::<String>();
         if self.sync.set(tx.clone()).is_err() {
             return;
@@ -159,9 +175,63 @@ impl WakeHub {
         tokio::spawn(async move {
             while let Some(channel) = rx.recv().await {
                 let Some(hub) = hub.upgrade() else { break };
-                hub.reconcile(&channel, &mut *conn, &tx).await;
+                if hub.take_reconcile(&channel) {
+                    let (conn, tx) = (conn.clone(), tx.clone());
+                    tokio::spawn(async move { hub.reconcile_owned(&channel, &*conn, &tx).await });
+                }
             }
         });
+    }
+
+    /// Makes the caller the owner of `channel`'s reconciliation, unless a task owns it already
+    /// (which is then told to look again).
+    fn take_reconcile(&self, channel: &str) -> bool {
+        let mut st = self.lock_state();
+        let Some(e) = st.channels.get_mut(channel) else {
+            return false;
+        };
+        if e.reconciling {
+            e.again = true;
+            false
+        } else {
+            e.reconciling = true;
+            true
+        }
+    }
+
+    /// Reconciles `channel` until nothing changed while it did, then gives up ownership.
+    async fn reconcile_owned(
+        &self,
+        channel: &str,
+        conn: &dyn Subscriber,
+        tx: &mpsc::UnboundedSender<String>,
+    ) {
+        loop {
+            self.reconcile(channel, conn, tx).await;
+            let mut st = self.lock_state();
+            match st.channels.get_mut(channel) {
+                Some(e) if e.again => e.again = false,
+                Some(e) => {
+                    e.reconciling = false;
+                    return;
+                }
+                None => return,
+            }
+        }
+    }
+
+    /// Warns once per hub that the Redis user lacks a pub/sub right.
+    fn warn_noperm(&self, channel: &str, err: &redis::RedisError, what: &str) {
+        let first = !std::mem::replace(&mut self.lock_state().warned_noperm, true);
+        if first {
+            tracing::warn!(
+                channel,
+                %err,
+                "the Redis user may not {what}: add +subscribe +unsubscribe (+ssubscribe \
+                 +sunsubscribe on Cluster) and &<prefix>:* to its ACL rule; meanwhile waiters \
+                 poll and idle channels stay subscribed"
+            );
+        }
     }
 
     /// Where `channel` stands (see [`Phase`]), read under the state lock.
@@ -202,13 +272,14 @@ impl WakeHub {
     ///   \--subscribe failed: waiters released (they poll)--> done
     /// Lingering --re-checked when LINGER is over--> done
     /// Idle --unsubscribed--> Unused, or Wanted if a waiter came meanwhile
-    ///   \--unsubscribe failed--> Idle (tried again)
+    ///   \--refused (NOPERM): warned once, forgotten--> Unused
+    ///   \--failed otherwise: tried again a LINGER later--> done
     /// Unused --forgotten--> done
     /// ```
     async fn reconcile(
         &self,
         channel: &str,
-        conn: &mut dyn Subscriber,
+        conn: &dyn Subscriber,
         tx: &mpsc::UnboundedSender<String>,
     ) {
         loop {
@@ -221,7 +292,11 @@ impl WakeHub {
                     }),
                     Err(err) => {
                         // Waiters fall back to their own interval; they asked once, that is enough.
-                        tracing::debug!(channel, %err, "subscribe failed; waiters will poll");
+                        if is_noperm(&err) {
+                            self.warn_noperm(channel, &err, "SUBSCRIBE");
+                        } else {
+                            tracing::debug!(channel, %err, "subscribe failed; waiters will poll");
+                        }
                         self.with_entry(channel, ChannelEntry::confirm_pending);
                         return;
                     }
@@ -231,19 +306,22 @@ impl WakeHub {
                     return;
                 }
                 Phase::Lingering { left } => {
-                    let tx = tx.clone();
-                    let channel = channel.to_owned();
-                    tokio::spawn(async move {
-                        tokio::time::sleep(left).await;
-                        let _ = tx.send(channel);
-                    });
+                    look_again(tx, channel, left);
                     return;
                 }
-                Phase::Idle => {
-                    if conn.unsubscribe(channel).await.is_ok() {
+                Phase::Idle => match conn.unsubscribe(channel).await {
+                    Ok(()) => self.with_entry(channel, |e| e.subscribed = false),
+                    Err(err) if is_noperm(&err) => {
+                        // The server keeps the subscription; its messages find no waiter.
+                        self.warn_noperm(channel, &err, "UNSUBSCRIBE");
                         self.with_entry(channel, |e| e.subscribed = false);
                     }
-                }
+                    Err(err) => {
+                        tracing::debug!(channel, %err, "unsubscribe failed; trying again later");
+                        look_again(tx, channel, LINGER);
+                        return;
+                    }
+                },
                 Phase::Unused => {
                     let mut st = self.lock_state();
                     if st
@@ -259,9 +337,9 @@ impl WakeHub {
         }
     }
 
-    /// Registers a waiter for `token` on `channel`, and returns once the channel's
-    /// subscription is in place (or has failed, in which case the waiter polls).
-    pub(crate) async fn register(self: &Arc<Self>, channel: &str, token: &str) -> Registration {
+    /// Registers a waiter for `token` on `channel`. The channel's subscription is asked for
+    /// if it is not in place; [`Registration::subscribed`] waits for it.
+    pub(crate) fn register(self: &Arc<Self>, channel: &str, token: &str) -> Registration {
         let notify = Arc::new(Wake::default());
         let (id, confirm) = {
             let mut st = self.lock_state();
@@ -282,23 +360,22 @@ impl WakeHub {
             };
             (id, confirm)
         };
-        let registration = Registration {
+        let confirm = match (confirm, self.sync.get()) {
+            (Some(rx), Some(sync)) if sync.send(channel.to_owned()).is_ok() => Some(rx),
+            _ => None,
+        };
+        Registration {
             hub: self.clone(),
             channel: channel.to_owned(),
             id,
             notify,
-        };
-        if let (Some(rx), Some(sync)) = (confirm, self.sync.get()) {
-            if sync.send(channel.to_owned()).is_ok() {
-                let _ = rx.await;
-            }
+            confirm,
         }
-        registration
     }
 
     /// Registers an election's observer on `channel`: every message of the channel wakes it.
-    pub(crate) async fn register_observer(self: &Arc<Self>, channel: &str) -> Registration {
-        self.register(channel, OBSERVER).await
+    pub(crate) fn register_observer(self: &Arc<Self>, channel: &str) -> Registration {
+        self.register(channel, OBSERVER)
     }
 
     /// Delivers one message (see [`WakeUp`]): `*` wakes every waiter of the channel,
@@ -404,6 +481,15 @@ impl WakeHub {
     }
 }
 
+/// Has `channel` looked at again after `after`.
+fn look_again(tx: &mpsc::UnboundedSender<String>, channel: &str, after: Duration) {
+    let (tx, channel) = (tx.clone(), channel.to_owned());
+    tokio::spawn(async move {
+        tokio::time::sleep(after).await;
+        let _ = tx.send(channel);
+    });
+}
+
 fn as_text(value: &redis::Value) -> Option<String> {
     match value {
         redis::Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
@@ -418,9 +504,25 @@ pub(crate) struct Registration {
     channel: String,
     id: u64,
     notify: Arc<Wake>,
+    /// Answered once the channel's subscription is in place, or has failed.
+    confirm: Option<oneshot::Receiver<()>>,
 }
 
 impl Registration {
+    /// Waits until the channel's subscription is in place (or has failed: the waiter then
+    /// polls), but not past `until`: a stalled subscription never holds a waiter past its
+    /// deadline, and the waiter goes on polling meanwhile.
+    pub(crate) async fn subscribed(&mut self, until: tokio::time::Instant) {
+        let Some(confirm) = self.confirm.take() else {
+            return;
+        };
+        if crate::testing::planted(crate::testing::Bug::UnboundedSubscribe) {
+            let _ = confirm.await;
+            return;
+        }
+        let _ = tokio::time::timeout_at(until, confirm).await;
+    }
+
     /// Resolves at the next notification for this waiter (one delivered since the last
     /// call counts: no wake-up is lost between an attempt and the wait).
     pub(crate) async fn notified(&self) {

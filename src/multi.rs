@@ -26,7 +26,7 @@ use crate::keys::{hash_slot, LockKeys};
 use crate::lease::{release_in_background, release_with_retry, Hold};
 use crate::rwlock::Preference;
 use crate::store::{AcquireAll, Claim, Grant, Part, Policy, Request, Slot};
-use crate::wait::{jitter, no_reply, Deadline, LockCtx, FIRST_BACKOFF};
+use crate::wait::{jitter, no_reply, subscribe_bound, Deadline, LockCtx, FIRST_BACKOFF};
 
 /// The most names one multi-lock takes.
 pub const MAX_MULTI_NAMES: usize = 64;
@@ -381,9 +381,10 @@ impl MultiLock {
                     if registration.as_ref().map(|(p, _)| *p) != Some(part) {
                         // Subscribed only now: attempt again at once, so a release between
                         // the attempt and the subscription is not missed.
-                        let hub = store.hub();
-                        let reg = hub
-                            .register(&group[part].lock.channel(), &claim.token)
+                        let mut reg = store
+                            .hub()
+                            .register(&group[part].lock.channel(), &claim.token);
+                        reg.subscribed(subscribe_bound(deadline, self.ctx.response_timeout))
                             .await;
                         registration = Some((part, reg));
                         continue;

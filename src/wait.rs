@@ -162,6 +162,16 @@ pub(crate) fn no_reply(bound: Duration) -> Error {
     )))
 }
 
+/// How long a waiter waits for its channel's subscription before it goes on without it
+/// (polling until it is in place): one response timeout, and never past the wait's deadline.
+pub(crate) fn subscribe_bound(deadline: Deadline, response_timeout: Duration) -> Instant {
+    let bound = crate::options::later(Instant::now(), response_timeout);
+    match deadline {
+        Deadline::At(limit, _) => bound.min(limit),
+        Deadline::Try | Deadline::Never => bound,
+    }
+}
+
 pub(crate) fn jitter(d: Duration) -> Duration {
     // 80% to 100% of `d`, so waiters woken together do not retry in lockstep.
     let r = (crate::token::random() % 1000) as u32;
@@ -316,8 +326,10 @@ impl LockCtx {
                     let Some(reg) = registration.as_ref() else {
                         // Subscribed only now: attempt again at once, so a release between the
                         // first attempt and the subscription is not missed.
-                        let hub = self.store.hub();
-                        registration = Some(hub.register(&lock.channel(), &claim.token).await);
+                        let mut reg = self.store.hub().register(&lock.channel(), &claim.token);
+                        reg.subscribed(subscribe_bound(deadline, self.response_timeout))
+                            .await;
+                        registration = Some(reg);
                         continue;
                     };
                     if let Woken::HandedOver(grant) =

@@ -77,8 +77,11 @@ pub struct QuorumStore {
 
 /// Subscribes a channel on every server of the quorum. A subscription a server could not take
 /// (it was down) is remembered and tried again on that server with every later
-/// (un)subscription, so a server that comes back delivers wake-ups again.
-struct FanOut {
+/// (un)subscription, so a server that comes back delivers wake-ups again. Its
+/// (un)subscriptions run one at a time, in the order asked (the catch-up list is shared).
+struct FanOut(tokio::sync::Mutex<FanOutState>);
+
+struct FanOutState {
     subs: Vec<Box<dyn Subscriber>>,
     /// Per server: channels wanted there that it has not confirmed.
     missing: Vec<std::collections::BTreeSet<String>>,
@@ -87,9 +90,11 @@ struct FanOut {
 impl FanOut {
     fn new(subs: Vec<Box<dyn Subscriber>>) -> Self {
         let missing = subs.iter().map(|_| Default::default()).collect();
-        FanOut { subs, missing }
+        FanOut(tokio::sync::Mutex::new(FanOutState { subs, missing }))
     }
+}
 
+impl FanOutState {
     /// Succeeds when at least one server took the (un)subscription: a waiter then hears a
     /// release from that one, and otherwise polls.
     async fn fan_out(&mut self, channel: &str, subscribe: bool) -> redis::RedisResult<()> {
@@ -131,11 +136,11 @@ impl FanOut {
 
 #[async_trait]
 impl Subscriber for FanOut {
-    async fn subscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
-        self.fan_out(channel, true).await
+    async fn subscribe(&self, channel: &str) -> redis::RedisResult<()> {
+        self.0.lock().await.fan_out(channel, true).await
     }
-    async fn unsubscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
-        self.fan_out(channel, false).await
+    async fn unsubscribe(&self, channel: &str) -> redis::RedisResult<()> {
+        self.0.lock().await.fan_out(channel, false).await
     }
 }
 

@@ -108,11 +108,11 @@ struct SingleSubscriber(ConnectionManager);
 
 #[async_trait]
 impl Subscriber for SingleSubscriber {
-    async fn subscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
-        self.0.subscribe(channel).await
+    async fn subscribe(&self, channel: &str) -> redis::RedisResult<()> {
+        self.0.clone().subscribe(channel).await
     }
-    async fn unsubscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
-        self.0.unsubscribe(channel).await
+    async fn unsubscribe(&self, channel: &str) -> redis::RedisResult<()> {
+        self.0.clone().unsubscribe(channel).await
     }
 }
 
@@ -122,11 +122,11 @@ struct ClusterSubscriber(redis::cluster_async::ClusterConnection);
 #[cfg(feature = "cluster")]
 #[async_trait]
 impl Subscriber for ClusterSubscriber {
-    async fn subscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
-        self.0.ssubscribe(channel).await
+    async fn subscribe(&self, channel: &str) -> redis::RedisResult<()> {
+        self.0.clone().ssubscribe(channel).await
     }
-    async fn unsubscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
-        self.0.sunsubscribe(channel).await
+    async fn unsubscribe(&self, channel: &str) -> redis::RedisResult<()> {
+        self.0.clone().sunsubscribe(channel).await
     }
 }
 

@@ -210,12 +210,12 @@ pub(crate) struct SentinelSubscriber(pub(crate) Arc<SentinelConn>);
 
 #[async_trait]
 impl Subscriber for SentinelSubscriber {
-    async fn subscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
+    async fn subscribe(&self, channel: &str) -> redis::RedisResult<()> {
         let mut channels = self.0.channels.lock().await;
         channels.insert(channel.to_owned());
         self.0.current().conn.subscribe(channel).await
     }
-    async fn unsubscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
+    async fn unsubscribe(&self, channel: &str) -> redis::RedisResult<()> {
         let mut channels = self.0.channels.lock().await;
         channels.remove(channel);
         self.0.current().conn.unsubscribe(channel).await
