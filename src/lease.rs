@@ -408,7 +408,8 @@ impl Shared {
 /// hold alive.
 #[derive(Default)]
 pub(crate) struct Holds {
-    live: StdMutex<HashMap<u64, Weak<Shared>>>,
+    /// By id, so `release_all` sends its releases in grant order (a simulation replays exactly).
+    live: StdMutex<BTreeMap<u64, Weak<Shared>>>,
     next_id: AtomicU64,
     renewals: Renewals,
 }

@@ -227,6 +227,12 @@ enum Op {
     Downgrade {
         guard: usize,
     },
+    /// `WriteGuard::downgrade`, and `release_all()` on the same client `after` ms into it
+    /// (other guards: `release_all()` alone).
+    DowngradeRacingReleaseAll {
+        guard: usize,
+        after: u64,
+    },
     Release {
         guard: usize,
     },
@@ -291,6 +297,8 @@ struct Profile {
     waits: bool,
     extends: bool,
     downgrades: bool,
+    /// Downgrades racing `release_all()` (with `downgrades`).
+    release_all: bool,
     request_faults: bool,
     reply_faults: bool,
     lost_replies: bool,
@@ -339,6 +347,7 @@ impl Profile {
             waits: true,
             extends: true,
             downgrades: true,
+            release_all: true,
             request_faults: true,
             reply_faults: true,
             lost_replies: true,
@@ -356,6 +365,7 @@ impl Profile {
             waits: true,
             extends: false,
             downgrades: false,
+            release_all: false,
             request_faults: false,
             reply_faults: false,
             lost_replies: false,
@@ -374,6 +384,7 @@ impl Profile {
             waits: true,
             extends: false,
             downgrades: false,
+            release_all: false,
             request_faults: true,
             reply_faults: true,
             lost_replies: true,
@@ -392,6 +403,25 @@ impl Profile {
             waits: false,
             extends: true,
             downgrades: true,
+            release_all: false,
+            request_faults: true,
+            reply_faults: true,
+            lost_replies: false,
+            push_faults: false,
+            crashes: false,
+        }
+    }
+
+    /// RwLocks written, downgraded and released all at once, with late requests and replies.
+    fn downgrade_race() -> Profile {
+        Profile {
+            prims: vec![Prim::RwWriter, Prim::RwReader, Prim::RwFair],
+            lease_heartbeat: pairs(|l, _| l >= 300),
+            manual_renew: false,
+            waits: false,
+            extends: false,
+            downgrades: true,
+            release_all: true,
             request_faults: true,
             reply_faults: true,
             lost_replies: false,
@@ -411,6 +441,7 @@ impl Profile {
             waits: true,
             extends: false,
             downgrades: false,
+            release_all: false,
             request_faults: false,
             reply_faults: false,
             lost_replies: false,
@@ -481,7 +512,21 @@ fn op(p: &Profile) -> impl Strategy<Value = Op> {
         ));
     }
     if p.downgrades {
-        arms.push((1, guard.prop_map(|guard| Op::Downgrade { guard }).boxed()));
+        arms.push((
+            1,
+            guard
+                .clone()
+                .prop_map(|guard| Op::Downgrade { guard })
+                .boxed(),
+        ));
+    }
+    if p.downgrades && p.release_all {
+        arms.push((
+            1,
+            (guard, pick(&[0, 1, 5, 20, 100]))
+                .prop_map(|(guard, after)| Op::DowngradeRacingReleaseAll { guard, after })
+                .boxed(),
+        ));
     }
     Union::new_weighted(arms)
 }
@@ -715,6 +760,9 @@ struct Entry {
     /// Acquired from `CLEAN_FROM` on with auto-renewal: must stay held.
     clean: bool,
     origin: Origin,
+    /// `valid_until()` when the oracle last saw the guard held: a lost guard's own
+    /// `valid_until()` stops at its loss, and a loss is spurious if this trust was still left.
+    trust: std::cell::Cell<Instant>,
 }
 
 impl Entry {
@@ -772,6 +820,8 @@ struct ClientState {
     wait: Option<WaitState>,
     /// The token of the client's latest acquire call (its current wait).
     acquiring: Option<String>,
+    /// When the client's latest `release_all()` started (virtual ms).
+    released_all: Option<u64>,
     /// Wake-ups on their way, in publication order: (step that published it, virtual ms
     /// when due, channel, message).
     push_queue: VecDeque<(u64, u64, String, String)>,
@@ -991,6 +1041,9 @@ impl World {
         let mut held: Vec<Vec<(u64, HoldKind)>> = vec![Vec::new(); self.names.len()];
         for (&id, e) in &self.guards {
             let is_held = e.guard.is_held();
+            if is_held {
+                e.trust.set(e.guard.valid_until());
+            }
             if e.guard.lost_now() == is_held {
                 found.push((
                     Class::LostMismatch,
@@ -1003,7 +1056,7 @@ impl World {
                 ));
             }
             if !is_held {
-                let until = e.guard.valid_until();
+                let until = e.trust.get().max(e.guard.valid_until());
                 if until > Instant::now()
                     && !self.dead(e.client)
                     && snaps[e.name]
@@ -1877,6 +1930,7 @@ impl Script {
             name,
             kind,
             token,
+            trust: std::cell::Cell::new(guard.valid_until()),
             guard,
             clean,
             origin,
@@ -1889,6 +1943,8 @@ impl Script {
     }
 
     fn put_back(&self, id: u64, entry: Entry) {
+        // The operation may have changed the trust (an `extend` to a shorter lease).
+        entry.trust.set(entry.guard.valid_until());
         let mut w = self.sim.world();
         w.guards.insert(id, entry);
         w.check("a guard was handed back");
@@ -1924,30 +1980,9 @@ impl Script {
                     self.put_back(id, e);
                 }
             }
-            Op::Downgrade { guard } => {
-                let Some((id, e)) = self.take(guard, |e| matches!(e.guard, AnyGuard::Write(_)))
-                else {
-                    return;
-                };
-                let AnyGuard::Write(w) = e.guard else {
-                    unreachable!("a write guard was taken")
-                };
-                let started = sim.world().vms();
-                let r = WriteGuard::downgrade(w).await;
-                sim.log(|| format!("c{c} downgrade g{id} -> {:?}", r.as_ref().map(|_| ())));
-                match r {
-                    Ok(read) => {
-                        let kind = if self.names[e.name] == Prim::RwFair {
-                            HoldKind::Permits(1)
-                        } else {
-                            HoldKind::Read
-                        };
-                        let clean = self.auto_renew() && started >= CLEAN_FROM;
-                        let origin = Some(Origin::Downgrade);
-                        self.register(e.name, kind, AnyGuard::Read(read), clean, origin);
-                    }
-                    Err(err) => self.expected::<()>(&Err(err)),
-                }
+            Op::Downgrade { guard } => self.downgrade(guard, None).await,
+            Op::DowngradeRacingReleaseAll { guard, after } => {
+                self.downgrade(guard, Some(after)).await
             }
             Op::Release { guard } => {
                 if let Some((id, e)) = self.take(guard, |_| true) {
@@ -1967,6 +2002,61 @@ impl Script {
 
     fn auto_renew(&self) -> bool {
         self.sim.world().clients[self.c].auto_renew
+    }
+
+    /// `WriteGuard::downgrade` of the client's `guard`-th guard, if it is a write guard; with
+    /// `release_all` `after` ms into it, if asked (the client's every guard is then let go:
+    /// none of them is expected to stay held, the downgraded one included).
+    async fn downgrade(&self, guard: usize, release_all: Option<u64>) {
+        let (c, sim) = (self.c, &self.sim);
+        let release_all = async {
+            let Some(after) = release_all else { return };
+            tokio::time::sleep(ms(after)).await;
+            // The client lets go of its guards: they are no longer checked (the one being
+            // downgraded is, once the downgrade returns).
+            let let_go: Vec<Entry> = {
+                let mut w = sim.world();
+                w.clients[c].released_all = Some(w.vms());
+                let ids: Vec<u64> = w
+                    .guards
+                    .iter()
+                    .filter(|(_, e)| e.client == c)
+                    .map(|(id, _)| *id)
+                    .collect();
+                ids.into_iter()
+                    .filter_map(|id| w.guards.remove(&id))
+                    .collect()
+            };
+            let r = self.client.release_all().await;
+            sim.log(|| format!("c{c} release_all -> {r:?}"));
+            self.expected(&r);
+            drop(let_go);
+        };
+        let Some((id, e)) = self.take(guard, |e| matches!(e.guard, AnyGuard::Write(_))) else {
+            return release_all.await;
+        };
+        let AnyGuard::Write(w) = e.guard else {
+            unreachable!("a write guard was taken")
+        };
+        let started = sim.world().vms();
+        let (r, ()) = tokio::join!(WriteGuard::downgrade(w), release_all);
+        sim.log(|| format!("c{c} downgrade g{id} -> {:?}", r.as_ref().map(|_| ())));
+        match r {
+            Ok(read) => {
+                let kind = if self.names[e.name] == Prim::RwFair {
+                    HoldKind::Permits(1)
+                } else {
+                    HoldKind::Read
+                };
+                let released = sim.world().clients[c]
+                    .released_all
+                    .is_some_and(|at| at >= started);
+                let clean = self.auto_renew() && started >= CLEAN_FROM && !released;
+                let origin = Some(Origin::Downgrade);
+                self.register(e.name, kind, AnyGuard::Read(read), clean, origin);
+            }
+            Err(err) => self.expected::<()>(&Err(err)),
+        }
     }
 
     /// Reports an error no fault explains.
@@ -2113,6 +2203,7 @@ async fn run(schedule: &Schedule, focus: &[Class], trace: bool) -> Outcome {
             finished: false,
             wait: None,
             acquiring: None,
+            released_all: None,
             push_queue: VecDeque::new(),
             next_apply: 0,
             next_reply: 0,
@@ -2420,6 +2511,25 @@ fn finds_planted_stale_renewal_give_up() {
         .flat_map(|c| &c.ops)
         .any(|op| matches!(op, Op::Extend { .. }));
     assert!(extends, "the counterexample has no extend: {why}");
+}
+
+#[test]
+fn finds_planted_downgrade_ignores_loss() {
+    let (schedule, why) = finds(
+        Bug::DowngradeIgnoresLoss,
+        Profile::downgrade_race(),
+        SAFETY,
+        5,
+    );
+    let races = schedule
+        .clients
+        .iter()
+        .flat_map(|c| &c.ops)
+        .any(|op| matches!(op, Op::DowngradeRacingReleaseAll { .. }));
+    assert!(
+        races,
+        "the counterexample has no downgrade racing release_all: {why}"
+    );
 }
 
 #[test]
