@@ -15,7 +15,9 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex as StdMutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use async_trait::async_trait;
 use tokio::sync::{mpsc, oneshot, Notify};
@@ -512,7 +514,7 @@ impl Registration {
     /// Waits until the channel's subscription is in place (or has failed: the waiter then
     /// polls), but not past `until`: a stalled subscription never holds a waiter past its
     /// deadline, and the waiter goes on polling meanwhile.
-    pub(crate) async fn subscribed(&mut self, until: tokio::time::Instant) {
+    pub(crate) async fn subscribed(&mut self, until: Instant) {
         let Some(confirm) = self.confirm.take() else {
             return;
         };

@@ -384,8 +384,12 @@ impl MultiLock {
                         let mut reg = store
                             .hub()
                             .register(&group[part].lock.channel(), &claim.token);
-                        reg.subscribed(subscribe_bound(deadline, self.ctx.response_timeout))
-                            .await;
+                        reg.subscribed(subscribe_bound(
+                            deadline,
+                            self.ctx.response_timeout,
+                            interval,
+                        ))
+                        .await;
                         registration = Some((part, reg));
                         continue;
                     }

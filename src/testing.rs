@@ -103,6 +103,32 @@ pub fn local_hub() -> Arc<WakeHub> {
     WakeHub::local()
 }
 
+/// A wake-up hub like a Redis connection's, whose subscriptions take as long as
+/// `stall(channel)` says (a test's stalled or slow subscription path); unsubscribing is
+/// immediate. Messages reach its waiters by [`deliver`], subscribed or not. Call it inside a
+/// tokio runtime: the hub's task runs there.
+#[cfg(feature = "testing")]
+pub fn stalling_hub(
+    stall: impl Fn(&str) -> std::time::Duration + Send + Sync + 'static,
+) -> Arc<WakeHub> {
+    struct Stalling<F>(F);
+    #[async_trait::async_trait]
+    impl<F: Fn(&str) -> std::time::Duration + Send + Sync + 'static> crate::hub::Subscriber
+        for Stalling<F>
+    {
+        async fn subscribe(&self, channel: &str) -> redis::RedisResult<()> {
+            tokio::time::sleep((self.0)(channel)).await;
+            Ok(())
+        }
+        async fn unsubscribe(&self, _: &str) -> redis::RedisResult<()> {
+            Ok(())
+        }
+    }
+    let hub = WakeHub::remote();
+    hub.start(Box::new(Stalling(stall)));
+    hub
+}
+
 /// From now on, every message published into `hub` (e.g. `MemoryStore::hub()`) goes to
 /// `tap(channel, message)` instead of the hub's waiters, so the test decides when, and
 /// whether, to [`deliver`] it. One tap per hub: false (and `tap` unused) if it had one.

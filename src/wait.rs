@@ -163,9 +163,14 @@ pub(crate) fn no_reply(bound: Duration) -> Error {
 }
 
 /// How long a waiter waits for its channel's subscription before it goes on without it
-/// (polling until it is in place): one response timeout, and never past the wait's deadline.
-pub(crate) fn subscribe_bound(deadline: Deadline, response_timeout: Duration) -> Instant {
-    let bound = crate::options::later(Instant::now(), response_timeout);
+/// (polling until it is in place): at most one response timeout or one of its polling
+/// `interval`s, whichever is shorter, and never past the wait's deadline.
+pub(crate) fn subscribe_bound(
+    deadline: Deadline,
+    response_timeout: Duration,
+    interval: Duration,
+) -> Instant {
+    let bound = crate::options::later(Instant::now(), response_timeout.min(interval));
     match deadline {
         Deadline::At(limit, _) => bound.min(limit),
         Deadline::Try | Deadline::Never => bound,
@@ -327,8 +332,12 @@ impl LockCtx {
                         // Subscribed only now: attempt again at once, so a release between the
                         // first attempt and the subscription is not missed.
                         let mut reg = self.store.hub().register(&lock.channel(), &claim.token);
-                        reg.subscribed(subscribe_bound(deadline, self.response_timeout))
-                            .await;
+                        reg.subscribed(subscribe_bound(
+                            deadline,
+                            self.response_timeout,
+                            self.interval(&claim),
+                        ))
+                        .await;
                         registration = Some(reg);
                         continue;
                     };

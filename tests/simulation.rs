@@ -278,6 +278,9 @@ struct ClientSpec {
     faults: Vec<Fault>,
     /// Fates of the wake-ups delivered to this client, in order (then `Now`).
     pushes: Vec<Push>,
+    /// How long this client's subscriptions take, in order (then at once; none started
+    /// from [`FAULTS_UNTIL`] on stalls). Empty: an in-process hub, always subscribed.
+    subscribe_stalls: Vec<u64>,
 }
 
 #[derive(Clone, Debug)]
@@ -299,6 +302,8 @@ struct Profile {
     downgrades: bool,
     /// Downgrades racing `release_all()` (with `downgrades`).
     release_all: bool,
+    /// Subscriptions that take long or stall (a hub like a Redis connection's).
+    subscribe_stalls: bool,
     request_faults: bool,
     reply_faults: bool,
     lost_replies: bool,
@@ -348,6 +353,7 @@ impl Profile {
             extends: true,
             downgrades: true,
             release_all: true,
+            subscribe_stalls: true,
             request_faults: true,
             reply_faults: true,
             lost_replies: true,
@@ -366,6 +372,7 @@ impl Profile {
             extends: false,
             downgrades: false,
             release_all: false,
+            subscribe_stalls: false,
             request_faults: false,
             reply_faults: false,
             lost_replies: false,
@@ -385,6 +392,7 @@ impl Profile {
             extends: false,
             downgrades: false,
             release_all: false,
+            subscribe_stalls: false,
             request_faults: true,
             reply_faults: true,
             lost_replies: true,
@@ -404,6 +412,7 @@ impl Profile {
             extends: true,
             downgrades: true,
             release_all: false,
+            subscribe_stalls: false,
             request_faults: true,
             reply_faults: true,
             lost_replies: false,
@@ -422,8 +431,28 @@ impl Profile {
             extends: false,
             downgrades: true,
             release_all: true,
+            subscribe_stalls: false,
             request_faults: true,
             reply_faults: true,
+            lost_replies: false,
+            push_faults: false,
+            crashes: false,
+        }
+    }
+
+    /// Waits whose subscriptions take long or stall, nothing else.
+    fn stalled_subscriptions() -> Profile {
+        Profile {
+            prims: HAND_OFF_PRIMS.to_vec(),
+            lease_heartbeat: pairs(|l, _| l <= 1_000),
+            manual_renew: false,
+            waits: true,
+            extends: false,
+            downgrades: false,
+            release_all: false,
+            subscribe_stalls: true,
+            request_faults: false,
+            reply_faults: false,
             lost_replies: false,
             push_faults: false,
             crashes: false,
@@ -442,6 +471,7 @@ impl Profile {
             extends: false,
             downgrades: false,
             release_all: false,
+            subscribe_stalls: false,
             request_faults: false,
             reply_faults: false,
             lost_replies: false,
@@ -449,6 +479,27 @@ impl Profile {
             crashes: true,
         }
     }
+}
+
+/// Virtual ms a subscription takes, when a profile stalls them: at once, slow, or stalled
+/// past the end of the schedule.
+const SUBSCRIBE_STALLS: &[u64] = &[0, 0, 40, 300, 60_000];
+
+/// The client's wake-up hub: in process, or with subscriptions that take as long as its
+/// schedule says.
+fn hub_for(spec: &ClientSpec, start: Instant) -> Arc<WakeHub> {
+    if spec.subscribe_stalls.is_empty() {
+        return testing::local_hub();
+    }
+    let stalls = spec.subscribe_stalls.clone();
+    let calls = AtomicU64::new(0);
+    testing::stalling_hub(move |_| {
+        let k = calls.fetch_add(1, Ordering::Relaxed) as usize;
+        if start.elapsed() >= ms(FAULTS_UNTIL) {
+            return Duration::ZERO;
+        }
+        ms(stalls.get(k).copied().unwrap_or(0))
+    })
 }
 
 fn pick(values: &'static [u64]) -> impl Strategy<Value = u64> {
@@ -582,6 +633,11 @@ fn client(p: &Profile) -> impl Strategy<Value = ClientSpec> {
     } else {
         Just(Vec::new()).boxed()
     };
+    let stalls = if p.subscribe_stalls {
+        prop::collection::vec(pick(SUBSCRIBE_STALLS), 1..6).boxed()
+    } else {
+        Just(Vec::new()).boxed()
+    };
     (
         prop_oneof![3 => Just(0u64), 1 => 0..3_600u64],
         prop::sample::select(p.lease_heartbeat.clone()),
@@ -589,11 +645,18 @@ fn client(p: &Profile) -> impl Strategy<Value = ClientSpec> {
         renew,
         crash,
         prop::collection::vec(op(p), 1..9),
-        faults,
-        pushes,
+        (faults, pushes, stalls),
     )
         .prop_map(
-            |(start, (lease, heartbeat), retry, auto_renew, crash, ops, faults, pushes)| {
+            |(
+                start,
+                (lease, heartbeat),
+                retry,
+                auto_renew,
+                crash,
+                ops,
+                (faults, pushes, stalls),
+            )| {
                 ClientSpec {
                     start,
                     lease,
@@ -604,6 +667,7 @@ fn client(p: &Profile) -> impl Strategy<Value = ClientSpec> {
                     ops,
                     faults,
                     pushes,
+                    subscribe_stalls: stalls,
                 }
             },
         )
@@ -2192,7 +2256,7 @@ async fn run(schedule: &Schedule, focus: &[Class], trace: bool) -> Outcome {
         .clients
         .iter()
         .map(|spec| ClientState {
-            hub: testing::local_hub(),
+            hub: hub_for(spec, start),
             faults: spec.faults.clone(),
             pushes: spec.pushes.clone(),
             pushes_used: 0,
@@ -2530,6 +2594,21 @@ fn finds_planted_downgrade_ignores_loss() {
         races,
         "the counterexample has no downgrade racing release_all: {why}"
     );
+}
+
+#[test]
+fn finds_planted_unbounded_subscribe() {
+    let (schedule, why) = finds(
+        Bug::UnboundedSubscribe,
+        Profile::stalled_subscriptions(),
+        &[Class::WaitTooLong],
+        6,
+    );
+    let stalled = schedule
+        .clients
+        .iter()
+        .any(|c| c.subscribe_stalls.iter().any(|&s| s > 0));
+    assert!(stalled, "the counterexample stalls no subscription: {why}");
 }
 
 #[test]
