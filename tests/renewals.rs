@@ -149,10 +149,9 @@ fn long_holds_are_renewed_without_a_task_each() {
     });
 }
 
-/// An `extend` made from a short-lived helper runtime (`spawn_blocking` with a runtime of its
-/// own, a test runtime) does not take the hold's renewals along when that runtime ends: the
-/// runtime that granted the hold is alive and keeps renewing it.
-async fn an_extend_from_a_runtime_that_ends_keeps_the_renewals(b: Backend) {
+/// Extends a hold of a 600 ms lease from a helper runtime that then ends, waits four leases,
+/// and tells whether the hold was still renewed: its guard held, the lock busy for others.
+async fn renewed_after_an_extend_from_a_runtime_that_ended(b: &Backend) -> bool {
     let client = b
         .client_with(LockClient::builder().lease(Duration::from_millis(600)))
         .await;
@@ -169,17 +168,39 @@ async fn an_extend_from_a_runtime_that_ends_keeps_the_renewals(b: Backend) {
     })
     .await
     .expect("helper runtime");
-    // Several leases later, the granting runtime has renewed it all along.
     tokio::time::sleep(Duration::from_millis(2400)).await;
+    let held = guard.is_held();
+    let busy = other.mutex("helper-extend").try_lock().await.is_err();
+    assert_eq!(held, busy, "the guard and the server disagree");
+    held
+}
+
+/// An `extend` made from a short-lived helper runtime (`spawn_blocking` with a runtime of its
+/// own, a test runtime) does not take the hold's renewals along when that runtime ends: the
+/// runtime that granted the hold is alive and keeps renewing it.
+async fn an_extend_from_a_runtime_that_ends_keeps_the_renewals(b: Backend) {
     assert!(
-        guard.is_held(),
+        renewed_after_an_extend_from_a_runtime_that_ended(&b).await,
         "the hold lost its renewals with the helper runtime"
     );
-    assert!(
-        other.mutex("helper-extend").try_lock().await.is_err(),
-        "the lock was free while its guard was renewed"
-    );
-    assert!(guard.release().await.expect("release"));
 }
 
 both_backends!(an_extend_from_a_runtime_that_ends_keeps_the_renewals);
+
+/// The check above finds the planted bug that moves a hold's renewals to the runtime an
+/// `extend` came from (nextest runs each test in a process of its own, so the planted bug
+/// stays in this one).
+#[test]
+fn finds_planted_renewals_that_follow_the_caller() {
+    redis_locks::testing::plant(redis_locks::testing::Bug::RenewalsFollowTheCaller);
+    let renewed = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(renewed_after_an_extend_from_a_runtime_that_ended(
+            &Backend::memory(),
+        ));
+    redis_locks::testing::unplant_all();
+    assert!(!renewed, "the planted bug went unnoticed");
+}
