@@ -34,51 +34,35 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
-mod client;
-mod election;
-mod error;
-mod fair_lock;
-mod guard;
-mod handle;
-mod hub;
-mod info;
-pub(crate) mod keys;
-pub mod kind;
-mod lease;
-mod multi;
-mod mutex;
-mod options;
-mod rwlock;
-mod scripts;
-mod semaphore;
+// Layers, each importing only those above it in this list (tests/architecture.rs checks):
+// vocab (0), wire (1), store (2), engine (3), api (4); `testing` is the test facade on top.
+mod api;
+mod engine;
 pub(crate) mod store;
-mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
-#[cfg(not(feature = "testing"))]
-mod testing;
-mod token;
-mod wait;
+mod vocab;
 mod wire;
 
-pub use client::{LockClient, LockClientBuilder, RedisConfig};
-pub use election::{Campaign, Election, LeaderInfo, Leadership, Observer, MAX_VALUE_LEN};
-pub use error::{BoxError, Error, Result};
-pub use fair_lock::{FairLock, FairLockGuard};
-pub use guard::Guard;
-pub use handle::{Acquiring, Lock};
-pub use info::{HolderInfo, LockInfo, WaiterInfo, PROCESS_PREFIX_LEN, TOKEN_PREFIX_LEN};
-pub use keys::{MAX_NAME_LEN, MAX_PREFIX_LEN};
-pub use multi::{MultiAcquiring, MultiGuard, MultiLock, MAX_MULTI_NAMES};
-pub use mutex::{Mutex, MutexGuard};
-pub use options::{
+pub use api::client::{LockClient, LockClientBuilder, RedisConfig};
+pub use api::election::{Campaign, Election, LeaderInfo, Leadership, Observer, MAX_VALUE_LEN};
+pub use api::fair_lock::{FairLock, FairLockGuard};
+pub use api::guard::Guard;
+pub use api::handle::{Acquiring, Lock};
+pub use api::info::{HolderInfo, LockInfo, WaiterInfo, PROCESS_PREFIX_LEN, TOKEN_PREFIX_LEN};
+pub use api::kind;
+pub use api::multi::{MultiAcquiring, MultiGuard, MultiLock, MAX_MULTI_NAMES};
+pub use api::mutex::{Mutex, MutexGuard};
+pub use api::rwlock::{Preference, ReadGuard, RwLock, WriteGuard};
+pub use api::semaphore::{Permit, Semaphore, MAX_PERMITS};
+pub use store::HoldKind;
+pub use vocab::error::{BoxError, Error, Result};
+pub use vocab::keys::{MAX_NAME_LEN, MAX_PREFIX_LEN};
+pub use vocab::options::{
     DEFAULT_HEARTBEAT, DEFAULT_LEASE, DEFAULT_OUTAGE_BUDGET, DEFAULT_RETRY_INTERVAL, MAX_LEASE,
     MIN_LEASE,
 };
-pub use rwlock::{Preference, ReadGuard, RwLock, WriteGuard};
-pub use semaphore::{Permit, Semaphore, MAX_PERMITS};
-pub use store::HoldKind;
-pub use token::MAX_LABEL_LEN;
+pub use vocab::token::MAX_LABEL_LEN;
 
 /// The README's code compiles (checked by `cargo test --doc`).
 #[doc = include_str!("../README.md")]

@@ -2,6 +2,10 @@
 //! reply is lost, and one whose future is dropped, for every RwLock policy, on a real
 //! redis-server and on the in-memory store.
 //!
+//! Also a downgrade racing renewals and releases: behind a renewal in flight (held, or
+//! cancelled), with replies slower than the lease, a Fair downgrade with readers and writers
+//! queued, and churn with short leases.
+//!
 //! What must hold: no read guard says `is_held()` while the server holds nothing for it, and
 //! whatever a failed or abandoned downgrade left on the server is removed at once, not at
 //! the end of its lease.
@@ -11,6 +15,7 @@ mod support;
 use std::time::Duration;
 
 use redis_locks::{LockClient, Preference, WriteGuard};
+use tokio::time::Instant;
 
 use support::backend::{join, Backend};
 use support::faulty::{Faulty, Gate, Op, Rule};
@@ -163,4 +168,329 @@ both_backends!(
     a_downgrade_with_a_lost_reply_leaves_nothing,
     a_cancelled_downgrade_leaves_nothing,
     a_lost_guard_claims_no_validity,
+);
+
+/// A downgrade whose reply is delayed, then the read guard is released: nothing is left.
+async fn delayed_downgrade_then_release_leaves_nothing(b: Backend) {
+    for policy in POLICIES {
+        let name = format!("atk-dg-rel-{policy:?}");
+        let (store, client) = faulty_client(&b).await;
+        let other = b.client().await;
+        let w = client
+            .rwlock(&name)
+            .preference(policy)
+            .write()
+            .await
+            .expect("write");
+        let gate = Gate::new();
+        store.add(Rule::on(Op::Downgrade).times(1).hold_reply(gate.clone()));
+        let downgrade = tokio::spawn(WriteGuard::downgrade(w));
+        gate.wait_entered(1).await;
+        gate.open();
+        let r = join("downgrade", downgrade).await.expect("downgrade");
+        assert!(r.is_held(), "{policy:?}: downgraded");
+        assert!(r.release().await.expect("release"), "{policy:?}: released");
+        let w2 = other
+            .rwlock(&name)
+            .preference(policy)
+            .write()
+            .timeout(PROMPTLY)
+            .await
+            .unwrap_or_else(|e| panic!("{policy:?}: writer after release: {e}"));
+        w2.release().await.expect("release");
+    }
+}
+
+/// Says whether a guard's `valid_until` outlived the server's hold: another client's writer
+/// is tried; if granted, the guard's trust must already be over.
+async fn assert_no_overtrust(
+    what: &str,
+    vu: Instant,
+    other: &LockClient,
+    name: &str,
+    policy: Preference,
+) {
+    if let Ok(w2) = other.rwlock(name).preference(policy).try_write().await {
+        let now = Instant::now();
+        assert!(
+            vu <= now,
+            "{what}: another writer got {name} while the read guard trusted its hold {:?} longer",
+            vu - now
+        );
+        w2.release().await.expect("release");
+    }
+}
+
+/// A downgrade queued behind a renewal (its reply briefly held), with a short auto-renewed
+/// lease: the read hold it makes is renewed as a read hold afterwards (no writer gets in
+/// while the guard says held), and its release leaves nothing.
+async fn downgrade_behind_a_renewal_keeps_renewing(b: Backend) {
+    for policy in POLICIES {
+        let name = format!("atk-dg-renew-{policy:?}");
+        let store = Faulty::new(b.store().await);
+        let client = LockClient::builder()
+            .lease(Duration::from_millis(300))
+            .store(store.clone())
+            .expect("client");
+        let other = b.client().await;
+        let w = client
+            .rwlock(&name)
+            .preference(policy)
+            .write()
+            .await
+            .expect("write");
+        let gate = Gate::new();
+        store.add(Rule::on(Op::Extend).times(1).hold_reply(gate.clone()));
+        gate.wait_entered(1).await;
+        let downgrade = tokio::spawn(WriteGuard::downgrade(w));
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        gate.open();
+        let r = join("downgrade", downgrade).await.expect("downgrade");
+        for _ in 0..15 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let vu = r.valid_until();
+            assert!(r.is_held(), "{policy:?}: the read hold lost its renewals");
+            assert_no_overtrust(&format!("{policy:?}"), vu, &other, &name, policy).await;
+        }
+        let info = other
+            .rwlock(&name)
+            .preference(policy)
+            .inspect()
+            .await
+            .expect("inspect");
+        assert_eq!(info.holders.len(), 1, "{policy:?}: {info:?}");
+        assert!(
+            r.release().await.expect("release"),
+            "{policy:?}: released a live hold"
+        );
+        let w2 = other
+            .rwlock(&name)
+            .preference(policy)
+            .write()
+            .timeout(PROMPTLY)
+            .await
+            .unwrap_or_else(|e| panic!("{policy:?}: writer after release: {e}"));
+        w2.release().await.expect("release");
+    }
+}
+
+/// A downgrade queued behind a renewal whose reply never comes is cancelled: the hold (the
+/// renewal applied on the server) is released in the background at once.
+async fn downgrade_cancelled_behind_a_renewal_leaves_nothing(b: Backend) {
+    for policy in POLICIES {
+        let name = format!("atk-dg-cancel-renew-{policy:?}");
+        let (store, client) = faulty_client(&b).await;
+        let other = b.client().await;
+        let w = client
+            .rwlock(&name)
+            .preference(policy)
+            .renew_every(Duration::from_millis(100))
+            .write()
+            .await
+            .expect("write");
+        let never = Gate::new();
+        store.add(Rule::on(Op::Extend).times(1).hold_reply(never.clone()));
+        never.wait_entered(1).await;
+        let downgrade = tokio::spawn(WriteGuard::downgrade(w));
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        downgrade.abort();
+        assert!(downgrade.await.is_err());
+        let w2 = other
+            .rwlock(&name)
+            .preference(policy)
+            .write()
+            .timeout(PROMPTLY)
+            .await
+            .unwrap_or_else(|e| panic!("{policy:?}: writer after a cancelled downgrade: {e}"));
+        w2.release().await.expect("release");
+        never.open();
+    }
+}
+
+/// A downgrade whose reply comes after its whole (short, auto-renewed) lease: whatever the
+/// read guard says, it never trusts the hold past the server's lease end.
+async fn downgrade_reply_slower_than_the_lease(b: Backend) {
+    for policy in POLICIES {
+        for delay_ms in [150u64, 250, 400] {
+            let name = format!("atk-dg-slow-{policy:?}-{delay_ms}");
+            let store = Faulty::new(b.store().await);
+            let client = LockClient::builder()
+                .lease(Duration::from_millis(200))
+                .store(store.clone())
+                .expect("client");
+            let other = b.client().await;
+            let w = client
+                .rwlock(&name)
+                .preference(policy)
+                .write()
+                .await
+                .expect("write");
+            store.add(
+                Rule::on(Op::Downgrade)
+                    .times(1)
+                    .delay_reply(Duration::from_millis(delay_ms)),
+            );
+            let what = format!("{policy:?} delay {delay_ms} ms");
+            match WriteGuard::downgrade(w).await {
+                Ok(r) => {
+                    for _ in 0..10 {
+                        let vu = r.valid_until();
+                        assert_no_overtrust(&what, vu, &other, &name, policy).await;
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    drop(r);
+                }
+                Err(e) => eprintln!("{what}: downgrade failed: {e}"),
+            }
+            let w2 = other
+                .rwlock(&name)
+                .preference(policy)
+                .write()
+                .timeout(PROMPTLY)
+                .await
+                .unwrap_or_else(|e| panic!("{what}: writer afterwards: {e}"));
+            w2.release().await.expect("release");
+        }
+    }
+}
+
+/// A fair writer downgrades while a reader, a writer and a reader queue behind it: the first
+/// reader is admitted, the writer waits until every read hold is gone, and the last reader
+/// waits behind that writer; never a writer beside a reader.
+async fn fair_downgrade_with_a_mixed_queue(b: Backend) {
+    let name = "atk-dg-fair-queue";
+    let a = b.client_with(LockClient::builder().lease(LEASE)).await;
+    let q = b.client_with(LockClient::builder().lease(LEASE)).await;
+    let lock = |c: &LockClient| c.rwlock(name).preference(Preference::Fair);
+    let w = lock(&a).write().await.expect("write");
+    let (c1, c2, c3) = (q.clone(), q.clone(), q.clone());
+    let r1 = tokio::spawn(async move { c1.rwlock(name).preference(Preference::Fair).read().await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let w2 =
+        tokio::spawn(async move { c2.rwlock(name).preference(Preference::Fair).write().await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let r2 = tokio::spawn(async move { c3.rwlock(name).preference(Preference::Fair).read().await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let r = WriteGuard::downgrade(w).await.expect("downgrade");
+    let r1 = tokio::time::timeout(PROMPTLY, r1)
+        .await
+        .expect("first reader admitted")
+        .unwrap()
+        .expect("r1");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!w2.is_finished(), "a writer got in beside two readers");
+    assert!(!r2.is_finished(), "a reader jumped the queued writer");
+    assert!(r.is_held() && r1.is_held());
+    r.release().await.expect("release");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!w2.is_finished(), "a writer got in beside a reader");
+    r1.release().await.expect("release");
+    let w2 = tokio::time::timeout(PROMPTLY, w2)
+        .await
+        .expect("writer admitted")
+        .unwrap()
+        .expect("w2");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!r2.is_finished(), "a reader got in beside a writer");
+    w2.release().await.expect("release");
+    let r2 = tokio::time::timeout(PROMPTLY, r2)
+        .await
+        .expect("r2 admitted")
+        .unwrap()
+        .expect("r2");
+    r2.release().await.expect("release");
+}
+
+/// Semaphore: a client holds 2 permits and 1 permit under different guards; the 2-permit
+/// release's replies are lost (it is sent again): afterwards exactly the 1-permit hold is
+/// left, and after its release all 3 permits are free at once.
+async fn semaphore_release_with_lost_replies(b: Backend) {
+    let name = "atk-sem-lost";
+    let (store, client) = faulty_client(&b).await;
+    let other = b.client().await;
+    let sem = client.semaphore(name, 3);
+    let two = sem.acquire_many(2).await.expect("two");
+    let one = sem.acquire().await.expect("one");
+    store.add(Rule::on(Op::Release).times(2).lose_reply());
+    let outcome = two.release().await;
+    eprintln!("release of two with lost replies: {outcome:?}");
+    let osem = other.semaphore(name, 3);
+    assert!(
+        osem.try_acquire_many(3).await.is_err(),
+        "3 permits free while the 1-permit guard holds one"
+    );
+    let p = osem
+        .acquire_many(2)
+        .timeout(PROMPTLY)
+        .await
+        .expect("the 2-permit release left 2 free");
+    p.release().await.expect("release");
+    assert!(one.is_held());
+    one.release().await.expect("release");
+    let all = osem
+        .acquire_many(3)
+        .timeout(PROMPTLY)
+        .await
+        .expect("all permits free");
+    all.release().await.expect("release");
+}
+
+/// Downgrade and renewals racing with a very short lease, many times, with random small
+/// reply delays: a read guard that says held never has a writer beside it, and after its
+/// release a writer gets in promptly.
+async fn downgrade_stress_with_short_leases(b: Backend) {
+    let other = b.client().await;
+    for i in 0..40u64 {
+        let policy = POLICIES[(i % 3) as usize];
+        let name = format!("atk-dg-stress-{i}");
+        let store = Faulty::new(b.store().await);
+        let client = LockClient::builder()
+            .lease(Duration::from_millis(60))
+            .store(store.clone())
+            .expect("client");
+        let w = client
+            .rwlock(&name)
+            .preference(policy)
+            .write()
+            .await
+            .expect("write");
+        let jitter = Duration::from_millis((i * 7) % 45);
+        store.add(Rule::on(Op::Extend).delay_reply(Duration::from_millis((i * 3) % 17)));
+        tokio::time::sleep(jitter).await;
+        store.add(
+            Rule::on(Op::Downgrade)
+                .times(1)
+                .delay_reply(Duration::from_millis((i * 11) % 25)),
+        );
+        match WriteGuard::downgrade(w).await {
+            Ok(r) => {
+                for _ in 0..3 {
+                    let vu = r.valid_until();
+                    assert_no_overtrust(&format!("{i} {policy:?}"), vu, &other, &name, policy)
+                        .await;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                let _ = r.release().await;
+            }
+            Err(e) => eprintln!("{i} {policy:?}: downgrade failed: {e}"),
+        }
+        let w2 = other
+            .rwlock(&name)
+            .preference(policy)
+            .write()
+            .timeout(PROMPTLY)
+            .await
+            .unwrap_or_else(|e| panic!("{i} {policy:?}: writer afterwards: {e}"));
+        w2.release().await.expect("release");
+    }
+}
+
+both_backends!(
+    delayed_downgrade_then_release_leaves_nothing,
+    downgrade_behind_a_renewal_keeps_renewing,
+    downgrade_cancelled_behind_a_renewal_leaves_nothing,
+    downgrade_reply_slower_than_the_lease,
+    fair_downgrade_with_a_mixed_queue,
+    semaphore_release_with_lost_replies,
+    downgrade_stress_with_short_leases,
 );

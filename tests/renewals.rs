@@ -8,6 +8,7 @@ use redis_locks::LockClient;
 
 mod support;
 use support::backend::Backend;
+use support::faulty::{Faulty, Op, Rule};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -204,3 +205,96 @@ fn finds_planted_renewals_that_follow_the_caller() {
     redis_locks::testing::unplant_all();
     assert!(!renewed, "the planted bug went unnoticed");
 }
+
+const LEASE: Duration = Duration::from_millis(300);
+
+/// Extends from a series of helper runtimes, each sent while a (slowed) renewal may be in
+/// flight: the granting runtime keeps renewing the hold after every helper ended.
+async fn extends_from_helpers_racing_slow_renewals(b: Backend) {
+    let store = Faulty::new(b.store().await);
+    let client = LockClient::builder()
+        .lease(LEASE)
+        .store(store.clone())
+        .expect("client");
+    let other = b.client().await;
+    store.add(Rule::on(Op::Extend).delay_reply(Duration::from_millis(40)));
+    let mut guard = client.mutex("atk-rt-helpers").lock().await.expect("lock");
+    for i in 0..8u64 {
+        tokio::time::sleep(Duration::from_millis(17 * i % 90)).await;
+        guard = tokio::task::spawn_blocking(move || {
+            runtime().block_on(async {
+                let _ = guard.extend(LEASE).await;
+            });
+            guard
+        })
+        .await
+        .expect("helper");
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        assert!(
+            guard.is_held(),
+            "round {i}: renewals stopped after a helper runtime ended"
+        );
+        assert!(
+            other.mutex("atk-rt-helpers").try_lock().await.is_err(),
+            "round {i}: the lock was free while its guard said held"
+        );
+    }
+    assert!(guard.release().await.expect("release"));
+}
+
+/// A hold granted on a helper runtime that ends, then extended from the main runtime: its
+/// renewals move to the main runtime and go on.
+async fn granted_on_a_helper_then_extended_on_main(b: Backend) {
+    let client = b.client_with(LockClient::builder().lease(LEASE)).await;
+    let other = b.client().await;
+    let c = client.clone();
+    let mut guard = tokio::task::spawn_blocking(move || {
+        runtime().block_on(async { c.mutex("atk-rt-granted-helper").lock().await.expect("lock") })
+    })
+    .await
+    .expect("helper");
+    assert!(guard.extend(LEASE).await.expect("extend"));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(guard.is_held(), "renewals did not move to the main runtime");
+    assert!(
+        other
+            .mutex("atk-rt-granted-helper")
+            .try_lock()
+            .await
+            .is_err(),
+        "the lock was free while its guard said held"
+    );
+    assert!(guard.release().await.expect("release"));
+}
+
+/// A hold granted on a helper runtime that ends and is never extended: it may lapse, but
+/// then the guard must not say it is held.
+async fn granted_on_a_helper_never_extended_is_honest(b: Backend) {
+    let client = b.client_with(LockClient::builder().lease(LEASE)).await;
+    let other = b.client().await;
+    let c = client.clone();
+    let guard = tokio::task::spawn_blocking(move || {
+        runtime().block_on(async { c.mutex("atk-rt-honest").lock().await.expect("lock") })
+    })
+    .await
+    .expect("helper");
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let vu = guard.valid_until();
+        if let Ok(g) = other.mutex("atk-rt-honest").try_lock().await {
+            let now = tokio::time::Instant::now();
+            assert!(
+                vu <= now,
+                "another client got the lock while the guard trusted it"
+            );
+            g.release().await.expect("release");
+            break;
+        }
+    }
+}
+
+both_backends!(
+    extends_from_helpers_racing_slow_renewals,
+    granted_on_a_helper_then_extended_on_main,
+    granted_on_a_helper_never_extended_is_honest,
+);

@@ -30,6 +30,7 @@
 //! - `release` removes every trace of the token (hold, queue place, waiting-writer entry)
 //!   and tells whether it held a live lease.
 
+pub(crate) mod hub;
 pub mod memory;
 pub mod quorum;
 pub mod redis;
@@ -45,9 +46,9 @@ use async_trait::async_trait;
 pub use self::memory::MemoryStore;
 pub use self::quorum::QuorumStore;
 pub use self::redis::RedisStore;
-use crate::error::Result;
-use crate::hub::WakeHub;
-use crate::keys::LockKeys;
+use crate::store::hub::WakeHub;
+use crate::vocab::error::Result;
+use crate::vocab::keys::LockKeys;
 
 /// Permits of the fair RwLock's ticket queue: a reader takes one, a writer takes all.
 pub const FAIR_RW_CAPACITY: u32 = 1 << 30;
@@ -120,7 +121,7 @@ impl Claim {
     /// primitive operation to a slot and policy.
     pub(crate) fn new(slot: Slot, lease: Duration, heartbeat: Duration, policy: Policy) -> Self {
         Claim {
-            token: crate::token::next(),
+            token: crate::vocab::token::next(),
             slot,
             lease,
             heartbeat,
@@ -131,7 +132,7 @@ impl Claim {
     /// Refuses a claim whose token a script could misread (a separator such as `|` or `#`,
     /// or an empty or over-long token): every store calls this before touching any state.
     pub fn check(&self) -> Result<()> {
-        crate::token::check(&self.token)
+        crate::vocab::token::check(&self.token)
     }
 }
 
@@ -415,7 +416,7 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// returns the new count. Current holds stay; new grants follow the new count.
     ///
     /// A change that would leave fewer than 1 or more than
-    /// [`MAX_PERMITS`](crate::semaphore::MAX_PERMITS) permits is refused with an
+    /// [`MAX_PERMITS`](crate::api::semaphore::MAX_PERMITS) permits is refused with an
     /// invalid-input error (`Error::is_invalid_input`), and one while a FairLock or fair
     /// RwLock uses the queue with a capacity conflict; either way nothing changes.
     async fn set_permits(
@@ -500,7 +501,7 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         &self,
         lock: &LockKeys,
         now: Option<u64>,
-    ) -> Result<Option<crate::election::LeaderInfo>> {
+    ) -> Result<Option<crate::api::election::LeaderInfo>> {
         let _ = (lock, now);
         Err(no_election())
     }

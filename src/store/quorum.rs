@@ -58,10 +58,10 @@ use super::WaiterState;
 use super::{
     Acquire, Busy, Claim, Family, Grant, HolderState, PermitChange, Slot, Snapshot, Store,
 };
-use crate::error::{Error, Result};
-use crate::hub::{Subscriber, WakeHub};
-use crate::keys::LockKeys;
-use crate::options::Options;
+use crate::store::hub::{Subscriber, WakeHub};
+use crate::vocab::error::{Error, Result};
+use crate::vocab::keys::LockKeys;
+use crate::vocab::options::Options;
 
 const UNSUPPORTED_WHAT: &str =
     "the ticket queue (FairLock, Semaphore, RwLock with Preference::Fair)";

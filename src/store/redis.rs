@@ -11,10 +11,10 @@ use redis::{
 };
 
 use super::{ms, Acquire, AcquireAll, Claim, Family, Part, PermitChange, Slot, Snapshot, Store};
-use crate::error::{Error, Result};
-use crate::hub::{Subscriber, WakeHub};
-use crate::keys::LockKeys;
-use crate::scripts::{Scripts, Variant};
+use crate::store::hub::{Subscriber, WakeHub};
+use crate::vocab::error::{Error, Result};
+use crate::vocab::keys::LockKeys;
+use crate::wire::scripts::{Scripts, Variant};
 use crate::wire::{
     AcquireReply, Argv, Change, DowngradeReply, Fence, Flag, HandOver, LeaderView, LeaseLockView,
     Ms, MultiAcquireArgs, MultiAcquireReply, NoArgs, Now, Permits, ProclaimArgs, Publish,
@@ -177,7 +177,7 @@ fn connect_error(address: &str, err: redis::RedisError) -> Error {
     if err.kind() == redis::ErrorKind::Parse {
         return Error::NotRedis {
             address: address.to_owned(),
-            source: crate::error::Cause::boxed(err),
+            source: crate::vocab::error::Cause::boxed(err),
         };
     }
     Error::from_redis("", err)
@@ -537,7 +537,7 @@ async fn invoke_cluster<T: FromRedisValue>(
         .arg(args);
     match evalsha.query_async(conn).await {
         Err(err) if err.code() == Some("NOSCRIPT") => {
-            let Some(source) = crate::scripts::source_by_hash(script.get_hash()) else {
+            let Some(source) = crate::wire::scripts::source_by_hash(script.get_hash()) else {
                 return Err(err);
             };
             let mut eval = redis::cmd("EVAL");
@@ -729,7 +729,7 @@ impl Store for RedisStore {
                 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
                 // WAIT has no key: send it to the master of the lock's slot, where the
                 // lock's writes went.
-                let slot = crate::keys::hash_slot(lock.channel().as_bytes());
+                let slot = crate::vocab::keys::hash_slot(lock.channel().as_bytes());
                 let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
                     Route::new(slot, SlotAddr::Master),
                 ));
@@ -756,10 +756,10 @@ impl Store for RedisStore {
         super::check_parts(parts)?;
         let first = &parts[0].lock;
         if self.one_slot_per_step() {
-            let slot = crate::keys::hash_slot(first.channel().as_bytes());
+            let slot = crate::vocab::keys::hash_slot(first.channel().as_bytes());
             if let Some(other) = parts
                 .iter()
-                .find(|p| crate::keys::hash_slot(p.lock.channel().as_bytes()) != slot)
+                .find(|p| crate::vocab::keys::hash_slot(p.lock.channel().as_bytes()) != slot)
             {
                 return Err(Error::invalid(
                     "multi-lock",
@@ -807,7 +807,7 @@ impl Store for RedisStore {
         &self,
         lock: &LockKeys,
         now: Option<u64>,
-    ) -> Result<Option<crate::election::LeaderInfo>> {
+    ) -> Result<Option<crate::api::election::LeaderInfo>> {
         let LeaderView(leader) = self
             .run(
                 lock,

@@ -14,7 +14,7 @@ use redis::{ConnectionInfo, RedisError};
 use tokio::sync::Mutex;
 
 use super::redis::{Connect, RedisConfig};
-use crate::hub::{Subscriber, WakeHub};
+use crate::store::hub::{Subscriber, WakeHub};
 
 /// The primary's connection, and how to find the next one.
 pub(crate) struct SentinelConn {

@@ -28,10 +28,10 @@ use self::ticket_queue::TicketQueue;
 use super::{
     ms, Acquire, AcquireAll, Busy, Claim, Family, Grant, Part, PermitChange, Slot, Snapshot, Store,
 };
-use crate::election::LeaderInfo;
-use crate::error::Result;
-use crate::hub::WakeHub;
-use crate::keys::LockKeys;
+use crate::api::election::LeaderInfo;
+use crate::store::hub::WakeHub;
+use crate::vocab::error::Result;
+use crate::vocab::keys::LockKeys;
 use crate::wire::{Named, WakeUp};
 
 /// All state of one lock name (both families, like the keys under one hash tag).

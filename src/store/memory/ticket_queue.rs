@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use super::zset::ZSet;
 use super::{LockState, Step, WakeUps};
-use crate::semaphore::MAX_PERMITS;
+use crate::api::semaphore::MAX_PERMITS;
 use crate::store::{
     ms, Acquire, Busy, Claim, Family, Grant, HoldKind, HolderState, PermitChange, Slot, Snapshot,
     WaiterState,

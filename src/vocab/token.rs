@@ -8,7 +8,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-use crate::error::{Error, Result};
+use crate::vocab::error::{Error, Result};
 
 /// Longest accepted token.
 pub(crate) const MAX_TOKEN_LEN: usize = 64;

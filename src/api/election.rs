@@ -17,10 +17,10 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use crate::error::{Error, Result};
-use crate::fair_lock::{FairLock, FairLockGuard};
-use crate::keys::LockKeys;
+use crate::api::fair_lock::{FairLock, FairLockGuard};
 use crate::store::{Claim, Store};
+use crate::vocab::error::{Error, Result};
+use crate::vocab::keys::LockKeys;
 
 /// Longest value a leader can proclaim, in bytes.
 pub const MAX_VALUE_LEN: usize = 64 * 1024;
@@ -382,7 +382,7 @@ async fn proclaim_with_retry(
     claim: &Claim,
     value: Option<&str>,
 ) -> Result<bool> {
-    crate::lease::retrying(|| store.proclaim(keys, claim, value, None))
+    crate::engine::lease::retrying(|| store.proclaim(keys, claim, value, None))
         .await
         .0
 }
@@ -642,14 +642,17 @@ async fn watch(
 ) {
     let mut registration = store.hub().register_observer(&keys.channel());
     registration
-        .subscribed(crate::options::later(tokio::time::Instant::now(), interval))
+        .subscribed(crate::vocab::options::later(
+            tokio::time::Instant::now(),
+            interval,
+        ))
         .await;
     let mut last: Option<Option<(u64, String)>> = None;
-    let mut backoff = crate::wait::FIRST_BACKOFF;
+    let mut backoff = crate::engine::wait::FIRST_BACKOFF;
     loop {
         let wait = match store.leader(&keys, None).await {
             Ok(leader) => {
-                backoff = crate::wait::FIRST_BACKOFF;
+                backoff = crate::engine::wait::FIRST_BACKOFF;
                 let seen = leader.as_ref().map(|l| (l.term, l.value.clone()));
                 let wait = match &leader {
                     Some(l) => (l.time_left + LEASE_END_MARGIN).min(interval),
@@ -675,7 +678,7 @@ async fn watch(
         };
         tokio::select! {
             _ = registration.notified() => {}
-            _ = tokio::time::sleep(crate::wait::jitter(wait).max(MIN_REREAD)) => {}
+            _ = tokio::time::sleep(crate::engine::wait::jitter(wait).max(MIN_REREAD)) => {}
         }
     }
 }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::error::{Error, Result};
+use crate::vocab::error::{Error, Result};
 
 /// Default lease of every hold: 30 s.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
@@ -38,7 +38,7 @@ pub(crate) struct Options {
     /// How long a wait keeps attempting while Redis cannot be reached.
     pub outage_budget: Duration,
     /// Who holds: appended to every claim token (`inspect` shows it), checked by
-    /// [`crate::token::check_label`].
+    /// [`crate::vocab::token::check_label`].
     pub label: std::sync::Arc<str>,
 }
 
@@ -52,7 +52,7 @@ impl Default for Options {
             retry_interval: DEFAULT_RETRY_INTERVAL,
             wait_replicas: None,
             outage_budget: DEFAULT_OUTAGE_BUDGET,
-            label: crate::token::default_label(),
+            label: crate::vocab::token::default_label(),
         }
     }
 }
@@ -92,7 +92,7 @@ pub(crate) fn check_duration(what: &'static str, d: Duration) -> Result<()> {
 impl Options {
     /// Checks every option; called before anything is sent to Redis.
     pub fn validate(&self) -> Result<()> {
-        crate::token::check_label(&self.label)?;
+        crate::vocab::token::check_label(&self.label)?;
         check_duration("lease", self.lease)?;
         check_duration("heartbeat", self.heartbeat())?;
         if self.retry_interval.is_zero() || self.retry_interval > MAX_LEASE {
@@ -133,7 +133,7 @@ impl Options {
     pub fn heartbeat(&self) -> Duration {
         match self.heartbeat {
             Some(window) => window,
-            None if crate::testing::planted(crate::testing::Bug::DeadWaiterBlocks) => {
+            None if crate::vocab::bugs::planted(crate::vocab::bugs::Bug::DeadWaiterBlocks) => {
                 DEFAULT_HEARTBEAT
             }
             None => self.lease.min(DEFAULT_HEARTBEAT),

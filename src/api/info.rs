@@ -88,7 +88,7 @@ impl LockInfo {
                 .into_iter()
                 .map(|h| HolderInfo {
                     token_prefix: short(&h.token),
-                    label: crate::token::label_of(&h.token).map(str::to_owned),
+                    label: crate::vocab::token::label_of(&h.token).map(str::to_owned),
                     kind: h.kind,
                     lease_remaining: Duration::from_millis(h.remaining_ms),
                 })
@@ -99,7 +99,7 @@ impl LockInfo {
                 .enumerate()
                 .map(|(position, w)| WaiterInfo {
                     token_prefix: short(&w.token),
-                    label: crate::token::label_of(&w.token).map(str::to_owned),
+                    label: crate::vocab::token::label_of(&w.token).map(str::to_owned),
                     position,
                     weight: w.weight,
                     heartbeat_remaining: Duration::from_millis(w.heartbeat_remaining_ms),

@@ -15,11 +15,11 @@ use tokio::sync::{watch, Notify};
 use tokio::task::{AbortHandle, JoinHandle};
 use tokio::time::Instant;
 
-use crate::error::{Error, Result};
-use crate::keys::LockKeys;
-use crate::options::Options;
 use crate::store::{Claim, Slot, Store};
-use crate::testing::{planted, Bug};
+use crate::vocab::bugs::{planted, Bug};
+use crate::vocab::error::{Error, Result};
+use crate::vocab::keys::LockKeys;
+use crate::vocab::options::Options;
 
 #[derive(Clone, Copy, Debug)]
 struct Validity {
@@ -248,7 +248,7 @@ impl Shared {
         });
         if changed {
             tracing::warn!(lock = self.lock.name(), why, "lease lost");
-            crate::telemetry::lost(&self.claim().slot);
+            crate::engine::telemetry::lost(&self.claim().slot);
         }
     }
 
@@ -822,7 +822,7 @@ impl Hold {
     }
 
     pub(crate) async fn extend(&mut self, lease: Duration) -> Result<bool> {
-        crate::options::check_duration("lease", lease)?;
+        crate::vocab::options::check_duration("lease", lease)?;
         if self.shared.validity.borrow().lost {
             return Ok(false);
         }
@@ -858,7 +858,7 @@ impl Hold {
         self.released = true;
         self.shared.mark_lost_quietly();
         let claim = self.shared.claim();
-        crate::telemetry::held(&claim.slot, self.shared.granted_at.elapsed());
+        crate::engine::telemetry::held(&claim.slot, self.shared.granted_at.elapsed());
         release_with_retry(&*self.shared.store, &self.shared.lock, &claim).await
     }
 
@@ -889,7 +889,6 @@ impl Hold {
         let trusted = requests
             .unknown_min
             .map_or(claim.lease, |m| m.min(claim.lease));
-        drop(requests);
         if planted(Bug::DowngradeIgnoresLoss) {
             // The planted bug: the reply is trusted whatever happened meanwhile.
             shared.validity.send_modify(|v| v.lost = false);
@@ -908,6 +907,8 @@ impl Hold {
             return Err(lost());
         }
         shared.reschedule(false, None);
+        // The next lease request (a renewal waiting its turn) sees the read claim.
+        drop(requests);
         Ok(())
     }
 }

@@ -3,15 +3,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::Result;
-use crate::handle::Lock;
-use crate::keys::{validate_prefix, LockKeys, DEFAULT_PREFIX};
-use crate::kind;
-use crate::lease::Holds;
-use crate::options::Options;
-use crate::rwlock::Preference;
+use crate::api::handle::Lock;
+use crate::api::kind;
+use crate::api::rwlock::Preference;
+use crate::engine::lease::Holds;
+use crate::engine::wait::LockCtx;
 use crate::store::{MemoryStore, QuorumStore, RedisStore, Store};
-use crate::wait::LockCtx;
+use crate::vocab::error::Result;
+use crate::vocab::keys::{validate_prefix, LockKeys, DEFAULT_PREFIX};
+use crate::vocab::options::Options;
 use crate::{Election, FairLock, MultiLock, Mutex, RwLock, Semaphore};
 
 pub use crate::store::redis::RedisConfig;

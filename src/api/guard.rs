@@ -4,10 +4,10 @@ use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
-use crate::error::{Error, Result};
-use crate::kind::{self, Kind};
-use crate::lease::Hold;
+use crate::api::kind::{self, Kind};
+use crate::engine::lease::Hold;
 use crate::store::Request;
+use crate::vocab::error::{Error, Result};
 
 /// Proof of holding a lock: a lease on the server's clock, renewed in the background while
 /// the guard lives, released when it is dropped (in the background) or by

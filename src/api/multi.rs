@@ -20,13 +20,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::error::{Error, Result};
-use crate::hub::Registration;
-use crate::keys::{hash_slot, LockKeys};
-use crate::lease::{release_in_background, release_with_retry, Hold};
-use crate::rwlock::Preference;
+use crate::api::rwlock::Preference;
+use crate::engine::lease::{release_in_background, release_with_retry, Hold};
+use crate::engine::wait::{jitter, no_reply, subscribe_bound, Deadline, LockCtx, FIRST_BACKOFF};
+use crate::store::hub::Registration;
 use crate::store::{AcquireAll, Claim, Grant, Part, Policy, Request, Slot};
-use crate::wait::{jitter, no_reply, subscribe_bound, Deadline, LockCtx, FIRST_BACKOFF};
+use crate::vocab::error::{Error, Result};
+use crate::vocab::keys::{hash_slot, LockKeys};
 
 /// The most names one multi-lock takes.
 pub const MAX_MULTI_NAMES: usize = 64;
@@ -355,7 +355,7 @@ impl MultiLock {
             let outcome = match deadline {
                 // An attempt in flight at the deadline gets one bounded round trip more.
                 Deadline::At(limit, _) => {
-                    let bound = crate::options::later(limit, self.ctx.response_timeout);
+                    let bound = crate::vocab::options::later(limit, self.ctx.response_timeout);
                     tokio::time::timeout_at(bound, attempt)
                         .await
                         .unwrap_or_else(|_| Err(no_reply(self.ctx.response_timeout)))

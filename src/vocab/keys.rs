@@ -2,7 +2,7 @@
 //! `<prefix>:{<name>}:`, so they hash to one Redis Cluster slot and an operator can find them
 //! by the lock's name.
 
-use crate::error::{Error, Result};
+use crate::vocab::error::{Error, Result};
 
 /// Longest accepted lock name, in bytes.
 pub const MAX_NAME_LEN: usize = 1024;

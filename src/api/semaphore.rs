@@ -2,12 +2,12 @@
 
 use std::future::Future;
 
-use crate::error::{Error, Result};
-use crate::guard::Guard;
-use crate::handle::{Acquiring, Lock};
-use crate::info::LockInfo;
-use crate::kind;
+use crate::api::guard::Guard;
+use crate::api::handle::{Acquiring, Lock};
+use crate::api::info::LockInfo;
+use crate::api::kind;
 use crate::store::{HoldKind, PermitChange, Request};
+use crate::vocab::error::{Error, Result};
 
 /// Largest permit count a semaphore accepts.
 pub const MAX_PERMITS: u32 = 1 << 20;

@@ -10,7 +10,7 @@
 
 use std::fmt;
 
-use crate::rwlock::Preference;
+use crate::api::rwlock::Preference;
 
 mod sealed {
     pub trait Sealed {}

@@ -95,8 +95,8 @@ enum Phase {
         /// Time until the linger is over.
         left: Duration,
     },
-    /// No local waiter, subscribed, idle for [`LINGER`]: unsubscribe (tried again a
-    /// [`LINGER`] later if it fails; given up, with a warning, if the user lacks the right).
+    /// No local waiter, subscribed, idle for [`LINGER`]: unsubscribe; whatever its outcome
+    /// (a warning if the user lacks the right), the channel counts as unsubscribed.
     Idle,
     /// No local waiter, no subscription: forget the channel.
     Unused,
@@ -273,9 +273,8 @@ impl WakeHub {
     /// Wanted --subscribed--> Subscribed --waiters released--> done
     ///   \--subscribe failed: waiters released (they poll)--> done
     /// Lingering --re-checked when LINGER is over--> done
-    /// Idle --unsubscribed--> Unused, or Wanted if a waiter came meanwhile
-    ///   \--refused (NOPERM): warned once, forgotten--> Unused
-    ///   \--failed otherwise: tried again a LINGER later--> done
+    /// Idle --unsubscribed, refused (NOPERM: warned once) or failed--> Unused, or Wanted if
+    ///   a waiter came meanwhile (a failed UNSUBSCRIBE may have been applied: subscribe anew)
     /// Unused --forgotten--> done
     /// ```
     async fn reconcile(
@@ -311,19 +310,23 @@ impl WakeHub {
                     look_again(tx, channel, left);
                     return;
                 }
-                Phase::Idle => match conn.unsubscribe(channel).await {
-                    Ok(()) => self.with_entry(channel, |e| e.subscribed = false),
-                    Err(err) if is_noperm(&err) => {
+                Phase::Idle => {
+                    // Whatever the outcome, the channel counts as unsubscribed from now on: a
+                    // failed UNSUBSCRIBE may still have been applied (its reply came too
+                    // late), and the next waiter's SUBSCRIBE is harmless if it was not. A
+                    // channel never stays marked subscribed on a server that dropped it.
+                    match conn.unsubscribe(channel).await {
+                        Ok(()) => {}
                         // The server keeps the subscription; its messages find no waiter.
-                        self.warn_noperm(channel, &err, "UNSUBSCRIBE");
-                        self.with_entry(channel, |e| e.subscribed = false);
+                        Err(err) if is_noperm(&err) => {
+                            self.warn_noperm(channel, &err, "UNSUBSCRIBE");
+                        }
+                        Err(err) => {
+                            tracing::debug!(channel, %err, "unsubscribe failed; subscribing anew when needed");
+                        }
                     }
-                    Err(err) => {
-                        tracing::debug!(channel, %err, "unsubscribe failed; trying again later");
-                        look_again(tx, channel, LINGER);
-                        return;
-                    }
-                },
+                    self.with_entry(channel, |e| e.subscribed = false);
+                }
                 Phase::Unused => {
                     let mut st = self.lock_state();
                     if st
@@ -518,7 +521,7 @@ impl Registration {
         let Some(confirm) = self.confirm.take() else {
             return;
         };
-        if crate::testing::planted(crate::testing::Bug::UnboundedSubscribe) {
+        if crate::vocab::bugs::planted(crate::vocab::bugs::Bug::UnboundedSubscribe) {
             let _ = confirm.await;
             return;
         }

@@ -6,12 +6,12 @@ use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::time::Duration;
 
-use crate::error::{Error, Result};
-use crate::guard::Guard;
-use crate::info::LockInfo;
-use crate::kind::Kind;
+use crate::api::guard::Guard;
+use crate::api::info::LockInfo;
+use crate::api::kind::Kind;
+use crate::engine::wait::{Deadline, LockCtx};
 use crate::store::Request;
-use crate::wait::{Deadline, LockCtx};
+use crate::vocab::error::{Error, Result};
 
 /// A handle on one lock name: cheap to clone, `Send + Sync`, holding options but no state.
 ///

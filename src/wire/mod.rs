@@ -20,18 +20,20 @@
 //! in-memory reference (`store::memory`) builds its members and wake-ups here too, and
 //! refuses with the same [`Refusal`]s, so both stores speak one language.
 
+pub(crate) mod scripts;
+
 use std::borrow::Cow;
 use std::fmt;
 use std::time::Duration;
 
 use redis::{FromRedisValue, ParsingError, RedisWrite, ToRedisArgs, Value};
 
-use crate::error::{Error, LEASE_FAMILY, QUEUE_FAMILY};
-use crate::semaphore::MAX_PERMITS;
+use crate::api::semaphore::MAX_PERMITS;
 use crate::store::{
     ms, Acquire, Busy, Claim, Family, Grant, HoldKind, HolderState, PermitChange, Policy, Slot,
     Snapshot, WaiterState,
 };
+use crate::vocab::error::{Error, LEASE_FAMILY, QUEUE_FAMILY};
 
 // ---- ticket-queue members -------------------------------------------------------------------
 
@@ -1020,13 +1022,13 @@ from_value_ref!(TicketQueueView, |v| {
 /// The reply of `election_leader.lua`: `{now}` when nobody leads, `{now, fence, remaining_ms,
 /// value}` when the live holder proclaimed `value`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct LeaderView(pub Option<crate::election::LeaderInfo>);
+pub(crate) struct LeaderView(pub Option<crate::api::election::LeaderInfo>);
 
 from_value_ref!(LeaderView, |v| {
     const WHAT: &str = "election leader reply";
     match items(v, WHAT)? {
         [_now] => Ok(LeaderView(None)),
-        [_now, fence, remaining, value] => Ok(LeaderView(Some(crate::election::LeaderInfo {
+        [_now, fence, remaining, value] => Ok(LeaderView(Some(crate::api::election::LeaderInfo {
             value: text(value, "leader value")?,
             term: natural(fence, "term")?,
             time_left: Duration::from_millis(natural(remaining, "leader lease")?),
@@ -1891,7 +1893,7 @@ mod tests {
     #[test]
     fn scripts_write_these_formats() {
         let source = |name: &str| {
-            crate::scripts::sources()
+            crate::wire::scripts::sources()
                 .iter()
                 .find(|(n, _)| *n == name)
                 .map(|(_, s)| s.as_str())

@@ -2,12 +2,12 @@
 
 use std::future::Future;
 
-use crate::error::Result;
-use crate::guard::Guard;
-use crate::handle::{Acquiring, Lock};
-use crate::info::LockInfo;
-use crate::kind;
+use crate::api::guard::Guard;
+use crate::api::handle::{Acquiring, Lock};
+use crate::api::info::LockInfo;
+use crate::api::kind;
 use crate::store::Request;
+use crate::vocab::error::Result;
 
 /// Who goes first when readers and writers compete for an [`RwLock`].
 ///

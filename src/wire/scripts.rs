@@ -34,9 +34,9 @@ use redis::Script;
 /// The line that ends a step's fast path.
 const GENERAL: &str = "-- @general";
 
-const PRELUDE: &str = include_str!("../lua/prelude.lua");
-const RW_COMMON: &str = include_str!("../lua/rw_common.lua");
-const QUEUE_COMMON: &str = include_str!("../lua/queue_common.lua");
+const PRELUDE: &str = include_str!("../../lua/prelude.lua");
+const RW_COMMON: &str = include_str!("../../lua/rw_common.lua");
+const QUEUE_COMMON: &str = include_str!("../../lua/queue_common.lua");
 
 // The shebang flags: without flags, Redis refuses the whole script with -OOM when `maxmemory`
 // is reached, before it runs (a script that has written once is otherwise let through, and
@@ -52,97 +52,97 @@ const STEPS: &[(&str, &str, Option<&str>, &str)] = &[
         "rw_acquire",
         PLAIN,
         Some(RW_COMMON),
-        include_str!("../lua/rw_acquire.lua"),
+        include_str!("../../lua/rw_acquire.lua"),
     ),
     (
         "rw_release",
         ALLOW_OOM,
         Some(RW_COMMON),
-        include_str!("../lua/rw_release.lua"),
+        include_str!("../../lua/rw_release.lua"),
     ),
     (
         "rw_extend",
         ALLOW_OOM,
         Some(RW_COMMON),
-        include_str!("../lua/rw_extend.lua"),
+        include_str!("../../lua/rw_extend.lua"),
     ),
     (
         "rw_downgrade",
         ALLOW_OOM,
         Some(RW_COMMON),
-        include_str!("../lua/rw_downgrade.lua"),
+        include_str!("../../lua/rw_downgrade.lua"),
     ),
     (
         "rw_inspect",
         NO_WRITES,
         Some(RW_COMMON),
-        include_str!("../lua/rw_inspect.lua"),
+        include_str!("../../lua/rw_inspect.lua"),
     ),
     (
         "queue_acquire",
         PLAIN,
         Some(QUEUE_COMMON),
-        include_str!("../lua/queue_acquire.lua"),
+        include_str!("../../lua/queue_acquire.lua"),
     ),
     (
         "queue_release",
         ALLOW_OOM,
         Some(QUEUE_COMMON),
-        include_str!("../lua/queue_release.lua"),
+        include_str!("../../lua/queue_release.lua"),
     ),
     (
         "queue_extend",
         ALLOW_OOM,
         Some(QUEUE_COMMON),
-        include_str!("../lua/queue_extend.lua"),
+        include_str!("../../lua/queue_extend.lua"),
     ),
     (
         "queue_downgrade",
         ALLOW_OOM,
         Some(QUEUE_COMMON),
-        include_str!("../lua/queue_downgrade.lua"),
+        include_str!("../../lua/queue_downgrade.lua"),
     ),
     (
         "queue_set_permits",
         PLAIN,
         Some(QUEUE_COMMON),
-        include_str!("../lua/queue_set_permits.lua"),
+        include_str!("../../lua/queue_set_permits.lua"),
     ),
     (
         "queue_inspect",
         NO_WRITES,
         Some(QUEUE_COMMON),
-        include_str!("../lua/queue_inspect.lua"),
+        include_str!("../../lua/queue_inspect.lua"),
     ),
     (
         "force_release",
         ALLOW_OOM,
         None,
-        include_str!("../lua/force_release.lua"),
+        include_str!("../../lua/force_release.lua"),
     ),
     (
         "raise_fence",
         PLAIN,
         None,
-        include_str!("../lua/raise_fence.lua"),
+        include_str!("../../lua/raise_fence.lua"),
     ),
     (
         "multi_acquire",
         PLAIN,
         Some(RW_COMMON),
-        include_str!("../lua/multi_acquire.lua"),
+        include_str!("../../lua/multi_acquire.lua"),
     ),
     (
         "election_proclaim",
         PLAIN,
         None,
-        include_str!("../lua/election_proclaim.lua"),
+        include_str!("../../lua/election_proclaim.lua"),
     ),
     (
         "election_leader",
         NO_WRITES,
         None,
-        include_str!("../lua/election_leader.lua"),
+        include_str!("../../lua/election_leader.lua"),
     ),
 ];
 

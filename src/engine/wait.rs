@@ -18,13 +18,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::error::{Error, Result};
-use crate::hub::Registration;
-use crate::keys::LockKeys;
-use crate::lease::{release_in_background, release_with_retry, Hold, Holds};
-use crate::options::Options;
+use crate::engine::lease::{release_in_background, release_with_retry, Hold, Holds};
+use crate::store::hub::Registration;
 use crate::store::{Acquire, Busy, Claim, Policy, Request, Slot, Store};
-use crate::testing::{planted, Bug};
+use crate::vocab::bugs::{planted, Bug};
+use crate::vocab::error::{Error, Result};
+use crate::vocab::keys::LockKeys;
+use crate::vocab::options::Options;
 use crate::wire::HandOff;
 
 /// The first back-off after a failed attempt; it doubles up to the claim's interval.
@@ -170,7 +170,7 @@ pub(crate) fn subscribe_bound(
     response_timeout: Duration,
     interval: Duration,
 ) -> Instant {
-    let bound = crate::options::later(Instant::now(), response_timeout.min(interval));
+    let bound = crate::vocab::options::later(Instant::now(), response_timeout.min(interval));
     match deadline {
         Deadline::At(limit, _) => bound.min(limit),
         Deadline::Try | Deadline::Never => bound,
@@ -179,7 +179,7 @@ pub(crate) fn subscribe_bound(
 
 pub(crate) fn jitter(d: Duration) -> Duration {
     // 80% to 100% of `d`, so waiters woken together do not retry in lockstep.
-    let r = (crate::token::random() % 1000) as u32;
+    let r = (crate::vocab::token::random() % 1000) as u32;
     d.mul_f64(0.8 + f64::from(r) / 5000.0)
 }
 
@@ -272,7 +272,7 @@ impl LockCtx {
             Err(_) => "error",
         };
         span.record("outcome", outcome);
-        crate::telemetry::acquired(&slot, outcome, started.elapsed());
+        crate::engine::telemetry::acquired(&slot, outcome, started.elapsed());
         result
     }
 
@@ -300,7 +300,7 @@ impl LockCtx {
             let attempt = match deadline {
                 // An attempt in flight at the deadline gets one bounded round trip more.
                 Deadline::At(limit, _) => {
-                    let bound = crate::options::later(limit, self.response_timeout);
+                    let bound = crate::vocab::options::later(limit, self.response_timeout);
                     tokio::time::timeout_at(bound, self.attempt(&lock, &claim, wait))
                         .await
                         .unwrap_or_else(|_| Attempt::Failed(no_reply(self.response_timeout)))
@@ -323,7 +323,7 @@ impl LockCtx {
                 Attempt::Refused { busy, sent_at } => {
                     if let Some(pos) = busy.position.filter(|p| Some(*p) != last_position) {
                         last_position = Some(pos);
-                        crate::telemetry::position(lock.name(), pos);
+                        crate::engine::telemetry::position(lock.name(), pos);
                         if let Some(f) = on_position.as_mut() {
                             f(pos);
                         }

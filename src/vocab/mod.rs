@@ -1,0 +1,8 @@
+//! Layer 0, the vocabulary: the error type, lock names and keys, tokens, options and their
+//! limits, and the planted-bug switches of the simulations. Imports nothing else of the crate.
+
+pub(crate) mod bugs;
+pub(crate) mod error;
+pub(crate) mod keys;
+pub(crate) mod options;
+pub(crate) mod token;
