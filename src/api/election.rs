@@ -32,30 +32,7 @@ const LEASE_END_MARGIN: Duration = Duration::from_millis(5);
 /// The shortest pause between two reads of an observer, whatever its retry interval.
 const MIN_REREAD: Duration = Duration::from_millis(10);
 
-/// The leader of an election as the store sees it.
-///
-/// ```
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> redis_locks::Result<()> {
-/// let client = redis_locks::LockClient::in_memory();
-/// let election = client.election("scheduler");
-/// let leadership = election.campaign("worker-1").await?;
-/// let info = election.leader().await?.expect("a leader");
-/// assert_eq!(info.value, "worker-1");
-/// assert_eq!(info.term, leadership.term());
-/// # Ok(()) }
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct LeaderInfo {
-    /// The value the leader proclaimed last (an address, a worker id).
-    pub value: String,
-    /// The leader's term: the fencing token of its leadership, strictly greater than every
-    /// earlier leader's of this election.
-    pub term: u64,
-    /// The leader's lease left when the store was read (renewed while the leader lives).
-    pub time_left: Duration,
-}
+pub use crate::vocab::claim::LeaderInfo;
 
 /// A leader election among the members of a pool: made by
 /// [`LockClient::election`](crate::LockClient::election).

@@ -150,8 +150,11 @@ impl<K: Kind> Lock<K> {
         &self.ctx.name
     }
 
+    /// The live state of the lock's family, in one round trip.
     pub(crate) async fn inspect_family(&self, request: Request) -> Result<LockInfo> {
-        self.ctx.inspect(request.family()).await
+        let keys = self.ctx.keys()?;
+        let snapshot = self.ctx.store.inspect(keys, request.family(), None).await?;
+        Ok(LockInfo::from_snapshot(keys.name(), snapshot))
     }
 
     /// An acquisition of `request` that yields a guard of kind `G`.

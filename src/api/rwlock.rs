@@ -9,36 +9,7 @@ use crate::api::kind;
 use crate::store::Request;
 use crate::vocab::error::Result;
 
-/// Who goes first when readers and writers compete for an [`RwLock`].
-///
-/// ```
-/// use redis_locks::{LockClient, Preference};
-/// let client = LockClient::in_memory();
-/// let fifo = client.rwlock("catalog").preference(Preference::Fair);
-/// let reads_first = client.rwlock("stats").preference(Preference::Reader);
-/// # drop((fifo, reads_first));
-/// ```
-///
-/// `Writer` and `Reader` handles of one name share a writer record and read set. `Fair` keeps
-/// its state in a ticket queue: while either kind holds the name, the other kind is refused
-/// with [`Error::FamilyConflict`](crate::Error::FamilyConflict) (never granted beside it), so
-/// use `Fair` for every handle of a name or for none.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Preference {
-    /// The default. Once a writer waits (and keeps heartbeating), no new reader is admitted;
-    /// the writer gets the lock as soon as the readers already inside leave or expire. A
-    /// flood of readers cannot starve a writer.
-    #[default]
-    Writer,
-    /// Readers join whenever no writer holds. Highest read throughput, but a steady stream of
-    /// readers can starve writers indefinitely.
-    Reader,
-    /// One FIFO queue of readers and writers by arrival (ticket) order; consecutive readers at
-    /// the head are admitted together (phase-fair). Nobody starves; the price is that a reader
-    /// behind a queued writer waits even when the lock is read-held.
-    Fair,
-}
+pub use crate::vocab::claim::Preference;
 
 /// A distributed reader-writer lock: many readers or one writer, never both.
 ///

@@ -9,8 +9,7 @@ use crate::api::kind;
 use crate::store::{HoldKind, PermitChange, Request};
 use crate::vocab::error::{Error, Result};
 
-/// Largest permit count a semaphore accepts.
-pub const MAX_PERMITS: u32 = 1 << 20;
+pub use crate::vocab::claim::MAX_PERMITS;
 
 /// A distributed counting semaphore: at most `permits` held at any server instant.
 ///

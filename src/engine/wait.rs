@@ -236,13 +236,6 @@ impl LockCtx {
         }
     }
 
-    /// The live state of the lock's family, in one round trip.
-    pub(crate) async fn inspect(&self, family: crate::store::Family) -> Result<crate::LockInfo> {
-        let keys = self.keys()?;
-        let snapshot = self.store.inspect(keys, family, None).await?;
-        Ok(crate::LockInfo::from_snapshot(keys.name(), snapshot))
-    }
-
     /// Acquires `claim`, waiting as `deadline` allows. `Ok(None)`: a `Try` that was refused.
     /// Runs in a `tracing` span `acquire` with the lock name, the slot and the outcome.
     pub(crate) async fn acquire(

@@ -180,7 +180,7 @@ fn connect_error(address: &str, err: redis::RedisError) -> Error {
             source: crate::vocab::error::Cause::boxed(err),
         };
     }
-    Error::from_redis("", err)
+    error_from_redis("", err)
 }
 
 /// A connection manager on the server of `info`, in RESP3 with its pushes delivered to `hub`
@@ -359,7 +359,7 @@ impl RedisStore {
         let conn = client
             .get_async_connection()
             .await
-            .map_err(|e| Error::from_redis("", e))?;
+            .map_err(|e| error_from_redis("", e))?;
         let store = RedisStore {
             conn: Conn::Cluster(conn.clone()),
             hub: hub.clone(),
@@ -413,7 +413,7 @@ impl RedisStore {
 
     /// Sends any command on the store's connection (for tools and tests).
     pub async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
-        self.raw(cmd).await.map_err(|e| Error::from_redis("", e))
+        self.raw(cmd).await.map_err(|e| error_from_redis("", e))
     }
 
     /// Sends `cmd` and returns the redis crate's own result.
@@ -460,7 +460,7 @@ impl RedisStore {
                 on_primary(&s, |mut c| async move { invoke(inv, &mut c).await }).await
             }
         };
-        let reply = result.map_err(|e| Error::from_redis(lock.name(), e))?;
+        let reply = result.map_err(|e| error_from_redis(lock.name(), e))?;
         T::from_redis_value(reply).map_err(|e| Error::WrongType {
             name: lock.name().to_owned(),
             detail: format!("unexpected script reply: {e}"),
@@ -738,7 +738,7 @@ impl Store for RedisStore {
                     .and_then(|v| redis::from_redis_value(v).map_err(redis::RedisError::from))
             }
         }
-        .map_err(|e| Error::from_redis(lock.name(), e))?;
+        .map_err(|e| error_from_redis(lock.name(), e))?;
         Ok(u32::try_from(acked.max(0)).unwrap_or(u32::MAX))
     }
 
@@ -807,7 +807,7 @@ impl Store for RedisStore {
         &self,
         lock: &LockKeys,
         now: Option<u64>,
-    ) -> Result<Option<crate::api::election::LeaderInfo>> {
+    ) -> Result<Option<crate::vocab::claim::LeaderInfo>> {
         let LeaderView(leader) = self
             .run(
                 lock,
@@ -865,5 +865,41 @@ mod tests {
         assert!(check_tls_support("REDISS://h/", false).is_err());
         assert!(check_tls_support("rediss://h/", true).is_ok());
         assert!(check_tls_support("redis://h/", false).is_ok());
+    }
+}
+
+/// Classifies a Redis error for the lock `name` (the Redis adapter owns this mapping).
+pub(crate) fn error_from_redis(name: &str, err: redis::RedisError) -> Error {
+    if err.is_timeout()
+        || err.is_connection_dropped()
+        || err.is_connection_refusal()
+        || err.is_io_error()
+    {
+        return Error::Connection(crate::vocab::error::Cause::boxed(err));
+    }
+    use crate::wire::ErrorReply;
+    let detail = err.detail().unwrap_or("");
+    // The scripts' own codes (`RL*`): their wire format is known to `wire` only.
+    match err.code().and_then(|code| ErrorReply::parse(code, detail)) {
+        Some(ErrorReply::Refused(refusal)) => return refusal.into_error(name),
+        Some(ErrorReply::Corrupt(detail)) => {
+            return Error::WrongType {
+                name: name.to_owned(),
+                detail,
+            }
+        }
+        // A script could not use its arguments: a bug, reported as Redis said it.
+        Some(ErrorReply::Arg(_)) | None => {}
+    }
+    match err.code() {
+        Some("WRONGTYPE") => Error::WrongType {
+            name: name.to_owned(),
+            detail: detail.to_owned(),
+        },
+        Some("LOADING") | Some("BUSY") | Some("TRYAGAIN") | Some("CLUSTERDOWN")
+        | Some("MASTERDOWN") => Error::Connection(crate::vocab::error::Cause::boxed(err)),
+        _ => Error::Redis {
+            reply: err.to_string(),
+        },
     }
 }

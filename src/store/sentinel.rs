@@ -61,19 +61,19 @@ impl SentinelConn {
         node: Option<redis::sentinel::SentinelNodeConnectionInfo>,
         config: RedisConfig,
         hub: Arc<WakeHub>,
-    ) -> crate::Result<Arc<Self>> {
+    ) -> crate::vocab::error::Result<Arc<Self>> {
         let infos = urls
             .iter()
             .map(|u| super::redis::parse_url(u))
-            .collect::<crate::Result<Vec<ConnectionInfo>>>()?;
+            .collect::<crate::vocab::error::Result<Vec<ConnectionInfo>>>()?;
         if infos.is_empty() {
-            return Err(crate::Error::invalid(
+            return Err(crate::vocab::error::Error::invalid(
                 "Sentinel URLs",
                 "give the address of at least one sentinel, e.g. redis://127.0.0.1:26379",
             ));
         }
         let mut sentinels = Sentinel::build(infos)
-            .map_err(|e| crate::Error::invalid("Sentinel URLs", e.to_string()))?;
+            .map_err(|e| crate::vocab::error::Error::invalid("Sentinel URLs", e.to_string()))?;
         let (conn, address) =
             Self::open(&mut sentinels, master, node.as_ref(), &config, &hub).await?;
         Ok(Arc::new(SentinelConn {
@@ -99,20 +99,22 @@ impl SentinelConn {
         node: Option<&redis::sentinel::SentinelNodeConnectionInfo>,
         config: &RedisConfig,
         hub: &Arc<WakeHub>,
-    ) -> crate::Result<(ConnectionManager, String)> {
+    ) -> crate::vocab::error::Result<(ConnectionManager, String)> {
         let client = sentinels
             .async_master_for(master, node)
             .await
             .map_err(|e| match e.kind() {
-                redis::ErrorKind::MasterNameNotFoundBySentinel => crate::Error::invalid(
-                    "Sentinel master name",
-                    format!(
+                redis::ErrorKind::MasterNameNotFoundBySentinel => {
+                    crate::vocab::error::Error::invalid(
+                        "Sentinel master name",
+                        format!(
                         "no sentinel names a reachable primary for `{master}`: use a name from \
                          the sentinels' `sentinel monitor <name> ...` lines (SENTINEL MASTERS \
                          lists them), and check that the primary is up"
                     ),
-                ),
-                _ => crate::Error::from_redis("", e),
+                    )
+                }
+                _ => super::redis::error_from_redis("", e),
             })?;
         let info = client.get_connection_info().clone();
         let address = info.addr().to_string();

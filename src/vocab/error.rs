@@ -260,42 +260,6 @@ impl Error {
         }
     }
 
-    /// Classifies a Redis error for the lock `name`.
-    pub(crate) fn from_redis(name: &str, err: redis::RedisError) -> Self {
-        if err.is_timeout()
-            || err.is_connection_dropped()
-            || err.is_connection_refusal()
-            || err.is_io_error()
-        {
-            return Error::Connection(Cause::boxed(err));
-        }
-        use crate::wire::ErrorReply;
-        let detail = err.detail().unwrap_or("");
-        // The scripts' own codes (`RL*`): their wire format is known to `wire` only.
-        match err.code().and_then(|code| ErrorReply::parse(code, detail)) {
-            Some(ErrorReply::Refused(refusal)) => return refusal.into_error(name),
-            Some(ErrorReply::Corrupt(detail)) => {
-                return Error::WrongType {
-                    name: name.to_owned(),
-                    detail,
-                }
-            }
-            // A script could not use its arguments: a bug, reported as Redis said it.
-            Some(ErrorReply::Arg(_)) | None => {}
-        }
-        match err.code() {
-            Some("WRONGTYPE") => Error::WrongType {
-                name: name.to_owned(),
-                detail: detail.to_owned(),
-            },
-            Some("LOADING") | Some("BUSY") | Some("TRYAGAIN") | Some("CLUSTERDOWN")
-            | Some("MASTERDOWN") => Error::Connection(Cause::boxed(err)),
-            _ => Error::Redis {
-                reply: err.to_string(),
-            },
-        }
-    }
-
     /// Whether retrying the same request (same token) may succeed.
     pub(crate) fn is_retryable(&self) -> bool {
         // A quorum not reached is mostly servers not answering: retry like a lost reply.

@@ -2,6 +2,7 @@
 //! limits, and the planted-bug switches of the simulations. Imports nothing else of the crate.
 
 pub(crate) mod bugs;
+pub(crate) mod claim;
 pub(crate) mod error;
 pub(crate) mod keys;
 pub(crate) mod options;

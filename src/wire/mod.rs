@@ -28,8 +28,8 @@ use std::time::Duration;
 
 use redis::{FromRedisValue, ParsingError, RedisWrite, ToRedisArgs, Value};
 
-use crate::api::semaphore::MAX_PERMITS;
-use crate::store::{
+use crate::vocab::claim::MAX_PERMITS;
+use crate::vocab::claim::{
     ms, Acquire, Busy, Claim, Family, Grant, HoldKind, HolderState, PermitChange, Policy, Slot,
     Snapshot, WaiterState,
 };
@@ -713,7 +713,7 @@ impl<'a> ProclaimArgs<'a> {
 
 /// The mode of each part of a multi-lock, one letter per part (`w` or `r`, as [`Mode`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Modes<'a>(pub &'a [crate::store::Part]);
+pub(crate) struct Modes<'a>(pub &'a [crate::vocab::claim::Part]);
 
 impl ToRedisArgs for Modes<'_> {
     fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
@@ -745,7 +745,7 @@ script_args! {
 
 impl<'a> MultiAcquireArgs<'a> {
     /// The arguments of one attempt of `claim` over `parts`.
-    pub fn new(claim: &'a Claim, parts: &'a [crate::store::Part]) -> Self {
+    pub fn new(claim: &'a Claim, parts: &'a [crate::vocab::claim::Part]) -> Self {
         MultiAcquireArgs {
             token: &claim.token,
             lease: Ms(claim.lease),
@@ -1022,13 +1022,13 @@ from_value_ref!(TicketQueueView, |v| {
 /// The reply of `election_leader.lua`: `{now}` when nobody leads, `{now, fence, remaining_ms,
 /// value}` when the live holder proclaimed `value`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct LeaderView(pub Option<crate::api::election::LeaderInfo>);
+pub(crate) struct LeaderView(pub Option<crate::vocab::claim::LeaderInfo>);
 
 from_value_ref!(LeaderView, |v| {
     const WHAT: &str = "election leader reply";
     match items(v, WHAT)? {
         [_now] => Ok(LeaderView(None)),
-        [_now, fence, remaining, value] => Ok(LeaderView(Some(crate::api::election::LeaderInfo {
+        [_now, fence, remaining, value] => Ok(LeaderView(Some(crate::vocab::claim::LeaderInfo {
             value: text(value, "leader value")?,
             term: natural(fence, "term")?,
             time_left: Duration::from_millis(natural(remaining, "leader lease")?),
@@ -1053,9 +1053,9 @@ impl MultiAcquireReply {
     pub(crate) fn outcome(
         self,
         claim: &Claim,
-        parts: &[crate::store::Part],
-    ) -> Result<crate::store::AcquireAll, Error> {
-        use crate::store::AcquireAll;
+        parts: &[crate::vocab::claim::Part],
+    ) -> Result<crate::vocab::claim::AcquireAll, Error> {
+        use crate::vocab::claim::AcquireAll;
         let malformed = || Error::WrongType {
             name: parts
                 .first()

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use super::{LockState, Step, WakeUps};
-use crate::api::election::LeaderInfo;
+use crate::vocab::claim::LeaderInfo;
 use crate::wire::WakeUp;
 
 /// election_proclaim.lua: sets (`Some`) or retracts (`None`) the value of `token`, if it is

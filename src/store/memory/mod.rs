@@ -28,8 +28,8 @@ use self::ticket_queue::TicketQueue;
 use super::{
     ms, Acquire, AcquireAll, Busy, Claim, Family, Grant, Part, PermitChange, Slot, Snapshot, Store,
 };
-use crate::api::election::LeaderInfo;
 use crate::store::hub::WakeHub;
+use crate::vocab::claim::LeaderInfo;
 use crate::vocab::error::Result;
 use crate::vocab::keys::LockKeys;
 use crate::wire::{Named, WakeUp};

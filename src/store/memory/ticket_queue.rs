@@ -10,11 +10,11 @@ use std::time::Duration;
 
 use super::zset::ZSet;
 use super::{LockState, Step, WakeUps};
-use crate::api::semaphore::MAX_PERMITS;
 use crate::store::{
     ms, Acquire, Busy, Claim, Family, Grant, HoldKind, HolderState, PermitChange, Slot, Snapshot,
     WaiterState,
 };
+use crate::vocab::claim::MAX_PERMITS;
 use crate::wire::{HandOff, Member, Named, Refusal};
 
 /// The keys `h`, `q`, `hb`, `tk` and `cap` of one lock.
