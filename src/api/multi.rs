@@ -22,11 +22,12 @@ use tokio::time::Instant;
 
 use crate::api::rwlock::Preference;
 use crate::engine::lease::{release_in_background, release_with_retry, Hold};
-use crate::engine::wait::{jitter, no_reply, subscribe_bound, Deadline, LockCtx, FIRST_BACKOFF};
-use crate::store::hub::Registration;
+use crate::engine::wait::{pursue, Deadline, LockCtx, Pursuit, Step, Waiting};
+use crate::store::Busy;
 use crate::store::{AcquireAll, Claim, Grant, Part, Policy, Request, Slot};
 use crate::vocab::error::{Error, Result};
 use crate::vocab::keys::{hash_slot, LockKeys};
+use crate::wire::HandOff;
 
 /// The most names one multi-lock takes.
 pub const MAX_MULTI_NAMES: usize = 64;
@@ -329,127 +330,104 @@ impl MultiLock {
         Ok(MultiGuard { holds })
     }
 
-    /// Takes every part of `group` (one step's worth), waiting as `deadline` allows; the
-    /// grants and the send instant of the attempt that made them.
+    /// Takes every part of `group` (one step's worth), waiting as `deadline` allows, in the
+    /// one acquire loop; the grants and the send instant of the attempt that made them.
     async fn acquire_group(
         &self,
         group: &[Part],
         claim: &Claim,
         deadline: Deadline,
     ) -> Result<(Vec<Grant>, Instant)> {
-        let store = &self.ctx.store;
-        let wait = !matches!(deadline, Deadline::Try);
-        let mut pending = PendingGroup {
-            parts: Some(group.to_vec()),
-            ctx: &self.ctx,
-            claim,
-            unknown: false,
+        let mut pursuit = Group {
+            pending: PendingGroup {
+                parts: Some(group.to_vec()),
+                ctx: &self.ctx,
+                claim,
+                unknown: false,
+            },
+            busy_part: 0,
         };
-        let mut registration: Option<(usize, Registration)> = None;
-        let mut outage: Option<(Instant, Error)> = None;
-        let mut backoff = FIRST_BACKOFF;
-        let interval = self.ctx.opts.retry_interval;
-        loop {
-            let sent_at = Instant::now();
-            let attempt = store.acquire_all(group, claim, None);
-            let outcome = match deadline {
-                // An attempt in flight at the deadline gets one bounded round trip more.
-                Deadline::At(limit, _) => {
-                    let bound = crate::vocab::options::later(limit, self.ctx.response_timeout);
-                    tokio::time::timeout_at(bound, attempt)
-                        .await
-                        .unwrap_or_else(|_| Err(no_reply(self.ctx.response_timeout)))
-                }
-                _ => attempt.await,
-            };
-            match outcome {
-                Ok(AcquireAll::Granted(grants)) => {
-                    pending.parts = None;
-                    return Ok((grants, sent_at));
-                }
-                Ok(AcquireAll::Busy { part, busy }) => {
-                    outage = None;
-                    backoff = FIRST_BACKOFF;
-                    // An attempt whose reply was lost may have granted the whole group, and
-                    // part of that grant may still stand: give it back before waiting.
-                    pending.settle().await;
-                    if !wait {
-                        return Err(Error::WouldBlock {
-                            name: group[part].lock.name().to_owned(),
-                        });
-                    }
-                    if registration.as_ref().map(|(p, _)| *p) != Some(part) {
-                        // Subscribed only now: attempt again at once, so a release between
-                        // the attempt and the subscription is not missed.
-                        let mut reg = store
-                            .hub()
-                            .register(&group[part].lock.channel(), &claim.token);
-                        reg.subscribed(subscribe_bound(
-                            deadline,
-                            self.ctx.response_timeout,
-                            interval,
-                        ))
-                        .await;
-                        registration = Some((part, reg));
-                        continue;
-                    }
-                    let mut sleep = jitter(interval);
-                    if let Some(hint) = busy.retry_after {
-                        sleep = sleep.min(hint + Duration::from_millis(1));
-                    }
-                    let mut wake_at = Instant::now() + sleep;
-                    if let Deadline::At(limit, _) = deadline {
-                        wake_at = wake_at.min(limit);
-                    }
-                    if let Some((_, reg)) = registration.as_ref() {
-                        tokio::select! {
-                            biased;
-                            _ = reg.notified() => {}
-                            _ = tokio::time::sleep_until(wake_at) => {}
-                        }
-                        // A multi-lock never announces itself, so no release hands it a grant.
-                        let _ = reg.take_grant();
-                    }
-                }
-                // A wait rides through an outage within its budget, attempting again with
-                // the same token (the failed attempt may have run); a try makes one attempt.
-                Err(err) if wait && err.is_retryable() => {
-                    pending.unknown = true;
-                    let since = outage
-                        .as_ref()
-                        .map_or_else(Instant::now, |(since, _)| *since);
-                    if since.elapsed() >= self.ctx.opts.outage_budget {
-                        return Err(err);
-                    }
-                    tracing::debug!(lock = group[0].lock.name(), %err, "Redis unreachable; attempting the multi-lock again by token");
-                    let mut wake_at = Instant::now() + jitter(backoff);
-                    if let Deadline::At(limit, _) = deadline {
-                        wake_at = wake_at.min(limit);
-                    }
-                    outage = Some((since, err));
-                    backoff = (backoff * 2).min(interval);
-                    tokio::time::sleep_until(wake_at).await;
-                }
-                // Dropping `pending` releases whatever a lost reply may have granted.
-                Err(err) => {
-                    pending.unknown = true;
-                    return Err(err);
-                }
+        let waiting = Waiting {
+            hub: self.ctx.store.hub(),
+            deadline,
+            response_timeout: self.ctx.response_timeout,
+            outage_budget: self.ctx.opts.outage_budget,
+        };
+        match pursue(&mut pursuit, &waiting).await? {
+            Some(won) => {
+                pursuit.pending.parts = None;
+                Ok(won)
             }
-            if let Deadline::At(limit, waited) = deadline {
-                if Instant::now() >= limit {
-                    drop(registration.take());
-                    if let Some((_, err)) = outage {
-                        return Err(err);
-                    }
-                    let _ = tokio::time::timeout(self.ctx.response_timeout, pending.settle()).await;
-                    return Err(Error::Timeout {
-                        name: group[0].lock.name().to_owned(),
-                        waited,
-                    });
-                }
-            }
+            None => Err(Error::WouldBlock {
+                name: group[pursuit.busy_part].lock.name().to_owned(),
+            }),
         }
+    }
+}
+
+/// A multi-lock's group of parts (one step's worth) pursued by the acquire loop: granted all
+/// at once or not at all; a multi-lock never queues or announces itself, so no release hands
+/// it a grant.
+struct Group<'a> {
+    pending: PendingGroup<'a>,
+    /// The part the latest refusal named.
+    busy_part: usize,
+}
+
+impl Group<'_> {
+    fn parts(&self) -> &[Part] {
+        self.pending.parts.as_deref().unwrap_or_default()
+    }
+}
+
+impl Pursuit for Group<'_> {
+    type Won = (Vec<Grant>, Instant);
+
+    async fn attempt(&mut self, _wait: bool) -> Step<Self::Won> {
+        let sent_at = Instant::now();
+        let (ctx, claim) = (self.pending.ctx, self.pending.claim);
+        match ctx.store.acquire_all(self.parts(), claim, None).await {
+            Ok(AcquireAll::Granted(grants)) => Step::Won((grants, sent_at)),
+            Ok(AcquireAll::Busy { part, busy }) => {
+                self.busy_part = part;
+                Step::Refused {
+                    busy,
+                    sent_at,
+                    channel: self.parts()[part].lock.channel(),
+                }
+            }
+            Err(err) => Step::Failed(err),
+        }
+    }
+
+    /// An attempt whose reply was lost may have granted the whole group, and part of that
+    /// grant may still stand: it is given back before the loop returns or waits.
+    async fn refused(&mut self, _busy: &Busy, _wait: bool) {
+        self.pending.settle().await;
+    }
+
+    fn unknown(&mut self) {
+        self.pending.unknown = true;
+    }
+
+    fn handed_over(&mut self, _: HandOff, _: &Busy, _: Instant) -> Option<Self::Won> {
+        None
+    }
+
+    fn interval(&self) -> Duration {
+        self.pending.ctx.opts.retry_interval
+    }
+
+    fn name(&self) -> &str {
+        self.parts().first().map_or("", |p| p.lock.name())
+    }
+
+    fn token(&self) -> &str {
+        &self.pending.claim.token
+    }
+
+    async fn withdraw_within(&mut self, bound: Duration) {
+        let _ = tokio::time::timeout(bound, self.pending.settle()).await;
     }
 }
 

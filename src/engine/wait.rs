@@ -19,7 +19,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::engine::lease::{release_in_background, release_with_retry, Hold, Holds};
-use crate::store::hub::Registration;
+use crate::store::hub::{Registration, WakeHub};
 use crate::store::{Acquire, Busy, Claim, Policy, Request, Slot, Store};
 use crate::vocab::bugs::{planted, Bug};
 use crate::vocab::error::{Error, Result};
@@ -76,6 +76,11 @@ impl Pending {
         drop(self.take());
     }
 
+    /// [`Pending::settled`], in place: nothing is released when it is dropped.
+    fn forget(&mut self) {
+        self.0 = None;
+    }
+
     /// Removes the claim's traces now; if Redis cannot be asked, it is left to the background.
     async fn withdraw(self) {
         let (store, lock, claim) = self.parts();
@@ -86,11 +91,13 @@ impl Pending {
 
     /// [`Pending::withdraw`], waiting at most `bound`: what is not done by then goes on in
     /// the background (the caller is not kept waiting on an unreachable Redis).
-    async fn withdraw_within(self, bound: Duration) {
-        let (store, lock, claim) = self.parts();
+    async fn withdraw_within(&mut self, bound: Duration) {
+        let Some((store, lock, claim)) = self.0.as_ref() else {
+            return;
+        };
         let release = release_with_retry(&**store, lock, claim);
         if let Ok(Ok(_)) = tokio::time::timeout(bound, release).await {
-            self.settled();
+            self.forget();
         }
     }
 
@@ -119,23 +126,206 @@ impl Drop for Pending {
     }
 }
 
-/// The outcome of one attempt.
-enum Attempt {
-    /// The reply granted the claim.
-    Granted { fence: u64, sent_at: Instant },
-    /// Refused (and queued or announced, when waiting).
-    Refused { busy: Busy, sent_at: Instant },
+/// The outcome of one attempt of a [`Pursuit`].
+pub(crate) enum Step<W> {
+    /// The reply granted what was pursued.
+    Won(W),
+    /// Refused (and queued or announced, when waiting); `channel` is the lock whose release
+    /// to wait for.
+    Refused {
+        busy: Busy,
+        sent_at: Instant,
+        channel: String,
+    },
     /// No usable reply.
     Failed(Error),
 }
 
-/// The outcome of waiting after a refusal.
-enum Woken {
-    /// A release handed this claim the lock and the grant can be trusted as it is.
-    HandedOver(HandOff),
-    /// Attempt again (a wake-up, the claim's interval, the blocking lease's end, or the
-    /// caller's deadline).
-    Retry,
+/// What the one acquire loop ([`pursue`]) pursues: a single claim ([`OneClaim`]) or a
+/// multi-lock's group of parts. The loop owns the waiting (subscription, wake-ups, the
+/// blocking lease's end, the interval, the deadline, the outage budget); the pursuit owns
+/// what its attempts may leave on the server.
+pub(crate) trait Pursuit: Send {
+    /// What a grant yields.
+    type Won: Send;
+    /// One attempt; with `wait`, a refusal may queue or announce the claim.
+    fn attempt(&mut self, wait: bool) -> impl std::future::Future<Output = Step<Self::Won>> + Send;
+    /// After each refusal, before the loop returns (a refused try) or waits.
+    fn refused(&mut self, busy: &Busy, wait: bool) -> impl std::future::Future<Output = ()> + Send;
+    /// An attempt's outcome is unknown (no reply): it may have been applied.
+    fn unknown(&mut self) {}
+    /// What a grant carried in a wake-up yields, if it can be trusted as it is.
+    fn handed_over(&mut self, grant: HandOff, busy: &Busy, sent_at: Instant) -> Option<Self::Won>;
+    /// The longest sleep between attempts (for a queued claim, also its heartbeat).
+    fn interval(&self) -> Duration;
+    /// The lock named in a timeout or an outage.
+    fn name(&self) -> &str;
+    /// The claim's token (wake-ups name it).
+    fn token(&self) -> &str;
+    /// The wait ended without a grant: remove the pursuit's traces now, waiting at most
+    /// `bound`; what is not done by then goes on in the background.
+    fn withdraw_within(&mut self, bound: Duration) -> impl std::future::Future<Output = ()> + Send;
+}
+
+/// How an acquire loop waits: its wake-ups, deadline and bounds.
+pub(crate) struct Waiting<'a> {
+    pub hub: &'a Arc<WakeHub>,
+    pub deadline: Deadline,
+    pub response_timeout: Duration,
+    pub outage_budget: Duration,
+}
+
+/// Since when Redis has not answered, the latest reason why, and the next back-off.
+struct Outage {
+    since: Option<(Instant, Error)>,
+    backoff: Duration,
+}
+
+/// The one acquire loop, for every wait of the crate:
+/// 1. Attempt (bounded by the deadline plus one response timeout). Granted: done.
+/// 2. Refused: a try returns `Ok(None)`. A wait registers with the wake-up hub for the
+///    lock it is refused on (subscribing at most one interval, never past the deadline),
+///    then attempts again at once, so a release between the attempt and the subscription is
+///    not missed.
+/// 3. Waits for the first of: a wake-up, the end of the lease that blocks it, its interval
+///    (jittered), the deadline. A wake-up's grant is offered to the pursuit.
+/// 4. A failed attempt is retried by token with back-off while the outage budget lasts.
+/// 5. At the deadline: the pursuit withdraws, and the error says whether the lock was busy
+///    or Redis unreachable.
+pub(crate) async fn pursue<P: Pursuit>(p: &mut P, w: &Waiting<'_>) -> Result<Option<P::Won>> {
+    let wait = !matches!(w.deadline, Deadline::Try);
+    let mut registration: Option<(String, Registration)> = None;
+    let mut outage = Outage {
+        since: None,
+        backoff: FIRST_BACKOFF,
+    };
+    loop {
+        match bounded_attempt(p, w, wait).await {
+            Step::Won(won) => return Ok(Some(won)),
+            Step::Refused {
+                busy,
+                sent_at,
+                channel,
+            } => {
+                outage = Outage {
+                    since: None,
+                    backoff: FIRST_BACKOFF,
+                };
+                p.refused(&busy, wait).await;
+                if !wait {
+                    return Ok(None);
+                }
+                let reg = match registration.take() {
+                    Some((c, reg)) if c == channel => reg,
+                    _ => {
+                        let mut reg = w.hub.register(&channel, p.token());
+                        let bound = subscribe_bound(w.deadline, w.response_timeout, p.interval());
+                        reg.subscribed(bound).await;
+                        registration = Some((channel, reg));
+                        continue;
+                    }
+                };
+                let won = sleep(p, &reg, &busy, sent_at, w.deadline).await;
+                registration = Some((channel, reg));
+                if let Some(won) = won {
+                    return Ok(Some(won));
+                }
+            }
+            Step::Failed(err) if wait && err.is_retryable() => {
+                p.unknown();
+                let (name, interval) = (p.name().to_owned(), p.interval());
+                ride_outage(&name, interval, w, &mut outage, err).await?;
+            }
+            // Whatever ended the acquire, the pursuit leaves no trace (a lost reply may have
+            // been a grant; a refusal may have left a queue place or an announcement).
+            Step::Failed(err) => {
+                p.unknown();
+                return Err(err);
+            }
+        }
+        if let Deadline::At(limit, waited) = w.deadline {
+            if Instant::now() >= limit {
+                drop(registration.take());
+                // Redis unreachable at the deadline: say so, not "the lock was busy".
+                if let Some((_, err)) = outage.since {
+                    return Err(err);
+                }
+                p.withdraw_within(w.response_timeout).await;
+                return Err(Error::Timeout {
+                    name: p.name().to_owned(),
+                    waited,
+                });
+            }
+        }
+    }
+}
+
+/// One attempt; one in flight at the deadline gets one bounded round trip more.
+async fn bounded_attempt<P: Pursuit>(p: &mut P, w: &Waiting<'_>, wait: bool) -> Step<P::Won> {
+    match w.deadline {
+        Deadline::At(limit, _) => {
+            let bound = crate::vocab::options::later(limit, w.response_timeout);
+            tokio::time::timeout_at(bound, p.attempt(wait))
+                .await
+                .unwrap_or_else(|_| Step::Failed(no_reply(w.response_timeout)))
+        }
+        Deadline::Try | Deadline::Never => p.attempt(wait).await,
+    }
+}
+
+/// A failed attempt while waiting: gives up once the outage budget is spent, else sleeps a
+/// back-off (jittered, never past the deadline) before the next attempt by the same token.
+async fn ride_outage(
+    name: &str,
+    interval: Duration,
+    w: &Waiting<'_>,
+    outage: &mut Outage,
+    err: Error,
+) -> Result<()> {
+    let since = outage
+        .since
+        .as_ref()
+        .map_or_else(Instant::now, |(since, _)| *since);
+    if since.elapsed() >= w.outage_budget {
+        return Err(err);
+    }
+    tracing::debug!(lock = name, %err, "Redis unreachable; attempting again by token");
+    let mut wake_at = Instant::now() + jitter(outage.backoff);
+    if let Deadline::At(limit, _) = w.deadline {
+        wake_at = wake_at.min(limit);
+    }
+    outage.since = Some((since, err));
+    outage.backoff = (outage.backoff * 2).min(interval);
+    tokio::time::sleep_until(wake_at).await;
+    Ok(())
+}
+
+/// After a refusal of the attempt sent at `sent_at`: waits for the first of a wake-up
+/// naming this claim (or everyone), the end of the lease that blocks it, the pursuit's own
+/// interval (jittered; also its heartbeat) and the caller's deadline; then offers the
+/// pursuit the grant the wake-up carried, if any.
+async fn sleep<P: Pursuit>(
+    p: &mut P,
+    reg: &Registration,
+    busy: &Busy,
+    sent_at: Instant,
+    deadline: Deadline,
+) -> Option<P::Won> {
+    let mut sleep = jitter(p.interval());
+    if let Some(hint) = busy.retry_after {
+        sleep = sleep.min(hint + Duration::from_millis(1));
+    }
+    let mut wake_at = Instant::now() + sleep;
+    if let Deadline::At(limit, _) = deadline {
+        wake_at = wake_at.min(limit);
+    }
+    tokio::select! {
+        biased;
+        _ = reg.notified() => {}
+        _ = tokio::time::sleep_until(wake_at) => {}
+    }
+    let grant = reg.take_grant()?;
+    p.handed_over(grant, busy, sent_at)
 }
 
 /// Everything a handle needs to acquire: store, lock keys (or the error that refused the
@@ -273,127 +463,41 @@ impl LockCtx {
         &self,
         claim: Claim,
         deadline: Deadline,
-        mut on_position: Option<&mut (dyn FnMut(u64) + Send)>,
+        on_position: Option<&mut (dyn FnMut(u64) + Send)>,
     ) -> Result<Option<Hold>> {
         self.opts.validate()?;
         let lock = self.keys()?.clone();
-        let wait = !matches!(deadline, Deadline::Try);
         let pending = Pending::new(
             self.store.clone(),
             lock.clone(),
             claim.clone(),
             self.holds.clone(),
         );
-        let mut registration = None;
-        let mut last_position = None;
-        // Since when Redis has not answered, and the latest reason why.
-        let mut outage: Option<(Instant, Error)> = None;
-        let mut backoff = FIRST_BACKOFF;
-        loop {
-            let attempt = match deadline {
-                // An attempt in flight at the deadline gets one bounded round trip more.
-                Deadline::At(limit, _) => {
-                    let bound = crate::vocab::options::later(limit, self.response_timeout);
-                    tokio::time::timeout_at(bound, self.attempt(&lock, &claim, wait))
-                        .await
-                        .unwrap_or_else(|_| Attempt::Failed(no_reply(self.response_timeout)))
-                }
-                _ => self.attempt(&lock, &claim, wait).await,
-            };
-            if !matches!(attempt, Attempt::Failed(_)) {
-                outage = None;
-                backoff = FIRST_BACKOFF;
+        let mut one = OneClaim {
+            ctx: self,
+            interval: self.interval(&claim),
+            lock,
+            claim,
+            pending,
+            last_position: None,
+            on_position,
+        };
+        let waiting = Waiting {
+            hub: self.store.hub(),
+            deadline,
+            response_timeout: self.response_timeout,
+            outage_budget: self.opts.outage_budget,
+        };
+        let won = pursue(&mut one, &waiting).await?;
+        let pending = one.pending;
+        match won {
+            None => Ok(None),
+            Some(Won::Granted { fence, sent_at }) => {
+                self.confirm(pending, fence, sent_at).await.map(Some)
             }
-            match attempt {
-                Attempt::Granted { fence, sent_at } => {
-                    return self.confirm(pending, fence, sent_at).await.map(Some);
-                }
-                Attempt::Refused { .. } if !wait => {
-                    // A refused try never stays queued.
-                    pending.settled();
-                    return Ok(None);
-                }
-                Attempt::Refused { busy, sent_at } => {
-                    if let Some(pos) = busy.position.filter(|p| Some(*p) != last_position) {
-                        last_position = Some(pos);
-                        crate::engine::telemetry::position(lock.name(), pos);
-                        if let Some(f) = on_position.as_mut() {
-                            f(pos);
-                        }
-                    }
-                    let Some(reg) = registration.as_ref() else {
-                        // Subscribed only now: attempt again at once, so a release between the
-                        // first attempt and the subscription is not missed.
-                        let mut reg = self.store.hub().register(&lock.channel(), &claim.token);
-                        reg.subscribed(subscribe_bound(
-                            deadline,
-                            self.response_timeout,
-                            self.interval(&claim),
-                        ))
-                        .await;
-                        registration = Some(reg);
-                        continue;
-                    };
-                    if let Woken::HandedOver(grant) =
-                        self.sleep(reg, &claim, &busy, sent_at, deadline).await
-                    {
-                        return Ok(Some(pending.handed_over(
-                            grant.fence,
-                            sent_at,
-                            self.opts.clone(),
-                        )));
-                    }
-                }
-                // A wait rides through an outage within its budget, attempting again with
-                // the same token (the failed attempt may have run); a try makes one attempt.
-                Attempt::Failed(err) if wait && err.is_retryable() => {
-                    let since = outage
-                        .as_ref()
-                        .map_or_else(Instant::now, |(since, _)| *since);
-                    if since.elapsed() >= self.opts.outage_budget {
-                        return Err(err);
-                    }
-                    tracing::debug!(lock = lock.name(), %err, "Redis unreachable; attempting again by token");
-                    let mut wake_at = Instant::now() + jitter(backoff);
-                    if let Deadline::At(limit, _) = deadline {
-                        wake_at = wake_at.min(limit);
-                    }
-                    outage = Some((since, err));
-                    backoff = (backoff * 2).min(self.interval(&claim));
-                    tokio::time::sleep_until(wake_at).await;
-                }
-                // Whatever ended the acquire, it leaves no trace: dropping `pending` releases
-                // by token in the background (a lost reply may have been a grant; a refusal
-                // may have left a queue place or an announcement).
-                Attempt::Failed(err) => return Err(err),
+            Some(Won::HandedOver { fence, sent_at }) => {
+                Ok(Some(pending.handed_over(fence, sent_at, self.opts.clone())))
             }
-            if let Deadline::At(limit, waited) = deadline {
-                if Instant::now() >= limit {
-                    drop(registration.take());
-                    // Redis unreachable at the deadline: say so, not "the lock was busy".
-                    if let Some((_, err)) = outage {
-                        return Err(err);
-                    }
-                    pending.withdraw_within(self.response_timeout).await;
-                    return Err(Error::Timeout {
-                        name: lock.name().to_owned(),
-                        waited,
-                    });
-                }
-            }
-        }
-    }
-
-    /// One attempt, timed from its send.
-    async fn attempt(&self, lock: &LockKeys, claim: &Claim, wait: bool) -> Attempt {
-        let sent_at = Instant::now();
-        match self.store.acquire(lock, claim, wait, None).await {
-            Ok(Acquire::Granted(grant)) => Attempt::Granted {
-                fence: grant.fence,
-                sent_at,
-            },
-            Ok(Acquire::Busy(busy)) => Attempt::Refused { busy, sent_at },
-            Err(err) => Attempt::Failed(err),
         }
     }
 
@@ -419,49 +523,99 @@ impl LockCtx {
         }
         Ok(pending.granted(fence, sent_at, self.opts.clone()))
     }
+}
 
-    /// After a refusal of the attempt sent at `sent_at`: waits for the first of a wake-up
-    /// naming this claim (or everyone), the end of the lease that blocks it, the claim's own
-    /// interval (jittered; also its heartbeat) and the caller's deadline.
-    async fn sleep(
-        &self,
-        reg: &Registration,
-        claim: &Claim,
-        busy: &Busy,
-        sent_at: Instant,
-        deadline: Deadline,
-    ) -> Woken {
-        let mut sleep = jitter(self.interval(claim));
-        if let Some(hint) = busy.retry_after {
-            sleep = sleep.min(hint + Duration::from_millis(1));
+/// How a single claim was won.
+pub(crate) enum Won {
+    /// By the reply to the attempt sent at `sent_at`.
+    Granted { fence: u64, sent_at: Instant },
+    /// By a release that handed it over after the attempt sent at `sent_at`.
+    HandedOver { fence: u64, sent_at: Instant },
+}
+
+/// A single claim pursued by the acquire loop; what the server may hold for it is `pending`'s
+/// until it becomes a hold.
+struct OneClaim<'a, 'p> {
+    ctx: &'a LockCtx,
+    interval: Duration,
+    lock: LockKeys,
+    claim: Claim,
+    pending: Pending,
+    last_position: Option<u64>,
+    on_position: Option<&'p mut (dyn FnMut(u64) + Send)>,
+}
+
+impl Pursuit for OneClaim<'_, '_> {
+    type Won = Won;
+
+    async fn attempt(&mut self, wait: bool) -> Step<Won> {
+        let sent_at = Instant::now();
+        match self
+            .ctx
+            .store
+            .acquire(&self.lock, &self.claim, wait, None)
+            .await
+        {
+            Ok(Acquire::Granted(grant)) => Step::Won(Won::Granted {
+                fence: grant.fence,
+                sent_at,
+            }),
+            Ok(Acquire::Busy(busy)) => Step::Refused {
+                busy,
+                sent_at,
+                channel: self.lock.channel(),
+            },
+            Err(err) => Step::Failed(err),
         }
-        let mut wake_at = Instant::now() + sleep;
-        if let Deadline::At(limit, _) = deadline {
-            wake_at = wake_at.min(limit);
+    }
+
+    async fn refused(&mut self, busy: &Busy, wait: bool) {
+        if !wait {
+            // A refused try never stays queued.
+            self.pending.forget();
+            return;
         }
-        tokio::select! {
-            biased;
-            _ = reg.notified() => {}
-            _ = tokio::time::sleep_until(wake_at) => {}
-        }
-        // A hand-off's wake-up may carry the grant itself: the hold is then valid from our
-        // last attempt, and the full lease is claimed in the background, which saves the
-        // hand-off a round trip. A grant that does not name the deadline our latest refusal
-        // was told may predate that refusal (the push was delayed, the claim window ended and
-        // someone else took the lock): the next attempt confirms it instead (it claims a grant
-        // that still stands); so does a grant whose trust window is mostly gone.
-        let wanted = matches!(claim.slot, Slot::Ticket { .. } | Slot::Write)
-            // With wait_replicas, the normal claim path runs WAIT first.
-            && self.opts.wait_replicas.is_none();
-        match reg.take_grant() {
-            Some(grant)
-                if wanted
-                    && (grant.names(busy.heartbeat_until) || planted(Bug::StaleGrant))
-                    && Hold::hand_off_is_fresh(claim, sent_at) =>
-            {
-                Woken::HandedOver(grant)
+        if let Some(pos) = busy.position.filter(|p| Some(*p) != self.last_position) {
+            self.last_position = Some(pos);
+            crate::engine::telemetry::position(self.lock.name(), pos);
+            if let Some(f) = self.on_position.as_mut() {
+                f(pos);
             }
-            _ => Woken::Retry,
         }
+    }
+
+    /// A hand-off's wake-up may carry the grant itself: the hold is then valid from our last
+    /// attempt, and the full lease is claimed in the background, which saves the hand-off a
+    /// round trip. A grant that does not name the deadline our latest refusal was told may
+    /// predate that refusal (the push was delayed, the claim window ended and someone else
+    /// took the lock): the next attempt confirms it instead (it claims a grant that still
+    /// stands); so does a grant whose trust window is mostly gone.
+    fn handed_over(&mut self, grant: HandOff, busy: &Busy, sent_at: Instant) -> Option<Won> {
+        let wanted = matches!(self.claim.slot, Slot::Ticket { .. } | Slot::Write)
+            // With wait_replicas, the normal claim path runs WAIT first.
+            && self.ctx.opts.wait_replicas.is_none();
+        let trusted = wanted
+            && (grant.names(busy.heartbeat_until) || planted(Bug::StaleGrant))
+            && Hold::hand_off_is_fresh(&self.claim, sent_at);
+        trusted.then_some(Won::HandedOver {
+            fence: grant.fence,
+            sent_at,
+        })
+    }
+
+    fn interval(&self) -> Duration {
+        self.interval
+    }
+
+    fn name(&self) -> &str {
+        self.lock.name()
+    }
+
+    fn token(&self) -> &str {
+        &self.claim.token
+    }
+
+    async fn withdraw_within(&mut self, bound: Duration) {
+        self.pending.withdraw_within(bound).await;
     }
 }
