@@ -9,6 +9,7 @@
 //! * [`replies`]: comparing two stores' replies, errors by classification (the model checks).
 //! * [`faulty`], [`proxy`], [`fenced`], [`history`]: fault injection, a TCP proxy, a fenced
 //!   resource and the grant history checks.
+//! * [`time`]: `ms`, `secs`, a server's clock, a current-thread runtime.
 
 #![allow(dead_code)]
 
@@ -28,6 +29,7 @@ pub mod proxy;
 pub mod queue;
 pub mod replies;
 mod server;
+pub mod time;
 
 // Each test binary uses some of these.
 #[allow(unused_imports)]

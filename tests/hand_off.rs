@@ -1,21 +1,18 @@
-//! Adversarial checks of the hand-off push (feature `testing`: the in-memory store's wake-ups
-//! are diverted so the test decides when a hand-off push arrives).
+//! Hand-offs: a released lock handed to its head waiter, and the push that tells the waiter.
+//! A hand-off's push may arrive late, after its claim window passed (the in-memory store's
+//! wake-ups are diverted, feature `testing`, so a test decides when a push arrives).
 
 mod support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
-use std::time::Duration;
 
 use redis_locks::testing::store::{MemoryStore, Store};
 use redis_locks::{testing, LockClient};
 use tokio::time::{sleep, timeout};
 
 use support::faulty::{Faulty, Op, Rule};
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
+use support::time::ms;
 
 /// H holds a Mutex; W waits (announced, refusal deadline D1). W's next attempts are slowed
 /// (800 ms on the way). H releases: the lock is handed to W until D1, but the push is held
