@@ -1,108 +1,32 @@
-//! Adversarial review 5: the speed pass (fast paths in front of the general Lua logic,
-//! counter tokens, keys built once per handle, one renewal driver per client and runtime).
+//! Changes of the server's state behind the clients' backs, and state the clients did not
+//! write: fast paths facing stale or foreign entries and keys of the wrong type, an
+//! operator's `force_release` in between, `FLUSHALL`, `SCRIPT FLUSH` storms, a slow or
+//! paused server (`DEBUG SLEEP`, `CLIENT PAUSE`), a restart that comes back empty, and the
+//! counter tokens the fast paths rely on.
 //!
 //! Every test asserts a property through the public API (handles, guards, `inspect`,
-//! `force_release`), on a private real redis-server and, where the stores are meant to
-//! agree, on the in-memory store:
-//! * safety: never two holders; a guard never trusts past its server lease;
-//! * liveness: renewals keep long holds alive (slow replies, extend racing the scheduled
-//!   renewal, release or drop racing a renewal in flight, the client dropped, a runtime shut
-//!   down), a lost lease is signalled, a released hold stays released;
-//! * fast paths: states where a fast path could answer differently from the general logic
-//!   (stale entries, lapsed waiters, keys of the wrong type, capacity markers, a forced
-//!   release in between, the script cache flushed).
-//!
-//! Three tests found breaks, fixed since (a renewal queued behind an `extend` gave up at the
-//! trust it read before waiting; a renewal in flight when its runtime shut down left the hold
-//! unschedulable): `extend_then_queued_renewal_keeps_the_hold`, `extend_churn_stays_honest`,
-//! `extend_after_the_granting_runtime_shut_down_resumes_renewals`.
+//! `force_release`), on a private real redis-server and, where the stores are meant to agree,
+//! on the in-memory store: never two holders, a guard never trusts past its server lease, a
+//! lost lease is signalled, and holds made afterwards are renewed.
 
-#[macro_use]
 mod support;
 use support::Granted;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
-use redis_locks::{LockClient, LockInfo};
-use tokio::time::{sleep, sleep_until, timeout, Instant};
+use redis_locks::testing::store::RedisStore;
+use redis_locks::LockClient;
+use tokio::time::{sleep, timeout, Instant};
 
 use support::backend::Backend;
-use support::faulty::{Faulty, Gate, Op, Rule};
-use support::proxy::Proxy;
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-/// The latest instant (local clock) the server's lease of the first holder in `info` can end:
-/// `inspect` was answered by `answered`, and the server measured `lease_remaining` at or
-/// before that (remaining is truncated to whole ms, hence +1 ms).
-fn server_deadline(info: &LockInfo, answered: Instant) -> Option<Instant> {
-    info.holders
-        .iter()
-        .map(|h| answered + h.lease_remaining + ms(1))
-        .max()
-}
-
-/// Asserts that a guard trusting until `valid_until` (read BEFORE the `inspect` was sent, so a
-/// renewal confirmed in between cannot make it look later than it was) does not trust past
-/// the server's lease (read by an `inspect` answered at `answered`), with `slack` for
-/// scheduling noise.
-fn assert_honest(what: &str, valid_until: Instant, info: &LockInfo, answered: Instant) {
-    let slack = ms(5);
-    match server_deadline(info, answered) {
-        Some(server) => assert!(
-            valid_until <= server + slack,
-            "{what}: the guard trusts {:?} past the server's lease",
-            valid_until.saturating_duration_since(server)
-        ),
-        None => assert!(
-            valid_until <= answered + slack,
-            "{what}: the guard trusts {:?} ahead while the server lists no holder",
-            valid_until.saturating_duration_since(answered)
-        ),
-    }
-}
+use support::honest::assert_honest;
+use support::time::{ms, secs, server_ms};
+use support::RedisServer;
 
 // ------------------------------------------------------------------------------------------
-// 1. extend racing the scheduled renewal, replies slow
+// fast paths against state they must hand to the general logic (Redis)
 // ------------------------------------------------------------------------------------------
-
-// Found a break (renewal gave up at the trust it read before waiting for the extend); fixed.
-
-// ------------------------------------------------------------------------------------------
-// 2. many holds, slow replies
-// ------------------------------------------------------------------------------------------
-
-// ------------------------------------------------------------------------------------------
-// 3. release / drop racing a renewal in flight
-// ------------------------------------------------------------------------------------------
-
-// ------------------------------------------------------------------------------------------
-// 4. the client dropped, a runtime shut down
-// ------------------------------------------------------------------------------------------
-
-fn current_thread() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
-
-// ------------------------------------------------------------------------------------------
-// 5. fast paths against states they must hand to the general logic (Redis)
-// ------------------------------------------------------------------------------------------
-
-/// The server's clock in ms.
-fn server_ms(server: &support::RedisServer) -> u64 {
-    let t = server.cli(&["TIME"]);
-    let mut parts = t.split_whitespace();
-    let secs: u64 = parts.next().expect("secs").parse().expect("secs");
-    let micros: u64 = parts.next().expect("micros").parse().expect("micros");
-    secs * 1000 + micros / 1000
-}
 
 fn granted<G>(r: &redis_locks::Result<G>) -> bool {
     r.is_ok()
@@ -347,8 +271,44 @@ async fn redis_keys_of_the_wrong_type_never_grant_two_holders() {
     eprintln!("grants by wrong-type key (mutex, fair, read, permit): {table:?}");
 }
 
+/// 8 clients (and their clones) acquire 4 000 holds concurrently on distinct names: every
+/// token is distinct, and none is a suffix of another (the general release matches a stale
+/// writer record by its `|token` suffix).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn counter_tokens_are_unique_across_clients() {
+    let b = Backend::memory();
+    let mut tasks = Vec::new();
+    for t in 0..8 {
+        let c = b.client_with(LockClient::builder().auto_renew(false)).await;
+        tasks.push(tokio::spawn(async move {
+            let mut tokens = Vec::new();
+            for i in 0..500 {
+                let g = c
+                    .clone()
+                    .mutex(&format!("adv5-tok-{t}-{i}"))
+                    .lock()
+                    .await
+                    .expect("lock");
+                tokens.push(g.token());
+                assert!(g.release().await.expect("release"));
+            }
+            tokens
+        }));
+    }
+    let mut all = std::collections::HashSet::new();
+    for t in tasks {
+        for tok in t.await.expect("task") {
+            assert!(all.insert(tok.clone()), "token {tok} issued twice");
+        }
+    }
+    assert_eq!(all.len(), 4_000);
+    let generated: std::collections::HashSet<String> =
+        all.iter().map(|t| t[..32].to_owned()).collect();
+    assert_eq!(generated.len(), 4_000, "the generated parts repeat");
+}
+
 // ------------------------------------------------------------------------------------------
-// 6. force_release in between; lost leases signalled
+// force_release in between; everything forgotten (FLUSHALL)
 // ------------------------------------------------------------------------------------------
 
 /// A holds (lease 900 ms, renewals every 300 ms); an operator force-releases; B takes the
@@ -499,83 +459,53 @@ async fn redis_flushall_is_signalled_to_every_guard() {
 }
 
 // ------------------------------------------------------------------------------------------
-// 7. slow server, script cache flushed
+// the script cache flushed
 // ------------------------------------------------------------------------------------------
 
-/// 60 holds of four primitives (lease 1.5 s, renewed every 500 ms) while the server stalls
-/// repeatedly (`DEBUG SLEEP 0.35` five times, then `CLIENT PAUSE 700 WRITE`): every guard stays
-/// held, and sampled guards never trust past their server lease.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn redis_slow_server_keeps_holds_and_guards_honest() {
-    let server = Arc::new(support::RedisServer::start());
-    let c = LockClient::builder()
-        .lease(ms(1_500))
-        .connect(&server.url())
-        .await
-        .expect("connect");
-    let o = LockClient::connect(&server.url()).await.expect("connect");
-    let mut mutexes = Vec::new();
-    let mut fairs = Vec::new();
-    let mut permits = Vec::new();
-    let mut writes = Vec::new();
-    for i in 0..15 {
-        mutexes.push(c.mutex(&format!("adv5-slow-m{i}")).lock().await.expect("m"));
-        fairs.push(
-            c.fair_lock(&format!("adv5-slow-f{i}"))
-                .lock()
-                .await
-                .expect("f"),
-        );
-        permits.push(
-            c.semaphore(&format!("adv5-slow-s{i}"), 2)
-                .acquire()
-                .await
-                .expect("s"),
-        );
-        writes.push(
-            c.rwlock(&format!("adv5-slow-w{i}"))
-                .write()
-                .await
-                .expect("w"),
-        );
+/// `SCRIPT FLUSH` every 20 ms while three clients contend for one mutex (with renewals every
+/// 100 ms): never two guards inside at once. (Holds.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_script_flush_storm_keeps_exclusion() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let server = RedisServer::start();
+    let url = server.url();
+    let flusher = RedisStore::connect(&url).await.expect("connect");
+    let inside = Arc::new(AtomicUsize::new(0));
+    let end = Instant::now() + secs(3);
+    let mut tasks = Vec::new();
+    for _ in 0..3 {
+        let client = LockClient::connect(&url).await.expect("connect");
+        let inside = inside.clone();
+        tasks.push(tokio::spawn(async move {
+            let mutex = client
+                .mutex("adv-script-flush")
+                .lease(ms(300))
+                .renew_every(ms(100));
+            let mut rounds = 0u32;
+            while Instant::now() < end {
+                let g = mutex.lock().await.expect("lock");
+                assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two inside");
+                sleep(ms(15)).await;
+                assert!(g.is_held());
+                inside.fetch_sub(1, Ordering::SeqCst);
+                g.release().await.expect("release");
+                rounds += 1;
+            }
+            rounds
+        }));
     }
-    let srv = server.clone();
-    let stalls = tokio::task::spawn_blocking(move || {
-        for _ in 0..5 {
-            srv.cli(&["DEBUG", "SLEEP", "0.35"]);
-            std::thread::sleep(ms(300));
-        }
-        srv.cli(&["CLIENT", "PAUSE", "700", "WRITE"]);
-        std::thread::sleep(ms(900));
-    });
-    let end = Instant::now() + ms(4_800);
-    let mut checks = 0;
     while Instant::now() < end {
-        for (i, g) in mutexes.iter().enumerate().step_by(4) {
-            let until = g.valid_until();
-            let info = o.mutex(g.name()).inspect().await.expect("inspect");
-            assert_honest(&format!("mutex {i}"), until, &info, Instant::now());
-            checks += 1;
-        }
-        for (i, g) in fairs.iter().enumerate().step_by(4) {
-            let until = g.valid_until();
-            let info = o.fair_lock(g.name()).inspect().await.expect("inspect");
-            assert_honest(&format!("fair {i}"), until, &info, Instant::now());
-        }
-        sleep(ms(50)).await;
+        let _: redis::Value = flusher
+            .query(redis::cmd("SCRIPT").arg("FLUSH"))
+            .await
+            .expect("SCRIPT FLUSH");
+        sleep(ms(20)).await;
     }
-    stalls.await.expect("stalls");
-    assert!(checks > 10, "setup: {checks} checks");
-    let lost: Vec<String> = mutexes
-        .iter()
-        .map(|g| (g.name().to_owned(), g.is_held()))
-        .chain(fairs.iter().map(|g| (g.name().to_owned(), g.is_held())))
-        .chain(permits.iter().map(|g| (g.name().to_owned(), g.is_held())))
-        .chain(writes.iter().map(|g| (g.name().to_owned(), g.is_held())))
-        .filter(|(_, held)| !held)
-        .map(|(n, _)| n)
-        .collect();
-    assert!(lost.is_empty(), "lost under a slow server: {lost:?}");
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.expect("task");
+    }
+    assert!(total > 10, "setup: only {total} rounds");
 }
 
 /// `SCRIPT FLUSH` every 15 ms for 2.5 s while holds of every primitive are renewed every
@@ -668,58 +598,84 @@ async fn redis_script_flush_during_renewals_and_fast_paths() {
 }
 
 // ------------------------------------------------------------------------------------------
-// 8. extend racing renewals: honesty under churn
+// a slow or paused server, a restart that comes back empty
 // ------------------------------------------------------------------------------------------
 
-// Found a break (same cause as extend_then_queued_renewal_keeps_the_hold); fixed.
-
-// ------------------------------------------------------------------------------------------
-// 9. counter tokens
-// ------------------------------------------------------------------------------------------
-
-/// 8 clients (and their clones) acquire 4 000 holds concurrently on distinct names: every
-/// token is distinct, and none is a suffix of another (the general release matches a stale
-/// writer record by its `|token` suffix).
+/// 60 holds of four primitives (lease 1.5 s, renewed every 500 ms) while the server stalls
+/// repeatedly (`DEBUG SLEEP 0.35` five times, then `CLIENT PAUSE 700 WRITE`): every guard stays
+/// held, and sampled guards never trust past their server lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn counter_tokens_are_unique_across_clients() {
-    let b = Backend::memory();
-    let mut tasks = Vec::new();
-    for t in 0..8 {
-        let c = b.client_with(LockClient::builder().auto_renew(false)).await;
-        tasks.push(tokio::spawn(async move {
-            let mut tokens = Vec::new();
-            for i in 0..500 {
-                let g = c
-                    .clone()
-                    .mutex(&format!("adv5-tok-{t}-{i}"))
-                    .lock()
-                    .await
-                    .expect("lock");
-                tokens.push(g.token());
-                assert!(g.release().await.expect("release"));
-            }
-            tokens
-        }));
+async fn redis_slow_server_keeps_holds_and_guards_honest() {
+    let server = Arc::new(support::RedisServer::start());
+    let c = LockClient::builder()
+        .lease(ms(1_500))
+        .connect(&server.url())
+        .await
+        .expect("connect");
+    let o = LockClient::connect(&server.url()).await.expect("connect");
+    let mut mutexes = Vec::new();
+    let mut fairs = Vec::new();
+    let mut permits = Vec::new();
+    let mut writes = Vec::new();
+    for i in 0..15 {
+        mutexes.push(c.mutex(&format!("adv5-slow-m{i}")).lock().await.expect("m"));
+        fairs.push(
+            c.fair_lock(&format!("adv5-slow-f{i}"))
+                .lock()
+                .await
+                .expect("f"),
+        );
+        permits.push(
+            c.semaphore(&format!("adv5-slow-s{i}"), 2)
+                .acquire()
+                .await
+                .expect("s"),
+        );
+        writes.push(
+            c.rwlock(&format!("adv5-slow-w{i}"))
+                .write()
+                .await
+                .expect("w"),
+        );
     }
-    let mut all = std::collections::HashSet::new();
-    for t in tasks {
-        for tok in t.await.expect("task") {
-            assert!(all.insert(tok.clone()), "token {tok} issued twice");
+    let srv = server.clone();
+    let stalls = tokio::task::spawn_blocking(move || {
+        for _ in 0..5 {
+            srv.cli(&["DEBUG", "SLEEP", "0.35"]);
+            std::thread::sleep(ms(300));
         }
+        srv.cli(&["CLIENT", "PAUSE", "700", "WRITE"]);
+        std::thread::sleep(ms(900));
+    });
+    let end = Instant::now() + ms(4_800);
+    let mut checks = 0;
+    while Instant::now() < end {
+        for (i, g) in mutexes.iter().enumerate().step_by(4) {
+            let until = g.valid_until();
+            let info = o.mutex(g.name()).inspect().await.expect("inspect");
+            assert_honest(&format!("mutex {i}"), until, &info, Instant::now());
+            checks += 1;
+        }
+        for (i, g) in fairs.iter().enumerate().step_by(4) {
+            let until = g.valid_until();
+            let info = o.fair_lock(g.name()).inspect().await.expect("inspect");
+            assert_honest(&format!("fair {i}"), until, &info, Instant::now());
+        }
+        sleep(ms(50)).await;
     }
-    assert_eq!(all.len(), 4_000);
-    let generated: std::collections::HashSet<String> =
-        all.iter().map(|t| t[..32].to_owned()).collect();
-    assert_eq!(generated.len(), 4_000, "the generated parts repeat");
+    stalls.await.expect("stalls");
+    assert!(checks > 10, "setup: {checks} checks");
+    let lost: Vec<String> = mutexes
+        .iter()
+        .map(|g| (g.name().to_owned(), g.is_held()))
+        .chain(fairs.iter().map(|g| (g.name().to_owned(), g.is_held())))
+        .chain(permits.iter().map(|g| (g.name().to_owned(), g.is_held())))
+        .chain(writes.iter().map(|g| (g.name().to_owned(), g.is_held())))
+        .filter(|(_, held)| !held)
+        .map(|(n, _)| n)
+        .collect();
+    assert!(lost.is_empty(), "lost under a slow server: {lost:?}");
 }
-
-// ------------------------------------------------------------------------------------------
-// 10. one hold's lost reply delays no other; hand-off claimed with auto-renewal off
-// ------------------------------------------------------------------------------------------
-
-// ------------------------------------------------------------------------------------------
-// 11. the server stalls past a lease, or restarts empty
-// ------------------------------------------------------------------------------------------
 
 /// `CLIENT PAUSE 1500 WRITE` right after the holds' renewals (lease 600 ms): the renewals
 /// queue up behind the pause while the server's leases run out (read-only `inspect` still
