@@ -8,7 +8,12 @@
 //! * [`queue`]: planted dead waiters and inspect's shortened tokens, for ticket queues.
 //! * [`replies`]: comparing two stores' replies, errors by classification (the model checks).
 //! * [`faulty`], [`proxy`], [`fenced`], [`history`]: fault injection, a TCP proxy, a fenced
-//!   resource and the grant history checks.
+//!   resource and the grant history checks ([`proxy::quick`]: short timeouts behind a proxy).
+//! * [`time`]: `ms`, `secs`, a server's clock, a current-thread runtime.
+//! * [`honest`]: a guard never trusts past the server's lease (`assert_honest`).
+//! * [`waits`]: `within` a tight bound; idle queues and free lease locks.
+//! * [`observe`]: reading an election observer with bounds.
+//! * [`rng`]: a small deterministic generator for randomized workloads.
 
 #![allow(dead_code)]
 
@@ -24,10 +29,15 @@ pub mod backend;
 pub mod faulty;
 pub mod fenced;
 pub mod history;
+pub mod honest;
+pub mod observe;
 pub mod proxy;
 pub mod queue;
 pub mod replies;
+pub mod rng;
 mod server;
+pub mod time;
+pub mod waits;
 
 // Each test binary uses some of these.
 #[allow(unused_imports)]

@@ -162,3 +162,13 @@ async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, st: Arc<State>, u
     }
     let _ = to.shutdown().await;
 }
+
+/// Connection settings for a client behind a stalling proxy: short response and connect
+/// timeouts, so a stall shows as a failed call within a test's bounds.
+pub fn quick() -> redis_locks::RedisConfig {
+    redis_locks::RedisConfig {
+        response_timeout: super::time::ms(300),
+        connect_timeout: super::time::ms(500),
+        ..redis_locks::RedisConfig::default()
+    }
+}

@@ -1,25 +1,97 @@
-//! Adversarial checks of the capacity marker (kept, stale, replaced), hand-off freshness and
-//! serialized renewals, through the public API. Each test asserts a documented guarantee
-//! (docs/GUARANTEES.md), on a real redis-server and on the in-memory store.
+//! Capacity agreement on a ticket queue name: a FairLock (whole capacity, fixed) and
+//! Semaphores of one capacity never hold side by side, and `set_permits` never resizes a
+//! capacity a FairLock relies on. Covers the capacity marker (kept, stale, replaced, and
+//! alive as long as its holders), `set_permits` beside FairLocks (holding, waiting, gone,
+//! lapsed) and mixed FairLock/Semaphore contention, on a real redis-server and on the
+//! in-memory store.
 
-#[macro_use]
 mod support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
+use redis_locks::testing::store::RedisStore;
 use redis_locks::LockClient;
 use tokio::time::{sleep, timeout, Instant};
 
-use support::backend::Backend;
-use support::faulty::{Faulty, Op, Rule};
+use support::backend::{eventually, Backend};
+use support::faulty::{Faulty, Gate, Op, Rule};
+use support::time::{ms, secs};
 
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
+// ------------------------------------------------------------------------------------------
+// set_permits beside a FairLock
+// ------------------------------------------------------------------------------------------
+
+/// A FairLock A holds (marker `=1`). `set_permits(1)` on a Semaphore of the same name is
+/// accepted (the count equals the fixed capacity) and replaces the fixed marker with a
+/// plain stored count. A second FairLock B queues (a stored count equal to its capacity is
+/// fine for it). Now `set_permits(2)` finds no fixed marker and is accepted too, and its
+/// promote grants B beside A: two FairLock guards say `is_held()`.
+async fn set_permits_cannot_resize_a_fair_lock_in_use(backend: Backend) {
+    let label = backend.kind;
+    let name = "adv-setpermits-fairlock";
+    let client = backend.client().await;
+    let other = backend.client().await;
+
+    let a = client.fair_lock(name).lock().await.expect("A locks");
+    let sem = other.semaphore(name, 1);
+    let first = sem.set_permits(1).await;
+    eprintln!(
+        "[{label}] set_permits(1) beside the FairLock holder: {:?}",
+        first.as_ref()
+    );
+
+    let b_lock = other.fair_lock(name);
+    let b_task = tokio::spawn(async move { b_lock.lock().await });
+    eventually("B queued", || async {
+        let info = client.fair_lock(name).inspect().await.expect("inspect");
+        info.waiters.len() == 1
+    })
+    .await;
+
+    let second = sem.set_permits(2).await;
+    let b = match timeout(ms(1500), b_task).await {
+        Ok(joined) => joined.expect("B's task").ok(),
+        Err(_) => None,
+    };
+    let both = a.is_held() && b.as_ref().is_some_and(|b| b.is_held());
+    assert!(
+        !both,
+        "[{label}] two FairLock guards say is_held(): A (fence {}) and B (fence {:?}); \
+         set_permits(1) -> {:?}, set_permits(2) -> {:?}",
+        a.fencing_token(),
+        b.as_ref().map(|b| b.fencing_token()),
+        first.as_ref(),
+        second.as_ref(),
+    );
+    assert!(
+        second.as_ref().is_err_and(|e| e.is_capacity_conflict()),
+        "[{label}] set_permits(2) while a FairLock holds must be a capacity conflict: {:?}",
+        second
+    );
+    drop(b);
+    drop(a);
 }
 
-// ---- 1. capacity marker -------------------------------------------------------------------
+both_backends!(set_permits_cannot_resize_a_fair_lock_in_use);
+
+/// Without the intermediate `set_permits(1)`, the FairLock's `=1` marker refuses
+/// `set_permits(2)` (holds).
+async fn set_permits_refused_beside_a_fair_lock(backend: Backend) {
+    let label = backend.kind;
+    let name = "adv-setpermits-fairlock-direct";
+    let client = backend.client().await;
+    let a = client.fair_lock(name).lock().await.expect("A locks");
+    let second = client.semaphore(name, 1).set_permits(2).await;
+    assert!(
+        second.as_ref().is_err_and(|e| e.is_capacity_conflict()),
+        "[{label}] set_permits(2) beside a FairLock holder: {:?}",
+        second
+    );
+    drop(a);
+}
+
+both_backends!(set_permits_refused_beside_a_fair_lock);
 
 /// A FairLock used the name once and is gone (released). Only a Semaphore(1) uses the queue
 /// now. `set_permits` is documented to be refused only "while a FairLock/fair RwLock uses the
@@ -39,6 +111,8 @@ async fn set_permits_after_fair_lock_left(b: Backend) {
     drop(p);
 }
 
+both_backends!(set_permits_after_fair_lock_left);
+
 /// Same, but the FairLock's lease has fully lapsed too (so on Redis its marker's TTL is
 /// over). Redis and memory must agree.
 async fn set_permits_after_fair_lock_lapsed(b: Backend) {
@@ -56,6 +130,8 @@ async fn set_permits_after_fair_lock_lapsed(b: Backend) {
     );
     drop(p);
 }
+
+both_backends!(set_permits_after_fair_lock_lapsed);
 
 /// The FairLock used the name once, 300 ms lease, released at once. From then on only
 /// Semaphore(1) permits (renewed) use the queue, for 1.5 s: far beyond anything the
@@ -77,6 +153,85 @@ async fn set_permits_while_semaphore_keeps_queue_busy(b: Backend) {
     );
     drop(p);
 }
+
+both_backends!(set_permits_while_semaphore_keeps_queue_busy);
+
+// ------------------------------------------------------------------------------------------
+// The capacity marker lives as long as its holders
+// ------------------------------------------------------------------------------------------
+
+/// A Semaphore(1) holder A (lease 8 s) leaves the marker `~1`, alive 8 s. A FairLock waiter W
+/// (heartbeat 300 ms) queues behind it: same capacity, so the marker is upgraded to `=1`,
+/// but it is written with `SET .. PX` for the latest deadline *this run* saw, W's heartbeat
+/// deadline, not A's lease. W's process dies (its release never reaches the store); 300 ms
+/// later the marker is gone although A holds for seconds more, and a Semaphore(3) of the same
+/// name is granted a permit beside A's whole-capacity permit.
+async fn capacity_marker_outlives_its_holders(backend: Backend) {
+    let label = backend.kind;
+    let name = "adv-marker-upgrade";
+    let direct = backend.client().await;
+    let w_store = Faulty::new(backend.store().await);
+    let w_client = LockClient::builder()
+        .store(w_store.clone())
+        .expect("client");
+    // W "dies": none of its releases ever reaches the store.
+    let never = Gate::new();
+    w_store.add(Rule::on(Op::Release).hold_request(never.clone()));
+
+    let a = direct
+        .semaphore(name, 1)
+        .lease(secs(8))
+        .acquire()
+        .await
+        .expect("A takes the only permit");
+    let w_lock = w_client.fair_lock(name).heartbeat(ms(300));
+    let w_task = tokio::spawn(async move { w_lock.lock().await });
+    eventually("W queued and heartbeating", || {
+        let n = w_store.calls(Op::Acquire).len();
+        async move { n >= 3 }
+    })
+    .await;
+    if let Some(server) = &backend.server {
+        // The marker after W's upgrade: `=1`, alive for W's heartbeat, not A's lease.
+        let key = format!("rl:{{{name}}}:cap");
+        let (value, pttl): (Option<String>, i64) = {
+            let probe = RedisStore::connect(&server.url()).await.expect("connect");
+            let value = probe.query(redis::cmd("GET").arg(&key)).await.expect("GET");
+            let pttl = probe
+                .query(redis::cmd("PTTL").arg(&key))
+                .await
+                .expect("PTTL");
+            (value, pttl)
+        };
+        eprintln!("[{label}] with W queued: {key} = {value:?}, PTTL {pttl} ms (A's lease: 8 s)");
+    }
+    w_task.abort();
+    let _ = w_task.await;
+    // W's last heartbeat deadline passes; A's lease (8 s) is far from over.
+    sleep(ms(800)).await;
+
+    let intruder = direct.semaphore(name, 3).try_acquire().await;
+    let info = direct.semaphore(name, 1).inspect().await.expect("inspect");
+    let got = intruder.is_ok();
+    assert!(
+        !(a.is_held() && got),
+        "[{label}] Semaphore(3) got a permit beside Semaphore(1)'s only permit (A still \
+         held): holders {:?}",
+        info.holders
+    );
+    eprintln!(
+        "[{label}] Semaphore(3) beside A: {:?}",
+        intruder.as_ref().map(|p| p.num_permits())
+    );
+    drop(intruder);
+    drop(a);
+}
+
+both_backends!(capacity_marker_outlives_its_holders);
+
+// ------------------------------------------------------------------------------------------
+// FairLocks and Semaphores on one name
+// ------------------------------------------------------------------------------------------
 
 /// Never a FairLock holder next to a Semaphore(5) permit, across marker kinds and staleness:
 /// FairLock held -> Semaphore(5) refused; permit held -> FairLock refused; Semaphore(1)
@@ -131,6 +286,8 @@ async fn fair_lock_and_semaphore_never_coexist(b: Backend) {
     );
     fg.release().await.unwrap();
 }
+
+both_backends!(fair_lock_and_semaphore_never_coexist);
 
 /// Contention: FairLock users and Semaphore(3) users on one name, with short leases and
 /// renewals, for a few seconds. Never a FairLock guard `is_held()` while a permit guard
@@ -205,159 +362,4 @@ async fn mixed_capacity_contention(b: Backend) {
     }
 }
 
-// ---- 2. hand-off --------------------------------------------------------------------------
-
-/// Mutex and FairLock hand-offs under contention with a short heartbeat and a slow store
-/// (acquire replies delayed at random), so hand-offs race refusals: never two guards
-/// `is_held()` at once, and every `lock()` returns (the lock is released within ms).
-async fn hand_off_under_delays(b: Backend) {
-    for fair_kind in [false, true] {
-        let inside = Arc::new(AtomicUsize::new(0));
-        let end = Instant::now() + ms(3_000);
-        let mut tasks = Vec::new();
-        for i in 0..4u64 {
-            let faulty = Faulty::new(b.store().await);
-            faulty.add(
-                Rule::on(Op::Acquire)
-                    .when(move |_| crate::rand_bit(i))
-                    .delay_reply(ms(20 + 15 * i)),
-            );
-            let c = LockClient::builder()
-                .lease(ms(500))
-                .heartbeat(ms(150))
-                .retry_interval(ms(40))
-                .store(faulty)
-                .expect("client");
-            let inside = inside.clone();
-            tasks.push(tokio::spawn(async move {
-                let mut n = 0;
-                while Instant::now() < end {
-                    let got = if fair_kind {
-                        timeout(ms(5_000), c.fair_lock("ho").lock())
-                            .await
-                            .map(|r| r.map(either_fair))
-                    } else {
-                        timeout(ms(5_000), c.mutex("ho").lock())
-                            .await
-                            .map(|r| r.map(either_mutex))
-                    };
-                    let g = got
-                        .expect("lock() never returned though holders release at once")
-                        .unwrap();
-                    let k = inside.fetch_add(1, Ordering::SeqCst);
-                    assert_eq!(k, 0, "two guards inside (fair={fair_kind})");
-                    assert!(g.held());
-                    sleep(ms(3)).await;
-                    assert!(g.held(), "guard lost within 3 ms of a hand-off");
-                    inside.fetch_sub(1, Ordering::SeqCst);
-                    g.release().await;
-                    n += 1;
-                }
-                n
-            }));
-        }
-        for t in tasks {
-            assert!(t.await.unwrap() > 0);
-        }
-    }
-}
-
-enum Either {
-    M(redis_locks::MutexGuard),
-    F(redis_locks::FairLockGuard),
-}
-fn either_mutex(g: redis_locks::MutexGuard) -> Either {
-    Either::M(g)
-}
-fn either_fair(g: redis_locks::FairLockGuard) -> Either {
-    Either::F(g)
-}
-impl Either {
-    fn held(&self) -> bool {
-        match self {
-            Either::M(g) => g.is_held(),
-            Either::F(g) => g.is_held(),
-        }
-    }
-    async fn release(self) {
-        match self {
-            Either::M(g) => {
-                g.release().await.ok();
-            }
-            Either::F(g) => {
-                g.release().await.ok();
-            }
-        }
-    }
-}
-
-fn rand_bit(salt: u64) -> bool {
-    use std::sync::atomic::AtomicU64;
-    static S: AtomicU64 = AtomicU64::new(0x9E3779B97F4A7C15);
-    let mut x = S.fetch_add(0x9E3779B97F4A7C15 ^ salt, Ordering::Relaxed);
-    x ^= x >> 31;
-    x = x.wrapping_mul(0xBF58476D1CE4E5B9);
-    x ^= x >> 29;
-    x & 1 == 1
-}
-
-// ---- 3. renewals / extend -----------------------------------------------------------------
-
-/// A renewal for a long lease is slow on the wire; meanwhile `extend` shortens the lease.
-/// At every point, the local `valid_until()` must not be beyond the server's deadline.
-async fn extend_shorter_behind_slow_renewal(b: Backend) {
-    let faulty = Faulty::new(b.store().await);
-    let c = LockClient::builder()
-        .lease(ms(3_000))
-        .store(faulty.clone())
-        .expect("client");
-    let server = b.client().await;
-    // Every renewal for the 3 s lease takes 400 ms to reach the store.
-    faulty.add(
-        Rule::on(Op::Extend)
-            .when(|call| call.lease == Some(ms(3_000)))
-            .delay_request(ms(400)),
-    );
-    let mut g = c.mutex("ext").lock().await.unwrap();
-    // The renewer fires at a third of the lease (~1 s): be inside its 400 ms flight.
-    sleep(ms(1_150)).await;
-    let check = |g: &redis_locks::MutexGuard, srv: Duration, what: &str| {
-        let local = g.valid_until().saturating_duration_since(Instant::now());
-        assert!(
-            local <= srv + ms(30),
-            "[{}] {what}: valid_until {local:?} ahead, server {srv:?}",
-            b.kind
-        );
-    };
-    assert!(g.extend(ms(600)).await.unwrap());
-    for i in 0..10 {
-        let info = server.mutex("ext").inspect().await.unwrap();
-        let srv = info
-            .holders
-            .first()
-            .map(|h| h.lease_remaining)
-            .unwrap_or_default();
-        check(&g, srv, &format!("after extend, probe {i}"));
-        sleep(ms(40)).await;
-    }
-    // And a longer extend while a (now 600 ms) renewal is pending.
-    assert!(g.extend(ms(3_000)).await.unwrap());
-    let info = server.mutex("ext").inspect().await.unwrap();
-    let srv = info
-        .holders
-        .first()
-        .map(|h| h.lease_remaining)
-        .unwrap_or_default();
-    check(&g, srv, "after long extend");
-    drop(g);
-}
-
-both_backends!(
-    set_permits_after_fair_lock_left,
-    set_permits_after_fair_lock_lapsed,
-    set_permits_while_semaphore_keeps_queue_busy,
-    fair_lock_and_semaphore_never_coexist,
-    mixed_capacity_contention,
-    hand_off_under_delays,
-    extend_shorter_behind_slow_renewal,
-);
+both_backends!(mixed_capacity_contention);

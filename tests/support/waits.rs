@@ -1,0 +1,34 @@
+//! Waiting with a tight bound ([`within`]) and the lock states such waits look for
+//! ([`queue_idle`], [`lease_free`]).
+
+use std::time::Duration;
+
+use redis_locks::LockClient;
+use tokio::time::Instant;
+
+use super::time::ms;
+
+/// Waits for `check` with a bound tighter than EVENTUALLY.
+pub async fn within(bound: Duration, what: &str, mut check: impl AsyncFnMut() -> bool) {
+    let give_up = Instant::now() + bound;
+    while !check().await {
+        assert!(Instant::now() < give_up, "not within {bound:?}: {what}");
+        tokio::time::sleep(ms(5)).await;
+    }
+}
+
+/// Every live hold and waiter of a ticket queue name is gone.
+pub async fn queue_idle(c: &LockClient, name: &str) -> bool {
+    let info = c.fair_lock(name).inspect().await.expect("inspect");
+    info.holders.is_empty() && info.waiters.is_empty()
+}
+
+/// No live hold of the lease lock of `name`.
+pub async fn lease_free(c: &LockClient, name: &str) -> bool {
+    c.mutex(name)
+        .inspect()
+        .await
+        .expect("inspect")
+        .holders
+        .is_empty()
+}
