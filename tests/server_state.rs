@@ -552,14 +552,14 @@ async fn redis_script_flush_during_renewals_and_fast_paths() {
                 assert!(g.is_held());
                 fi.fetch_sub(1, Ordering::SeqCst);
                 assert!(g.release().await.expect("release"));
-                let p1 = sem.acquire().await.expect("permit");
-                let p2 = sem.acquire().await.expect("permit");
+                // Both permits in one claim: two clients taking one each and then waiting
+                // for a second would wait on each other forever.
+                let both = sem.acquire_many(2).await.expect("permits");
                 let before = si.fetch_add(2, Ordering::SeqCst);
                 assert!(before == 0, "{} permits beside two", before);
                 sleep(ms(3)).await;
                 si.fetch_sub(2, Ordering::SeqCst);
-                assert!(p1.release().await.expect("release"));
-                assert!(p2.release().await.expect("release"));
+                assert!(both.release().await.expect("release"));
                 rounds += 1;
             }
             rounds

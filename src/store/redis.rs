@@ -829,6 +829,42 @@ impl Store for RedisStore {
     }
 }
 
+/// Classifies a Redis error for the lock `name` (the Redis adapter owns this mapping).
+pub(crate) fn error_from_redis(name: &str, err: redis::RedisError) -> Error {
+    if err.is_timeout()
+        || err.is_connection_dropped()
+        || err.is_connection_refusal()
+        || err.is_io_error()
+    {
+        return Error::Connection(crate::vocab::error::Cause::boxed(err));
+    }
+    use crate::wire::ErrorReply;
+    let detail = err.detail().unwrap_or("");
+    // The scripts' own codes (`RL*`): their wire format is known to `wire` only.
+    match err.code().and_then(|code| ErrorReply::parse(code, detail)) {
+        Some(ErrorReply::Refused(refusal)) => return refusal.into_error(name),
+        Some(ErrorReply::Corrupt(detail)) => {
+            return Error::WrongType {
+                name: name.to_owned(),
+                detail,
+            }
+        }
+        // A script could not use its arguments: a bug, reported as Redis said it.
+        Some(ErrorReply::Arg(_)) | None => {}
+    }
+    match err.code() {
+        Some("WRONGTYPE") => Error::WrongType {
+            name: name.to_owned(),
+            detail: detail.to_owned(),
+        },
+        Some("LOADING") | Some("BUSY") | Some("TRYAGAIN") | Some("CLUSTERDOWN")
+        | Some("MASTERDOWN") => Error::Connection(crate::vocab::error::Cause::boxed(err)),
+        _ => Error::Redis {
+            reply: err.to_string(),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::{check_tls_support, supported_server};
@@ -865,41 +901,5 @@ mod tests {
         assert!(check_tls_support("REDISS://h/", false).is_err());
         assert!(check_tls_support("rediss://h/", true).is_ok());
         assert!(check_tls_support("redis://h/", false).is_ok());
-    }
-}
-
-/// Classifies a Redis error for the lock `name` (the Redis adapter owns this mapping).
-pub(crate) fn error_from_redis(name: &str, err: redis::RedisError) -> Error {
-    if err.is_timeout()
-        || err.is_connection_dropped()
-        || err.is_connection_refusal()
-        || err.is_io_error()
-    {
-        return Error::Connection(crate::vocab::error::Cause::boxed(err));
-    }
-    use crate::wire::ErrorReply;
-    let detail = err.detail().unwrap_or("");
-    // The scripts' own codes (`RL*`): their wire format is known to `wire` only.
-    match err.code().and_then(|code| ErrorReply::parse(code, detail)) {
-        Some(ErrorReply::Refused(refusal)) => return refusal.into_error(name),
-        Some(ErrorReply::Corrupt(detail)) => {
-            return Error::WrongType {
-                name: name.to_owned(),
-                detail,
-            }
-        }
-        // A script could not use its arguments: a bug, reported as Redis said it.
-        Some(ErrorReply::Arg(_)) | None => {}
-    }
-    match err.code() {
-        Some("WRONGTYPE") => Error::WrongType {
-            name: name.to_owned(),
-            detail: detail.to_owned(),
-        },
-        Some("LOADING") | Some("BUSY") | Some("TRYAGAIN") | Some("CLUSTERDOWN")
-        | Some("MASTERDOWN") => Error::Connection(crate::vocab::error::Cause::boxed(err)),
-        _ => Error::Redis {
-            reply: err.to_string(),
-        },
     }
 }
