@@ -13,6 +13,84 @@ use crate::engine::wait::{Deadline, LockCtx};
 use crate::store::Request;
 use crate::vocab::error::{Error, Result};
 
+/// The option setters every handle that holds leases has (single locks and multi-locks), once:
+/// `lease`, `auto_renew`, `renew_every`, `retry_interval`, `outage_budget`. `$make` is the
+/// expression that makes such a handle from `client` in the examples.
+macro_rules! lease_options {
+    ($make:literal) => {
+        #[doc = "Lease of each hold (default 30 s; 10 ms to one year). With auto-renewal on, a \
+                 live guard keeps renewing it; a crashed holder blocks others for at most this."]
+        #[doc = ""]
+        #[doc = "```"]
+        #[doc = "let client = redis_locks::LockClient::in_memory();"]
+        #[doc = concat!("let handle = ", $make, ".lease(std::time::Duration::from_secs(5));")]
+        #[doc = "# drop(handle);"]
+        #[doc = "```"]
+        pub fn lease(mut self, lease: std::time::Duration) -> Self {
+            self.ctx.opts.lease = lease;
+            self
+        }
+
+        #[doc = "Renew the lease in the background while the guard lives (default on)."]
+        #[doc = ""]
+        #[doc = "```"]
+        #[doc = "let client = redis_locks::LockClient::in_memory();"]
+        #[doc = concat!("let handle = ", $make, ".auto_renew(false); // the lease just runs out")]
+        #[doc = "# drop(handle);"]
+        #[doc = "```"]
+        pub fn auto_renew(mut self, on: bool) -> Self {
+            self.ctx.opts.auto_renew = on;
+            self
+        }
+
+        #[doc = "How often the lease is renewed (default: a third of the lease; must be \
+                 shorter than the lease)."]
+        #[doc = ""]
+        #[doc = "```"]
+        #[doc = "use std::time::Duration;"]
+        #[doc = "let client = redis_locks::LockClient::in_memory();"]
+        #[doc = concat!("let handle = ", $make, ".lease(Duration::from_secs(9)).renew_every(Duration::from_secs(2));")]
+        #[doc = "# drop(handle);"]
+        #[doc = "```"]
+        pub fn renew_every(mut self, every: std::time::Duration) -> Self {
+            self.ctx.opts.renew_every = Some(every);
+            self
+        }
+
+        #[doc = "The longest a waiter sleeps between attempts when no wake-up arrives (default \
+                 1 s). Wake-ups from Redis normally come first; this bounds the cost of a lost one."]
+        #[doc = ""]
+        #[doc = "```"]
+        #[doc = "let client = redis_locks::LockClient::in_memory();"]
+        #[doc = concat!("let handle = ", $make, ".retry_interval(std::time::Duration::from_millis(200));")]
+        #[doc = "# drop(handle);"]
+        #[doc = "```"]
+        pub fn retry_interval(mut self, interval: std::time::Duration) -> Self {
+            self.ctx.opts.retry_interval = interval;
+            self
+        }
+
+        #[doc = "How long a wait keeps attempting while Redis cannot be reached (a restart, a \
+                 failover), counted from its first failed attempt; default \
+                 [`DEFAULT_OUTAGE_BUDGET`](crate::DEFAULT_OUTAGE_BUDGET) (60 s). Past it, the \
+                 wait fails with [`Error::Connection`](crate::Error::Connection). Attempts back \
+                 off up to the retry interval meanwhile. A wait with a `.timeout(d)` ends at its \
+                 deadline all the same, with `Error::Connection` if Redis was unreachable at the \
+                 end, and a `try_*` makes exactly one attempt. Zero: give up at the first failed \
+                 attempt."]
+        #[doc = ""]
+        #[doc = "```"]
+        #[doc = "let client = redis_locks::LockClient::in_memory();"]
+        #[doc = concat!("let handle = ", $make, ".outage_budget(std::time::Duration::from_secs(300));")]
+        #[doc = "# drop(handle);"]
+        #[doc = "```"]
+        pub fn outage_budget(mut self, budget: std::time::Duration) -> Self {
+            self.ctx.opts.outage_budget = budget;
+            self
+        }
+    };
+}
+
 /// A handle on one lock name: cheap to clone, `Send + Sync`, holding options but no state.
 ///
 /// Every primitive's handle is this type with its own marker, under a familiar name:
@@ -40,44 +118,7 @@ impl<K: Kind> Lock<K> {
         Lock { ctx, kind }
     }
 
-    /// Lease of each hold (default 30 s; 10 ms to one year). With auto-renewal on, a live
-    /// guard keeps renewing it; a crashed holder blocks others for at most this.
-    ///
-    /// ```
-    /// let client = redis_locks::LockClient::in_memory();
-    /// let lock = client.mutex("m").lease(std::time::Duration::from_secs(5));
-    /// # drop(lock);
-    /// ```
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.ctx.opts.lease = lease;
-        self
-    }
-
-    /// Renew the lease in the background while the guard lives (default on).
-    ///
-    /// ```
-    /// let client = redis_locks::LockClient::in_memory();
-    /// let lock = client.mutex("m").auto_renew(false); // the lease just runs out
-    /// # drop(lock);
-    /// ```
-    pub fn auto_renew(mut self, on: bool) -> Self {
-        self.ctx.opts.auto_renew = on;
-        self
-    }
-
-    /// How often the lease is renewed (default: a third of the lease; must be shorter than
-    /// the lease).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// let client = redis_locks::LockClient::in_memory();
-    /// let lock = client.mutex("m").lease(Duration::from_secs(9)).renew_every(Duration::from_secs(2));
-    /// # drop(lock);
-    /// ```
-    pub fn renew_every(mut self, every: Duration) -> Self {
-        self.ctx.opts.renew_every = Some(every);
-        self
-    }
+    lease_options!("client.mutex(\"m\")");
 
     /// Heartbeat window of a waiter (default: the lease, at most 5 s): a waiter that stops
     /// attempting for this long (its process died) is dropped from the queue, and a grant
@@ -91,37 +132,6 @@ impl<K: Kind> Lock<K> {
     /// ```
     pub fn heartbeat(mut self, window: Duration) -> Self {
         self.ctx.opts.heartbeat = Some(window);
-        self
-    }
-
-    /// The longest a waiter sleeps between attempts when no wake-up arrives (default 1 s).
-    /// Wake-ups from Redis normally come first; this bounds the cost of a lost one.
-    ///
-    /// ```
-    /// let client = redis_locks::LockClient::in_memory();
-    /// let lock = client.mutex("m").retry_interval(std::time::Duration::from_millis(200));
-    /// # drop(lock);
-    /// ```
-    pub fn retry_interval(mut self, interval: Duration) -> Self {
-        self.ctx.opts.retry_interval = interval;
-        self
-    }
-
-    /// How long a wait keeps attempting while Redis cannot be reached (a restart, a
-    /// failover), counted from its first failed attempt; default
-    /// [`DEFAULT_OUTAGE_BUDGET`](crate::DEFAULT_OUTAGE_BUDGET) (60 s). Past it, the wait fails
-    /// with [`Error::Connection`]. Attempts back off up to the retry interval meanwhile. A wait
-    /// with a `.timeout(d)` ends at its deadline all the same, with `Error::Connection` if Redis
-    /// was unreachable at the end, and a `try_*` makes exactly one attempt. Zero: give up at
-    /// the first failed attempt.
-    ///
-    /// ```
-    /// let client = redis_locks::LockClient::in_memory();
-    /// let lock = client.mutex("m").outage_budget(std::time::Duration::from_secs(300));
-    /// # drop(lock);
-    /// ```
-    pub fn outage_budget(mut self, budget: Duration) -> Self {
-        self.ctx.opts.outage_budget = budget;
         self
     }
 

@@ -5,6 +5,7 @@ pub(crate) mod client;
 pub(crate) mod election;
 pub(crate) mod fair_lock;
 pub(crate) mod guard;
+#[macro_use]
 pub(crate) mod handle;
 pub(crate) mod info;
 pub mod kind;

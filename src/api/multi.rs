@@ -124,68 +124,7 @@ impl MultiLock {
         Ok(parts.into())
     }
 
-    /// Lease of every part (default the client's, 30 s; 10 ms to one year), renewed in the
-    /// background while the guard lives.
-    ///
-    /// ```
-    /// let client = redis_locks::LockClient::in_memory();
-    /// let both = client.multi_lock(["a", "b"]).lease(std::time::Duration::from_secs(5));
-    /// # drop(both);
-    /// ```
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.ctx.opts.lease = lease;
-        self
-    }
-
-    /// Renew the leases in the background while the guard lives (default on).
-    ///
-    /// ```
-    /// let client = redis_locks::LockClient::in_memory();
-    /// let both = client.multi_lock(["a", "b"]).auto_renew(false);
-    /// # drop(both);
-    /// ```
-    pub fn auto_renew(mut self, on: bool) -> Self {
-        self.ctx.opts.auto_renew = on;
-        self
-    }
-
-    /// How often each part's lease is renewed (default: a third of the lease).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// let client = redis_locks::LockClient::in_memory();
-    /// let both = client.multi_lock(["a", "b"]).lease(Duration::from_secs(9)).renew_every(Duration::from_secs(2));
-    /// # drop(both);
-    /// ```
-    pub fn renew_every(mut self, every: Duration) -> Self {
-        self.ctx.opts.renew_every = Some(every);
-        self
-    }
-
-    /// The longest a waiter sleeps between attempts when no wake-up arrives (default 1 s).
-    ///
-    /// ```
-    /// let client = redis_locks::LockClient::in_memory();
-    /// let both = client.multi_lock(["a", "b"]).retry_interval(std::time::Duration::from_millis(200));
-    /// # drop(both);
-    /// ```
-    pub fn retry_interval(mut self, interval: Duration) -> Self {
-        self.ctx.opts.retry_interval = interval;
-        self
-    }
-
-    /// How long a wait keeps attempting while Redis cannot be reached (default 60 s), as
-    /// [`Lock::outage_budget`](crate::Lock::outage_budget).
-    ///
-    /// ```
-    /// let client = redis_locks::LockClient::in_memory();
-    /// let both = client.multi_lock(["a", "b"]).outage_budget(std::time::Duration::from_secs(5));
-    /// # drop(both);
-    /// ```
-    pub fn outage_budget(mut self, budget: Duration) -> Self {
-        self.ctx.opts.outage_budget = budget;
-        self
-    }
+    lease_options!("client.multi_lock([\"a\", \"b\"])");
 
     /// How the read parts treat waiting writers: [`Preference::Writer`] (default: a read part
     /// is refused while a writer of that name waits) or [`Preference::Reader`]. The fair
