@@ -63,27 +63,24 @@ struct Shared {
     renewer: StdMutex<Renewer>,
 }
 
-/// Where a hold's renewals stand. Every renewal of a hold is an entry in its client's
-/// [`Renewals`] schedule (of the runtime that granted it) until it falls due; the schedule's
-/// driver then sends it, and puts the hold back in the schedule for the next one. A hold costs
-/// no task of its own, no timer and no wake-up between renewals.
-#[derive(Clone)]
+/// Where a hold's renewals stand. A hold that renews has exactly one entry in its client's
+/// [`Renewals`] schedule (of the runtime that renews it) from its grant until it is released,
+/// lost, or renewed for the last time: every transition moves that entry, none drops it
+/// without turning renewals `Off`, so no hold can fall out of the schedule. A renewal in
+/// flight keeps the entry too, at the instant its trust ends; the renewal moves it when it is
+/// answered, and if its task died with its runtime, the entry is still there for the next
+/// `extend` (from a live runtime) to move. A hold costs no task of its own, no timer and no
+/// wake-up between renewals.
 enum Renewer {
-    /// Auto-renewal is off.
+    /// Not renewed (auto-renewal off, the one renewal of a `once` plan done, released, lost).
+    /// Nothing turns renewals on again.
     Off,
-    /// In the client's schedule of `runtime`, for its next renewal at `due`.
-    Scheduled { due: Instant, plan: Plan },
-    /// A renewal is in flight (the hold is out of the schedule until it is answered).
-    Renewing {
+    /// In the schedule of `plan.runtime` at `due`; the renewal sent, if one is in flight.
+    Scheduled {
+        due: Instant,
         plan: Plan,
-        task: Option<AbortHandle>,
+        in_flight: Option<AbortHandle>,
     },
-    /// Released or dropped: no renewal starts any more.
-    Stopped,
-    /// A renewal's request is over (answered, failed, or dropped with its runtime) and nothing
-    /// has put the hold back in a schedule yet: the next reschedule, the renewal's own or an
-    /// `extend`'s, does.
-    Settled { plan: Plan },
 }
 
 /// What the schedule needs to renew a hold again.
@@ -95,19 +92,6 @@ struct Plan {
     opts: Options,
     /// Stop after the first confirmed renewal (a handed-over grant with auto-renewal off).
     once: bool,
-}
-
-/// A renewal's turn at the request lock: when it ends (the request answered, failed, or
-/// dropped), the hold moves from `Renewing` to `Settled`.
-struct RenewalTurn<'a>(&'a Shared);
-
-impl Drop for RenewalTurn<'_> {
-    fn drop(&mut self) {
-        let mut renewer = self.0.renewer.lock().unwrap_or_else(|p| p.into_inner());
-        if let Renewer::Renewing { plan, .. } = &*renewer {
-            *renewer = Renewer::Settled { plan: plan.clone() };
-        }
-    }
 }
 
 /// When the renewal after a confirmed request is due: a renewal interval after the send of
@@ -161,79 +145,116 @@ impl Drop for InFlight<'_> {
 }
 
 impl Shared {
-    /// No renewal of this hold starts or goes on any more: its schedule entry is removed, or
+    /// No renewal of this hold starts or goes on any more: its schedule entry is removed and
     /// its renewal in flight aborted.
     fn stop_renewer(&self) {
         let renewer = std::mem::replace(
             &mut *self.renewer.lock().unwrap_or_else(|p| p.into_inner()),
-            Renewer::Stopped,
+            Renewer::Off,
         );
-        match renewer {
-            Renewer::Renewing { task, .. } => {
-                if let Some(task) = task {
-                    task.abort();
-                }
+        if let Renewer::Scheduled {
+            due,
+            plan,
+            in_flight,
+        } = renewer
+        {
+            self.holds.renewals.remove(plan.runtime, due, plan.id);
+            if let Some(task) = in_flight {
+                task.abort();
             }
-            Renewer::Scheduled { due, plan } => {
-                self.holds.renewals.remove(plan.runtime, due, plan.id)
-            }
-            Renewer::Off | Renewer::Stopped | Renewer::Settled { .. } => {}
         }
     }
 
-    /// Puts the hold (back) in its schedule for the renewal its trust calls for now, or at
-    /// `retry_at`: after a request changed the trust (an `extend`), or after its renewal was
-    /// answered. A hold whose renewal is in flight is left alone (`after_renewal` false): that
-    /// renewal schedules the next one when it is answered, from the trust then.
-    fn reschedule(self: &Arc<Self>, after_renewal: bool, retry_at: Option<Instant>) {
+    /// Moves the hold's entry to the renewal its trust calls for now, or to `retry_at`: after
+    /// a request changed the trust (an `extend`, a downgrade), or after a renewal was answered.
+    /// A lost hold's entry is removed (renewals off).
+    fn reschedule(self: &Arc<Self>, retry_at: Option<Instant>) {
         let mut renewer = self.renewer.lock().unwrap_or_else(|p| p.into_inner());
-        let plan = match &*renewer {
-            Renewer::Scheduled { due, plan } if !after_renewal => {
-                self.holds.renewals.remove(plan.runtime, *due, plan.id);
-                plan.clone()
-            }
-            Renewer::Renewing { plan, .. } if after_renewal => plan.clone(),
-            Renewer::Settled { plan } => plan.clone(),
-            // The renewal's task ended before its turn came (its runtime shut down while it
-            // waited for the request lock): schedule the hold again, on the runtime asking now.
-            Renewer::Renewing {
-                plan,
-                task: Some(task),
-            } if task.is_finished() => plan.clone(),
-            _ => return,
-        };
         let v = *self.validity.borrow();
         if v.lost {
-            *renewer = Renewer::Stopped;
+            self.turn_off(&mut renewer);
             return;
         }
+        let Renewer::Scheduled { plan, .. } = &*renewer else {
+            return;
+        };
         let due = retry_at.unwrap_or_else(|| next_renewal(&v, self.claim().lease, &plan.opts));
-        // On the schedule of the runtime that renews it while that runtime's driver lives
-        // (an `extend` from a short-lived helper runtime leaves it there); only a hold whose
-        // runtime shut down moves to the runtime asking now.
-        let mut plan = plan;
+        self.move_entry(&mut renewer, due);
+    }
+
+    /// A renewal of this hold is over (answered or failed): its entry moves to the next
+    /// renewal (`once`: renewals end with the first confirmed one).
+    fn renewal_done(self: &Arc<Self>, confirmed: bool, retry_at: Option<Instant>) {
+        {
+            let mut renewer = self.renewer.lock().unwrap_or_else(|p| p.into_inner());
+            let Renewer::Scheduled {
+                plan, in_flight, ..
+            } = &mut *renewer
+            else {
+                return;
+            };
+            *in_flight = None;
+            if confirmed && plan.once {
+                self.turn_off(&mut renewer);
+                return;
+            }
+        }
+        self.reschedule(retry_at);
+    }
+
+    /// Renewals off: the entry leaves its schedule.
+    fn turn_off(&self, renewer: &mut Renewer) {
+        if let Renewer::Scheduled { due, plan, .. } = std::mem::replace(renewer, Renewer::Off) {
+            self.holds.renewals.remove(plan.runtime, due, plan.id);
+        }
+    }
+
+    /// Moves the entry (in `renewer`, `Scheduled`) to `due`, on the schedule of the runtime
+    /// that renews the hold while that runtime's driver lives (an `extend` from a short-lived
+    /// helper runtime leaves it there); only a hold whose runtime shut down moves to the
+    /// runtime asking now.
+    fn move_entry(self: &Arc<Self>, renewer: &mut Renewer, due: Instant) {
+        let Renewer::Scheduled { due: old, plan, .. } = renewer else {
+            return;
+        };
+        self.holds.renewals.remove(plan.runtime, *old, plan.id);
         if !self.holds.renewals.is_live(plan.runtime) || planted(Bug::RenewalsFollowTheCaller) {
             if let Ok(current) = tokio::runtime::Handle::try_current() {
                 plan.runtime = current.id();
             }
         }
         self.holds.renewals.add(plan.runtime, due, plan.id, self);
-        *renewer = Renewer::Scheduled { due, plan };
+        *old = due;
     }
 
-    /// Called by the driver when the entry (`due`, `id`) fell due: sends the renewal, unless
-    /// the hold was released or rescheduled meanwhile.
+    /// Called by the driver when the entry (`due`, `id`) fell due (the driver took it out of
+    /// the schedule): sends the renewal and puts the entry back at the instant the trust
+    /// ends (the renewal moves it when answered). A stale entry (the hold was released or
+    /// moved meanwhile) is dropped: the hold's one entry is elsewhere, or renewals are off.
     fn renew_now(self: &Arc<Self>, due: Instant, id: u64) {
         let mut renewer = self.renewer.lock().unwrap_or_else(|p| p.into_inner());
-        let plan = match &*renewer {
-            Renewer::Scheduled { due: d, plan } if *d == due && plan.id == id => plan.clone(),
-            _ => return,
-        };
-        let task = tokio::spawn(renew_once(self.clone(), plan.once));
-        *renewer = Renewer::Renewing {
+        let Renewer::Scheduled {
+            due: d,
             plan,
-            task: Some(task.abort_handle()),
+            in_flight,
+        } = &mut *renewer
+        else {
+            return;
         };
+        if *d != due || plan.id != id {
+            return;
+        }
+        let back_at = if in_flight.as_ref().is_some_and(|t| !t.is_finished()) {
+            // The previous renewal still waits its turn (behind an `extend`): look again soon.
+            Instant::now() + Duration::from_millis(50)
+        } else {
+            let task = tokio::spawn(renew_once(self.clone()));
+            *in_flight = Some(task.abort_handle());
+            self.until().max(Instant::now() + Duration::from_millis(1))
+        };
+        let (runtime, id) = (plan.runtime, plan.id);
+        self.holds.renewals.add(runtime, back_at, id, self);
+        *d = back_at;
     }
 
     fn claim(&self) -> Claim {
@@ -276,16 +297,12 @@ impl Shared {
                 .request_unordered(lease, renewal.then(|| self.until()))
                 .await;
             if !renewal {
-                self.reschedule(false, None);
+                self.reschedule(None);
             }
             return outcome;
         }
         let read_early = renewal.then(|| self.until());
         let mut requests = self.requests.lock().await;
-        // Declared after the lock guard, so dropped before it: the hold is out of `Renewing`
-        // before any request queued behind this renewal (an `extend`) can run and reschedule,
-        // also when this renewal is dropped with its runtime.
-        let _turn = renewal.then(|| RenewalTurn(self));
         if self.validity.borrow().lost {
             return Ok(false);
         }
@@ -313,7 +330,7 @@ impl Shared {
             });
             // The trust may have shrunk: the next renewal follows it (a renewal's own request
             // is rescheduled when answered).
-            self.reschedule(false, None);
+            self.reschedule(None);
         }
         let unknown_min = requests.unknown_min;
         let mut in_flight = InFlight {
@@ -335,7 +352,7 @@ impl Shared {
                         v.since = sent_at;
                     }
                 });
-                self.reschedule(false, None);
+                self.reschedule(None);
                 Ok(true)
             }
             Ok(false) => {
@@ -760,6 +777,7 @@ impl Hold {
             *renewer = Renewer::Scheduled {
                 due,
                 plan: plan.clone(),
+                in_flight: None,
             };
             shared.holds.renewals.add(plan.runtime, due, id, &shared);
         }
@@ -906,7 +924,7 @@ impl Hold {
         if !committed {
             return Err(lost());
         }
-        shared.reschedule(false, None);
+        shared.reschedule(None);
         // The next lease request (a renewal waiting its turn) sees the read claim.
         drop(requests);
         Ok(())
@@ -986,29 +1004,23 @@ impl Drop for Hold {
     }
 }
 
-/// One renewal of a hold whose entry fell due, for the hold's lease; then the hold goes back
-/// in its schedule for the next (a renewal interval after this request's send, or soon after
-/// a failed one), unless `once` (a handed-over grant's claim with auto-renewal off) or the
+/// One renewal of a hold whose entry fell due, for the hold's lease; then the hold's entry
+/// moves to the next (a renewal interval after this request's send, or soon after a failed
+/// one), unless its plan was `once` (a handed-over grant's claim with auto-renewal off) or the
 /// lease is gone.
-async fn renew_once(shared: Arc<Shared>, once: bool) {
+async fn renew_once(shared: Arc<Shared>) {
     if shared.validity.borrow().lost {
+        shared.renewal_done(false, None);
         return;
     }
     match shared.request(true).await {
-        Ok(true) if once => {
-            let mut renewer = shared.renewer.lock().unwrap_or_else(|p| p.into_inner());
-            if matches!(*renewer, Renewer::Renewing { .. } | Renewer::Settled { .. }) {
-                *renewer = Renewer::Off;
-            }
-        }
-        Ok(true) => shared.reschedule(true, None),
-        Ok(false) => {}
+        Ok(confirmed) => shared.renewal_done(confirmed, None),
         Err(err) => {
             tracing::debug!(lock = shared.lock.name(), %err, "renewal failed; retrying");
             // Retry soon, but well inside what is left of the lease.
             let left = shared.until().saturating_duration_since(Instant::now());
             let retry_at = Instant::now() + (left / 4).min(Duration::from_millis(500));
-            shared.reschedule(true, Some(retry_at));
+            shared.renewal_done(false, Some(retry_at));
         }
     }
 }
