@@ -633,171 +633,221 @@ fn advice(err: &Error, cli: &Cli) -> String {
 }
 
 async fn run(cli: &Cli) -> Result<ExitCode, Error> {
-    let builder = LockClient::builder().prefix(&cli.prefix);
-    let client = if !cli.cluster.is_empty() {
-        let urls: Vec<&str> = cli.cluster.iter().map(String::as_str).collect();
-        builder.cluster(&urls).await?
-    } else if !cli.quorum.is_empty() {
-        let urls: Vec<&str> = cli.quorum.iter().map(String::as_str).collect();
-        builder.quorum(&urls).await?
-    } else if let (false, Some(master)) = (cli.sentinel.is_empty(), &cli.master) {
-        let urls: Vec<&str> = cli.sentinel.iter().map(String::as_str).collect();
-        builder.sentinel(&urls, master).await?
-    } else {
-        builder.connect(&cli.url).await?
-    };
+    let client = connect(cli).await?;
     match &cli.command {
-        Command::Inspect { name, json } => {
-            let v = view(&client, name).await?;
-            if *json {
-                println!("{}", v.json());
-            } else {
-                print!("{}", v.text());
-            }
-            if v.is_empty() {
-                eprintln!(
-                    "no trace of lock `{name}` under prefix `{}` (nothing held, nobody waiting, \
-                     no fence): check the name with `redis-locks list` and the --prefix",
-                    cli.prefix
-                );
-                return Ok(ExitCode::from(3));
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Inspect { name, json } => inspect(cli, &client, name, *json).await,
         Command::List {
             pattern,
             json,
             state,
-        } => {
-            let names = list(scan_targets(cli).await?, &cli.prefix, pattern).await?;
-            let mut items = Vec::with_capacity(names.len());
-            for name in names {
-                let state = match state {
-                    true => Some(view(&client, &name).await?.state()),
-                    false => None,
-                };
-                items.push((name, state));
-            }
-            if *json {
-                let items: Vec<String> = items
-                    .iter()
-                    .map(|(name, state)| match state {
-                        Some(s) => {
-                            format!("{{\"name\":{},\"state\":{}}}", json_str(name), json_str(s))
-                        }
-                        None => json_str(name),
-                    })
-                    .collect();
-                println!("[{}]", items.join(","));
-            } else {
-                for (name, state) in items {
-                    match state {
-                        Some(s) => println!("{name}\t{s}"),
-                        None => println!("{name}"),
-                    }
-                }
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        } => list_names(cli, &client, pattern, *json, *state).await,
         Command::Watch {
             name,
             interval_ms,
             count,
             json,
-        } => {
-            let mut shown = 0u64;
-            loop {
-                let v = view(&client, name).await?;
-                let at = timestamp();
-                if *json {
-                    let json = v.json();
-                    // The same object, with the time of the read first.
-                    println!("{{\"at\":{},{}", json_str(&at), &json[1..]);
-                } else {
-                    println!("at {at}\n{}", v.text());
-                }
-                shown += 1;
-                if count.is_some_and(|c| shown >= c) {
-                    return Ok(ExitCode::SUCCESS);
-                }
-                tokio::time::sleep(Duration::from_millis((*interval_ms).max(50))).await;
-            }
-        }
+        } => watch(&client, name, *interval_ms, *count, *json).await,
         Command::Leader {
             name,
             follow,
             count,
             json,
-        } => {
-            let election = client.election(name);
-            let show = |leader: &Option<LeaderInfo>| {
-                if *json {
-                    println!("{}", leader_json(name, leader));
-                } else {
-                    match leader {
-                        Some(l) => println!(
-                            "{name}: {} leads, term {}, lease left {} ms",
-                            l.value,
-                            l.term,
-                            l.time_left.as_millis()
-                        ),
-                        None => println!("{name}: nobody leads"),
-                    }
-                }
-            };
-            if !*follow {
-                let leader = election.leader().await?;
-                show(&leader);
-                return Ok(if leader.is_some() {
-                    ExitCode::SUCCESS
-                } else {
-                    ExitCode::from(3)
-                });
-            }
-            let mut observer = election.observe();
-            let mut shown = 0u64;
-            while let Some(leader) = observer.next().await {
-                show(&leader);
-                shown += 1;
-                if count.is_some_and(|c| shown >= c) {
-                    return Ok(ExitCode::SUCCESS);
-                }
-            }
-            eprintln!(
-                "error: the watch stopped: {}",
-                observer
-                    .closed_because()
-                    .unwrap_or_else(|| "the runtime is shutting down".to_owned())
-            );
-            Ok(ExitCode::from(1))
-        }
+        } => leader(&client, name, *follow, *count, *json).await,
         Command::ForceRelease { name, yes, json } => {
-            if !yes {
-                eprintln!(
-                    "force-release breaks the lock for its holders; run it again with --yes to \
-                     confirm (see who holds it first with `redis-locks inspect {name}`)"
-                );
-                return Ok(ExitCode::from(2));
-            }
-            // A name with no keys at all has nothing to release; bumping its fence would only
-            // leave a fence key behind (fence keys never expire).
-            if view(&client, name).await?.is_empty() {
-                eprintln!(
-                    "no trace of lock `{name}` under prefix `{}`: nothing to release (check the \
-                     name with `redis-locks list` and the --prefix)",
-                    cli.prefix
-                );
-                return Ok(ExitCode::from(3));
-            }
-            let fence = client.force_release(name).await?;
-            if *json {
-                println!("{{\"name\":{},\"fence\":{fence}}}", json_str(name));
-            } else {
-                println!("released every hold of {name}; fence is now {fence}");
-            }
-            Ok(ExitCode::SUCCESS)
+            force_release(cli, &client, name, *yes, *json).await
         }
     }
+}
+
+/// A client on the server, Cluster, quorum or Sentinel the options name.
+fn urls(list: &[String]) -> Vec<&str> {
+    list.iter().map(String::as_str).collect()
+}
+
+async fn connect(cli: &Cli) -> Result<LockClient, Error> {
+    let builder = LockClient::builder().prefix(&cli.prefix);
+    if !cli.cluster.is_empty() {
+        builder.cluster(&urls(&cli.cluster)).await
+    } else if !cli.quorum.is_empty() {
+        builder.quorum(&urls(&cli.quorum)).await
+    } else if let (false, Some(master)) = (cli.sentinel.is_empty(), &cli.master) {
+        builder.sentinel(&urls(&cli.sentinel), master).await
+    } else {
+        builder.connect(&cli.url).await
+    }
+}
+
+/// `inspect NAME`: the lock's holders and waiters; exit 3 when it has no trace at all.
+async fn inspect(
+    cli: &Cli,
+    client: &LockClient,
+    name: &str,
+    json: bool,
+) -> Result<ExitCode, Error> {
+    let v = view(client, name).await?;
+    if json {
+        println!("{}", v.json());
+    } else {
+        print!("{}", v.text());
+    }
+    if v.is_empty() {
+        eprintln!(
+            "no trace of lock `{name}` under prefix `{}` (nothing held, nobody waiting, \
+             no fence): check the name with `redis-locks list` and the --prefix",
+            cli.prefix
+        );
+        return Ok(ExitCode::from(3));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `list [PATTERN]`: the lock names under the prefix, with their state if asked.
+async fn list_names(
+    cli: &Cli,
+    client: &LockClient,
+    pattern: &str,
+    json: bool,
+    with_state: bool,
+) -> Result<ExitCode, Error> {
+    let names = list(scan_targets(cli).await?, &cli.prefix, pattern).await?;
+    let mut items = Vec::with_capacity(names.len());
+    for name in names {
+        let state = match with_state {
+            true => Some(view(client, &name).await?.state()),
+            false => None,
+        };
+        items.push((name, state));
+    }
+    if json {
+        let items: Vec<String> = items
+            .iter()
+            .map(|(name, state)| match state {
+                Some(s) => format!("{{\"name\":{},\"state\":{}}}", json_str(name), json_str(s)),
+                None => json_str(name),
+            })
+            .collect();
+        println!("[{}]", items.join(","));
+    } else {
+        for (name, state) in items {
+            match state {
+                Some(s) => println!("{name}\t{s}"),
+                None => println!("{name}"),
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `watch NAME`: the lock's state every interval, `count` times or until interrupted.
+async fn watch(
+    client: &LockClient,
+    name: &str,
+    interval_ms: u64,
+    count: Option<u64>,
+    json: bool,
+) -> Result<ExitCode, Error> {
+    let mut shown = 0u64;
+    loop {
+        let v = view(client, name).await?;
+        let at = timestamp();
+        if json {
+            let json = v.json();
+            // The same object, with the time of the read first.
+            println!("{{\"at\":{},{}", json_str(&at), &json[1..]);
+        } else {
+            println!("at {at}\n{}", v.text());
+        }
+        shown += 1;
+        if count.is_some_and(|c| shown >= c) {
+            return Ok(ExitCode::SUCCESS);
+        }
+        tokio::time::sleep(Duration::from_millis(interval_ms.max(50))).await;
+    }
+}
+
+/// `leader NAME [--follow]`: who leads the election (exit 3: nobody), and every change.
+async fn leader(
+    client: &LockClient,
+    name: &str,
+    follow: bool,
+    count: Option<u64>,
+    json: bool,
+) -> Result<ExitCode, Error> {
+    let election = client.election(name);
+    let show = |leader: &Option<LeaderInfo>| {
+        if json {
+            println!("{}", leader_json(name, leader));
+        } else {
+            match leader {
+                Some(l) => println!(
+                    "{name}: {} leads, term {}, lease left {} ms",
+                    l.value,
+                    l.term,
+                    l.time_left.as_millis()
+                ),
+                None => println!("{name}: nobody leads"),
+            }
+        }
+    };
+    if !follow {
+        let leader = election.leader().await?;
+        show(&leader);
+        return Ok(if leader.is_some() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(3)
+        });
+    }
+    let mut observer = election.observe();
+    let mut shown = 0u64;
+    while let Some(leader) = observer.next().await {
+        show(&leader);
+        shown += 1;
+        if count.is_some_and(|c| shown >= c) {
+            return Ok(ExitCode::SUCCESS);
+        }
+    }
+    eprintln!(
+        "error: the watch stopped: {}",
+        observer
+            .closed_because()
+            .unwrap_or_else(|| "the runtime is shutting down".to_owned())
+    );
+    Ok(ExitCode::from(1))
+}
+
+/// `force-release NAME --yes`: breaks the lock for every holder.
+async fn force_release(
+    cli: &Cli,
+    client: &LockClient,
+    name: &str,
+    yes: bool,
+    json: bool,
+) -> Result<ExitCode, Error> {
+    if !yes {
+        eprintln!(
+            "force-release breaks the lock for its holders; run it again with --yes to \
+             confirm (see who holds it first with `redis-locks inspect {name}`)"
+        );
+        return Ok(ExitCode::from(2));
+    }
+    // A name with no keys at all has nothing to release; bumping its fence would only
+    // leave a fence key behind (fence keys never expire).
+    if view(client, name).await?.is_empty() {
+        eprintln!(
+            "no trace of lock `{name}` under prefix `{}`: nothing to release (check the \
+             name with `redis-locks list` and the --prefix)",
+            cli.prefix
+        );
+        return Ok(ExitCode::from(3));
+    }
+    let fence = client.force_release(name).await?;
+    if json {
+        println!("{{\"name\":{},\"fence\":{fence}}}", json_str(name));
+    } else {
+        println!("released every hold of {name}; fence is now {fence}");
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 #[tokio::main]

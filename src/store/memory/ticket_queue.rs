@@ -305,19 +305,33 @@ fn attempt(
         q.tickets += 1;
         q.queue.add(&member, q.tickets);
     }
-    let heartbeat_until = now + hb;
-    q.heartbeats.add(&member, heartbeat_until);
     q.mark_capacity(mark);
-    if promote(state, now, cap, hb, Some(&member), wakes) {
+    heartbeat(state, now, &member, (cap, hb, lease), wakes)
+}
+
+/// A queued claim's attempt: its heartbeat, then the grant if it is at the head and fits,
+/// else its place and, at the head, when the first holder's lease ends (it may then fit).
+fn heartbeat(
+    state: &mut LockState,
+    now: u64,
+    member: &str,
+    (cap, hb, lease): (u64, u64, u64),
+    wakes: &mut WakeUps,
+) -> Result<Acquire, Refusal> {
+    let heartbeat_until = now + hb;
+    state.queue.heartbeats.add(member, heartbeat_until);
+    if promote(state, now, cap, hb, Some(member), wakes) {
         let q = &mut state.queue;
-        q.holders.add(&member, now + lease);
+        q.holders.add(member, now + lease);
         q.refresh();
-        return granted(state.fence);
+        return Ok(Acquire::Granted(Grant {
+            fence: state.fence,
+            lease: Duration::from_millis(lease),
+        }));
     }
     let q = &mut state.queue;
     q.refresh();
-    let position = q.queue.rank(&member).map(|r| r as u64);
-    // At the head: when the first holder's lease ends (it may then fit).
+    let position = q.queue.rank(member).map(|r| r as u64);
     let retry_after = match position {
         Some(0) => q
             .holders
