@@ -71,6 +71,20 @@ pub fn stalling_hub(
     hub
 }
 
+/// Runs `f` as if on a tokio runtime of its own, numbered `n` (a helper runtime, a test's):
+/// what `f` does to a hold's renewals (an `extend`) happens as on that runtime, until
+/// [`end_simulated_runtime`] ends it as a shutdown would. For a simulation that runs on one
+/// runtime.
+pub async fn on_simulated_runtime<F: std::future::Future>(n: u64, f: F) -> F::Output {
+    crate::engine::lease::on_simulated_runtime(n, f).await
+}
+
+/// Ends the simulated runtime `n` for `client`'s holds: renewals scheduled there are never
+/// sent, as when a runtime shuts down with its renewal driver.
+pub fn end_simulated_runtime(client: &crate::LockClient, n: u64) {
+    client.holds().end_simulated_runtime(n);
+}
+
 /// From now on, every message published into `hub` (e.g. `MemoryStore::hub()`) goes to
 /// `tap(channel, message)` instead of the hub's waiters, so the test decides when, and
 /// whether, to [`deliver`] it. One tap per hub: false (and `tap` unused) if it had one.

@@ -223,6 +223,11 @@ enum Op {
         guard: usize,
         lease: u64,
     },
+    /// `extend` from a helper runtime that ends right after it (`testing::on_simulated_runtime`).
+    ExtendElsewhere {
+        guard: usize,
+        lease: u64,
+    },
     /// `WriteGuard::downgrade` (other guards: nothing).
     Downgrade {
         guard: usize,
@@ -304,6 +309,8 @@ struct Profile {
     release_all: bool,
     /// Subscriptions that take long or stall (a hub like a Redis connection's).
     subscribe_stalls: bool,
+    /// `extend`s from helper runtimes that end (with `extends`).
+    helper_runtimes: bool,
     request_faults: bool,
     reply_faults: bool,
     lost_replies: bool,
@@ -354,6 +361,7 @@ impl Profile {
             downgrades: true,
             release_all: true,
             subscribe_stalls: true,
+            helper_runtimes: true,
             request_faults: true,
             reply_faults: true,
             lost_replies: true,
@@ -373,6 +381,7 @@ impl Profile {
             downgrades: false,
             release_all: false,
             subscribe_stalls: false,
+            helper_runtimes: false,
             request_faults: false,
             reply_faults: false,
             lost_replies: false,
@@ -393,6 +402,7 @@ impl Profile {
             downgrades: false,
             release_all: false,
             subscribe_stalls: false,
+            helper_runtimes: false,
             request_faults: true,
             reply_faults: true,
             lost_replies: true,
@@ -413,8 +423,30 @@ impl Profile {
             downgrades: true,
             release_all: false,
             subscribe_stalls: false,
+            helper_runtimes: false,
             request_faults: true,
             reply_faults: true,
+            lost_replies: false,
+            push_faults: false,
+            crashes: false,
+        }
+    }
+
+    /// `extend`s from helper runtimes that end, nothing else: the renewals must stay with the
+    /// runtime that granted the hold.
+    fn helper_runtimes() -> Profile {
+        Profile {
+            prims: ALL_PRIMS.to_vec(),
+            lease_heartbeat: pairs(|l, _| l <= 300),
+            manual_renew: false,
+            waits: false,
+            extends: true,
+            downgrades: false,
+            release_all: false,
+            subscribe_stalls: false,
+            helper_runtimes: true,
+            request_faults: false,
+            reply_faults: false,
             lost_replies: false,
             push_faults: false,
             crashes: false,
@@ -432,6 +464,7 @@ impl Profile {
             downgrades: true,
             release_all: true,
             subscribe_stalls: false,
+            helper_runtimes: false,
             request_faults: true,
             reply_faults: true,
             lost_replies: false,
@@ -451,6 +484,7 @@ impl Profile {
             downgrades: false,
             release_all: false,
             subscribe_stalls: true,
+            helper_runtimes: false,
             request_faults: false,
             reply_faults: false,
             lost_replies: false,
@@ -472,6 +506,7 @@ impl Profile {
             downgrades: false,
             release_all: false,
             subscribe_stalls: false,
+            helper_runtimes: false,
             request_faults: false,
             reply_faults: false,
             lost_replies: false,
@@ -559,6 +594,14 @@ fn op(p: &Profile) -> impl Strategy<Value = Op> {
             3,
             (guard.clone(), pick(&[10, 30, 60, 100, 300, 1_000]))
                 .prop_map(|(guard, lease)| Op::Extend { guard, lease })
+                .boxed(),
+        ));
+    }
+    if p.extends && p.helper_runtimes {
+        arms.push((
+            2,
+            (guard.clone(), pick(&[30, 100, 300, 1_000]))
+                .prop_map(|(guard, lease)| Op::ExtendElsewhere { guard, lease })
                 .boxed(),
         ));
     }
@@ -904,6 +947,11 @@ struct NameInfo {
 
 struct World {
     start: Instant,
+    /// The schedule has no fault at all (no late or lost call, reply or wake-up, no stalled
+    /// subscription, no crash): every auto-renewed guard must stay held, from the start.
+    fault_free: bool,
+    /// Simulated runtimes started so far (each helper runtime gets the next number).
+    runtimes: u64,
     server: MemoryStore,
     names: Vec<NameInfo>,
     clients: Vec<ClientState>,
@@ -927,6 +975,12 @@ struct World {
 }
 
 impl World {
+    /// A new simulated runtime's number.
+    fn next_runtime(&mut self) -> u64 {
+        self.runtimes += 1;
+        self.runtimes
+    }
+
     /// Delivers the wake-ups of `client` that are due, or published by a step before
     /// `published_before`, in order.
     fn pump(&mut self, client: usize, published_before: u64) {
@@ -2044,6 +2098,19 @@ impl Script {
                     self.put_back(id, e);
                 }
             }
+            Op::ExtendElsewhere { guard, lease } => {
+                if let Some((id, mut e)) = self.take(guard, |_| true) {
+                    let n = sim.world().next_runtime();
+                    let extend = e.guard.extend(ms(lease));
+                    let r = testing::on_simulated_runtime(n, extend).await;
+                    testing::end_simulated_runtime(&self.client, n);
+                    sim.log(|| {
+                        format!("c{c} extend g{id} to {lease} ms from runtime {n} -> {r:?}")
+                    });
+                    self.expected(&r);
+                    self.put_back(id, e);
+                }
+            }
             Op::Downgrade { guard } => self.downgrade(guard, None).await,
             Op::DowngradeRacingReleaseAll { guard, after } => {
                 self.downgrade(guard, Some(after)).await
@@ -2066,6 +2133,12 @@ impl Script {
 
     fn auto_renew(&self) -> bool {
         self.sim.world().clients[self.c].auto_renew
+    }
+
+    /// Whether a guard whose operation started at `started` (virtual ms) must stay held:
+    /// once every fault has landed, or from the start in a schedule without faults.
+    fn clean_from(&self, started: u64) -> bool {
+        started >= CLEAN_FROM || self.sim.world().fault_free
     }
 
     /// `WriteGuard::downgrade` of the client's `guard`-th guard, if it is a write guard; with
@@ -2115,7 +2188,7 @@ impl Script {
                 let released = sim.world().clients[c]
                     .released_all
                     .is_some_and(|at| at >= started);
-                let clean = self.auto_renew() && started >= CLEAN_FROM && !released;
+                let clean = self.auto_renew() && self.clean_from(started) && !released;
                 let origin = Some(Origin::Downgrade);
                 self.register(e.name, kind, AnyGuard::Read(read), clean, origin);
             }
@@ -2198,7 +2271,7 @@ impl Script {
         }
         match result {
             Some(Ok(Some((guard, kind)))) => {
-                let clean = self.auto_renew() && started >= CLEAN_FROM;
+                let clean = self.auto_renew() && self.clean_from(started);
                 self.register(name, kind, guard, clean, None);
             }
             Some(r) => self.expected(&r.map(|_| ())),
@@ -2274,8 +2347,15 @@ async fn run(schedule: &Schedule, focus: &[Class], trace: bool) -> Outcome {
             sent: 0,
         })
         .collect();
+    let fault_free = schedule.clients.iter().all(|c| {
+        c.crash.is_none()
+            && c.faults.iter().all(|f| matches!(f, Fault::None))
+            && c.pushes.iter().all(|p| matches!(p, Push::Now))
+            && c.subscribe_stalls.iter().all(|&s| s == 0)
+    });
     let world = World {
         start,
+        fault_free,
         server,
         names,
         clients,
@@ -2291,6 +2371,7 @@ async fn run(schedule: &Schedule, focus: &[Class], trace: bool) -> Outcome {
         trace: trace.then(Vec::new),
         stopping: false,
         seq: 0,
+        runtimes: 0,
     };
     let sim = Arc::new(Sim {
         world: StdMutex::new(world),
@@ -2609,6 +2690,25 @@ fn finds_planted_unbounded_subscribe() {
         .iter()
         .any(|c| c.subscribe_stalls.iter().any(|&s| s > 0));
     assert!(stalled, "the counterexample stalls no subscription: {why}");
+}
+
+#[test]
+fn finds_planted_renewals_that_follow_the_caller() {
+    let (schedule, why) = finds(
+        Bug::RenewalsFollowTheCaller,
+        Profile::helper_runtimes(),
+        &[Class::LostWithoutFault],
+        7,
+    );
+    let elsewhere = schedule
+        .clients
+        .iter()
+        .flat_map(|c| &c.ops)
+        .any(|op| matches!(op, Op::ExtendElsewhere { .. }));
+    assert!(
+        elsewhere,
+        "the counterexample has no extend from a helper runtime: {why}"
+    );
 }
 
 #[test]

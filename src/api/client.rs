@@ -141,6 +141,12 @@ impl LockClient {
         self.inner.holds.release_all().await
     }
 
+    /// The client's live holds (feature `testing`: the simulations end runtimes there).
+    #[cfg(feature = "testing")]
+    pub(crate) fn holds(&self) -> &crate::engine::lease::Holds {
+        &self.inner.holds
+    }
+
     /// The key prefix (default `rl`).
     pub fn prefix(&self) -> &str {
         &self.inner.prefix

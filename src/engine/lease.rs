@@ -88,7 +88,7 @@ enum Renewer {
 struct Plan {
     /// The hold's entry in its client's [`Holds`] (and its key in the schedule).
     id: u64,
-    runtime: tokio::runtime::Id,
+    runtime: RuntimeKey,
     opts: Options,
     /// Stop after the first confirmed renewal (a handed-over grant with auto-renewal off).
     once: bool,
@@ -219,8 +219,8 @@ impl Shared {
         };
         self.holds.renewals.remove(plan.runtime, *old, plan.id);
         if !self.holds.renewals.is_live(plan.runtime) || planted(Bug::RenewalsFollowTheCaller) {
-            if let Ok(current) = tokio::runtime::Handle::try_current() {
-                plan.runtime = current.id();
+            if let Some(current) = current_runtime() {
+                plan.runtime = current;
             }
         }
         self.holds.renewals.add(plan.runtime, due, plan.id, self);
@@ -431,6 +431,38 @@ pub(crate) struct Holds {
     renewals: Renewals,
 }
 
+/// The runtime a schedule belongs to: a tokio runtime, or (feature `testing`) one a
+/// simulation stands in for, which it can end at will ([`on_simulated_runtime`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum RuntimeKey {
+    Tokio(tokio::runtime::Id),
+    #[cfg(feature = "testing")]
+    Simulated(u64),
+}
+
+#[cfg(feature = "testing")]
+tokio::task_local! {
+    static SIMULATED_RUNTIME: u64;
+}
+
+/// Runs `f` as if on the simulated runtime `n`: holds granted and entries moved there belong
+/// to its schedule, until [`Holds::end_simulated_runtime`] ends it (feature `testing`).
+#[cfg(feature = "testing")]
+pub(crate) async fn on_simulated_runtime<F: std::future::Future>(n: u64, f: F) -> F::Output {
+    SIMULATED_RUNTIME.scope(n, f).await
+}
+
+/// The runtime asking now, if any.
+fn current_runtime() -> Option<RuntimeKey> {
+    #[cfg(feature = "testing")]
+    if let Ok(n) = SIMULATED_RUNTIME.try_with(|n| *n) {
+        return Some(RuntimeKey::Simulated(n));
+    }
+    tokio::runtime::Handle::try_current()
+        .ok()
+        .map(|h| RuntimeKey::Tokio(h.id()))
+}
+
 /// A client's renewal schedules, one per tokio runtime that made holds (so a hold's renewals
 /// run on the runtime that granted it, as its own tasks would): holds waiting for their first
 /// renewal, by due time, and one driver task per runtime that starts each hold's renewal task
@@ -439,7 +471,7 @@ pub(crate) struct Holds {
 /// one map insert each, no wake-up.
 #[derive(Default)]
 struct Renewals {
-    by_runtime: StdMutex<HashMap<tokio::runtime::Id, Arc<Schedule>>>,
+    by_runtime: StdMutex<HashMap<RuntimeKey, Arc<Schedule>>>,
 }
 
 #[derive(Default)]
@@ -461,7 +493,7 @@ struct ScheduleState {
 impl Renewals {
     /// Schedules the first renewal of hold `id` at `due` on the schedule of `runtime`, the
     /// current one (this runs inside an acquisition).
-    fn add(&self, runtime: tokio::runtime::Id, due: Instant, id: u64, shared: &Arc<Shared>) {
+    fn add(&self, runtime: RuntimeKey, due: Instant, id: u64, shared: &Arc<Shared>) {
         let schedule = {
             let mut by_runtime = self.by_runtime.lock().unwrap_or_else(|p| p.into_inner());
             // A runtime that shut down took its driver along; its schedule has nothing left
@@ -473,17 +505,20 @@ impl Renewals {
     }
 
     /// Whether `runtime`'s schedule has a driver that still runs (its runtime is alive).
-    fn is_live(&self, runtime: tokio::runtime::Id) -> bool {
+    fn is_live(&self, runtime: RuntimeKey) -> bool {
         let schedule = self
             .by_runtime
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(&runtime)
             .cloned();
-        schedule.is_some_and(|s| s.lock().driver.as_ref().is_some_and(|d| !d.is_finished()))
+        schedule.is_some_and(|s| {
+            let state = s.lock();
+            !state.closed && state.driver.as_ref().is_some_and(|d| !d.is_finished())
+        })
     }
 
-    fn remove(&self, runtime: tokio::runtime::Id, due: Instant, id: u64) {
+    fn remove(&self, runtime: RuntimeKey, due: Instant, id: u64) {
         let schedule = self
             .by_runtime
             .lock()
@@ -522,7 +557,10 @@ impl Schedule {
         let notify = {
             let mut state = self.lock();
             state.due.insert((due, id), Arc::downgrade(shared));
-            if state.driver.as_ref().is_none_or(JoinHandle::is_finished) {
+            if state.closed {
+                // An ended (simulated) runtime: nothing runs its entries.
+                false
+            } else if state.driver.as_ref().is_none_or(JoinHandle::is_finished) {
                 state.armed = Some(due);
                 state.driver = Some(tokio::spawn(drive(self.clone())));
                 false
@@ -604,6 +642,27 @@ impl Holds {
     /// Releases every live hold by token, all at once, and marks their guards lost (so
     /// `is_held()` is false and `lost()` fires at once). Returns how many the server still
     /// held. Errors are reported after every release has been tried.
+    /// Ends the simulated runtime `n` for this client's holds, as a runtime that shuts down
+    /// ends its driver: entries on its schedule are never sent (feature `testing`).
+    #[cfg(feature = "testing")]
+    pub(crate) fn end_simulated_runtime(&self, n: u64) {
+        let key = RuntimeKey::Simulated(n);
+        let schedule = self
+            .renewals
+            .by_runtime
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+            .cloned();
+        if let Some(schedule) = schedule {
+            let mut state = schedule.lock();
+            state.closed = true;
+            if let Some(driver) = state.driver.take() {
+                driver.abort();
+            }
+        }
+    }
+
     pub(crate) async fn release_all(&self) -> Result<usize> {
         let holds: Vec<(u64, Arc<Shared>)> = {
             let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
@@ -761,7 +820,7 @@ impl Hold {
         if let Some(once) = once {
             let plan = Plan {
                 id,
-                runtime: tokio::runtime::Handle::current().id(),
+                runtime: current_runtime().expect("a hold is made inside a tokio runtime"),
                 opts: opts.clone(),
                 once,
             };
