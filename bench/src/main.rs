@@ -344,7 +344,7 @@ fn print_markdown(rows: &[Row]) {
 // off, in its own temporary directory, retried on port races, killed by its handle on drop).
 
 #[allow(dead_code)] // the bench uses part of the tests' launcher
-#[path = "../tests/support/server.rs"]
+#[path = "../../tests/support/server.rs"]
 mod server;
 
 #[cfg(feature = "cluster")]
