@@ -49,28 +49,12 @@ pub async fn fifo(env: &Env, run: usize, w: &'static str, hold: Duration) -> Box
         done.push(r??);
     }
     done.sort_by_key(|d| d.0);
-    let mut inversions = 0;
-    for a in 0..done.len() {
-        for b in a + 1..done.len() {
-            if done[a].1 > done[b].1 {
-                inversions += 1;
-            }
-        }
-    }
+    let inversions = inversions(&done);
     let first_grant = done.iter().map(|d| d.2).min().unwrap_or(release_start);
     let last_end = done.iter().map(|d| d.3).max().unwrap_or(release_start);
     let holds: f64 = done.iter().map(|d| ms(d.3 - d.2)).sum();
     let all_done = ms(last_end - release_start);
-    // The same round trip as `ping`, but each one sent right after a sleep as long as a
-    // hold, like every hand-off here: the runtime's threads are parked when it starts.
-    let mut idle = Vec::with_capacity(50);
-    for _ in 0..50 {
-        tokio::time::sleep(hold).await;
-        let t = Instant::now();
-        let _: String = env.raw.query(&redis::cmd("PING")).await?;
-        idle.push(ms(t.elapsed()));
-    }
-    let idle_ping = pct(&sorted(idle), 0.5);
+    let idle_ping = idle_ping_p50(env, hold).await?;
     let overhead_target = if hold < Duration::from_millis(10) {
         Target::AtMost(3.0)
     } else {
@@ -96,4 +80,31 @@ pub async fn fifo(env: &Env, run: usize, w: &'static str, hold: Duration) -> Box
         )
         .vs("idle_ping_p50_ms", idle_ping),
     ])
+}
+
+/// Pairs of waiters granted in the opposite order of their arrival; `done` is sorted by
+/// arrival (`.0`), `.1` is the grant order.
+fn inversions(done: &[(usize, usize, Instant, Instant)]) -> usize {
+    let mut inversions = 0;
+    for a in 0..done.len() {
+        for b in a + 1..done.len() {
+            if done[a].1 > done[b].1 {
+                inversions += 1;
+            }
+        }
+    }
+    inversions
+}
+
+/// The same round trip as `ping`, but each one sent right after a sleep as long as a
+/// hold, like every hand-off here: the runtime's threads are parked when it starts.
+async fn idle_ping_p50(env: &Env, hold: Duration) -> BoxResult<f64> {
+    let mut idle = Vec::with_capacity(50);
+    for _ in 0..50 {
+        tokio::time::sleep(hold).await;
+        let t = Instant::now();
+        let _: String = env.raw.query(&redis::cmd("PING")).await?;
+        idle.push(ms(t.elapsed()));
+    }
+    Ok(pct(&sorted(idle), 0.5))
 }

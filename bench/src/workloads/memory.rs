@@ -42,8 +42,16 @@ pub async fn lock_keys_on_server(env: &Env, keys: &LockKeys) -> BoxResult<Vec<St
     Ok(found)
 }
 
+const W: &str = "memory";
+const KINDS: [&str; 5] = [
+    "mutex",
+    "rwlock_read",
+    "rwlock_write",
+    "fair_lock",
+    "semaphore",
+];
+
 pub async fn memory(env: &Env, run: usize) -> BoxResult<Vec<Row>> {
-    const W: &str = "memory";
     let c = &env.client;
     let name = |kind: &str| format!("{W}-{run}-{kind}");
     let mut guards: Vec<(&'static str, String, Held)> = Vec::new();
@@ -64,31 +72,11 @@ pub async fn memory(env: &Env, run: usize) -> BoxResult<Vec<Row>> {
     ));
     let read = c.rwlock(&name("rwlock_read")).read().await?;
     let write = c.rwlock(&name("rwlock_write")).write().await?;
-    let kinds = [
-        "mutex",
-        "rwlock_read",
-        "rwlock_write",
-        "fair_lock",
-        "semaphore",
-    ];
     let mut rows = Vec::new();
-    for kind in kinds {
+    for kind in KINDS {
         let keys = c.keys(&name(kind))?;
         let found = lock_keys_on_server(env, &keys).await?;
-        let mut bytes = 0i64;
-        for k in &found {
-            let b: Option<i64> = env
-                .raw
-                .query(
-                    redis::cmd("MEMORY")
-                        .arg("USAGE")
-                        .arg(k)
-                        .arg("SAMPLES")
-                        .arg(0),
-                )
-                .await?;
-            bytes += b.unwrap_or(0);
-        }
+        let bytes = bytes_of(env, &found).await?;
         rows.push(Row::new(
             W,
             format!("keys_per_lock.{kind}"),
@@ -107,14 +95,38 @@ pub async fn memory(env: &Env, run: usize) -> BoxResult<Vec<Row>> {
     }
     read.release().await?;
     write.release().await?;
-    // Left for good (no TTL) must be only the fence counters; a capacity marker stays until
-    // its TTL (the longest lease granted under it) runs out, by design
-    // (docs/decisions/capacity-marker.md).
+    rows.extend(left_behind(env, run).await?);
+    Ok(rows)
+}
+
+/// The bytes `MEMORY USAGE` reports for `keys`, summed.
+async fn bytes_of(env: &Env, keys: &[String]) -> BoxResult<i64> {
+    let mut bytes = 0i64;
+    for k in keys {
+        let b: Option<i64> = env
+            .raw
+            .query(
+                redis::cmd("MEMORY")
+                    .arg("USAGE")
+                    .arg(k)
+                    .arg("SAMPLES")
+                    .arg(0),
+            )
+            .await?;
+        bytes += b.unwrap_or(0);
+    }
+    Ok(bytes)
+}
+
+/// What the released locks left on the server (then deleted). Left for good (no TTL) must be
+/// only the fence counters; a capacity marker stays until its TTL (the longest lease granted
+/// under it) runs out, by design (docs/decisions/capacity-marker.md).
+async fn left_behind(env: &Env, run: usize) -> BoxResult<Vec<Row>> {
     let mut left = 0usize;
     let mut expiring = 0usize;
     let mut fences = 0usize;
-    for kind in kinds {
-        let keys = c.keys(&name(kind))?;
+    for kind in KINDS {
+        let keys = env.client.keys(&format!("{W}-{run}-{kind}"))?;
         let found = lock_keys_on_server(env, &keys).await?;
         for k in &found {
             let ttl: i64 = env.raw.query(redis::cmd("PTTL").arg(k)).await?;
@@ -127,11 +139,10 @@ pub async fn memory(env: &Env, run: usize) -> BoxResult<Vec<Row>> {
         fences += found.iter().filter(|k| **k == keys.fence()).count();
         delete_lock_keys(env, &keys).await?;
     }
-    rows.push(
+    Ok(vec![
         Row::new(W, "keys_left", left as f64, "keys")
             .vs("fence_keys", fences as f64)
             .target(Target::EqualsBaseline),
-    );
-    rows.push(Row::new(W, "keys_left_expiring", expiring as f64, "keys"));
-    Ok(rows)
+        Row::new(W, "keys_left_expiring", expiring as f64, "keys"),
+    ])
 }

@@ -58,11 +58,11 @@ where
     Ok((after.1 - before.1) as f64 / calls as f64)
 }
 
+const W: &str = "server_hot";
+
 pub async fn server_hot(env: &Env, run: usize) -> BoxResult<Vec<Row>> {
-    const W: &str = "server_hot";
     let raw = env.raw.clone();
     let store = env.client.store().clone();
-    let floor = Arc::new(FloorPair::load(&raw).await?);
     let keys_for = |kind: &str| -> BoxResult<Vec<LockKeys>> {
         (0..HOT_NAMES)
             .map(|i| Ok(env.client.keys(&format!("{W}-{run}-{kind}-{i}"))?))
@@ -73,119 +73,15 @@ pub async fn server_hot(env: &Env, run: usize) -> BoxResult<Vec<Row>> {
     let floor_keys: Vec<String> = (0..HOT_NAMES)
         .map(|i| format!("{}:floor-hot-{run}-{i}", env.prefix))
         .collect();
-    let (r, f) = (raw.clone(), floor.clone());
-    let floor_acquire = hot(&raw, &floor_keys, move |k| {
-        let (r, f) = (r.clone(), f.clone());
-        async move {
-            let got: i64 = r
-                .query(
-                    redis::cmd("EVALSHA")
-                        .arg(&f.acquire_sha)
-                        .arg(1)
-                        .arg(k)
-                        .arg("t")
-                        .arg(30_000),
-                )
-                .await?;
-            if got != 1 {
-                return Err("floor acquire refused".into());
-            }
-            Ok(())
-        }
-    })
-    .await?;
-    let (r, f) = (raw.clone(), floor.clone());
-    let floor_release = hot(&raw, &floor_keys, move |k| {
-        let (r, f) = (r.clone(), f.clone());
-        async move {
-            let freed: i64 = r
-                .query(
-                    redis::cmd("EVALSHA")
-                        .arg(&f.release_sha)
-                        .arg(1)
-                        .arg(k)
-                        .arg("t"),
-                )
-                .await?;
-            if freed != 1 {
-                return Err("floor release refused".into());
-            }
-            Ok(())
-        }
-    })
-    .await?;
-
-    // One step of the store on every (keys, claim) pair.
-    async fn each<F, Fut>(
-        raw: &RedisStore,
-        items: &[(LockKeys, Claim)],
-        store: &Arc<dyn Store>,
-        f: F,
-    ) -> BoxResult<f64>
-    where
-        F: Fn(Arc<dyn Store>, LockKeys, Claim) -> Fut + Clone + Send + 'static,
-        Fut: std::future::Future<Output = BoxResult<()>> + Send + 'static,
-    {
-        let store = store.clone();
-        hot(raw, items, move |(k, c)| f.clone()(store.clone(), k, c)).await
-    }
-    async fn grant(s: Arc<dyn Store>, k: LockKeys, c: Claim) -> BoxResult<()> {
-        expect_granted(s.acquire(&k, &c, true, None).await?, "hot grant")
-    }
-    async fn refused(s: Arc<dyn Store>, k: LockKeys, c: Claim) -> BoxResult<()> {
-        match s.acquire(&k, &c, true, None).await? {
-            Acquire::Busy(_) => Ok(()),
-            Acquire::Granted(_) => Err("hot wait: granted".into()),
-        }
-    }
-    async fn extend(s: Arc<dyn Store>, k: LockKeys, c: Claim) -> BoxResult<()> {
-        if !s.extend(&k, &c, LONG, None).await? {
-            return Err("hot extend refused".into());
-        }
-        Ok(())
-    }
-    async fn release(s: Arc<dyn Store>, k: LockKeys, c: Claim) -> BoxResult<()> {
-        if !s.release(&k, &c, None).await? {
-            return Err("hot release: not held".into());
-        }
-        Ok(())
-    }
-    let with = |keys: &[LockKeys], request: Request| -> Vec<(LockKeys, Claim)> {
-        keys.iter()
-            .map(|k| (k.clone(), long_claim(request)))
-            .collect()
-    };
-
-    // Lease lock: a Mutex on free names; then a reader on free names.
+    let floor = Floor::measure(&raw, &floor_keys).await?;
+    let mut rows = vec![
+        Row::new(W, "usec_per_call.floor_acquire", floor.acquire, "usec"),
+        Row::new(W, "usec_per_call.floor_release", floor.release, "usec"),
+    ];
     let mk = keys_for("mutex")?;
-    let holders = with(&mk, Request::Mutex);
-    let rw_acquire_free = each(&raw, &holders, &store, grant).await?;
-    let rw_extend = each(&raw, &holders, &store, extend).await?;
-    let rw_release = each(&raw, &holders, &store, release).await?;
-    let read = Request::Read(redis_locks::Preference::Writer);
-    let readers = with(&mk, read);
-    let rw_acquire_read = each(&raw, &readers, &store, grant).await?;
-    let rw_release_read = each(&raw, &readers, &store, release).await?;
-    // A writer waiting behind a holder, then the release that hands it the lock.
-    let holders = with(&mk, Request::Mutex);
-    each(&raw, &holders, &store, grant).await?;
-    let waiters = with(&mk, Request::Mutex);
-    let rw_acquire_wait = each(&raw, &waiters, &store, refused).await?;
-    let rw_release_hand_off = each(&raw, &holders, &store, release).await?;
-    let rw_acquire_claim = each(&raw, &waiters, &store, grant).await?;
-    each(&raw, &waiters, &store, release).await?;
-
-    // Ticket queue: a FairLock on empty queues, a waiter joining, heartbeating, the hand-off.
+    rows.extend(lease_lock(&raw, &store, &mk, &floor).await?);
     let fk = keys_for("fair")?;
-    let holders = with(&fk, FAIR);
-    let queue_acquire_grant = each(&raw, &holders, &store, grant).await?;
-    let queue_extend = each(&raw, &holders, &store, extend).await?;
-    let waiters = with(&fk, FAIR);
-    let queue_acquire_join = each(&raw, &waiters, &store, refused).await?;
-    let queue_acquire_heartbeat = each(&raw, &waiters, &store, refused).await?;
-    let queue_release_hand_off = each(&raw, &holders, &store, release).await?;
-    let queue_acquire_claim = each(&raw, &waiters, &store, grant).await?;
-    let queue_release = each(&raw, &waiters, &store, release).await?;
+    rows.extend(ticket_queue(&raw, &store, &fk, &floor).await?);
 
     // The production rw_acquire as a Redis Function (FCALL) against the same source by
     // EVALSHA, each granting a Mutex on free names: what Functions would save per call.
@@ -199,43 +95,195 @@ pub async fn server_hot(env: &Env, run: usize) -> BoxResult<Vec<Row>> {
     for k in mk.iter().chain(fk.iter()) {
         delete_lock_keys(env, k).await?;
     }
-
-    let acq = |m: &str, v: f64, t: Option<f64>| {
-        let r = Row::new(W, format!("usec_per_call.{m}"), v, "usec")
-            .vs("usec_per_call.floor_acquire", floor_acquire);
-        match t {
-            Some(t) => r.target(Target::RatioAtMost(t)),
-            None => r,
-        }
-    };
-    let rel = |m: &str, v: f64, t: Option<f64>| {
-        let r = Row::new(W, format!("usec_per_call.{m}"), v, "usec")
-            .vs("usec_per_call.floor_release", floor_release);
-        match t {
-            Some(t) => r.target(Target::RatioAtMost(t)),
-            None => r,
-        }
-    };
-    Ok(vec![
-        Row::new(W, "usec_per_call.floor_acquire", floor_acquire, "usec"),
-        Row::new(W, "usec_per_call.floor_release", floor_release, "usec"),
-        acq("rw_acquire.free", rw_acquire_free, Some(2.0)),
-        acq("rw_extend", rw_extend, None),
-        rel("rw_release.no_waiter", rw_release, Some(2.0)),
-        acq("rw_acquire.read_free", rw_acquire_read, None),
-        rel("rw_release.read", rw_release_read, None),
-        acq("rw_acquire.wait", rw_acquire_wait, None),
-        rel("rw_release.hand_off", rw_release_hand_off, None),
-        acq("rw_acquire.claim", rw_acquire_claim, None),
-        acq("queue_acquire.grant", queue_acquire_grant, Some(3.0)),
-        acq("queue_extend", queue_extend, None),
-        acq("queue_acquire.join", queue_acquire_join, None),
-        acq("queue_acquire.heartbeat", queue_acquire_heartbeat, None),
-        rel("queue_release.hand_off", queue_release_hand_off, Some(5.0)),
-        acq("queue_acquire.claim", queue_acquire_claim, None),
-        rel("queue_release.no_waiter", queue_release, None),
+    rows.push(
         Row::new(W, "usec_per_call.rw_acquire.free_fcall", fcall, "usec")
             .vs("usec_per_call.rw_acquire.free_evalsha", evalsha),
+    );
+    Ok(rows)
+}
+
+/// The floor scripts' hot cost (server µs per call), the baselines of the script paths.
+struct Floor {
+    acquire: f64,
+    release: f64,
+}
+
+impl Floor {
+    /// The floor pair's acquire script on every key of `keys`, then its release script.
+    async fn measure(raw: &RedisStore, keys: &[String]) -> BoxResult<Floor> {
+        let floor = Arc::new(FloorPair::load(raw).await?);
+        let (r, f) = (raw.clone(), floor.clone());
+        let acquire = hot(raw, keys, move |k| {
+            let (r, f) = (r.clone(), f.clone());
+            async move {
+                let got: i64 = r
+                    .query(
+                        redis::cmd("EVALSHA")
+                            .arg(&f.acquire_sha)
+                            .arg(1)
+                            .arg(k)
+                            .arg("t")
+                            .arg(30_000),
+                    )
+                    .await?;
+                if got != 1 {
+                    return Err("floor acquire refused".into());
+                }
+                Ok(())
+            }
+        })
+        .await?;
+        let (r, f) = (raw.clone(), floor.clone());
+        let release = hot(raw, keys, move |k| {
+            let (r, f) = (r.clone(), f.clone());
+            async move {
+                let freed: i64 = r
+                    .query(
+                        redis::cmd("EVALSHA")
+                            .arg(&f.release_sha)
+                            .arg(1)
+                            .arg(k)
+                            .arg("t"),
+                    )
+                    .await?;
+                if freed != 1 {
+                    return Err("floor release refused".into());
+                }
+                Ok(())
+            }
+        })
+        .await?;
+        Ok(Floor { acquire, release })
+    }
+
+    /// Row `usec_per_call.<m>` of an acquire or extend path, next to the floor's acquire.
+    fn acq(&self, m: &str, v: f64, t: Option<f64>) -> Row {
+        let r = Row::new(W, format!("usec_per_call.{m}"), v, "usec")
+            .vs("usec_per_call.floor_acquire", self.acquire);
+        match t {
+            Some(t) => r.target(Target::RatioAtMost(t)),
+            None => r,
+        }
+    }
+
+    /// Row `usec_per_call.<m>` of a release path, next to the floor's release.
+    fn rel(&self, m: &str, v: f64, t: Option<f64>) -> Row {
+        let r = Row::new(W, format!("usec_per_call.{m}"), v, "usec")
+            .vs("usec_per_call.floor_release", self.release);
+        match t {
+            Some(t) => r.target(Target::RatioAtMost(t)),
+            None => r,
+        }
+    }
+}
+
+/// One step of the store on every (keys, claim) pair.
+async fn each<F, Fut>(
+    raw: &RedisStore,
+    items: &[(LockKeys, Claim)],
+    store: &Arc<dyn Store>,
+    f: F,
+) -> BoxResult<f64>
+where
+    F: Fn(Arc<dyn Store>, LockKeys, Claim) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = BoxResult<()>> + Send + 'static,
+{
+    let store = store.clone();
+    hot(raw, items, move |(k, c)| f.clone()(store.clone(), k, c)).await
+}
+
+async fn grant(s: Arc<dyn Store>, k: LockKeys, c: Claim) -> BoxResult<()> {
+    expect_granted(s.acquire(&k, &c, true, None).await?, "hot grant")
+}
+
+async fn refused(s: Arc<dyn Store>, k: LockKeys, c: Claim) -> BoxResult<()> {
+    match s.acquire(&k, &c, true, None).await? {
+        Acquire::Busy(_) => Ok(()),
+        Acquire::Granted(_) => Err("hot wait: granted".into()),
+    }
+}
+
+async fn extend(s: Arc<dyn Store>, k: LockKeys, c: Claim) -> BoxResult<()> {
+    if !s.extend(&k, &c, LONG, None).await? {
+        return Err("hot extend refused".into());
+    }
+    Ok(())
+}
+
+async fn release(s: Arc<dyn Store>, k: LockKeys, c: Claim) -> BoxResult<()> {
+    if !s.release(&k, &c, None).await? {
+        return Err("hot release: not held".into());
+    }
+    Ok(())
+}
+
+/// A fresh long claim of `request` on each of `keys`.
+fn with(keys: &[LockKeys], request: Request) -> Vec<(LockKeys, Claim)> {
+    keys.iter()
+        .map(|k| (k.clone(), long_claim(request)))
+        .collect()
+}
+
+/// Lease lock (rw_* scripts): a Mutex on free names; then a reader on free names; then a
+/// writer waiting behind a holder, and the release that hands it the lock.
+async fn lease_lock(
+    raw: &RedisStore,
+    store: &Arc<dyn Store>,
+    mk: &[LockKeys],
+    floor: &Floor,
+) -> BoxResult<Vec<Row>> {
+    let holders = with(mk, Request::Mutex);
+    let rw_acquire_free = each(raw, &holders, store, grant).await?;
+    let rw_extend = each(raw, &holders, store, extend).await?;
+    let rw_release = each(raw, &holders, store, release).await?;
+    let read = Request::Read(redis_locks::Preference::Writer);
+    let readers = with(mk, read);
+    let rw_acquire_read = each(raw, &readers, store, grant).await?;
+    let rw_release_read = each(raw, &readers, store, release).await?;
+    let holders = with(mk, Request::Mutex);
+    each(raw, &holders, store, grant).await?;
+    let waiters = with(mk, Request::Mutex);
+    let rw_acquire_wait = each(raw, &waiters, store, refused).await?;
+    let rw_release_hand_off = each(raw, &holders, store, release).await?;
+    let rw_acquire_claim = each(raw, &waiters, store, grant).await?;
+    each(raw, &waiters, store, release).await?;
+    Ok(vec![
+        floor.acq("rw_acquire.free", rw_acquire_free, Some(2.0)),
+        floor.acq("rw_extend", rw_extend, None),
+        floor.rel("rw_release.no_waiter", rw_release, Some(2.0)),
+        floor.acq("rw_acquire.read_free", rw_acquire_read, None),
+        floor.rel("rw_release.read", rw_release_read, None),
+        floor.acq("rw_acquire.wait", rw_acquire_wait, None),
+        floor.rel("rw_release.hand_off", rw_release_hand_off, None),
+        floor.acq("rw_acquire.claim", rw_acquire_claim, None),
+    ])
+}
+
+/// Ticket queue (queue_* scripts): a FairLock on empty queues, a waiter joining,
+/// heartbeating, the hand-off.
+async fn ticket_queue(
+    raw: &RedisStore,
+    store: &Arc<dyn Store>,
+    fk: &[LockKeys],
+    floor: &Floor,
+) -> BoxResult<Vec<Row>> {
+    let holders = with(fk, FAIR);
+    let queue_acquire_grant = each(raw, &holders, store, grant).await?;
+    let queue_extend = each(raw, &holders, store, extend).await?;
+    let waiters = with(fk, FAIR);
+    let queue_acquire_join = each(raw, &waiters, store, refused).await?;
+    let queue_acquire_heartbeat = each(raw, &waiters, store, refused).await?;
+    let queue_release_hand_off = each(raw, &holders, store, release).await?;
+    let queue_acquire_claim = each(raw, &waiters, store, grant).await?;
+    let queue_release = each(raw, &waiters, store, release).await?;
+    Ok(vec![
+        floor.acq("queue_acquire.grant", queue_acquire_grant, Some(3.0)),
+        floor.acq("queue_extend", queue_extend, None),
+        floor.acq("queue_acquire.join", queue_acquire_join, None),
+        floor.acq("queue_acquire.heartbeat", queue_acquire_heartbeat, None),
+        floor.rel("queue_release.hand_off", queue_release_hand_off, Some(5.0)),
+        floor.acq("queue_acquire.claim", queue_acquire_claim, None),
+        floor.rel("queue_release.no_waiter", queue_release, None),
     ])
 }
 
