@@ -33,7 +33,7 @@ pub fn parse_args() -> BoxResult<Args> {
             }
             "-h" | "--help" => {
                 println!(
-                    "usage: cargo run --release [--features cluster] --example bench [-- --json | --markdown] [--only NAME]\n\
+                    "usage: cargo run --release -p redis-locks-bench [--features cluster] [-- [--json | --markdown] [--only NAME]]\n\
                      workloads: {} (cluster needs --features cluster)\nREDIS_URL: use that server instead of starting one",
                     WORKLOADS.join(", ")
                 );

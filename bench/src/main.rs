@@ -1,13 +1,16 @@
 //! Benchmarks: every speed claim of redis-locks measured next to the limit that bounds it, in
-//! one run (issue 8). See `docs/BENCHMARKS.md` for a run's table and what each row means.
+//! one run. See `docs/BENCHMARKS.md` for a run's table and what each row means.
 //!
 //! ```sh
-//! cargo run --release --example bench                 # readable table
-//! cargo run --release --example bench -- --json       # one JSON object per line
-//! cargo run --release --example bench -- --markdown   # the table as Markdown
-//! cargo run --release --example bench -- --only fifo  # one workload
-//! cargo run --release --features cluster --example bench   # with the `cluster` workload
+//! cargo run --release -p redis-locks-bench                   # readable table
+//! cargo run --release -p redis-locks-bench -- --json         # one JSON object per line
+//! cargo run --release -p redis-locks-bench -- --markdown     # the table as Markdown
+//! cargo run --release -p redis-locks-bench -- --only fifo    # one workload
+//! cargo run --release -p redis-locks-bench --features cluster   # with the `cluster` workload
 //! ```
+//!
+//! The crate depends on redis-locks with its `testing` feature (the server-cost rows call the
+//! store's protocol steps directly); its own `cluster` feature turns on `redis-locks/cluster`.
 //!
 //! Starts its own `redis-server` on a free loopback port (persistence off, in a temporary
 //! directory, killed at exit) unless `REDIS_URL` is set. With `REDIS_URL`, keys live under a
@@ -18,7 +21,8 @@
 //! Every workload runs three times; each row is the median of the three runs (the baseline
 //! too, and the ratio is median value / median baseline). Baselines are measured in the same
 //! run, on the same connection as the locks: PING and a trivial EVALSHA go through the
-//! `RedisStore`'s own multiplexed connection (`RedisStore::query`).
+//! `RedisStore`'s own multiplexed connection (`RedisStore::query`). The uncontended rows also
+//! have rslock's lock + unlock pair as a baseline, on the same server (its own connection).
 //!
 //! Two workloads start more servers of their own (also with `REDIS_URL`, whose server is then
 //! their single-node baseline): `cluster` a local 3-master Redis Cluster (`redis-server

@@ -60,7 +60,7 @@ pub async fn prepare(workload: &str, env: &Env, extra: &mut Extra) -> BoxResult<
                 let _ = (env, extra);
                 eprintln!(
                     "bench: cluster skipped: LockClient::cluster needs the `cluster` feature; run \
-                     `cargo run --release --features cluster --example bench`"
+                     `cargo run --release -p redis-locks-bench --features cluster`"
                 );
                 Ok(false)
             }
