@@ -1,7 +1,8 @@
 //! The `redis-server` launcher: REAL `redis-server` processes on free loopback ports.
 //!
 //! The integration tests reach it through `mod support;` (`support::RedisServer`, ...);
-//! `examples/bench.rs` includes this file alone with `#[path]`, so it uses only `std`.
+//! The benchmark harness (`bench/src/servers.rs`) includes this file alone with `#[path]`, so
+//! it uses only `std`.
 //!
 //! * [`RedisServer::start`] / [`RedisServer::start_with`]: a private standalone
 //!   server per call, never on 6379.

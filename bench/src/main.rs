@@ -1,0 +1,74 @@
+//! Benchmarks: every speed claim of redis-locks measured next to the limit that bounds it, in
+//! one run. See `docs/BENCHMARKS.md` for a run's table and what each row means.
+//!
+//! ```sh
+//! cargo run --release -p redis-locks-bench                   # readable table
+//! cargo run --release -p redis-locks-bench -- --json         # one JSON object per line
+//! cargo run --release -p redis-locks-bench -- --markdown     # the table as Markdown
+//! cargo run --release -p redis-locks-bench -- --only fifo    # one workload
+//! cargo run --release -p redis-locks-bench --features cluster   # with the `cluster` workload
+//! ```
+//!
+//! The crate depends on redis-locks with its `testing` feature (the server-cost rows call the
+//! store's protocol steps directly); its own `cluster` feature turns on `redis-locks/cluster`.
+//!
+//! Starts its own `redis-server` on a free loopback port (persistence off, in a temporary
+//! directory, killed at exit) unless `REDIS_URL` is set. With `REDIS_URL`, keys live under a
+//! per-run prefix and are deleted afterwards; `server_cost` reads the slow log (and sets its
+//! threshold to 0 for the duration, then restores it), so other clients' commands on that server
+//! make it fail rather than blur it.
+//!
+//! Every workload runs three times; each row is the median of the three runs (the baseline
+//! too, and the ratio is median value / median baseline). Baselines are measured in the same
+//! run, on the same connection as the locks: PING and a trivial EVALSHA go through the
+//! `RedisStore`'s own multiplexed connection (`RedisStore::query`). The uncontended rows also
+//! have rslock's lock + unlock pair as a baseline, on the same server (its own connection).
+//!
+//! Two workloads start more servers of their own (also with `REDIS_URL`, whose server is then
+//! their single-node baseline): `cluster` a local 3-master Redis Cluster (`redis-server
+//! --cluster-enabled yes` + `redis-cli --cluster create`; it needs `--features cluster` and is
+//! skipped, saying so, without it), `quorum` three plain servers for `LockClient::quorum`.
+
+mod args;
+mod env;
+mod output;
+mod prim;
+mod probe;
+mod row;
+mod run;
+mod servers;
+mod stats;
+mod workloads;
+
+use std::error::Error as StdError;
+
+use redis_locks::testing::store::RedisStore;
+
+type BoxError = Box<dyn StdError + Send + Sync>;
+type BoxResult<T> = std::result::Result<T, BoxError>;
+
+#[tokio::main]
+async fn main() -> BoxResult<()> {
+    if let Ok(spec) = std::env::var(workloads::election::LEADER_ENV) {
+        return workloads::election::leader_process(&spec).await;
+    }
+    let args = args::parse_args()?;
+    let (server, url) = match std::env::var("REDIS_URL") {
+        Ok(url) if !url.is_empty() => (None, url),
+        _ => {
+            let s = servers::start_server();
+            let url = s.url();
+            (Some(s), url)
+        }
+    };
+    servers::stop_on_ctrl_c();
+    let result = run::bench(&args, &url).await;
+    if server.is_none() {
+        // A shared server: leave nothing behind under this run's prefix.
+        if let Ok(raw) = RedisStore::connect(&url).await {
+            env::cleanup_prefix(&raw, &format!("rlbench{}", std::process::id())).await;
+        }
+    }
+    drop(server);
+    result
+}

@@ -1,0 +1,128 @@
+//! What the bench reads off the server and the machine: round trips, CPU time, command
+//! statistics, configuration, versions.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use redis_locks::testing::store::RedisStore;
+
+use crate::stats::{ms, pct, sorted};
+use crate::BoxResult;
+
+/// PING round trip p50 (ms) on the locks' own connection.
+pub async fn ping_p50(raw: &RedisStore, n: usize) -> BoxResult<f64> {
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let _: String = raw.query(&redis::cmd("PING")).await?;
+        samples.push(ms(t.elapsed()));
+    }
+    Ok(pct(&sorted(samples), 0.5))
+}
+
+/// CPU seconds (user + system) this process used so far, from `/proc/self/stat`.
+pub fn own_cpu_secs() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return f64::NAN;
+    };
+    // Fields after the command name (which may contain spaces): utime and stime are the
+    // 12th and 13th, in clock ticks (100 per second on Linux).
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        f.get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(f64::NAN)
+    };
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// CPU seconds the Redis server used so far (`INFO cpu`: its event loop, I/O included).
+pub async fn server_cpu_secs(raw: &RedisStore) -> BoxResult<f64> {
+    let v: redis::Value = raw.query(redis::cmd("INFO").arg("cpu")).await?;
+    let text = match v {
+        redis::Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+        redis::Value::VerbatimString { text, .. } => text,
+        _ => String::new(),
+    };
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(f64::NAN)
+    };
+    Ok(field("used_cpu_sys:") + field("used_cpu_user:"))
+}
+
+/// `(calls, usec)` of one command from `INFO commandstats`: the server's own CPU accounting.
+pub async fn cmdstat(raw: &RedisStore, cmd: &str) -> BoxResult<(u64, u64)> {
+    let v: redis::Value = raw.query(redis::cmd("INFO").arg("commandstats")).await?;
+    let text = match v {
+        redis::Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+        redis::Value::VerbatimString { text, .. } => text,
+        redis::Value::SimpleString(s) => s,
+        other => return Err(format!("unexpected INFO reply {other:?}").into()),
+    };
+    let prefix = format!("cmdstat_{cmd}:");
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix(&prefix) {
+            let (mut calls, mut usec) = (0, 0);
+            for field in rest.trim().split(',') {
+                if let Some(v) = field.strip_prefix("calls=") {
+                    calls = v.parse()?;
+                } else if let Some(v) = field.strip_prefix("usec=") {
+                    usec = v.parse()?;
+                }
+            }
+            return Ok((calls, usec));
+        }
+    }
+    Ok((0, 0))
+}
+
+pub async fn config_get(raw: &RedisStore, key: &str) -> BoxResult<String> {
+    let v: HashMap<String, String> = raw.query(redis::cmd("CONFIG").arg("GET").arg(key)).await?;
+    v.get(key)
+        .cloned()
+        .ok_or_else(|| format!("CONFIG GET {key}: no value").into())
+}
+
+pub async fn config_set(raw: &RedisStore, key: &str, value: &str) -> BoxResult<()> {
+    let _: String = raw
+        .query(redis::cmd("CONFIG").arg("SET").arg(key).arg(value))
+        .await?;
+    Ok(())
+}
+
+pub fn machine() -> String {
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".into());
+    format!("{cpus} CPUs, {model}, load average {load}")
+}
+
+pub async fn redis_version(raw: &RedisStore) -> String {
+    let v: redis_locks::Result<redis::Value> = raw.query(redis::cmd("INFO").arg("server")).await;
+    let text = match v {
+        Ok(redis::Value::BulkString(b)) => String::from_utf8_lossy(&b).into_owned(),
+        Ok(redis::Value::VerbatimString { text, .. }) => text,
+        _ => String::new(),
+    };
+    text.lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .map(|v| v.trim().to_owned())
+        .unwrap_or_else(|| "unknown".into())
+}
