@@ -21,10 +21,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::api::rwlock::Preference;
-use crate::engine::lease::{release_in_background, release_with_retry, Hold};
+use crate::engine::lease::Hold;
+use crate::engine::pending::{join_all, BoxFuture, Pending};
 use crate::engine::wait::{pursue, Deadline, LockCtx, Pursuit, Step, Waiting};
 use crate::store::Busy;
-use crate::store::{AcquireAll, Claim, Grant, Part, Policy, Request, Slot};
+use crate::store::{AcquireAll, Claim, Part, Policy, Request, Slot};
 use crate::vocab::error::{Error, Result};
 use crate::vocab::keys::{hash_slot, LockKeys};
 use crate::wire::HandOff;
@@ -242,20 +243,7 @@ impl MultiLock {
             };
             let (group, later) = rest.split_at(len);
             match self.acquire_group(group, &claim, deadline).await {
-                Ok((grants, sent_at)) => {
-                    for (part, grant) in group.iter().zip(grants) {
-                        let mut part_claim = claim.clone();
-                        part_claim.slot = part.slot;
-                        holds.push(Hold::new(
-                            (self.ctx.holds.clone(), store.clone()),
-                            part.lock.clone(),
-                            part_claim,
-                            grant.fence,
-                            sent_at,
-                            self.ctx.opts.clone(),
-                        ));
-                    }
-                }
+                Ok(granted) => holds.extend(granted),
                 Err(err) => {
                     // Let go of the slots already taken, in reverse order, now; what Redis
                     // does not confirm in time is released in the background.
@@ -270,20 +258,27 @@ impl MultiLock {
     }
 
     /// Takes every part of `group` (one step's worth), waiting as `deadline` allows, in the
-    /// one acquire loop; the grants and the send instant of the attempt that made them.
+    /// one acquire loop; the holds of the grants.
     async fn acquire_group(
         &self,
         group: &[Part],
         claim: &Claim,
         deadline: Deadline,
-    ) -> Result<(Vec<Grant>, Instant)> {
+    ) -> Result<Vec<Hold>> {
+        let parts = group
+            .iter()
+            .map(|part| {
+                let mut part_claim = claim.clone();
+                part_claim.slot = part.slot;
+                (part.lock.clone(), part_claim)
+            })
+            .collect();
         let mut pursuit = Group {
-            pending: PendingGroup {
-                parts: Some(group.to_vec()),
-                ctx: &self.ctx,
-                claim,
-                unknown: false,
-            },
+            ctx: &self.ctx,
+            group,
+            claim,
+            pending: Pending::new(self.ctx.store.clone(), self.ctx.holds.clone(), parts),
+            unknown: false,
             busy_part: 0,
         };
         let waiting = Waiting {
@@ -293,9 +288,8 @@ impl MultiLock {
             outage_budget: self.ctx.opts.outage_budget,
         };
         match pursue(&mut pursuit, &waiting).await? {
-            Some(won) => {
-                pursuit.pending.parts = None;
-                Ok(won)
+            Some((fences, sent_at)) => {
+                Ok(pursuit.pending.granted(&fences, sent_at, &self.ctx.opts))
             }
             None => Err(Error::WouldBlock {
                 name: group[pursuit.busy_part].lock.name().to_owned(),
@@ -308,31 +302,39 @@ impl MultiLock {
 /// at once or not at all; a multi-lock never queues or announces itself, so no release hands
 /// it a grant.
 struct Group<'a> {
-    pending: PendingGroup<'a>,
+    ctx: &'a LockCtx,
+    group: &'a [Part],
+    claim: &'a Claim,
+    /// What a grant whose reply was lost (or whose future was dropped in flight) may have
+    /// left: released when the group is refused, when the wait ends without a grant, or in
+    /// the background when the acquisition is dropped.
+    pending: Pending,
+    /// An attempt's outcome is unknown: it may have granted the group.
+    unknown: bool,
     /// The part the latest refusal named.
     busy_part: usize,
 }
 
-impl Group<'_> {
-    fn parts(&self) -> &[Part] {
-        self.pending.parts.as_deref().unwrap_or_default()
-    }
-}
-
 impl Pursuit for Group<'_> {
-    type Won = (Vec<Grant>, Instant);
+    type Won = (Vec<u64>, Instant);
 
     async fn attempt(&mut self, _wait: bool) -> Step<Self::Won> {
         let sent_at = Instant::now();
-        let (ctx, claim) = (self.pending.ctx, self.pending.claim);
-        match ctx.store.acquire_all(self.parts(), claim, None).await {
-            Ok(AcquireAll::Granted(grants)) => Step::Won((grants, sent_at)),
+        match self
+            .ctx
+            .store
+            .acquire_all(self.group, self.claim, None)
+            .await
+        {
+            Ok(AcquireAll::Granted(grants)) => {
+                Step::Won((grants.iter().map(|g| g.fence).collect(), sent_at))
+            }
             Ok(AcquireAll::Busy { part, busy }) => {
                 self.busy_part = part;
                 Step::Refused {
                     busy,
                     sent_at,
-                    channel: self.parts()[part].lock.channel(),
+                    channel: self.group[part].lock.channel(),
                 }
             }
             Err(err) => Step::Failed(err),
@@ -341,12 +343,18 @@ impl Pursuit for Group<'_> {
 
     /// An attempt whose reply was lost may have granted the whole group, and part of that
     /// grant may still stand: it is given back before the loop returns or waits.
-    async fn refused(&mut self, _busy: &Busy, _wait: bool) {
-        self.pending.settle().await;
+    async fn refused(&mut self, _busy: &Busy, wait: bool) {
+        if self.unknown && self.pending.withdraw().await {
+            self.unknown = false;
+        }
+        if !wait && !self.unknown {
+            // A refused try leaves nothing: no queue place, no announcement.
+            self.pending.forget();
+        }
     }
 
     fn unknown(&mut self) {
-        self.pending.unknown = true;
+        self.unknown = true;
     }
 
     fn handed_over(&mut self, _: HandOff, _: &Busy, _: Instant) -> Option<Self::Won> {
@@ -354,19 +362,24 @@ impl Pursuit for Group<'_> {
     }
 
     fn interval(&self) -> Duration {
-        self.pending.ctx.opts.retry_interval
+        self.ctx.opts.retry_interval
     }
 
     fn name(&self) -> &str {
-        self.parts().first().map_or("", |p| p.lock.name())
+        self.group.first().map_or("", |p| p.lock.name())
     }
 
     fn token(&self) -> &str {
-        &self.pending.claim.token
+        &self.claim.token
     }
 
     async fn withdraw_within(&mut self, bound: Duration) {
-        let _ = tokio::time::timeout(bound, self.pending.settle()).await;
+        if self.unknown {
+            self.pending.withdraw_within(bound).await;
+        } else {
+            // Refused every time: a multi-lock leaves nothing behind a refusal.
+            self.pending.forget();
+        }
     }
 }
 
@@ -381,94 +394,6 @@ fn clone_error(e: &Error) -> Error {
         },
         other => Error::invalid("multi-lock", other.to_string()),
     }
-}
-
-/// What a group's attempts may have left on the server: a grant whose reply was lost (or
-/// whose future was dropped in flight). Released by token when the group is refused, when the
-/// wait ends without a grant, or in the background when the acquisition is dropped.
-struct PendingGroup<'a> {
-    /// `None` once the group was granted (its holds own it).
-    parts: Option<Vec<Part>>,
-    ctx: &'a LockCtx,
-    claim: &'a Claim,
-    /// An attempt's outcome is unknown: it may have granted the group.
-    unknown: bool,
-}
-
-impl PendingGroup<'_> {
-    fn claim_of(&self, part: &Part) -> Claim {
-        let mut claim = self.claim.clone();
-        claim.slot = part.slot;
-        claim
-    }
-
-    /// Releases what an attempt of unknown outcome may have granted, in reverse order.
-    async fn settle(&mut self) {
-        if !self.unknown {
-            return;
-        }
-        let Some(parts) = self.parts.as_ref() else {
-            return;
-        };
-        let store = &*self.ctx.store;
-        let claims: Vec<(LockKeys, Claim)> = parts
-            .iter()
-            .rev()
-            .map(|p| (p.lock.clone(), self.claim_of(p)))
-            .collect();
-        let releases = claims
-            .iter()
-            .map(|(lock, claim)| {
-                Box::pin(release_with_retry(store, lock, claim)) as BoxFuture<'_, Result<bool>>
-            })
-            .collect();
-        let outcomes = join_all(releases).await;
-        if outcomes.iter().all(|r| r.is_ok()) {
-            self.unknown = false;
-        }
-    }
-}
-
-impl Drop for PendingGroup<'_> {
-    fn drop(&mut self) {
-        // Dropped in flight (the future was cancelled) or after an unknown outcome: the
-        // group may be granted.
-        if let Some(parts) = self.parts.take() {
-            for part in parts.iter().rev() {
-                let claim = self.claim_of(part);
-                release_in_background(self.ctx.store.clone(), part.lock.clone(), claim);
-            }
-        }
-    }
-}
-
-type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-/// Polls every future together (their requests leave in list order) until all are done.
-async fn join_all<T>(futures: Vec<BoxFuture<'_, T>>) -> Vec<T> {
-    let mut futures: Vec<Option<BoxFuture<'_, T>>> = futures.into_iter().map(Some).collect();
-    let mut outputs: Vec<Option<T>> = futures.iter().map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (slot, out) in futures.iter_mut().zip(outputs.iter_mut()) {
-            if let Some(f) = slot.as_mut() {
-                match f.as_mut().poll(cx) {
-                    Poll::Ready(v) => {
-                        *out = Some(v);
-                        *slot = None;
-                    }
-                    Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending {
-            Poll::Pending
-        } else {
-            Poll::Ready(())
-        }
-    })
-    .await;
-    outputs.into_iter().flatten().collect()
 }
 
 /// Releases `holds` last first, all requests sent at once; `Ok(true)` if every one held.

@@ -2,5 +2,6 @@
 //! vocabulary, the wire and the stores; the public API sits on top of it.
 
 pub(crate) mod lease;
+pub(crate) mod pending;
 pub(crate) mod telemetry;
 pub(crate) mod wait;

@@ -18,7 +18,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::engine::lease::{release_in_background, release_with_retry, Hold, Holds};
+use crate::engine::lease::{Hold, Holds};
+use crate::engine::pending::Pending;
 use crate::store::hub::{Registration, WakeHub};
 use crate::store::{Acquire, Busy, Claim, Policy, Request, Slot, Store};
 use crate::vocab::bugs::{planted, Bug};
@@ -47,81 +48,6 @@ impl Deadline {
         match Instant::now().checked_add(timeout) {
             Some(at) => Deadline::At(at, timeout),
             None => Deadline::Never,
-        }
-    }
-}
-
-/// What the server may hold for a claim until it becomes a hold: a queue place, a writer
-/// announcement, or a grant whose reply was lost. Dropping it (the acquire failed, or its
-/// future was dropped) releases the claim by token in the background; the acquire consumes it
-/// instead, into a [`Hold`], by [`Pending::withdraw`], or by [`Pending::settled`].
-struct Pending(Option<(Arc<dyn Store>, LockKeys, Claim)>, Arc<Holds>);
-
-impl Pending {
-    fn new(store: Arc<dyn Store>, lock: LockKeys, claim: Claim, holds: Arc<Holds>) -> Self {
-        Pending(Some((store, lock, claim)), holds)
-    }
-
-    fn parts(&self) -> (&Arc<dyn Store>, &LockKeys, &Claim) {
-        let (store, lock, claim) = self.0.as_ref().expect("a pending claim is consumed once");
-        (store, lock, claim)
-    }
-
-    fn take(mut self) -> (Arc<dyn Store>, LockKeys, Claim) {
-        self.0.take().expect("a pending claim is consumed once")
-    }
-
-    /// The claim left nothing on the server (a refused try never queues).
-    fn settled(self) {
-        drop(self.take());
-    }
-
-    /// [`Pending::settled`], in place: nothing is released when it is dropped.
-    fn forget(&mut self) {
-        self.0 = None;
-    }
-
-    /// Removes the claim's traces now; if Redis cannot be asked, it is left to the background.
-    async fn withdraw(self) {
-        let (store, lock, claim) = self.parts();
-        if release_with_retry(&**store, lock, claim).await.is_ok() {
-            self.settled();
-        }
-    }
-
-    /// [`Pending::withdraw`], waiting at most `bound`: what is not done by then goes on in
-    /// the background (the caller is not kept waiting on an unreachable Redis).
-    async fn withdraw_within(&mut self, bound: Duration) {
-        let Some((store, lock, claim)) = self.0.as_ref() else {
-            return;
-        };
-        let release = release_with_retry(&**store, lock, claim);
-        if let Ok(Ok(_)) = tokio::time::timeout(bound, release).await {
-            self.forget();
-        }
-    }
-
-    /// The grant made to this claim by the reply to the attempt sent at `sent_at`.
-    fn granted(self, fence: u64, sent_at: Instant, opts: Options) -> Hold {
-        let holds = self.1.clone();
-        let (store, lock, claim) = self.take();
-        tracing::debug!(lock = lock.name(), fence, "granted");
-        Hold::new((holds, store), lock, claim, fence, sent_at, opts)
-    }
-
-    /// The grant a release handed to this claim after its attempt sent at `sent_at`.
-    fn handed_over(self, fence: u64, sent_at: Instant, opts: Options) -> Hold {
-        let holds = self.1.clone();
-        let (store, lock, claim) = self.take();
-        tracing::debug!(lock = lock.name(), fence, "granted by hand-off");
-        Hold::handed_over((holds, store), lock, claim, fence, sent_at, opts)
-    }
-}
-
-impl Drop for Pending {
-    fn drop(&mut self) {
-        if let Some((store, lock, claim)) = self.0.take() {
-            release_in_background(store, lock, claim);
         }
     }
 }
@@ -469,9 +395,8 @@ impl LockCtx {
         let lock = self.keys()?.clone();
         let pending = Pending::new(
             self.store.clone(),
-            lock.clone(),
-            claim.clone(),
             self.holds.clone(),
+            vec![(lock.clone(), claim.clone())],
         );
         let mut one = OneClaim {
             ctx: self,
@@ -496,21 +421,24 @@ impl LockCtx {
                 self.confirm(pending, fence, sent_at).await.map(Some)
             }
             Some(Won::HandedOver { fence, sent_at }) => {
-                Ok(Some(pending.handed_over(fence, sent_at, self.opts.clone())))
+                Ok(pending.handed_over(fence, sent_at, &self.opts))
             }
         }
     }
 
     /// Turns a grant into a hold, after the replicas acknowledged it if the handle asks for
     /// that (if they do not, the grant is released again).
-    async fn confirm(&self, pending: Pending, fence: u64, sent_at: Instant) -> Result<Hold> {
+    async fn confirm(&self, mut pending: Pending, fence: u64, sent_at: Instant) -> Result<Hold> {
         if let Some((replicas, timeout)) = self.opts.wait_replicas {
             // If this is cancelled, dropping `pending` releases the grant.
-            let (_, lock, _) = pending.parts();
-            match self.store.wait_replicas(lock, replicas, timeout).await {
+            let lock = pending.parts()[0].0.clone();
+            match self.store.wait_replicas(&lock, replicas, timeout).await {
                 Ok(acked) if acked >= replicas => {}
                 outcome => {
-                    pending.withdraw().await;
+                    // Released now; if Redis cannot be asked, in the background.
+                    if pending.withdraw().await {
+                        pending.forget();
+                    }
                     return Err(match outcome {
                         Ok(acked) => Error::ReplicasNotReached {
                             acked,
@@ -521,7 +449,8 @@ impl LockCtx {
                 }
             }
         }
-        Ok(pending.granted(fence, sent_at, self.opts.clone()))
+        let hold = pending.granted(&[fence], sent_at, &self.opts).pop();
+        Ok(hold.expect("one part, one hold"))
     }
 }
 

@@ -1,0 +1,149 @@
+//! [`Pending`]: what an acquisition may have left on the server until it becomes holds.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::engine::lease::{release_in_background, release_with_retry, Hold, Holds};
+use crate::store::{Claim, Store};
+use crate::vocab::error::Result;
+use crate::vocab::keys::LockKeys;
+use crate::vocab::options::Options;
+
+/// What the server may hold for the parts of an acquisition (one claim, or a multi-lock
+/// group's parts) until they become holds: queue places, writer announcements, or grants
+/// whose replies were lost. The one owner of that: dropping it (the acquisition failed, or
+/// its future was dropped) releases every part by token in the background, last part first;
+/// the acquisition consumes it into holds ([`Pending::granted`], [`Pending::handed_over`]) or
+/// forgets it once nothing can be left ([`Pending::forget`]).
+pub(crate) struct Pending {
+    store: Arc<dyn Store>,
+    holds: Arc<Holds>,
+    /// `None` once consumed or forgotten.
+    parts: Option<Vec<(LockKeys, Claim)>>,
+}
+
+impl Pending {
+    pub(crate) fn new(
+        store: Arc<dyn Store>,
+        holds: Arc<Holds>,
+        parts: Vec<(LockKeys, Claim)>,
+    ) -> Self {
+        Pending {
+            store,
+            holds,
+            parts: Some(parts),
+        }
+    }
+
+    /// The parts still pending (none once consumed or forgotten).
+    pub(crate) fn parts(&self) -> &[(LockKeys, Claim)] {
+        self.parts.as_deref().unwrap_or_default()
+    }
+
+    /// Nothing of the parts is left on the server (a refused try never queues): dropping it
+    /// releases nothing.
+    pub(crate) fn forget(&mut self) {
+        self.parts = None;
+    }
+
+    /// Removes every part's traces now, last part first, the requests sent together; true
+    /// when Redis confirmed every release. The parts stay pending either way (what an attempt
+    /// made after this leaves is released on drop).
+    pub(crate) async fn withdraw(&self) -> bool {
+        let store = &*self.store;
+        let releases = self
+            .parts()
+            .iter()
+            .rev()
+            .map(|(lock, claim)| {
+                Box::pin(release_with_retry(store, lock, claim)) as BoxFuture<'_, Result<bool>>
+            })
+            .collect();
+        join_all(releases).await.iter().all(Result::is_ok)
+    }
+
+    /// [`Pending::withdraw`], waiting at most `bound`, then forgotten if every release was
+    /// confirmed: what is not done by then goes on in the background when this is dropped.
+    pub(crate) async fn withdraw_within(&mut self, bound: Duration) {
+        if let Ok(true) = tokio::time::timeout(bound, self.withdraw()).await {
+            self.forget();
+        }
+    }
+
+    /// The grants the reply to the attempt sent at `sent_at` made to the parts, one fence
+    /// per part in part order, as holds trusted from that send.
+    pub(crate) fn granted(mut self, fences: &[u64], sent_at: Instant, opts: &Options) -> Vec<Hold> {
+        let parts = self.parts.take().unwrap_or_default();
+        parts
+            .into_iter()
+            .zip(fences)
+            .map(|((lock, claim), fence)| {
+                tracing::debug!(lock = lock.name(), fence, "granted");
+                let owners = (self.holds.clone(), self.store.clone());
+                Hold::new(owners, lock, claim, *fence, sent_at, opts.clone())
+            })
+            .collect()
+    }
+
+    /// The grant a release handed to the (one) part after its attempt sent at `sent_at`.
+    pub(crate) fn handed_over(
+        mut self,
+        fence: u64,
+        sent_at: Instant,
+        opts: &Options,
+    ) -> Option<Hold> {
+        let (lock, claim) = self.parts.take()?.into_iter().next()?;
+        tracing::debug!(lock = lock.name(), fence, "granted by hand-off");
+        let owners = (self.holds.clone(), self.store.clone());
+        Some(Hold::handed_over(
+            owners,
+            lock,
+            claim,
+            fence,
+            sent_at,
+            opts.clone(),
+        ))
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        for (lock, claim) in self.parts.take().unwrap_or_default().into_iter().rev() {
+            release_in_background(self.store.clone(), lock, claim);
+        }
+    }
+}
+
+pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Polls every future together (their requests leave in list order) until all are done.
+pub(crate) async fn join_all<T>(futures: Vec<BoxFuture<'_, T>>) -> Vec<T> {
+    let mut futures: Vec<Option<BoxFuture<'_, T>>> = futures.into_iter().map(Some).collect();
+    let mut outputs: Vec<Option<T>> = futures.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (slot, out) in futures.iter_mut().zip(outputs.iter_mut()) {
+            if let Some(f) = slot.as_mut() {
+                match f.as_mut().poll(cx) {
+                    Poll::Ready(v) => {
+                        *out = Some(v);
+                        *slot = None;
+                    }
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    outputs.into_iter().flatten().collect()
+}
