@@ -278,7 +278,7 @@ async fn cancelled_extends_racing_renewals(b: Backend) {
 both_backends!(cancelled_extends_racing_renewals);
 
 /// A mutex and a FairLock (lease 400 ms, renewals every 100 ms, every lease reply 40 ms
-/// late) are `extend`ed 60 times to pseudo-random lengths (100 ms to 1.5 s), a third of them
+/// late) are `extend`ed 60 times to pseudo-random lengths (300 ms to 1.5 s), a third of them
 /// cancelled after 20 ms (sent, outcome unknown to the guard). Before and after every step:
 /// the guard never trusts past the server's lease, and it never signals a loss (not held
 /// although its own deadline is ahead) while the server still lists it. At the end both are
@@ -311,7 +311,10 @@ async fn extend_churn_stays_honest(b: Backend) {
         x
     };
     for i in 0..60 {
-        let lease = ms(100 + next() % 1_400);
+        // A cancelled extend caps the hold's trust at its length for the rest of the hold
+        // (its outcome stays unknown), so the shortest length is the margin a renewal has
+        // against a scheduler stall; 300 ms keeps it well above one on a loaded machine.
+        let lease = ms(300 + next() % 1_200);
         let cancel = next() % 3 == 0;
         let pause = ms(next() % 120);
         for fair in [false, true] {
