@@ -207,7 +207,11 @@ async fn a_server_down_at_start_up_joins_when_it_comes_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_majority_down_is_a_typed_error() {
     let mut q = Quorum::start();
-    let c = q.client().await;
+    // A wait rides through a lost quorum within its outage budget (60 s by default), then
+    // fails with the typed error: a short budget reaches it in a second.
+    let c = q
+        .client_with(LockClient::builder().outage_budget(Duration::from_secs(1)))
+        .await;
     q.servers[0].kill();
     q.servers[1].kill();
     let one_of_two = |err: &Error| {
