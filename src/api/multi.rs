@@ -343,9 +343,19 @@ impl Pursuit for Group<'_> {
 
     /// An attempt whose reply was lost may have granted the whole group, and part of that
     /// grant may still stand: it is given back before the loop returns or waits.
-    async fn refused(&mut self, _busy: &Busy, wait: bool) {
-        if self.unknown && self.pending.withdraw().await {
-            self.unknown = false;
+    async fn refused(&mut self, _busy: &Busy, wait: bool, until: Option<Instant>) {
+        if self.unknown {
+            let withdraw = self.pending.withdraw();
+            let done = match until {
+                // What is not confirmed by then stays pending (released on drop).
+                Some(until) => tokio::time::timeout_at(until, withdraw)
+                    .await
+                    .unwrap_or(false),
+                None => withdraw.await,
+            };
+            if done {
+                self.unknown = false;
+            }
         }
         if !wait && !self.unknown {
             // A refused try leaves nothing: no queue place, no announcement.

@@ -43,6 +43,11 @@ pub(crate) enum Deadline {
 }
 
 impl Deadline {
+    /// Whether a timed wait's deadline has come.
+    pub(crate) fn passed(&self) -> bool {
+        matches!(self, Deadline::At(limit, _) if Instant::now() >= *limit)
+    }
+
     /// A wait of at most `timeout` from now (a timeout too large for the clock waits forever).
     pub(crate) fn after(timeout: Duration) -> Self {
         match Instant::now().checked_add(timeout) {
@@ -76,8 +81,14 @@ pub(crate) trait Pursuit: Send {
     type Won: Send;
     /// One attempt; with `wait`, a refusal may queue or announce the claim.
     fn attempt(&mut self, wait: bool) -> impl std::future::Future<Output = Step<Self::Won>> + Send;
-    /// After each refusal, before the loop returns (a refused try) or waits.
-    fn refused(&mut self, busy: &Busy, wait: bool) -> impl std::future::Future<Output = ()> + Send;
+    /// After each refusal, before the loop returns (a refused try) or waits; whatever it
+    /// sends is not waited for past `until` (the wait's deadline plus one response timeout).
+    fn refused(
+        &mut self,
+        busy: &Busy,
+        wait: bool,
+        until: Option<Instant>,
+    ) -> impl std::future::Future<Output = ()> + Send;
     /// An attempt's outcome is unknown (no reply): it may have been applied.
     fn unknown(&mut self) {}
     /// What a grant carried in a wake-up yields, if it can be trusted as it is.
@@ -120,6 +131,11 @@ struct Outage {
 ///    or Redis unreachable.
 pub(crate) async fn pursue<P: Pursuit>(p: &mut P, w: &Waiting<'_>) -> Result<Option<P::Won>> {
     let wait = !matches!(w.deadline, Deadline::Try);
+    // Every step of a timed wait, its last attempt and its clean-up included, ends by then.
+    let hard_end = match w.deadline {
+        Deadline::At(limit, _) => Some(crate::vocab::options::later(limit, w.response_timeout)),
+        Deadline::Try | Deadline::Never => None,
+    };
     let mut registration: Option<(String, Registration)> = None;
     let mut outage = Outage {
         since: None,
@@ -137,24 +153,28 @@ pub(crate) async fn pursue<P: Pursuit>(p: &mut P, w: &Waiting<'_>) -> Result<Opt
                     since: None,
                     backoff: FIRST_BACKOFF,
                 };
-                p.refused(&busy, wait).await;
+                p.refused(&busy, wait, hard_end).await;
                 if !wait {
                     return Ok(None);
                 }
-                let reg = match registration.take() {
-                    Some((c, reg)) if c == channel => reg,
-                    _ => {
-                        let mut reg = w.hub.register(&channel, p.token());
-                        let bound = subscribe_bound(w.deadline, w.response_timeout, p.interval());
-                        reg.subscribed(bound).await;
-                        registration = Some((channel, reg));
-                        continue;
+                // A refusal that came at or after the deadline ends the wait below.
+                if !w.deadline.passed() {
+                    let reg = match registration.take() {
+                        Some((c, reg)) if c == channel => reg,
+                        _ => {
+                            let mut reg = w.hub.register(&channel, p.token());
+                            let bound =
+                                subscribe_bound(w.deadline, w.response_timeout, p.interval());
+                            reg.subscribed(bound).await;
+                            registration = Some((channel, reg));
+                            continue;
+                        }
+                    };
+                    let won = sleep(p, &reg, &busy, sent_at, w.deadline).await;
+                    registration = Some((channel, reg));
+                    if let Some(won) = won {
+                        return Ok(Some(won));
                     }
-                };
-                let won = sleep(p, &reg, &busy, sent_at, w.deadline).await;
-                registration = Some((channel, reg));
-                if let Some(won) = won {
-                    return Ok(Some(won));
                 }
             }
             Step::Failed(err) if wait && err.is_retryable() => {
@@ -169,14 +189,15 @@ pub(crate) async fn pursue<P: Pursuit>(p: &mut P, w: &Waiting<'_>) -> Result<Opt
                 return Err(err);
             }
         }
-        if let Deadline::At(limit, waited) = w.deadline {
-            if Instant::now() >= limit {
+        if let (Deadline::At(_, waited), Some(end)) = (w.deadline, hard_end) {
+            if w.deadline.passed() {
                 drop(registration.take());
                 // Redis unreachable at the deadline: say so, not "the lock was busy".
                 if let Some((_, err)) = outage.since {
                     return Err(err);
                 }
-                p.withdraw_within(w.response_timeout).await;
+                p.withdraw_within(end.saturating_duration_since(Instant::now()))
+                    .await;
                 return Err(Error::Timeout {
                     name: p.name().to_owned(),
                     waited,
@@ -498,7 +519,7 @@ impl Pursuit for OneClaim<'_, '_> {
         }
     }
 
-    async fn refused(&mut self, busy: &Busy, wait: bool) {
+    async fn refused(&mut self, busy: &Busy, wait: bool, _until: Option<Instant>) {
         if !wait {
             // A refused try never stays queued.
             self.pending.forget();

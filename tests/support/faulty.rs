@@ -30,7 +30,9 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use redis_locks::testing::keys::LockKeys;
-use redis_locks::testing::store::{Acquire, Claim, Family, PermitChange, Snapshot, Store};
+use redis_locks::testing::store::{
+    Acquire, AcquireAll, Claim, Family, Part, PermitChange, Snapshot, Store,
+};
 use redis_locks::testing::WakeHub;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -39,6 +41,8 @@ use tokio::time::Instant;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Op {
     Acquire,
+    /// A multi-lock's step (`acquire_all`); the call names its first part.
+    AcquireAll,
     Release,
     Extend,
     Downgrade,
@@ -386,6 +390,16 @@ impl Store for Faulty {
         };
         self.run(c, self.inner.acquire(lock, claim, wait, now))
             .await
+    }
+
+    async fn acquire_all(
+        &self,
+        parts: &[Part],
+        claim: &Claim,
+        now: Option<u64>,
+    ) -> redis_locks::Result<AcquireAll> {
+        let c = call(Op::AcquireAll, &parts[0].lock, Some(claim));
+        self.run(c, self.inner.acquire_all(parts, claim, now)).await
     }
 
     async fn release(
