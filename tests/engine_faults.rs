@@ -1,0 +1,1050 @@
+//! The engine under cancellation and slow or lost replies, through the public API, on a real
+//! redis-server and in memory: waits dropped at every point leave nothing on the server
+//! (single locks, multi-locks, campaigns, a waiter cancelled at its hand-off); multi-lock
+//! tries and lost replies never remove a later grant; FIFO holds among live waiters; many
+//! holds keep their leases while renewal replies take up to a third of the lease (a renewal
+//! is sent only once the previous one is answered, so replies slower than about half the
+//! lease cannot keep a hold); an idle client with many holds costs no CPU; `wait_replicas` on
+//! a server without replicas fails cleanly.
+
+mod support;
+use support::Granted;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+
+use redis_locks::testing::keys::LockKeys;
+use redis_locks::testing::store::{
+    Acquire, AcquireAll, Claim, Family, Part, PermitChange, Snapshot, Store,
+};
+use redis_locks::testing::WakeHub;
+use redis_locks::LockClient;
+use tokio::time::{sleep, timeout, Instant};
+
+use support::backend::Backend;
+use support::faulty::{Faulty, Op, Rule};
+use support::honest::assert_honest;
+use support::time::ms;
+use support::waits::{lease_free, within};
+
+// ------------------------------------------------------------------------------------------
+// a store wrapper that can lose or delay multi-lock replies (Faulty does not wrap acquire_all)
+// ------------------------------------------------------------------------------------------
+
+#[derive(Debug)]
+struct AllFaults {
+    inner: Arc<dyn Store>,
+    /// Lose the reply of this many more acquire_all calls (applied by the server).
+    lose: AtomicUsize,
+    /// Delay every acquire_all reply by this long.
+    delay: StdMutex<Duration>,
+    calls: AtomicUsize,
+    /// Delay every release reply by this long, and lose it (applied) when `lose_release`.
+    release_delay: StdMutex<Duration>,
+    lose_release: std::sync::atomic::AtomicBool,
+}
+
+impl AllFaults {
+    fn new(inner: Arc<dyn Store>) -> Arc<AllFaults> {
+        Arc::new(AllFaults {
+            inner,
+            lose: AtomicUsize::new(0),
+            delay: StdMutex::new(Duration::ZERO),
+            calls: AtomicUsize::new(0),
+            release_delay: StdMutex::new(Duration::ZERO),
+            lose_release: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+}
+
+fn lost() -> redis_locks::Error {
+    redis_locks::Error::Connection(Box::new(std::io::Error::new(
+        std::io::ErrorKind::ConnectionReset,
+        "reply lost (test)",
+    )))
+}
+
+#[async_trait::async_trait]
+impl Store for AllFaults {
+    async fn acquire(
+        &self,
+        lock: &LockKeys,
+        claim: &Claim,
+        wait: bool,
+        now: Option<u64>,
+    ) -> redis_locks::Result<Acquire> {
+        self.inner.acquire(lock, claim, wait, now).await
+    }
+    async fn release(
+        &self,
+        lock: &LockKeys,
+        claim: &Claim,
+        now: Option<u64>,
+    ) -> redis_locks::Result<bool> {
+        let out = self.inner.release(lock, claim, now).await;
+        let delay = *self.release_delay.lock().unwrap();
+        if !delay.is_zero() {
+            sleep(delay).await;
+        }
+        if self.lose_release.load(Ordering::SeqCst) {
+            return Err(lost());
+        }
+        out
+    }
+    async fn extend(
+        &self,
+        lock: &LockKeys,
+        claim: &Claim,
+        lease: Duration,
+        now: Option<u64>,
+    ) -> redis_locks::Result<bool> {
+        self.inner.extend(lock, claim, lease, now).await
+    }
+    async fn downgrade(
+        &self,
+        lock: &LockKeys,
+        claim: &Claim,
+        now: Option<u64>,
+    ) -> redis_locks::Result<Option<u64>> {
+        self.inner.downgrade(lock, claim, now).await
+    }
+    async fn inspect(
+        &self,
+        lock: &LockKeys,
+        family: Family,
+        now: Option<u64>,
+    ) -> redis_locks::Result<Snapshot> {
+        self.inner.inspect(lock, family, now).await
+    }
+    async fn set_permits(
+        &self,
+        lock: &LockKeys,
+        change: PermitChange,
+        heartbeat: Duration,
+        now: Option<u64>,
+    ) -> redis_locks::Result<u32> {
+        self.inner.set_permits(lock, change, heartbeat, now).await
+    }
+    async fn force_release(&self, lock: &LockKeys, now: Option<u64>) -> redis_locks::Result<u64> {
+        self.inner.force_release(lock, now).await
+    }
+    async fn wait_replicas(
+        &self,
+        lock: &LockKeys,
+        replicas: u32,
+        timeout: Duration,
+    ) -> redis_locks::Result<u32> {
+        self.inner.wait_replicas(lock, replicas, timeout).await
+    }
+    fn hub(&self) -> &Arc<WakeHub> {
+        self.inner.hub()
+    }
+    async fn acquire_all(
+        &self,
+        parts: &[Part],
+        claim: &Claim,
+        now: Option<u64>,
+    ) -> redis_locks::Result<AcquireAll> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let out = self.inner.acquire_all(parts, claim, now).await;
+        let delay = *self.delay.lock().unwrap();
+        if !delay.is_zero() {
+            sleep(delay).await;
+        }
+        let lose = self
+            .lose
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if lose {
+            return Err(lost());
+        }
+        out
+    }
+}
+
+async fn all_free(c: &LockClient, names: &[&str]) -> bool {
+    for n in names {
+        if !lease_free(c, n).await {
+            return false;
+        }
+    }
+    true
+}
+
+// ------------------------------------------------------------------------------------------
+// cancelled single waits
+// ------------------------------------------------------------------------------------------
+
+/// Cancelled mutex acquisitions (dropped after 0..20 ms while another client holds the lock)
+/// leave nothing: once the holder releases, a third client gets the lock at once.
+async fn cancelled_lock_waits_leave_nothing(b: Backend) {
+    let holder = b.client().await;
+    let waiter = b.client().await;
+    let other = b.client().await;
+    let name = "ef-cancel";
+    let g = holder.mutex(name).lock().await.expect("lock");
+    for i in 0..60u64 {
+        let _ = timeout(ms(i % 21), waiter.mutex(name).lock()).await;
+    }
+    g.release().await.expect("release");
+    let got = other.mutex(name).try_lock().await.granted("try_lock");
+    assert!(got.is_some(), "[{}] a cancelled wait left a claim", b.kind);
+    let info = other.mutex(name).inspect().await.expect("inspect");
+    assert!(
+        info.waiters.is_empty(),
+        "[{}] waiters left: {info:?}",
+        b.kind
+    );
+}
+both_backends!(cancelled_lock_waits_leave_nothing);
+
+/// Cancelled FairLock and writer waits (queue places, writer announcements), dropped at
+/// 0..20 ms and timed out, leave nothing: a third client gets the lock within 1 s of the
+/// holder's release (the lease and heartbeat are 30 s).
+async fn cancelled_fair_and_write_waits_leave_nothing(b: Backend) {
+    let holder = b.client().await;
+    let waiter = b.client().await;
+    let other = b.client().await;
+    let g = holder.fair_lock("ef-cf").lock().await.expect("fair");
+    let w = holder.rwlock("ef-cw").write().await.expect("write");
+    for i in 0..80u64 {
+        let _ = timeout(ms(i % 21), waiter.fair_lock("ef-cf").lock()).await;
+        let _ = timeout(ms(i % 21), waiter.rwlock("ef-cw").write()).await;
+        if i % 10 == 0 {
+            let _ = waiter.fair_lock("ef-cf").lock().timeout(ms(i % 7)).await;
+            let _ = waiter.rwlock("ef-cw").write().timeout(ms(i % 7)).await;
+        }
+    }
+    g.release().await.expect("release");
+    w.release().await.expect("release");
+    within(ms(1_000), "fair lock free for a third client", async || {
+        other
+            .fair_lock("ef-cf")
+            .try_lock()
+            .await
+            .granted("try")
+            .is_some()
+    })
+    .await;
+    within(
+        ms(1_000),
+        "reader admitted (no writer announcement left)",
+        async || {
+            other
+                .rwlock("ef-cw")
+                .try_read()
+                .await
+                .granted("try")
+                .is_some()
+        },
+    )
+    .await;
+}
+both_backends!(cancelled_fair_and_write_waits_leave_nothing);
+
+// ------------------------------------------------------------------------------------------
+// multi-locks
+// ------------------------------------------------------------------------------------------
+
+/// try_lock churn (refused and granted, some cancelled mid-flight) on a multi-lock while
+/// another client takes and releases a part: afterwards the server holds nothing, and a
+/// fresh multi-lock is granted at once.
+async fn multi_try_churn_leaves_nothing(b: Backend) {
+    let a = b.client().await;
+    let c = b.client().await;
+    let names = ["ef-m1", "ef-m2", "ef-m3"];
+    let ml = c.multi_lock(names);
+    for i in 0..300u64 {
+        let held = if i % 3 == 0 {
+            Some(a.mutex("ef-m2").lock().await.expect("lock"))
+        } else {
+            None
+        };
+        if i % 5 == 0 {
+            let _ = timeout(Duration::from_micros(i * 13 % 2000), ml.try_lock()).await;
+        } else if let Some(g) = ml.try_lock().await.granted("multi try") {
+            drop(g);
+        }
+        if let Some(h) = held {
+            h.release().await.expect("release");
+        }
+    }
+    within(ms(1_000), "every part free", async || {
+        all_free(&a, &names).await
+    })
+    .await;
+    let g = a
+        .multi_lock(names)
+        .try_lock()
+        .await
+        .expect("fresh multi try_lock");
+    sleep(ms(300)).await;
+    assert!(g.is_held(), "[{}] a later grant was removed", b.kind);
+    assert!(g.release().await.expect("release"));
+}
+both_backends!(multi_try_churn_leaves_nothing);
+
+/// Timed and cancelled multi-lock waits while a part is held: nothing left once the holder
+/// releases.
+async fn multi_cancel_churn_leaves_nothing(b: Backend) {
+    let a = b.client().await;
+    let c = b.client().await;
+    let names = ["ef-mc1", "ef-mc2"];
+    let g = a.mutex("ef-mc2").lock().await.expect("lock");
+    let ml = c.multi_lock(names);
+    for i in 0..100u64 {
+        if i % 2 == 0 {
+            let _ = timeout(ms(i % 23), ml.lock()).await;
+        } else {
+            let e = ml.lock().timeout(ms(i % 11)).await.expect_err("busy");
+            assert!(e.is_timeout(), "[{}] {e}", b.kind);
+        }
+    }
+    g.release().await.expect("release");
+    within(ms(1_000), "a third multi-lock granted", async || {
+        a.multi_lock(names)
+            .try_lock()
+            .await
+            .granted("try")
+            .is_some()
+    })
+    .await;
+}
+both_backends!(multi_cancel_churn_leaves_nothing);
+
+async fn multi_client(b: &Backend) -> (Arc<AllFaults>, LockClient) {
+    let f = AllFaults::new(b.store().await);
+    let c = LockClient::builder().store(f.clone()).expect("client");
+    (f, c)
+}
+
+/// A multi-lock try_lock whose grant's reply is lost fails, and leaves nothing: another
+/// client gets every part within 1 s (the lease is 30 s).
+async fn multi_try_lost_reply_leaves_nothing(b: Backend) {
+    let (f, c) = multi_client(&b).await;
+    let other = b.client().await;
+    let names = ["ef-ml1", "ef-ml2", "ef-ml3"];
+    for _ in 0..20 {
+        f.lose.store(1, Ordering::SeqCst);
+        let r = c.multi_lock(names).try_lock().await;
+        assert!(r.is_err(), "[{}] lost reply: try_lock succeeded?", b.kind);
+        within(ms(1_000), "parts free after a lost try reply", async || {
+            all_free(&other, &names).await
+        })
+        .await;
+    }
+}
+both_backends!(multi_try_lost_reply_leaves_nothing);
+
+/// A timed multi-lock wait whose every reply is lost ends by its deadline plus one response
+/// timeout, and leaves nothing behind (another client gets every part within 1 s).
+async fn multi_lost_replies_then_timeout_leaves_nothing(b: Backend) {
+    let (f, c) = multi_client(&b).await;
+    let other = b.client().await;
+    let names = ["ef-mt1", "ef-mt2"];
+    f.lose.store(1_000_000, Ordering::SeqCst);
+    let t0 = Instant::now();
+    let r = c.multi_lock(names).lock().timeout(ms(400)).await;
+    let took = t0.elapsed();
+    assert!(r.is_err(), "[{}] every reply lost yet granted", b.kind);
+    assert!(
+        took < ms(400) + ms(2_000) + ms(300),
+        "[{}] took {took:?}",
+        b.kind
+    );
+    f.lose.store(0, Ordering::SeqCst);
+    within(ms(1_000), "parts free after the failed wait", async || {
+        all_free(&other, &names).await
+    })
+    .await;
+    // A lost grant reply while the wait goes on, then the lock is refused (a part taken by
+    // someone else meanwhile is impossible: the lost grant holds it), then timeout.
+    f.lose.store(1, Ordering::SeqCst);
+    let g = c
+        .multi_lock(names)
+        .lock()
+        .timeout(ms(2_000))
+        .await
+        .expect("lost reply retried");
+    assert!(g.is_held());
+    g.release().await.expect("release");
+    within(ms(1_000), "parts free after release", async || {
+        all_free(&other, &names).await
+    })
+    .await;
+}
+both_backends!(multi_lost_replies_then_timeout_leaves_nothing);
+
+/// Many refused multi-lock try_locks and timed waits with a lost reply each, interleaved
+/// with grants: the background releases of failed attempts never remove a later guard.
+async fn multi_failed_attempts_never_remove_later_grants(b: Backend) {
+    let (f, c) = multi_client(&b).await;
+    let a = b.client().await;
+    let names = ["ef-mg1", "ef-mg2"];
+    let mut kept = Vec::new();
+    for i in 0..40u64 {
+        if i % 2 == 0 {
+            f.lose.store(1, Ordering::SeqCst);
+            let _ = c.multi_lock(names).try_lock().await;
+        }
+        // Take it now (waiting for any background release to let go).
+        let g = c
+            .multi_lock(names)
+            .lock()
+            .timeout(ms(3_000))
+            .await
+            .expect("lock");
+        sleep(ms(20)).await;
+        assert!(g.is_held(), "[{}] round {i}: not held", b.kind);
+        let info = a.mutex("ef-mg1").inspect().await.expect("inspect");
+        assert_eq!(
+            info.holders.len(),
+            1,
+            "[{}] round {i}: server lost the grant",
+            b.kind
+        );
+        if i == 39 {
+            kept.push(g);
+        } else {
+            assert!(
+                g.release().await.expect("release"),
+                "[{}] round {i}: released by someone else",
+                b.kind
+            );
+        }
+    }
+    drop(kept);
+}
+both_backends!(multi_failed_attempts_never_remove_later_grants);
+
+// ------------------------------------------------------------------------------------------
+// renewals
+// ------------------------------------------------------------------------------------------
+
+fn cpu_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").expect("stat");
+    let after = &stat[stat.rfind(')').expect(")") + 2..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 (1-based), i.e. 11 and 12 after the state field.
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    Duration::from_millis(ticks * 10)
+}
+
+/// `n` holds with `lease` on one client whose renewal replies take `delay`: for `run`, every
+/// one stays held and listed by the server.
+async fn many_holds_slow_renewals(
+    b: &Backend,
+    n: usize,
+    lease: Duration,
+    delay: Duration,
+    run: Duration,
+) {
+    let faulty = Faulty::new(b.store().await);
+    let c = LockClient::builder()
+        .lease(lease)
+        .store(faulty.clone())
+        .expect("client");
+    let observer = b.client().await;
+    let mut guards = Vec::new();
+    for i in 0..n {
+        guards.push(c.mutex(&format!("ef-many-{i}")).lock().await.expect("lock"));
+    }
+    faulty.add(Rule::on(Op::Extend).delay_reply(delay));
+    let t0 = Instant::now();
+    let mut first_loss: Option<(usize, Duration)> = None;
+    while t0.elapsed() < run {
+        sleep(ms(10)).await;
+        if first_loss.is_none() {
+            if let Some(i) = guards.iter().position(|g| !g.is_held()) {
+                first_loss = Some((i, t0.elapsed()));
+            }
+        }
+    }
+    let lost = guards.iter().filter(|g| !g.is_held()).count();
+    let mut listed = 0;
+    for i in 0..n {
+        let info = observer
+            .mutex(&format!("ef-many-{i}"))
+            .inspect()
+            .await
+            .expect("i");
+        listed += info.holders.len();
+    }
+    let extends = faulty.count(Op::Extend);
+    assert!(
+        first_loss.is_none(),
+        "[{}] {n} holds, lease {lease:?}, renewal replies +{delay:?}: first loss {first_loss:?}; \
+         {lost} not held at the end, {listed} listed; {extends} renewals sent",
+        b.kind
+    );
+    assert_eq!(listed, n, "[{}] server listing", b.kind);
+}
+
+async fn five_hundred_holds_300ms_slow_replies(b: Backend) {
+    many_holds_slow_renewals(&b, 500, ms(300), ms(40), ms(3_000)).await;
+}
+both_backends!(five_hundred_holds_300ms_slow_replies);
+
+async fn fifty_holds_100ms_slow_replies(b: Backend) {
+    many_holds_slow_renewals(&b, 50, ms(100), ms(40), ms(3_000)).await;
+}
+both_backends!(fifty_holds_100ms_slow_replies);
+
+async fn five_hundred_holds_100ms_no_delay(b: Backend) {
+    many_holds_slow_renewals(&b, 500, ms(100), ms(0), ms(3_000)).await;
+}
+both_backends!(five_hundred_holds_100ms_no_delay);
+
+/// One hold, lease 300 ms, every renewal reply 140 ms late (each well inside the lease; the
+/// server always holds it): the guard must stay held.
+async fn one_hold_replies_under_half_the_lease(b: Backend) {
+    many_holds_slow_renewals(&b, 1, ms(300), ms(140), ms(3_000)).await;
+}
+both_backends!(one_hold_replies_under_half_the_lease);
+
+/// One hold, lease 300 ms, every renewal reply 100 ms late (a third of the lease).
+async fn one_hold_replies_a_third_of_the_lease(b: Backend) {
+    many_holds_slow_renewals(&b, 1, ms(300), ms(100), ms(3_000)).await;
+}
+both_backends!(one_hold_replies_a_third_of_the_lease);
+
+/// An idle client with 2000 long-leased holds does not spin: under 150 ms of CPU in 2 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_client_with_many_holds_uses_no_cpu() {
+    let c = LockClient::builder()
+        .lease(ms(60_000))
+        .in_memory()
+        .expect("client");
+    let mut guards = Vec::new();
+    for i in 0..2000 {
+        guards.push(c.mutex(&format!("idle-{i}")).lock().await.expect("lock"));
+    }
+    sleep(ms(300)).await;
+    let before = cpu_time();
+    sleep(ms(2_000)).await;
+    let used = cpu_time() - before;
+    assert!(used < ms(150), "idle client used {used:?} of CPU in 2 s");
+    assert!(guards.iter().all(|g| g.is_held()));
+}
+
+/// 200 holds, lease 2 s, renewal replies slowed to 600 ms (each renewal in flight a long
+/// time): the client must not spin while they wait (under 600 ms CPU in 3 s), and all stay
+/// held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_renewals_do_not_spin() {
+    let faulty = Faulty::new(Backend::memory().store().await);
+    let c = LockClient::builder()
+        .lease(ms(2_000))
+        .store(faulty.clone())
+        .expect("client");
+    let mut guards = Vec::new();
+    for i in 0..200 {
+        guards.push(c.mutex(&format!("spin-{i}")).lock().await.expect("lock"));
+    }
+    faulty.add(Rule::on(Op::Extend).delay_reply(ms(600)));
+    let before = cpu_time();
+    sleep(ms(3_000)).await;
+    let used = cpu_time() - before;
+    assert!(guards.iter().all(|g| g.is_held()), "a hold was lost");
+    assert!(
+        used < ms(600),
+        "client used {used:?} of CPU in 3 s with renewals in flight"
+    );
+}
+
+/// Extend churn with shortening and lengthening leases while renewal replies are slowed:
+/// the guard stays held and never trusts past the server's lease.
+async fn extend_churn_stays_honest_and_held(b: Backend) {
+    let faulty = Faulty::new(b.store().await);
+    let c = LockClient::builder()
+        .lease(ms(1_000))
+        .store(faulty.clone())
+        .expect("client");
+    let observer = b.client().await;
+    let name = "ef-extend-churn";
+    let mut g = c.mutex(name).lock().await.expect("lock");
+    faulty.add(Rule::on(Op::Extend).delay_reply(ms(25)));
+    let mut rng = support::rng::Rng::new(7);
+    for i in 0..60 {
+        let lease = ms(120 + rng.below(900));
+        if i % 4 == 3 {
+            // An extend cancelled in flight.
+            let _ = timeout(ms(rng.below(30)), g.extend(lease)).await;
+        } else {
+            assert!(
+                g.extend(lease).await.expect("extend"),
+                "[{}] extend {i} refused",
+                b.kind
+            );
+        }
+        let pause = ms(rng.below(150));
+        let end = Instant::now() + pause;
+        loop {
+            let until = g.valid_until();
+            let held = g.is_held();
+            let info = observer.mutex(name).inspect().await.expect("inspect");
+            let answered = Instant::now();
+            assert_honest(
+                &format!("[{}] round {i} lease {lease:?}", b.kind),
+                until,
+                &info,
+                answered,
+            );
+            assert!(
+                held,
+                "[{}] round {i}: a renewed hold reported not held",
+                b.kind
+            );
+            if Instant::now() >= end {
+                break;
+            }
+            sleep(ms(10)).await;
+        }
+    }
+    assert!(g.release().await.expect("release"));
+}
+both_backends!(extend_churn_stays_honest_and_held);
+
+/// Downgrade while a renewal is in flight (reply slowed), then release: the lock is free at
+/// once for a writer of another client.
+async fn downgrade_during_renewal_then_release(b: Backend) {
+    let faulty = Faulty::new(b.store().await);
+    let c = LockClient::builder()
+        .lease(ms(600))
+        .store(faulty.clone())
+        .expect("client");
+    let other = b.client().await;
+    for i in 0..5 {
+        let name = format!("ef-dg-{i}");
+        let w = c.rwlock(&name).write().await.expect("write");
+        faulty.add(Rule::on(Op::Extend).times(1).delay_reply(ms(150)));
+        let base = faulty.count(Op::Extend);
+        within(ms(1_000), "renewal sent", async || {
+            faulty.count(Op::Extend) > base
+        })
+        .await;
+        let r = redis_locks::WriteGuard::downgrade(w)
+            .await
+            .expect("downgrade");
+        assert!(r.is_held(), "[{}] downgraded hold not held", b.kind);
+        sleep(ms(400)).await;
+        assert!(
+            r.is_held(),
+            "[{}] read hold lost after the downgrade",
+            b.kind
+        );
+        assert!(r.release().await.expect("release"), "[{}] release", b.kind);
+        let w2 = other.rwlock(&name).try_write().await.granted("try_write");
+        assert!(
+            w2.is_some(),
+            "[{}] round {i}: lock not free after release",
+            b.kind
+        );
+    }
+}
+both_backends!(downgrade_during_renewal_then_release);
+
+// ------------------------------------------------------------------------------------------
+// wait_replicas on a standalone server, timed waits' bound
+// ------------------------------------------------------------------------------------------
+
+/// wait_replicas(1) on a standalone server: every acquisition fails with
+/// ReplicasNotReached (not a hang, not a guard) and leaves nothing behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn wait_replicas_on_standalone_fails_cleanly() {
+    let b = Backend::redis();
+    let c = b.client().await;
+    let other = b.client().await;
+    let t0 = Instant::now();
+    let e = c
+        .mutex("ef-wr-m")
+        .wait_replicas(1, ms(100))
+        .lock()
+        .await
+        .expect_err("no replica");
+    assert!(
+        matches!(e, redis_locks::Error::ReplicasNotReached { .. }),
+        "{e}"
+    );
+    let e = c
+        .fair_lock("ef-wr-f")
+        .wait_replicas(1, ms(100))
+        .try_lock()
+        .await
+        .expect_err("no replica");
+    assert!(
+        matches!(e, redis_locks::Error::ReplicasNotReached { .. }),
+        "{e}"
+    );
+    let e = c
+        .rwlock("ef-wr-w")
+        .wait_replicas(1, ms(100))
+        .write()
+        .timeout(ms(500))
+        .await
+        .expect_err("no replica");
+    assert!(
+        matches!(e, redis_locks::Error::ReplicasNotReached { .. }),
+        "{e}"
+    );
+    let e = c
+        .semaphore("ef-wr-s", 1)
+        .wait_replicas(1, ms(100))
+        .acquire()
+        .await
+        .expect_err("no replica");
+    assert!(
+        matches!(e, redis_locks::Error::ReplicasNotReached { .. }),
+        "{e}"
+    );
+    assert!(t0.elapsed() < ms(1_500), "took {:?}", t0.elapsed());
+    // Cancelled during the WAIT.
+    for _ in 0..10 {
+        let _ = timeout(ms(30), c.mutex("ef-wr-c").wait_replicas(1, ms(500)).lock()).await;
+    }
+    within(ms(500), "mutex free", async || {
+        other
+            .mutex("ef-wr-m")
+            .try_lock()
+            .await
+            .granted("t")
+            .is_some()
+    })
+    .await;
+    within(ms(500), "fair free", async || {
+        other
+            .fair_lock("ef-wr-f")
+            .try_lock()
+            .await
+            .granted("t")
+            .is_some()
+    })
+    .await;
+    within(ms(500), "rw free", async || {
+        other
+            .rwlock("ef-wr-w")
+            .try_read()
+            .await
+            .granted("t")
+            .is_some()
+    })
+    .await;
+    within(ms(500), "sem free", async || {
+        other
+            .semaphore("ef-wr-s", 1)
+            .try_acquire()
+            .await
+            .granted("t")
+            .is_some()
+    })
+    .await;
+    within(ms(1_000), "cancelled free", async || {
+        other
+            .mutex("ef-wr-c")
+            .try_lock()
+            .await
+            .granted("t")
+            .is_some()
+    })
+    .await;
+    // wait_replicas(0) is refused as an invalid argument (documented), holding nothing.
+    let e = c
+        .mutex("ef-wr-0")
+        .wait_replicas(0, ms(100))
+        .lock()
+        .await
+        .expect_err("0 replicas");
+    assert!(
+        matches!(e, redis_locks::Error::InvalidArgument { .. }),
+        "{e}"
+    );
+    assert!(lease_free(&other, "ef-wr-0").await);
+}
+
+/// Refused try_locks (hundreds) never leave a background release that removes a later grant
+/// of the same client: after the churn, lock() and keep it for 1 s with a short lease.
+async fn refused_tries_never_remove_a_later_grant(b: Backend) {
+    let holder = b.client().await;
+    let c = b.client_with(LockClient::builder().lease(ms(300))).await;
+    let name = "ef-refused";
+    let g = holder.fair_lock(name).lock().await.expect("lock");
+    for _ in 0..300 {
+        assert!(c.fair_lock(name).try_lock().await.granted("try").is_none());
+    }
+    g.release().await.expect("release");
+    let mine = c
+        .fair_lock(name)
+        .lock()
+        .timeout(ms(2_000))
+        .await
+        .expect("lock");
+    sleep(ms(1_000)).await;
+    assert!(mine.is_held(), "[{}] later grant lost", b.kind);
+    let info = holder.fair_lock(name).inspect().await.expect("i");
+    assert_eq!(
+        info.holders.len(),
+        1,
+        "[{}] server lost the later grant",
+        b.kind
+    );
+}
+both_backends!(refused_tries_never_remove_a_later_grant);
+
+/// FIFO among live FairLock waiters while other waits are cancelled around them: the live
+/// waiters are granted in the order they queued.
+async fn fifo_with_cancel_churn(b: Backend) {
+    let holder = b.client().await;
+    let churn = b.client().await;
+    let name = "ef-fifo";
+    let g = holder.fair_lock(name).lock().await.expect("lock");
+    let order = Arc::new(StdMutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..4usize {
+        let c = b.client().await;
+        let order = order.clone();
+        tasks.push(tokio::spawn(async move {
+            let g = c.fair_lock(name).lock().await.expect("lock");
+            order.lock().unwrap().push(i);
+            sleep(ms(20)).await;
+            g.release().await.expect("release");
+        }));
+        support::backend::until_waiters(i + 1, async || holder.fair_lock(name).inspect().await)
+            .await;
+        // Cancelled waits between live ones.
+        for k in 0..5u64 {
+            let _ = timeout(ms(k * 3), churn.fair_lock(name).lock()).await;
+        }
+        within(ms(1_000), "cancelled waiters gone", async || {
+            holder
+                .fair_lock(name)
+                .inspect()
+                .await
+                .expect("i")
+                .waiters
+                .len()
+                == i + 1
+        })
+        .await;
+    }
+    g.release().await.expect("release");
+    for t in tasks {
+        support::backend::join("waiter", t).await;
+    }
+    assert_eq!(
+        *order.lock().unwrap(),
+        vec![0, 1, 2, 3],
+        "[{}] FIFO order",
+        b.kind
+    );
+}
+both_backends!(fifo_with_cancel_churn);
+
+/// A FairLock waiter cancelled right as the holder's release hands it the lock: the next live
+/// waiter gets it within 1 s (heartbeat and lease are 30 s / 5 s), every round.
+async fn cancelled_at_hand_off_passes_the_lock_on(b: Backend) {
+    let holder = b.client().await;
+    let first = b.client().await;
+    let second = b.client().await;
+    let name = "ef-handoff";
+    for round in 0..30u64 {
+        let g = holder.fair_lock(name).lock().await.expect("lock");
+        let h1 = tokio::spawn({
+            let first = first.clone();
+            async move {
+                let _ = timeout(ms(10_000), first.fair_lock(name).lock()).await;
+            }
+        });
+        support::backend::until_waiters(1, async || holder.fair_lock(name).inspect().await).await;
+        let h2 = tokio::spawn({
+            let second = second.clone();
+            async move { second.fair_lock(name).lock().timeout(ms(20_000)).await }
+        });
+        support::backend::until_waiters(2, async || holder.fair_lock(name).inspect().await).await;
+        let rel = g.release();
+        let offset = Duration::from_micros(round * 97 % 3000);
+        let (r, ()) = tokio::join!(rel, async {
+            sleep(offset).await;
+            h1.abort();
+        });
+        r.expect("release");
+        let t0 = Instant::now();
+        let got = timeout(ms(1_000), h2).await;
+        let Ok(Ok(Ok(g2))) = got else {
+            panic!("[{}] round {round}: second waiter not served within 1 s of the first's cancel ({:?} after)", b.kind, t0.elapsed());
+        };
+        g2.release().await.expect("release");
+        within(ms(1_000), "idle", async || {
+            support::waits::queue_idle(&holder, name).await
+        })
+        .await;
+    }
+}
+both_backends!(cancelled_at_hand_off_passes_the_lock_on);
+
+/// Cancelled and timed-out campaigns (dropped at 0..20 ms) while someone leads leave
+/// nothing: once the leader resigns, a third candidate wins within 1 s.
+async fn cancelled_campaigns_leave_nothing(b: Backend) {
+    let leader = b.client().await;
+    let candidate = b.client().await;
+    let third = b.client().await;
+    let name = "ef-elect";
+    let l = leader.election(name).try_campaign("a").await.expect("lead");
+    for i in 0..60u64 {
+        if i % 3 == 0 {
+            let _ = candidate
+                .election(name)
+                .campaign("b")
+                .timeout(ms(i % 9))
+                .await;
+        } else {
+            let _ = timeout(ms(i % 21), candidate.election(name).campaign("b")).await;
+        }
+    }
+    assert!(l.resign().await.expect("resign"));
+    within(ms(1_000), "third candidate wins", async || {
+        third.election(name).try_campaign("c").await.is_ok()
+    })
+    .await;
+}
+both_backends!(cancelled_campaigns_leave_nothing);
+
+/// Cancelled acquire_many waits on a semaphore leave no permits taken or queued.
+async fn cancelled_acquire_many_leaves_nothing(b: Backend) {
+    let holder = b.client().await;
+    let waiter = b.client().await;
+    let other = b.client().await;
+    let name = "ef-sem";
+    let p = holder
+        .semaphore(name, 4)
+        .acquire_many(3)
+        .await
+        .expect("3 permits");
+    for i in 0..80u64 {
+        let _ = timeout(
+            ms(i % 21),
+            waiter.semaphore(name, 4).acquire_many(2 + (i % 3) as u32),
+        )
+        .await;
+    }
+    p.release().await.expect("release");
+    within(ms(1_000), "all 4 permits free", async || {
+        other
+            .semaphore(name, 4)
+            .try_acquire_many(4)
+            .await
+            .granted("try")
+            .is_some()
+    })
+    .await;
+}
+both_backends!(cancelled_acquire_many_leaves_nothing);
+
+/// Holds granted on a current-thread runtime that is shut down while every renewal is in
+/// flight (its reply held), then extended from the main runtime: every one is renewed from
+/// then on (held and listed 3 s later, lease 400 ms).
+#[test]
+fn extend_after_runtime_shutdown_with_renewals_in_flight() {
+    let main = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let b = Backend::memory();
+    let (faulty, c, observer) = main.block_on(async {
+        let faulty = Faulty::new(b.store().await);
+        let c = LockClient::builder()
+            .lease(ms(400))
+            .store(faulty.clone())
+            .expect("client");
+        (faulty, c, b.client().await)
+    });
+    let gate = support::faulty::Gate::new();
+    faulty.add(Rule::on(Op::Extend).hold_reply(gate.clone()));
+    let helper = support::time::current_thread();
+    let mut guards = helper.block_on(async {
+        let mut gs = Vec::new();
+        for i in 0..20 {
+            gs.push(c.mutex(&format!("ef-rt-{i}")).lock().await.expect("lock"));
+        }
+        // Wait until every renewal is in flight (held at the gate).
+        gate.wait_entered(20).await;
+        gs
+    });
+    drop(helper);
+    faulty.clear();
+    gate.open();
+    main.block_on(async {
+        for g in guards.iter_mut() {
+            assert!(g.extend(ms(400)).await.expect("extend"), "extend refused");
+        }
+        sleep(ms(3_000)).await;
+        let held = guards.iter().filter(|g| g.is_held()).count();
+        let mut listed = 0;
+        for i in 0..20 {
+            listed += observer
+                .mutex(&format!("ef-rt-{i}"))
+                .inspect()
+                .await
+                .expect("i")
+                .holders
+                .len();
+        }
+        assert_eq!(
+            (held, listed),
+            (20, 20),
+            "held, listed 3 s after the extends"
+        );
+    });
+}
+
+/// 100 holds with 50-300 ms leases, each in its own task extending to a random lease
+/// (sometimes cancelled mid-flight) while its renewals run: for 3 s every hold stays held
+/// and never trusts past the server's lease.
+async fn many_short_holds_extend_churn(b: Backend) {
+    let c = b.client_with(LockClient::builder().lease(ms(200))).await;
+    let mut tasks = Vec::new();
+    for i in 0..100u64 {
+        let c = c.clone();
+        let observer = b.client().await;
+        tasks.push(tokio::spawn(async move {
+            let name = format!("ef-churn-{i}");
+            let mut g = c.mutex(&name).lock().await.expect("lock");
+            let mut rng = support::rng::Rng::new(i + 11);
+            let end = Instant::now() + ms(3_000);
+            let mut round = 0;
+            while Instant::now() < end {
+                round += 1;
+                let lease = ms(50 + rng.below(250));
+                if rng.below(5) == 0 {
+                    let _ = timeout(Duration::from_micros(rng.below(3000)), g.extend(lease)).await;
+                } else {
+                    assert!(
+                        g.extend(lease).await.expect("extend"),
+                        "{name} round {round}: extend refused"
+                    );
+                }
+                sleep(ms(rng.below(120))).await;
+                let until = g.valid_until();
+                let held = g.is_held();
+                let info = observer.mutex(&name).inspect().await.expect("inspect");
+                let answered = Instant::now();
+                assert_honest(
+                    &format!("{name} round {round} lease {lease:?}"),
+                    until,
+                    &info,
+                    answered,
+                );
+                assert!(held, "{name} round {round} (lease {lease:?}): not held");
+            }
+            assert!(
+                g.release().await.expect("release"),
+                "{name}: release found nothing"
+            );
+        }));
+    }
+    for t in tasks {
+        support::backend::join("churn task", t).await;
+    }
+}
+both_backends!(many_short_holds_extend_churn);
