@@ -558,3 +558,41 @@ async fn leader_shows_and_follows_an_election() {
     );
     reader.join().expect("reader");
 }
+
+/// `list --held` shows only names someone holds or waits for: a name whose only key left is
+/// its fence counter (held once, released since) is left out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn list_held_leaves_out_fence_only_names() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.expect("connect");
+    client
+        .mutex("gone")
+        .lock()
+        .await
+        .expect("lock")
+        .release()
+        .await
+        .expect("release");
+    assert_eq!(server.cli(&["EXISTS", "rl:{gone}:fence"]), "1");
+    let held = client.mutex("busy").lock().await.expect("lock");
+    let sem = client.semaphore("pool", 3);
+    let permit = sem.acquire().await.expect("acquire");
+
+    let out = cli(&server, &["list"]);
+    assert_eq!(stdout(&out).trim(), "busy\ngone\npool", "{out:?}");
+    let out = cli(&server, &["list", "--held"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(stdout(&out).trim(), "busy\npool", "{out:?}");
+    let out = cli(&server, &["list", "--held", "--json"]);
+    assert_eq!(stdout(&out).trim(), "[\"busy\",\"pool\"]", "{out:?}");
+    let out = cli(&server, &["list", "--held", "--state"]);
+    assert_eq!(stdout(&out).trim(), "busy\theld\npool\theld", "{out:?}");
+    let out = cli(&server, &["list", "--held", "b*"]);
+    assert_eq!(stdout(&out).trim(), "busy", "{out:?}");
+
+    held.release().await.expect("release");
+    permit.release().await.expect("release");
+    let out = cli(&server, &["list", "--held"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(stdout(&out).trim(), "", "{out:?}");
+}

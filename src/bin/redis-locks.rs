@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! redis-locks [--url URL] [--prefix P] inspect NAME [--json]
-//! redis-locks list [PATTERN] [--state] [--json]
+//! redis-locks list [PATTERN] [--state] [--held] [--json]
 //! redis-locks watch NAME [--interval-ms 1000] [--count N] [--json]
 //! redis-locks force-release NAME --yes [--json]
 //! ```
@@ -83,6 +83,10 @@ enum Command {
         /// is left). Reads every listed lock (two round trips each).
         #[arg(long)]
         state: bool,
+        /// Only locks with a live holder or waiter (leaves out names with only a fence
+        /// counter left). Reads every listed lock (two round trips each).
+        #[arg(long)]
+        held: bool,
     },
     /// Inspect repeatedly.
     Watch {
@@ -640,7 +644,8 @@ async fn run(cli: &Cli) -> Result<ExitCode, Error> {
             pattern,
             json,
             state,
-        } => list_names(cli, &client, pattern, *json, *state).await,
+            held,
+        } => list_names(cli, &client, pattern, *json, *state, *held).await,
         Command::Watch {
             name,
             interval_ms,
@@ -708,15 +713,19 @@ async fn list_names(
     pattern: &str,
     json: bool,
     with_state: bool,
+    held_only: bool,
 ) -> Result<ExitCode, Error> {
     let names = list(scan_targets(cli).await?, &cli.prefix, pattern).await?;
     let mut items = Vec::with_capacity(names.len());
     for name in names {
-        let state = match with_state {
+        let state = match with_state || held_only {
             true => Some(view(client, &name).await?.state()),
             false => None,
         };
-        items.push((name, state));
+        if held_only && state == Some("idle") {
+            continue;
+        }
+        items.push((name, state.filter(|_| with_state)));
     }
     if json {
         let items: Vec<String> = items
