@@ -780,3 +780,90 @@ async fn watch_prints_only_changes() {
     );
     assert_eq!(changes.len(), 2, "{json}");
 }
+
+/// `force-release NAME --holder PREFIX --yes` evicts the one holder whose token starts with
+/// the prefix `inspect` shows, and leaves the others; the evicted guard learns it. A prefix
+/// matching several holders (exit 2) or none (exit 3) changes nothing. Evicting the last hold
+/// of a family raises the fence; a shared hold among others leaves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn force_release_evicts_one_holder() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.expect("connect");
+    let sem = client.semaphore("pool", 3);
+    let mut permits = Vec::new();
+    for _ in 0..3 {
+        permits.push(sem.acquire().await.expect("acquire"));
+    }
+    let before = sem.inspect().await.expect("inspect");
+    let victim = before.holders[1].token_prefix.clone();
+
+    let out = cli(&server, &["force-release", "pool", "--holder", &victim]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(stderr(&out).contains("--yes"), "{out:?}");
+    // Every token of this process starts alike: a short prefix matches all three.
+    let out = cli(
+        &server,
+        &["force-release", "pool", "--holder", &victim[..2], "--yes"],
+    );
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(stderr(&out).contains("3 holders"), "{out:?}");
+    let out = cli(
+        &server,
+        &["force-release", "pool", "--holder", "zz-none", "--yes"],
+    );
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert!(stderr(&out).contains("no live holder"), "{out:?}");
+    assert_eq!(sem.inspect().await.expect("inspect").holders.len(), 3);
+
+    let args = [
+        "force-release",
+        "pool",
+        "--holder",
+        &victim,
+        "--yes",
+        "--json",
+    ];
+    let out = cli(&server, &args);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        stdout(&out).contains(&format!(
+            "\"evicted\":\"{victim}\",\"fence\":{},\"fence_bumped\":false",
+            before.fence
+        )),
+        "{out:?}"
+    );
+    let after = sem.inspect().await.expect("inspect");
+    let left: Vec<_> = after
+        .holders
+        .iter()
+        .map(|h| h.token_prefix.clone())
+        .collect();
+    assert_eq!(left.len(), 2, "{left:?}");
+    assert!(!left.contains(&victim), "{left:?}");
+    let text = stdout(&cli(&server, &["inspect", "pool"]));
+    assert!(text.contains("2 of 3 permits held, 1 free"), "{text}");
+
+    // The last hold of a Mutex: the fence is raised past the evicted holder's.
+    let m = client.mutex("m").lock().await.expect("lock");
+    let prefix = client.mutex("m").inspect().await.expect("inspect").holders[0]
+        .token_prefix
+        .clone();
+    let out = cli(
+        &server,
+        &["force-release", "m", "--holder", &prefix, "--yes"],
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert!(stdout(&out).contains("fence raised to"), "{out:?}");
+    let next = client.mutex("m").try_lock().await.expect("free now");
+    assert!(next.fencing_token() > m.fencing_token());
+    assert!(
+        !m.release().await.expect("release"),
+        "the evicted guard held nothing"
+    );
+    next.release().await.expect("release");
+    let mut released = 0;
+    for p in permits {
+        released += usize::from(p.release().await.expect("release"));
+    }
+    assert_eq!(released, 2, "only the evicted permit was lost");
+}

@@ -5,7 +5,7 @@
 //! redis-locks list [PATTERN] [--state] [--held] [--json]
 //! redis-locks watch NAME [--interval-ms 1000] [--count N] [--json]
 //! redis-locks leader NAME [--follow [--count N]] [--json]
-//! redis-locks force-release NAME --yes [--json]
+//! redis-locks force-release NAME [--holder TOKEN_PREFIX] --yes [--json]
 //! ```
 //!
 //! `inspect` and `watch` read both families of state a lock name can have, each through its
@@ -26,7 +26,8 @@
 //! `list` matches the key prefix literally and `PATTERN` as a Redis glob on the lock name.
 //!
 //! Exit codes: 0 success; 1 Redis could not be reached or refused; 2 usage error (including
-//! `force-release` without `--yes`); 3 `inspect` found no trace of the lock (nothing held,
+//! `force-release` without `--yes`, or with a `--holder` prefix that matches several holders);
+//! 3 `force-release --holder` matched no live holder; 3 `inspect` found no trace of the lock (nothing held,
 //! nobody waiting, no fence), and `leader` when nobody leads; 4 `leader` on a name held as
 //! something else than an election (a Mutex, an RwLock, a Semaphore). Every error message
 //! ends with what to do about it.
@@ -35,7 +36,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use redis_locks::{Error, LeaderInfo, LockClient, RedisConfig};
+use redis_locks::{Error, HolderEviction, LeaderInfo, LockClient, RedisConfig};
 
 #[path = "redis-locks/kind.rs"]
 mod kind;
@@ -146,10 +147,16 @@ enum Command {
         json: bool,
     },
     /// Drop every hold of the lock and bump its fence, so the evicted holders' fenced
-    /// writes are refused. Waiters stay queued and are woken.
+    /// writes are refused. Waiters stay queued and are woken. With `--holder`, only the one
+    /// holder whose token starts with the prefix.
     ForceRelease {
         /// Lock name.
         name: String,
+        /// Evict only the one holder whose token starts with this prefix (as `inspect` shows
+        /// it), leaving the others; the fence is bumped when no hold of its family is left.
+        /// An unknown prefix exits with 3, one matching several holders with 2.
+        #[arg(long, value_name = "TOKEN_PREFIX")]
+        holder: Option<String>,
         /// Confirm: this breaks the lock for whoever holds it.
         #[arg(long)]
         yes: bool,
@@ -458,9 +465,15 @@ async fn run(cli: &Cli) -> Result<ExitCode, Error> {
             count,
             json,
         } => leader(&ctx, name, *follow, *count, *json).await,
-        Command::ForceRelease { name, yes, json } => {
-            force_release(cli, &ctx, name, *yes, *json).await
-        }
+        Command::ForceRelease {
+            name,
+            holder,
+            yes,
+            json,
+        } => match holder {
+            Some(prefix) => force_release_holder(cli, &ctx, name, prefix, *yes, *json).await,
+            None => force_release(cli, &ctx, name, *yes, *json).await,
+        },
     }
 }
 
@@ -703,6 +716,61 @@ async fn force_release(
         println!("released every hold of {name}; fence is now {fence}");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `force-release NAME --holder PREFIX --yes`: evicts the one holder whose token starts
+/// with `prefix` (one atomic, owner-checked step: `LockClient::force_release_holder`).
+async fn force_release_holder(
+    cli: &Cli,
+    ctx: &Ctx,
+    name: &str,
+    prefix: &str,
+    yes: bool,
+    json: bool,
+) -> Result<ExitCode, Error> {
+    if !yes {
+        eprintln!(
+            "force-release --holder breaks the lock for that holder; run it again with --yes \
+             to confirm (see who holds it first with `redis-locks inspect {name}`)"
+        );
+        return Ok(ExitCode::from(2));
+    }
+    match ctx.client.force_release_holder(name, prefix).await? {
+        HolderEviction::Evicted {
+            fence,
+            fence_bumped,
+        } => {
+            if json {
+                println!(
+                    "{{\"name\":{},\"evicted\":{},\"fence\":{fence},\"fence_bumped\":{fence_bumped}}}",
+                    json_str(name),
+                    json_str(prefix)
+                );
+            } else {
+                let bumped = match fence_bumped {
+                    true => format!("fence raised to {fence}"),
+                    false => format!("fence left at {fence}: other holds share it"),
+                };
+                println!("evicted the holder {prefix}* of {name}; {bumped}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        HolderEviction::Ambiguous { matches } => {
+            eprintln!(
+                "{matches} holders of `{name}` have a token starting with `{prefix}`; nothing \
+                 was released: pass a longer prefix (`redis-locks inspect {name}` shows each)"
+            );
+            Ok(ExitCode::from(2))
+        }
+        _ => {
+            eprintln!(
+                "no live holder of `{name}` under prefix `{}` has a token starting with \
+                 `{prefix}`; nothing was released: `redis-locks inspect {name}` shows the holders",
+                cli.prefix
+            );
+            Ok(ExitCode::from(3))
+        }
+    }
 }
 
 #[tokio::main]
