@@ -867,3 +867,77 @@ async fn force_release_evicts_one_holder() {
     }
     assert_eq!(released, 2, "only the evicted permit was lost");
 }
+
+/// The `redis-locks ...` command lines of README.md and docs/ (in code blocks, or inline
+/// code), each with the text after a `#` on its line.
+fn documented_commands() -> Vec<(String, String, String)> {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let mut files = vec![format!("{root}/README.md")];
+    let mut dirs = vec![format!("{root}/docs")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("docs/") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                dirs.push(path.display().to_string());
+            } else if path.extension().is_some_and(|e| e == "md") {
+                files.push(path.display().to_string());
+            }
+        }
+    }
+    let subcommand = |cmd: &str| {
+        let word = cmd.split_whitespace().nth(1).unwrap_or("");
+        ["inspect", "list", "watch", "leader", "force-release"].contains(&word)
+            || word.starts_with('-')
+    };
+    let mut out = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).expect("read");
+        for line in text.lines() {
+            let trimmed = line.trim();
+            if trimmed.starts_with("redis-locks ") {
+                let (cmd, note) = trimmed.split_once(" #").unwrap_or((trimmed, ""));
+                if subcommand(cmd) {
+                    out.push((file.clone(), cmd.trim().to_owned(), note.to_owned()));
+                }
+                continue;
+            }
+            for span in line.split('`').skip(1).step_by(2) {
+                if span.starts_with("redis-locks ") && subcommand(span) {
+                    out.push((file.clone(), span.to_owned(), String::new()));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Every CLI command shown in README.md and docs/ runs as written against a server where
+/// the lock `jobs` is held: it exits with 0, or with 3 where its line says "exit 3".
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn documented_commands_run_as_written() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.expect("connect");
+    let held = client.fair_lock("jobs").lock().await.expect("lock");
+    let commands = documented_commands();
+    assert!(commands.len() >= 8, "{commands:?}");
+    for (file, cmd, note) in &commands {
+        let args: Vec<&str> = cmd.split_whitespace().skip(1).collect();
+        let out = Command::new(env!("CARGO_BIN_EXE_redis-locks"))
+            .env("REDIS_URL", server.url())
+            .args(&args)
+            .output()
+            .expect("run");
+        let expected = if note.contains("exit 3") {
+            [0, 3]
+        } else {
+            [0, 0]
+        };
+        let code = out.status.code().unwrap_or(-1);
+        assert!(
+            expected.contains(&code) && (code == 0 || note.contains("exit 3")),
+            "{file}: `{cmd}` exited with {code}: {out:?}"
+        );
+    }
+    // The last one forced the release.
+    assert!(!held.release().await.expect("release"));
+}
