@@ -55,7 +55,7 @@ pub use api::multi::{MultiAcquiring, MultiGuard, MultiLock, MAX_MULTI_NAMES};
 pub use api::mutex::{Mutex, MutexGuard};
 pub use api::rwlock::{Preference, ReadGuard, RwLock, WriteGuard};
 pub use api::semaphore::{Permit, Semaphore, MAX_PERMITS};
-pub use store::HoldKind;
+pub use store::{HoldKind, HolderEviction};
 pub use vocab::error::{BoxError, Error, Result};
 pub use vocab::keys::{MAX_NAME_LEN, MAX_PREFIX_LEN};
 pub use vocab::options::{

@@ -4,7 +4,7 @@ mod support;
 
 use std::process::{Command, Output};
 
-use redis_locks::{LockClient, TOKEN_PREFIX_LEN};
+use redis_locks::{LockClient, Preference, TOKEN_PREFIX_LEN};
 use support::backend::until_waiters;
 use support::RedisServer;
 
@@ -220,7 +220,8 @@ async fn list_force_release_and_exit_codes() {
         ],
     );
     assert!(out.status.success(), "{out:?}");
-    assert_eq!(stdout(&out).lines().count(), 2);
+    // Nothing changed between the two reads: the first view only.
+    assert_eq!(stdout(&out).lines().count(), 1);
     let year = |line: &str| line[7..11].parse::<u32>().unwrap_or(0);
     for line in stdout(&out).lines() {
         // Each view says when it was read: {"at":"YYYY-MM-DDTHH:MM:SS.mmmZ",...
@@ -557,4 +558,386 @@ async fn leader_shows_and_follows_an_election() {
         "--follow --count 3 exits 0 after three states"
     );
     reader.join().expect("reader");
+}
+
+/// `list --held` shows only names someone holds or waits for: a name whose only key left is
+/// its fence counter (held once, released since) is left out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn list_held_leaves_out_fence_only_names() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.expect("connect");
+    client
+        .mutex("gone")
+        .lock()
+        .await
+        .expect("lock")
+        .release()
+        .await
+        .expect("release");
+    assert_eq!(server.cli(&["EXISTS", "rl:{gone}:fence"]), "1");
+    let held = client.mutex("busy").lock().await.expect("lock");
+    let sem = client.semaphore("pool", 3);
+    let permit = sem.acquire().await.expect("acquire");
+
+    let out = cli(&server, &["list"]);
+    assert_eq!(stdout(&out).trim(), "busy\ngone\npool", "{out:?}");
+    let out = cli(&server, &["list", "--held"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(stdout(&out).trim(), "busy\npool", "{out:?}");
+    let out = cli(&server, &["list", "--held", "--json"]);
+    assert_eq!(stdout(&out).trim(), "[\"busy\",\"pool\"]", "{out:?}");
+    let out = cli(&server, &["list", "--held", "--state"]);
+    assert_eq!(stdout(&out).trim(), "busy\theld\npool\theld", "{out:?}");
+    let out = cli(&server, &["list", "--held", "b*"]);
+    assert_eq!(stdout(&out).trim(), "busy", "{out:?}");
+
+    held.release().await.expect("release");
+    permit.release().await.expect("release");
+    let out = cli(&server, &["list", "--held"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(stdout(&out).trim(), "", "{out:?}");
+}
+
+/// `inspect` names the primitive a lock is held as: what the lease lock can tell (a writer
+/// is a Mutex or an RwLock writer, readers are an RwLock's), and what the ticket queue's
+/// capacity tells (`=1` FairLock, `=2^30` fair RwLock, `~n` or a stored n: a Semaphore of n,
+/// with its free permits), an election with its leader's value and term. Each holder's age is
+/// not stored: it is shown as not known, never made up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn inspect_tells_the_primitive() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.expect("connect");
+    let json = |name: &str| {
+        let out = cli(&server, &["inspect", name, "--json"]);
+        assert!(out.status.success(), "{out:?}");
+        stdout(&out)
+    };
+    let text = |name: &str| stdout(&cli(&server, &["inspect", name]));
+
+    let m = client.mutex("m").lock().await.expect("lock");
+    let j = json("m");
+    assert!(j.contains("\"primitive\":\"mutex_or_rwlock_write\""), "{j}");
+    assert!(
+        j.contains("\"kind\":\"write\",\"permits\":null,\"primitive\":\"mutex_or_rwlock_write\""),
+        "{j}"
+    );
+    assert!(j.contains("\"held_for_ms\":null"), "{j}");
+    let t = text("m");
+    assert!(t.contains("kind: Mutex or RwLock write"), "{t}");
+    assert!(t.contains("held for: not known"), "{t}");
+
+    let r = client.rwlock("rw").read().await.expect("read");
+    assert!(json("rw").contains("\"primitive\":\"rwlock_read\""));
+    assert!(text("rw").contains("kind: RwLock read"));
+
+    let f = client.fair_lock("f").lock().await.expect("lock");
+    assert!(json("f").contains("\"primitive\":\"fair_lock\""));
+    assert!(text("f").contains("kind: FairLock"));
+
+    let fair = client.rwlock("frw").preference(Preference::Fair);
+    let fr = fair.read().await.expect("read");
+    let j = json("frw");
+    assert!(j.contains("\"primitive\":\"rwlock_fair\""), "{j}");
+    assert!(
+        j.contains("\"kind\":\"permits\",\"permits\":1,\"primitive\":\"rwlock_fair_read\""),
+        "{j}"
+    );
+    assert!(text("frw").contains("RwLock (fair) read"));
+
+    // A Semaphore of 3 with 2 held, without set_permits: the capacity is the marker's.
+    let sem = client.semaphore("s", 3);
+    let p1 = sem.acquire().await.expect("acquire");
+    let p2 = sem.acquire().await.expect("acquire");
+    let j = json("s");
+    assert!(
+        j.contains("\"primitive\":\"semaphore\",\"fence\":")
+            && j.contains("\"permits\":3,\"permits_source\":\"marker\",\"free_permits\":1,"),
+        "{j}"
+    );
+    let t = text("s");
+    assert!(
+        t.contains("kind: Semaphore of 3: 2 of 3 permits held, 1 free"),
+        "{t}"
+    );
+    assert!(t.contains("1 of 3 permits"), "{t}");
+
+    let e = client.election("e");
+    let leadership = e.campaign("node-a").await.expect("campaign");
+    let j = json("e");
+    assert!(j.contains("\"primitive\":\"election\""), "{j}");
+    assert!(
+        j.contains(&format!(
+            "\"leader\":{{\"value\":\"node-a\",\"term\":{}",
+            leadership.term()
+        )),
+        "{j}"
+    );
+    let t = text("e");
+    assert!(
+        t.contains(&format!(
+            "kind: election: leader node-a, term {}",
+            leadership.term()
+        )),
+        "{t}"
+    );
+
+    m.release().await.expect("release");
+    f.release().await.expect("release");
+    r.release().await.expect("release");
+    fr.release().await.expect("release");
+    p1.release().await.expect("release");
+    p2.release().await.expect("release");
+    leadership.resign().await.expect("resign");
+}
+
+/// `leader` on a name held as something else than an election (a Mutex, a Semaphore) says
+/// so with exit code 4, instead of "nobody leads".
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn leader_refuses_a_name_that_is_no_election() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.expect("connect");
+    let m = client.mutex("jobs").lock().await.expect("lock");
+    let out = cli(&server, &["leader", "jobs"]);
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+    assert!(stderr(&out).contains("is not an election"), "{out:?}");
+    assert!(stderr(&out).contains("Mutex or RwLock write"), "{out:?}");
+    let out = cli(&server, &["leader", "jobs", "--json"]);
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+    assert!(stdout(&out).contains("\"election\":false"), "{out:?}");
+
+    let sem = client.semaphore("pool", 2);
+    let p = sem.acquire().await.expect("acquire");
+    let out = cli(&server, &["leader", "pool"]);
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+    assert!(stderr(&out).contains("Semaphore of 2"), "{out:?}");
+
+    // A name nobody uses: still "nobody leads", exit 3.
+    let out = cli(&server, &["leader", "nothing"]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    m.release().await.expect("release");
+    p.release().await.expect("release");
+}
+
+/// `watch` prints the first view, then only what changed: nothing while nothing changes, a
+/// line per change (one JSON object each with `--json`); a holder that goes says how long
+/// the watch saw it held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn watch_prints_only_changes() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.expect("connect");
+    let guard = client.mutex("w").lock().await.expect("lock");
+
+    // Nothing changes: the first view only, however many reads.
+    let out = cli(
+        &server,
+        &["watch", "w", "--count", "3", "--interval-ms", "50"],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let text = stdout(&out);
+    assert_eq!(text.matches("lock w ").count(), 1, "{text}");
+    assert!(
+        !text.lines().any(|l| l.contains(" + ") || l.contains(" - ")),
+        "{text}"
+    );
+
+    let url = server.url();
+    let watcher = std::thread::spawn(move || {
+        Command::new(env!("CARGO_BIN_EXE_redis-locks"))
+            .args([
+                "--url",
+                &url,
+                "watch",
+                "w",
+                "--count",
+                "12",
+                "--interval-ms",
+                "100",
+            ])
+            .arg("--json")
+            .output()
+            .expect("run")
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    guard.release().await.expect("release");
+    let out = watcher.join().expect("watcher");
+    assert!(out.status.success(), "{out:?}");
+    let json = stdout(&out);
+    let lines: Vec<&str> = json.lines().collect();
+    assert!(
+        lines[0].starts_with("{\"at\":\"") && lines[0].contains("\"holders\":[{"),
+        "{json}"
+    );
+    let changes = &lines[1..];
+    assert!(changes.iter().all(|l| l.contains("\"change\":")), "{json}");
+    let gone = changes
+        .iter()
+        .find(|l| l.contains("\"change\":\"removed\",\"what\":\"holder\""))
+        .unwrap_or_else(|| panic!("no holder removal in {json}"));
+    assert!(!gone.contains("\"seen_for_ms\":null"), "{gone}");
+    assert!(
+        changes.iter().any(|l| l.contains("\"what\":\"primitive\",\"token\":null,\"was\":\"Mutex or RwLock write\",\"now\":\"not held\"")),
+        "{json}"
+    );
+    assert_eq!(changes.len(), 2, "{json}");
+}
+
+/// `force-release NAME --holder PREFIX --yes` evicts the one holder whose token starts with
+/// the prefix `inspect` shows, and leaves the others; the evicted guard learns it. A prefix
+/// matching several holders (exit 2) or none (exit 3) changes nothing. Evicting the last hold
+/// of a family raises the fence; a shared hold among others leaves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn force_release_evicts_one_holder() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.expect("connect");
+    let sem = client.semaphore("pool", 3);
+    let mut permits = Vec::new();
+    for _ in 0..3 {
+        permits.push(sem.acquire().await.expect("acquire"));
+    }
+    let before = sem.inspect().await.expect("inspect");
+    let victim = before.holders[1].token_prefix.clone();
+
+    let out = cli(&server, &["force-release", "pool", "--holder", &victim]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(stderr(&out).contains("--yes"), "{out:?}");
+    // Every token of this process starts alike: a short prefix matches all three.
+    let out = cli(
+        &server,
+        &["force-release", "pool", "--holder", &victim[..2], "--yes"],
+    );
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(stderr(&out).contains("3 holders"), "{out:?}");
+    let out = cli(
+        &server,
+        &["force-release", "pool", "--holder", "zz-none", "--yes"],
+    );
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert!(stderr(&out).contains("no live holder"), "{out:?}");
+    assert_eq!(sem.inspect().await.expect("inspect").holders.len(), 3);
+
+    let args = [
+        "force-release",
+        "pool",
+        "--holder",
+        &victim,
+        "--yes",
+        "--json",
+    ];
+    let out = cli(&server, &args);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        stdout(&out).contains(&format!(
+            "\"evicted\":\"{victim}\",\"fence\":{},\"fence_bumped\":false",
+            before.fence
+        )),
+        "{out:?}"
+    );
+    let after = sem.inspect().await.expect("inspect");
+    let left: Vec<_> = after
+        .holders
+        .iter()
+        .map(|h| h.token_prefix.clone())
+        .collect();
+    assert_eq!(left.len(), 2, "{left:?}");
+    assert!(!left.contains(&victim), "{left:?}");
+    let text = stdout(&cli(&server, &["inspect", "pool"]));
+    assert!(text.contains("2 of 3 permits held, 1 free"), "{text}");
+
+    // The last hold of a Mutex: the fence is raised past the evicted holder's.
+    let m = client.mutex("m").lock().await.expect("lock");
+    let prefix = client.mutex("m").inspect().await.expect("inspect").holders[0]
+        .token_prefix
+        .clone();
+    let out = cli(
+        &server,
+        &["force-release", "m", "--holder", &prefix, "--yes"],
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert!(stdout(&out).contains("fence raised to"), "{out:?}");
+    let next = client.mutex("m").try_lock().await.expect("free now");
+    assert!(next.fencing_token() > m.fencing_token());
+    assert!(
+        !m.release().await.expect("release"),
+        "the evicted guard held nothing"
+    );
+    next.release().await.expect("release");
+    let mut released = 0;
+    for p in permits {
+        released += usize::from(p.release().await.expect("release"));
+    }
+    assert_eq!(released, 2, "only the evicted permit was lost");
+}
+
+/// The `redis-locks ...` command lines of README.md and docs/ (in code blocks, or inline
+/// code), each with the text after a `#` on its line.
+fn documented_commands() -> Vec<(String, String, String)> {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let mut files = vec![format!("{root}/README.md")];
+    let mut dirs = vec![format!("{root}/docs")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("docs/") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                dirs.push(path.display().to_string());
+            } else if path.extension().is_some_and(|e| e == "md") {
+                files.push(path.display().to_string());
+            }
+        }
+    }
+    let subcommand = |cmd: &str| {
+        let word = cmd.split_whitespace().nth(1).unwrap_or("");
+        ["inspect", "list", "watch", "leader", "force-release"].contains(&word)
+            || word.starts_with('-')
+    };
+    let mut out = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).expect("read");
+        for line in text.lines() {
+            let trimmed = line.trim();
+            if trimmed.starts_with("redis-locks ") {
+                let (cmd, note) = trimmed.split_once(" #").unwrap_or((trimmed, ""));
+                if subcommand(cmd) {
+                    out.push((file.clone(), cmd.trim().to_owned(), note.to_owned()));
+                }
+                continue;
+            }
+            for span in line.split('`').skip(1).step_by(2) {
+                if span.starts_with("redis-locks ") && subcommand(span) {
+                    out.push((file.clone(), span.to_owned(), String::new()));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Every CLI command shown in README.md and docs/ runs as written against a server where
+/// the lock `jobs` is held: it exits with 0, or with 3 where its line says "exit 3".
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn documented_commands_run_as_written() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.expect("connect");
+    let held = client.fair_lock("jobs").lock().await.expect("lock");
+    let commands = documented_commands();
+    assert!(commands.len() >= 8, "{commands:?}");
+    for (file, cmd, note) in &commands {
+        let args: Vec<&str> = cmd.split_whitespace().skip(1).collect();
+        let out = Command::new(env!("CARGO_BIN_EXE_redis-locks"))
+            .env("REDIS_URL", server.url())
+            .args(&args)
+            .output()
+            .expect("run");
+        let expected = if note.contains("exit 3") {
+            [0, 3]
+        } else {
+            [0, 0]
+        };
+        let code = out.status.code().unwrap_or(-1);
+        assert!(
+            expected.contains(&code) && (code == 0 || note.contains("exit 3")),
+            "{file}: `{cmd}` exited with {code}: {out:?}"
+        );
+    }
+    // The last one forced the release.
+    assert!(!held.release().await.expect("release"));
 }

@@ -9,6 +9,7 @@ use crate::api::rwlock::Preference;
 use crate::engine::lease::Holds;
 use crate::engine::wait::LockCtx;
 use crate::store::{MemoryStore, QuorumStore, RedisStore, Store};
+use crate::vocab::claim::HolderEviction;
 use crate::vocab::error::Result;
 use crate::vocab::keys::{validate_prefix, LockKeys, DEFAULT_PREFIX};
 use crate::vocab::options::Options;
@@ -253,6 +254,47 @@ impl LockClient {
     pub async fn force_release(&self, name: &str) -> Result<u64> {
         let keys = LockKeys::new(&self.inner.prefix, name)?;
         self.inner.store.force_release(&keys, None).await
+    }
+
+    /// Operator's override for one holder: drops the one live hold of lock `name` (of
+    /// either family) whose token starts with `token_prefix` (as [`HolderInfo::token_prefix`](
+    /// crate::HolderInfo::token_prefix) shows it, or shorter), keeps every other hold and the
+    /// waiters, and wakes the waiters. The fence is bumped when no live hold of that family
+    /// is left (shared holds that remain keep the fence they share). Nothing changes when no
+    /// hold or several match ([`HolderEviction::NoMatch`], [`HolderEviction::Ambiguous`]);
+    /// the match and the drop are one atomic step. Quorum clients answer
+    /// [`Error::Unsupported`](crate::Error::Unsupported).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// use redis_locks::HolderEviction;
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let sem = client.semaphore("pool", 2);
+    /// let (a, _b) = (sem.acquire().await?, sem.acquire().await?);
+    /// let info = sem.inspect().await?;
+    /// let prefix = info.holders[0].token_prefix.clone();
+    /// let evicted = client.force_release_holder("pool", &prefix).await?;
+    /// assert!(matches!(evicted, HolderEviction::Evicted { fence_bumped: false, .. }));
+    /// assert_eq!(sem.inspect().await?.holders.len(), 1);
+    /// # drop(a); Ok(()) }
+    /// ```
+    pub async fn force_release_holder(
+        &self,
+        name: &str,
+        token_prefix: &str,
+    ) -> Result<HolderEviction> {
+        let keys = LockKeys::new(&self.inner.prefix, name)?;
+        if token_prefix.is_empty() {
+            return Err(crate::Error::InvalidArgument {
+                what: "token prefix",
+                reason: "it must not be empty".into(),
+            });
+        }
+        self.inner
+            .store
+            .force_release_holder(&keys, token_prefix, None)
+            .await
     }
 
     /// A [`MultiLock`] over `names`, each taken exclusively (the same lock as

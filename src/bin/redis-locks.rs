@@ -2,9 +2,10 @@
 //!
 //! ```text
 //! redis-locks [--url URL] [--prefix P] inspect NAME [--json]
-//! redis-locks list [PATTERN] [--state] [--json]
+//! redis-locks list [PATTERN] [--state] [--held] [--json]
 //! redis-locks watch NAME [--interval-ms 1000] [--count N] [--json]
-//! redis-locks force-release NAME --yes [--json]
+//! redis-locks leader NAME [--follow [--count N]] [--json]
+//! redis-locks force-release NAME [--holder TOKEN_PREFIX] --yes [--json]
 //! ```
 //!
 //! `inspect` and `watch` read both families of state a lock name can have, each through its
@@ -14,19 +15,41 @@
 //! shown as their first [`redis_locks::TOKEN_PREFIX_LEN`] characters (the first
 //! [`redis_locks::PROCESS_PREFIX_LEN`] name the process).
 //!
+//! `inspect` also names the primitive the lock is held as (see `kind.rs`): the ticket queue's
+//! capacity (`cap`) and an election's leader value (`lv`) are read with plain GETs. A Mutex
+//! holder and an RwLock writer are stored alike and shown as "Mutex or RwLock write". How
+//! long a holder has held is not stored (only its lease left is): `inspect` says so, and
+//! `watch` says how long it saw each holder.
+//!
+//! `watch` prints the first view, then one line (or JSON object) per change.
+//!
 //! `list` matches the key prefix literally and `PATTERN` as a Redis glob on the lock name.
 //!
 //! Exit codes: 0 success; 1 Redis could not be reached or refused; 2 usage error (including
-//! `force-release` without `--yes`); 3 `inspect` found no trace of the lock (nothing held,
-//! nobody waiting, no fence). Every error message ends with what to do about it.
+//! `force-release` without `--yes`, or with a `--holder` prefix that matches several holders);
+//! 3 `force-release --holder` matched no live holder; 3 `inspect` found no trace of the lock (nothing held,
+//! nobody waiting, no fence), and `leader` when nobody leads; 4 `leader` on a name held as
+//! something else than an election (a Mutex, an RwLock, a Semaphore). Every error message
+//! ends with what to do about it.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use redis_locks::{
-    Error, HoldKind, HolderInfo, LeaderInfo, LockClient, LockInfo, RedisConfig, WaiterInfo,
-};
+use redis_locks::{Error, HolderEviction, LeaderInfo, LockClient, RedisConfig};
+
+#[path = "redis-locks/kind.rs"]
+mod kind;
+#[path = "redis-locks/raw.rs"]
+mod raw;
+#[path = "redis-locks/view.rs"]
+mod view;
+#[path = "redis-locks/watch.rs"]
+mod watch;
+
+use raw::Raw;
+use view::{view, Ctx};
+use watch::Tracker;
 
 #[derive(Parser)]
 #[command(
@@ -83,23 +106,31 @@ enum Command {
         /// is left). Reads every listed lock (two round trips each).
         #[arg(long)]
         state: bool,
+        /// Only locks with a live holder or waiter (leaves out names with only a fence
+        /// counter left). Reads every listed lock (two round trips each).
+        #[arg(long)]
+        held: bool,
     },
-    /// Inspect repeatedly.
+    /// The first view, then a line per change (holders, waiters, fence, kind, leader), read
+    /// every interval.
     Watch {
         /// Lock name.
         name: String,
         /// Refresh interval in ms.
         #[arg(long, default_value_t = 1000)]
         interval_ms: u64,
-        /// Stop after this many views (default: run until interrupted).
+        /// Stop after this many reads (default: run until interrupted).
         #[arg(long)]
         count: Option<u64>,
-        /// JSON lines instead of text.
+        /// JSON lines instead of text: the first view as `inspect --json` with `at`, then one
+        /// object per change (`at`, `change`: added/removed/changed, `what`, `token`, `was`,
+        /// `now`, `seen_for_ms`).
         #[arg(long)]
         json: bool,
     },
     /// The leader of an election (`client.election(name)`): its value, term and lease left.
-    /// Exits with 3 when nobody leads.
+    /// Exits with 3 when nobody leads, with 4 when the name is held as something else (a
+    /// Mutex, an RwLock, a Semaphore) and has no leader value.
     Leader {
         /// Election name.
         name: String,
@@ -116,10 +147,16 @@ enum Command {
         json: bool,
     },
     /// Drop every hold of the lock and bump its fence, so the evicted holders' fenced
-    /// writes are refused. Waiters stay queued and are woken.
+    /// writes are refused. Waiters stay queued and are woken. With `--holder`, only the one
+    /// holder whose token starts with the prefix.
     ForceRelease {
         /// Lock name.
         name: String,
+        /// Evict only the one holder whose token starts with this prefix (as `inspect` shows
+        /// it), leaving the others; the fence is bumped when no hold of its family is left.
+        /// An unknown prefix exits with 3, one matching several holders with 2.
+        #[arg(long, value_name = "TOKEN_PREFIX")]
+        holder: Option<String>,
         /// Confirm: this breaks the lock for whoever holds it.
         #[arg(long)]
         yes: bool,
@@ -162,46 +199,6 @@ fn json_str(s: &str) -> String {
     out
 }
 
-/// A fair RwLock's ticket queue has this many permits: a reader takes one, a writer all
-/// (docs/ARCHITECTURE.md, "Two families of state").
-const FAIR_RW_PERMITS: u32 = 1 << 30;
-
-/// What a hold is, for people: its family (the lease lock of Mutex and RwLock, or the ticket
-/// queue of FairLock, Semaphore and fair RwLock), its kind and the permits it takes.
-struct Described {
-    family: &'static str,
-    kind: &'static str,
-    permits: Option<u32>,
-}
-
-fn describe(kind: HoldKind) -> Described {
-    let (family, kind, permits) = match kind {
-        HoldKind::Write => ("lease", "write", None),
-        HoldKind::Read => ("lease", "read", None),
-        HoldKind::Permits(FAIR_RW_PERMITS) => ("queue", "write", Some(FAIR_RW_PERMITS)),
-        HoldKind::Permits(n) => ("queue", "permits", Some(n)),
-        // `HoldKind` may grow; show what is known rather than fail.
-        #[allow(unreachable_patterns)]
-        _ => ("?", "other", None),
-    };
-    Described {
-        family,
-        kind,
-        permits,
-    }
-}
-
-/// The text column of a hold: `write`, `read`, `write (fair)`, `1 permit`, `3 permits`.
-fn kind_text(kind: HoldKind) -> String {
-    let d = describe(kind);
-    match (d.kind, d.permits) {
-        ("write", Some(_)) => "write (fair)".into(),
-        ("permits", Some(1)) => "1 permit".into(),
-        ("permits", Some(n)) => format!("{n} permits"),
-        (kind, _) => kind.into(),
-    }
-}
-
 /// Now, as `2026-11-24T21:58:00.123Z` (UTC), for `watch`.
 fn timestamp() -> String {
     let since = std::time::SystemTime::now()
@@ -225,196 +222,6 @@ fn timestamp() -> String {
         rest / 60 % 60,
         rest % 60
     )
-}
-
-fn ms(d: Duration) -> u128 {
-    d.as_millis()
-}
-
-fn secs(d: Duration) -> String {
-    format!("{:.1}s", d.as_secs_f64())
-}
-
-/// Both families of one lock name, each read through its public handle (one round trip
-/// each, changing nothing): the lease lock (Mutex, RwLock with Writer or Reader preference)
-/// and the ticket queue (FairLock, Semaphore, RwLock with Fair preference).
-struct View {
-    name: String,
-    lease: LockInfo,
-    queue: LockInfo,
-}
-
-impl View {
-    fn is_empty(&self) -> bool {
-        let empty = |i: &LockInfo| i.holders.is_empty() && i.waiters.is_empty();
-        empty(&self.lease) && empty(&self.queue) && self.fence() == 0
-    }
-
-    /// Both families share one fence counter; each read reports it.
-    fn fence(&self) -> u64 {
-        self.lease.fence.max(self.queue.fence)
-    }
-
-    fn permits(&self) -> Option<u32> {
-        self.queue.permits.or(self.lease.permits)
-    }
-
-    fn holders(&self) -> impl Iterator<Item = &HolderInfo> {
-        self.lease.holders.iter().chain(self.queue.holders.iter())
-    }
-
-    fn json(&self) -> String {
-        let holders: Vec<String> = self
-            .holders()
-            .map(|h| {
-                let d = describe(h.kind);
-                let permits = d.permits.map_or_else(|| "null".into(), |p| p.to_string());
-                format!(
-                    "{{\"token\":{},\"label\":{},\"family\":{},\"kind\":{},\"permits\":{permits},\"lease_remaining_ms\":{}}}",
-                    json_str(&h.token_prefix),
-                    json_label(h.label.as_deref()),
-                    json_str(d.family),
-                    json_str(d.kind),
-                    ms(h.lease_remaining)
-                )
-            })
-            .collect();
-        let waiter = |w: &WaiterInfo, weight: bool| {
-            let weight = if weight {
-                format!(",\"weight\":{}", w.weight)
-            } else {
-                String::new()
-            };
-            format!(
-                "{{\"position\":{},\"token\":{},\"label\":{}{weight},\"heartbeat_remaining_ms\":{}}}",
-                w.position,
-                json_str(&w.token_prefix),
-                json_label(w.label.as_deref()),
-                ms(w.heartbeat_remaining)
-            )
-        };
-        let waiting_writers: Vec<String> = self
-            .lease
-            .waiters
-            .iter()
-            .map(|w| waiter(w, false))
-            .collect();
-        let queue: Vec<String> = self.queue.waiters.iter().map(|w| waiter(w, true)).collect();
-        let permits = self
-            .permits()
-            .map(|p| p.to_string())
-            .unwrap_or_else(|| "null".into());
-        let free = self
-            .free_permits()
-            .map(|p| p.to_string())
-            .unwrap_or_else(|| "null".into());
-        format!(
-            "{{\"name\":{},\"state\":{},\"fence\":{},\"permits\":{permits},\"free_permits\":{free},\"holders\":[{}],\"waiting_writers\":[{}],\"queue\":[{}]}}",
-            json_str(&self.name),
-            json_str(self.state()),
-            self.fence(),
-            holders.join(","),
-            waiting_writers.join(","),
-            queue.join(",")
-        )
-    }
-
-    /// `held`, `waiting` (nobody holds it, waiters are queued or announced) or `idle` (only
-    /// the fence counter is left, or nothing).
-    fn state(&self) -> &'static str {
-        if self.holders().next().is_some() {
-            "held"
-        } else if !self.lease.waiters.is_empty() || !self.queue.waiters.is_empty() {
-            "waiting"
-        } else {
-            "idle"
-        }
-    }
-
-    /// Permits not held, when a semaphore's count is stored (`set_permits`).
-    fn free_permits(&self) -> Option<u32> {
-        let held: u32 = self
-            .queue
-            .holders
-            .iter()
-            .map(|h| describe(h.kind).permits.unwrap_or(0))
-            .fold(0, u32::saturating_add);
-        self.permits().map(|p| p.saturating_sub(held))
-    }
-
-    fn text(&self) -> String {
-        let mut out = format!(
-            "lock {}  {}  fence {}\n",
-            self.name,
-            self.state(),
-            self.fence()
-        );
-        let holders: Vec<_> = self.holders().collect();
-        out.push_str(&format!("holders ({}):\n", holders.len()));
-        for h in holders {
-            out.push_str(&format!(
-                "  {:<16} {:<32} {:<6} {:<14} lease left {}\n",
-                h.token_prefix,
-                h.label.as_deref().unwrap_or("-"),
-                describe(h.kind).family,
-                kind_text(h.kind),
-                secs(h.lease_remaining)
-            ));
-        }
-        if !self.lease.waiters.is_empty() {
-            out.push_str(&format!(
-                "waiting writers ({}):\n",
-                self.lease.waiters.len()
-            ));
-            for w in &self.lease.waiters {
-                out.push_str(&format!(
-                    "  {:<16} {:<32} heartbeat left {}\n",
-                    w.token_prefix,
-                    w.label.as_deref().unwrap_or("-"),
-                    secs(w.heartbeat_remaining)
-                ));
-            }
-        }
-        if let (Some(p), Some(free)) = (self.permits(), self.free_permits()) {
-            out.push_str(&format!("permits (stored): {p}, free: {free}\n"));
-        }
-        if !self.queue.waiters.is_empty() {
-            out.push_str(&format!("queue ({}):\n", self.queue.waiters.len()));
-            for w in &self.queue.waiters {
-                out.push_str(&format!(
-                    "  #{:<3} {:<16} {:<32} weight {:<4} heartbeat left {}\n",
-                    w.position,
-                    w.token_prefix,
-                    w.label.as_deref().unwrap_or("-"),
-                    w.weight,
-                    secs(w.heartbeat_remaining)
-                ));
-            }
-        }
-        out
-    }
-}
-
-async fn view(client: &LockClient, name: &str) -> redis_locks::Result<View> {
-    // `inspect` only reads, whatever the handle's options: a FairLock handle reads the ticket
-    // queue whichever ticket-queue primitive (FairLock, Semaphore, fair RwLock) made it.
-    let lease = client.mutex(name).inspect().await?;
-    let queue = match client.fair_lock(name).inspect().await {
-        // Quorum mode has no ticket queue: nothing can be held or queued there.
-        Err(Error::Unsupported { .. }) => {
-            let mut empty = lease.clone();
-            empty.holders.clear();
-            empty.waiters.clear();
-            empty.permits = None;
-            empty
-        }
-        other => other?,
-    };
-    Ok(View {
-        name: name.to_owned(),
-        lease,
-        queue,
-    })
 }
 
 /// `s` with every Redis glob metacharacter escaped, so that as a `MATCH` pattern it matches
@@ -633,30 +440,54 @@ fn advice(err: &Error, cli: &Cli) -> String {
 }
 
 async fn run(cli: &Cli) -> Result<ExitCode, Error> {
-    let client = connect(cli).await?;
+    let ctx = Ctx {
+        client: connect(cli).await?,
+        raw: raw_reader(cli).await?,
+        prefix: cli.prefix.clone(),
+    };
     match &cli.command {
-        Command::Inspect { name, json } => inspect(cli, &client, name, *json).await,
+        Command::Inspect { name, json } => inspect(cli, &ctx, name, *json).await,
         Command::List {
             pattern,
             json,
             state,
-        } => list_names(cli, &client, pattern, *json, *state).await,
+            held,
+        } => list_names(cli, &ctx, pattern, *json, *state, *held).await,
         Command::Watch {
             name,
             interval_ms,
             count,
             json,
-        } => watch(&client, name, *interval_ms, *count, *json).await,
+        } => watch(&ctx, name, *interval_ms, *count, *json).await,
         Command::Leader {
             name,
             follow,
             count,
             json,
-        } => leader(&client, name, *follow, *count, *json).await,
-        Command::ForceRelease { name, yes, json } => {
-            force_release(cli, &client, name, *yes, *json).await
+        } => leader(&ctx, name, *follow, *count, *json).await,
+        Command::ForceRelease {
+            name,
+            holder,
+            yes,
+            json,
+        } => match holder {
+            Some(prefix) => force_release_holder(cli, &ctx, name, prefix, *yes, *json).await,
+            None => force_release(cli, &ctx, name, *yes, *json).await,
+        },
+    }
+}
+
+/// Connections for the plain reads of `cap` and `lv` (to the servers `list` scans). A
+/// server that cannot be reached is left out (a quorum works with a majority): these reads
+/// only refine what the handles report.
+async fn raw_reader(cli: &Cli) -> Result<Raw, Error> {
+    let mut conns = Vec::new();
+    for target in scan_targets(cli).await.unwrap_or_default() {
+        if let Ok(conn) = connection(target).await {
+            conns.push(conn);
         }
     }
+    Ok(Raw::new(conns))
 }
 
 /// A client on the server, Cluster, quorum or Sentinel the options name.
@@ -678,13 +509,8 @@ async fn connect(cli: &Cli) -> Result<LockClient, Error> {
 }
 
 /// `inspect NAME`: the lock's holders and waiters; exit 3 when it has no trace at all.
-async fn inspect(
-    cli: &Cli,
-    client: &LockClient,
-    name: &str,
-    json: bool,
-) -> Result<ExitCode, Error> {
-    let v = view(client, name).await?;
+async fn inspect(cli: &Cli, ctx: &Ctx, name: &str, json: bool) -> Result<ExitCode, Error> {
+    let v = view(ctx, name, true).await?;
     if json {
         println!("{}", v.json());
     } else {
@@ -701,22 +527,27 @@ async fn inspect(
     Ok(ExitCode::SUCCESS)
 }
 
-/// `list [PATTERN]`: the lock names under the prefix, with their state if asked.
+/// `list [PATTERN]`: the lock names under the prefix, with their state if asked, only those
+/// held or waited for with `--held`.
 async fn list_names(
     cli: &Cli,
-    client: &LockClient,
+    ctx: &Ctx,
     pattern: &str,
     json: bool,
     with_state: bool,
+    held_only: bool,
 ) -> Result<ExitCode, Error> {
     let names = list(scan_targets(cli).await?, &cli.prefix, pattern).await?;
     let mut items = Vec::with_capacity(names.len());
     for name in names {
-        let state = match with_state {
-            true => Some(view(client, &name).await?.state()),
+        let state = match with_state || held_only {
+            true => Some(view(ctx, &name, false).await?.state()),
             false => None,
         };
-        items.push((name, state));
+        if held_only && state == Some("idle") {
+            continue;
+        }
+        items.push((name, state.filter(|_| with_state)));
     }
     if json {
         let items: Vec<String> = items
@@ -738,42 +569,54 @@ async fn list_names(
     Ok(ExitCode::SUCCESS)
 }
 
-/// `watch NAME`: the lock's state every interval, `count` times or until interrupted.
+/// `watch NAME`: the first view, then a line per change, reading every interval, `count`
+/// reads or until interrupted.
 async fn watch(
-    client: &LockClient,
+    ctx: &Ctx,
     name: &str,
     interval_ms: u64,
     count: Option<u64>,
     json: bool,
 ) -> Result<ExitCode, Error> {
-    let mut shown = 0u64;
-    loop {
-        let v = view(client, name).await?;
-        let at = timestamp();
-        if json {
-            let json = v.json();
-            // The same object, with the time of the read first.
-            println!("{{\"at\":{},{}", json_str(&at), &json[1..]);
-        } else {
-            println!("at {at}\n{}", v.text());
-        }
-        shown += 1;
-        if count.is_some_and(|c| shown >= c) {
-            return Ok(ExitCode::SUCCESS);
-        }
-        tokio::time::sleep(Duration::from_millis(interval_ms.max(50))).await;
+    let first = view(ctx, name, true).await?;
+    let at = timestamp();
+    if json {
+        let json = first.json();
+        // The same object as `inspect --json`, with the time of the read first.
+        println!("{{\"at\":{},{}", json_str(&at), &json[1..]);
+    } else {
+        println!("at {at}\n{}", first.text());
     }
+    let mut tracker = Tracker::new(&first);
+    let mut reads = 1u64;
+    while count.is_none_or(|c| reads < c) {
+        tokio::time::sleep(Duration::from_millis(interval_ms.max(50))).await;
+        let v = view(ctx, name, true).await?;
+        let at = timestamp();
+        for change in tracker.update(&v) {
+            match json {
+                true => println!("{}", change.json(&at, name)),
+                false => println!("{}", change.text(&at)),
+            }
+        }
+        reads += 1;
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
-/// `leader NAME [--follow]`: who leads the election (exit 3: nobody), and every change.
+/// Exit code of `leader` on a name that is no election.
+const NOT_AN_ELECTION: u8 = 4;
+
+/// `leader NAME [--follow]`: who leads the election (exit 3: nobody; 4: the name is held as
+/// another primitive), and every change.
 async fn leader(
-    client: &LockClient,
+    ctx: &Ctx,
     name: &str,
     follow: bool,
     count: Option<u64>,
     json: bool,
 ) -> Result<ExitCode, Error> {
-    let election = client.election(name);
+    let election = ctx.client.election(name);
     let show = |leader: &Option<LeaderInfo>| {
         if json {
             println!("{}", leader_json(name, leader));
@@ -791,6 +634,11 @@ async fn leader(
     };
     if !follow {
         let leader = election.leader().await?;
+        if leader.is_none() {
+            if let Some(code) = not_an_election(ctx, name, json).await? {
+                return Ok(code);
+            }
+        }
         show(&leader);
         return Ok(if leader.is_some() {
             ExitCode::SUCCESS
@@ -816,10 +664,34 @@ async fn leader(
     Ok(ExitCode::from(1))
 }
 
+/// When `name` has no leader value (`lv`) and is held as a Mutex, RwLock or Semaphore, says
+/// so and gives exit code 4. A FairLock holder without a value may be a candidate that has
+/// not proclaimed yet: that is left to "nobody leads".
+async fn not_an_election(ctx: &Ctx, name: &str, json: bool) -> Result<Option<ExitCode>, Error> {
+    let v = view(ctx, name, true).await?;
+    let p = v.primitive();
+    if v.raw.lv.is_some() || !p.is_not_election() {
+        return Ok(None);
+    }
+    if json {
+        println!(
+            "{{\"name\":{},\"leader\":null,\"election\":false,\"primitive\":{}}}",
+            json_str(name),
+            json_str(p.id())
+        );
+    }
+    eprintln!(
+        "`{name}` is not an election: it is held as {} and has no leader value; see it \
+         with `redis-locks inspect {name}`",
+        p.text()
+    );
+    Ok(Some(ExitCode::from(NOT_AN_ELECTION)))
+}
+
 /// `force-release NAME --yes`: breaks the lock for every holder.
 async fn force_release(
     cli: &Cli,
-    client: &LockClient,
+    ctx: &Ctx,
     name: &str,
     yes: bool,
     json: bool,
@@ -833,7 +705,7 @@ async fn force_release(
     }
     // A name with no keys at all has nothing to release; bumping its fence would only
     // leave a fence key behind (fence keys never expire).
-    if view(client, name).await?.is_empty() {
+    if view(ctx, name, false).await?.is_empty() {
         eprintln!(
             "no trace of lock `{name}` under prefix `{}`: nothing to release (check the \
              name with `redis-locks list` and the --prefix)",
@@ -841,13 +713,68 @@ async fn force_release(
         );
         return Ok(ExitCode::from(3));
     }
-    let fence = client.force_release(name).await?;
+    let fence = ctx.client.force_release(name).await?;
     if json {
         println!("{{\"name\":{},\"fence\":{fence}}}", json_str(name));
     } else {
         println!("released every hold of {name}; fence is now {fence}");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `force-release NAME --holder PREFIX --yes`: evicts the one holder whose token starts
+/// with `prefix` (one atomic, owner-checked step: `LockClient::force_release_holder`).
+async fn force_release_holder(
+    cli: &Cli,
+    ctx: &Ctx,
+    name: &str,
+    prefix: &str,
+    yes: bool,
+    json: bool,
+) -> Result<ExitCode, Error> {
+    if !yes {
+        eprintln!(
+            "force-release --holder breaks the lock for that holder; run it again with --yes \
+             to confirm (see who holds it first with `redis-locks inspect {name}`)"
+        );
+        return Ok(ExitCode::from(2));
+    }
+    match ctx.client.force_release_holder(name, prefix).await? {
+        HolderEviction::Evicted {
+            fence,
+            fence_bumped,
+        } => {
+            if json {
+                println!(
+                    "{{\"name\":{},\"evicted\":{},\"fence\":{fence},\"fence_bumped\":{fence_bumped}}}",
+                    json_str(name),
+                    json_str(prefix)
+                );
+            } else {
+                let bumped = match fence_bumped {
+                    true => format!("fence raised to {fence}"),
+                    false => format!("fence left at {fence}: other holds share it"),
+                };
+                println!("evicted the holder {prefix}* of {name}; {bumped}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        HolderEviction::Ambiguous { matches } => {
+            eprintln!(
+                "{matches} holders of `{name}` have a token starting with `{prefix}`; nothing \
+                 was released: pass a longer prefix (`redis-locks inspect {name}` shows each)"
+            );
+            Ok(ExitCode::from(2))
+        }
+        _ => {
+            eprintln!(
+                "no live holder of `{name}` under prefix `{}` has a token starting with \
+                 `{prefix}`; nothing was released: `redis-locks inspect {name}` shows the holders",
+                cli.prefix
+            );
+            Ok(ExitCode::from(3))
+        }
+    }
 }
 
 #[tokio::main]

@@ -129,6 +129,23 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// fence. For operators: evicted holders learn it when their renewal is refused.
     async fn force_release(&self, lock: &LockKeys, now: Option<u64>) -> Result<u64>;
 
+    /// Drops the one live hold (of either family) whose token starts with `token_prefix`,
+    /// keeps every other hold and the waiters, wakes every waiter, and bumps the fence when
+    /// no live hold of that family is left. Nothing changes when no hold or several match.
+    /// For operators. Stores without it (the quorum) answer
+    /// [`Error::Unsupported`](crate::vocab::error::Error::Unsupported).
+    async fn force_release_holder(
+        &self,
+        _lock: &LockKeys,
+        _token_prefix: &str,
+        _now: Option<u64>,
+    ) -> Result<HolderEviction> {
+        Err(crate::vocab::error::Error::Unsupported {
+            what: "evicting one holder",
+            reason: "this store does not implement it",
+        })
+    }
+
     /// Waits until `replicas` replicas of the server holding the lock acknowledged every
     /// write made so far on this store's connection (Redis `WAIT`), at most `timeout`;
     /// returns how many did. Stores without replicas answer

@@ -16,10 +16,11 @@ use crate::vocab::error::{Error, Result};
 use crate::vocab::keys::LockKeys;
 use crate::wire::scripts::{Scripts, Variant};
 use crate::wire::{
-    AcquireReply, Argv, Change, DowngradeReply, Fence, Flag, HandOver, LeaderView, LeaseLockView,
-    Ms, MultiAcquireArgs, MultiAcquireReply, NoArgs, Now, Permits, ProclaimArgs, Publish,
-    QueueAcquireArgs, QueueDowngradeArgs, QueueExtendArgs, QueueReleaseArgs, RaiseFenceArgs,
-    RwAcquireArgs, RwDowngradeArgs, RwExtendArgs, RwReleaseArgs, SetPermitsArgs, TicketQueueView,
+    AcquireReply, Argv, Change, DowngradeReply, Eviction, Fence, Flag, HandOver, LeaderView,
+    LeaseLockView, Ms, MultiAcquireArgs, MultiAcquireReply, NoArgs, Now, Permits, PrefixArg,
+    ProclaimArgs, Publish, QueueAcquireArgs, QueueDowngradeArgs, QueueExtendArgs, QueueReleaseArgs,
+    RaiseFenceArgs, RwAcquireArgs, RwDowngradeArgs, RwExtendArgs, RwReleaseArgs, SetPermitsArgs,
+    TicketQueueView,
 };
 
 /// When [`RedisStore::connect_to_hub`] opens the connection.
@@ -707,6 +708,20 @@ impl Store for RedisStore {
             .run(lock, &self.scripts.force_release, keys, now, NoArgs)
             .await?;
         Ok(fence)
+    }
+
+    async fn force_release_holder(
+        &self,
+        lock: &LockKeys,
+        token_prefix: &str,
+        now: Option<u64>,
+    ) -> Result<super::HolderEviction> {
+        let keys = lock.force_release();
+        let script = &self.scripts.force_release_holder;
+        let Eviction(eviction) = self
+            .run(lock, script, keys, now, PrefixArg(token_prefix))
+            .await?;
+        Ok(eviction)
     }
 
     async fn wait_replicas(

@@ -67,6 +67,28 @@ pub struct LeaderInfo {
     pub time_left: Duration,
 }
 
+/// What an operator's eviction of one holder did (`LockClient::force_release_holder`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HolderEviction {
+    /// The one live hold whose token starts with the prefix was dropped. `fence` is the
+    /// fence counter now; `fence_bumped` says whether the eviction raised it (it does when no
+    /// other live hold of the same family is left; shared holds that remain keep their fence).
+    Evicted {
+        /// The fence counter after the eviction.
+        fence: u64,
+        /// Whether the eviction raised the fence.
+        fence_bumped: bool,
+    },
+    /// No live hold's token starts with the prefix: nothing changed.
+    NoMatch,
+    /// Several live holds' tokens start with the prefix: nothing changed.
+    Ambiguous {
+        /// How many matched.
+        matches: usize,
+    },
+}
+
 /// Permits of the fair RwLock's ticket queue: a reader takes one, a writer takes all.
 pub const FAIR_RW_CAPACITY: u32 = 1 << 30;
 

@@ -898,6 +898,44 @@ pub(crate) struct Fence(pub u64);
 
 from_value_ref!(Fence, |v| { Ok(Fence(natural(v, "fence")?)) });
 
+/// The reply of `force_release_holder.lua`: `{matches, fence, bumped}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Eviction(pub crate::vocab::claim::HolderEviction);
+
+from_value_ref!(Eviction, |v| {
+    use crate::vocab::claim::HolderEviction;
+    const WHAT: &str = "holder eviction reply";
+    let [matches, fence, bumped] = items(v, WHAT)? else {
+        return Err(malformed(WHAT, v));
+    };
+    let matches = natural(matches, "matches")?;
+    let fence = natural(fence, "fence")?;
+    Ok(Eviction(match matches {
+        0 => HolderEviction::NoMatch,
+        1 => HolderEviction::Evicted {
+            fence,
+            fence_bumped: natural(bumped, "bumped")? == 1,
+        },
+        n => HolderEviction::Ambiguous {
+            matches: usize::try_from(n).unwrap_or(usize::MAX),
+        },
+    }))
+});
+
+/// The arguments of `force_release_holder.lua`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PrefixArg<'a>(pub &'a str);
+
+impl ToRedisArgs for PrefixArg<'_> {
+    fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        self.0.write_redis_args(out);
+    }
+
+    fn num_of_args(&self) -> usize {
+        1
+    }
+}
+
 /// The permit count a change left (`queue_set_permits.lua`), 1 to [`MAX_PERMITS`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Permits(pub u32);

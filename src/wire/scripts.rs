@@ -121,6 +121,12 @@ const STEPS: &[(&str, &str, Option<&str>, &str)] = &[
         include_str!("../../lua/force_release.lua"),
     ),
     (
+        "force_release_holder",
+        ALLOW_OOM,
+        None,
+        include_str!("../../lua/force_release_holder.lua"),
+    ),
+    (
         "raise_fence",
         PLAIN,
         None,
@@ -337,6 +343,7 @@ pub(crate) struct Scripts {
     pub queue_set_permits: Script,
     pub queue_inspect: Script,
     pub force_release: Script,
+    pub force_release_holder: Script,
     pub raise_fence: Script,
     pub multi_acquire: Script,
     pub election_proclaim: Script,
@@ -368,6 +375,7 @@ impl Scripts {
             queue_set_permits: script("queue_set_permits"),
             queue_inspect: script("queue_inspect"),
             force_release: script("force_release"),
+            force_release_holder: script("force_release_holder"),
             raise_fence: script("raise_fence"),
             multi_acquire: script("multi_acquire"),
             election_proclaim: script("election_proclaim"),

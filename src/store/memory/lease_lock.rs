@@ -41,6 +41,28 @@ impl LeaseLock {
         self.writer.is_none() && self.readers.is_empty() && self.waiting_writers.is_empty()
     }
 
+    /// The live holds whose token starts with `prefix`, writer first, then readers in
+    /// sorted-set order (force_release_holder.lua).
+    pub(super) fn live_matching(&self, now: u64, prefix: &str) -> Vec<String> {
+        let writer = self.live_writer(now).map(|(t, _)| t);
+        let readers = self.readers.iter().filter(|(dl, _)| *dl > now);
+        writer
+            .into_iter()
+            .chain(readers.map(|(_, t)| t.clone()))
+            .filter(|t| t.starts_with(prefix))
+            .collect()
+    }
+
+    /// Drops the live hold of `token`; the live holds left (force_release_holder.lua).
+    pub(super) fn drop_hold(&mut self, now: u64, token: &str) -> usize {
+        if self.writer.as_ref().is_some_and(|(t, _)| t == token) {
+            self.writer = None;
+            return 0;
+        }
+        self.readers.remove(token);
+        self.readers.iter().filter(|(dl, _)| *dl > now).count()
+    }
+
     /// Drops the writer and every reader, keeping the waiting writers (force_release.lua).
     pub(super) fn drop_holds(&mut self) {
         self.writer = None;

@@ -26,7 +26,8 @@ use async_trait::async_trait;
 use self::lease_lock::LeaseLock;
 use self::ticket_queue::TicketQueue;
 use super::{
-    ms, Acquire, AcquireAll, Busy, Claim, Family, Grant, Part, PermitChange, Slot, Snapshot, Store,
+    ms, Acquire, AcquireAll, Busy, Claim, Family, Grant, HolderEviction, Part, PermitChange, Slot,
+    Snapshot, Store,
 };
 use crate::store::hub::WakeHub;
 use crate::vocab::claim::LeaderInfo;
@@ -98,6 +99,37 @@ fn force_release(state: &mut LockState) -> Step<u64> {
     let mut wakes = WakeUps::default();
     wakes.all();
     wakes.reply(state.fence)
+}
+
+/// force_release_holder.lua: drops the one live hold whose token starts with `prefix`
+/// (nothing when none or several match), bumps the fence when its family has no live hold
+/// left, and wakes everyone.
+fn force_release_holder(state: &mut LockState, now: u64, prefix: &str) -> Step<HolderEviction> {
+    let lease = state.lease.live_matching(now, prefix);
+    let queue = state.queue.live_matching(now, prefix);
+    let matches = lease.len() + queue.len();
+    if matches != 1 {
+        let reply = match matches {
+            0 => HolderEviction::NoMatch,
+            n => HolderEviction::Ambiguous { matches: n },
+        };
+        return WakeUps::default().reply(reply);
+    }
+    let left = match (lease.first(), queue.first()) {
+        (Some(token), _) => state.lease.drop_hold(now, token),
+        (None, Some(member)) => state.queue.drop_hold(now, member),
+        (None, None) => unreachable!("one match"),
+    };
+    let fence_bumped = left == 0;
+    if fence_bumped {
+        state.fence += 1;
+    }
+    let mut wakes = WakeUps::default();
+    wakes.all();
+    wakes.reply(HolderEviction::Evicted {
+        fence: state.fence,
+        fence_bumped,
+    })
 }
 
 /// The in-process store. Cheap to clone; clones share state.
@@ -258,6 +290,17 @@ impl Store for MemoryStore {
 
     async fn force_release(&self, lock: &LockKeys, now: Option<u64>) -> Result<u64> {
         Ok(self.step(lock, now, |state, _| force_release(state)))
+    }
+
+    async fn force_release_holder(
+        &self,
+        lock: &LockKeys,
+        token_prefix: &str,
+        now: Option<u64>,
+    ) -> Result<HolderEviction> {
+        Ok(self.step(lock, now, |state, now| {
+            force_release_holder(state, now, token_prefix)
+        }))
     }
 
     fn hub(&self) -> &Arc<WakeHub> {

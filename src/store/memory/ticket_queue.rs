@@ -78,6 +78,22 @@ impl TicketQueue {
         self.holders.is_empty() && self.queue.is_empty() && self.permits.is_none()
     }
 
+    /// The live holder members starting with `prefix`, in sorted-set order
+    /// (force_release_holder.lua).
+    pub(super) fn live_matching(&self, now: u64, prefix: &str) -> Vec<String> {
+        self.holders
+            .iter()
+            .filter(|(dl, m)| *dl > now && m.starts_with(prefix))
+            .map(|(_, m)| m.clone())
+            .collect()
+    }
+
+    /// Drops holder `member`; the live holders left (force_release_holder.lua).
+    pub(super) fn drop_hold(&mut self, now: u64, member: &str) -> usize {
+        self.holders.remove(member);
+        self.holders.iter().filter(|(dl, _)| *dl > now).count()
+    }
+
     /// Drops every holder, keeping the waiters (force_release.lua).
     pub(super) fn drop_holds(&mut self) {
         self.holders = ZSet::default();

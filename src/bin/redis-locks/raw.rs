@@ -1,0 +1,45 @@
+//! Plain reads of the two keys no public handle reports: the ticket queue's capacity `cap`
+//! and an election's leader value `lv` (both strings, read with GET, changing nothing).
+//!
+//! Each server `list` scans is asked (one, every server of a quorum, or every master of a
+//! Cluster, where the master that does not own the key answers MOVED and is skipped); the
+//! first value found wins.
+
+use redis::aio::MultiplexedConnection;
+
+/// The two raw values of one name.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RawKeys {
+    pub cap: Option<String>,
+    pub lv: Option<String>,
+}
+
+/// Connections to the servers to read from, opened once.
+pub struct Raw {
+    conns: Vec<MultiplexedConnection>,
+}
+
+impl Raw {
+    pub fn new(conns: Vec<MultiplexedConnection>) -> Raw {
+        Raw { conns }
+    }
+
+    /// `cap` and `lv` of `name` under `prefix`. A server that cannot answer (MOVED, a wrong
+    /// type, a lost connection) is skipped: these keys only refine what `inspect` shows.
+    pub async fn read(&self, prefix: &str, name: &str) -> RawKeys {
+        let mut out = RawKeys::default();
+        for conn in &self.conns {
+            let mut conn = conn.clone();
+            let reply: redis::RedisResult<(Option<String>, Option<String>)> = redis::pipe()
+                .get(format!("{prefix}:{{{name}}}:cap"))
+                .get(format!("{prefix}:{{{name}}}:lv"))
+                .query_async(&mut conn)
+                .await;
+            if let Ok((cap, lv)) = reply {
+                out.cap = out.cap.or(cap);
+                out.lv = out.lv.or(lv);
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,328 @@
+//! One read of a lock name: both families through their public handles, plus `cap` and
+//! `lv` read plainly (see `raw.rs`), and what primitive that makes it (see `kind.rs`).
+
+use std::time::Duration;
+
+use redis_locks::{Error, HoldKind, HolderInfo, LeaderInfo, LockClient, LockInfo, WaiterInfo};
+
+use crate::kind::{self, Capacity, Primitive};
+use crate::raw::{Raw, RawKeys};
+use crate::{json_label, json_str};
+
+/// What `inspect` and `watch` read with: the client, the plain reads, the key prefix.
+pub struct Ctx {
+    pub client: LockClient,
+    pub raw: Raw,
+    pub prefix: String,
+}
+
+/// Both families of one lock name, each read through its public handle (one round trip
+/// each, changing nothing): the lease lock (Mutex, RwLock with Writer or Reader preference)
+/// and the ticket queue (FairLock, Semaphore, RwLock with Fair preference); the queue's
+/// capacity and an election's leader.
+pub struct View {
+    pub name: String,
+    pub lease: LockInfo,
+    pub queue: LockInfo,
+    pub raw: RawKeys,
+    /// The election's live leader, when `lv` is set and its writer still holds.
+    pub leader: Option<LeaderInfo>,
+}
+
+/// The family of a hold: the lease lock of Mutex and RwLock, or the ticket queue of
+/// FairLock, Semaphore, fair RwLock and election.
+pub fn family(kind: HoldKind) -> &'static str {
+    match kind {
+        HoldKind::Write | HoldKind::Read => "lease",
+        _ => "queue",
+    }
+}
+
+/// The hold's kind as the JSON `kind` has always said it: `write`, `read` (lease lock),
+/// `write` (a fair RwLock writer, all permits) or `permits` (ticket queue).
+fn kind_id(kind: HoldKind) -> &'static str {
+    match kind {
+        HoldKind::Write | HoldKind::Permits(kind::FAIR_RW_PERMITS) => "write",
+        HoldKind::Read => "read",
+        _ => "permits",
+    }
+}
+
+fn permits_of(kind: HoldKind) -> Option<u32> {
+    match kind {
+        HoldKind::Permits(n) => Some(n),
+        _ => None,
+    }
+}
+
+fn null_or<T: ToString>(v: Option<T>) -> String {
+    v.map_or_else(|| "null".into(), |v| v.to_string())
+}
+
+fn ms(d: Duration) -> u128 {
+    d.as_millis()
+}
+
+pub fn secs(d: Duration) -> String {
+    format!("{:.1}s", d.as_secs_f64())
+}
+
+impl View {
+    pub fn is_empty(&self) -> bool {
+        let empty = |i: &LockInfo| i.holders.is_empty() && i.waiters.is_empty();
+        empty(&self.lease) && empty(&self.queue) && self.fence() == 0 && self.raw.lv.is_none()
+    }
+
+    /// Both families share one fence counter; each read reports it.
+    pub fn fence(&self) -> u64 {
+        self.lease.fence.max(self.queue.fence)
+    }
+
+    pub fn capacity(&self) -> Option<Capacity> {
+        self.raw.cap.as_deref().and_then(Capacity::parse)
+    }
+
+    /// The primitive the name is held as now.
+    pub fn primitive(&self) -> Primitive {
+        let lease: Vec<HoldKind> = self.lease.holders.iter().map(|h| h.kind).collect();
+        kind::primitive(
+            &lease,
+            !self.queue.holders.is_empty() || !self.queue.waiters.is_empty(),
+            self.capacity(),
+            self.raw.lv.is_some(),
+        )
+    }
+
+    /// The ticket queue's primitive (for its holders' kinds).
+    fn queue_primitive(&self) -> Primitive {
+        match self.raw.lv {
+            Some(_) => Primitive::Election,
+            None => kind::queue_primitive(self.capacity()),
+        }
+    }
+
+    pub fn holders(&self) -> impl Iterator<Item = &HolderInfo> {
+        self.lease.holders.iter().chain(self.queue.holders.iter())
+    }
+
+    /// A holder's kind, for people.
+    pub fn holder_text(&self, h: &HolderInfo) -> String {
+        kind::holder_text(h.kind, self.queue_primitive())
+    }
+
+    /// The Semaphore's permits (stored or from the marker), and those not held.
+    pub fn semaphore(&self) -> Option<(u32, u32)> {
+        let n = self.capacity()?.semaphore_permits()?;
+        let held: u32 = self
+            .queue
+            .holders
+            .iter()
+            .filter_map(|h| permits_of(h.kind))
+            .fold(0, u32::saturating_add);
+        Some((n, n.saturating_sub(held)))
+    }
+
+    /// `held`, `waiting` (nobody holds it, waiters are queued or announced) or `idle` (only
+    /// the fence counter is left, or nothing).
+    pub fn state(&self) -> &'static str {
+        if self.holders().next().is_some() {
+            "held"
+        } else if !self.lease.waiters.is_empty() || !self.queue.waiters.is_empty() {
+            "waiting"
+        } else {
+            "idle"
+        }
+    }
+
+    fn holder_json(&self, h: &HolderInfo) -> String {
+        format!(
+            "{{\"token\":{},\"label\":{},\"family\":{},\"kind\":{},\"permits\":{},\"primitive\":{},\"lease_remaining_ms\":{},\"held_for_ms\":null}}",
+            json_str(&h.token_prefix),
+            json_label(h.label.as_deref()),
+            json_str(family(h.kind)),
+            json_str(kind_id(h.kind)),
+            null_or(permits_of(h.kind)),
+            json_str(kind::holder_id(h.kind, self.queue_primitive())),
+            ms(h.lease_remaining)
+        )
+    }
+
+    fn leader_json(&self) -> String {
+        match &self.leader {
+            Some(l) => format!(
+                "{{\"value\":{},\"term\":{},\"lease_left_ms\":{}}}",
+                json_str(&l.value),
+                l.term,
+                ms(l.time_left)
+            ),
+            None => "null".into(),
+        }
+    }
+
+    pub fn json(&self) -> String {
+        let holders: Vec<String> = self.holders().map(|h| self.holder_json(h)).collect();
+        let waiters = |ws: &[WaiterInfo], weight: bool| -> String {
+            let items: Vec<String> = ws.iter().map(|w| waiter_json(w, weight)).collect();
+            items.join(",")
+        };
+        let (permits, free) = match self.semaphore() {
+            Some((n, free)) => (Some(n), Some(free)),
+            None => (None, None),
+        };
+        format!(
+            "{{\"name\":{},\"state\":{},\"primitive\":{},\"fence\":{},\"permits\":{},\"permits_source\":{},\"free_permits\":{},\"leader\":{},\"holders\":[{}],\"waiting_writers\":[{}],\"queue\":[{}]}}",
+            json_str(&self.name),
+            json_str(self.state()),
+            json_str(self.primitive().id()),
+            self.fence(),
+            null_or(permits),
+            self.capacity()
+                .filter(|_| permits.is_some())
+                .map_or_else(|| "null".into(), |c| json_str(c.source())),
+            null_or(free),
+            self.leader_json(),
+            holders.join(","),
+            waiters(&self.lease.waiters, false),
+            waiters(&self.queue.waiters, true)
+        )
+    }
+
+    /// The kind line: `kind: Semaphore of 3: 2 held, 1 free`, `kind: election, leader ...`.
+    fn kind_line(&self) -> String {
+        let p = self.primitive();
+        let mut line = format!("kind: {}", p.text());
+        if let (Primitive::Semaphore(_), Some((n, free))) = (p, self.semaphore()) {
+            let source = self.capacity().map_or("", |c| match c {
+                Capacity::Stored(_) => " (count stored by set_permits)",
+                _ => "",
+            });
+            line.push_str(&format!(
+                ": {} of {n} permits held, {free} free{source}",
+                n - free
+            ));
+        }
+        if p == Primitive::Election {
+            match &self.leader {
+                Some(l) => line.push_str(&format!(
+                    ": leader {}, term {}, lease left {}",
+                    l.value,
+                    l.term,
+                    secs(l.time_left)
+                )),
+                None => line.push_str(": nobody leads now"),
+            }
+        }
+        line.push('\n');
+        line
+    }
+
+    pub fn text(&self) -> String {
+        let mut out = format!(
+            "lock {}  {}  fence {}\n",
+            self.name,
+            self.state(),
+            self.fence()
+        );
+        out.push_str(&self.kind_line());
+        let holders: Vec<_> = self.holders().collect();
+        out.push_str(&format!("holders ({}):\n", holders.len()));
+        for h in &holders {
+            out.push_str(&format!(
+                "  {:<16} {:<32} {:<6} {:<22} lease left {}\n",
+                h.token_prefix,
+                h.label.as_deref().unwrap_or("-"),
+                family(h.kind),
+                self.holder_text(h),
+                secs(h.lease_remaining)
+            ));
+        }
+        if !holders.is_empty() {
+            out.push_str(
+                "  (held for: not known, the store keeps no grant time; `watch` shows how long \
+                 it has seen each holder)\n",
+            );
+        }
+        self.waiters_text(&mut out);
+        out
+    }
+
+    fn waiters_text(&self, out: &mut String) {
+        if !self.lease.waiters.is_empty() {
+            out.push_str(&format!(
+                "waiting writers ({}):\n",
+                self.lease.waiters.len()
+            ));
+            for w in &self.lease.waiters {
+                out.push_str(&format!(
+                    "  {:<16} {:<32} heartbeat left {}\n",
+                    w.token_prefix,
+                    w.label.as_deref().unwrap_or("-"),
+                    secs(w.heartbeat_remaining)
+                ));
+            }
+        }
+        if !self.queue.waiters.is_empty() {
+            out.push_str(&format!("queue ({}):\n", self.queue.waiters.len()));
+            for w in &self.queue.waiters {
+                out.push_str(&format!(
+                    "  #{:<3} {:<16} {:<32} weight {:<4} heartbeat left {}\n",
+                    w.position,
+                    w.token_prefix,
+                    w.label.as_deref().unwrap_or("-"),
+                    w.weight,
+                    secs(w.heartbeat_remaining)
+                ));
+            }
+        }
+    }
+}
+
+fn waiter_json(w: &WaiterInfo, weight: bool) -> String {
+    let weight = if weight {
+        format!(",\"weight\":{}", w.weight)
+    } else {
+        String::new()
+    };
+    format!(
+        "{{\"position\":{},\"token\":{},\"label\":{}{weight},\"heartbeat_remaining_ms\":{}}}",
+        w.position,
+        json_str(&w.token_prefix),
+        json_label(w.label.as_deref()),
+        ms(w.heartbeat_remaining)
+    )
+}
+
+/// Reads `name` (changing nothing). With `full` false only the two families are read (what
+/// `list` needs for a state); `cap`, `lv` and the leader are left out.
+pub async fn view(ctx: &Ctx, name: &str, full: bool) -> redis_locks::Result<View> {
+    let client = &ctx.client;
+    // `inspect` only reads, whatever the handle's options: a FairLock handle reads the ticket
+    // queue whichever ticket-queue primitive (FairLock, Semaphore, fair RwLock) made it.
+    let lease = client.mutex(name).inspect().await?;
+    let queue = match client.fair_lock(name).inspect().await {
+        // Quorum mode has no ticket queue: nothing can be held or queued there.
+        Err(Error::Unsupported { .. }) => {
+            let mut empty = lease.clone();
+            empty.holders.clear();
+            empty.waiters.clear();
+            empty.permits = None;
+            empty
+        }
+        other => other?,
+    };
+    let raw = match full {
+        true => ctx.raw.read(&ctx.prefix, name).await,
+        false => RawKeys::default(),
+    };
+    let leader = match raw.lv {
+        Some(_) => client.election(name).leader().await.ok().flatten(),
+        None => None,
+    };
+    Ok(View {
+        name: name.to_owned(),
+        lease,
+        queue,
+        raw,
+        leader,
+    })
+}
