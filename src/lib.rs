@@ -49,6 +49,7 @@ pub use api::election::{Campaign, Election, LeaderInfo, Leadership, Observer, MA
 pub use api::fair_lock::{FairLock, FairLockGuard};
 pub use api::guard::Guard;
 pub use api::handle::{Acquiring, Lock};
+pub use api::in_memory::InMemory;
 pub use api::info::{HolderInfo, LockInfo, WaiterInfo, PROCESS_PREFIX_LEN, TOKEN_PREFIX_LEN};
 pub use api::kind;
 pub use api::multi::{MultiAcquiring, MultiGuard, MultiLock, MAX_MULTI_NAMES};
