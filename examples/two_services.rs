@@ -29,7 +29,10 @@ struct Inside(AtomicU32);
 impl Inside {
     fn enter(&self, who: &str, lock: &str) {
         let before = self.0.fetch_add(1, Ordering::SeqCst);
-        assert_eq!(before, 0, "{who} entered `{lock}` while the other service held it");
+        assert_eq!(
+            before, 0,
+            "{who} entered `{lock}` while the other service held it"
+        );
     }
 
     fn leave(&self) {
@@ -71,14 +74,20 @@ async fn main() -> redis_locks::Result<()> {
     // While one service holds a lock, the other is refused it...
     let held = billing.mutex("nightly-report").lock().await?;
     let refused = reports.mutex("nightly-report").try_lock().await;
-    assert!(refused.is_err_and(|e| e.is_would_block()), "reports got a held mutex");
+    assert!(
+        refused.is_err_and(|e| e.is_would_block()),
+        "reports got a held mutex"
+    );
     let info = reports.mutex("nightly-report").inspect().await?;
     println!("nightly-report held by {:?}", info.holders[0].label);
     held.release().await?;
 
     let held = reports.fair_lock("jobs").lock().await?;
     let refused = billing.fair_lock("jobs").try_lock().await;
-    assert!(refused.is_err_and(|e| e.is_would_block()), "billing got a held fair lock");
+    assert!(
+        refused.is_err_and(|e| e.is_would_block()),
+        "billing got a held fair lock"
+    );
     held.release().await?;
 
     // ... and when both wait for the locks in a loop, they never hold one at the same time.

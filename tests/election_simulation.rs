@@ -526,10 +526,14 @@ impl std::fmt::Debug for Conn {
 }
 
 fn lost_reply(why: &str) -> Error {
-    Error::Connection(Box::new(std::io::Error::new(
-        std::io::ErrorKind::TimedOut,
-        why.to_owned(),
-    )))
+    Error::Connection {
+        operation: "a test fault".into(),
+        address: String::new(),
+        cause: Box::new(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            why.to_owned(),
+        )),
+    }
 }
 
 impl Conn {

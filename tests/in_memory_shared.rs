@@ -10,14 +10,22 @@ async fn shared_clients_see_each_others_locks() {
     let reports = store.client("reports").expect("client");
 
     let held = billing.mutex("ledger").lock().await.expect("lock");
-    let refused = reports.mutex("ledger").try_lock().await.expect_err("held by billing");
+    let refused = reports
+        .mutex("ledger")
+        .try_lock()
+        .await
+        .expect_err("held by billing");
     assert!(refused.is_would_block());
 
     let info = reports.mutex("ledger").inspect().await.expect("inspect");
     assert_eq!(info.holders[0].label.as_deref(), Some("billing"));
 
     assert!(held.release().await.expect("release"));
-    let again = reports.mutex("ledger").try_lock().await.expect("free again");
+    let again = reports
+        .mutex("ledger")
+        .try_lock()
+        .await
+        .expect("free again");
     assert!(again.release().await.expect("release"));
 }
 
@@ -29,11 +37,26 @@ async fn shared_clients_exclude_each_other_on_every_primitive() {
     let b = store.client_with(builder).expect("client");
 
     let fair = a.fair_lock("jobs").lock().await.expect("fair lock");
-    assert!(b.fair_lock("jobs").try_lock().await.unwrap_err().is_would_block());
+    assert!(b
+        .fair_lock("jobs")
+        .try_lock()
+        .await
+        .unwrap_err()
+        .is_would_block());
     let write = a.rwlock("catalog").write().await.expect("write");
-    assert!(b.rwlock("catalog").try_read().await.unwrap_err().is_would_block());
+    assert!(b
+        .rwlock("catalog")
+        .try_read()
+        .await
+        .unwrap_err()
+        .is_would_block());
     let permit = a.semaphore("slots", 1).acquire().await.expect("permit");
-    assert!(b.semaphore("slots", 1).try_acquire().await.unwrap_err().is_would_block());
+    assert!(b
+        .semaphore("slots", 1)
+        .try_acquire()
+        .await
+        .unwrap_err()
+        .is_would_block());
     fair.release().await.expect("release");
     write.release().await.expect("release");
     permit.release().await.expect("release");
@@ -53,5 +76,7 @@ async fn separate_in_memory_clients_share_nothing() {
 async fn a_bad_label_is_refused() {
     let store = InMemory::new();
     assert!(store.client("has space").is_err());
-    assert!(store.client_with(LockClient::builder().prefix("a{b")).is_err());
+    assert!(store
+        .client_with(LockClient::builder().prefix("a{b"))
+        .is_err());
 }

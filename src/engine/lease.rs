@@ -692,7 +692,7 @@ impl Holds {
                     first_error.get_or_insert(err);
                 }
                 Err(join) => {
-                    first_error.get_or_insert(Error::Connection(Box::new(join)));
+                    first_error.get_or_insert(Error::connection("release", "", join));
                 }
             }
         }
