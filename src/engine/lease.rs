@@ -1042,8 +1042,36 @@ pub(crate) fn release_in_background(store: Arc<dyn Store>, lock: LockKeys, claim
             }
         });
     } else {
+        warn_dropped_outside_a_runtime(lock.name(), claim.lease);
+    }
+}
+
+/// How many lock names [`warn_dropped_outside_a_runtime`] remembers having warned about;
+/// later names are logged at debug level only, so the set stays small.
+const MAX_WARNED_NAMES: usize = 256;
+
+/// Warns, once per lock name, that a guard of `name` was dropped where it cannot be
+/// released (no tokio runtime): the lock stays held until its lease lapses.
+fn warn_dropped_outside_a_runtime(name: &str, lease: Duration) {
+    static WARNED: StdMutex<Option<std::collections::HashSet<String>>> = StdMutex::new(None);
+    let first = {
+        let mut warned = WARNED.lock().unwrap_or_else(|e| e.into_inner());
+        let warned = warned.get_or_insert_with(Default::default);
+        warned.len() < MAX_WARNED_NAMES && warned.insert(name.to_owned())
+    };
+    if first {
+        tracing::warn!(
+            lock = name,
+            ?lease,
+            "a guard of lock `{name}` (or a wait for it) was dropped outside a tokio runtime \
+             (or after its runtime ended), \
+             so it could not be released: the lock stays held until its lease ({lease:?}) \
+             lapses. Call `release().await` on the guard, or `LockClient::release_all().await` \
+             before the runtime ends. (Warned once per lock name.)"
+        );
+    } else {
         tracing::debug!(
-            lock = lock.name(),
+            lock = name,
             "dropped outside a runtime; the lease will lapse"
         );
     }
