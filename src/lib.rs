@@ -45,7 +45,9 @@ mod vocab;
 mod wire;
 
 pub use api::client::{LockClient, LockClientBuilder, RedisConfig};
-pub use api::election::{Campaign, Election, LeaderInfo, Leadership, Observer, MAX_VALUE_LEN};
+pub use api::election::{
+    Campaign, Election, LeaderEvent, LeaderInfo, Leadership, Observer, MAX_VALUE_LEN,
+};
 pub use api::fair_lock::{FairLock, FairLockGuard};
 pub use api::guard::Guard;
 pub use api::handle::{Acquiring, Lock};

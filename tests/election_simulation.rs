@@ -920,7 +920,7 @@ async fn run_observer(world: Arc<World>, election: Election, log: Arc<ObserverLo
     let mut observer = election.observe();
     while let Some(state) = observer.next().await {
         OBSERVED_CHANGES.fetch_add(1, Ordering::Relaxed);
-        let seen = pair(&state);
+        let seen = pair(&state.into_leader());
         if let Some((value, term)) = &seen {
             if !world
                 .proclaimed

@@ -813,8 +813,8 @@ async fn leader(
     }
     let mut observer = election.observe();
     let mut shown = 0u64;
-    while let Some(leader) = observer.next().await {
-        show(&leader);
+    while let Some(event) = observer.next().await {
+        show(&event.into_leader());
         shown += 1;
         if count.is_some_and(|c| shown >= c) {
             return Ok(ExitCode::SUCCESS);
