@@ -80,3 +80,45 @@ async fn a_bad_label_is_refused() {
         .client_with(LockClient::builder().prefix("a{b"))
         .is_err());
 }
+
+/// A `try_*` refused because this same client holds the lock says so; another client's
+/// refusal does not.
+#[tokio::test]
+async fn a_refusal_by_your_own_guard_says_so() {
+    let store = InMemory::new();
+    let mine = store.client("mine").expect("client");
+    let theirs = store.client("theirs").expect("client");
+    let held = mine.mutex("report").lock().await.expect("lock");
+
+    let own = mine
+        .mutex("report")
+        .try_lock()
+        .await
+        .expect_err("held by me");
+    assert!(own.is_would_block(), "{own:?}");
+    let text = own.to_string();
+    assert!(
+        text.contains("held by this client (another guard of yours"),
+        "{text}"
+    );
+
+    let other = theirs
+        .mutex("report")
+        .try_lock()
+        .await
+        .expect_err("held by mine");
+    assert!(other.is_would_block(), "{other:?}");
+    assert!(!other.to_string().contains("this client"), "{other}");
+
+    let multi = mine
+        .multi_lock(["a", "report"])
+        .try_lock()
+        .await
+        .expect_err("held");
+    assert!(multi.is_would_block(), "{multi:?}");
+    assert!(multi.to_string().contains("held by this client"), "{multi}");
+
+    held.release().await.expect("release");
+    let again = mine.mutex("report").try_lock().await.expect("free");
+    again.release().await.expect("release");
+}

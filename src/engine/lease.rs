@@ -632,6 +632,16 @@ impl Holds {
         id
     }
 
+    /// Whether one of these holds, still valid, is on lock `name`.
+    pub(crate) fn holds_name(&self, name: &str) -> bool {
+        self.live
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter_map(Weak::upgrade)
+            .any(|shared| shared.lock.name() == name && !shared.validity.borrow().lost)
+    }
+
     fn unregister(&self, id: u64) {
         self.live
             .lock()

@@ -44,11 +44,15 @@ pub enum Error {
     },
     /// A `try_*` attempt found the lock held (or, for a ticket queue, found waiters ahead):
     /// nothing is held and the caller is not queued. Wait with `lock()` (and `.timeout(..)`)
-    /// instead if you need the lock.
-    #[error("lock `{name}` is held by someone else (a try_* attempt never waits)")]
+    /// instead if you need the lock. When this client itself holds the lock (another of its
+    /// guards: locks are not reentrant), the message says so.
+    #[error("{}", would_block_message(name, *by_this_client))]
     WouldBlock {
         /// The lock's name.
         name: String,
+        /// Whether this client (one of its live guards) holds the lock; others may hold it
+        /// beside it.
+        by_this_client: bool,
     },
     /// The wait ran out before the lock was granted; the waiter has left the queue.
     #[error("timed out after {waited:?} waiting for lock `{name}`")]
@@ -180,7 +184,7 @@ pub enum Error {
 /// the variants (they are public) for the fields.
 ///
 /// ```
-/// let err = redis_locks::Error::WouldBlock { name: "jobs".into() };
+/// let err = redis_locks::Error::WouldBlock { name: "jobs".into(), by_this_client: false };
 /// assert_eq!(format!("{err:?}"), err.to_string());
 /// ```
 impl std::fmt::Debug for Error {
@@ -195,6 +199,19 @@ impl std::fmt::Debug for Error {
             source = cause.source();
         }
         Ok(())
+    }
+}
+
+/// The text of [`Error::WouldBlock`].
+fn would_block_message(name: &str, by_this_client: bool) -> String {
+    if by_this_client {
+        format!(
+            "lock `{name}` is held by this client (another guard of yours; locks are not \
+             reentrant), and a try_* attempt never waits: use the guard you hold, or release it \
+             first"
+        )
+    } else {
+        format!("lock `{name}` is held by someone else (a try_* attempt never waits)")
     }
 }
 
