@@ -28,8 +28,9 @@
 //! # Ok(()) }
 //! ```
 //!
-//! See `docs/ARCHITECTURE.md` for the keys, scripts and hand-off, and `docs/GUARANTEES.md`
-//! for what each primitive promises and when it stops promising it.
+//! The crate's [ARCHITECTURE.md](https://docs.rs/crate/redis-locks/latest/source/docs/ARCHITECTURE.md) describes the keys, scripts and
+//! hand-off, and [GUARANTEES.md](https://docs.rs/crate/redis-locks/latest/source/docs/GUARANTEES.md) what each primitive promises and when it
+//! stops promising it (both ship in the crate's source, under `docs/`).
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]

@@ -57,7 +57,8 @@ impl LockClient {
     }
 
     /// Connects to a Redis Cluster through any of its nodes, with the default settings.
-    /// Every primitive works; wake-ups use sharded pub/sub (see `docs/SCALE.md`).
+    /// Every primitive works; wake-ups use sharded pub/sub (see the crate's
+    /// [SCALE.md](https://docs.rs/crate/redis-locks/latest/source/docs/SCALE.md)).
     #[cfg(feature = "cluster")]
     #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
     pub async fn cluster(urls: &[&str]) -> Result<Self> {
@@ -87,8 +88,10 @@ impl LockClient {
     /// Quorum (Redlock) mode over independent Redis servers, with the default settings:
     /// Mutex and RwLock (writer or reader preference) are granted by a majority. Ticket-queue
     /// primitives (FairLock, Semaphore, `Preference::Fair`) fail with
-    /// [`Error::Unsupported`](crate::Error::Unsupported) on every call. See `docs/SCALE.md`
-    /// for what fencing tokens mean here.
+    /// [`Error::Unsupported`](crate::Error::Unsupported) on every call. A grant's fencing
+    /// token is the largest fence among the servers that granted it: the crate's
+    /// [SCALE.md](https://docs.rs/crate/redis-locks/latest/source/docs/SCALE.md)
+    /// ("Fencing tokens under quorum") says what that guarantees.
     /// Connecting needs a majority of the servers up; the others join when they come back.
     pub async fn quorum(urls: &[&str]) -> Result<Self> {
         Self::builder().quorum(urls).await
@@ -543,8 +546,9 @@ impl LockClientBuilder {
     /// and waking them. Replication is asynchronous, so a hold granted just before a
     /// failover may not have reached the new primary: that guard's next renewal is refused
     /// and it reports [`lost()`](crate::MutexGuard::lost). To make a hold survive a
-    /// failover, confirm it reached the replicas with `wait_replicas` (see
-    /// `docs/RELIABILITY.md`).
+    /// failover, confirm it reached the replicas with
+    /// [`wait_replicas`](crate::Lock::wait_replicas) (see the crate's
+    /// [RELIABILITY.md](https://docs.rs/crate/redis-locks/latest/source/docs/RELIABILITY.md)).
     ///
     /// ```no_run
     /// # #[tokio::main(flavor = "current_thread")]
