@@ -25,7 +25,7 @@ use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
-use redis_locks::LockClient;
+use redis_locks::{LeaderEvent, LockClient};
 use tokio::time::Instant;
 
 const MEMBERS: usize = 3;
@@ -262,8 +262,8 @@ async fn main() -> Result<(), BoxError> {
         vec![Some(start_member(0, backend.clone(), shared.clone()))];
     let first = loop {
         match observer.next().await.ok_or("the observer stopped")? {
-            Some(leader) => break leader,
-            None => continue,
+            LeaderEvent::Leader(leader) => break leader,
+            LeaderEvent::NobodyLeads => continue,
         }
     };
     println!("observer: {} leads, term {}", first.value, first.term);
@@ -287,7 +287,9 @@ async fn main() -> Result<(), BoxError> {
     let next = tokio::time::timeout(GIVE_UP, async {
         loop {
             match observer.next().await {
-                Some(Some(leader)) if leader.term != first.term => return Some(leader),
+                Some(LeaderEvent::Leader(leader)) if leader.term != first.term => {
+                    return Some(leader)
+                }
                 Some(_) => continue,
                 None => return None,
             }

@@ -28,8 +28,9 @@
 //! # Ok(()) }
 //! ```
 //!
-//! See `docs/ARCHITECTURE.md` for the keys, scripts and hand-off, and `docs/GUARANTEES.md`
-//! for what each primitive promises and when it stops promising it.
+//! The crate's [ARCHITECTURE.md](https://docs.rs/crate/redis-locks/latest/source/docs/ARCHITECTURE.md) describes the keys, scripts and
+//! hand-off, and [GUARANTEES.md](https://docs.rs/crate/redis-locks/latest/source/docs/GUARANTEES.md) what each primitive promises and when it
+//! stops promising it (both ship in the crate's source, under `docs/`).
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
@@ -45,10 +46,13 @@ mod vocab;
 mod wire;
 
 pub use api::client::{LockClient, LockClientBuilder, RedisConfig};
-pub use api::election::{Campaign, Election, LeaderInfo, Leadership, Observer, MAX_VALUE_LEN};
+pub use api::election::{
+    Campaign, Election, LeaderEvent, LeaderInfo, Leadership, Observer, MAX_VALUE_LEN,
+};
 pub use api::fair_lock::{FairLock, FairLockGuard};
 pub use api::guard::Guard;
 pub use api::handle::{Acquiring, Lock};
+pub use api::in_memory::InMemory;
 pub use api::info::{HolderInfo, LockInfo, WaiterInfo, PROCESS_PREFIX_LEN, TOKEN_PREFIX_LEN};
 pub use api::kind;
 pub use api::multi::{MultiAcquiring, MultiGuard, MultiLock, MAX_MULTI_NAMES};

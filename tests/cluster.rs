@@ -788,7 +788,11 @@ async fn elections_work_on_a_cluster() {
         let first = tokio::time::timeout(Duration::from_secs(10), observer.next())
             .await
             .expect("first state");
-        assert_eq!(first, Some(None), "{name}: nobody leads yet");
+        assert_eq!(
+            first,
+            Some(redis_locks::LeaderEvent::NobodyLeads),
+            "{name}: nobody leads yet"
+        );
         let mut leader = a.election(name).campaign("a").await.expect("campaign");
         let standby = {
             let b = b.clone();
@@ -798,7 +802,8 @@ async fn elections_work_on_a_cluster() {
             let state = tokio::time::timeout(Duration::from_secs(10), observer.next())
                 .await
                 .expect("woken by the proclaim, not by a 30 s poll")
-                .expect("observer runs");
+                .expect("observer runs")
+                .into_leader();
             if state.is_some() {
                 break state;
             }
@@ -811,7 +816,8 @@ async fn elections_work_on_a_cluster() {
         let seen = tokio::time::timeout(Duration::from_secs(10), observer.next())
             .await
             .expect("woken by the proclaim")
-            .expect("observer runs");
+            .expect("observer runs")
+            .into_leader();
         assert_eq!(seen.map(|l| l.value), Some("a2".to_owned()));
         let term = leader.term();
         assert!(leader.resign().await.expect("resign"));

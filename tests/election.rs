@@ -17,6 +17,7 @@ async fn next_state(observer: &mut Observer) -> Option<LeaderInfo> {
         .await
         .expect("an observer state within the bound")
         .expect("the observer runs")
+        .into_leader()
 }
 
 /// Reads the observer until it yields `want` (the leader's value, or `None`), returning what

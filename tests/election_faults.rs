@@ -154,7 +154,7 @@ async fn election_churn_one_leader_and_honest_reports(b: Backend) {
             let mut states = Vec::new();
             while !stop.load(Ordering::Relaxed) {
                 match tokio::time::timeout(ms(50), observer.next()).await {
-                    Ok(Some(state)) => states.push(state),
+                    Ok(Some(state)) => states.push(state.into_leader()),
                     Ok(None) => panic!("observer closed: {:?}", observer.closed_because()),
                     Err(_) => {}
                 }

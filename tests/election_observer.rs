@@ -59,7 +59,10 @@ async fn observer_settles_on_the_last_grant_after_quick_handovers(b: Backend) {
     let seen2 = seen.clone();
     let watch = tokio::spawn(async move {
         while let Some(state) = observer.next().await {
-            seen2.lock().unwrap().push(state.map(|s| (s.value, s.term)));
+            seen2
+                .lock()
+                .unwrap()
+                .push(state.into_leader().map(|s| (s.value, s.term)));
         }
     });
     let mut pairs: Vec<(String, u64)> = Vec::new();

@@ -526,10 +526,14 @@ impl std::fmt::Debug for Conn {
 }
 
 fn lost_reply(why: &str) -> Error {
-    Error::Connection(Box::new(std::io::Error::new(
-        std::io::ErrorKind::TimedOut,
-        why.to_owned(),
-    )))
+    Error::Connection {
+        operation: "a test fault".into(),
+        address: String::new(),
+        cause: Box::new(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            why.to_owned(),
+        )),
+    }
 }
 
 impl Conn {
@@ -916,7 +920,7 @@ async fn run_observer(world: Arc<World>, election: Election, log: Arc<ObserverLo
     let mut observer = election.observe();
     while let Some(state) = observer.next().await {
         OBSERVED_CHANGES.fetch_add(1, Ordering::Relaxed);
-        let seen = pair(&state);
+        let seen = pair(&state.into_leader());
         if let Some((value, term)) = &seen {
             if !world
                 .proclaimed

@@ -59,10 +59,14 @@ impl AllFaults {
 }
 
 fn lost() -> redis_locks::Error {
-    redis_locks::Error::Connection(Box::new(std::io::Error::new(
-        std::io::ErrorKind::ConnectionReset,
-        "reply lost (test)",
-    )))
+    redis_locks::Error::Connection {
+        operation: "a test fault".into(),
+        address: String::new(),
+        cause: Box::new(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "reply lost (test)",
+        )),
+    }
 }
 
 #[async_trait::async_trait]

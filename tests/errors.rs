@@ -151,3 +151,203 @@ async fn a_quorum_with_an_old_server_is_refused_at_connect() {
     assert!(err.to_string().contains("6.2.14"), "{err}");
     server.abort();
 }
+
+/// With Redis down, the message names the operation, the address and the cause once, and
+/// the `Debug` form (what `fn main() -> redis_locks::Result<()>` prints) reads the same.
+#[tokio::test]
+async fn a_refused_connection_names_the_operation_the_address_and_the_cause() {
+    let port = closed_port();
+    let url = format!("redis://127.0.0.1:{port}/");
+    let err = quick().connect(&url).await.expect_err("nothing listens");
+    let text = err.to_string();
+    assert!(text.contains("connect"), "names the operation: {text}");
+    assert!(
+        text.contains(&format!("127.0.0.1:{port}")),
+        "names the address: {text}"
+    );
+    assert_eq!(text.to_lowercase().matches("refused").count(), 1, "{text}");
+    let debug = format!("{err:?}");
+    assert!(debug.starts_with(&text), "Debug reads as Display: {debug}");
+    assert!(!debug.contains("Cause("), "no internal wrapper: {debug}");
+    assert_eq!(
+        debug.to_lowercase().matches("refused").count(),
+        1,
+        "{debug}"
+    );
+}
+
+/// A malformed URL shows the form the library expects.
+#[tokio::test]
+async fn a_malformed_url_shows_the_expected_form() {
+    for url in [
+        "localhost:6379",
+        "redis//127.0.0.1",
+        "http://127.0.0.1:6379/",
+    ] {
+        let err = quick().connect(url).await.expect_err("malformed");
+        assert!(err.is_invalid_input(), "{url}: {err:?}");
+        let text = err.to_string();
+        assert!(
+            text.contains("redis://[user:password@]host:port[/db]"),
+            "{url}: {text}"
+        );
+    }
+}
+
+/// A database index beyond the server's `databases` gets advice about that, not about ACL
+/// rights or memory.
+#[tokio::test]
+async fn a_database_index_out_of_range_gets_database_advice() {
+    let server = support::RedisServer::start();
+    let url = format!("redis://127.0.0.1:{}/99", server.port());
+    let err = quick()
+        .connect(&url)
+        .await
+        .expect_err("db 99 does not exist");
+    let text = err.to_string();
+    assert!(text.contains("databases"), "{text}");
+    assert!(!text.contains("ACL") && !text.contains("memory"), "{text}");
+}
+
+/// A command the Redis user may not run gets ACL advice, not memory advice.
+#[tokio::test]
+async fn noperm_gets_acl_advice() {
+    let server = support::RedisServer::start();
+    server.cli(&[
+        "ACL",
+        "SETUSER",
+        "lean",
+        "on",
+        ">pw",
+        "~*",
+        "&*",
+        "+@connection",
+    ]);
+    let url = format!("redis://lean:pw@127.0.0.1:{}/", server.port());
+    let client = quick().connect(&url).await.expect("HELLO is allowed");
+    let err = client
+        .mutex("m")
+        .try_lock()
+        .await
+        .expect_err("no EVALSHA right");
+    let text = err.to_string();
+    assert!(text.contains("NOPERM") && text.contains("ACL"), "{text}");
+    assert!(!text.contains("memory"), "{text}");
+}
+
+/// Memory full gets memory advice, not ACL advice.
+#[tokio::test]
+async fn oom_gets_memory_advice() {
+    let server = support::RedisServer::start();
+    let client = quick().connect(&server.url()).await.expect("connect");
+    server.cli(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    server.cli(&["CONFIG", "SET", "maxmemory", "1"]);
+    let err = client.mutex("m").try_lock().await.expect_err("memory full");
+    let text = err.to_string();
+    assert!(text.contains("OOM") && text.contains("maxmemory"), "{text}");
+    assert!(!text.contains("ACL"), "{text}");
+}
+
+/// Another program's value at a lock's key is named as such.
+#[tokio::test]
+async fn wrongtype_names_a_foreign_key() {
+    let server = support::RedisServer::start();
+    let client = quick().connect(&server.url()).await.expect("connect");
+    let fence = client.keys("m").expect("keys").fence();
+    server.cli(&["HSET", &fence, "not", "a-counter"]);
+    let err = client
+        .mutex("m")
+        .try_lock()
+        .await
+        .expect_err("foreign data");
+    assert!(err.is_wrong_type(), "{err:?}");
+    let text = err.to_string();
+    assert!(text.contains("foreign") && text.contains("`m`"), "{text}");
+    assert!(!text.contains("ACL") && !text.contains("memory"), "{text}");
+}
+
+/// A server busy running a script: the wait gives up at its outage budget with advice to
+/// retry (or kill the script), not ACL or memory advice.
+#[tokio::test]
+async fn busy_gets_retry_advice() {
+    let server = support::RedisServer::start_with(&["--busy-reply-threshold", "50"]);
+    let client = quick().connect(&server.url()).await.expect("connect");
+    let port = server.port().to_string();
+    let busy = std::thread::spawn(move || {
+        let _ = std::process::Command::new("redis-cli")
+            .args(["-p", &port, "EVAL", "while true do end", "0"])
+            .output();
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let err = client
+        .mutex("m")
+        .outage_budget(Duration::from_secs(1))
+        .lock()
+        .timeout(Duration::from_secs(5))
+        .await
+        .expect_err("server busy");
+    server.cli(&["SCRIPT", "KILL"]);
+    busy.join().expect("redis-cli");
+    let text = err.to_string();
+    assert!(text.contains("BUSY") && text.contains("retry"), "{text}");
+    assert!(!text.contains("ACL") && !text.contains("memory"), "{text}");
+}
+
+/// A server still loading its data set after a restart: advice to retry once loaded.
+#[tokio::test]
+async fn loading_gets_retry_advice() {
+    let (port, server) = loading_server().await;
+    let url = format!("redis://127.0.0.1:{port}/");
+    let client = quick().connect(&url).await.expect("HELLO answers");
+    let err = client
+        .mutex("m")
+        .outage_budget(Duration::from_secs(1))
+        .lock()
+        .timeout(Duration::from_secs(5))
+        .await
+        .expect_err("still loading");
+    let text = err.to_string();
+    assert!(text.contains("LOADING") && text.contains("retry"), "{text}");
+    // ("loading the dataset in memory" is the server's own wording.)
+    assert!(
+        !text.contains("ACL") && !text.contains("maxmemory"),
+        "{text}"
+    );
+    server.abort();
+}
+
+/// A fake Redis 7.2 that answers `HELLO` and refuses every other command with `LOADING`, as a
+/// server does while it loads its data set.
+async fn loading_server() -> (u16, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let server = tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let hello = b"%3\r\n+server\r\n+redis\r\n+version\r\n+7.2.4\r\n+proto\r\n:3\r\n";
+        let loading = b"-LOADING Redis is loading the dataset in memory\r\n";
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = stream.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    let text = String::from_utf8_lossy(&buf[..n]).to_uppercase();
+                    for command in text.split('*').filter(|c| !c.is_empty()) {
+                        let reply: &[u8] = if command.contains("HELLO") {
+                            hello
+                        } else {
+                            loading
+                        };
+                        if stream.write_all(reply).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (port, server)
+}

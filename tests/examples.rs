@@ -83,3 +83,10 @@ fn pool_leader_takes_over_after_the_leader_dies_in_memory_and_on_redis() {
     assert!(out.contains("backend: Redis"), "{out}");
     assert!(out.contains("pool ok"), "{out}");
 }
+
+#[test]
+fn two_services_exclude_each_other_on_one_shared_in_memory_store() {
+    let out = run("two_services", None);
+    assert!(out.contains("held by Some(\"billing\")"), "{out}");
+    assert!(out.contains("never inside a lock together: ok"), "{out}");
+}

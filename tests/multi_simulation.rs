@@ -329,10 +329,14 @@ impl Conn {
         if (35..42).contains(&roll) {
             *self.world.lost_replies.lock().unwrap() += 1;
             LOST_REPLIES.fetch_add(1, Ordering::Relaxed);
-            return Err(Error::Connection(Box::new(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "simulated lost reply",
-            ))));
+            return Err(Error::Connection {
+                operation: "a test fault".into(),
+                address: String::new(),
+                cause: Box::new(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "simulated lost reply",
+                )),
+            });
         }
         reply
     }

@@ -1564,7 +1564,11 @@ fn lost_reply() -> Error {
         std::io::ErrorKind::ConnectionReset,
         "reply lost (simulated)",
     );
-    Error::Connection(Box::new(io))
+    Error::Connection {
+        operation: "a test fault".into(),
+        address: String::new(),
+        cause: Box::new(io),
+    }
 }
 
 /// A request on its way to the server.

@@ -58,7 +58,8 @@ impl LockClient {
     }
 
     /// Connects to a Redis Cluster through any of its nodes, with the default settings.
-    /// Every primitive works; wake-ups use sharded pub/sub (see `docs/SCALE.md`).
+    /// Every primitive works; wake-ups use sharded pub/sub (see the crate's
+    /// [SCALE.md](https://docs.rs/crate/redis-locks/latest/source/docs/SCALE.md)).
     #[cfg(feature = "cluster")]
     #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
     pub async fn cluster(urls: &[&str]) -> Result<Self> {
@@ -88,15 +89,35 @@ impl LockClient {
     /// Quorum (Redlock) mode over independent Redis servers, with the default settings:
     /// Mutex and RwLock (writer or reader preference) are granted by a majority. Ticket-queue
     /// primitives (FairLock, Semaphore, `Preference::Fair`) fail with
-    /// [`Error::Unsupported`](crate::Error::Unsupported) on every call. See `docs/SCALE.md`
-    /// for what fencing tokens mean here.
+    /// [`Error::Unsupported`](crate::Error::Unsupported) on every call. A grant's fencing
+    /// token is the largest fence among the servers that granted it: the crate's
+    /// [SCALE.md](https://docs.rs/crate/redis-locks/latest/source/docs/SCALE.md)
+    /// ("Fencing tokens under quorum") says what that guarantees.
     /// Connecting needs a majority of the servers up; the others join when they come back.
     pub async fn quorum(urls: &[&str]) -> Result<Self> {
         Self::builder().quorum(urls).await
     }
 
-    /// A client on the in-process reference store: the same semantics without Redis, for
-    /// tests and local runs. Locks are shared by the clones of this client only.
+    /// A client on a new in-process store of its own: the same semantics as Redis, without
+    /// Redis, for tests and local runs. It shares nothing with other calls: two
+    /// `LockClient::in_memory()` clients never see each other's locks (only this client's
+    /// clones share its store). To test several services that contend for the same locks,
+    /// give them clients of one [`InMemory`](crate::InMemory) store.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// use redis_locks::{InMemory, LockClient};
+    /// let (a, b) = (LockClient::in_memory(), LockClient::in_memory());
+    /// let held = a.mutex("m").lock().await?;
+    /// assert!(b.mutex("m").try_lock().await.is_ok()); // another store: no exclusion
+    ///
+    /// let shared = InMemory::new();
+    /// let (a, b) = (shared.client("service-a")?, shared.client("service-b")?);
+    /// let held_too = a.mutex("m").lock().await?;
+    /// assert!(b.mutex("m").try_lock().await.unwrap_err().is_would_block());
+    /// # drop((held, held_too)); Ok(()) }
+    /// ```
     pub fn in_memory() -> Self {
         LockClientBuilder::default().build(Arc::new(MemoryStore::new()))
     }
@@ -567,8 +588,9 @@ impl LockClientBuilder {
     /// and waking them. Replication is asynchronous, so a hold granted just before a
     /// failover may not have reached the new primary: that guard's next renewal is refused
     /// and it reports [`lost()`](crate::MutexGuard::lost). To make a hold survive a
-    /// failover, confirm it reached the replicas with `wait_replicas` (see
-    /// `docs/RELIABILITY.md`).
+    /// failover, confirm it reached the replicas with
+    /// [`wait_replicas`](crate::Lock::wait_replicas) (see the crate's
+    /// [RELIABILITY.md](https://docs.rs/crate/redis-locks/latest/source/docs/RELIABILITY.md)).
     ///
     /// ```no_run
     /// # #[tokio::main(flavor = "current_thread")]
@@ -635,11 +657,18 @@ impl LockClientBuilder {
         Ok(self.build(Arc::new(store)))
     }
 
-    /// On the in-process reference store. Refuses the prefix and defaults that `connect`
-    /// refuses, so a configuration tried in memory works on Redis.
+    /// On a new in-process store of its own, shared with no other client (see
+    /// [`LockClient::in_memory`]; for clients that share one store, see
+    /// [`InMemory::client_with`](crate::InMemory::client_with)). Refuses the prefix and
+    /// defaults that `connect` refuses, so a configuration tried in memory works on Redis.
     pub fn in_memory(self) -> Result<LockClient> {
+        self.on_memory_store(Arc::new(MemoryStore::new()))
+    }
+
+    /// On `store`, an in-process store that other clients may share ([`crate::InMemory`]).
+    pub(crate) fn on_memory_store(self, store: Arc<MemoryStore>) -> Result<LockClient> {
         self.check()?;
-        Ok(self.build(Arc::new(MemoryStore::new())))
+        Ok(self.build(store))
     }
 
     /// On any store (feature `testing`: a shared `MemoryStore`, a fault-injecting wrapper).

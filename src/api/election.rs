@@ -203,8 +203,9 @@ impl Election {
         ctx.store.leader(ctx.keys()?, None).await
     }
 
-    /// Watches the leader: an [`Observer`] that yields the leader now, then every change of
-    /// leader or value (`None` while nobody leads). Woken by the store's notifications; it
+    /// Watches the leader: an [`Observer`] that yields who leads now, then every change of
+    /// leader or value, as [`LeaderEvent`]s ([`NobodyLeads`](LeaderEvent::NobodyLeads) while
+    /// nobody leads). Woken by the store's notifications; it
     /// also re-reads when the current leader's lease ends and at least every retry interval,
     /// so a lost notification delays an answer, never leaves a wrong one. When changes come
     /// faster than they are read, the latest state is yielded (intermediate ones may be
@@ -217,12 +218,13 @@ impl Election {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> redis_locks::Result<()> {
+    /// use redis_locks::LeaderEvent;
     /// let client = redis_locks::LockClient::in_memory();
     /// let election = client.election("scheduler");
     /// let mut observer = election.observe();
-    /// assert_eq!(observer.next().await, Some(None)); // nobody leads yet
+    /// assert_eq!(observer.next().await, Some(LeaderEvent::NobodyLeads));
     /// let leadership = election.campaign("a").await?;
-    /// let seen = observer.next().await.flatten().expect("a leader");
+    /// let Some(LeaderEvent::Leader(seen)) = observer.next().await else { panic!("a leader") };
     /// assert_eq!((seen.value.as_str(), seen.term), ("a", leadership.term()));
     /// # Ok(()) }
     /// ```
@@ -660,9 +662,70 @@ async fn watch(
     }
 }
 
+/// What an [`Observer`] yields: the election's leader, or that nobody leads.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> redis_locks::Result<()> {
+/// use redis_locks::LeaderEvent;
+/// let client = redis_locks::LockClient::in_memory();
+/// let election = client.election("scheduler");
+/// let mut observer = election.observe();
+/// let _leadership = election.campaign("worker-1").await?;
+/// while let Some(event) = observer.next().await {
+///     match event {
+///         LeaderEvent::Leader(leader) => {
+///             println!("{} leads (term {})", leader.value, leader.term);
+///             break;
+///         }
+///         LeaderEvent::NobodyLeads => println!("nobody leads"),
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LeaderEvent {
+    /// This member leads (its value, term and lease left).
+    Leader(LeaderInfo),
+    /// Nobody leads: no campaign holds the election now.
+    NobodyLeads,
+}
+
+impl LeaderEvent {
+    /// The leader, if somebody leads.
+    ///
+    /// ```
+    /// assert!(redis_locks::LeaderEvent::NobodyLeads.leader().is_none());
+    /// ```
+    pub fn leader(&self) -> Option<&LeaderInfo> {
+        match self {
+            LeaderEvent::Leader(leader) => Some(leader),
+            LeaderEvent::NobodyLeads => None,
+        }
+    }
+
+    /// The leader, if somebody leads, by value.
+    ///
+    /// ```
+    /// assert_eq!(redis_locks::LeaderEvent::NobodyLeads.into_leader(), None);
+    /// ```
+    pub fn into_leader(self) -> Option<LeaderInfo> {
+        match self {
+            LeaderEvent::Leader(leader) => Some(leader),
+            LeaderEvent::NobodyLeads => None,
+        }
+    }
+}
+
+impl From<Option<LeaderInfo>> for LeaderEvent {
+    fn from(leader: Option<LeaderInfo>) -> Self {
+        leader.map_or(LeaderEvent::NobodyLeads, LeaderEvent::Leader)
+    }
+}
+
 /// Watches an election's leader: made by [`Election::observe`]. A
-/// [`Stream`](futures_core::Stream) of `Option<LeaderInfo>` (the leader now, then every
-/// change), also readable with [`next`](Observer::next) without a stream library.
+/// [`Stream`](futures_core::Stream) of [`LeaderEvent`]s (who leads now, then every change),
+/// also readable with [`next`](Observer::next) without a stream library.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -672,9 +735,9 @@ async fn watch(
 /// let mut observer = election.observe();
 /// let first = election.campaign("a").await?;
 /// // The first item is the state when the watch first read it; skip to "a".
-/// while observer.next().await.flatten().map(|l| l.value) != Some("a".into()) {}
+/// while observer.next().await.and_then(|e| e.into_leader()).map(|l| l.value) != Some("a".into()) {}
 /// first.resign().await?;
-/// assert_eq!(observer.next().await, Some(None));
+/// assert_eq!(observer.next().await, Some(redis_locks::LeaderEvent::NobodyLeads));
 /// # Ok(()) }
 /// ```
 pub struct Observer {
@@ -695,22 +758,23 @@ impl fmt::Debug for Observer {
 }
 
 impl Observer {
-    /// The next state: `Some(leader)` (the leader now at the first call, then at each
-    /// change), `None` once the watch stopped for good (the store does not support elections,
-    /// the name is invalid: see [`closed_because`](Observer::closed_because)).
+    /// The next state: `Some(event)` (who leads now at the first call, then at each change),
+    /// `None` once the watch stopped for good (the store does not support elections, the name
+    /// is invalid: see [`closed_because`](Observer::closed_because)).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> redis_locks::Result<()> {
+    /// use redis_locks::LeaderEvent;
     /// let client = redis_locks::LockClient::in_memory();
     /// let mut observer = client.election("scheduler").observe();
-    /// assert_eq!(observer.next().await, Some(None));
+    /// assert_eq!(observer.next().await, Some(LeaderEvent::NobodyLeads));
     /// # Ok(()) }
     /// ```
     ///
     /// # Cancel safety
     /// Cancel safe: a change not yet returned is returned by the next call.
-    pub async fn next(&mut self) -> Option<Option<LeaderInfo>> {
+    pub async fn next(&mut self) -> Option<LeaderEvent> {
         std::future::poll_fn(|cx| self.poll_change(cx)).await
     }
 
@@ -729,11 +793,11 @@ impl Observer {
         self.shared.state().closed.clone()
     }
 
-    fn poll_change(&mut self, cx: &mut Context<'_>) -> Poll<Option<Option<LeaderInfo>>> {
+    fn poll_change(&mut self, cx: &mut Context<'_>) -> Poll<Option<LeaderEvent>> {
         let mut st = self.shared.state();
         if st.version > self.seen {
             self.seen = st.version;
-            return Poll::Ready(Some(st.current.clone()));
+            return Poll::Ready(Some(st.current.clone().into()));
         }
         if st.closed.is_some() || self.task.as_ref().is_none_or(|t| t.is_finished()) {
             return Poll::Ready(None);
@@ -744,7 +808,7 @@ impl Observer {
 }
 
 impl futures_core::Stream for Observer {
-    type Item = Option<LeaderInfo>;
+    type Item = LeaderEvent;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         self.get_mut().poll_change(cx)

@@ -31,6 +31,21 @@ use crate::vocab::error::Result;
 /// guard.release().await?;
 /// # Ok(()) }
 /// ```
+///
+/// # Methods
+///
+/// On [`Lock<kind::FairLock>`](struct.Lock.html#impl-Lock%3CFairLock%3E), with their examples:
+///
+/// - [`lock`](struct.Lock.html#impl-Lock%3CFairLock%3E): queue for the lock and take it in arrival order
+/// - [`try_lock`](struct.Lock.html#impl-Lock%3CFairLock%3E): one attempt, never queued
+/// - [`with_lock`](struct.Lock.html#impl-Lock%3CFairLock%3E): run a piece of work under the lock
+/// - [`inspect`](struct.Lock.html#impl-Lock%3CFairLock%3E): holder, queue and fence
+///
+/// Options (builder methods of every handle, on [`Lock`]): [`lease`](Lock::lease),
+/// [`auto_renew`](Lock::auto_renew), [`renew_every`](Lock::renew_every),
+/// [`retry_interval`](Lock::retry_interval), [`outage_budget`](Lock::outage_budget),
+/// [`heartbeat`](Lock::heartbeat), [`wait_replicas`](Lock::wait_replicas); and
+/// [`name`](Lock::name).
 pub type FairLock = Lock<kind::FairLock>;
 
 /// Proof of holding a [`FairLock`]; see [`Guard`] for its methods.
@@ -83,7 +98,7 @@ impl Lock<kind::FairLock> {
     /// ```
     ///
     /// # Cancel safety
-    /// Cancel safe, as [`lock`](Lock::<kind::FairLock>::lock).
+    /// Cancel safe, as [`lock`](struct.Lock.html#impl-Lock%3CFairLock%3E).
     pub async fn try_lock(&self) -> Result<FairLockGuard> {
         self.attempt(Ok(Request::FairLock), kind::FairLock::NEW)
             .await

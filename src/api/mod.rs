@@ -7,6 +7,7 @@ pub(crate) mod fair_lock;
 pub(crate) mod guard;
 #[macro_use]
 pub(crate) mod handle;
+pub(crate) mod in_memory;
 pub(crate) mod info;
 pub mod kind;
 pub(crate) mod multi;

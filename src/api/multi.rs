@@ -291,9 +291,13 @@ impl MultiLock {
             Some((fences, sent_at)) => {
                 Ok(pursuit.pending.granted(&fences, sent_at, &self.ctx.opts))
             }
-            None => Err(Error::WouldBlock {
-                name: group[pursuit.busy_part].lock.name().to_owned(),
-            }),
+            None => {
+                let name = group[pursuit.busy_part].lock.name();
+                Err(Error::WouldBlock {
+                    name: name.to_owned(),
+                    by_this_client: self.ctx.holds.holds_name(name),
+                })
+            }
         }
     }
 }

@@ -30,6 +30,21 @@ use crate::vocab::error::Result;
 /// assert!(guard.release().await?);
 /// # Ok(()) }
 /// ```
+///
+/// # Methods
+///
+/// On [`Lock<kind::Mutex>`](struct.Lock.html#impl-Lock%3CMutex%3E), with their examples:
+///
+/// - [`lock`](struct.Lock.html#impl-Lock%3CMutex%3E): wait for the lock and take it (`.timeout(..)` first to bound the wait)
+/// - [`try_lock`](struct.Lock.html#impl-Lock%3CMutex%3E): one attempt, never waits
+/// - [`with_lock`](struct.Lock.html#impl-Lock%3CMutex%3E): run a piece of work under the lock
+/// - [`inspect`](struct.Lock.html#impl-Lock%3CMutex%3E): holders, waiters and the fence
+///
+/// Options (builder methods of every handle, on [`Lock`]): [`lease`](Lock::lease),
+/// [`auto_renew`](Lock::auto_renew), [`renew_every`](Lock::renew_every),
+/// [`retry_interval`](Lock::retry_interval), [`outage_budget`](Lock::outage_budget),
+/// [`heartbeat`](Lock::heartbeat), [`wait_replicas`](Lock::wait_replicas); and
+/// [`name`](Lock::name).
 pub type Mutex = Lock<kind::Mutex>;
 
 /// Proof of holding a [`Mutex`]. The lease renews itself while the guard lives; see
@@ -86,7 +101,7 @@ impl Lock<kind::Mutex> {
     /// ```
     ///
     /// # Cancel safety
-    /// Cancel safe, as [`lock`](Lock::<kind::Mutex>::lock).
+    /// Cancel safe, as [`lock`](struct.Lock.html#impl-Lock%3CMutex%3E).
     pub async fn try_lock(&self) -> Result<MutexGuard> {
         self.attempt(Ok(Request::Mutex), kind::Mutex::NEW).await
     }

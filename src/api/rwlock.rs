@@ -34,6 +34,25 @@ pub use crate::vocab::claim::Preference;
 /// assert_eq!(r.fencing_token(), fence);
 /// # Ok(()) }
 /// ```
+///
+/// # Methods
+///
+/// On [`Lock<kind::RwLock>`](struct.Lock.html#impl-Lock%3CRwLock%3E), with their examples:
+///
+/// - [`preference`](Lock::<kind::RwLock>::preference): writer (default), reader or fair (arrival order)
+/// - [`read`](Lock::<kind::RwLock>::read): wait for a shared hold
+/// - [`try_read`](Lock::<kind::RwLock>::try_read): one attempt at a shared hold
+/// - [`write`](Lock::<kind::RwLock>::write): wait for the exclusive hold
+/// - [`try_write`](Lock::<kind::RwLock>::try_write): one attempt at the exclusive hold
+/// - [`with_read`](Lock::<kind::RwLock>::with_read): run a piece of work under a shared hold
+/// - [`with_write`](Lock::<kind::RwLock>::with_write): run a piece of work under the exclusive hold
+/// - [`inspect`](struct.Lock.html#impl-Lock%3CRwLock%3E): writer, readers, waiters and the fence
+///
+/// Options (builder methods of every handle, on [`Lock`]): [`lease`](Lock::lease),
+/// [`auto_renew`](Lock::auto_renew), [`renew_every`](Lock::renew_every),
+/// [`retry_interval`](Lock::retry_interval), [`outage_budget`](Lock::outage_budget),
+/// [`heartbeat`](Lock::heartbeat), [`wait_replicas`](Lock::wait_replicas); and
+/// [`name`](Lock::name).
 pub type RwLock = Lock<kind::RwLock>;
 
 /// A shared hold of an [`RwLock`]. Its lease is its own: if this reader's process dies, only

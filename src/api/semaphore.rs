@@ -32,6 +32,28 @@ pub use crate::vocab::claim::MAX_PERMITS;
 /// # drop((b, c));
 /// # Ok(()) }
 /// ```
+///
+/// # Methods
+///
+/// On [`Lock<kind::Semaphore>`](struct.Lock.html#impl-Lock%3CSemaphore%3E), with their examples:
+///
+/// - [`permits`](Lock::<kind::Semaphore>::permits): the handle's permit count
+/// - [`acquire`](Lock::<kind::Semaphore>::acquire): wait for one permit
+/// - [`acquire_many`](Lock::<kind::Semaphore>::acquire_many): wait for several permits at once
+/// - [`try_acquire`](Lock::<kind::Semaphore>::try_acquire): one attempt at one permit
+/// - [`try_acquire_many`](Lock::<kind::Semaphore>::try_acquire_many): one attempt at several permits
+/// - [`available_permits`](Lock::<kind::Semaphore>::available_permits): how many permits are free now
+/// - [`set_permits`](Lock::<kind::Semaphore>::set_permits): change the semaphore's count for every client
+/// - [`add_permits`](Lock::<kind::Semaphore>::add_permits): raise the stored count
+/// - [`forget_permits`](Lock::<kind::Semaphore>::forget_permits): lower the stored count
+/// - [`with_permit`](Lock::<kind::Semaphore>::with_permit): run a piece of work under one permit
+/// - [`inspect`](struct.Lock.html#impl-Lock%3CSemaphore%3E): holders, waiters and the fence
+///
+/// Options (builder methods of every handle, on [`Lock`]): [`lease`](Lock::lease),
+/// [`auto_renew`](Lock::auto_renew), [`renew_every`](Lock::renew_every),
+/// [`retry_interval`](Lock::retry_interval), [`outage_budget`](Lock::outage_budget),
+/// [`heartbeat`](Lock::heartbeat), [`wait_replicas`](Lock::wait_replicas); and
+/// [`name`](Lock::name).
 pub type Semaphore = Lock<kind::Semaphore>;
 
 /// One or more permits of a [`Semaphore`]; see [`Guard`] for its methods and

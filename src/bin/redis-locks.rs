@@ -318,7 +318,12 @@ async fn scan_targets(cli: &Cli) -> redis_locks::Result<Vec<redis::ConnectionInf
 async fn connection(
     info: redis::ConnectionInfo,
 ) -> redis_locks::Result<redis::aio::MultiplexedConnection> {
-    let conn_err = |e: redis::RedisError| redis_locks::Error::Connection(Box::new(e));
+    let address = info.addr().to_string();
+    let conn_err = |e: redis::RedisError| redis_locks::Error::Connection {
+        operation: "connect".into(),
+        address: address.clone(),
+        cause: Box::new(e),
+    };
     let redis_client =
         redis::Client::open(info).map_err(|e| redis_locks::Error::InvalidArgument {
             what: "Redis URL",
@@ -337,11 +342,17 @@ async fn connection(
 /// A failed command: a connection problem, or what Redis replied.
 fn redis_error(e: redis::RedisError) -> redis_locks::Error {
     if e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_io_error() {
-        redis_locks::Error::Connection(Box::new(e))
-    } else {
-        redis_locks::Error::Redis {
-            reply: e.to_string(),
+        redis_locks::Error::Connection {
+            operation: "send a command".into(),
+            address: String::new(),
+            cause: Box::new(e),
         }
+    } else {
+        let reply = match (e.code(), e.detail()) {
+            (Some(code), Some(detail)) => format!("{code} {detail}"),
+            _ => e.to_string(),
+        };
+        redis_locks::Error::Redis { reply }
     }
 }
 
@@ -430,11 +441,13 @@ fn advice(err: &Error, cli: &Cli) -> String {
                 .into()
         }
         Error::InvalidArgument { .. } => "fix the argument named above".into(),
-        Error::Redis { .. } => format!(
+        Error::Redis { reply } if reply.starts_with("NOPERM") => format!(
             "check the rights of the Redis user in --url on keys `{}:*` (the ACL rule in \
-             docs/RELIABILITY.md, plus +scan for `list`) and the server's log",
+             docs/RELIABILITY.md, plus +scan for `list`)",
             cli.prefix
         ),
+        // The message gives the advice that fits the reply.
+        Error::Redis { .. } => String::new(),
         _ => "see the message above; run `redis-locks --help` for the commands and options".into(),
     }
 }
@@ -648,8 +661,8 @@ async fn leader(
     }
     let mut observer = election.observe();
     let mut shown = 0u64;
-    while let Some(leader) = observer.next().await {
-        show(&leader);
+    while let Some(event) = observer.next().await {
+        show(&event.into_leader());
         shown += 1;
         if count.is_some_and(|c| shown >= c) {
             return Ok(ExitCode::SUCCESS);

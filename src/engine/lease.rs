@@ -632,6 +632,16 @@ impl Holds {
         id
     }
 
+    /// Whether one of these holds, still valid, is on lock `name`.
+    pub(crate) fn holds_name(&self, name: &str) -> bool {
+        self.live
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter_map(Weak::upgrade)
+            .any(|shared| shared.lock.name() == name && !shared.validity.borrow().lost)
+    }
+
     fn unregister(&self, id: u64) {
         self.live
             .lock()
@@ -692,7 +702,7 @@ impl Holds {
                     first_error.get_or_insert(err);
                 }
                 Err(join) => {
-                    first_error.get_or_insert(Error::Connection(Box::new(join)));
+                    first_error.get_or_insert(Error::connection("release", "", join));
                 }
             }
         }
@@ -1042,8 +1052,36 @@ pub(crate) fn release_in_background(store: Arc<dyn Store>, lock: LockKeys, claim
             }
         });
     } else {
+        warn_dropped_outside_a_runtime(lock.name(), claim.lease);
+    }
+}
+
+/// How many lock names [`warn_dropped_outside_a_runtime`] remembers having warned about;
+/// later names are logged at debug level only, so the set stays small.
+const MAX_WARNED_NAMES: usize = 256;
+
+/// Warns, once per lock name, that a guard of `name` was dropped where it cannot be
+/// released (no tokio runtime): the lock stays held until its lease lapses.
+fn warn_dropped_outside_a_runtime(name: &str, lease: Duration) {
+    static WARNED: StdMutex<Option<std::collections::HashSet<String>>> = StdMutex::new(None);
+    let first = {
+        let mut warned = WARNED.lock().unwrap_or_else(|e| e.into_inner());
+        let warned = warned.get_or_insert_with(Default::default);
+        warned.len() < MAX_WARNED_NAMES && warned.insert(name.to_owned())
+    };
+    if first {
+        tracing::warn!(
+            lock = name,
+            ?lease,
+            "a guard of lock `{name}` (or a wait for it) was dropped outside a tokio runtime \
+             (or after its runtime ended), \
+             so it could not be released: the lock stays held until its lease ({lease:?}) \
+             lapses. Call `release().await` on the guard, or `LockClient::release_all().await` \
+             before the runtime ends. (Warned once per lock name.)"
+        );
+    } else {
         tracing::debug!(
-            lock = lock.name(),
+            lock = name,
             "dropped outside a runtime; the lease will lapse"
         );
     }

@@ -293,10 +293,14 @@ pub(crate) struct LockCtx {
 
 /// The error of an attempt whose reply did not come within one round trip past the deadline.
 pub(crate) fn no_reply(bound: Duration) -> Error {
-    Error::Connection(Box::new(std::io::Error::new(
-        std::io::ErrorKind::TimedOut,
-        format!("no reply from Redis within {bound:?} past the wait's deadline"),
-    )))
+    Error::connection(
+        "wait for a lock",
+        "",
+        std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no reply from Redis within {bound:?} past the wait's deadline"),
+        ),
+    )
 }
 
 /// How long a waiter waits for its channel's subscription before it goes on without it

@@ -159,7 +159,11 @@ fn reject_ticket(claim: &Claim) -> Result<()> {
 }
 
 fn join_failed() -> Error {
-    Error::Connection(Box::new(std::io::Error::other("quorum node task failed")))
+    Error::connection(
+        "reach a quorum node",
+        "",
+        std::io::Error::other("quorum node task failed"),
+    )
 }
 
 /// What to report when too few servers answered: a non-connection error if one occurred

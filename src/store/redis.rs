@@ -12,7 +12,7 @@ use redis::{
 
 use super::{ms, Acquire, AcquireAll, Claim, Family, Part, PermitChange, Slot, Snapshot, Store};
 use crate::store::hub::{Subscriber, WakeHub};
-use crate::vocab::error::{Error, Result};
+use crate::vocab::error::{Cause, Error, NotNow, Result};
 use crate::vocab::keys::LockKeys;
 use crate::wire::scripts::{Scripts, Variant};
 use crate::wire::{
@@ -90,6 +90,9 @@ pub struct RedisStore {
     hand_over: bool,
     /// The scripts this store runs (the production ones, except in tests).
     scripts: &'static Scripts,
+    /// The server's `host:port`, named by connection errors (empty for a Cluster or
+    /// Sentinel, whose node changes).
+    address: Arc<str>,
 }
 
 impl fmt::Debug for RedisStore {
@@ -145,11 +148,21 @@ fn check_tls_support(url: &str, tls_compiled: bool) -> Result<()> {
     Ok(())
 }
 
+/// The form of the URLs the library takes.
+pub(crate) const URL_FORM: &str = "redis://[user:password@]host:port[/db]";
+
+/// A URL the redis crate could not use, with the form expected.
+fn bad_url(url: &str, err: redis::RedisError) -> Error {
+    Error::invalid(
+        "Redis URL",
+        format!("{url:?}: {err}; expected {URL_FORM} (rediss:// for TLS)"),
+    )
+}
+
 /// Parses a `redis://` / `rediss://` URL into the redis crate's connection settings.
 pub(crate) fn parse_url(url: &str) -> Result<ConnectionInfo> {
     check_tls_support(url, cfg!(feature = "tls"))?;
-    url.into_connection_info()
-        .map_err(|e| Error::invalid("Redis URL", e.to_string()))
+    url.into_connection_info().map_err(|e| bad_url(url, e))
 }
 
 /// Redis 7.0 or later, Valkey 7.2 or later (every Valkey release is 7.2 or later); another
@@ -181,7 +194,10 @@ fn connect_error(address: &str, err: redis::RedisError) -> Error {
             source: crate::vocab::error::Cause::boxed(err),
         };
     }
-    error_from_redis("", err)
+    match error_from_redis("", err) {
+        Error::Connection { cause, .. } => Error::connection("connect", address, cause),
+        other => other,
+    }
 }
 
 /// A connection manager on the server of `info`, in RESP3 with its pushes delivered to `hub`
@@ -192,8 +208,8 @@ pub(crate) async fn manager(
     hub: Arc<WakeHub>,
     when: Connect,
 ) -> Result<ConnectionManager> {
-    let bad_url = |e: redis::RedisError| Error::invalid("Redis URL", e.to_string());
     let address = info.addr().to_string();
+    let bad_url = |e: redis::RedisError| bad_url(&address, e);
     // RESP3 lets pub/sub pushes share the command connection.
     let settings = info
         .redis_settings()
@@ -279,6 +295,7 @@ impl RedisStore {
         hub: Arc<WakeHub>,
         when: Connect,
     ) -> Result<(Self, Box<dyn Subscriber>)> {
+        let address = Arc::from(info.addr().to_string());
         let conn = manager(info, config, hub.clone(), when).await?;
         let subscriber = Box::new(SingleSubscriber(conn.clone()));
         let store = RedisStore {
@@ -287,6 +304,7 @@ impl RedisStore {
             publish: Publish::Plain,
             hand_over: true,
             scripts: Scripts::get(Variant::Production),
+            address,
         };
         Ok((store, subscriber))
     }
@@ -295,7 +313,7 @@ impl RedisStore {
     /// `master_name`, and follows it through failovers: a write refused with `READONLY` (the
     /// old primary was demoted) or a lost connection makes the store ask the sentinels
     /// again, and a `READONLY`-refused step is sent again to the new primary. See
-    /// `docs/decisions/sentinel.md`. `node`: how to reach the data nodes (credentials, TLS),
+    /// the crate's [decisions/sentinel.md](https://docs.rs/crate/redis-locks/latest/source/docs/decisions/sentinel.md). `node`: how to reach the data nodes (credentials, TLS),
     /// as the redis crate's Sentinel client takes it.
     #[cfg(feature = "sentinel")]
     pub async fn sentinel(
@@ -319,6 +337,7 @@ impl RedisStore {
             publish: Publish::Plain,
             hand_over: true,
             scripts: Scripts::get(Variant::Production),
+            address: Arc::from(""),
         };
         store.check_server().await?;
         hub.start(Box::new(super::sentinel::SentinelSubscriber(conn)));
@@ -367,6 +386,7 @@ impl RedisStore {
             publish: Publish::Sharded,
             hand_over: true,
             scripts: Scripts::get(Variant::Production),
+            address: Arc::from(""),
         };
         store.check_server().await?;
         hub.start(Box::new(ClusterSubscriber(conn)));
@@ -414,7 +434,9 @@ impl RedisStore {
 
     /// Sends any command on the store's connection (for tools and tests).
     pub async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
-        self.raw(cmd).await.map_err(|e| error_from_redis("", e))
+        self.raw(cmd)
+            .await
+            .map_err(|e| error_from_redis("", e).at(&self.address))
     }
 
     /// Sends `cmd` and returns the redis crate's own result.
@@ -461,7 +483,7 @@ impl RedisStore {
                 on_primary(&s, |mut c| async move { invoke(inv, &mut c).await }).await
             }
         };
-        let reply = result.map_err(|e| error_from_redis(lock.name(), e))?;
+        let reply = result.map_err(|e| error_from_redis(lock.name(), e).at(&self.address))?;
         T::from_redis_value(reply).map_err(|e| Error::WrongType {
             name: lock.name().to_owned(),
             detail: format!("unexpected script reply: {e}"),
@@ -753,7 +775,7 @@ impl Store for RedisStore {
                     .and_then(|v| redis::from_redis_value(v).map_err(redis::RedisError::from))
             }
         }
-        .map_err(|e| error_from_redis(lock.name(), e))?;
+        .map_err(|e| error_from_redis(lock.name(), e).at(&self.address))?;
         Ok(u32::try_from(acked.max(0)).unwrap_or(u32::MAX))
     }
 
@@ -844,6 +866,15 @@ impl Store for RedisStore {
     }
 }
 
+/// What a connection error on lock `name` (none: a command of no lock) interrupted.
+fn operation(name: &str) -> String {
+    if name.is_empty() {
+        "send a command".to_owned()
+    } else {
+        format!("a step on lock `{name}`")
+    }
+}
+
 /// Classifies a Redis error for the lock `name` (the Redis adapter owns this mapping).
 pub(crate) fn error_from_redis(name: &str, err: redis::RedisError) -> Error {
     if err.is_timeout()
@@ -851,7 +882,7 @@ pub(crate) fn error_from_redis(name: &str, err: redis::RedisError) -> Error {
         || err.is_connection_refusal()
         || err.is_io_error()
     {
-        return Error::Connection(crate::vocab::error::Cause::boxed(err));
+        return Error::connection(operation(name), "", Cause::boxed(err));
     }
     use crate::wire::ErrorReply;
     let detail = err.detail().unwrap_or("");
@@ -872,8 +903,18 @@ pub(crate) fn error_from_redis(name: &str, err: redis::RedisError) -> Error {
             name: name.to_owned(),
             detail: detail.to_owned(),
         },
-        Some("LOADING") | Some("BUSY") | Some("TRYAGAIN") | Some("CLUSTERDOWN")
-        | Some("MASTERDOWN") => Error::Connection(crate::vocab::error::Cause::boxed(err)),
+        Some(code @ ("LOADING" | "BUSY" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN")) => {
+            let not_now = NotNow {
+                code: code.to_owned(),
+                detail: detail.to_owned(),
+            };
+            Error::connection(operation(name), "", not_now)
+        }
+        // The server's own wording, code first (the redis crate renders some codes in
+        // words of its own).
+        Some(code) if !detail.is_empty() => Error::Redis {
+            reply: format!("{code} {detail}"),
+        },
         _ => Error::Redis {
             reply: err.to_string(),
         },

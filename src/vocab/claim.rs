@@ -346,7 +346,7 @@ pub struct Snapshot {
 }
 
 /// A change of a ticket queue's permit count (a Semaphore's), made atomically by
-/// [`Store::set_permits`]: the store reads the count in force and writes the new one in one
+/// [`Store::set_permits`](crate::store::Store::set_permits): the store reads the count in force and writes the new one in one
 /// step, so concurrent relative changes from several clients all count.
 ///
 /// A relative change starts from the count stored by an earlier `set_permits` of any client;
@@ -382,7 +382,7 @@ pub enum PermitChange {
 
 impl PermitChange {
     /// The count this change leaves when `stored` is the count stored now (`None`: none is).
-    /// It may be out of range; the store then refuses the change (see [`Store::set_permits`]).
+    /// It may be out of range; the store then refuses the change (see [`Store::set_permits`](crate::store::Store::set_permits)).
     pub fn apply(self, stored: Option<u32>) -> i64 {
         match self {
             PermitChange::Set(n) => i64::from(n),
@@ -401,7 +401,7 @@ pub struct Part {
     pub slot: Slot,
 }
 
-/// Outcome of one [`Store::acquire_all`] attempt.
+/// Outcome of one [`Store::acquire_all`](crate::store::Store::acquire_all) attempt.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AcquireAll {
     /// Every part is held: its grant, in part order.

@@ -25,7 +25,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// assert!(err.is_invalid_input());
 /// # }
 /// ```
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The lock name is empty or too long; nothing was sent to Redis.
@@ -44,11 +44,15 @@ pub enum Error {
     },
     /// A `try_*` attempt found the lock held (or, for a ticket queue, found waiters ahead):
     /// nothing is held and the caller is not queued. Wait with `lock()` (and `.timeout(..)`)
-    /// instead if you need the lock.
-    #[error("lock `{name}` is held by someone else (a try_* attempt never waits)")]
+    /// instead if you need the lock. When this client itself holds the lock (another of its
+    /// guards: locks are not reentrant), the message says so.
+    #[error("{}", would_block_message(name, *by_this_client))]
     WouldBlock {
         /// The lock's name.
         name: String,
+        /// Whether this client (one of its live guards) holds the lock; others may hold it
+        /// beside it.
+        by_this_client: bool,
     },
     /// The wait ran out before the lock was granted; the waiter has left the queue.
     #[error("timed out after {waited:?} waiting for lock `{name}`")]
@@ -68,18 +72,27 @@ pub enum Error {
         detail: String,
     },
     /// Redis could not be asked, or the reply was lost (connection dropped, response timeout,
-    /// server restarting). The outcome of the command is unknown; the library has already
-    /// retried by token where that is safe.
+    /// server restarting, loading its data or busy with a script). The outcome of the command
+    /// is unknown; the library has already retried by token where that is safe.
     ///
-    /// `Display` says what happened and what to check; the cause (such as "Connection refused")
-    /// is the error's [`source`](std::error::Error::source), printed once by an error
-    /// reporter that walks the chain.
-    #[error("Redis could not be reached or its reply was lost; the library retried where safe: check that the server is reachable")]
-    Connection(#[source] BoxError),
+    /// `Display` names the operation, the server's address and the cause (such as
+    /// "Connection refused"), once, with what to check or do. The cause is kept in `cause`
+    /// for code that inspects it; it is not repeated as the error's
+    /// [`source`](std::error::Error::source).
+    #[error("{}", connection_message(operation, address, cause))]
+    Connection {
+        /// What the library was doing (`"connect"`, `"acquire lock `jobs`"` ...).
+        operation: String,
+        /// The server's `host:port` (for a Cluster or Sentinel, the address it was reached
+        /// through), or empty when the failure happened beside any one server.
+        address: String,
+        /// What went wrong underneath.
+        cause: BoxError,
+    },
     /// Redis answered with an error the library does not expect (for instance a command denied
     /// by an ACL rule, or memory full). `Display` quotes Redis's reply, which is the whole
-    /// cause (there is no further source).
-    #[error("Redis refused the command: {reply}; check the Redis user's ACL rights (README, \"Least privilege\") and the server's memory and log")]
+    /// cause (there is no further source), with advice that fits its error code.
+    #[error("Redis refused the command: {reply}; {}", redis_advice(reply))]
     Redis {
         /// Redis's error reply, as the server worded it (code first, such as `NOPERM` or
         /// `OOM`).
@@ -166,6 +179,137 @@ pub enum Error {
     },
 }
 
+/// `Debug` reads like `Display`, followed by the chain of sources, one per line: this is
+/// what `fn main() -> redis_locks::Result<()>` prints when it returns an error. Match on
+/// the variants (they are public) for the fields.
+///
+/// ```
+/// let err = redis_locks::Error::WouldBlock { name: "jobs".into(), by_this_client: false };
+/// assert_eq!(format!("{err:?}"), err.to_string());
+/// ```
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{self}")?;
+        let mut source = std::error::Error::source(self);
+        if source.is_some() {
+            write!(f, "\n\nCaused by:")?;
+        }
+        while let Some(cause) = source {
+            write!(f, "\n    {cause}")?;
+            source = cause.source();
+        }
+        Ok(())
+    }
+}
+
+/// The text of [`Error::WouldBlock`].
+fn would_block_message(name: &str, by_this_client: bool) -> String {
+    if by_this_client {
+        format!(
+            "lock `{name}` is held by this client (another guard of yours; locks are not \
+             reentrant), and a try_* attempt never waits: use the guard you hold, or release it \
+             first"
+        )
+    } else {
+        format!("lock `{name}` is held by someone else (a try_* attempt never waits)")
+    }
+}
+
+/// The text of [`Error::Connection`]: the operation, the address and the cause, with advice
+/// that fits the cause.
+fn connection_message(operation: &str, address: &str, cause: &BoxError) -> String {
+    let at = if address.is_empty() {
+        "Redis".to_owned()
+    } else {
+        format!("Redis at {address}")
+    };
+    let text = full_text(cause.as_ref());
+    let code = text.split([' ', ':']).next().unwrap_or("");
+    let what = match code {
+        "LOADING" | "BUSY" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN" => {
+            "is not serving commands right now"
+        }
+        _ => "could not be reached or its reply was lost",
+    };
+    let advice = match code {
+        "LOADING" => {
+            "the server is loading its data set after a restart: retry once it has \
+                      loaded (a wait rides this out within its outage budget)"
+        }
+        "BUSY" => {
+            "the server is busy running a script or function: retry later, or stop it \
+                   with SCRIPT KILL / FUNCTION KILL"
+        }
+        "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN" => {
+            "the server or cluster is failing over or resharding: retry in a moment"
+        }
+        _ => {
+            "the library retried where safe; check that the server is running and reachable \
+              at that address (host, port, firewall, TLS)"
+        }
+    };
+    format!("{operation}: {at} {what} ({text}); {advice}")
+}
+
+/// `err`'s text followed by each source whose text it does not already contain.
+fn full_text(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(s) = source {
+        let more = s.to_string();
+        if !text.contains(&more) {
+            text = format!("{text}: {more}");
+        }
+        source = s.source();
+    }
+    text
+}
+
+/// Advice for an [`Error::Redis`] reply, by its error code.
+fn redis_advice(reply: &str) -> &'static str {
+    let code = reply.split([' ', ':']).next().unwrap_or("");
+    if reply.contains("DB index is out of range") {
+        return "the database number in the URL (`/db`) is beyond the server's `databases` \
+                setting (16 by default, so 0 to 15): use a lower one or raise `databases`";
+    }
+    match code {
+        "NOPERM" => {
+            "the Redis user lacks an ACL right for this command, key or channel: grant \
+                     the rules in the README's \"Least privilege\" section"
+        }
+        "NOAUTH" | "WRONGPASS" => {
+            "the server needs a user and password: put them in the URL \
+                                   (redis://user:password@host:port)"
+        }
+        "OOM" => {
+            "the server has reached `maxmemory` and evicts nothing it may write here: free \
+                  memory, raise `maxmemory`, or choose an eviction policy"
+        }
+        "READONLY" => {
+            "the server is a read-only replica: connect to the primary (or use \
+                       Sentinel mode, which follows it)"
+        }
+        "NOSCRIPT" | "NOREPLICAS" | "MISCONF" => "see the server's log for the cause",
+        _ => "see the server's log; the reply's first word is Redis's error code",
+    }
+}
+
+/// An error reply that means "not now" (`LOADING`, `BUSY` ...), as the server worded it: its
+/// code, then its message.
+#[derive(Debug)]
+pub(crate) struct NotNow {
+    pub(crate) code: String,
+    pub(crate) detail: String,
+}
+
+impl std::fmt::Display for NotNow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.code, self.detail)
+    }
+}
+
+impl std::error::Error for NotNow {}
+
 /// A Redis client error kept as a source. The redis crate's own error prints its cause's text
 /// in `Display` *and* returns that cause from `source()`, so an error reporter would print it
 /// twice; this wrapper skips the repeated layer, so each cause is printed once.
@@ -213,7 +357,7 @@ impl Error {
 
     /// True when Redis could not be reached or the reply was lost: the outcome is unknown.
     pub fn is_connection(&self) -> bool {
-        matches!(self, Error::Connection(_))
+        matches!(self, Error::Connection { .. })
     }
 
     /// True when the caller's input was refused before anything was sent to Redis.
@@ -251,6 +395,31 @@ impl Error {
                  `set_permits` of any client, else the handle's count)"
             ),
         )
+    }
+
+    /// An [`Error::Connection`] while doing `operation` on the server at `address` (empty when
+    /// unknown).
+    pub(crate) fn connection(
+        operation: impl Into<String>,
+        address: impl Into<String>,
+        cause: impl Into<BoxError>,
+    ) -> Self {
+        Error::Connection {
+            operation: operation.into(),
+            address: address.into(),
+            cause: cause.into(),
+        }
+    }
+
+    /// This error with `address` as its server's address, if it is a connection error that
+    /// names none yet.
+    pub(crate) fn at(mut self, at: &str) -> Self {
+        if let Error::Connection { address, .. } = &mut self {
+            if address.is_empty() {
+                *address = at.to_owned();
+            }
+        }
+        self
     }
 
     pub(crate) fn invalid(what: &'static str, reason: impl Into<String>) -> Self {

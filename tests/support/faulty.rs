@@ -354,12 +354,14 @@ impl Faulty {
             gate.pass().await;
         }
         if faults.lose_reply {
-            return Err(redis_locks::Error::Connection(Box::new(
-                std::io::Error::new(
+            return Err(redis_locks::Error::Connection {
+                operation: "a test fault".into(),
+                address: String::new(),
+                cause: Box::new(std::io::Error::new(
                     std::io::ErrorKind::ConnectionReset,
                     "reply lost by the fault injector",
-                ),
-            )));
+                )),
+            });
         }
         result
     }

@@ -12,6 +12,7 @@ pub async fn next_within(observer: &mut Observer, bound: Duration) -> Option<Lea
         .await
         .unwrap_or_else(|_| panic!("no observer state within {bound:?}"))
         .expect("the observer runs")
+        .into_leader()
 }
 
 /// Reads the observer until it yields a state whose value is `want`.
@@ -26,7 +27,8 @@ pub async fn observe_until(
         let state = tokio::time::timeout(left, observer.next())
             .await
             .unwrap_or_else(|_| panic!("observer did not reach {want:?} within {bound:?}"))
-            .expect("the observer runs");
+            .expect("the observer runs")
+            .into_leader();
         if state.as_ref().map(|l| l.value.as_str()) == want {
             return state;
         }

@@ -1,0 +1,89 @@
+//! A guard dropped where it cannot be released (its tokio runtime has ended) leaves its lock
+//! held for the lease: the library warns once per lock name, saying for how long and what
+//! to call instead.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis_locks::{InMemory, MutexGuard};
+
+/// The warnings logged on this thread, as text.
+#[derive(Clone, Default)]
+struct Warnings(Arc<Mutex<Vec<String>>>);
+
+impl tracing::Subscriber for Warnings {
+    fn enabled(&self, meta: &tracing::Metadata<'_>) -> bool {
+        *meta.level() <= tracing::Level::WARN
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        struct Text(String);
+        impl tracing::field::Visit for Text {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                self.0.push_str(&format!("{}={value:?} ", field.name()));
+            }
+        }
+        let mut text = Text(String::new());
+        event.record(&mut text);
+        self.0.lock().unwrap().push(text.0);
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// A guard of `name` taken on a runtime that has ended by the time it is returned.
+fn guard_outliving_its_runtime(store: &InMemory, name: &str, lease: Duration) -> MutexGuard {
+    let client = store.client("svc").expect("client");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let guard = runtime.block_on(async {
+        client
+            .mutex(name)
+            .lease(lease)
+            .lock()
+            .timeout(Duration::from_secs(5))
+            .await
+            .expect("lock")
+    });
+    drop(runtime);
+    guard
+}
+
+#[test]
+fn a_guard_dropped_after_its_runtime_warns_once_per_lock_name() {
+    let warnings = Warnings::default();
+    let _capture = tracing::subscriber::set_default(warnings.clone());
+    let store = InMemory::new();
+    let lease = Duration::from_millis(300);
+
+    drop(guard_outliving_its_runtime(&store, "dropped-late", lease));
+    let seen = warnings.0.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "{seen:#?}");
+    let text = &seen[0];
+    assert!(text.contains("dropped-late"), "names the lock: {text}");
+    assert!(
+        text.contains("300ms"),
+        "says how long it stays held: {text}"
+    );
+    assert!(
+        text.contains("release().await") && text.contains("release_all()"),
+        "says what to call instead: {text}"
+    );
+
+    // The same name again (once its lease lapsed): no second warning.
+    std::thread::sleep(lease + Duration::from_millis(100));
+    drop(guard_outliving_its_runtime(&store, "dropped-late", lease));
+    assert_eq!(warnings.0.lock().unwrap().len(), 1, "warned once per name");
+
+    // Another name warns again.
+    drop(guard_outliving_its_runtime(&store, "dropped-late-2", lease));
+    let seen = warnings.0.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2, "{seen:#?}");
+    assert!(seen[1].contains("dropped-late-2"), "{seen:#?}");
+}
