@@ -313,6 +313,11 @@ async fn every_script_runs_by_sha_as_the_restricted_acl_user() {
             .expect("force release")
             >= 1
     );
+    // Evicting one holder by token prefix (a prefix nobody has: nothing is evicted).
+    store
+        .force_release_holder(&lock, "no-such-holder", None)
+        .await
+        .expect("force release of one holder");
 
     let parts: Vec<Part> = ["acl-multi-a", "acl-multi-b"]
         .iter()
