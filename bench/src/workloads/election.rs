@@ -64,7 +64,13 @@ async fn observe_latency(env: &Env, run: usize, ping: f64) -> BoxResult<Vec<Row>
     let name = format!("{W}-{run}-observe");
     let mut leadership = env.client.election(&name).campaign("v0").await?;
     let mut observer = env.client_b.election(&name).observe();
-    while observer.next().await.flatten().map(|l| l.value) != Some("v0".into()) {}
+    while observer
+        .next()
+        .await
+        .and_then(|e| e.into_leader())
+        .map(|l| l.value)
+        != Some("v0".into())
+    {}
     let mut seen = Vec::with_capacity(PROCLAIMS);
     for i in 1..=PROCLAIMS {
         let value = format!("v{i}");
@@ -75,7 +81,7 @@ async fn observe_latency(env: &Env, run: usize, ping: f64) -> BoxResult<Vec<Row>
                 .await
                 .map_err(|_| "the observer saw no proclaim within 10 s")?
                 .ok_or("the observer stopped")?;
-            if state.map(|l| l.value) == Some(value.clone()) {
+            if state.into_leader().map(|l| l.value) == Some(value.clone()) {
                 break;
             }
         }
@@ -181,7 +187,13 @@ async fn kill_leader(env: &Env, name: &str) -> BoxResult<Kill> {
     let (mut child, old_term) = spawn_leader(env, name).await?;
     let election = env.client_b.election(name).lease(LEASE);
     let mut observer = election.observe();
-    while observer.next().await.flatten().map(|l| l.term) != Some(old_term) {}
+    while observer
+        .next()
+        .await
+        .and_then(|e| e.into_leader())
+        .map(|l| l.term)
+        != Some(old_term)
+    {}
     let standby = {
         let election = election.clone();
         tokio::spawn(async move { election.campaign("standby").await })
@@ -217,7 +229,7 @@ async fn kill_leader(env: &Env, name: &str) -> BoxResult<Kill> {
             .await
             .map_err(|_| "the observer saw no takeover within 10 s")?
             .ok_or("the observer stopped")?;
-        if state.map(|l| l.term) == Some(leadership.term()) {
+        if state.into_leader().map(|l| l.term) == Some(leadership.term()) {
             break;
         }
     }
