@@ -218,13 +218,46 @@ impl Shared {
             return;
         };
         self.holds.renewals.remove(plan.runtime, *old, plan.id);
+        let current = current_runtime();
         if !self.holds.renewals.is_live(plan.runtime) || planted(Bug::RenewalsFollowTheCaller) {
-            if let Some(current) = current_runtime() {
+            if let Some(current) = current {
                 plan.runtime = current;
             }
+        } else if let Some(current) = current.filter(|c| *c != plan.runtime) {
+            // Asked from another runtime while the renewing one seems alive: it may be
+            // shutting down right now (its driver not marked finished yet). Look again from
+            // the asking runtime a little later; a helper runtime that ends first takes the
+            // look along with it.
+            self.look_after_from(current);
         }
         self.holds.renewals.add(plan.runtime, due, plan.id, self);
         *old = due;
+    }
+
+    /// From runtime `origin` (the current one), checks a few times over the next two seconds
+    /// that the hold's renewing runtime still lives, and moves the hold's entry to `origin`
+    /// if it does not (it shut down just as a request from `origin` left the entry there).
+    fn look_after_from(self: &Arc<Self>, origin: RuntimeKey) {
+        let hold = Arc::downgrade(self);
+        tokio::spawn(async move {
+            for wait in [100, 400, 1_500] {
+                tokio::time::sleep(Duration::from_millis(wait)).await;
+                let Some(shared) = hold.upgrade() else { return };
+                if shared.holds.renewals.has_ended(origin) {
+                    return;
+                }
+                let mut renewer = shared.renewer.lock().unwrap_or_else(|p| p.into_inner());
+                let Renewer::Scheduled { due, plan, .. } = &mut *renewer else {
+                    return;
+                };
+                if !shared.holds.renewals.is_live(plan.runtime) {
+                    shared.holds.renewals.remove(plan.runtime, *due, plan.id);
+                    plan.runtime = origin;
+                    shared.holds.renewals.add(origin, *due, plan.id, &shared);
+                    return;
+                }
+            }
+        });
     }
 
     /// Called by the driver when the entry (`due`, `id`) fell due (the driver took it out of
@@ -502,6 +535,21 @@ impl Renewals {
             by_runtime.entry(runtime).or_default().clone()
         };
         schedule.add(due, id, shared);
+    }
+
+    /// Whether `runtime` is known to have ended: a simulated runtime ended by the test (a
+    /// tokio runtime that ended runs none of its tasks, so nobody asks on its behalf).
+    fn has_ended(&self, runtime: RuntimeKey) -> bool {
+        match runtime {
+            RuntimeKey::Tokio(_) => false,
+            #[cfg(feature = "testing")]
+            RuntimeKey::Simulated(_) => self
+                .by_runtime
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&runtime)
+                .is_some_and(|s| s.lock().closed),
+        }
     }
 
     /// Whether `runtime`'s schedule has a driver that still runs (its runtime is alive).
