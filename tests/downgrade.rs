@@ -36,6 +36,29 @@ async fn faulty_client(b: &Backend) -> (std::sync::Arc<Faulty>, LockClient) {
     (store, client)
 }
 
+/// `client`'s write guard on `name` under `policy`.
+async fn write(client: &LockClient, name: &str, policy: Preference) -> WriteGuard {
+    client
+        .rwlock(name)
+        .preference(policy)
+        .write()
+        .await
+        .unwrap_or_else(|e| panic!("{policy:?}: write {name}: {e}"))
+}
+
+/// `other` gets the write lock on `name` within [`PROMPTLY`] (not after a leaked lease),
+/// and lets it go.
+async fn writer_gets_in_promptly(other: &LockClient, name: &str, policy: Preference, after: &str) {
+    let w = other
+        .rwlock(name)
+        .preference(policy)
+        .write()
+        .timeout(PROMPTLY)
+        .await
+        .unwrap_or_else(|e| panic!("{policy:?}: another writer after {after}: {e}"));
+    w.release().await.expect("release");
+}
+
 /// `release_all()` runs while a downgrade's reply is on its way (the server applied the
 /// downgrade first): the downgrade must not come back with a read guard that says it is held,
 /// and another client's writer gets the lock at once.
@@ -44,12 +67,7 @@ async fn downgrade_racing_release_all(b: Backend) {
         let name = format!("dg-release-all-{policy:?}");
         let (store, client) = faulty_client(&b).await;
         let other = b.client().await;
-        let w = client
-            .rwlock(&name)
-            .preference(policy)
-            .write()
-            .await
-            .expect("write");
+        let w = write(&client, &name, policy).await;
         let gate = Gate::new();
         store.add(Rule::on(Op::Downgrade).times(1).hold_reply(gate.clone()));
         let downgrade = tokio::spawn(WriteGuard::downgrade(w));
@@ -68,14 +86,7 @@ async fn downgrade_racing_release_all(b: Backend) {
                 "{policy:?}: unexpected error {e}"
             ),
         }
-        let w2 = other
-            .rwlock(&name)
-            .preference(policy)
-            .write()
-            .timeout(PROMPTLY)
-            .await
-            .unwrap_or_else(|e| panic!("{policy:?}: another writer after release_all: {e}"));
-        w2.release().await.expect("release");
+        writer_gets_in_promptly(&other, &name, policy, "release_all").await;
     }
 }
 
@@ -87,12 +98,7 @@ async fn a_downgrade_with_a_lost_reply_leaves_nothing(b: Backend) {
         let name = format!("dg-lost-{policy:?}");
         let (store, client) = faulty_client(&b).await;
         let other = b.client().await;
-        let w = client
-            .rwlock(&name)
-            .preference(policy)
-            .write()
-            .await
-            .expect("write");
+        let w = write(&client, &name, policy).await;
         store.add(Rule::on(Op::Downgrade).times(1).lose_reply());
         let outcome = WriteGuard::downgrade(w).await;
         if let Ok(r) = &outcome {
@@ -100,14 +106,7 @@ async fn a_downgrade_with_a_lost_reply_leaves_nothing(b: Backend) {
             assert!(r.is_held(), "{policy:?}: a confirmed downgrade is held");
         }
         drop(outcome);
-        let w2 = other
-            .rwlock(&name)
-            .preference(policy)
-            .write()
-            .timeout(PROMPTLY)
-            .await
-            .unwrap_or_else(|e| panic!("{policy:?}: writer after a lost downgrade reply: {e}"));
-        w2.release().await.expect("release");
+        writer_gets_in_promptly(&other, &name, policy, "a lost downgrade reply").await;
     }
 }
 
@@ -118,12 +117,7 @@ async fn a_cancelled_downgrade_leaves_nothing(b: Backend) {
         let name = format!("dg-cancelled-{policy:?}");
         let (store, client) = faulty_client(&b).await;
         let other = b.client().await;
-        let w = client
-            .rwlock(&name)
-            .preference(policy)
-            .write()
-            .await
-            .expect("write");
+        let w = write(&client, &name, policy).await;
         let never = Gate::new();
         store.add(Rule::on(Op::Downgrade).times(1).hold_reply(never.clone()));
         let downgrade = tokio::spawn(WriteGuard::downgrade(w));
@@ -133,14 +127,7 @@ async fn a_cancelled_downgrade_leaves_nothing(b: Backend) {
             downgrade.await.is_err(),
             "{policy:?}: the downgrade was cancelled"
         );
-        let w2 = other
-            .rwlock(&name)
-            .preference(policy)
-            .write()
-            .timeout(PROMPTLY)
-            .await
-            .unwrap_or_else(|e| panic!("{policy:?}: writer after a cancelled downgrade: {e}"));
-        w2.release().await.expect("release");
+        writer_gets_in_promptly(&other, &name, policy, "a cancelled downgrade").await;
     }
 }
 
@@ -176,12 +163,7 @@ async fn delayed_downgrade_then_release_leaves_nothing(b: Backend) {
         let name = format!("atk-dg-rel-{policy:?}");
         let (store, client) = faulty_client(&b).await;
         let other = b.client().await;
-        let w = client
-            .rwlock(&name)
-            .preference(policy)
-            .write()
-            .await
-            .expect("write");
+        let w = write(&client, &name, policy).await;
         let gate = Gate::new();
         store.add(Rule::on(Op::Downgrade).times(1).hold_reply(gate.clone()));
         let downgrade = tokio::spawn(WriteGuard::downgrade(w));
@@ -190,14 +172,7 @@ async fn delayed_downgrade_then_release_leaves_nothing(b: Backend) {
         let r = join("downgrade", downgrade).await.expect("downgrade");
         assert!(r.is_held(), "{policy:?}: downgraded");
         assert!(r.release().await.expect("release"), "{policy:?}: released");
-        let w2 = other
-            .rwlock(&name)
-            .preference(policy)
-            .write()
-            .timeout(PROMPTLY)
-            .await
-            .unwrap_or_else(|e| panic!("{policy:?}: writer after release: {e}"));
-        w2.release().await.expect("release");
+        writer_gets_in_promptly(&other, &name, policy, "release").await;
     }
 }
 
@@ -233,12 +208,7 @@ async fn downgrade_behind_a_renewal_keeps_renewing(b: Backend) {
             .store(store.clone())
             .expect("client");
         let other = b.client().await;
-        let w = client
-            .rwlock(&name)
-            .preference(policy)
-            .write()
-            .await
-            .expect("write");
+        let w = write(&client, &name, policy).await;
         let gate = Gate::new();
         store.add(Rule::on(Op::Extend).times(1).hold_reply(gate.clone()));
         gate.wait_entered(1).await;
@@ -263,14 +233,7 @@ async fn downgrade_behind_a_renewal_keeps_renewing(b: Backend) {
             r.release().await.expect("release"),
             "{policy:?}: released a live hold"
         );
-        let w2 = other
-            .rwlock(&name)
-            .preference(policy)
-            .write()
-            .timeout(PROMPTLY)
-            .await
-            .unwrap_or_else(|e| panic!("{policy:?}: writer after release: {e}"));
-        w2.release().await.expect("release");
+        writer_gets_in_promptly(&other, &name, policy, "release").await;
     }
 }
 
@@ -295,14 +258,7 @@ async fn downgrade_cancelled_behind_a_renewal_leaves_nothing(b: Backend) {
         tokio::time::sleep(Duration::from_millis(30)).await;
         downgrade.abort();
         assert!(downgrade.await.is_err());
-        let w2 = other
-            .rwlock(&name)
-            .preference(policy)
-            .write()
-            .timeout(PROMPTLY)
-            .await
-            .unwrap_or_else(|e| panic!("{policy:?}: writer after a cancelled downgrade: {e}"));
-        w2.release().await.expect("release");
+        writer_gets_in_promptly(&other, &name, policy, "a cancelled downgrade").await;
         never.open();
     }
 }
@@ -319,12 +275,7 @@ async fn downgrade_reply_slower_than_the_lease(b: Backend) {
                 .store(store.clone())
                 .expect("client");
             let other = b.client().await;
-            let w = client
-                .rwlock(&name)
-                .preference(policy)
-                .write()
-                .await
-                .expect("write");
+            let w = write(&client, &name, policy).await;
             store.add(
                 Rule::on(Op::Downgrade)
                     .times(1)
@@ -342,14 +293,7 @@ async fn downgrade_reply_slower_than_the_lease(b: Backend) {
                 }
                 Err(e) => eprintln!("{what}: downgrade failed: {e}"),
             }
-            let w2 = other
-                .rwlock(&name)
-                .preference(policy)
-                .write()
-                .timeout(PROMPTLY)
-                .await
-                .unwrap_or_else(|e| panic!("{what}: writer afterwards: {e}"));
-            w2.release().await.expect("release");
+            writer_gets_in_promptly(&other, &name, policy, &what).await;
         }
     }
 }
@@ -448,12 +392,7 @@ async fn downgrade_stress_with_short_leases(b: Backend) {
             .lease(Duration::from_millis(60))
             .store(store.clone())
             .expect("client");
-        let w = client
-            .rwlock(&name)
-            .preference(policy)
-            .write()
-            .await
-            .expect("write");
+        let w = write(&client, &name, policy).await;
         let jitter = Duration::from_millis((i * 7) % 45);
         store.add(Rule::on(Op::Extend).delay_reply(Duration::from_millis((i * 3) % 17)));
         tokio::time::sleep(jitter).await;
@@ -474,14 +413,7 @@ async fn downgrade_stress_with_short_leases(b: Backend) {
             }
             Err(e) => eprintln!("{i} {policy:?}: downgrade failed: {e}"),
         }
-        let w2 = other
-            .rwlock(&name)
-            .preference(policy)
-            .write()
-            .timeout(PROMPTLY)
-            .await
-            .unwrap_or_else(|e| panic!("{i} {policy:?}: writer afterwards: {e}"));
-        w2.release().await.expect("release");
+        writer_gets_in_promptly(&other, &name, policy, &format!("{i} {policy:?}")).await;
     }
 }
 
