@@ -10,15 +10,9 @@
 mod support;
 use support::Granted;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
-use redis_locks::testing::keys::LockKeys;
-use redis_locks::testing::store::{
-    Acquire, AcquireAll, Claim, Family, Part, PermitChange, Snapshot, Store,
-};
-use redis_locks::testing::WakeHub;
 use redis_locks::LockClient;
 use tokio::time::{sleep, timeout, Instant};
 
@@ -27,145 +21,6 @@ use support::faulty::{Faulty, Op, Rule};
 use support::honest::assert_honest;
 use support::time::ms;
 use support::waits::{lease_free, within};
-
-// ------------------------------------------------------------------------------------------
-// a store wrapper that can lose or delay multi-lock replies (Faulty does not wrap acquire_all)
-// ------------------------------------------------------------------------------------------
-
-#[derive(Debug)]
-struct AllFaults {
-    inner: Arc<dyn Store>,
-    /// Lose the reply of this many more acquire_all calls (applied by the server).
-    lose: AtomicUsize,
-    /// Delay every acquire_all reply by this long.
-    delay: StdMutex<Duration>,
-    calls: AtomicUsize,
-    /// Delay every release reply by this long, and lose it (applied) when `lose_release`.
-    release_delay: StdMutex<Duration>,
-    lose_release: std::sync::atomic::AtomicBool,
-}
-
-impl AllFaults {
-    fn new(inner: Arc<dyn Store>) -> Arc<AllFaults> {
-        Arc::new(AllFaults {
-            inner,
-            lose: AtomicUsize::new(0),
-            delay: StdMutex::new(Duration::ZERO),
-            calls: AtomicUsize::new(0),
-            release_delay: StdMutex::new(Duration::ZERO),
-            lose_release: std::sync::atomic::AtomicBool::new(false),
-        })
-    }
-}
-
-fn lost() -> redis_locks::Error {
-    redis_locks::Error::Connection {
-        operation: "a test fault".into(),
-        address: String::new(),
-        cause: Box::new(std::io::Error::new(
-            std::io::ErrorKind::ConnectionReset,
-            "reply lost (test)",
-        )),
-    }
-}
-
-#[async_trait::async_trait]
-impl Store for AllFaults {
-    async fn acquire(
-        &self,
-        lock: &LockKeys,
-        claim: &Claim,
-        wait: bool,
-        now: Option<u64>,
-    ) -> redis_locks::Result<Acquire> {
-        self.inner.acquire(lock, claim, wait, now).await
-    }
-    async fn release(
-        &self,
-        lock: &LockKeys,
-        claim: &Claim,
-        now: Option<u64>,
-    ) -> redis_locks::Result<bool> {
-        let out = self.inner.release(lock, claim, now).await;
-        let delay = *self.release_delay.lock().unwrap();
-        if !delay.is_zero() {
-            sleep(delay).await;
-        }
-        if self.lose_release.load(Ordering::SeqCst) {
-            return Err(lost());
-        }
-        out
-    }
-    async fn extend(
-        &self,
-        lock: &LockKeys,
-        claim: &Claim,
-        lease: Duration,
-        now: Option<u64>,
-    ) -> redis_locks::Result<bool> {
-        self.inner.extend(lock, claim, lease, now).await
-    }
-    async fn downgrade(
-        &self,
-        lock: &LockKeys,
-        claim: &Claim,
-        now: Option<u64>,
-    ) -> redis_locks::Result<Option<u64>> {
-        self.inner.downgrade(lock, claim, now).await
-    }
-    async fn inspect(
-        &self,
-        lock: &LockKeys,
-        family: Family,
-        now: Option<u64>,
-    ) -> redis_locks::Result<Snapshot> {
-        self.inner.inspect(lock, family, now).await
-    }
-    async fn set_permits(
-        &self,
-        lock: &LockKeys,
-        change: PermitChange,
-        heartbeat: Duration,
-        now: Option<u64>,
-    ) -> redis_locks::Result<u32> {
-        self.inner.set_permits(lock, change, heartbeat, now).await
-    }
-    async fn force_release(&self, lock: &LockKeys, now: Option<u64>) -> redis_locks::Result<u64> {
-        self.inner.force_release(lock, now).await
-    }
-    async fn wait_replicas(
-        &self,
-        lock: &LockKeys,
-        replicas: u32,
-        timeout: Duration,
-    ) -> redis_locks::Result<u32> {
-        self.inner.wait_replicas(lock, replicas, timeout).await
-    }
-    fn hub(&self) -> &Arc<WakeHub> {
-        self.inner.hub()
-    }
-    async fn acquire_all(
-        &self,
-        parts: &[Part],
-        claim: &Claim,
-        now: Option<u64>,
-    ) -> redis_locks::Result<AcquireAll> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        let out = self.inner.acquire_all(parts, claim, now).await;
-        let delay = *self.delay.lock().unwrap();
-        if !delay.is_zero() {
-            sleep(delay).await;
-        }
-        let lose = self
-            .lose
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok();
-        if lose {
-            return Err(lost());
-        }
-        out
-    }
-}
 
 async fn all_free(c: &LockClient, names: &[&str]) -> bool {
     for n in names {
@@ -317,8 +172,8 @@ async fn multi_cancel_churn_leaves_nothing(b: Backend) {
 }
 both_backends!(multi_cancel_churn_leaves_nothing);
 
-async fn multi_client(b: &Backend) -> (Arc<AllFaults>, LockClient) {
-    let f = AllFaults::new(b.store().await);
+async fn multi_client(b: &Backend) -> (Arc<Faulty>, LockClient) {
+    let f = Faulty::new(b.store().await);
     let c = LockClient::builder().store(f.clone()).expect("client");
     (f, c)
 }
@@ -330,7 +185,7 @@ async fn multi_try_lost_reply_leaves_nothing(b: Backend) {
     let other = b.client().await;
     let names = ["ef-ml1", "ef-ml2", "ef-ml3"];
     for _ in 0..20 {
-        f.lose.store(1, Ordering::SeqCst);
+        f.add(Rule::on(Op::AcquireAll).times(1).lose_reply());
         let r = c.multi_lock(names).try_lock().await;
         assert!(r.is_err(), "[{}] lost reply: try_lock succeeded?", b.kind);
         within(ms(1_000), "parts free after a lost try reply", async || {
@@ -347,7 +202,7 @@ async fn multi_lost_replies_then_timeout_leaves_nothing(b: Backend) {
     let (f, c) = multi_client(&b).await;
     let other = b.client().await;
     let names = ["ef-mt1", "ef-mt2"];
-    f.lose.store(1_000_000, Ordering::SeqCst);
+    f.add(Rule::on(Op::AcquireAll).lose_reply());
     let t0 = Instant::now();
     let r = c.multi_lock(names).lock().timeout(ms(400)).await;
     let took = t0.elapsed();
@@ -357,14 +212,14 @@ async fn multi_lost_replies_then_timeout_leaves_nothing(b: Backend) {
         "[{}] took {took:?}",
         b.kind
     );
-    f.lose.store(0, Ordering::SeqCst);
+    f.clear();
     within(ms(1_000), "parts free after the failed wait", async || {
         all_free(&other, &names).await
     })
     .await;
     // A lost grant reply while the wait goes on, then the lock is refused (a part taken by
     // someone else meanwhile is impossible: the lost grant holds it), then timeout.
-    f.lose.store(1, Ordering::SeqCst);
+    f.add(Rule::on(Op::AcquireAll).times(1).lose_reply());
     let g = c
         .multi_lock(names)
         .lock()
@@ -389,7 +244,7 @@ async fn multi_failed_attempts_never_remove_later_grants(b: Backend) {
     let mut kept = Vec::new();
     for i in 0..40u64 {
         if i % 2 == 0 {
-            f.lose.store(1, Ordering::SeqCst);
+            f.add(Rule::on(Op::AcquireAll).times(1).lose_reply());
             let _ = c.multi_lock(names).try_lock().await;
         }
         // Take it now (waiting for any background release to let go).
