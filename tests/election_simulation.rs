@@ -66,7 +66,7 @@ use tokio::time::Instant;
 mod support;
 
 use support::rng::xorshift;
-use support::sim_store::{self, ready, Back, Reply, Request, SimConn, Way};
+use support::sim_store::{self, on_paused_clock, ready, Call, Fault, Reply, Request, SimConn};
 use support::time::ms;
 use support::{env_u32, serial};
 
@@ -515,15 +515,16 @@ fn connect(world: &Arc<World>, name: String, faulty: bool, seed: u64, swallow: b
         .lock()
         .unwrap()
         .push((hub.clone(), faulty, swallow, seed | 1));
-    SimConn::new(Link {
+    let link = Link {
         world: world.clone(),
         name,
-        hub,
+        hub: hub.clone(),
         faulty,
         dead: AtomicBool::new(false),
         partition_until: StdMutex::new(None),
         rng: StdMutex::new(seed | 1),
-    })
+    };
+    SimConn::new(link, hub)
 }
 
 impl Link {
@@ -564,29 +565,26 @@ impl Link {
     }
 }
 
-/// The plan of a request is its fault roll, `0..100` (100: no faults).
 impl sim_store::Link for Link {
-    type Plan = u64;
     const ORDERED: bool = false;
 
-    fn hub(&self) -> &Arc<WakeHub> {
-        &self.hub
-    }
-
-    fn send(&self, _index: u64, _request: &Request) -> Option<u64> {
+    fn send(&self, _index: u64, _request: &Request) -> Option<Fault> {
         if self.dead() {
             return None;
         }
         let faults = self.faulty && self.world.faults();
-        Some(if faults { self.next() % 100 } else { 100 })
-    }
-
-    fn on_the_way(&self, &roll: &u64) -> Way {
-        if roll < 15 {
-            Way::Delay(ms(self.next() % 40))
-        } else {
-            Way::Now
-        }
+        let roll = if faults { self.next() % 100 } else { 100 };
+        Some(match roll {
+            0..15 => Fault::RequestDelay(self.next() % 40),
+            // Sent into a partition: it fails unapplied, there is no reply to delay or lose.
+            _ if self.cut() => Fault::None,
+            15..30 => Fault::ReplyDelay(self.next() % 40),
+            30..37 => {
+                LOST_REPLIES.fetch_add(1, Ordering::Relaxed);
+                Fault::LostReply(0)
+            }
+            _ => Fault::None,
+        })
     }
 
     fn dead(&self) -> bool {
@@ -600,26 +598,15 @@ impl sim_store::Link for Link {
             .is_some_and(|until| Instant::now() < until)
     }
 
-    fn apply(&self, request: &Request, _roll: &mut u64) -> Reply {
-        let reply = match request {
-            Request::Proclaim(lock, claim, value) => {
-                Reply::Bool(self.proclaim(lock, claim, value.as_deref()))
+    fn apply(&self, request: &Request, _fault: Fault) -> Reply {
+        let reply = match &request.call {
+            Call::Proclaim(claim, value) => {
+                Reply::Bool(self.proclaim(&request.lock, claim, value.as_deref()))
             }
             _ => request.apply(&self.world.store, self.world.now()),
         };
         self.world.check();
         reply
-    }
-
-    fn back(&self, &roll: &u64) -> Back {
-        if (15..30).contains(&roll) {
-            Back::Delay(ms(self.next() % 40))
-        } else if (30..37).contains(&roll) {
-            LOST_REPLIES.fetch_add(1, Ordering::Relaxed);
-            Back::Lost(Duration::ZERO)
-        } else {
-            Back::Now
-        }
     }
 }
 
@@ -1053,12 +1040,7 @@ fn simulate(schedule: Schedule, planted: Option<Planted>) -> std::result::Result
     if let Some(Planted::Library(bug)) = planted {
         testing::plant(bug);
     }
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .expect("runtime")
-        .block_on(run(schedule, planted))
+    on_paused_clock(run(schedule, planted))
 }
 
 #[test]

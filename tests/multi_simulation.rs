@@ -34,7 +34,6 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use redis_locks::testing::keys::LockKeys;
 use redis_locks::testing::store::{Family, HoldKind, MemoryStore, Slot, Snapshot, Store};
-use redis_locks::testing::WakeHub;
 use redis_locks::LockClient;
 use tokio::time::Instant;
 
@@ -42,7 +41,7 @@ mod support;
 
 use support::env_u32;
 use support::rng::xorshift;
-use support::sim_store::{self, ready, Back, Reply, Request, SimConn, Way};
+use support::sim_store::{self, on_paused_clock, ready, Call, Fault, Reply, Request, SimConn};
 
 const NAMES: [&str; 4] = ["n0", "n1", "n2", "n3"];
 
@@ -291,22 +290,16 @@ impl Link {
     }
 }
 
-/// The plan of a request is its fault roll, `0..100` (100: no faults).
 impl sim_store::Link for Link {
-    type Plan = u64;
     const ORDERED: bool = false;
-
-    fn hub(&self) -> &Arc<WakeHub> {
-        self.store.hub()
-    }
 
     fn one_slot_per_step(&self) -> bool {
         self.one_slot
     }
 
-    fn send(&self, _index: u64, request: &Request) -> Option<u64> {
-        if matches!(request, Request::Inspect(..)) {
-            return Some(100);
+    fn send(&self, _index: u64, request: &Request) -> Option<Fault> {
+        if matches!(request.call, Call::Inspect(_)) {
+            return Some(Fault::None);
         }
         let token = request.claim().map_or("", |(c, _)| c.token.as_str());
         self.world
@@ -315,35 +308,25 @@ impl sim_store::Link for Link {
             .unwrap()
             .insert(token.to_owned(), Instant::now());
         let faults = self.faulty && virtual_now(self.start) - START_MS < FAULTS_UNTIL;
-        Some(if faults { self.next() % 100 } else { 100 })
+        let roll = if faults { self.next() % 100 } else { 100 };
+        Some(match roll {
+            0..20 => Fault::RequestDelay(self.next() % 40),
+            20..35 => Fault::ReplyDelay(self.next() % 40),
+            35..42 => {
+                *self.world.lost_replies.lock().unwrap() += 1;
+                LOST_REPLIES.fetch_add(1, Ordering::Relaxed);
+                Fault::LostReply(0)
+            }
+            _ => Fault::None,
+        })
     }
 
-    fn on_the_way(&self, &roll: &u64) -> Way {
-        if roll < 20 {
-            Way::Delay(Duration::from_millis(self.next() % 40))
-        } else {
-            Way::Now
-        }
-    }
-
-    fn apply(&self, request: &Request, _roll: &mut u64) -> Reply {
+    fn apply(&self, request: &Request, _fault: Fault) -> Reply {
         let reply = request.apply(&self.store, virtual_now(self.start));
-        if !matches!(request, Request::Inspect(..)) {
+        if !matches!(request.call, Call::Inspect(_)) {
             self.world.check(&self.store, self.start);
         }
         reply
-    }
-
-    fn back(&self, &roll: &u64) -> Back {
-        if (20..35).contains(&roll) {
-            Back::Delay(Duration::from_millis(self.next() % 40))
-        } else if (35..42).contains(&roll) {
-            *self.world.lost_replies.lock().unwrap() += 1;
-            LOST_REPLIES.fetch_add(1, Ordering::Relaxed);
-            Back::Lost(Duration::ZERO)
-        } else {
-            Back::Now
-        }
     }
 }
 
@@ -461,14 +444,15 @@ async fn run(schedule: Schedule) -> std::result::Result<(), String> {
     let start = Instant::now();
     let mut tasks = Vec::new();
     for spec in schedule.clients.clone() {
-        let conn = SimConn::new(Link {
+        let link = Link {
             store: store.clone(),
             world: world.clone(),
             start,
             one_slot: schedule.one_slot,
             faulty: spec.faulty,
             rng: StdMutex::new(spec.seed | 1),
-        });
+        };
+        let conn = SimConn::new(link, store.hub().clone());
         let client = LockClient::builder()
             .lease(Duration::from_millis(spec.lease_ms))
             .retry_interval(Duration::from_millis(spec.retry_ms))
@@ -505,12 +489,7 @@ async fn run(schedule: Schedule) -> std::result::Result<(), String> {
 }
 
 fn simulate(schedule: Schedule) -> std::result::Result<(), String> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .expect("runtime")
-        .block_on(run(schedule))
+    on_paused_clock(run(schedule))
 }
 
 #[test]

@@ -101,10 +101,8 @@ compile_error!(
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
-use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, MutexGuard as StdMutexGuard};
-use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use proptest::prelude::*;
@@ -127,7 +125,9 @@ use tokio::time::Instant;
 
 mod support;
 
-use support::sim_store::{self, ready, Back, Reply, Request, SimConn, Way};
+use support::sim_store::{
+    self, on_paused_clock, ready, ready_now, Call, Fault, Reply, Request, SimConn,
+};
 use support::time::ms;
 use support::{env_u32, serial};
 
@@ -249,20 +249,6 @@ enum Op {
     Drop {
         guard: usize,
     },
-}
-
-/// Faults of one call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Fault {
-    None,
-    /// The server applies the call this much later.
-    RequestDelay(u64),
-    /// The reply arrives this much later.
-    ReplyDelay(u64),
-    /// Applied, then the reply is lost: a connection error after this long.
-    LostReply(u64),
-    /// Held until the next call of any client is applied (at the latest `FAULTS_UNTIL`).
-    Stall,
 }
 
 /// What happens to one wake-up on its way to one client.
@@ -775,15 +761,6 @@ impl AnyGuard {
     }
     async fn release(self) -> Result<bool> {
         each!(self, g => g.release().await)
-    }
-}
-
-/// Polls `f` once: the value if it is ready at once.
-fn ready_now<F: Future>(f: F) -> Option<F::Output> {
-    let mut f = std::pin::pin!(f);
-    match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
-        Poll::Ready(v) => Some(v),
-        Poll::Pending => None,
     }
 }
 
@@ -1540,26 +1517,16 @@ fn short_message(message: &str) -> String {
 struct Link {
     sim: Arc<Sim>,
     client: usize,
-    hub: Arc<WakeHub>,
-}
-
-/// A request's fault, and the server's step that applied it.
-struct Plan {
-    fault: Fault,
-    seq: u64,
+    /// The server's steps that applied the requests whose replies are on their way, in order.
+    steps: StdMutex<VecDeque<u64>>,
 }
 
 type Conn = SimConn<Link>;
 
 impl sim_store::Link for Link {
-    type Plan = Plan;
     const ORDERED: bool = true;
 
-    fn hub(&self) -> &Arc<WakeHub> {
-        &self.hub
-    }
-
-    fn send(&self, index: u64, request: &Request) -> Option<Plan> {
+    fn send(&self, index: u64, request: &Request) -> Option<Fault> {
         let c = self.client;
         let mut w = self.sim.world();
         let fault = if w.dead(c) {
@@ -1567,28 +1534,21 @@ impl sim_store::Link for Link {
         } else {
             w.fault(c, index as usize)
         };
-        let name = w.name_of(request.lock());
+        let name = w.name_of(&request.lock);
         w.clients[c].sent += 1;
         if let Some((claim, lease)) = request.claim() {
             let lease = lease.as_millis() as u64;
             w.note(c, name, &claim.token, lease, fault != Fault::None);
-            if matches!(request, Request::Acquire { .. }) {
+            if matches!(request.call, Call::Acquire(..)) {
                 w.clients[c].acquiring = Some(claim.token.clone());
             }
         }
         w.check(request.name());
-        Some(Plan { fault, seq: 0 })
+        Some(fault)
     }
 
-    fn on_the_way(&self, plan: &Plan) -> Way {
-        match plan.fault {
-            Fault::RequestDelay(d) => Way::Delay(ms(d)),
-            Fault::Stall => Way::Stall,
-            _ => Way::Now,
-        }
-    }
-
-    /// Until the next call of any client is applied, at the latest [`FAULTS_UNTIL`].
+    /// A stalled request waits until the next call of any client is applied, at the latest
+    /// [`FAULTS_UNTIL`].
     async fn stall(&self) {
         let applied = self.sim.applied.notified();
         let until = self.sim.at(FAULTS_UNTIL);
@@ -1604,17 +1564,17 @@ impl sim_store::Link for Link {
         self.sim.dead(self.client)
     }
 
-    fn apply(&self, request: &Request, plan: &mut Plan) -> Reply {
-        let (sim, c, fault) = (&self.sim, self.client, plan.fault);
+    fn apply(&self, request: &Request, fault: Fault) -> Reply {
+        let (sim, c) = (&self.sim, self.client);
         let mut w = sim.world();
         let now = w.server_ms();
-        let name = w.name_of(request.lock());
+        let name = w.name_of(&request.lock);
         let out = request.apply(&w.server, now);
-        if let (Request::Acquire { claim, .. }, Reply::Acquire(out)) = (request, &out) {
+        if let (Call::Acquire(claim, _), Reply::Acquire(out)) = (&request.call, &out) {
             w.attempted(&claim.token, matches!(out, Ok(Acquire::Granted(_))));
         }
         w.seq += 1;
-        plan.seq = w.seq;
+        self.steps.lock().unwrap().push_back(w.seq);
         w.log(|| {
             let token = request
                 .claim()
@@ -1633,18 +1593,16 @@ impl sim_store::Link for Link {
         self.sim.applied.notify_waiters();
     }
 
-    fn back(&self, plan: &Plan) -> Back {
-        match plan.fault {
-            Fault::ReplyDelay(d) => Back::Delay(ms(d)),
-            Fault::LostReply(d) => Back::Lost(ms(d)),
-            _ => Back::Now,
-        }
-    }
-
     /// Wake-ups published up to this call's step arrive before its reply.
-    fn before_reply(&self, plan: &Plan) {
+    fn before_reply(&self) {
+        let step = self
+            .steps
+            .lock()
+            .unwrap()
+            .pop_front()
+            .expect("an applied request");
         let mut w = self.sim.world();
-        w.pump(self.client, plan.seq + 1);
+        w.pump(self.client, step + 1);
         w.clients[self.client].replied += 1;
     }
 
@@ -2092,12 +2050,7 @@ impl Outcome {
 /// Runs `schedule` on a fresh paused runtime; stops at the first violation of a `focus` class.
 fn simulate(schedule: &Schedule, focus: &[Class], trace: bool) -> Outcome {
     testing::seed(schedule.seed);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .expect("runtime");
-    runtime.block_on(run(schedule, focus, trace))
+    on_paused_clock(run(schedule, focus, trace))
 }
 
 async fn run(schedule: &Schedule, focus: &[Class], trace: bool) -> Outcome {
@@ -2189,11 +2142,14 @@ async fn run(schedule: &Schedule, focus: &[Class], trace: bool) -> Outcome {
     let mut handles = Vec::new();
     for (c, spec) in schedule.clients.iter().enumerate() {
         let hub = sim.world().clients[c].hub.clone();
-        let conn: Arc<Conn> = SimConn::new(Link {
-            sim: sim.clone(),
-            client: c,
+        let conn: Arc<Conn> = SimConn::new(
+            Link {
+                sim: sim.clone(),
+                client: c,
+                steps: StdMutex::default(),
+            },
             hub,
-        });
+        );
         let mut builder = LockClient::builder().lease(ms(spec.lease));
         if spec.heartbeat > 0 {
             builder = builder.heartbeat(ms(spec.heartbeat));

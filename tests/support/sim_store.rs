@@ -5,11 +5,12 @@
 //! Design (the shape; [`Faulty`](super::faulty::Faulty) stays the rule-based wrapper of a real
 //! store for the other tests, it knows nothing of virtual time, oracles or wake-up fates):
 //!
-//! * [`SimConn<L>`] implements every [`Store`] method once: it turns the call into an owned
-//!   [`Request`], runs it through one pipeline and turns the [`Reply`] back (a lost reply is
-//!   one connection error, [`lost_reply`]). [`Request::apply`] forwards it to the in-memory
-//!   store at an explicit `now`.
-//! * The pipeline of one request: sent (the link rolls its faults) → on its way (at once,
+//! * [`SimConn<L>`] implements the [`Store`] methods once (all but the operators'
+//!   `force_release_holder` and `wait_replicas`, which keep the trait's "unsupported"): it
+//!   turns the call into an owned [`Request`], runs it through one pipeline and turns the
+//!   [`Reply`] back (a lost reply is a connection error, as from a response timeout).
+//!   [`Request::apply`] forwards it to the in-memory store at an explicit `now`.
+//! * The pipeline of one request: sent (the link rolls its [`Fault`]) → on its way (at once,
 //!   delayed, or stalled until the link says) → applied by the link at the virtual now (its
 //!   oracle checks there) → the reply on its way (at once, delayed, or lost after a while) →
 //!   delivered. A dead link black-holes (nothing applied, nothing comes back); a cut link
@@ -33,58 +34,63 @@ use std::time::Duration;
 use async_trait::async_trait;
 use redis_locks::testing::keys::LockKeys;
 use redis_locks::testing::store::{
-    Acquire, AcquireAll, Claim, Family, HolderEviction, MemoryStore, Part, PermitChange, Snapshot,
-    Store,
+    Acquire, AcquireAll, Claim, Family, MemoryStore, Part, PermitChange, Snapshot, Store,
 };
 use redis_locks::testing::WakeHub;
 use redis_locks::{Error, LeaderInfo, Result};
 use tokio::sync::{oneshot, Notify};
 
-/// The result of a [`MemoryStore`] call (it never waits).
-pub fn ready<F: Future>(f: F) -> F::Output {
+use super::time::ms;
+
+/// Runs `case` on a fresh current-thread runtime whose clock is paused (virtual time).
+pub fn on_paused_clock<F: Future>(case: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("runtime")
+        .block_on(case)
+}
+
+/// Polls `f` once: the value if it is ready at once.
+pub fn ready_now<F: Future>(f: F) -> Option<F::Output> {
     let mut f = std::pin::pin!(f);
     match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
-        Poll::Ready(v) => v,
-        Poll::Pending => panic!("the in-memory store answers at once"),
+        Poll::Ready(v) => Some(v),
+        Poll::Pending => None,
     }
 }
 
-/// The error a caller gets for a lost reply (or a request its link could not send), as from
-/// a response timeout or a dropped connection.
-pub fn lost_reply(why: &'static str) -> Error {
-    Error::Connection {
-        operation: "a test fault".into(),
-        address: String::new(),
-        cause: Box::new(std::io::Error::new(std::io::ErrorKind::TimedOut, why)),
-    }
+/// The result of a [`MemoryStore`] call (it never waits).
+pub fn ready<F: Future>(f: F) -> F::Output {
+    ready_now(f).expect("the in-memory store answers at once")
 }
 
 /// One [`Store`] call on its way to the server, its arguments owned (a request of an
 /// ordered link outlives its caller).
 #[derive(Clone, Debug)]
-pub enum Request {
-    Acquire {
-        lock: LockKeys,
-        claim: Claim,
-        wait: bool,
-    },
-    AcquireAll {
-        parts: Vec<Part>,
-        claim: Claim,
-    },
-    Release(LockKeys, Claim),
-    Extend(LockKeys, Claim, Duration),
-    Downgrade(LockKeys, Claim),
-    Inspect(LockKeys, Family),
-    SetPermits(LockKeys, PermitChange, Duration),
-    ForceRelease(LockKeys),
-    ForceReleaseHolder(LockKeys, String),
-    WaitReplicas(LockKeys, u32, Duration),
-    Proclaim(LockKeys, Claim, Option<String>),
-    Leader(LockKeys),
+pub struct Request {
+    /// The lock it names (a multi-lock step: its first part).
+    pub lock: LockKeys,
+    pub call: Call,
 }
 
-/// Its reply; `Lost` when it never reaches the caller (the caller gets [`lost_reply`]).
+/// The method called, with its other arguments.
+#[derive(Clone, Debug)]
+pub enum Call {
+    Acquire(Claim, bool),
+    AcquireAll(Vec<Part>, Claim),
+    Release(Claim),
+    Extend(Claim, Duration),
+    Downgrade(Claim),
+    Inspect(Family),
+    SetPermits(PermitChange, Duration),
+    ForceRelease,
+    Proclaim(Claim, Option<String>),
+    Leader,
+}
+
+/// Its reply; `Lost` when it never reaches the caller (who gets a connection error).
 #[derive(Debug)]
 pub enum Reply {
     Acquire(Result<Acquire>),
@@ -94,150 +100,100 @@ pub enum Reply {
     Snapshot(Result<Snapshot>),
     Count(Result<u32>),
     Number(Result<u64>),
-    Eviction(Result<HolderEviction>),
     Leader(Result<Option<LeaderInfo>>),
     Lost(&'static str),
 }
 
 impl Request {
-    /// The lock it names (a multi-lock step: its first part).
-    pub fn lock(&self) -> &LockKeys {
-        match self {
-            Request::AcquireAll { parts, .. } => &parts[0].lock,
-            Request::Acquire { lock, .. }
-            | Request::Release(lock, _)
-            | Request::Extend(lock, ..)
-            | Request::Downgrade(lock, _)
-            | Request::Inspect(lock, _)
-            | Request::SetPermits(lock, ..)
-            | Request::ForceRelease(lock)
-            | Request::ForceReleaseHolder(lock, _)
-            | Request::WaitReplicas(lock, ..)
-            | Request::Proclaim(lock, ..)
-            | Request::Leader(lock) => lock,
-        }
-    }
-
     /// The claim it acts for, with the lease it asks for (`extend`'s argument, else the
     /// claim's).
     pub fn claim(&self) -> Option<(&Claim, Duration)> {
-        match self {
-            Request::Acquire { claim, .. }
-            | Request::AcquireAll { claim, .. }
-            | Request::Release(_, claim)
-            | Request::Downgrade(_, claim)
-            | Request::Proclaim(_, claim, _) => Some((claim, claim.lease)),
-            Request::Extend(_, claim, lease) => Some((claim, *lease)),
+        match &self.call {
+            Call::Acquire(claim, _)
+            | Call::AcquireAll(_, claim)
+            | Call::Release(claim)
+            | Call::Downgrade(claim)
+            | Call::Proclaim(claim, _) => Some((claim, claim.lease)),
+            Call::Extend(claim, lease) => Some((claim, *lease)),
             _ => None,
         }
     }
 
     /// The store method's name.
     pub fn name(&self) -> &'static str {
-        match self {
-            Request::Acquire { .. } => "acquire",
-            Request::AcquireAll { .. } => "acquire_all",
-            Request::Release(..) => "release",
-            Request::Extend(..) => "extend",
-            Request::Downgrade(..) => "downgrade",
-            Request::Inspect(..) => "inspect",
-            Request::SetPermits(..) => "set_permits",
-            Request::ForceRelease(_) => "force_release",
-            Request::ForceReleaseHolder(..) => "force_release_holder",
-            Request::WaitReplicas(..) => "wait_replicas",
-            Request::Proclaim(..) => "proclaim",
-            Request::Leader(_) => "leader",
+        match self.call {
+            Call::Acquire(..) => "acquire",
+            Call::AcquireAll(..) => "acquire_all",
+            Call::Release(_) => "release",
+            Call::Extend(..) => "extend",
+            Call::Downgrade(_) => "downgrade",
+            Call::Inspect(_) => "inspect",
+            Call::SetPermits(..) => "set_permits",
+            Call::ForceRelease => "force_release",
+            Call::Proclaim(..) => "proclaim",
+            Call::Leader => "leader",
         }
     }
 
     /// Applies it to `store` at `now` (server ms).
     pub fn apply(&self, store: &MemoryStore, now: u64) -> Reply {
-        let now = Some(now);
-        match self {
-            Request::Acquire { lock, claim, wait } => {
+        let (lock, now) = (&self.lock, Some(now));
+        match &self.call {
+            Call::Acquire(claim, wait) => {
                 Reply::Acquire(ready(store.acquire(lock, claim, *wait, now)))
             }
-            Request::AcquireAll { parts, claim } => {
+            Call::AcquireAll(parts, claim) => {
                 Reply::AcquireAll(ready(store.acquire_all(parts, claim, now)))
             }
-            Request::Release(lock, claim) => Reply::Bool(ready(store.release(lock, claim, now))),
-            Request::Extend(lock, claim, lease) => {
+            Call::Release(claim) => Reply::Bool(ready(store.release(lock, claim, now))),
+            Call::Extend(claim, lease) => {
                 Reply::Bool(ready(store.extend(lock, claim, *lease, now)))
             }
-            Request::Downgrade(lock, claim) => {
-                Reply::Fence(ready(store.downgrade(lock, claim, now)))
-            }
-            Request::Inspect(lock, family) => {
-                Reply::Snapshot(ready(store.inspect(lock, *family, now)))
-            }
-            Request::SetPermits(lock, change, heartbeat) => {
+            Call::Downgrade(claim) => Reply::Fence(ready(store.downgrade(lock, claim, now))),
+            Call::Inspect(family) => Reply::Snapshot(ready(store.inspect(lock, *family, now))),
+            Call::SetPermits(change, heartbeat) => {
                 Reply::Count(ready(store.set_permits(lock, *change, *heartbeat, now)))
             }
-            Request::ForceRelease(lock) => Reply::Number(ready(store.force_release(lock, now))),
-            Request::ForceReleaseHolder(lock, prefix) => {
-                Reply::Eviction(ready(store.force_release_holder(lock, prefix, now)))
-            }
-            Request::WaitReplicas(lock, replicas, timeout) => {
-                Reply::Count(ready(store.wait_replicas(lock, *replicas, *timeout)))
-            }
-            Request::Proclaim(lock, claim, value) => {
+            Call::ForceRelease => Reply::Number(ready(store.force_release(lock, now))),
+            Call::Proclaim(claim, value) => {
                 Reply::Bool(ready(store.proclaim(lock, claim, value.as_deref(), now)))
             }
-            Request::Leader(lock) => Reply::Leader(ready(store.leader(lock, now))),
+            Call::Leader => Reply::Leader(ready(store.leader(lock, now))),
         }
     }
 }
 
-/// How a request gets to the server.
+/// Faults of one request (delays in virtual ms).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Way {
-    Now,
-    /// This much later.
-    Delay(Duration),
-    /// When [`Link::stall`] resolves.
+pub enum Fault {
+    None,
+    /// The server applies the call this much later.
+    RequestDelay(u64),
+    /// The reply arrives this much later.
+    ReplyDelay(u64),
+    /// Applied, then the reply is lost: a connection error after this long (0: at once).
+    LostReply(u64),
+    /// Held until [`Link::stall`] resolves.
     Stall,
 }
 
-/// How its reply gets back.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Back {
-    Now,
-    /// This much later.
-    Delay(Duration),
-    /// Never: the caller gets a connection error this much later (at once for zero).
-    Lost(Duration),
-}
-
 /// What one simulation supplies for one client's connection: its world, its oracle and its
-/// fault policy. The hooks run in this order for each request: [`send`](Link::send),
-/// [`on_the_way`](Link::on_the_way) (and [`stall`](Link::stall)), [`dead`](Link::dead),
-/// [`cut`](Link::cut), [`apply`](Link::apply), [`applied`](Link::applied),
-/// [`back`](Link::back), [`dead`](Link::dead), [`before_reply`](Link::before_reply),
-/// [`replied`](Link::replied).
+/// fault policy. The hooks run in the order they are declared.
 pub trait Link: Send + Sync + 'static {
-    /// The faults rolled for one request when it was sent (and what the link keeps of it).
-    type Plan: Send + 'static;
-
     /// Ordered: requests applied, and replies delivered, in the order sent, each request
     /// applied even if its caller stopped waiting. Unordered: each runs in its caller.
     const ORDERED: bool;
-
-    /// The hub the client's waiters listen on.
-    fn hub(&self) -> &Arc<WakeHub>;
 
     /// What the store answers to [`Store::one_slot_per_step`].
     fn one_slot_per_step(&self) -> bool {
         false
     }
 
-    /// The connection's request number `index` (from 0) is sent: its plan, or `None` to
+    /// The connection's request number `index` (from 0) is sent: its faults, or `None` to
     /// black-hole it (never applied, never answered).
-    fn send(&self, index: u64, request: &Request) -> Option<Self::Plan>;
+    fn send(&self, index: u64, request: &Request) -> Option<Fault>;
 
-    /// How the request gets to the server.
-    fn on_the_way(&self, plan: &Self::Plan) -> Way;
-
-    /// Resolves when a stalled request ([`Way::Stall`]) goes on.
+    /// Resolves when a stalled request goes on.
     fn stall(&self) -> impl Future<Output = ()> + Send {
         async {}
     }
@@ -253,47 +209,51 @@ pub trait Link: Send + Sync + 'static {
     }
 
     /// Applies the request on the server at the virtual now (and runs the oracle).
-    fn apply(&self, request: &Request, plan: &mut Self::Plan) -> Reply;
+    fn apply(&self, request: &Request, fault: Fault) -> Reply;
 
     /// Right after the request was applied (and, ordered, the next one may go).
     fn applied(&self) {}
 
-    /// How the reply gets back (decided once it was applied).
-    fn back(&self, plan: &Self::Plan) -> Back;
-
-    /// Just before the reply is delivered.
-    fn before_reply(&self, _plan: &Self::Plan) {}
+    /// Just before a reply is delivered (ordered: in the order they were applied).
+    fn before_reply(&self) {}
 
     /// Right after the reply was delivered.
     fn replied(&self) {}
 }
 
-/// Whose turn it is on an ordered connection.
+/// Whose turn it is on an ordered connection (on an unordered one it is always everyone's).
 #[derive(Default)]
 struct Lane {
+    ordered: bool,
     sent: AtomicU64,
-    /// (the next request to apply, the next reply to deliver)
-    next: StdMutex<(u64, u64)>,
+    /// The next request to apply ([`APPLY`]), the next reply to deliver ([`REPLY`]).
+    next: StdMutex<[u64; 2]>,
     /// Told when either moves on.
     turn: Notify,
 }
 
+const APPLY: usize = 0;
+const REPLY: usize = 1;
+
 impl Lane {
-    /// Resolves once `cond` holds of `next` (re-checked each time the turn moves on; `Notify`
-    /// wakes its waiters in order, so runs replay).
-    async fn until(&self, cond: impl Fn(&(u64, u64)) -> bool) {
-        loop {
+    /// Resolves once it is request `index`'s turn to `step` (re-checked each time a turn
+    /// moves on; `Notify` wakes its waiters in order, so runs replay).
+    async fn wait(&self, step: usize, index: u64) {
+        while self.ordered {
             let told = self.turn.notified();
-            if cond(&self.next.lock().unwrap()) {
+            if self.next.lock().unwrap()[step] == index {
                 return;
             }
             told.await;
         }
     }
 
-    fn move_on(&self, step: impl FnOnce(&mut (u64, u64))) {
-        step(&mut self.next.lock().unwrap());
-        self.turn.notify_waiters();
+    /// Request `index` took its turn to `step`: the next one may.
+    fn pass(&self, step: usize, index: u64) {
+        if self.ordered {
+            self.next.lock().unwrap()[step] = index + 1;
+            self.turn.notify_waiters();
+        }
     }
 }
 
@@ -301,6 +261,8 @@ impl Lane {
 pub struct SimConn<L: Link> {
     link: Arc<L>,
     lane: Arc<Lane>,
+    /// The hub the client's waiters listen on.
+    hub: Arc<WakeHub>,
 }
 
 impl<L: Link> fmt::Debug for SimConn<L> {
@@ -310,27 +272,31 @@ impl<L: Link> fmt::Debug for SimConn<L> {
 }
 
 impl<L: Link> SimConn<L> {
-    pub fn new(link: L) -> Arc<SimConn<L>> {
+    pub fn new(link: L, hub: Arc<WakeHub>) -> Arc<SimConn<L>> {
         Arc::new(SimConn {
             link: Arc::new(link),
-            lane: Arc::default(),
+            lane: Arc::new(Lane {
+                ordered: L::ORDERED,
+                ..Lane::default()
+            }),
+            hub,
         })
     }
 
     async fn call(&self, request: Request) -> Reply {
         let index = self.lane.sent.fetch_add(1, Ordering::Relaxed);
-        let Some(plan) = self.link.send(index, &request) else {
+        let Some(fault) = self.link.send(index, &request) else {
             return std::future::pending().await;
         };
         if !L::ORDERED {
-            let reply = flight(&*self.link, &self.lane, index, &request, plan).await;
+            let reply = flight(&*self.link, &self.lane, index, &request, fault).await;
             self.link.replied();
             return reply;
         }
         let (tx, rx) = oneshot::channel();
         let (link, lane) = (self.link.clone(), self.lane.clone());
         tokio::spawn(async move {
-            let reply = flight(&*link, &lane, index, &request, plan).await;
+            let reply = flight(&*link, &lane, index, &request, fault).await;
             let _ = tx.send(reply);
             link.replied();
         });
@@ -356,70 +322,82 @@ async fn flight<L: Link>(
     lane: &Lane,
     index: u64,
     request: &Request,
-    mut plan: L::Plan,
+    fault: Fault,
 ) -> Reply {
-    match link.on_the_way(&plan) {
-        Way::Now => {}
-        Way::Delay(d) => tokio::time::sleep(d).await,
-        Way::Stall => link.stall().await,
+    match fault {
+        Fault::RequestDelay(d) => tokio::time::sleep(ms(d)).await,
+        Fault::Stall => link.stall().await,
+        _ => {}
     }
-    if L::ORDERED {
-        lane.until(|next| next.0 == index).await;
-    }
+    lane.wait(APPLY, index).await;
     if link.dead() {
         return std::future::pending().await;
     }
     if link.cut() {
-        if L::ORDERED {
-            lane.move_on(|next| next.0 = index + 1);
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        if L::ORDERED {
-            lane.until(|next| next.1 == index).await;
-            lane.move_on(|next| next.1 = index + 1);
-        }
+        lane.pass(APPLY, index);
+        tokio::time::sleep(ms(5)).await;
+        lane.wait(REPLY, index).await;
+        lane.pass(REPLY, index);
         return Reply::Lost("simulated partition");
     }
-    let reply = link.apply(request, &mut plan);
-    if L::ORDERED {
-        lane.move_on(|next| next.0 = index + 1);
-    }
+    let mut reply = link.apply(request, fault);
+    lane.pass(APPLY, index);
     link.applied();
-    let reply = match link.back(&plan) {
-        Back::Now => reply,
-        Back::Delay(d) => {
-            tokio::time::sleep(d).await;
-            reply
-        }
-        Back::Lost(d) => {
-            if !d.is_zero() {
-                tokio::time::sleep(d).await;
+    match fault {
+        Fault::ReplyDelay(d) => tokio::time::sleep(ms(d)).await,
+        Fault::LostReply(d) => {
+            if d > 0 {
+                tokio::time::sleep(ms(d)).await;
             }
-            Reply::Lost("simulated lost reply")
+            reply = Reply::Lost("simulated lost reply");
         }
-    };
-    if L::ORDERED {
-        lane.until(|next| next.1 == index).await;
+        _ => {}
     }
+    lane.wait(REPLY, index).await;
     if link.dead() {
         return std::future::pending().await;
     }
-    link.before_reply(&plan);
-    if L::ORDERED {
-        lane.move_on(|next| next.1 = index + 1);
-    }
+    link.before_reply();
+    lane.pass(REPLY, index);
     reply
 }
 
-/// The typed result in `reply`.
-macro_rules! answer {
-    ($reply:expr, $variant:ident) => {
-        match $reply {
-            Reply::$variant(result) => result,
-            Reply::Lost(why) => Err(lost_reply(why)),
-            other => unreachable!("{other:?} answers another request"),
+/// The result types a [`Reply`] carries.
+pub trait FromReply: Sized {
+    /// The result in `reply`, if it carries this type.
+    fn from_reply(reply: Reply) -> Option<Result<Self>>;
+}
+
+macro_rules! from_reply {
+    ($($variant:ident: $t:ty),*) => {$(
+        impl FromReply for $t {
+            fn from_reply(reply: Reply) -> Option<Result<$t>> {
+                match reply {
+                    Reply::$variant(result) => Some(result),
+                    _ => None,
+                }
+            }
         }
-    };
+    )*};
+}
+
+from_reply!(Acquire: Acquire, AcquireAll: AcquireAll, Bool: bool, Fence: Option<u64>,
+    Snapshot: Snapshot, Count: u32, Number: u64, Leader: Option<LeaderInfo>);
+
+impl<L: Link> SimConn<L> {
+    /// Sends `call` on `lock`: the result its reply carries; a lost one is a connection error,
+    /// as from a response timeout.
+    async fn ask<T: FromReply>(&self, lock: &LockKeys, call: Call) -> Result<T> {
+        let lock = lock.clone();
+        match self.call(Request { lock, call }).await {
+            Reply::Lost(why) => Err(Error::Connection {
+                operation: "a test fault".into(),
+                address: String::new(),
+                cause: Box::new(std::io::Error::new(std::io::ErrorKind::TimedOut, why)),
+            }),
+            reply => T::from_reply(reply).expect("the reply to the request sent"),
+        }
+    }
 }
 
 #[async_trait]
@@ -431,12 +409,7 @@ impl<L: Link> Store for SimConn<L> {
         wait: bool,
         _now: Option<u64>,
     ) -> Result<Acquire> {
-        let request = Request::Acquire {
-            lock: lock.clone(),
-            claim: claim.clone(),
-            wait,
-        };
-        answer!(self.call(request).await, Acquire)
+        self.ask(lock, Call::Acquire(claim.clone(), wait)).await
     }
 
     async fn acquire_all(
@@ -445,16 +418,15 @@ impl<L: Link> Store for SimConn<L> {
         claim: &Claim,
         _now: Option<u64>,
     ) -> Result<AcquireAll> {
-        let request = Request::AcquireAll {
-            parts: parts.to_vec(),
-            claim: claim.clone(),
-        };
-        answer!(self.call(request).await, AcquireAll)
+        self.ask(
+            &parts[0].lock,
+            Call::AcquireAll(parts.to_vec(), claim.clone()),
+        )
+        .await
     }
 
     async fn release(&self, lock: &LockKeys, claim: &Claim, _now: Option<u64>) -> Result<bool> {
-        let request = Request::Release(lock.clone(), claim.clone());
-        answer!(self.call(request).await, Bool)
+        self.ask(lock, Call::Release(claim.clone())).await
     }
 
     async fn extend(
@@ -464,8 +436,7 @@ impl<L: Link> Store for SimConn<L> {
         lease: Duration,
         _now: Option<u64>,
     ) -> Result<bool> {
-        let request = Request::Extend(lock.clone(), claim.clone(), lease);
-        answer!(self.call(request).await, Bool)
+        self.ask(lock, Call::Extend(claim.clone(), lease)).await
     }
 
     async fn downgrade(
@@ -474,8 +445,7 @@ impl<L: Link> Store for SimConn<L> {
         claim: &Claim,
         _now: Option<u64>,
     ) -> Result<Option<u64>> {
-        let request = Request::Downgrade(lock.clone(), claim.clone());
-        answer!(self.call(request).await, Fence)
+        self.ask(lock, Call::Downgrade(claim.clone())).await
     }
 
     async fn inspect(
@@ -484,8 +454,7 @@ impl<L: Link> Store for SimConn<L> {
         family: Family,
         _now: Option<u64>,
     ) -> Result<Snapshot> {
-        let request = Request::Inspect(lock.clone(), family);
-        answer!(self.call(request).await, Snapshot)
+        self.ask(lock, Call::Inspect(family)).await
     }
 
     async fn set_permits(
@@ -495,33 +464,11 @@ impl<L: Link> Store for SimConn<L> {
         heartbeat: Duration,
         _now: Option<u64>,
     ) -> Result<u32> {
-        let request = Request::SetPermits(lock.clone(), change, heartbeat);
-        answer!(self.call(request).await, Count)
+        self.ask(lock, Call::SetPermits(change, heartbeat)).await
     }
 
     async fn force_release(&self, lock: &LockKeys, _now: Option<u64>) -> Result<u64> {
-        let request = Request::ForceRelease(lock.clone());
-        answer!(self.call(request).await, Number)
-    }
-
-    async fn force_release_holder(
-        &self,
-        lock: &LockKeys,
-        token_prefix: &str,
-        _now: Option<u64>,
-    ) -> Result<HolderEviction> {
-        let request = Request::ForceReleaseHolder(lock.clone(), token_prefix.to_owned());
-        answer!(self.call(request).await, Eviction)
-    }
-
-    async fn wait_replicas(
-        &self,
-        lock: &LockKeys,
-        replicas: u32,
-        timeout: Duration,
-    ) -> Result<u32> {
-        let request = Request::WaitReplicas(lock.clone(), replicas, timeout);
-        answer!(self.call(request).await, Count)
+        self.ask(lock, Call::ForceRelease).await
     }
 
     async fn proclaim(
@@ -531,17 +478,16 @@ impl<L: Link> Store for SimConn<L> {
         value: Option<&str>,
         _now: Option<u64>,
     ) -> Result<bool> {
-        let request = Request::Proclaim(lock.clone(), claim.clone(), value.map(str::to_owned));
-        answer!(self.call(request).await, Bool)
+        let value = value.map(str::to_owned);
+        self.ask(lock, Call::Proclaim(claim.clone(), value)).await
     }
 
     async fn leader(&self, lock: &LockKeys, _now: Option<u64>) -> Result<Option<LeaderInfo>> {
-        let request = Request::Leader(lock.clone());
-        answer!(self.call(request).await, Leader)
+        self.ask(lock, Call::Leader).await
     }
 
     fn hub(&self) -> &Arc<WakeHub> {
-        self.link.hub()
+        &self.hub
     }
 
     fn one_slot_per_step(&self) -> bool {
