@@ -239,7 +239,10 @@ impl Lane {
     /// Resolves once it is request `index`'s turn to `step` (re-checked each time a turn
     /// moves on; `Notify` wakes its waiters in order, so runs replay).
     async fn wait(&self, step: usize, index: u64) {
-        while self.ordered {
+        if !self.ordered {
+            return;
+        }
+        loop {
             let told = self.turn.notified();
             if self.next.lock().unwrap()[step] == index {
                 return;
