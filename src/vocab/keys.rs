@@ -35,6 +35,7 @@ struct Inner {
     ticket_queue: [String; 9],
     force_release: [String; 5],
     election: [String; 4],
+    rate_limiter: [String; 5],
 }
 
 impl LockKeys {
@@ -91,6 +92,7 @@ impl LockKeys {
             ],
             force_release: [key("w"), key("r"), key("h"), key("fence"), key("ch")],
             election: [key("h"), key("lv"), key("ch"), key("fence")],
+            rate_limiter: [key("rt"), key("rq"), key("rhb"), key("rtk"), key("ch")],
             base,
         };
         Ok(LockKeys {
@@ -130,6 +132,11 @@ impl LockKeys {
     /// The last two are the lease lock's writer and readers, which the scripts only read.
     pub fn ticket_queue(&self) -> &[String; 9] {
         &self.inner.ticket_queue
+    }
+
+    /// Keys of the rate limiter of this name, in script order (`rate_common.lua`).
+    pub fn rate_limiter(&self) -> &[String; 5] {
+        &self.inner.rate_limiter
     }
 
     /// Keys touched by a forced release, in script order.
