@@ -270,7 +270,49 @@ async fn inspect_shows_the_limit_and_the_waiters(b: Backend) {
     until_rate_waiters(&limiter, 0).await;
 }
 
+/// Clients whose waiters would poll only every 30 s: a waiter behind the head that is
+/// admitted much sooner was woken by the server when it became the head.
+async fn slow_polling(b: &Backend) -> LockClient {
+    b.client_with(
+        LockClient::builder()
+            .retry_interval(Duration::from_secs(30))
+            .heartbeat(Duration::from_secs(180)),
+    )
+    .await
+}
+
+/// The second waiter is told no retry time (it is not the head) and would sleep its 30 s
+/// interval; the admission of the head names it in a wake-up, and it is admitted at once.
+async fn the_next_head_is_woken_by_the_server(a: &LockClient, b: &LockClient) {
+    let rate = Rate::per_second(2).burst(1);
+    let (la, lb) = (a.rate_limiter("woken", rate), b.rate_limiter("woken", rate));
+    la.try_acquire(1).await.ok();
+    let first = tokio::spawn({
+        let l = la.clone();
+        async move { l.acquire(1).await.expect("head") }
+    });
+    until_rate_waiters(&la, 1).await;
+    let second = tokio::spawn({
+        let l = lb.clone();
+        async move { l.acquire(1).await.expect("behind the head") }
+    });
+    // Both queued: the head waits for its turn (at most 500 ms), the second behind it.
+    until_rate_waiters(&la, 2).await;
+    let (first, second) = tokio::time::timeout(Duration::from_secs(15), async {
+        (first.await.expect("join"), second.await.expect("join"))
+    })
+    .await
+    .expect("the second waiter was woken, not left to its 30 s interval");
+    assert!(first.admitted_at_ms < second.admitted_at_ms);
+}
+
+async fn the_next_head_is_woken(b: Backend) {
+    let (x, y) = (slow_polling(&b).await, slow_polling(&b).await);
+    the_next_head_is_woken_by_the_server(&x, &y).await;
+}
+
 both_backends!(
+    the_next_head_is_woken,
     sixty_four_tasks_keep_the_rate_and_the_order,
     a_big_request_at_the_head_is_not_overtaken,
     a_try_never_overtakes_a_waiter,

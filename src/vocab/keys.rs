@@ -212,6 +212,7 @@ mod tests {
                 .iter()
                 .chain(keys.ticket_queue().iter())
                 .chain(keys.election().iter())
+                .chain(keys.rate_limiter().iter())
             {
                 assert_eq!(hash_slot(k.as_bytes()), slot, "{name:?}: {k}");
             }
