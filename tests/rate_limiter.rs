@@ -322,6 +322,45 @@ both_backends!(
     inspect_shows_the_limit_and_the_waiters,
 );
 
+/// The keys expire when the limiter is idle: the state key when its theoretical arrival time
+/// is reached, the queue's keys with the last heartbeat deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_expire_when_idle() {
+    let b = Backend::redis();
+    let rate = Rate::per_second(10).burst(1);
+    let limiter = b.client().await.rate_limiter("idle", rate);
+    limiter.try_acquire(1).await.expect("admitted");
+    let ttl: i64 = b
+        .cli(&["PTTL", "rl:{idle}:rt"])
+        .trim()
+        .parse()
+        .expect("PTTL");
+    assert!((1..=101).contains(&ttl), "state key TTL {ttl} ms");
+    let store = b.store().await;
+    let keys = LockKeys::new("rl", "idle").expect("keys");
+    let waiter = RateClaim::new(1, Rate::per_hour(1), Duration::from_millis(300));
+    store
+        .rate_acquire(&keys, &waiter, true, None)
+        .await
+        .expect("queued");
+    for key in ["rl:{idle}:rq", "rl:{idle}:rhb", "rl:{idle}:rtk"] {
+        let ttl: i64 = b.cli(&["PTTL", key]).trim().parse().expect("PTTL");
+        assert!((1..=300).contains(&ttl), "{key} TTL {ttl} ms");
+    }
+    eventually("every key of the idle limiter expired", async || {
+        b.cli(&[
+            "EXISTS",
+            "rl:{idle}:rt",
+            "rl:{idle}:rq",
+            "rl:{idle}:rhb",
+            "rl:{idle}:rtk",
+        ])
+        .trim()
+            == "0"
+    })
+    .await;
+}
+
 /// Quorum mode refuses the limiter with a typed error on every call: independent servers
 /// would each keep their own rate and order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
