@@ -11,7 +11,8 @@
 -- ARGV[8] heartbeat_ms  a waiter is dropped when it has not attempted for this long
 -- ARGV[9] wait       "1": join the queue when refused (or heartbeat the place); "0": never
 --                    stay queued
--- Reply: {1, now} admitted at server time now;
+-- Reply: {1, at} admitted at server time at (now; or, for a token admitted within its
+--        heartbeat window before, that earlier admission: a retry after a lost reply);
 --        {0, retry_ms, position, heartbeat_until} refused: retry_ms = when the request fits
 --        if everyone ahead is admitted in turn (exact for the head and with nobody waiting;
 --        -1 for a queued waiter behind the head, which the server wakes by name when it
@@ -27,6 +28,7 @@ local member = member_of(token, permits)
 local head_before = head()
 
 prune()
+redis.call('ZREMRANGEBYSCORE', RA, '-inf', NOW - heartbeat)
 local tat_ms, tat_frac = read_tat(count)
 if permits < 1 or permits > burst then
   redis.call('ZREM', RQ, member)
@@ -34,6 +36,10 @@ if permits < 1 or permits > burst then
   settle_queue(head_before, member)
   return redis.error_reply('RLPERMITS asked for ' .. permits .. ' permits of ' .. burst)
 end
+
+-- A retry of an admitted request (its reply was lost): the same admission, nothing more.
+local admitted_at = redis.call('ZSCORE', RA, member)
+if admitted_at then return { 1, tonumber(admitted_at) } end
 
 local position = redis.call('ZRANK', RQ, member)
 if not position then position = nil end
@@ -43,6 +49,8 @@ if ahead == 0 then
   local ms, frac = advance(tat_ms, tat_frac, permits, count, period)
   if wait_for(ms, frac, count, period, burst) <= 0 then
     write_tat(ms, frac, count)
+    redis.call('ZADD', RA, NOW, member)
+    extend_ttl(RA, NOW + heartbeat)
     redis.call('ZREM', RQ, member)
     redis.call('ZREM', RHB, member)
     settle_queue(head_before, member)

@@ -8,13 +8,16 @@
 --   KEYS[3] rhb  zset waiter member -> heartbeat deadline
 --   KEYS[4] rtk  ticket counter; deleted whenever the queue is empty
 --   KEYS[5] ch   wake-up channel of the name
+--   KEYS[6] ra   zset admitted member -> admission time, kept one heartbeat window (of the
+--                asking claim) after the admission, so that a retry after a lost reply
+--                finds its admission instead of being admitted again
 -- A member is the waiter's token, followed by "#<n>" when it asks for n > 1 admissions.
 -- A limiter of `count` per `period` ms with burst `burst` admits n at NOW when
 --   tat' = max(tat, NOW) + n * period / count <= NOW + burst * period / count,
 -- and stores tat'. Every quantity is an integer below 2^53 (count, burst <= 10^6, period <=
 -- one day), so the arithmetic is exact.
 
-local RT, RQ, RHB, RTK, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local RT, RQ, RHB, RTK, CH, RA = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 
 local function member_of(token, weight)
   if weight == 1 then return token end

@@ -123,16 +123,18 @@ async fn a_big_request_at_the_head_is_not_overtaken(b: Backend) {
 /// refused even when the rate would allow it, with the server's estimate; once the waiter
 /// cancels, the try is admitted.
 async fn a_try_never_overtakes_a_waiter(b: Backend) {
-    let rate = Rate::per_second(1_000).burst(1);
+    let rate = Rate::per_second(20).burst(1);
     let client = b.client().await;
     let limiter = client.rate_limiter("no-overtaking", rate);
     let store = b.store().await;
     let keys = LockKeys::new("rl", "no-overtaking").expect("keys");
     // Queue a waiter behind an exhausted burst; it lives 60 s without attempting.
     limiter.try_acquire(1).await.expect("first");
-    let waiter = RateClaim::new(1, rate, Duration::from_secs(60));
+    let mut waiter = RateClaim::new(1, rate, Duration::from_secs(60));
     let mut queued = false;
     for _ in 0..10 {
+        // A new token each round: an admitted token is answered with its admission.
+        waiter = RateClaim::new(1, rate, Duration::from_secs(60));
         let decision = store
             .rate_acquire(&keys, &waiter, true, None)
             .await
@@ -145,7 +147,7 @@ async fn a_try_never_overtakes_a_waiter(b: Backend) {
         limiter.try_acquire(1).await.ok();
     }
     assert!(queued, "the planted waiter could not be queued");
-    // Wait until the rate alone would allow a request (1 ms at 1000/s), then try.
+    // Wait until the rate alone would allow a request (50 ms at 20/s), then try.
     eventually("the rate allows one", async || {
         info(&limiter).await.available == 1
     })
@@ -311,7 +313,28 @@ async fn the_next_head_is_woken(b: Backend) {
     the_next_head_is_woken_by_the_server(&x, &y).await;
 }
 
+/// An admission whose reply was lost is found by the retry with the same token: the wait is
+/// admitted once, and the rate is charged once.
+async fn a_retry_after_a_lost_reply_is_admitted_once(b: Backend) {
+    use support::faulty::{Faulty, Op, Rule};
+    let faulty = Faulty::new(b.store().await);
+    faulty.add(Rule::on(Op::RateAcquire).times(1).lose_reply());
+    let client = LockClient::builder().store(faulty.clone()).expect("client");
+    let limiter = client.rate_limiter("lost-reply", Rate::per_hour(5));
+    let admission = limiter.acquire(2).await.expect("admitted after the retry");
+    assert_eq!(faulty.count(Op::RateAcquire), 2, "{:?}", faulty.log());
+    assert_eq!(info(&limiter).await.available, 3, "charged once");
+    let first = &faulty.calls(Op::RateAcquire)[0];
+    assert!(
+        first
+            .outcome
+            .contains(&format!("at: {}", admission.admitted_at_ms)),
+        "{first:?}"
+    );
+}
+
 both_backends!(
+    a_retry_after_a_lost_reply_is_admitted_once,
     the_next_head_is_woken,
     sixty_four_tasks_keep_the_rate_and_the_order,
     a_big_request_at_the_head_is_not_overtaken,
@@ -323,13 +346,23 @@ both_backends!(
 );
 
 /// The keys expire when the limiter is idle: the state key when its theoretical arrival time
-/// is reached, the queue's keys with the last heartbeat deadline.
+/// is reached, the queue's keys with the last heartbeat deadline, the admissions kept for
+/// retries one heartbeat window after the last.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_expire_when_idle() {
     let b = Backend::redis();
     let rate = Rate::per_second(10).burst(1);
-    let limiter = b.client().await.rate_limiter("idle", rate);
+    let client = b
+        .client_with(LockClient::builder().heartbeat(Duration::from_millis(500)))
+        .await;
+    let limiter = client.rate_limiter("idle", rate);
     limiter.try_acquire(1).await.expect("admitted");
+    let ttl: i64 = b
+        .cli(&["PTTL", "rl:{idle}:ra"])
+        .trim()
+        .parse()
+        .expect("PTTL");
+    assert!((1..=500).contains(&ttl), "admissions key TTL {ttl} ms");
     let ttl: i64 = b
         .cli(&["PTTL", "rl:{idle}:rt"])
         .trim()
@@ -354,6 +387,7 @@ async fn keys_expire_when_idle() {
             "rl:{idle}:rq",
             "rl:{idle}:rhb",
             "rl:{idle}:rtk",
+            "rl:{idle}:ra",
         ])
         .trim()
             == "0"

@@ -15,6 +15,8 @@
 //!   is the first of them): no waiter and no `try` overtakes a live waiter;
 //! - `Reported`: every admission a client was told of is one the server logged, at the same
 //!   server instant;
+//! - `Replay`: a retry of an admitted request (after a lost reply) is answered with that
+//!   admission, and counts once;
 //! - `Stuck`: every wait of a client that did not freeze ends (a dead waiter holds nobody
 //!   back for ever), within a virtual bound.
 //!
@@ -50,6 +52,7 @@ static TRIES_REFUSED: AtomicU64 = AtomicU64::new(0);
 static TIMED_OUT: AtomicU64 = AtomicU64::new(0);
 static CANCELLED: AtomicU64 = AtomicU64::new(0);
 static LOST_REPLIES: AtomicU64 = AtomicU64::new(0);
+static REPLAYED: AtomicU64 = AtomicU64::new(0);
 
 /// The server's clock at virtual instant 0.
 const START_MS: u64 = 1_000_000;
@@ -64,6 +67,8 @@ struct Decision {
     permits: u64,
     wait: bool,
     admitted: bool,
+    /// An admission of a token admitted before (a retry after a lost reply), reported again.
+    replay: bool,
     /// Live waiters (tokens) just before, in order.
     waiting: Vec<String>,
 }
@@ -95,11 +100,18 @@ impl Store for Server {
         // Both calls finish without yielding: nothing runs between them.
         let before = self.store.rate_inspect(lock, &claim.rate, now).await?;
         let decision = self.store.rate_acquire(lock, claim, wait, now).await?;
-        self.log.lock().unwrap().push(Decision {
-            at: self.now(),
+        let mut log = self.log.lock().unwrap();
+        let replay = log.iter().any(|d| d.admitted && d.token == claim.token);
+        let at = match decision {
+            RateDecision::Admitted { at } => at,
+            RateDecision::Refused(_) => self.now(),
+        };
+        log.push(Decision {
+            at,
             token: claim.token.clone(),
             permits: claim.permits,
             wait,
+            replay,
             admitted: matches!(decision, RateDecision::Admitted { .. }),
             waiting: before.waiters.into_iter().map(|w| w.token).collect(),
         });
@@ -310,7 +322,16 @@ async fn run(s: &Schedule) -> std::result::Result<(), String> {
 
 /// The oracle over the server's log.
 fn check(s: &Schedule, log: &[Decision], told: &[u64]) -> std::result::Result<(), String> {
-    let admitted: Vec<&Decision> = log.iter().filter(|d| d.admitted).collect();
+    for replay in log.iter().filter(|d| d.admitted && d.replay) {
+        let first = log.iter().find(|d| d.admitted && d.token == replay.token);
+        if first.is_none_or(|f| f.at != replay.at) {
+            return Err(format!(
+                "Replay: {replay:?} is not the token's admission {first:?}"
+            ));
+        }
+        REPLAYED.fetch_add(1, Ordering::Relaxed);
+    }
+    let admitted: Vec<&Decision> = log.iter().filter(|d| d.admitted && !d.replay).collect();
     ADMITTED.fetch_add(admitted.len() as u64, Ordering::Relaxed);
     let queued = log.iter().filter(|d| d.wait && !d.admitted).count();
     QUEUED.fetch_add(queued as u64, Ordering::Relaxed);
@@ -380,6 +401,7 @@ fn rate_limiter_keeps_the_rate_and_the_order_under_faults() {
         ("timed-out waits", &TIMED_OUT),
         ("cancelled waits", &CANCELLED),
         ("lost replies", &LOST_REPLIES),
+        ("admissions replayed to a retry", &REPLAYED),
     ] {
         let n = count.load(Ordering::Relaxed);
         eprintln!("{what}: {n}");

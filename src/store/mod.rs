@@ -228,6 +228,8 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// refuses with when it would fit, and with `wait` joins the queue or heartbeats its place.
     /// A step that changes the head of the queue names the new head in a wake-up (unless it
     /// is the caller). Permits outside `1 ..= burst` are refused with an invalid-input error.
+    /// Idempotent by token: a claim admitted within its heartbeat window before is answered
+    /// with that admission (its time), and nothing changes.
     ///
     /// Stores that cannot keep one rate and one order answer
     /// [`Error::Unsupported`](crate::vocab::error::Error::Unsupported).

@@ -35,7 +35,7 @@ struct Inner {
     ticket_queue: [String; 9],
     force_release: [String; 5],
     election: [String; 4],
-    rate_limiter: [String; 5],
+    rate_limiter: [String; 6],
 }
 
 impl LockKeys {
@@ -92,7 +92,14 @@ impl LockKeys {
             ],
             force_release: [key("w"), key("r"), key("h"), key("fence"), key("ch")],
             election: [key("h"), key("lv"), key("ch"), key("fence")],
-            rate_limiter: [key("rt"), key("rq"), key("rhb"), key("rtk"), key("ch")],
+            rate_limiter: [
+                key("rt"),
+                key("rq"),
+                key("rhb"),
+                key("rtk"),
+                key("ch"),
+                key("ra"),
+            ],
             base,
         };
         Ok(LockKeys {
@@ -135,7 +142,7 @@ impl LockKeys {
     }
 
     /// Keys of the rate limiter of this name, in script order (`rate_common.lua`).
-    pub fn rate_limiter(&self) -> &[String; 5] {
+    pub fn rate_limiter(&self) -> &[String; 6] {
         &self.inner.rate_limiter
     }
 

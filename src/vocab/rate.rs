@@ -182,7 +182,8 @@ impl RateClaim {
 /// What one decision answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RateDecision {
-    /// Admitted at store-clock instant `at` (ms).
+    /// Admitted at store-clock instant `at` (ms): now, or the earlier admission of the same
+    /// token (a retry after a lost reply).
     Admitted {
         /// The store's clock at the admission.
         at: u64,

@@ -11,7 +11,7 @@ use crate::vocab::rate::{Rate, RateClaim, RateDecision, RateSnapshot, RateWaiter
 use crate::wire::rate::{parse_rate_member, rate_member};
 use crate::wire::{Named, WakeUp};
 
-/// The keys of one limiter: `rt`, `rq`, `rhb`, `rtk`.
+/// The keys of one limiter: `rt`, `rq`, `rhb`, `rtk`, `ra`.
 #[derive(Clone, Debug, Default)]
 pub(super) struct RateLimit {
     /// `rt`: (tat_ms, frac, count), the theoretical arrival time tat_ms + frac/count.
@@ -22,6 +22,8 @@ pub(super) struct RateLimit {
     heartbeats: ZSet,
     /// `rtk`: the last ticket handed out (0: none; reset with the last waiter).
     tickets: u64,
+    /// `ra`: admitted member -> admission time, for a retry after a lost reply.
+    admitted: ZSet,
 }
 
 /// A theoretical arrival time: `ms + frac/count` (`0 <= frac < count`).
@@ -55,7 +57,7 @@ impl Tat {
 impl RateLimit {
     /// True when only what key TTLs would clean up is left.
     pub(super) fn is_idle(&self) -> bool {
-        self.tat.is_none() && self.queue.is_empty() && self.tickets == 0
+        self.tat.is_none() && self.queue.is_empty() && self.tickets == 0 && self.admitted.is_empty()
     }
 
     /// `read_tat`: the stored tat for `rate`, never before `now` (a stale one is forgotten,
@@ -129,11 +131,17 @@ pub(super) fn acquire(
     let member = rate_member(&claim.token, claim.permits);
     let head_before = state.head();
     state.prune(now);
+    let heartbeat = super::ms(claim.heartbeat);
+    state.admitted.remove_up_to(now.saturating_sub(heartbeat));
     let tat = state.tat(now, rate);
     if claim.permits < 1 || claim.permits > rate.burst_size() {
         state.leave(&member);
         state.settle(head_before, &member, &mut wakes);
         return wakes.reply(Err(claim.permits));
+    }
+    // A retry of an admitted request (its reply was lost): the same admission, nothing more.
+    if let Some(at) = state.admitted.score(&member) {
+        return wakes.reply(Ok(RateDecision::Admitted { at }));
     }
     let position = state.queue.rank(&member);
     let ahead = position.unwrap_or(state.queue.len());
@@ -141,6 +149,7 @@ pub(super) fn acquire(
         let next = tat.advance(claim.permits, rate);
         if next.wait_for(now, rate) <= 0 {
             state.tat = Some((next.ms, next.frac, rate.count()));
+            state.admitted.add(&member, now);
             state.leave(&member);
             state.settle(head_before, &member, &mut wakes);
             return wakes.reply(Ok(RateDecision::Admitted { at: now }));
@@ -159,7 +168,7 @@ pub(super) fn acquire(
         state.tickets += 1;
         state.queue.add(&member, state.tickets);
     }
-    let heartbeat_until = now + super::ms(claim.heartbeat);
+    let heartbeat_until = now + heartbeat;
     state.heartbeats.add(&member, heartbeat_until);
     state.settle(head_before, &member, &mut wakes);
     let retry = (ahead == 0).then_some(retry);
