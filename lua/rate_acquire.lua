@@ -76,7 +76,7 @@ if not wait then
 end
 
 if not position then
-  redis.call('ZADD', RQ, redis.call('INCR', RTK), member)
+  redis.call('ZADD', RQ, incr_counter(RTK), member)
   position = ahead
 end
 local heartbeat_until = NOW + heartbeat

@@ -226,6 +226,7 @@ async fn bad_rates_and_requests_are_typed_errors(b: Backend) {
         (Rate::per_second(10).burst(0), 1),
         (Rate::new(1, Duration::ZERO), 1),
         (Rate::new(1, Duration::from_micros(500)), 1),
+        (Rate::new(1, Duration::from_micros(1_500)), 1),
         (Rate::per_hour(redis_locks::MAX_RATE_COUNT + 1), 1),
         (Rate::new(1, Duration::from_secs(86_401)), 1),
         (Rate::per_second(10), 0),

@@ -35,17 +35,18 @@ pub const MAX_RATE_PERIOD: Duration = Duration::from_secs(86_400);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Rate {
     count: u64,
-    period_ms: u64,
+    period: Duration,
     burst: u64,
 }
 
 impl Rate {
-    /// `count` admissions per `period` (whole milliseconds; a shorter or finer period is
-    /// refused when the limiter is used), with a burst of `count`.
+    /// `count` admissions per `period` (whole milliseconds, at most a day; another period is
+    /// refused with an invalid-argument error when the limiter is used), with a burst of
+    /// `count`.
     pub fn new(count: u64, period: Duration) -> Rate {
         Rate {
             count,
-            period_ms: u64::try_from(period.as_millis()).unwrap_or(u64::MAX),
+            period,
             burst: count,
         }
     }
@@ -79,12 +80,12 @@ impl Rate {
 
     /// The period.
     pub fn period(&self) -> Duration {
-        Duration::from_millis(self.period_ms)
+        self.period
     }
 
-    /// The period in whole milliseconds.
+    /// The period in whole milliseconds (a finer period is refused by [`Rate::check`]).
     pub fn period_ms(&self) -> u64 {
-        self.period_ms
+        ms(self.period)
     }
 
     /// The most admitted at once.
@@ -105,12 +106,13 @@ impl Rate {
                 ),
             );
         }
-        if self.period_ms == 0 || self.period_ms > ms(MAX_RATE_PERIOD) {
+        let whole_ms = self.period.subsec_nanos().is_multiple_of(1_000_000);
+        if !whole_ms || self.period_ms() == 0 || self.period > MAX_RATE_PERIOD {
             return bad(
                 "rate",
                 format!(
-                    "a period of {} ms; it must be 1 ms to one day in whole milliseconds",
-                    self.period_ms
+                    "a period of {:?}; it must be 1 ms to one day in whole milliseconds",
+                    self.period
                 ),
             );
         }

@@ -63,17 +63,11 @@ impl RateLimit {
     /// `read_tat`: the stored tat for `rate`, never before `now` (a stale one is forgotten,
     /// as its key would have expired).
     fn tat(&mut self, now: u64, rate: &Rate) -> Tat {
-        let Some((mut ms, mut frac, count)) = self.tat else {
-            return Tat { ms: now, frac: 0 };
-        };
-        if count != rate.count() && frac > 0 {
-            (ms, frac) = (ms + 1, 0);
-        }
-        if ms < now {
+        let tat = read_tat(self.tat, now, rate);
+        if self.tat.is_some_and(|(ms, _, _)| ms < now) {
             self.tat = None;
-            return Tat { ms: now, frac: 0 };
         }
-        Tat { ms, frac }
+        tat
     }
 
     fn head(&self) -> Option<String> {
@@ -117,6 +111,21 @@ impl RateLimit {
             .map(|(_, m)| parse_rate_member(m).1)
             .sum()
     }
+}
+
+/// `read_tat` of the stored (ms, frac, count): a fraction stored under another count is
+/// rounded up to the next whole ms; never before `now`.
+fn read_tat(stored: Option<(u64, u64, u64)>, now: u64, rate: &Rate) -> Tat {
+    let Some((mut ms, mut frac, count)) = stored else {
+        return Tat { ms: now, frac: 0 };
+    };
+    if count != rate.count() && frac > 0 {
+        (ms, frac) = (ms + 1, 0);
+    }
+    if ms < now {
+        return Tat { ms: now, frac: 0 };
+    }
+    Tat { ms, frac }
 }
 
 /// rate_acquire.lua.
@@ -204,7 +213,7 @@ pub(super) fn cancel(state: &mut RateLimit, now: u64, claim: &RateClaim) -> Step
 
 /// rate_inspect.lua (reads only: the stale tat is not forgotten here).
 pub(super) fn inspect(state: &RateLimit, now: u64, rate: &Rate) -> RateSnapshot {
-    let tat = state.clone().tat(now, rate);
+    let tat = read_tat(state.tat, now, rate);
     let used = (tat.ms - now) * rate.count() + tat.frac;
     let room = (rate.burst_size() * rate.period_ms()).saturating_sub(used);
     let available = room / rate.period_ms();
