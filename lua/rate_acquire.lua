@@ -63,6 +63,8 @@ local weights = permits
 if ahead > 0 then
   for _, m in ipairs(redis.call('ZRANGE', RQ, 0, ahead - 1)) do weights = weights + weight_of(m) end
 end
+-- Capped so that the arithmetic stays exact (below 2^53) however long the queue: a hint only.
+if weights > 64000000 then weights = 64000000 end
 local ms, frac = advance(tat_ms, tat_frac, weights, count, period)
 local retry = math.max(1, wait_for(ms, frac, count, period, burst))
 

@@ -50,7 +50,9 @@ local function read_tat(count)
   return ms, frac
 end
 
--- tat advanced by `weight` admissions of period/count ms each.
+-- tat advanced by `weight` admissions of period/count ms each. The floor of f / count is exact:
+-- f < 2^53 (callers cap weight), so the quotient is below 2^34 and its distance to the next
+-- integer (at least 1/count, count <= 10^6) exceeds half a double's spacing there.
 local function advance(ms, frac, weight, count, period)
   local f = frac + weight * period
   local carry = math.floor(f / count)

@@ -304,3 +304,44 @@ fn rate_scripts_match_model_and_planted_bugs_are_found() {
         assert!(found, "the model check did not find {bug:?}");
     }
 }
+
+/// The largest numbers a script computes stay exact: a count near the limit over a day, a
+/// full burst queued 70 times, so a refused try's estimate counts the capped 64 million
+/// admissions ahead (products near 2^53, quotients beyond 2^32).
+#[test]
+fn estimates_with_a_long_queue_of_full_bursts_match_the_model() {
+    let rig = Rig::start();
+    let rate = Rate::new(999_983, Duration::from_secs(86_400)).burst(1_000_000);
+    let model = MemoryStore::new();
+    let k = keys(0);
+    rig.runtime.block_on(async {
+        let mut now = START_MS;
+        for i in 0..72 {
+            let c = RateClaim {
+                token: format!("big{i}"),
+                permits: 1_000_000,
+                rate,
+                heartbeat: Duration::from_secs(3_600),
+            };
+            let wait = i != 71;
+            let a = rig.redis.rate_acquire(&k, &c, wait, Some(now)).await;
+            let b = model.rate_acquire(&k, &c, wait, Some(now)).await;
+            assert!(
+                equal_with_message(&a, &b),
+                "claim {i}: redis {a:?}, model {b:?}"
+            );
+            if i == 71 {
+                let Ok(RateDecision::Refused(busy)) = a else {
+                    panic!("the last try was not refused: {a:?}")
+                };
+                assert!(busy
+                    .retry_after
+                    .is_some_and(|r| r > Duration::from_secs(86_400 * 60)));
+            }
+            now += 7;
+        }
+        let a = rig.redis.rate_inspect(&k, &rate, Some(now)).await;
+        let b = model.rate_inspect(&k, &rate, Some(now)).await;
+        assert!(equal_with_message(&a, &b), "redis {a:?}, model {b:?}");
+    });
+}

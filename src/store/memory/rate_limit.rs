@@ -11,6 +11,9 @@ use crate::vocab::rate::{Rate, RateClaim, RateDecision, RateSnapshot, RateWaiter
 use crate::wire::rate::{parse_rate_member, rate_member};
 use crate::wire::{Named, WakeUp};
 
+/// The most admissions a refusal's estimate counts ahead of a request (`rate_acquire.lua`).
+const MAX_ESTIMATE_WEIGHTS: u64 = 64_000_000;
+
 /// The keys of one limiter: `rt`, `rq`, `rhb`, `rtk`, `ra`.
 #[derive(Clone, Debug, Default)]
 pub(super) struct RateLimit {
@@ -109,7 +112,7 @@ impl RateLimit {
             .iter()
             .take(ahead)
             .map(|(_, m)| parse_rate_member(m).1)
-            .sum()
+            .fold(0, u64::saturating_add)
     }
 }
 
@@ -164,7 +167,8 @@ pub(super) fn acquire(
             return wakes.reply(Ok(RateDecision::Admitted { at: now }));
         }
     }
-    let weights = claim.permits + state.weights_ahead(ahead);
+    // Capped as the script caps it (exact arithmetic below 2^53): a hint only.
+    let weights = (claim.permits + state.weights_ahead(ahead)).min(MAX_ESTIMATE_WEIGHTS);
     let retry = tat.advance(weights, rate).wait_for(now, rate).max(1) as u64;
     if !wait {
         if position.is_some() {
