@@ -51,8 +51,9 @@ local function read_tat(count)
 end
 
 -- tat advanced by `weight` admissions of period/count ms each. The floor of f / count is exact:
--- f < 2^53 (callers cap weight), so the quotient is below 2^34 and its distance to the next
--- integer (at least 1/count, count <= 10^6) exceeds half a double's spacing there.
+-- f <= 5.6e15 (weight <= 6.4e7, capped by the callers; period <= 8.64e7 ms), so near the
+-- quotient doubles are at most 1.25/count apart, and a quotient that is not an integer is at
+-- least 1/count from the next one: more than half that spacing, so it never rounds up to it.
 local function advance(ms, frac, weight, count, period)
   local f = frac + weight * period
   local carry = math.floor(f / count)
