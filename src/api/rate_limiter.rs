@@ -218,7 +218,31 @@ impl RateLimiter {
         })
     }
 
+    /// One request, in a `tracing` span `rate_acquire` with the name, the permits and the
+    /// outcome.
     async fn run(&self, permits: u64, deadline: Deadline) -> Result<Admission> {
+        use tracing::Instrument;
+        let span = tracing::debug_span!(
+            "rate_acquire",
+            limiter = self.name(),
+            permits,
+            outcome = tracing::field::Empty
+        );
+        let result = self
+            .decide(permits, deadline)
+            .instrument(span.clone())
+            .await;
+        let outcome = match &result {
+            Ok(_) => "admitted",
+            Err(e) if e.is_rate_limited() => "refused",
+            Err(e) if e.is_timeout() => "timeout",
+            Err(_) => "error",
+        };
+        span.record("outcome", outcome);
+        result
+    }
+
+    async fn decide(&self, permits: u64, deadline: Deadline) -> Result<Admission> {
         self.ctx.opts.validate()?;
         self.rate.check_request(permits)?;
         let keys = self.ctx.keys()?.clone();
