@@ -113,13 +113,13 @@ pub(crate) enum RateOutcome {
 /// the queue until admitted or the deadline.
 pub(crate) async fn decide(mut wait: RateWait, waiting: &Waiting<'_>) -> Result<RateOutcome> {
     if matches!(waiting.deadline, Deadline::Try) {
-        // A try never queues: one attempt, whose refusal carries the estimate.
-        return match wait.attempt(false).await {
+        // A try never queues (whatever its outcome, it leaves no place to cancel): one
+        // attempt, whose refusal carries the estimate.
+        let step = wait.attempt(false).await;
+        wait.place.forget();
+        return match step {
             Step::Won(at) => Ok(RateOutcome::Admitted(at)),
-            Step::Refused { busy, .. } => {
-                wait.place.forget();
-                Ok(RateOutcome::Refused(busy.retry_after))
-            }
+            Step::Refused { busy, .. } => Ok(RateOutcome::Refused(busy.retry_after)),
             Step::Failed(err) => Err(err),
         };
     }
