@@ -210,7 +210,8 @@ async fn timed_out_and_dropped_waits_leave_no_place(b: Backend) {
         .await
         .expect_err("the hour is used up");
     assert!(err.is_timeout(), "{err}");
-    assert!(info(&limiter).await.waiters.is_empty());
+    // The place is removed at the deadline (the rest of it in the background).
+    until_rate_waiters(&limiter, 0).await;
     let l = limiter.clone();
     let task = tokio::spawn(async move { l.acquire(1).await });
     until_rate_waiters(&limiter, 1).await;
@@ -363,13 +364,20 @@ async fn keys_expire_when_idle() {
         .trim()
         .parse()
         .expect("PTTL");
-    assert!((1..=500).contains(&ttl), "admissions key TTL {ttl} ms");
+    // -2: already expired (a slow machine), which the bound allowed too; -1 (no TTL) fails.
+    assert!(
+        ttl == -2 || (1..=500).contains(&ttl),
+        "admissions key TTL {ttl} ms"
+    );
     let ttl: i64 = b
         .cli(&["PTTL", "rl:{idle}:rt"])
         .trim()
         .parse()
         .expect("PTTL");
-    assert!((1..=101).contains(&ttl), "state key TTL {ttl} ms");
+    assert!(
+        ttl == -2 || (1..=101).contains(&ttl),
+        "state key TTL {ttl} ms"
+    );
     let store = b.store().await;
     let keys = LockKeys::new("rl", "idle").expect("keys");
     let waiter = RateClaim::new(1, Rate::per_hour(1), Duration::from_millis(300));
@@ -379,7 +387,7 @@ async fn keys_expire_when_idle() {
         .expect("queued");
     for key in ["rl:{idle}:rq", "rl:{idle}:rhb", "rl:{idle}:rtk"] {
         let ttl: i64 = b.cli(&["PTTL", key]).trim().parse().expect("PTTL");
-        assert!((1..=300).contains(&ttl), "{key} TTL {ttl} ms");
+        assert!(ttl == -2 || (1..=300).contains(&ttl), "{key} TTL {ttl} ms");
     }
     eventually("every key of the idle limiter expired", async || {
         b.cli(&[
