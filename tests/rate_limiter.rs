@@ -31,6 +31,28 @@ async fn until_rate_waiters(limiter: &RateLimiter, n: usize) {
     eventually(&what, async || info(&l).await.waiters.len() == n).await;
 }
 
+/// Queues a waiter at the head of `limiter`'s queue at store level, which never attempts
+/// again (a process that died): uses the rate up with a try, then asks for one more (with a
+/// new token each round, until it is refused and queued, however slow the machine).
+async fn plant_head(
+    b: &Backend,
+    limiter: &RateLimiter,
+    heartbeat: Duration,
+) -> (RateClaim, redis_locks::testing::store::Busy) {
+    let store = b.store().await;
+    let keys = LockKeys::new("rl", limiter.name()).expect("keys");
+    for _ in 0..20 {
+        limiter.try_acquire(1).await.ok();
+        let waiter = RateClaim::new(1, limiter.rate(), heartbeat);
+        let decision = store.rate_acquire(&keys, &waiter, true, None).await;
+        if let Ok(RateDecision::Refused(busy)) = decision {
+            assert_eq!(busy.position, Some(0), "{busy:?}");
+            return (waiter, busy);
+        }
+    }
+    panic!("no waiter could be queued on {}", limiter.name());
+}
+
 /// Over every window `[a_i, a_j]` of the sorted admission times (ms), the admissions in it
 /// are at most `burst + count·(a_j − a_i)/period`.
 fn assert_within_rate(times: &mut [u64], rate: Rate) {
@@ -128,25 +150,8 @@ async fn a_try_never_overtakes_a_waiter(b: Backend) {
     let limiter = client.rate_limiter("no-overtaking", rate);
     let store = b.store().await;
     let keys = LockKeys::new("rl", "no-overtaking").expect("keys");
-    // Queue a waiter behind an exhausted burst; it lives 60 s without attempting.
-    limiter.try_acquire(1).await.expect("first");
-    let mut waiter = RateClaim::new(1, rate, Duration::from_secs(60));
-    let mut queued = false;
-    for _ in 0..10 {
-        // A new token each round: an admitted token is answered with its admission.
-        waiter = RateClaim::new(1, rate, Duration::from_secs(60));
-        let decision = store
-            .rate_acquire(&keys, &waiter, true, None)
-            .await
-            .expect("step");
-        if let RateDecision::Refused(busy) = decision {
-            queued = busy.position == Some(0);
-            break;
-        }
-        // Admitted (the rate allowed it already): use the burst up again and retry.
-        limiter.try_acquire(1).await.ok();
-    }
-    assert!(queued, "the planted waiter could not be queued");
+    // A waiter queued behind a used-up burst; it lives 60 s without attempting.
+    let (waiter, _) = plant_head(&b, &limiter, Duration::from_secs(60)).await;
     // Wait until the rate alone would allow a request (50 ms at 20/s), then try.
     eventually("the rate allows one", async || {
         info(&limiter).await.available == 1
@@ -173,19 +178,7 @@ async fn a_try_never_overtakes_a_waiter(b: Backend) {
 async fn a_dead_waiter_is_dropped_after_its_heartbeat(b: Backend) {
     let rate = Rate::per_second(50).burst(1);
     let limiter = b.client().await.rate_limiter("dead-waiter", rate);
-    let store = b.store().await;
-    let keys = LockKeys::new("rl", "dead-waiter").expect("keys");
-    let dead = RateClaim::new(1, Rate::per_hour(1), Duration::from_millis(400));
-    // Under the hourly rate the planted waiter is refused and queued at the head.
-    let RateDecision::Refused(busy) = ({
-        limiter.try_acquire(1).await.ok();
-        store
-            .rate_acquire(&keys, &dead, true, None)
-            .await
-            .expect("step")
-    }) else {
-        panic!("the planted waiter was admitted under the hourly rate")
-    };
+    let (_, busy) = plant_head(&b, &limiter, Duration::from_millis(400)).await;
     let dead_until = busy.heartbeat_until.expect("queued");
     let admission = limiter
         .acquire(1)
@@ -378,13 +371,7 @@ async fn keys_expire_when_idle() {
         ttl == -2 || (1..=101).contains(&ttl),
         "state key TTL {ttl} ms"
     );
-    let store = b.store().await;
-    let keys = LockKeys::new("rl", "idle").expect("keys");
-    let waiter = RateClaim::new(1, Rate::per_hour(1), Duration::from_millis(300));
-    store
-        .rate_acquire(&keys, &waiter, true, None)
-        .await
-        .expect("queued");
+    plant_head(&b, &limiter, Duration::from_millis(300)).await;
     for key in ["rl:{idle}:rq", "rl:{idle}:rhb", "rl:{idle}:rtk"] {
         let ttl: i64 = b.cli(&["PTTL", key]).trim().parse().expect("PTTL");
         assert!(ttl == -2 || (1..=300).contains(&ttl), "{key} TTL {ttl} ms");
