@@ -57,6 +57,9 @@ pub use api::info::{HolderInfo, LockInfo, WaiterInfo, PROCESS_PREFIX_LEN, TOKEN_
 pub use api::kind;
 pub use api::multi::{MultiAcquiring, MultiGuard, MultiLock, MAX_MULTI_NAMES};
 pub use api::mutex::{Mutex, MutexGuard};
+pub use api::rate_limiter::{
+    Admission, RateAcquiring, RateLimiter, RateLimiterInfo, RateWaiterInfo,
+};
 pub use api::rwlock::{Preference, ReadGuard, RwLock, WriteGuard};
 pub use api::semaphore::{Permit, Semaphore, MAX_PERMITS};
 pub use store::{HoldKind, HolderEviction};
@@ -66,6 +69,7 @@ pub use vocab::options::{
     DEFAULT_HEARTBEAT, DEFAULT_LEASE, DEFAULT_OUTAGE_BUDGET, DEFAULT_RETRY_INTERVAL, MAX_LEASE,
     MIN_LEASE,
 };
+pub use vocab::rate::{Rate, MAX_RATE_COUNT, MAX_RATE_PERIOD};
 pub use vocab::token::MAX_LABEL_LEN;
 
 /// The README's code compiles (checked by `cargo test --doc`).

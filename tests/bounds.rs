@@ -53,6 +53,12 @@ fn handles_guards_and_futures_are_send() {
     is_send(&s.try_acquire());
     is_send(&LockClient::connect("redis://127.0.0.1:1/"));
     is_send(&client.force_release("a"));
+    let limiter = client.rate_limiter("e", redis_locks::Rate::per_second(5));
+    send_sync::<redis_locks::RateLimiter>();
+    is_send(&limiter.acquire(1));
+    is_send(&limiter.acquire(1).timeout(d));
+    is_send(&limiter.try_acquire(1));
+    is_send(&limiter.inspect());
 }
 
 #[tokio::test]

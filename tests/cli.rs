@@ -941,3 +941,58 @@ async fn documented_commands_run_as_written() {
     // The last one forced the release.
     assert!(!held.release().await.expect("release"));
 }
+
+/// `rate` shows a rate limiter's limit, what is available, and its waiters in order (text and
+/// JSON); a missing or bad rate is a usage error (exit 2) that says what to give.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rate_shows_a_rate_limiter() {
+    let server = RedisServer::start();
+    let client = LockClient::builder()
+        .label("mailer")
+        .connect(&server.url())
+        .await
+        .expect("connect");
+    let rate = redis_locks::Rate::per_hour(10).burst(4);
+    let limiter = client.rate_limiter("mail", rate);
+    limiter.try_acquire(4).await.expect("the burst");
+    let waiter = tokio::spawn({
+        let l = limiter.clone();
+        async move { l.acquire(2).await }
+    });
+    let give_up = std::time::Instant::now() + support::backend::EVENTUALLY;
+    while limiter.inspect().await.expect("inspect").waiters.is_empty() {
+        assert!(
+            std::time::Instant::now() < give_up,
+            "the waiter never queued"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let out = cli(
+        &server,
+        &["rate", "mail", "--per-hour", "10", "--burst", "4"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("10 per 3600s, burst 4"), "{text}");
+    assert!(text.contains("available now: 0"), "{text}");
+    assert!(
+        text.contains("waiter 0:") && text.contains("2 permits") && text.contains("(mailer)"),
+        "{text}"
+    );
+    let out = cli(
+        &server,
+        &["rate", "mail", "--per-hour", "10", "--burst", "4", "--json"],
+    );
+    let json = stdout(&out);
+    assert!(
+        json.contains("\"available\":0") && json.contains("\"permits\":2"),
+        "{json}"
+    );
+    assert_eq!(json_tokens(&json).len(), 1, "{json}");
+    let out = cli(&server, &["rate", "mail"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--per-second"), "{}", stderr(&out));
+    let out = cli(&server, &["rate", "mail", "--per-second", "0"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    waiter.abort();
+}

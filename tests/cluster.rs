@@ -106,6 +106,7 @@ async fn every_primitive_works_on_a_cluster() {
     rwlock_shares_reads_and_excludes_writes(&a, &b).await;
     fair_lock_grants_in_arrival_order(&a, &b).await;
     semaphore_counts_permits(&a, &b).await;
+    rate_limiter_wakes_the_next_head(&a, &b).await;
     // After SCRIPT FLUSH on every node, each node gets the scripts back on first use.
     for n in 0..cluster.nodes().len() {
         assert_eq!(cluster.cli(n, &["script", "flush"]), "OK");
@@ -114,6 +115,47 @@ async fn every_primitive_works_on_a_cluster() {
     fair_lock_grants_in_arrival_order(&a, &b).await;
     waiter_is_woken_by_sharded_pubsub(&a, &b).await;
     thousand_names_spread_over_every_master(&cluster, &a).await;
+}
+
+/// A rate limiter's keys share one slot; its waiters are admitted in order, and the one
+/// behind the head (told no retry time, polling every 30 s) is woken over sharded pub/sub
+/// when it becomes the head.
+async fn rate_limiter_wakes_the_next_head(a: &LockClient, b: &LockClient) {
+    let keys = LockKeys::new("rl", "rate").expect("name");
+    let slot = slot_of("rate");
+    assert!(keys
+        .rate_limiter()
+        .iter()
+        .all(|k| hash_slot(k.as_bytes()) == slot));
+    let rate = redis_locks::Rate::per_second(2).burst(1);
+    let (la, lb) = (a.rate_limiter("rate", rate), b.rate_limiter("rate", rate));
+    la.try_acquire(1).await.ok();
+    let first = tokio::spawn({
+        let l = la.clone();
+        async move { l.acquire(1).await.expect("head") }
+    });
+    let queued = |n: usize| {
+        let l = la.clone();
+        async move {
+            let give_up = Instant::now() + EVENTUALLY;
+            while l.inspect().await.expect("inspect").waiters.len() != n {
+                assert!(Instant::now() < give_up, "not {n} waiters");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    };
+    queued(1).await;
+    let second = tokio::spawn({
+        let l = lb.clone();
+        async move { l.acquire(1).await.expect("behind the head") }
+    });
+    queued(2).await;
+    let (first, second) = tokio::time::timeout(Duration::from_secs(15), async {
+        (first.await.expect("join"), second.await.expect("join"))
+    })
+    .await
+    .expect("the second waiter was woken, not left to its 30 s interval");
+    assert!(first.admitted_at_ms < second.admitted_at_ms);
 }
 
 async fn waiter_is_woken_by_sharded_pubsub(a: &LockClient, b: &LockClient) {

@@ -90,3 +90,15 @@ fn two_services_exclude_each_other_on_one_shared_in_memory_store() {
     assert!(out.contains("held by Some(\"billing\")"), "{out}");
     assert!(out.contains("never inside a lock together: ok"), "{out}");
 }
+
+#[test]
+fn rate_limit_shows_the_concurrency_cap_and_the_rate_in_memory_and_on_redis() {
+    let out = run("rate_limit", None);
+    assert!(out.contains("backend: in-memory"), "{out}");
+    assert!(out.contains("max concurrency observed"), "{out}");
+    assert!(out.contains("within 10 per second, burst 2: ok"), "{out}");
+    let server = support::RedisServer::start();
+    let out = run("rate_limit", Some(&server.url()));
+    assert!(out.contains("backend: Redis"), "{out}");
+    assert!(out.contains("within 10 per second, burst 2: ok"), "{out}");
+}

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use redis_locks::testing::keys::LockKeys;
 use redis_locks::testing::store::{
-    Acquire, AcquireAll, Claim, Family, Part, PermitChange, Policy, RedisStore, Slot, Store,
-    FAIR_RW_CAPACITY,
+    Acquire, AcquireAll, Claim, Family, Part, PermitChange, Policy, RateClaim, RateDecision,
+    RedisStore, Slot, Store, FAIR_RW_CAPACITY,
 };
 use redis_locks::LockClient;
 use tokio::time::timeout;
@@ -352,6 +352,31 @@ async fn every_script_runs_by_sha_as_the_restricted_acl_user() {
         .proclaim(&lock, &leader, None, None)
         .await
         .expect("retract"));
+
+    // The rate limiter: an admission, a queued waiter, its cancel, a read.
+    let lock = LockKeys::new("rl", "acl-rate").expect("keys");
+    let rate = redis_locks::Rate::per_hour(1);
+    let first = RateClaim::new(1, rate, hb);
+    let decision = store.rate_acquire(&lock, &first, true, None).await;
+    assert!(
+        matches!(decision, Ok(RateDecision::Admitted { .. })),
+        "{decision:?}"
+    );
+    let waiter = RateClaim::new(1, rate, hb);
+    let decision = store.rate_acquire(&lock, &waiter, true, None).await;
+    assert!(
+        matches!(decision, Ok(RateDecision::Refused(_))),
+        "{decision:?}"
+    );
+    assert!(store
+        .rate_cancel(&lock, &waiter, None)
+        .await
+        .expect("cancel"));
+    let shown = store
+        .rate_inspect(&lock, &rate, None)
+        .await
+        .expect("inspect");
+    assert!(shown.waiters.is_empty());
 
     for (name, sha) in script_shas() {
         if name != "raise_fence" {

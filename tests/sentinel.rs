@@ -265,3 +265,23 @@ async fn data_nodes_are_reached_with_the_users_credentials() {
         "no connection logged in as app: {clients}"
     );
 }
+
+/// A rate limiter through the sentinels' primary: admissions within the burst, a refused try
+/// with the server's estimate, a wait admitted in turn, and inspect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limiter_works_through_the_sentinels() {
+    let set = tokio::task::block_in_place(|| RedisSentinels::start(MASTER));
+    let urls = set.sentinel_urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let client = LockClient::sentinel(&urls, MASTER).await.expect("connect");
+    let limiter = client.rate_limiter("sentinel-rate", redis_locks::Rate::per_second(20).burst(2));
+    limiter.try_acquire(2).await.expect("the burst");
+    let refused = limiter.try_acquire(1).await.expect_err("used up");
+    assert!(
+        refused.is_rate_limited() && refused.retry_after().is_some(),
+        "{refused}"
+    );
+    let admission = limiter.acquire(1).await.expect("in turn");
+    assert_eq!(admission.permits, 1);
+    assert!(limiter.inspect().await.expect("inspect").waiters.is_empty());
+}

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::api::handle::Lock;
 use crate::api::kind;
+use crate::api::rate_limiter::RateLimiter;
 use crate::api::rwlock::Preference;
 use crate::engine::lease::Holds;
 use crate::engine::wait::LockCtx;
@@ -13,6 +14,7 @@ use crate::vocab::claim::HolderEviction;
 use crate::vocab::error::Result;
 use crate::vocab::keys::{validate_prefix, LockKeys, DEFAULT_PREFIX};
 use crate::vocab::options::Options;
+use crate::vocab::rate::Rate;
 use crate::{Election, FairLock, MultiLock, Mutex, RwLock, Semaphore};
 
 pub use crate::store::redis::RedisConfig;
@@ -241,6 +243,24 @@ impl LockClient {
     /// ```
     pub fn semaphore(&self, name: &str, permits: u32) -> Semaphore {
         Lock::new(self.ctx(name), kind::Semaphore { permits })
+    }
+
+    /// A [`RateLimiter`] of `rate` (see [`Rate`]): at most `count` admissions per period
+    /// across every client of the name, waiters admitted in arrival order. A bad name or
+    /// rate is reported by the first operation, before any Redis call. Not available in
+    /// quorum mode ([`Error::Unsupported`](crate::Error::Unsupported)).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// use redis_locks::Rate;
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let limiter = client.rate_limiter("partner-api", Rate::per_second(100));
+    /// limiter.acquire(1).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn rate_limiter(&self, name: &str, rate: Rate) -> RateLimiter {
+        RateLimiter::new(self.ctx(name), rate)
     }
 
     /// An [`Election`] among the members of a pool, on the ticket queue of `name` (the

@@ -73,7 +73,7 @@ pub struct LockInfo {
     pub waiters: Vec<WaiterInfo>,
 }
 
-fn short(token: &str) -> String {
+pub(crate) fn short(token: &str) -> String {
     token.chars().take(TOKEN_PREFIX_LEN).collect()
 }
 

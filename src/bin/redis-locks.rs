@@ -6,7 +6,11 @@
 //! redis-locks watch NAME [--interval-ms 1000] [--count N] [--json]
 //! redis-locks leader NAME [--follow [--count N]] [--json]
 //! redis-locks force-release NAME [--holder TOKEN_PREFIX] --yes [--json]
+//! redis-locks rate NAME (--per-second N | --per-minute N | --per-hour N) [--burst B] [--json]
 //! ```
+//!
+//! `rate` shows a rate limiter (`client.rate_limiter`): what is available now, when the next
+//! admission fits, and the waiters in arrival order (see `rate.rs`).
 //!
 //! `inspect` and `watch` read both families of state a lock name can have, each through its
 //! public handle and without changing anything: the lease lock (Mutex, RwLock with Writer or
@@ -40,6 +44,8 @@ use redis_locks::{Error, HolderEviction, LeaderInfo, LockClient, RedisConfig};
 
 #[path = "redis-locks/kind.rs"]
 mod kind;
+#[path = "redis-locks/rate.rs"]
+mod rate;
 #[path = "redis-locks/raw.rs"]
 mod raw;
 #[path = "redis-locks/view.rs"]
@@ -161,6 +167,28 @@ enum Command {
         #[arg(long)]
         yes: bool,
         /// One JSON object (`{"name":..,"fence":..}`) instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A rate limiter: what is available now, when the next admission fits, the waiters in
+    /// arrival order. Give its rate as it was made (the server does not store the period or
+    /// the burst).
+    Rate {
+        /// Rate limiter name.
+        name: String,
+        /// Its count per second.
+        #[arg(long)]
+        per_second: Option<u64>,
+        /// Its count per minute.
+        #[arg(long)]
+        per_minute: Option<u64>,
+        /// Its count per hour.
+        #[arg(long)]
+        per_hour: Option<u64>,
+        /// Its burst (default: the count).
+        #[arg(long)]
+        burst: Option<u64>,
+        /// One JSON object instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -487,6 +515,17 @@ async fn run(cli: &Cli) -> Result<ExitCode, Error> {
             Some(prefix) => force_release_holder(cli, &ctx, name, prefix, *yes, *json).await,
             None => force_release(cli, &ctx, name, *yes, *json).await,
         },
+        Command::Rate {
+            name,
+            per_second,
+            per_minute,
+            per_hour,
+            burst,
+            json,
+        } => {
+            let rate = rate::rate_of(*per_second, *per_minute, *per_hour, *burst)?;
+            rate::show(&ctx.client, name, rate, *json).await
+        }
     }
 }
 

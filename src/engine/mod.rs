@@ -3,5 +3,6 @@
 
 pub(crate) mod lease;
 pub(crate) mod pending;
+pub(crate) mod rate;
 pub(crate) mod telemetry;
 pub(crate) mod wait;

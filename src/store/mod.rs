@@ -50,6 +50,7 @@ use crate::store::hub::WakeHub;
 pub use crate::vocab::claim::*;
 use crate::vocab::error::Result;
 use crate::vocab::keys::LockKeys;
+pub use crate::vocab::rate::*;
 
 /// The protocol steps of every primitive. See the module docs for the contract.
 ///
@@ -221,10 +222,63 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         Err(no_election())
     }
 
+    /// Rate limiter: one decision for `claim` (see `docs/decisions/rate-limiter.md`). Forgets
+    /// waiters whose heartbeat lapsed, then admits the claim if it is the head of the queue
+    /// (or nobody waits) and its permits fit the rate (GCRA on the store's clock); else
+    /// refuses with when it would fit, and with `wait` joins the queue or heartbeats its place.
+    /// A step that changes the head of the queue names the new head in a wake-up (unless it
+    /// is the caller). Permits outside `1 ..= burst` are refused with an invalid-input error.
+    /// Idempotent by token: a claim admitted within its heartbeat window before is answered
+    /// with that admission (its time), and nothing changes.
+    ///
+    /// Stores that cannot keep one rate and one order answer
+    /// [`Error::Unsupported`](crate::vocab::error::Error::Unsupported).
+    async fn rate_acquire(
+        &self,
+        lock: &LockKeys,
+        claim: &RateClaim,
+        wait: bool,
+        now: Option<u64>,
+    ) -> Result<RateDecision> {
+        let _ = (lock, claim, wait, now);
+        Err(no_rate_limiter())
+    }
+
+    /// Rate limiter: removes the claim's queue place (a timed-out or dropped wait);
+    /// `Ok(true)` if it had a live one. Wakes the new head if the head left.
+    async fn rate_cancel(
+        &self,
+        lock: &LockKeys,
+        claim: &RateClaim,
+        now: Option<u64>,
+    ) -> Result<bool> {
+        let _ = (lock, claim, now);
+        Err(no_rate_limiter())
+    }
+
+    /// Rate limiter: what `rate` allows now and who waits, in one read, changing nothing.
+    async fn rate_inspect(
+        &self,
+        lock: &LockKeys,
+        rate: &Rate,
+        now: Option<u64>,
+    ) -> Result<RateSnapshot> {
+        let _ = (lock, rate, now);
+        Err(no_rate_limiter())
+    }
+
     /// True when one `acquire_all` may only touch the keys of one Redis Cluster hash slot:
     /// a multi-lock then sends one per slot, in slot order.
     fn one_slot_per_step(&self) -> bool {
         false
+    }
+}
+
+/// The answer of a store that cannot run a rate limiter.
+fn no_rate_limiter() -> crate::vocab::error::Error {
+    crate::vocab::error::Error::Unsupported {
+        what: "rate limiter",
+        reason: "this store cannot keep one rate and one arrival order (quorum mode: each server would keep its own); use a single Redis, Sentinel or Cluster",
     }
 }
 

@@ -10,10 +10,14 @@ use redis::{
     ConnectionInfo, FromRedisValue, IntoConnectionInfo, ProtocolVersion, Script, ToRedisArgs, Value,
 };
 
-use super::{ms, Acquire, AcquireAll, Claim, Family, Part, PermitChange, Slot, Snapshot, Store};
+use super::{
+    ms, Acquire, AcquireAll, Claim, Family, Part, PermitChange, Rate, RateClaim, RateDecision,
+    RateSnapshot, Slot, Snapshot, Store,
+};
 use crate::store::hub::{Subscriber, WakeHub};
 use crate::vocab::error::{Cause, Error, NotNow, Result};
 use crate::vocab::keys::LockKeys;
+use crate::wire::rate::{RateAcquireArgs, RateCancelArgs, RateInspectArgs, RateReply, RateView};
 use crate::wire::scripts::{Scripts, Variant};
 use crate::wire::{
     AcquireReply, Argv, Change, DowngradeReply, Eviction, Fence, Flag, HandOver, LeaderView,
@@ -855,6 +859,74 @@ impl Store for RedisStore {
             )
             .await?;
         Ok(leader)
+    }
+
+    async fn rate_acquire(
+        &self,
+        lock: &LockKeys,
+        claim: &RateClaim,
+        wait: bool,
+        now: Option<u64>,
+    ) -> Result<RateDecision> {
+        claim.check()?;
+        let args = RateAcquireArgs::new(claim, wait);
+        let RateReply(decision) = self
+            .run(
+                lock,
+                &self.scripts.rate_acquire,
+                lock.rate_limiter(),
+                now,
+                args,
+            )
+            .await?;
+        Ok(decision)
+    }
+
+    async fn rate_cancel(
+        &self,
+        lock: &LockKeys,
+        claim: &RateClaim,
+        now: Option<u64>,
+    ) -> Result<bool> {
+        claim.check()?;
+        let args = RateCancelArgs {
+            token: &claim.token,
+            permits: claim.permits,
+        };
+        let Flag(had) = self
+            .run(
+                lock,
+                &self.scripts.rate_cancel,
+                lock.rate_limiter(),
+                now,
+                args,
+            )
+            .await?;
+        Ok(had)
+    }
+
+    async fn rate_inspect(
+        &self,
+        lock: &LockKeys,
+        rate: &Rate,
+        now: Option<u64>,
+    ) -> Result<RateSnapshot> {
+        rate.check()?;
+        let args = RateInspectArgs {
+            count: rate.count(),
+            period_ms: rate.period_ms(),
+            burst: rate.burst_size(),
+        };
+        let RateView(snapshot) = self
+            .run(
+                lock,
+                &self.scripts.rate_inspect,
+                lock.rate_limiter(),
+                now,
+                args,
+            )
+            .await?;
+        Ok(snapshot)
     }
 
     fn one_slot_per_step(&self) -> bool {

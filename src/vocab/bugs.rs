@@ -31,6 +31,12 @@ pub enum Bug {
     RenewalsFollowTheCaller,
     /// A waiter waits for its channel's subscription with no deadline of its own.
     UnboundedSubscribe,
+    /// The in-memory rate limiter admits one more than its burst at once (an off-by-one in
+    /// the GCRA tolerance), so a window can hold `burst + 1 + rate·t` admissions.
+    RateBurstOffByOne,
+    /// The in-memory rate limiter admits any queued waiter whose request fits, not only the
+    /// head of the queue, so small requests overtake a large one at the head.
+    RateOvertakes,
 }
 
 impl Bug {

@@ -54,6 +54,17 @@ pub enum Error {
         /// beside it.
         by_this_client: bool,
     },
+    /// A rate limiter's `try_acquire` was refused: the rate is used up, or others wait ahead
+    /// (a try never overtakes them). Nothing was admitted and the caller is not queued. Retry
+    /// after `retry_after` (the server's estimate of when the request fits if everyone ahead
+    /// is admitted in turn), or wait in line with `acquire(..)`.
+    #[error("rate limiter `{name}` refused the request{}; retry later, or wait in line with acquire()", retry_message(*retry_after))]
+    RateLimited {
+        /// The limiter's name.
+        name: String,
+        /// When the request would fit, as the server estimated it.
+        retry_after: Option<Duration>,
+    },
     /// The wait ran out before the lock was granted; the waiter has left the queue.
     #[error("timed out after {waited:?} waiting for lock `{name}`")]
     Timeout {
@@ -344,7 +355,29 @@ pub(crate) const LEASE_FAMILY: &str = "a Mutex or an RwLock with Writer or Reade
 /// What [`Error::FamilyConflict`] names when the ticket queue holds the name.
 pub(crate) const QUEUE_FAMILY: &str = "a FairLock, a Semaphore or an RwLock with Fair preference";
 
+/// The retry hint of [`Error::RateLimited`].
+fn retry_message(retry_after: Option<Duration>) -> String {
+    match retry_after {
+        Some(d) => format!(" (it fits in about {d:?})"),
+        None => String::new(),
+    }
+}
+
 impl Error {
+    /// True when a rate limiter's `try_acquire` was refused ([`Error::RateLimited`]).
+    pub fn is_rate_limited(&self) -> bool {
+        matches!(self, Error::RateLimited { .. })
+    }
+
+    /// How long until a refused rate-limited request would fit, as the server estimated it
+    /// ([`Error::RateLimited`]); `None` for every other error.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Error::RateLimited { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
     /// True when a `try_*` attempt found the lock held ([`Error::WouldBlock`]).
     pub fn is_would_block(&self) -> bool {
         matches!(self, Error::WouldBlock { .. })

@@ -35,6 +35,7 @@ struct Inner {
     ticket_queue: [String; 9],
     force_release: [String; 5],
     election: [String; 4],
+    rate_limiter: [String; 6],
 }
 
 impl LockKeys {
@@ -91,6 +92,14 @@ impl LockKeys {
             ],
             force_release: [key("w"), key("r"), key("h"), key("fence"), key("ch")],
             election: [key("h"), key("lv"), key("ch"), key("fence")],
+            rate_limiter: [
+                key("rt"),
+                key("rq"),
+                key("rhb"),
+                key("rtk"),
+                key("ch"),
+                key("ra"),
+            ],
             base,
         };
         Ok(LockKeys {
@@ -130,6 +139,11 @@ impl LockKeys {
     /// The last two are the lease lock's writer and readers, which the scripts only read.
     pub fn ticket_queue(&self) -> &[String; 9] {
         &self.inner.ticket_queue
+    }
+
+    /// Keys of the rate limiter of this name, in script order (`rate_common.lua`).
+    pub fn rate_limiter(&self) -> &[String; 6] {
+        &self.inner.rate_limiter
     }
 
     /// Keys touched by a forced release, in script order.
@@ -205,6 +219,7 @@ mod tests {
                 .iter()
                 .chain(keys.ticket_queue().iter())
                 .chain(keys.election().iter())
+                .chain(keys.rate_limiter().iter())
             {
                 assert_eq!(hash_slot(k.as_bytes()), slot, "{name:?}: {k}");
             }

@@ -6,4 +6,5 @@ pub(crate) mod claim;
 pub(crate) mod error;
 pub(crate) mod keys;
 pub(crate) mod options;
+pub(crate) mod rate;
 pub(crate) mod token;

@@ -1364,6 +1364,8 @@ impl ErrorReply {
     }
 }
 
+pub(crate) mod rate;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -37,6 +37,7 @@ const GENERAL: &str = "-- @general";
 const PRELUDE: &str = include_str!("../../lua/prelude.lua");
 const RW_COMMON: &str = include_str!("../../lua/rw_common.lua");
 const QUEUE_COMMON: &str = include_str!("../../lua/queue_common.lua");
+const RATE_COMMON: &str = include_str!("../../lua/rate_common.lua");
 
 // The shebang flags: without flags, Redis refuses the whole script with -OOM when `maxmemory`
 // is reached, before it runs (a script that has written once is otherwise let through, and
@@ -149,6 +150,24 @@ const STEPS: &[(&str, &str, Option<&str>, &str)] = &[
         NO_WRITES,
         None,
         include_str!("../../lua/election_leader.lua"),
+    ),
+    (
+        "rate_acquire",
+        PLAIN,
+        Some(RATE_COMMON),
+        include_str!("../../lua/rate_acquire.lua"),
+    ),
+    (
+        "rate_cancel",
+        ALLOW_OOM,
+        Some(RATE_COMMON),
+        include_str!("../../lua/rate_cancel.lua"),
+    ),
+    (
+        "rate_inspect",
+        NO_WRITES,
+        Some(RATE_COMMON),
+        include_str!("../../lua/rate_inspect.lua"),
     ),
 ];
 
@@ -348,6 +367,9 @@ pub(crate) struct Scripts {
     pub multi_acquire: Script,
     pub election_proclaim: Script,
     pub election_leader: Script,
+    pub rate_acquire: Script,
+    pub rate_cancel: Script,
+    pub rate_inspect: Script,
 }
 
 impl Scripts {
@@ -380,6 +402,9 @@ impl Scripts {
             multi_acquire: script("multi_acquire"),
             election_proclaim: script("election_proclaim"),
             election_leader: script("election_leader"),
+            rate_acquire: script("rate_acquire"),
+            rate_cancel: script("rate_cancel"),
+            rate_inspect: script("rate_inspect"),
         }
     }
 

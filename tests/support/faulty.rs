@@ -31,7 +31,8 @@ use std::time::Duration;
 
 use redis_locks::testing::keys::LockKeys;
 use redis_locks::testing::store::{
-    Acquire, AcquireAll, Claim, Family, Part, PermitChange, Snapshot, Store,
+    Acquire, AcquireAll, Claim, Family, Part, PermitChange, Rate, RateClaim, RateDecision,
+    RateSnapshot, Snapshot, Store,
 };
 use redis_locks::testing::WakeHub;
 use tokio::sync::watch;
@@ -52,6 +53,11 @@ pub enum Op {
     WaitReplicas,
     Proclaim,
     Leader,
+    /// A rate limiter's decision (`rate_acquire`).
+    RateAcquire,
+    /// A rate limiter's cancel of a queue place (`rate_cancel`).
+    RateCancel,
+    RateInspect,
 }
 
 /// What a rule's predicate sees of a call.
@@ -506,6 +512,45 @@ impl Store for Faulty {
     ) -> redis_locks::Result<Option<redis_locks::LeaderInfo>> {
         let c = call(Op::Leader, lock, None);
         self.run(c, self.inner.leader(lock, now)).await
+    }
+
+    async fn rate_acquire(
+        &self,
+        lock: &LockKeys,
+        claim: &RateClaim,
+        wait: bool,
+        now: Option<u64>,
+    ) -> redis_locks::Result<RateDecision> {
+        let c = Call {
+            token: Some(claim.token.clone()),
+            wait: Some(wait),
+            ..call(Op::RateAcquire, lock, None)
+        };
+        self.run(c, self.inner.rate_acquire(lock, claim, wait, now))
+            .await
+    }
+
+    async fn rate_cancel(
+        &self,
+        lock: &LockKeys,
+        claim: &RateClaim,
+        now: Option<u64>,
+    ) -> redis_locks::Result<bool> {
+        let c = Call {
+            token: Some(claim.token.clone()),
+            ..call(Op::RateCancel, lock, None)
+        };
+        self.run(c, self.inner.rate_cancel(lock, claim, now)).await
+    }
+
+    async fn rate_inspect(
+        &self,
+        lock: &LockKeys,
+        rate: &Rate,
+        now: Option<u64>,
+    ) -> redis_locks::Result<RateSnapshot> {
+        let c = call(Op::RateInspect, lock, None);
+        self.run(c, self.inner.rate_inspect(lock, rate, now)).await
     }
 
     fn hub(&self) -> &Arc<WakeHub> {

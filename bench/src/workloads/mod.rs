@@ -7,6 +7,7 @@ pub mod memory;
 pub mod multi;
 pub mod multi_node;
 pub mod parallel;
+pub mod rate;
 pub mod renewals;
 pub mod semaphore;
 pub mod server_cost;
@@ -26,6 +27,7 @@ use memory::memory;
 use multi::multi;
 use multi_node::{cluster, quorum, Extra};
 use parallel::parallel;
+use rate::rate;
 use renewals::renewals;
 use semaphore::semaphore;
 use server_cost::server_cost;
@@ -51,6 +53,7 @@ pub const WORKLOADS: &[&str] = &[
     "quorum",
     "multi",
     "election",
+    "rate",
 ];
 
 pub async fn run_once(env: &Env, extra: &Extra, workload: &str, run: usize) -> BoxResult<Vec<Row>> {
@@ -71,6 +74,7 @@ pub async fn run_once(env: &Env, extra: &Extra, workload: &str, run: usize) -> B
         "quorum" => quorum(env, extra, run).await,
         "multi" => multi(env, run).await,
         "election" => election(env, run).await,
+        "rate" => rate(env, run).await,
         other => Err(format!("unknown workload {other}").into()),
     }
 }

@@ -14,6 +14,7 @@
 
 mod election;
 mod lease_lock;
+mod rate_limit;
 mod ticket_queue;
 mod zset;
 
@@ -26,14 +27,14 @@ use async_trait::async_trait;
 use self::lease_lock::LeaseLock;
 use self::ticket_queue::TicketQueue;
 use super::{
-    ms, Acquire, AcquireAll, Busy, Claim, Family, Grant, HolderEviction, Part, PermitChange, Slot,
-    Snapshot, Store,
+    ms, Acquire, AcquireAll, Busy, Claim, Family, Grant, HolderEviction, Part, PermitChange, Rate,
+    RateClaim, RateDecision, RateSnapshot, Slot, Snapshot, Store,
 };
 use crate::store::hub::WakeHub;
 use crate::vocab::claim::LeaderInfo;
 use crate::vocab::error::Result;
 use crate::vocab::keys::LockKeys;
-use crate::wire::{Named, WakeUp};
+use crate::wire::{Named, Refusal, WakeUp};
 
 /// All state of one lock name (both families, like the keys under one hash tag).
 #[derive(Clone, Debug, Default)]
@@ -46,13 +47,19 @@ struct LockState {
     queue: TicketQueue,
     /// `lv`: the value an election's leader proclaimed, as (token, fence, value).
     leader: Option<(String, u64, String)>,
+    /// The rate limiter's keys.
+    rate: rate_limit::RateLimit,
 }
 
 impl LockState {
     /// True when only what key TTLs would clean up is left: no fence, no stored count, no
     /// hold or waiter. Such state is dropped, as expired keys disappear.
     fn is_idle(&self) -> bool {
-        self.fence == 0 && self.lease.is_empty() && self.queue.is_idle() && self.leader.is_none()
+        self.fence == 0
+            && self.lease.is_empty()
+            && self.queue.is_idle()
+            && self.leader.is_none()
+            && self.rate.is_idle()
     }
 }
 
@@ -322,6 +329,50 @@ impl Store for MemoryStore {
 
     async fn leader(&self, lock: &LockKeys, now: Option<u64>) -> Result<Option<LeaderInfo>> {
         Ok(self.read(lock, now, election::leader))
+    }
+
+    async fn rate_acquire(
+        &self,
+        lock: &LockKeys,
+        claim: &RateClaim,
+        wait: bool,
+        now: Option<u64>,
+    ) -> Result<RateDecision> {
+        claim.check()?;
+        self.step(lock, now, |state, now| {
+            rate_limit::acquire(&mut state.rate, now, claim, wait)
+        })
+        .map_err(|asked| {
+            Refusal::TooManyPermits {
+                asked,
+                capacity: claim.rate.burst_size(),
+            }
+            .into_error(lock.name())
+        })
+    }
+
+    async fn rate_cancel(
+        &self,
+        lock: &LockKeys,
+        claim: &RateClaim,
+        now: Option<u64>,
+    ) -> Result<bool> {
+        claim.check()?;
+        Ok(self.step(lock, now, |state, now| {
+            rate_limit::cancel(&mut state.rate, now, claim)
+        }))
+    }
+
+    async fn rate_inspect(
+        &self,
+        lock: &LockKeys,
+        rate: &Rate,
+        now: Option<u64>,
+    ) -> Result<RateSnapshot> {
+        rate.check()?;
+        Ok(self.read(lock, now, |state, now| {
+            rate_limit::inspect(&state.rate, now, rate)
+        }))
     }
 
     async fn acquire_all(

@@ -1,0 +1,88 @@
+-- rate_acquire.lua: one decision of a rate limiter (GCRA, see rate_common.lua). Only the head
+-- of the queue (or a caller when nobody waits) is admitted, so waiters are admitted in arrival
+-- order and a request for n at the head is never overtaken by smaller ones behind it.
+-- KEYS: see rate_common.lua.
+-- ARGV[1] now ("" = server clock)   ARGV[2] publish command
+-- ARGV[3] token      unique per acquisition; its queue place is found by it
+-- ARGV[4] permits    admissions asked for at once (1 ..= burst)
+-- ARGV[5] count      admissions per period
+-- ARGV[6] period_ms
+-- ARGV[7] burst      most admitted at once
+-- ARGV[8] heartbeat_ms  a waiter is dropped when it has not attempted for this long
+-- ARGV[9] wait       "1": join the queue when refused (or heartbeat the place); "0": never
+--                    stay queued
+-- Reply: {1, at} admitted at server time at (now; or, for a token admitted within its
+--        heartbeat window before, that earlier admission: a retry after a lost reply);
+--        {0, retry_ms, position, heartbeat_until} refused: retry_ms = when the request fits
+--        if everyone ahead is admitted in turn (exact for the head and with nobody waiting;
+--        -1 for a queued waiter behind the head, which the server wakes by name when it
+--        becomes the head), position = waiters ahead (-1 when not queued),
+--        heartbeat_until = the queue place's deadline (-1 when not queued).
+--        Error RLPERMITS when permits is not 1 ..= burst (the caller's place, if any, is
+--        removed).
+
+local token, permits = ARGV[3], tonumber(ARGV[4])
+local count, period, burst = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local heartbeat, wait = tonumber(ARGV[8]), ARGV[9] == '1'
+local member = member_of(token, permits)
+local head_before = head()
+
+prune()
+redis.call('ZREMRANGEBYSCORE', RA, '-inf', NOW - heartbeat)
+local tat_ms, tat_frac = read_tat(count)
+if permits < 1 or permits > burst then
+  redis.call('ZREM', RQ, member)
+  redis.call('ZREM', RHB, member)
+  settle_queue(head_before, member)
+  return redis.error_reply('RLPERMITS asked for ' .. permits .. ' permits of ' .. burst)
+end
+
+-- A retry of an admitted request (its reply was lost): the same admission, nothing more.
+local admitted_at = redis.call('ZSCORE', RA, member)
+if admitted_at then return { 1, tonumber(admitted_at) } end
+
+local position = redis.call('ZRANK', RQ, member)
+if not position then position = nil end
+local ahead = position or redis.call('ZCARD', RQ)
+
+if ahead == 0 then
+  local ms, frac = advance(tat_ms, tat_frac, permits, count, period)
+  if wait_for(ms, frac, count, period, burst) <= 0 then
+    write_tat(ms, frac, count)
+    redis.call('ZADD', RA, NOW, member)
+    extend_ttl(RA, NOW + heartbeat)
+    redis.call('ZREM', RQ, member)
+    redis.call('ZREM', RHB, member)
+    settle_queue(head_before, member)
+    return { 1, NOW }
+  end
+end
+
+-- Refused. The estimate: everyone ahead admitted in turn, then this request.
+local weights = permits
+if ahead > 0 then
+  for _, m in ipairs(redis.call('ZRANGE', RQ, 0, ahead - 1)) do weights = weights + weight_of(m) end
+end
+-- Capped so that the arithmetic stays exact (below 2^53) however long the queue: a hint only.
+if weights > 64000000 then weights = 64000000 end
+local ms, frac = advance(tat_ms, tat_frac, weights, count, period)
+local retry = math.max(1, wait_for(ms, frac, count, period, burst))
+
+if not wait then
+  if position then
+    redis.call('ZREM', RQ, member)
+    redis.call('ZREM', RHB, member)
+  end
+  settle_queue(head_before, member)
+  return { 0, retry, -1, -1 }
+end
+
+if not position then
+  redis.call('ZADD', RQ, incr_counter(RTK), member)
+  position = ahead
+end
+local heartbeat_until = NOW + heartbeat
+redis.call('ZADD', RHB, heartbeat_until, member)
+settle_queue(head_before, member)
+if position > 0 then retry = -1 end
+return { 0, retry, position, heartbeat_until }

@@ -1,0 +1,102 @@
+-- rate_common.lua: state helpers of the rate limiter, prepended after prelude.lua to every
+-- rate_*.lua script. See docs/decisions/rate-limiter.md.
+--
+-- KEYS (the same for every rate_* script):
+--   KEYS[1] rt   string "<tat_ms>|<frac>|<count>": the theoretical arrival time (GCRA) is
+--                tat_ms + frac/count ms (0 <= frac < count); expires when it is reached
+--   KEYS[2] rq   zset waiter member -> ticket (tickets from KEYS[4])
+--   KEYS[3] rhb  zset waiter member -> heartbeat deadline
+--   KEYS[4] rtk  ticket counter; deleted whenever the queue is empty
+--   KEYS[5] ch   wake-up channel of the name
+--   KEYS[6] ra   zset admitted member -> admission time, kept one heartbeat window (of the
+--                asking claim) after the admission, so that a retry after a lost reply
+--                finds its admission instead of being admitted again
+-- A member is the waiter's token, followed by "#<n>" when it asks for n > 1 admissions.
+-- A limiter of `count` per `period` ms with burst `burst` admits n at NOW when
+--   tat' = max(tat, NOW) + n * period / count <= NOW + burst * period / count,
+-- and stores tat'. Every quantity is an integer below 2^53 (count, burst <= 10^6, period <=
+-- one day), so the arithmetic is exact.
+
+local RT, RQ, RHB, RTK, CH, RA = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+
+local function member_of(token, weight)
+  if weight == 1 then return token end
+  return token .. '#' .. weight
+end
+
+local function weight_of(member)
+  local w = string.match(member, '#(%d+)$')
+  if w then return tonumber(w) end
+  return 1
+end
+
+local function token_of(member)
+  local t = string.match(member, '^(.*)#%d+$')
+  return t or member
+end
+
+-- The stored tat as (ms, frac) in units of 1/count ms, never earlier than NOW. A tat stored
+-- under another count is rounded up to the next whole ms (it can only delay, never admit more).
+local function read_tat(count)
+  local v = redis.call('GET', RT)
+  if not v then return NOW, 0 end
+  local ms, frac, c = string.match(v, '^(%d+)|(%d+)|(%d+)$')
+  ms, frac, c = tonumber(ms), tonumber(frac), tonumber(c)
+  if not ms or not c or c < 1 or frac >= c then
+    error({ err = 'RLCORRUPT key ' .. RT .. ' does not hold a rate limiter state' })
+  end
+  if c ~= count and frac > 0 then ms, frac = ms + 1, 0 end
+  if ms < NOW then return NOW, 0 end
+  return ms, frac
+end
+
+-- tat advanced by `weight` admissions of period/count ms each. The floor of f / count is exact:
+-- f <= 5.6e15 (weight <= 6.4e7, capped by the callers; period <= 8.64e7 ms), so near the
+-- quotient doubles are at most 1.25/count apart, and a quotient that is not an integer is at
+-- least 1/count from the next one: more than half that spacing, so it never rounds up to it.
+local function advance(ms, frac, weight, count, period)
+  local f = frac + weight * period
+  local carry = math.floor(f / count)
+  return ms + carry, f - carry * count
+end
+
+-- Ms from NOW until an admission that leaves tat at (ms, frac) fits (<= 0: it fits now).
+local function wait_for(ms, frac, count, period, burst)
+  return ms - math.floor((burst * period - frac) / count) - NOW
+end
+
+local function write_tat(ms, frac, count)
+  redis.call('SET', RT, string.format('%d|%d|%d', ms, frac, count), 'PX', ms - NOW + 1 + TTL_PAD)
+end
+
+-- The first waiter's member, or nil.
+local function head()
+  return redis.call('ZRANGE', RQ, 0, 0)[1]
+end
+
+-- Drops the waiters whose heartbeat lapsed, wherever they stand.
+local function prune()
+  local dead = redis.call('ZRANGEBYSCORE', RHB, '-inf', NOW)
+  if #dead > 0 then
+    zrem_all(RQ, dead)
+    redis.call('ZREMRANGEBYSCORE', RHB, '-inf', NOW)
+  end
+end
+
+-- After a step that changed the queue: it lives as long as its latest heartbeat deadline,
+-- the ticket counter goes with the last waiter (tickets restart from 1), and a new head other
+-- than `self_member` is woken by name: its turn may have come.
+local function settle_queue(head_before, self_member)
+  if redis.call('ZCARD', RQ) == 0 then
+    redis.call('DEL', RQ, RHB, RTK)
+    return
+  end
+  local top = max_score(RHB)
+  expire_at(RQ, top)
+  expire_at(RHB, top)
+  expire_at(RTK, top)
+  local now_head = head()
+  if now_head ~= head_before and now_head ~= self_member then
+    publish(CH, token_of(now_head))
+  end
+end

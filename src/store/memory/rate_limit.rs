@@ -1,0 +1,244 @@
+//! The rate limiter's steps: the in-memory mirror of `rate_acquire.lua`, `rate_cancel.lua`
+//! and `rate_inspect.lua` (GCRA kept exactly, head-only admission over a queue of
+//! heartbeating waiters; see `docs/decisions/rate-limiter.md`). Same arithmetic, same ticket
+//! numbering, same wake-ups as the scripts.
+
+use super::zset::ZSet;
+use super::{Step, WakeUps};
+use crate::vocab::bugs::{planted, Bug};
+use crate::vocab::claim::Busy;
+use crate::vocab::rate::{Rate, RateClaim, RateDecision, RateSnapshot, RateWaiterState};
+use crate::wire::rate::{parse_rate_member, rate_member};
+use crate::wire::{Named, WakeUp};
+
+/// The most admissions a refusal's estimate counts ahead of a request (`rate_acquire.lua`).
+const MAX_ESTIMATE_WEIGHTS: u64 = 64_000_000;
+
+/// The keys of one limiter: `rt`, `rq`, `rhb`, `rtk`, `ra`.
+#[derive(Clone, Debug, Default)]
+pub(super) struct RateLimit {
+    /// `rt`: (tat_ms, frac, count), the theoretical arrival time tat_ms + frac/count.
+    tat: Option<(u64, u64, u64)>,
+    /// `rq`: waiter member -> ticket.
+    queue: ZSet,
+    /// `rhb`: waiter member -> heartbeat deadline.
+    heartbeats: ZSet,
+    /// `rtk`: the last ticket handed out (0: none; reset with the last waiter).
+    tickets: u64,
+    /// `ra`: admitted member -> admission time, for a retry after a lost reply.
+    admitted: ZSet,
+}
+
+/// A theoretical arrival time: `ms + frac/count` (`0 <= frac < count`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Tat {
+    ms: u64,
+    frac: u64,
+}
+
+impl Tat {
+    /// Advanced by `weight` admissions of `period/count` ms each.
+    fn advance(self, weight: u64, rate: &Rate) -> Tat {
+        let f = self.frac + weight * rate.period_ms();
+        Tat {
+            ms: self.ms + f / rate.count(),
+            frac: f % rate.count(),
+        }
+    }
+
+    /// Ms from `now` until an admission that leaves tat here fits (<= 0: it fits now).
+    fn wait_for(self, now: u64, rate: &Rate) -> i64 {
+        let mut burst = rate.burst_size();
+        if planted(Bug::RateBurstOffByOne) {
+            burst += 1;
+        }
+        let slack = (burst * rate.period_ms()) as i64 - self.frac as i64;
+        self.ms as i64 - slack.div_euclid(rate.count() as i64) - now as i64
+    }
+}
+
+impl RateLimit {
+    /// True when only what key TTLs would clean up is left.
+    pub(super) fn is_idle(&self) -> bool {
+        self.tat.is_none() && self.queue.is_empty() && self.tickets == 0 && self.admitted.is_empty()
+    }
+
+    /// `read_tat`: the stored tat for `rate`, never before `now` (a stale one is forgotten,
+    /// as its key would have expired).
+    fn tat(&mut self, now: u64, rate: &Rate) -> Tat {
+        let tat = read_tat(self.tat, now, rate);
+        if self.tat.is_some_and(|(ms, _, _)| ms < now) {
+            self.tat = None;
+        }
+        tat
+    }
+
+    fn head(&self) -> Option<String> {
+        self.queue.first().map(|(_, m)| m.clone())
+    }
+
+    fn prune(&mut self, now: u64) {
+        for member in self.heartbeats.remove_up_to(now) {
+            self.queue.remove(&member);
+        }
+    }
+
+    fn leave(&mut self, member: &str) -> bool {
+        self.heartbeats.remove(member);
+        self.queue.remove(member)
+    }
+
+    /// `settle_queue`: the ticket counter goes with the last waiter; a new head other than
+    /// `self_member` is named in a wake-up.
+    fn settle(&mut self, head_before: Option<String>, self_member: &str, wakes: &mut WakeUps) {
+        if self.queue.is_empty() {
+            self.heartbeats = ZSet::default();
+            self.tickets = 0;
+            return;
+        }
+        let head = self.head();
+        if head != head_before && head.as_deref() != Some(self_member) {
+            let (token, _) = parse_rate_member(head.as_deref().unwrap_or_default());
+            wakes.0.push(WakeUp::Named(vec![Named {
+                token: token.to_owned().into(),
+                grant: None,
+            }]));
+        }
+    }
+
+    /// The weights of the first `ahead` waiters.
+    fn weights_ahead(&self, ahead: usize) -> u64 {
+        self.queue
+            .iter()
+            .take(ahead)
+            .map(|(_, m)| parse_rate_member(m).1)
+            .fold(0, u64::saturating_add)
+    }
+}
+
+/// `read_tat` of the stored (ms, frac, count): a fraction stored under another count is
+/// rounded up to the next whole ms; never before `now`.
+fn read_tat(stored: Option<(u64, u64, u64)>, now: u64, rate: &Rate) -> Tat {
+    let Some((mut ms, mut frac, count)) = stored else {
+        return Tat { ms: now, frac: 0 };
+    };
+    if count != rate.count() && frac > 0 {
+        (ms, frac) = (ms + 1, 0);
+    }
+    if ms < now {
+        return Tat { ms: now, frac: 0 };
+    }
+    Tat { ms, frac }
+}
+
+/// rate_acquire.lua.
+pub(super) fn acquire(
+    state: &mut RateLimit,
+    now: u64,
+    claim: &RateClaim,
+    wait: bool,
+) -> Step<Result<RateDecision, u64>> {
+    let mut wakes = WakeUps::default();
+    let rate = &claim.rate;
+    let member = rate_member(&claim.token, claim.permits);
+    let head_before = state.head();
+    state.prune(now);
+    let heartbeat = super::ms(claim.heartbeat);
+    state.admitted.remove_up_to(now.saturating_sub(heartbeat));
+    let tat = state.tat(now, rate);
+    if claim.permits < 1 || claim.permits > rate.burst_size() {
+        state.leave(&member);
+        state.settle(head_before, &member, &mut wakes);
+        return wakes.reply(Err(claim.permits));
+    }
+    // A retry of an admitted request (its reply was lost): the same admission, nothing more.
+    if let Some(at) = state.admitted.score(&member) {
+        return wakes.reply(Ok(RateDecision::Admitted { at }));
+    }
+    let position = state.queue.rank(&member);
+    let ahead = position.unwrap_or(state.queue.len());
+    if ahead == 0 || (position.is_some() && planted(Bug::RateOvertakes)) {
+        let next = tat.advance(claim.permits, rate);
+        if next.wait_for(now, rate) <= 0 {
+            state.tat = Some((next.ms, next.frac, rate.count()));
+            state.admitted.add(&member, now);
+            state.leave(&member);
+            state.settle(head_before, &member, &mut wakes);
+            return wakes.reply(Ok(RateDecision::Admitted { at: now }));
+        }
+    }
+    // Capped as the script caps it (exact arithmetic below 2^53): a hint only.
+    let weights = (claim.permits + state.weights_ahead(ahead)).min(MAX_ESTIMATE_WEIGHTS);
+    let retry = tat.advance(weights, rate).wait_for(now, rate).max(1) as u64;
+    if !wait {
+        if position.is_some() {
+            state.leave(&member);
+        }
+        state.settle(head_before, &member, &mut wakes);
+        return wakes.reply(Ok(refused(Some(retry), None, None)));
+    }
+    if position.is_none() {
+        state.tickets += 1;
+        state.queue.add(&member, state.tickets);
+    }
+    let heartbeat_until = now + heartbeat;
+    state.heartbeats.add(&member, heartbeat_until);
+    state.settle(head_before, &member, &mut wakes);
+    let retry = (ahead == 0).then_some(retry);
+    wakes.reply(Ok(refused(
+        retry,
+        Some(ahead as u64),
+        Some(heartbeat_until),
+    )))
+}
+
+fn refused(
+    retry: Option<u64>,
+    position: Option<u64>,
+    heartbeat_until: Option<u64>,
+) -> RateDecision {
+    RateDecision::Refused(Busy {
+        retry_after: retry.map(std::time::Duration::from_millis),
+        position,
+        heartbeat_until,
+    })
+}
+
+/// rate_cancel.lua.
+pub(super) fn cancel(state: &mut RateLimit, now: u64, claim: &RateClaim) -> Step<bool> {
+    let mut wakes = WakeUps::default();
+    let member = rate_member(&claim.token, claim.permits);
+    let head_before = state.head();
+    state.prune(now);
+    let had = state.leave(&member);
+    state.settle(head_before, &member, &mut wakes);
+    wakes.reply(had)
+}
+
+/// rate_inspect.lua (reads only: the stale tat is not forgotten here).
+pub(super) fn inspect(state: &RateLimit, now: u64, rate: &Rate) -> RateSnapshot {
+    let tat = read_tat(state.tat, now, rate);
+    let used = (tat.ms - now) * rate.count() + tat.frac;
+    let room = (rate.burst_size() * rate.period_ms()).saturating_sub(used);
+    let available = room / rate.period_ms();
+    let next_in_ms = tat.advance(1, rate).wait_for(now, rate).max(0) as u64;
+    let waiters = state
+        .queue
+        .iter()
+        .filter_map(|(_, member)| {
+            let deadline = state.heartbeats.score(member).filter(|d| *d > now)?;
+            let (token, permits) = parse_rate_member(member);
+            Some(RateWaiterState {
+                token: token.to_owned(),
+                permits,
+                heartbeat_left_ms: deadline - now,
+            })
+        })
+        .collect();
+    RateSnapshot {
+        now,
+        available,
+        next_in_ms,
+        waiters,
+    }
+}

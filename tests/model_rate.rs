@@ -1,0 +1,347 @@
+//! Model check of the rate limiter's steps: random programs of `Store::rate_acquire`
+//! (`rate_acquire.lua`, waiting and not), `Store::rate_cancel` (`rate_cancel.lua`) and clock
+//! advances, run step by step on `RedisStore` (a real redis-server) and on `MemoryStore` under
+//! one explicit clock. Every reply must be identical, and after every step
+//! `Store::rate_inspect` (`rate_inspect.lua`) of every limiter must read the same on both.
+//!
+//! Claims use rates whose period is not a whole multiple of their count (the exact fraction
+//! of the theoretical arrival time), requests from 1 to past the burst, heartbeats shorter
+//! and longer than the advances (so waiters die in the queue), and the same name under two
+//! rates (a changed rate rounds the stored fraction up). The test fails if its programs never
+//! reached one of the reply kinds (admitted, refused at the head with a retry, refused
+//! behind others, refused try, waiter dropped for a lapsed heartbeat, cancel of a live and of
+//! no place, a token admitted earlier in its heartbeat window answered with that admission), so it cannot pass on easy programs. `model_check_finds_planted_rate_bugs`
+//! proves it bites. `MODEL_CASES` raises the number of programs (docs/MODEL_CHECKS.md).
+
+mod support;
+use support::replies::equal_with_message;
+
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestError, TestRunner};
+use redis_locks::testing::keys::LockKeys;
+use redis_locks::testing::store::{MemoryStore, RateClaim, RateDecision, RedisStore, Store};
+use redis_locks::testing::{plant, unplant_all, Bug};
+use redis_locks::Rate;
+use support::RedisServer;
+
+const DEFAULT_CASES: u32 = 256;
+const LIMITERS: usize = 2;
+const TOKENS: usize = 4;
+const START_MS: u64 = 1_000_000;
+
+/// The rates of a program's claims: fractions of a ms per admission, bursts of 1 and more,
+/// and a slow rate next to a fast one on the same name.
+fn rates() -> [Rate; 4] {
+    [
+        Rate::new(3, Duration::from_millis(1_000)).burst(2),
+        Rate::new(7, Duration::from_millis(100)).burst(3),
+        Rate::new(2, Duration::from_millis(999)).burst(1),
+        Rate::per_hour(5).burst(4),
+    ]
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Acquire {
+        limiter: usize,
+        token: usize,
+        rate: usize,
+        permits: u64,
+        heartbeat_ms: u64,
+        wait: bool,
+    },
+    Cancel {
+        limiter: usize,
+        token: usize,
+        rate: usize,
+        permits: u64,
+    },
+    Advance(u64),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let limiter = prop_oneof![4 => Just(0usize), 1 => Just(1usize)];
+    let rate = prop_oneof![6 => Just(0usize), 2 => 1..4usize];
+    prop_oneof![
+        6 => (limiter.clone(), 0..TOKENS, rate.clone(), 1..=4u64, prop::sample::select(vec![150u64, 400, 3_000]), any::<bool>())
+            .prop_map(|(limiter, token, rate, permits, heartbeat_ms, wait)| Op::Acquire {
+                limiter, token, rate, permits, heartbeat_ms, wait,
+            }),
+        1 => (limiter, 0..TOKENS, rate, 1..=4u64)
+            .prop_map(|(limiter, token, rate, permits)| Op::Cancel { limiter, token, rate, permits }),
+        3 => prop_oneof![0..5u64, 5..400u64, Just(1_000u64), 1_000..5_000u64].prop_map(Op::Advance),
+    ]
+}
+
+fn keys(limiter: usize) -> LockKeys {
+    LockKeys::new("rl", &format!("limit{limiter}")).expect("keys")
+}
+
+fn claim(token: usize, rate: usize, permits: u64, heartbeat_ms: u64) -> RateClaim {
+    RateClaim {
+        token: format!("tok{token}"),
+        permits,
+        rate: rates()[rate],
+        heartbeat: Duration::from_millis(heartbeat_ms),
+    }
+}
+
+/// What the programs reached; each must be reached over the run.
+type Reached = Mutex<BTreeSet<&'static str>>;
+
+fn reach(reached: &Reached, kind: &'static str) {
+    reached.lock().expect("reached").insert(kind);
+}
+
+fn kind_of(decision: &redis_locks::Result<RateDecision>, wait: bool, now: u64) -> &'static str {
+    match decision {
+        Ok(RateDecision::Admitted { at }) if *at < now => "an earlier admission replayed",
+        Ok(RateDecision::Admitted { .. }) => "admitted",
+        Ok(RateDecision::Refused(b)) if !wait => "refused try",
+        Ok(RateDecision::Refused(b)) if b.position == Some(0) => {
+            if b.retry_after.is_some() {
+                "refused at the head with a retry"
+            } else {
+                "head without a retry"
+            }
+        }
+        Ok(RateDecision::Refused(_)) => "refused behind others",
+        Err(_) => "error",
+    }
+}
+
+async fn run_program(
+    redis: &RedisStore,
+    model: &dyn Store,
+    ops: &[Op],
+    reached: &Reached,
+) -> Result<(), String> {
+    let mut now = START_MS;
+    for (i, op) in ops.iter().enumerate() {
+        let waiters_before = waiters(model, now).await;
+        match op {
+            Op::Acquire {
+                limiter,
+                token,
+                rate,
+                permits,
+                heartbeat_ms,
+                wait,
+            } => {
+                let c = claim(*token, *rate, *permits, *heartbeat_ms);
+                let k = keys(*limiter);
+                let a = redis.rate_acquire(&k, &c, *wait, Some(now)).await;
+                let b = model.rate_acquire(&k, &c, *wait, Some(now)).await;
+                if !equal_with_message(&a, &b) {
+                    return Err(format!(
+                        "step {i} {op:?} at {now}: redis {a:?}, model {b:?}"
+                    ));
+                }
+                reach(reached, kind_of(&a, *wait, now));
+            }
+            Op::Cancel {
+                limiter,
+                token,
+                rate,
+                permits,
+            } => {
+                let c = claim(*token, *rate, *permits, 1_000);
+                let k = keys(*limiter);
+                let a = redis.rate_cancel(&k, &c, Some(now)).await;
+                let b = model.rate_cancel(&k, &c, Some(now)).await;
+                if !equal_with_message(&a, &b) {
+                    return Err(format!(
+                        "step {i} {op:?} at {now}: redis {a:?}, model {b:?}"
+                    ));
+                }
+                reach(
+                    reached,
+                    if matches!(a, Ok(true)) {
+                        "cancel of a live place"
+                    } else {
+                        "cancel of nothing"
+                    },
+                );
+            }
+            Op::Advance(ms) => now += ms,
+        }
+        if waiters(model, now).await < waiters_before && !matches!(op, Op::Cancel { .. }) {
+            reach(reached, "waiters left");
+        }
+        same_state(redis, model, now, i, op).await?;
+    }
+    Ok(())
+}
+
+async fn waiters(model: &dyn Store, now: u64) -> usize {
+    let mut n = 0;
+    for limiter in 0..LIMITERS {
+        n += model
+            .rate_inspect(&keys(limiter), &rates()[0], Some(now))
+            .await
+            .map_or(0, |s| s.waiters.len());
+    }
+    n
+}
+
+async fn same_state(
+    redis: &RedisStore,
+    model: &dyn Store,
+    now: u64,
+    i: usize,
+    op: &Op,
+) -> Result<(), String> {
+    for limiter in 0..LIMITERS {
+        for rate in rates() {
+            let a = redis.rate_inspect(&keys(limiter), &rate, Some(now)).await;
+            let b = model.rate_inspect(&keys(limiter), &rate, Some(now)).await;
+            if !equal_with_message(&a, &b) {
+                return Err(format!(
+                    "after step {i} {op:?} at {now}, limit{limiter} under {rate:?}: redis {a:?}, model {b:?}"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn cases() -> u32 {
+    std::env::var("MODEL_CASES")
+        .ok()
+        .map(|v| v.parse().expect("MODEL_CASES is a number"))
+        .unwrap_or(DEFAULT_CASES)
+}
+
+/// One redis-server and a runtime to drive it.
+struct Rig {
+    _server: RedisServer,
+    runtime: tokio::runtime::Runtime,
+    redis: RedisStore,
+}
+
+impl Rig {
+    fn start() -> Rig {
+        let server = RedisServer::start();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let redis = runtime
+            .block_on(RedisStore::connect(&server.url()))
+            .expect("connect");
+        Rig {
+            _server: server,
+            runtime,
+            redis,
+        }
+    }
+
+    fn check(&self, ops: &[Op], reached: &Reached) -> Result<(), String> {
+        self.runtime.block_on(async {
+            let _: redis::Value = self
+                .redis
+                .query(&redis::cmd("FLUSHALL"))
+                .await
+                .map_err(|e| format!("FLUSHALL: {e}"))?;
+            run_program(&self.redis, &MemoryStore::new(), ops, reached).await
+        })
+    }
+
+    fn run(&self, config: Config, reached: &Reached) -> Result<(), TestError<Vec<Op>>> {
+        let mut runner = TestRunner::new(config);
+        runner.run(&prop::collection::vec(op(), 1..60), |ops| {
+            self.check(&ops, reached).map_err(TestCaseError::fail)
+        })
+    }
+}
+
+/// The scripts match the model, then the model with each planted bug is told apart from the
+/// scripts (one test, so the process-wide bug switches never touch a clean run).
+#[test]
+fn rate_scripts_match_model_and_planted_bugs_are_found() {
+    let rig = Rig::start();
+    let reached = Reached::default();
+    let config = Config {
+        cases: cases(),
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
+            "proptest-regressions/model-rate.txt",
+        ))),
+        ..Config::default()
+    };
+    if let Err(e) = rig.run(config, &reached) {
+        panic!("rate limiter scripts differ from the model: {e}");
+    }
+    let reached = reached.into_inner().expect("reached");
+    for kind in [
+        "admitted",
+        "an earlier admission replayed",
+        "refused try",
+        "refused at the head with a retry",
+        "refused behind others",
+        "waiters left",
+        "cancel of a live place",
+        "cancel of nothing",
+    ] {
+        assert!(
+            reached.contains(kind),
+            "no program reached {kind}: {reached:?}"
+        );
+    }
+    assert!(!reached.contains("head without a retry"), "{reached:?}");
+    for bug in [Bug::RateBurstOffByOne, Bug::RateOvertakes] {
+        plant(bug);
+        let config = Config {
+            cases: cases().max(256),
+            failure_persistence: None,
+            ..Config::default()
+        };
+        let found = rig.run(config, &Reached::default()).is_err();
+        unplant_all();
+        assert!(found, "the model check did not find {bug:?}");
+    }
+}
+
+/// The largest numbers a script computes stay exact: a count near the limit over a day, a
+/// full burst queued 70 times, so a refused try's estimate counts the capped 64 million
+/// admissions ahead (products near 2^53, quotients beyond 2^32).
+#[test]
+fn estimates_with_a_long_queue_of_full_bursts_match_the_model() {
+    let rig = Rig::start();
+    let rate = Rate::new(999_983, Duration::from_secs(86_400)).burst(1_000_000);
+    let model = MemoryStore::new();
+    let k = keys(0);
+    rig.runtime.block_on(async {
+        let mut now = START_MS;
+        for i in 0..72 {
+            let c = RateClaim {
+                token: format!("big{i}"),
+                permits: 1_000_000,
+                rate,
+                heartbeat: Duration::from_secs(3_600),
+            };
+            let wait = i != 71;
+            let a = rig.redis.rate_acquire(&k, &c, wait, Some(now)).await;
+            let b = model.rate_acquire(&k, &c, wait, Some(now)).await;
+            assert!(
+                equal_with_message(&a, &b),
+                "claim {i}: redis {a:?}, model {b:?}"
+            );
+            if i == 71 {
+                let Ok(RateDecision::Refused(busy)) = a else {
+                    panic!("the last try was not refused: {a:?}")
+                };
+                assert!(busy
+                    .retry_after
+                    .is_some_and(|r| r > Duration::from_secs(86_400 * 60)));
+            }
+            now += 7;
+        }
+        let a = rig.redis.rate_inspect(&k, &rate, Some(now)).await;
+        let b = model.rate_inspect(&k, &rate, Some(now)).await;
+        assert!(equal_with_message(&a, &b), "redis {a:?}, model {b:?}");
+    });
+}
