@@ -19,7 +19,7 @@ local fence = read_counter(FENCE)
 local deadline = redis.call('ZSCORE', H, token)
 if not deadline or tonumber(deadline) <= NOW then return 0 end
 if ARGV[4] == 'p' then
-  redis.call('SET', LV, token .. '|' .. fence .. '|' .. ARGV[5])
+  redis.call('SET', LV, token .. '|' .. string.format('%d', fence) .. '|' .. ARGV[5])
 elseif current and string.sub(current, 1, #token + 1) == token .. '|' then
   redis.call('DEL', LV)
 else

@@ -60,7 +60,7 @@ for i = 1, n do
     if live_writer() == token then
       fences[i] = counters[i]
     else
-      fences[i] = redis.call('INCR', FENCE)
+      fences[i] = next_fence(FENCE)
     end
     set_writer(token, NOW + lease)
   else

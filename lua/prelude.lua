@@ -11,13 +11,16 @@
 -- with `now`; key TTLs only clean up after abandoned locks, so correctness never depends on them.
 -- A hold or heartbeat with deadline D is live while now < D.
 
-local NOW, TTL_PAD
+-- NOW_US: the same clock in microseconds, the floor of every exclusive grant's fence.
+local NOW, NOW_US, TTL_PAD
 if ARGV[1] ~= nil and ARGV[1] ~= '' then
   NOW = tonumber(ARGV[1])
+  NOW_US = NOW * 1000
   TTL_PAD = 86400000
 else
   local t = redis.call('TIME')
   NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  NOW_US = tonumber(t[1]) * 1000000 + tonumber(t[2])
   TTL_PAD = 0
 end
 local PUBLISH_CMD = ARGV[2]
@@ -39,6 +42,18 @@ local function read_counter(key)
   if not v then return 0 end
   if not string.match(v, '^%-?%d+$') then corrupt_counter(key) end
   return tonumber(v)
+end
+
+-- The fence of a new exclusive grant on counter `key`: above every earlier grant's (the
+-- counter) and at least the clock in microseconds, so a counter lost with the server's data (a
+-- restart without persistence, FLUSHALL, a failover to a replica that missed it, an evicted
+-- key) never hands out a smaller fence than one already granted, as long as the new server's
+-- clock is not behind the old one's by more than the time between the two grants. Fails with
+-- RLCORRUPT on a foreign value; keeps the key's TTL.
+local function next_fence(key)
+  local v = math.max(read_counter(key) + 1, NOW_US)
+  redis.call('SET', key, string.format('%d', v), 'KEEPTTL')
+  return v
 end
 
 -- INCR of counter `key`, failing with RLCORRUPT (not a bare INCR error) on a foreign value.

@@ -6,7 +6,7 @@
 --   KEYS[2] q      zset waiter member -> ticket (tickets from KEYS[4], never a client clock)
 --   KEYS[3] hb     zset waiter member -> heartbeat deadline
 --   KEYS[4] tk     ticket counter; deleted whenever the queue is empty
---   KEYS[5] fence  counter, incremented on every exclusive grant; never expires
+--   KEYS[5] fence  counter: every exclusive grant takes max(counter + 1, clock in µs) (next_fence)
 --   KEYS[6] ch     wake-up channel of the lock
 --   KEYS[7] cap    the queue's capacity: "<n>" stored by set_permits (no TTL; every Semaphore
 --                  handle follows it; a Semaphore's count, so FairLock and fair RwLock claims
@@ -187,7 +187,7 @@ local function promote(cap, claim_ms, self_member)
     -- The grant lasts until the waiter's own heartbeat deadline: a live waiter attempts (and
     -- claims its full lease) before then; a dead one blocks no longer than its own window.
     local claim_until = tonumber(redis.call('ZSCORE', HB, m) or (NOW + claim_ms))
-    if w >= cap then fence = incr_counter(FENCE) end
+    if w >= cap then fence = next_fence(FENCE) end
     redis.call('ZREM', HB, m)
     hold_until(m, claim_until)
     QUEUE_SHRANK = true
@@ -205,7 +205,7 @@ local function promote(cap, claim_ms, self_member)
     -- confirms it with an attempt instead.
     fence = fence or read_counter(FENCE)
     for i = 1, #named do
-      named[i] = named[i][1] .. '=' .. fence .. '@' .. string.format('%d', named[i][2])
+      named[i] = named[i][1] .. '=' .. string.format('%d', fence) .. '@' .. string.format('%d', named[i][2])
     end
     publish(CH, table.concat(named, ' '))
   end

@@ -20,10 +20,13 @@
 if redis.call('EXISTS', W, R, WQ, QH) == 0 then
   local lease = tonumber(ARGV[5])
   if ARGV[4] == 'w' then
-    local fence = redis.pcall('INCR', FENCE)
-    if type(fence) == 'table' then
+    -- next_fence (prelude.lua), inline: no helper is defined yet here.
+    local fence = redis.call('GET', FENCE) or '0'
+    if not string.match(fence, '^%-?%d+$') then
       error({ err = 'RLCORRUPT key ' .. FENCE .. ' does not hold a redis-locks counter' })
     end
+    fence = math.max(tonumber(fence) + 1, NOW_US)
+    redis.call('SET', FENCE, string.format('%d', fence), 'KEEPTTL')
     local record = string.format('%d', NOW + lease) .. '|' .. ARGV[3]
     redis.call('SET', W, record, 'PX', math.max(1, lease) + TTL_PAD)
     return fence
@@ -80,7 +83,7 @@ if mode == 'w' then
     -- there fails the script before the grant is written.
     if policy == 'writer' and redis.call('ZREM', WQ, token) == 1 then expire_zset(WQ) end
   end
-  local fence = incr_counter(FENCE)
+  local fence = next_fence(FENCE)
   set_writer(token, NOW + lease)
   return fence
 end

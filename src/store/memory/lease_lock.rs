@@ -107,7 +107,7 @@ fn hand_over(state: &mut LockState, now: u64, wakes: &mut WakeUps) -> bool {
         return false;
     }
     state.lease.waiting_writers.remove(&token);
-    state.fence += 1;
+    state.fence = super::next_fence(state.fence, now);
     state.lease.writer = Some((token.clone(), until));
     let grant = HandOff {
         fence: state.fence,
@@ -181,7 +181,7 @@ fn attempt(
                 state.lease.leave_waiting(&claim.token, wakes);
                 return Err(queue_held);
             }
-            state.fence += 1;
+            state.fence = super::next_fence(state.fence, now);
             let lock = &mut state.lease;
             lock.writer = Some((claim.token.clone(), now + lease));
             // Only writer-preference claims announce themselves, so only they leave.
@@ -376,7 +376,7 @@ pub(super) fn grant_part(state: &mut LockState, now: u64, claim: &Claim, slot: S
             .live_writer(now)
             .is_some_and(|(t, _)| t == token);
         if !mine {
-            state.fence += 1;
+            state.fence = super::next_fence(state.fence, now);
         }
         state.lease.writer = Some((token.to_owned(), deadline));
     } else {

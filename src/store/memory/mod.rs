@@ -49,6 +49,7 @@ struct LockState {
 }
 
 impl LockState {
+
     /// True when only what key TTLs would clean up is left: no fence, no stored count, no
     /// hold or waiter. Such state is dropped, as expired keys disappear.
     fn is_idle(&self) -> bool {
@@ -90,12 +91,18 @@ impl WakeUps {
     }
 }
 
+/// next_fence (prelude.lua): the fence of a new exclusive grant after `fence`: above it and
+/// at least the clock in microseconds (`now` is in ms).
+fn next_fence(fence: u64, now: u64) -> u64 {
+    (fence + 1).max(now.saturating_mul(1000))
+}
+
 /// force_release.lua: drops every hold of both families (waiters stay), bumps the fence and
 /// wakes everyone; the new fence.
-fn force_release(state: &mut LockState) -> Step<u64> {
+fn force_release(state: &mut LockState, now: u64) -> Step<u64> {
     state.lease.drop_holds();
     state.queue.drop_holds();
-    state.fence += 1;
+    state.fence = next_fence(state.fence, now);
     let mut wakes = WakeUps::default();
     wakes.all();
     wakes.reply(state.fence)
@@ -122,7 +129,7 @@ fn force_release_holder(state: &mut LockState, now: u64, prefix: &str) -> Step<H
     };
     let fence_bumped = left == 0;
     if fence_bumped {
-        state.fence += 1;
+        state.fence = next_fence(state.fence, now);
     }
     let mut wakes = WakeUps::default();
     wakes.all();
@@ -289,7 +296,7 @@ impl Store for MemoryStore {
     }
 
     async fn force_release(&self, lock: &LockKeys, now: Option<u64>) -> Result<u64> {
-        Ok(self.step(lock, now, |state, _| force_release(state)))
+        Ok(self.step(lock, now, |state, now| force_release(state, now)))
     }
 
     async fn force_release_holder(
@@ -410,9 +417,13 @@ mod tests {
         let mut state = LockState::default();
         let (a, b) = (claim("a", Slot::Write), claim("b", Slot::Write));
         let step = lease_lock::acquire(&mut state, 100, &a, false);
+        // The first fence is the clock in µs (100 ms); the next one the clock again (300 ms).
         assert!(matches!(
             step.reply,
-            Ok(Acquire::Granted(Grant { fence: 1, .. }))
+            Ok(Acquire::Granted(Grant {
+                fence: 100_000,
+                ..
+            }))
         ));
         assert!(step.wake_ups.is_empty());
         let step = lease_lock::acquire(&mut state, 200, &b, true);
@@ -420,14 +431,14 @@ mod tests {
         let step = lease_lock::release(&mut state, 300, "a");
         assert!(step.reply);
         let grant = HandOff {
-            fence: 2,
+            fence: 300_000,
             until: Some(500),
         };
         assert_eq!(
             step.wake_ups,
             [WakeUp::Named(vec![Named::granted("b", grant)])]
         );
-        assert_eq!(step.wake_ups[0].to_string(), "b=2@500");
+        assert_eq!(step.wake_ups[0].to_string(), "b=300000@500");
     }
 
     #[test]
@@ -448,7 +459,7 @@ mod tests {
         assert_eq!(step.reply, Ok(2));
         assert_eq!(step.wake_ups.len(), 1);
         // A shared grant reports the last exclusive fence (a took all of 1 permit).
-        assert_eq!(step.wake_ups[0].to_string(), "b=1@400");
+        assert_eq!(step.wake_ups[0].to_string(), "b=100000@400");
         // Out of range: refused, nothing changes, nobody is woken.
         let forget = PermitChange::Forget { by: 2, base: 1 };
         let step = ticket_queue::set_permits(&mut state, 160, forget, 300);

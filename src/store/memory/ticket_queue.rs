@@ -210,7 +210,7 @@ fn promote(
         q.heartbeats.remove(&m);
         q.holders.add(&m, until);
         if w >= cap {
-            state.fence += 1;
+            state.fence = super::next_fence(state.fence, now);
         }
         if Some(m.as_str()) == self_member {
             self_granted = true;
@@ -304,7 +304,7 @@ fn attempt(
     if q.queue.score(&member).is_none() {
         if q.queue.is_empty() && q.permits_used() + w <= cap {
             if w >= cap {
-                state.fence += 1;
+                state.fence = super::next_fence(state.fence, now);
             }
             q.mark_capacity(mark);
             q.holders.add(&member, now + lease);
