@@ -59,8 +59,9 @@ for i = 1, n do
   if string.sub(modes, i, i) == 'w' then
     if live_writer() == token then
       fences[i] = counters[i]
+      keep_fence(FENCE, NOW + lease)
     else
-      fences[i] = next_fence(FENCE)
+      fences[i] = next_fence(FENCE, NOW + lease)
     end
     set_writer(token, NOW + lease)
   else

@@ -44,15 +44,34 @@ local function read_counter(key)
   return tonumber(v)
 end
 
--- The fence of a new exclusive grant on counter `key`: above every earlier grant's (the
--- counter) and at least the clock in microseconds, so a counter lost with the server's data (a
--- restart without persistence, FLUSHALL, a failover to a replica that missed it, an evicted
--- key) never hands out a smaller fence than one already granted, as long as the new server's
--- clock is not behind the old one's by more than the time between the two grants. Fails with
--- RLCORRUPT on a foreign value; keeps the key's TTL.
-local function next_fence(key)
+-- The fence of a new exclusive grant on counter `key`, a hold until `deadline` (ms): above
+-- every earlier grant's (the counter) and at least the clock in microseconds, so a counter lost
+-- with the server's data (a restart without persistence, FLUSHALL, a failover to a replica that
+-- missed it, an expired or evicted key) never hands out a smaller fence than one already
+-- granted, as long as the new server's clock is not behind the old one's by more than the time
+-- between the two grants. The counter then expires with the hold (extensions of an exclusive
+-- hold keep it alive, keep_fence), so an idle name leaves no key. Fails with RLCORRUPT on a
+-- foreign value.
+local function next_fence(key, deadline)
   local v = math.max(read_counter(key) + 1, NOW_US)
-  redis.call('SET', key, string.format('%d', v), 'KEEPTTL')
+  local ttl = math.max(1, math.floor(deadline - NOW)) + TTL_PAD
+  redis.call('SET', key, string.format('%d', v), 'PX', ttl)
+  return v
+end
+
+-- Keeps the fence counter `key` alive at least until `deadline` (ms), if it exists: the hold
+-- that took it was extended. Never shortens its TTL.
+local function keep_fence(key, deadline)
+  redis.call('PEXPIRE', key, math.max(1, math.floor(deadline - NOW)) + TTL_PAD, 'GT')
+end
+
+-- A fence above every earlier grant's on counter `key`, taken with no new hold (an operator's
+-- eviction), so the evicted holder's fence is below every later one. The counter keeps its
+-- TTL; when there is none it is not written, as the clock already bounds every later grant's
+-- fence from below.
+local function bump_fence(key)
+  local v = math.max(read_counter(key) + 1, NOW_US)
+  redis.call('SET', key, string.format('%d', v), 'XX', 'KEEPTTL')
   return v
 end
 

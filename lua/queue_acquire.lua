@@ -32,7 +32,8 @@ if redis.call('EXISTS', H, Q, HB, TK, LW, LR) == 0 then
   local cap = redis.call('GET', CAP)
   if weight and want and weight >= 1 and weight <= want and (not cap or cap == mark) then
     local lease = tonumber(ARGV[5])
-    -- read_counter and next_fence (prelude.lua), inline: no helper is defined yet here.
+    -- read_counter, next_fence and keep_fence (prelude.lua), inline: no helper is defined yet
+    -- here.
     local fence = redis.call('GET', FENCE) or '0'
     if not string.match(fence, '^%-?%d+$') then
       error({ err = 'RLCORRUPT key ' .. FENCE .. ' does not hold a redis-locks counter' })
@@ -40,7 +41,9 @@ if redis.call('EXISTS', H, Q, HB, TK, LW, LR) == 0 then
     fence = tonumber(fence)
     if weight >= want then
       fence = math.max(fence + 1, NOW_US)
-      redis.call('SET', FENCE, string.format('%d', fence), 'KEEPTTL')
+      redis.call('SET', FENCE, string.format('%d', fence), 'PX', math.max(1, lease) + TTL_PAD)
+    elseif fence > 0 then
+      redis.call('PEXPIRE', FENCE, math.max(1, lease) + TTL_PAD, 'GT')
     end
     local member = ARGV[3]
     if weight ~= 1 then member = member .. '#' .. weight end
@@ -105,7 +108,7 @@ end
 if not queued then
   if redis.call('ZCARD', Q) == 0 and permits_used() + weight <= cap then
     local fence
-    if weight >= cap then fence = next_fence(FENCE) else fence = read_counter(FENCE) end
+    if weight >= cap then fence = next_fence(FENCE, NOW + lease) else fence = read_counter(FENCE) end
     hold_until(member, NOW + lease)
     refresh_ttls()
     return fence

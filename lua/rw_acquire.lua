@@ -26,9 +26,9 @@ if redis.call('EXISTS', W, R, WQ, QH) == 0 then
       error({ err = 'RLCORRUPT key ' .. FENCE .. ' does not hold a redis-locks counter' })
     end
     fence = math.max(tonumber(fence) + 1, NOW_US)
-    redis.call('SET', FENCE, string.format('%d', fence), 'KEEPTTL')
-    local record = string.format('%d', NOW + lease) .. '|' .. ARGV[3]
-    redis.call('SET', W, record, 'PX', math.max(1, lease) + TTL_PAD)
+    local ttl = math.max(1, lease) + TTL_PAD
+    redis.call('SET', FENCE, string.format('%d', fence), 'PX', ttl)
+    redis.call('SET', W, string.format('%d', NOW + lease) .. '|' .. ARGV[3], 'PX', ttl)
     return fence
   elseif ARGV[4] == 'r' then
     local fence = redis.call('GET', FENCE) or '0'
@@ -52,6 +52,7 @@ if mode == 'w' then
     -- Already ours (a retry after a lost reply): renew from now, same fence.
     local fence = read_counter(FENCE)
     set_writer(token, NOW + lease)
+    keep_fence(FENCE, NOW + lease)
     return fence
   end
   local retry = nil
@@ -83,7 +84,7 @@ if mode == 'w' then
     -- there fails the script before the grant is written.
     if policy == 'writer' and redis.call('ZREM', WQ, token) == 1 then expire_zset(WQ) end
   end
-  local fence = next_fence(FENCE)
+  local fence = next_fence(FENCE, NOW + lease)
   set_writer(token, NOW + lease)
   return fence
 end

@@ -83,7 +83,7 @@ local function hand_over()
   if queue_held() then return false end
   local tok, claim_until = pick[1], tonumber(pick[2])
   redis.call('ZREM', WQ, tok)
-  local fence = next_fence(FENCE)
+  local fence = next_fence(FENCE, claim_until)
   set_writer(tok, claim_until)
   expire_zset(WQ)
   publish(CH, tok .. '=' .. string.format('%d', fence) .. '@' .. string.format('%d', claim_until))

@@ -54,6 +54,10 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::redis::{parse_url, Connect, RedisConfig, RedisStore};
+
+/// How long a fence counter raised after a forced release lives at least on a server that
+/// lagged: no hold follows that fence, and every later grant's is above the clock anyway.
+const FORCED_FENCE_KEEP: Duration = Duration::from_secs(60);
 use super::WaiterState;
 use super::{
     Acquire, Busy, Claim, Family, Grant, HolderState, PermitChange, Slot, Snapshot, Store,
@@ -292,12 +296,12 @@ impl QuorumStore {
     }
 
     /// Raises the fence counter of the servers `which` to at least `fence`.
-    async fn raise_fence(&self, lock: &LockKeys, fence: u64, which: &[bool]) {
+    async fn raise_fence(&self, lock: &LockKeys, fence: u64, keep: Duration, which: &[bool]) {
         let mut set = JoinSet::new();
         for (node, _) in self.nodes.iter().zip(which).filter(|(_, w)| **w) {
             let node = node.clone();
             let lock = lock.clone();
-            set.spawn(async move { node.raise_fence(&lock, fence).await });
+            set.spawn(async move { node.raise_fence(&lock, fence, keep).await });
         }
         while let Some(joined) = set.join_next().await {
             if let Ok(Err(err)) = joined {
@@ -414,7 +418,7 @@ impl Store for QuorumStore {
                     .map(|r| !matches!(r, Ok(Acquire::Granted(g)) if g.fence == fence))
                     .collect();
                 if behind.iter().any(|b| *b) {
-                    self.raise_fence(lock, fence, &behind).await;
+                    self.raise_fence(lock, fence, claim.lease, &behind).await;
                 }
             }
             tracing::debug!(lock = lock.name(), granted, fence, "quorum granted");
@@ -571,7 +575,7 @@ impl Store for QuorumStore {
             .map(|r| !matches!(r, Ok(f) if *f == fence))
             .collect();
         if behind.iter().any(|b| *b) {
-            self.raise_fence(lock, fence, &behind).await;
+            self.raise_fence(lock, fence, FORCED_FENCE_KEEP, &behind).await;
         }
         Ok(fence)
     }

@@ -574,7 +574,12 @@ async fn invoke_cluster<T: FromRedisValue>(
 impl RedisStore {
     /// Raises the lock's fence counter to at least `fence` (quorum mode: a server that
     /// lagged must never hand out a smaller fence than the majority did).
-    pub(crate) async fn raise_fence(&self, lock: &LockKeys, fence: u64) -> Result<u64> {
+    pub(crate) async fn raise_fence(
+        &self,
+        lock: &LockKeys,
+        fence: u64,
+        keep: Duration,
+    ) -> Result<u64> {
         let keys = [lock.fence()];
         let Fence(reached) = self
             .run(
@@ -582,7 +587,10 @@ impl RedisStore {
                 &self.scripts.raise_fence,
                 &keys,
                 None,
-                RaiseFenceArgs { fence },
+                RaiseFenceArgs {
+                    fence,
+                    keep: Ms(keep),
+                },
             )
             .await?;
         Ok(reached)

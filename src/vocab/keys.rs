@@ -32,7 +32,7 @@ struct Inner {
     name: String,
     base: String,
     lease_lock: [String; 6],
-    ticket_queue: [String; 9],
+    ticket_queue: [String; 10],
     force_release: [String; 5],
     election: [String; 4],
 }
@@ -88,6 +88,7 @@ impl LockKeys {
                 key("cap"),
                 key("w"),
                 key("r"),
+                key("lv"),
             ],
             force_release: [key("w"), key("r"), key("h"), key("fence"), key("ch")],
             election: [key("h"), key("lv"), key("ch"), key("fence")],
@@ -127,8 +128,9 @@ impl LockKeys {
     }
 
     /// Keys of the ticket queue (FairLock, Semaphore, RwLock fair policy), in script order.
-    /// The last two are the lease lock's writer and readers, which the scripts only read.
-    pub fn ticket_queue(&self) -> &[String; 9] {
+    /// Then the lease lock's writer and readers, which the scripts only read, and an
+    /// election's leader value, whose TTL an extension lengthens.
+    pub fn ticket_queue(&self) -> &[String; 10] {
         &self.inner.ticket_queue
     }
 

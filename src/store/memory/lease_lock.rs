@@ -36,6 +36,15 @@ impl LeaseLock {
         self.live_writer(now).is_some() || self.readers.iter().any(|(dl, _)| *dl > now)
     }
 
+    /// The latest deadline of the three keys (their TTLs end there), if any exists.
+    pub(super) fn last_deadline(&self) -> Option<u64> {
+        let writer = self.writer.as_ref().map(|(_, dl)| *dl);
+        [writer, self.readers.max_score(), self.waiting_writers.max_score()]
+            .into_iter()
+            .flatten()
+            .max()
+    }
+
     /// True when none of the three keys exists.
     pub(super) fn is_empty(&self) -> bool {
         self.writer.is_none() && self.readers.is_empty() && self.waiting_writers.is_empty()
@@ -107,7 +116,7 @@ fn hand_over(state: &mut LockState, now: u64, wakes: &mut WakeUps) -> bool {
         return false;
     }
     state.lease.waiting_writers.remove(&token);
-    state.fence = super::next_fence(state.fence, now);
+    state.next_fence(now, until);
     state.lease.writer = Some((token.clone(), until));
     let grant = HandOff {
         fence: state.fence,
@@ -161,6 +170,7 @@ fn attempt(
             if let Some((tok, _)) = &live {
                 if *tok == claim.token {
                     lock.writer = Some((claim.token.clone(), now + lease));
+                    state.keep_fence(now, now + lease);
                     return Ok(granted(state.fence));
                 }
             }
@@ -181,7 +191,7 @@ fn attempt(
                 state.lease.leave_waiting(&claim.token, wakes);
                 return Err(queue_held);
             }
-            state.fence = super::next_fence(state.fence, now);
+            state.next_fence(now, now + lease);
             let lock = &mut state.lease;
             lock.writer = Some((claim.token.clone(), now + lease));
             // Only writer-preference claims announce themselves, so only they leave.
@@ -247,6 +257,7 @@ pub(super) fn extend(state: &mut LockState, now: u64, claim: &Claim, lease: u64)
         let mine = live.is_some_and(|(t, _)| t == token);
         if mine {
             lock.writer = Some((token.to_owned(), now + lease));
+            state.keep_fence(now, now + lease);
         }
         mine
     } else if lock.readers.score(token).is_some() {
@@ -375,8 +386,10 @@ pub(super) fn grant_part(state: &mut LockState, now: u64, claim: &Claim, slot: S
             .lease
             .live_writer(now)
             .is_some_and(|(t, _)| t == token);
-        if !mine {
-            state.fence = super::next_fence(state.fence, now);
+        if mine {
+            state.keep_fence(now, deadline);
+        } else {
+            state.next_fence(now, deadline);
         }
         state.lease.writer = Some((token.to_owned(), deadline));
     } else {
