@@ -260,6 +260,33 @@ impl MemoryStore {
         }
     }
 
+    /// How many lock names still have state (in Redis: at least one key) at the wall clock.
+    /// A name whose holds all ended, and whose leases have lapsed, has none: its fence counter
+    /// and every other record expire with the holds, as the keys do on Redis. A count stored
+    /// with `set_permits` is kept.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// use std::sync::Arc;
+    /// use redis_locks::{testing::store::MemoryStore, LockClient};
+    /// let store = Arc::new(MemoryStore::new());
+    /// let client = LockClient::builder().store(store.clone())?;
+    /// let held = client.mutex("job-1").lock().await?;
+    /// assert_eq!(store.names_kept(), 1);
+    /// held.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn names_kept(&self) -> usize {
+        let now = wall_clock_ms();
+        let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+        locks.retain(|_, state| {
+            state.begin(now, 0);
+            !state.is_idle()
+        });
+        locks.len()
+    }
+
     /// Runs one step on the lock's state at `now` (the wall clock unless given), then
     /// publishes the wake-ups it produced, once the state is unlocked.
     fn step<T>(
