@@ -941,3 +941,82 @@ async fn documented_commands_run_as_written() {
     // The last one forced the release.
     assert!(!held.release().await.expect("release"));
 }
+
+/// `doctor --json`: its verdict, and the verdict of check `check`.
+fn doctor_verdicts(server: &RedisServer, check: &str) -> (Option<i32>, String, String) {
+    let out = cli(server, &["doctor", "--json"]);
+    let json = stdout(&out);
+    let overall = json
+        .split("\"verdict\":\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_else(|| panic!("no verdict in {json}"))
+        .to_owned();
+    let finding = json
+        .split("{\"check\":")
+        .find(|f| f.starts_with(&format!("\"{check}\"")))
+        .unwrap_or_else(|| panic!("no {check} finding in {json}"));
+    let verdict = finding
+        .split("\"verdict\":\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("the finding's verdict")
+        .to_owned();
+    assert_eq!(
+        overall,
+        ["fit", "warning", "unfit"][out.status.code().unwrap_or(9).clamp(0, 2) as usize],
+        "the exit code follows the verdict: {json}"
+    );
+    (out.status.code(), overall, verdict)
+}
+
+/// `doctor` exits 0 on a server fit for locks (append-only file, no eviction), 1 when holds
+/// would not survive a restart (no persistence), 2 when lock keys can be evicted, and 2 when
+/// the server cannot be reached; every check is reported.
+#[test]
+fn doctor_tells_a_fit_server_from_an_unfit_one() {
+    let fit = RedisServer::start_with(&["--appendonly", "yes"]);
+    let out = cli(&fit, &["doctor"]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
+    for check in [
+        "server",
+        "eviction",
+        "persistence",
+        "replication",
+        "scripts",
+        "clock",
+        "wake-ups",
+        "round trip",
+    ] {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("fit") && l.contains(check)),
+            "{check}: {text}"
+        );
+    }
+    assert!(text.ends_with("verdict: fit\n"), "{text}");
+
+    let volatile = RedisServer::start();
+    assert_eq!(
+        doctor_verdicts(&volatile, "persistence"),
+        (Some(1), "warning".into(), "warning".into())
+    );
+
+    for policy in ["allkeys-lru", "volatile-lru"] {
+        let evicting =
+            RedisServer::start_with(&["--maxmemory", "10mb", "--maxmemory-policy", policy]);
+        assert_eq!(
+            doctor_verdicts(&evicting, "eviction"),
+            (Some(2), "unfit".into(), "unfit".into()),
+            "{policy}"
+        );
+    }
+
+    let mut gone = RedisServer::start();
+    gone.kill();
+    assert_eq!(
+        doctor_verdicts(&gone, "connect"),
+        (Some(2), "unfit".into(), "unfit".into())
+    );
+}

@@ -249,7 +249,11 @@ async fn lost_acquire_reply_is_retried_by_token() {
         let info = direct.mutex(name).inspect().await.expect("inspect");
         assert_eq!(info.holders.len(), 1, "{name}");
         // The guard's fence is the counter's: the retry took no second fence after it.
-        assert_eq!(info.fence, g.fencing_token(), "{name}: a retry took a second fence");
+        assert_eq!(
+            info.fence,
+            g.fencing_token(),
+            "{name}: a retry took a second fence"
+        );
         assert!(g.is_held());
         assert!(g.release().await.expect("release"));
         assert!(holders(&direct, name).await.is_empty());

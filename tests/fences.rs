@@ -16,7 +16,9 @@ use support::RedisServer;
 /// The server's clock in µs (`TIME`).
 fn server_clock_us(server: &RedisServer) -> u64 {
     let out = server.cli(&["TIME"]);
-    let mut parts = out.split_whitespace().map(|p| p.parse::<u64>().expect("TIME"));
+    let mut parts = out
+        .split_whitespace()
+        .map(|p| p.parse::<u64>().expect("TIME"));
     let (secs, micros) = (parts.next().unwrap(), parts.next().unwrap());
     secs * 1_000_000 + micros
 }
@@ -37,13 +39,21 @@ async fn one_grant_of_each_kind(c: &LockClient, name: &str) -> Vec<(&'static str
     let g = c.rwlock(name).write().await.expect("write");
     fences.push(("rwlock write", g.fencing_token()));
     g.release().await.expect("release");
-    let m = c.multi_lock([name, "fences:other"]).lock().await.expect("multi");
+    let m = c
+        .multi_lock([name, "fences:other"])
+        .lock()
+        .await
+        .expect("multi");
     fences.push(("multi-lock", m.fencing_token(name).expect("part")));
     m.release().await.expect("release");
     let g = c.fair_lock(name).lock().await.expect("fair");
     fences.push(("fair lock", g.fencing_token()));
     g.release().await.expect("release");
-    let g = c.semaphore(name, 2).acquire_many(2).await.expect("all permits");
+    let g = c
+        .semaphore(name, 2)
+        .acquire_many(2)
+        .await
+        .expect("all permits");
     fences.push(("semaphore (all permits)", g.fencing_token()));
     g.release().await.expect("release");
     let leadership = c.election(name).campaign("me").await.expect("campaign");
@@ -75,7 +85,10 @@ async fn every_kind_of_grant_takes_a_fence_above_the_last_and_the_server_clock()
     let after = server_clock_us(b.server.as_ref().unwrap());
     for &(kind, fence) in &fences {
         // The counter runs ahead of the clock only by grants within one microsecond.
-        assert!(fence <= after + 16, "{kind}: {fence} is past the clock {after}");
+        assert!(
+            fence <= after + 16,
+            "{kind}: {fence} is past the clock {after}"
+        );
     }
 }
 
@@ -202,5 +215,8 @@ async fn no_name_is_kept_in_memory_once_every_hold_ended_and_lapsed() {
         .expect("client");
     use_every_kind_and_abandon_some(&c, "idle").await;
     assert!(store.names_kept() > 0, "the abandoned holds keep state");
-    eventually("every idle name is dropped", async || store.names_kept() == 0).await;
+    eventually("every idle name is dropped", async || {
+        store.names_kept() == 0
+    })
+    .await;
 }

@@ -511,7 +511,10 @@ async fn multi_fences_are_per_name(b: Backend) {
         g.fencing_token("fz:z").expect("z"),
         g.fencing_token("fz:a").expect("a"),
     );
-    assert!(z1 > bumped, "a new exclusive grant of fz:z is above its earlier ones");
+    assert!(
+        z1 > bumped,
+        "a new exclusive grant of fz:z is above its earlier ones"
+    );
     for (name, fence) in g.fencing_tokens() {
         assert_eq!(
             c.mutex(name).inspect().await.expect("inspect").fence,

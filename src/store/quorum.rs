@@ -575,9 +575,30 @@ impl Store for QuorumStore {
             .map(|r| !matches!(r, Ok(f) if *f == fence))
             .collect();
         if behind.iter().any(|b| *b) {
-            self.raise_fence(lock, fence, FORCED_FENCE_KEEP, &behind).await;
+            self.raise_fence(lock, fence, FORCED_FENCE_KEEP, &behind)
+                .await;
         }
         Ok(fence)
+    }
+
+    /// Every server's that answered (a server that is down is left out; the doctor reports the
+    /// servers it heard from); the first error when none answered.
+    async fn server_info(&self) -> Result<Vec<(String, String)>> {
+        let results = self
+            .on_all(|node| async move { node.server_info().await })
+            .await;
+        let mut out = Vec::new();
+        let mut first_error = None;
+        for result in results {
+            match result {
+                Ok(infos) => out.extend(infos),
+                Err(e) => first_error = first_error.or(Some(e)),
+            }
+        }
+        match (out.is_empty(), first_error) {
+            (true, Some(e)) => Err(e),
+            _ => Ok(out),
+        }
     }
 
     fn hub(&self) -> &Arc<WakeHub> {

@@ -754,6 +754,26 @@ impl Store for RedisStore {
         Ok(eviction)
     }
 
+    async fn server_info(&self) -> Result<Vec<(String, String)>> {
+        let reply: Value = self
+            .raw(&redis::cmd("INFO"))
+            .await
+            .map_err(|e| error_from_redis("", e).at(&self.address))?;
+        let text = |v: &Value| redis::from_redis_value_ref::<String>(v).ok();
+        let here = match &*self.address {
+            "" => "the primary".to_owned(),
+            address => address.to_owned(),
+        };
+        Ok(match &reply {
+            // Cluster: one reply per node.
+            Value::Map(nodes) => nodes
+                .iter()
+                .filter_map(|(node, info)| Some((text(node)?, text(info)?)))
+                .collect(),
+            other => text(other).map(|t| (here, t)).into_iter().collect(),
+        })
+    }
+
     async fn wait_replicas(
         &self,
         lock: &LockKeys,

@@ -14,6 +14,7 @@
 //! * [`waits`]: `within` a tight bound; idle queues and free lease locks.
 //! * [`observe`]: reading an election observer with bounds.
 //! * [`rng`]: a small deterministic generator for randomized workloads.
+//! * [`warnings`]: capturing the library's warnings.
 
 #![allow(dead_code)]
 
@@ -38,6 +39,7 @@ pub mod rng;
 mod server;
 pub mod time;
 pub mod waits;
+pub mod warnings;
 
 // Each test binary uses some of these.
 #[allow(unused_imports)]

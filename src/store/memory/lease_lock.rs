@@ -39,10 +39,14 @@ impl LeaseLock {
     /// The latest deadline of the three keys (their TTLs end there), if any exists.
     pub(super) fn last_deadline(&self) -> Option<u64> {
         let writer = self.writer.as_ref().map(|(_, dl)| *dl);
-        [writer, self.readers.max_score(), self.waiting_writers.max_score()]
-            .into_iter()
-            .flatten()
-            .max()
+        [
+            writer,
+            self.readers.max_score(),
+            self.waiting_writers.max_score(),
+        ]
+        .into_iter()
+        .flatten()
+        .max()
     }
 
     /// True when none of the three keys exists.

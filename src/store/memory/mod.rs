@@ -167,7 +167,6 @@ impl WakeUps {
     }
 }
 
-
 /// force_release.lua: drops every hold of both families (waiters stay), bumps the fence and
 /// wakes everyone; the new fence.
 fn force_release(state: &mut LockState, now: u64) -> Step<u64> {
@@ -408,7 +407,7 @@ impl Store for MemoryStore {
     }
 
     async fn force_release(&self, lock: &LockKeys, now: Option<u64>) -> Result<u64> {
-        Ok(self.step(lock, now, |state, now| force_release(state, now)))
+        Ok(self.step(lock, now, force_release))
     }
 
     async fn force_release_holder(
@@ -534,10 +533,7 @@ mod tests {
         // The first fence is the clock in µs (100 ms); the next one the clock again (300 ms).
         assert!(matches!(
             step.reply,
-            Ok(Acquire::Granted(Grant {
-                fence: 100_000,
-                ..
-            }))
+            Ok(Acquire::Granted(Grant { fence: 100_000, .. }))
         ));
         assert!(step.wake_ups.is_empty());
         let step = lease_lock::acquire(&mut state, 200, &b, true);
