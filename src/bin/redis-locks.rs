@@ -784,7 +784,7 @@ async fn force_release(
         return Ok(ExitCode::from(2));
     }
     // A name with no keys at all has nothing to release; bumping its fence would only
-    // leave a fence key behind (fence keys never expire).
+    // leave a fence key behind (until it expires).
     if view(ctx, name, false).await?.is_empty() {
         eprintln!(
             "no trace of lock `{name}` under prefix `{}`: nothing to release (check the \

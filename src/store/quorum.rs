@@ -26,13 +26,14 @@
 //! exclusive grant needs a majority, which then contains a server whose counter is at least
 //! the previous token, so its token is strictly greater.
 //!
-//! That argument holds only while, between two consecutive exclusive grants, **at most a
-//! minority of the servers lose or miss their counter**: a server restarted without
-//! persistence (its counter starts again from 0), one failed over to a replica that had not
-//! received the last increments, or one that was unreachable when the counter was raised.
-//! The maximum over a majority masks such a minority. If a majority lose their counters (for
-//! instance all servers restarted without persistence), tokens can go back: run the quorum
-//! servers with `appendonly yes` and `appendfsync always` if the resource relies on tokens.
+//! That argument holds while, between two consecutive exclusive grants, **at most a minority
+//! of the servers lose or miss their counter**: a server restarted without persistence, one
+//! failed over to a replica that had not received the last increments, or one that was
+//! unreachable when the counter was raised. The maximum over a majority masks such a minority.
+//! Every server's fence is also at least its clock in microseconds (`next_fence`), so when a
+//! majority lose their counters tokens still rise, under the clock assumption of
+//! docs/GUARANTEES.md; and the servers' fences of one grant differ by their clock offsets, so
+//! the raise runs on nearly every exclusive grant. A raised counter lives for the grant's lease.
 //! Shared (reader) grants report the largest last-writer fence among the servers that granted.
 //!
 //! # Not supported

@@ -115,7 +115,7 @@ impl LockKeys {
         self.inner.lease_lock[4].clone()
     }
 
-    /// The fence counter, the one key that outlives the lock.
+    /// The fence counter (it expires with the holds it serves).
     pub fn fence(&self) -> String {
         self.inner.lease_lock[3].clone()
     }
