@@ -930,7 +930,12 @@ async fn documented_commands_run_as_written() {
         let named: Vec<i32> = note
             .split("exit ")
             .skip(1)
-            .filter_map(|rest| rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok())
+            .filter_map(|rest| {
+                rest.split(|c: char| !c.is_ascii_digit())
+                    .next()?
+                    .parse()
+                    .ok()
+            })
             .collect();
         let code = out.status.code().unwrap_or(-1);
         assert!(
