@@ -51,21 +51,24 @@ compile_error!(
 );
 
 use std::collections::HashSet;
-use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
 use redis_locks::testing::keys::LockKeys;
-use redis_locks::testing::store::{
-    Acquire, Claim, Family, MemoryStore, PermitChange, Snapshot, Store,
-};
+use redis_locks::testing::store::{Claim, Family, MemoryStore, Snapshot, Store};
 use redis_locks::testing::{self, WakeHub};
 use redis_locks::{Election, Error, LeaderInfo, Leadership, LockClient, Result};
 use tokio::time::Instant;
+
+mod support;
+
+use support::rng::xorshift;
+use support::sim_store::{self, on_paused_clock, ready, Call, Fault, Reply, Request, SimConn};
+use support::time::ms;
+use support::{env_u32, serial};
 
 const NAME: &str = "leader";
 const START_MS: u64 = 1_000_000;
@@ -335,25 +338,6 @@ struct World {
     hubs: StdMutex<Vec<ClientHub>>,
 }
 
-/// Polls a future that the in-memory store completes at once.
-fn ready<F: Future>(f: F) -> F::Output {
-    let mut f = std::pin::pin!(f);
-    match f
-        .as_mut()
-        .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
-    {
-        std::task::Poll::Ready(v) => v,
-        std::task::Poll::Pending => panic!("the in-memory store answers at once"),
-    }
-}
-
-fn xorshift(x: &mut u64) -> u64 {
-    *x ^= *x << 13;
-    *x ^= *x >> 7;
-    *x ^= *x << 17;
-    *x
-}
-
 fn pair(info: &Option<LeaderInfo>) -> Option<(String, u64)> {
     info.as_ref().map(|l| (l.value.clone(), l.term))
 }
@@ -509,7 +493,10 @@ impl World {
 
 // ---- the fault-injecting connection --------------------------------------------------------
 
-struct Conn {
+/// One client's end of its connection ([`SimConn`], unordered): a request is maybe delayed on
+/// its way, applied at the virtual `now` (not at all when partitioned or dead), checked by the
+/// oracle, its reply maybe delayed or lost.
+struct Link {
     world: Arc<World>,
     name: String,
     hub: Arc<WakeHub>,
@@ -519,42 +506,28 @@ struct Conn {
     rng: StdMutex<u64>,
 }
 
-impl std::fmt::Debug for Conn {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Conn({})", self.name)
-    }
+type Conn = SimConn<Link>;
+
+fn connect(world: &Arc<World>, name: String, faulty: bool, seed: u64, swallow: bool) -> Arc<Conn> {
+    let hub = testing::local_hub();
+    world
+        .hubs
+        .lock()
+        .unwrap()
+        .push((hub.clone(), faulty, swallow, seed | 1));
+    let link = Link {
+        world: world.clone(),
+        name,
+        hub: hub.clone(),
+        faulty,
+        dead: AtomicBool::new(false),
+        partition_until: StdMutex::new(None),
+        rng: StdMutex::new(seed | 1),
+    };
+    SimConn::new(link, hub)
 }
 
-fn lost_reply(why: &str) -> Error {
-    Error::Connection {
-        operation: "a test fault".into(),
-        address: String::new(),
-        cause: Box::new(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            why.to_owned(),
-        )),
-    }
-}
-
-impl Conn {
-    fn new(world: &Arc<World>, name: String, faulty: bool, seed: u64, swallow: bool) -> Arc<Conn> {
-        let hub = testing::local_hub();
-        world
-            .hubs
-            .lock()
-            .unwrap()
-            .push((hub.clone(), faulty, swallow, seed | 1));
-        Arc::new(Conn {
-            world: world.clone(),
-            name,
-            hub,
-            faulty,
-            dead: AtomicBool::new(false),
-            partition_until: StdMutex::new(None),
-            rng: StdMutex::new(seed | 1),
-        })
-    }
-
+impl Link {
     fn next(&self) -> u64 {
         xorshift(&mut self.rng.lock().unwrap())
     }
@@ -566,170 +539,78 @@ impl Conn {
         hubs.retain(|(hub, ..)| !Arc::ptr_eq(hub, &self.hub));
     }
 
-    fn partitioned(&self) -> bool {
+    /// `proclaim` on the store, and (planted) again as the live holder's when refused.
+    fn proclaim(&self, lock: &LockKeys, claim: &Claim, value: Option<&str>) -> Result<bool> {
+        let (world, now) = (&self.world, self.world.now());
+        let store = &world.store;
+        let mut done = ready(store.proclaim(lock, claim, value, Some(now)))?;
+        if !done && world.planted == Some(Planted::ProclaimForNonHolders) {
+            let snap = ready(store.inspect(lock, Family::TicketQueue, Some(now)))?;
+            if let [holder] = snap.holders.as_slice() {
+                let mut as_holder = claim.clone();
+                as_holder.token = holder.token.clone();
+                done = ready(store.proclaim(lock, &as_holder, value, Some(now)))?;
+            }
+        }
+        if done && value.is_some() {
+            if let Some(info) = ready(store.leader(lock, Some(now)))? {
+                world
+                    .proclaimed
+                    .lock()
+                    .unwrap()
+                    .insert((info.value, info.term));
+            }
+        }
+        Ok(done)
+    }
+}
+
+impl sim_store::Link for Link {
+    const ORDERED: bool = false;
+
+    fn send(&self, _index: u64, _request: &Request) -> Option<Fault> {
+        if self.dead() {
+            return None;
+        }
+        let faults = self.faulty && self.world.faults();
+        let roll = if faults { self.next() % 100 } else { 100 };
+        Some(match roll {
+            0..15 => Fault::RequestDelay(self.next() % 40),
+            // Sent into a partition: it fails unapplied, there is no reply to delay or lose.
+            _ if self.cut() => Fault::None,
+            15..30 => Fault::ReplyDelay(self.next() % 40),
+            30..37 => {
+                LOST_REPLIES.fetch_add(1, Ordering::Relaxed);
+                Fault::LostReply(0)
+            }
+            _ => Fault::None,
+        })
+    }
+
+    fn dead(&self) -> bool {
+        self.dead.load(Ordering::SeqCst)
+    }
+
+    fn cut(&self) -> bool {
         self.partition_until
             .lock()
             .unwrap()
             .is_some_and(|until| Instant::now() < until)
     }
 
-    async fn black_hole(&self) {
-        if self.dead.load(Ordering::SeqCst) {
-            std::future::pending::<()>().await;
-        }
-    }
-
-    /// One request: maybe delayed on its way, applied at the virtual `now` (not at all when
-    /// partitioned or dead), checked by the oracle, its reply maybe delayed or lost.
-    async fn call<T>(&self, apply: impl FnOnce(u64) -> Result<T>) -> Result<T> {
-        self.black_hole().await;
-        let roll = if self.faulty && self.world.faults() {
-            self.next() % 100
-        } else {
-            100
+    fn apply(&self, request: &Request, _fault: Fault) -> Reply {
+        let reply = match &request.call {
+            Call::Proclaim(claim, value) => {
+                Reply::Bool(self.proclaim(&request.lock, claim, value.as_deref()))
+            }
+            _ => request.apply(&self.world.store, self.world.now()),
         };
-        if roll < 15 {
-            tokio::time::sleep(Duration::from_millis(self.next() % 40)).await;
-        }
-        self.black_hole().await;
-        if self.partitioned() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-            return Err(lost_reply("simulated partition"));
-        }
-        let reply = apply(self.world.now());
         self.world.check();
-        if (15..30).contains(&roll) {
-            tokio::time::sleep(Duration::from_millis(self.next() % 40)).await;
-        }
-        self.black_hole().await;
-        if (30..37).contains(&roll) {
-            LOST_REPLIES.fetch_add(1, Ordering::Relaxed);
-            return Err(lost_reply("simulated lost reply"));
-        }
         reply
     }
 }
 
-#[async_trait]
-impl Store for Conn {
-    async fn acquire(
-        &self,
-        lock: &LockKeys,
-        claim: &Claim,
-        wait: bool,
-        _now: Option<u64>,
-    ) -> Result<Acquire> {
-        let store = &self.world.store;
-        self.call(|now| ready(store.acquire(lock, claim, wait, Some(now))))
-            .await
-    }
-
-    async fn release(&self, lock: &LockKeys, claim: &Claim, _now: Option<u64>) -> Result<bool> {
-        let store = &self.world.store;
-        self.call(|now| ready(store.release(lock, claim, Some(now))))
-            .await
-    }
-
-    async fn extend(
-        &self,
-        lock: &LockKeys,
-        claim: &Claim,
-        lease: Duration,
-        _now: Option<u64>,
-    ) -> Result<bool> {
-        let store = &self.world.store;
-        self.call(|now| ready(store.extend(lock, claim, lease, Some(now))))
-            .await
-    }
-
-    async fn downgrade(
-        &self,
-        lock: &LockKeys,
-        claim: &Claim,
-        _now: Option<u64>,
-    ) -> Result<Option<u64>> {
-        let store = &self.world.store;
-        self.call(|now| ready(store.downgrade(lock, claim, Some(now))))
-            .await
-    }
-
-    async fn inspect(
-        &self,
-        lock: &LockKeys,
-        family: Family,
-        _now: Option<u64>,
-    ) -> Result<Snapshot> {
-        let store = &self.world.store;
-        self.call(|now| ready(store.inspect(lock, family, Some(now))))
-            .await
-    }
-
-    async fn set_permits(
-        &self,
-        lock: &LockKeys,
-        change: PermitChange,
-        heartbeat: Duration,
-        _now: Option<u64>,
-    ) -> Result<u32> {
-        let store = &self.world.store;
-        self.call(|now| ready(store.set_permits(lock, change, heartbeat, Some(now))))
-            .await
-    }
-
-    async fn force_release(&self, lock: &LockKeys, _now: Option<u64>) -> Result<u64> {
-        let store = &self.world.store;
-        self.call(|now| ready(store.force_release(lock, Some(now))))
-            .await
-    }
-
-    fn hub(&self) -> &Arc<WakeHub> {
-        &self.hub
-    }
-
-    async fn proclaim(
-        &self,
-        lock: &LockKeys,
-        claim: &Claim,
-        value: Option<&str>,
-        _now: Option<u64>,
-    ) -> Result<bool> {
-        let world = &self.world;
-        self.call(|now| {
-            let store = &world.store;
-            let mut done = ready(store.proclaim(lock, claim, value, Some(now)))?;
-            if !done && world.planted == Some(Planted::ProclaimForNonHolders) {
-                let snap = ready(store.inspect(lock, Family::TicketQueue, Some(now)))?;
-                if let [holder] = snap.holders.as_slice() {
-                    let mut as_holder = claim.clone();
-                    as_holder.token = holder.token.clone();
-                    done = ready(store.proclaim(lock, &as_holder, value, Some(now)))?;
-                }
-            }
-            if done && value.is_some() {
-                if let Some(info) = ready(store.leader(lock, Some(now)))? {
-                    world
-                        .proclaimed
-                        .lock()
-                        .unwrap()
-                        .insert((info.value, info.term));
-                }
-            }
-            Ok(done)
-        })
-        .await
-    }
-
-    async fn leader(&self, lock: &LockKeys, _now: Option<u64>) -> Result<Option<LeaderInfo>> {
-        let store = &self.world.store;
-        self.call(|now| ready(store.leader(lock, Some(now)))).await
-    }
-}
-
 // ---- running a schedule --------------------------------------------------------------------
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
 
 fn client_on(conn: Arc<Conn>, lease_ms: u64, retry_ms: u64, heartbeat_ms: Option<u64>) -> Election {
     let mut builder = LockClient::builder()
@@ -867,7 +748,7 @@ async fn campaign(world: &Arc<World>, election: &Election, conn: &Arc<Conn>, op:
 }
 
 async fn run_client(world: Arc<World>, index: usize, spec: ClientSpec) {
-    let conn = Conn::new(&world, format!("c{index}"), spec.faulty, spec.seed, false);
+    let conn = connect(&world, format!("c{index}"), spec.faulty, spec.seed, false);
     let election = client_on(
         conn.clone(),
         spec.lease_ms,
@@ -969,7 +850,7 @@ async fn epilogue(world: &Arc<World>, schedule: &Schedule, lease_max: u64, hb_ma
     world.converge("after the scripts", observe_bound).await;
 
     let e = &schedule.epilogue;
-    let conn_a = Conn::new(world, "A".to_owned(), false, 1, false);
+    let conn_a = connect(world, "A".to_owned(), false, 1, false);
     let a = client_on(conn_a.clone(), e.lease_a, 100, None);
     let leadership_a = match tokio::time::timeout(ms(1_000), a.campaign("A")).await {
         Ok(Ok(l)) => l,
@@ -991,7 +872,7 @@ async fn epilogue(world: &Arc<World>, schedule: &Schedule, lease_max: u64, hb_ma
     world.watch(entry_a);
     world.converge("A leads", observe_bound).await;
 
-    let conn_b = Conn::new(world, "B".to_owned(), false, 2, false);
+    let conn_b = connect(world, "B".to_owned(), false, 2, false);
     let b = client_on(conn_b, 1_000, e.retry_b, None);
     let waiting = tokio::spawn(async move { b.campaign("B").await.map(|l| (l, b)) });
     let queued = Instant::now() + ms(1_000);
@@ -1091,7 +972,7 @@ async fn run(schedule: Schedule, planted: Option<Planted>) -> std::result::Resul
     for (i, spec) in schedule.observers.iter().enumerate() {
         let swallow = planted == Some(Planted::SwallowedWakeUps);
         let retry = if swallow { 3_600_000 } else { spec.retry_ms };
-        let conn = Conn::new(&world, format!("o{i}"), spec.faulty, spec.seed, swallow);
+        let conn = connect(&world, format!("o{i}"), spec.faulty, spec.seed, swallow);
         let election = client_on(conn, 1_000, retry, None);
         let log = Arc::new(ObserverLog::default());
         world.observers.lock().unwrap().push(log.clone());
@@ -1159,19 +1040,7 @@ fn simulate(schedule: Schedule, planted: Option<Planted>) -> std::result::Result
     if let Some(Planted::Library(bug)) = planted {
         testing::plant(bug);
     }
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .expect("runtime")
-        .block_on(run(schedule, planted))
-}
-
-fn env_u32(name: &str, default: u32) -> u32 {
-    std::env::var(name)
-        .ok()
-        .map(|v| v.parse().unwrap_or_else(|_| panic!("{name} is a number")))
-        .unwrap_or(default)
+    on_paused_clock(run(schedule, planted))
 }
 
 #[test]
@@ -1240,13 +1109,6 @@ fn finds(planted: Planted, profile: Profile, want: &[&str]) {
         }
         other => panic!("{planted:?} planted: no counterexample ({other:?})"),
     }
-}
-
-/// Library bugs planted with `testing::plant` are process-wide: the tests of this file run
-/// one at a time (`cargo test` runs them on threads of one process).
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static SERIAL: StdMutex<()> = StdMutex::new(());
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[test]

@@ -15,13 +15,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
-use redis_locks::{Error, LockClient, Preference, MAX_MULTI_NAMES, MAX_NAME_LEN};
+use redis_locks::{Error, LockClient, Preference, RedisConfig, MAX_MULTI_NAMES, MAX_NAME_LEN};
 use tokio::time::Instant;
 
 use support::backend::{join, Backend};
+use support::faulty::{Faulty, Op, Rule};
 use support::proxy::{quick, Proxy};
 use support::rng::Rng;
-use support::time::ms;
+use support::time::{ms, secs};
 use support::waits::{lease_free, within};
 
 // ------------------------------------------------------------------------------------------
@@ -396,6 +397,63 @@ async fn multi_refusal_timeout_cancel_hold_nothing(b: Backend) {
 }
 
 both_backends!(multi_refusal_timeout_cancel_hold_nothing);
+
+/// Slot by slot (as on Redis Cluster): a multi-lock that took its first slot and then timed
+/// out on the second gives the first back within its response timeout; a release that is not
+/// sent by then (here: delayed on its way) is sent in the background, so the part is free long
+/// before its lease ends.
+async fn a_timed_out_slot_by_slot_multi_lock_gives_back_what_it_took(b: Backend) {
+    let faulty = Faulty::new(b.store().await);
+    faulty.step_slot_by_slot();
+    let config = RedisConfig {
+        response_timeout: ms(200),
+        ..RedisConfig::default()
+    };
+    let c = LockClient::builder()
+        .redis_config(config)
+        .store(faulty.clone())
+        .expect("client");
+    let other = b.client().await;
+    // Two names in two slots; the later slot is busy.
+    let names = ["sl:a", "sl:b"];
+    let slot =
+        |n: &str| redis_locks::testing::keys::hash_slot(c.keys(n).unwrap().channel().as_bytes());
+    assert_ne!(slot(names[0]), slot(names[1]));
+    let (first, second) = if slot(names[0]) < slot(names[1]) {
+        (names[0], names[1])
+    } else {
+        (names[1], names[0])
+    };
+    let held = other
+        .mutex(second)
+        .lock()
+        .await
+        .expect("hold the later slot");
+    // The release of the first slot's part is delayed past the response timeout on its way.
+    faulty.add(Rule::on(Op::Release).times(1).delay_request(secs(2)));
+    let err = c
+        .multi_lock(names)
+        .lock()
+        .timeout(ms(300))
+        .await
+        .expect_err("the later slot is busy");
+    assert!(err.is_timeout(), "{err}");
+    let freed = async {
+        loop {
+            if let Ok(g) = other.mutex(first).try_lock().await {
+                return g;
+            }
+            tokio::time::sleep(ms(20)).await;
+        }
+    };
+    let g = tokio::time::timeout(secs(10), freed)
+        .await
+        .unwrap_or_else(|_| panic!("{first} still held 10 s after the timeout (lease 30 s)"));
+    g.release().await.expect("release");
+    held.release().await.expect("release");
+}
+
+both_backends!(a_timed_out_slot_by_slot_multi_lock_gives_back_what_it_took);
 
 /// Lost replies (replies stalled while the step runs): a timed-out multi-lock leaves nothing
 /// held for the lease once the network is back, and an untimed one ends holding every part

@@ -26,22 +26,22 @@
 //!   are retried by token), no name is held: no part of a multi-lock was left behind by a
 //!   timeout, a cancellation or a lost reply, even one whose lease has not lapsed yet.
 
-use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, Weak};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use redis_locks::testing::keys::LockKeys;
-use redis_locks::testing::store::{
-    Acquire, AcquireAll, Claim, Family, HoldKind, MemoryStore, Part, PermitChange, Slot, Snapshot,
-    Store,
-};
-use redis_locks::testing::WakeHub;
-use redis_locks::{Error, LockClient, Result};
+use redis_locks::testing::store::{Family, HoldKind, MemoryStore, Slot, Snapshot, Store};
+use redis_locks::LockClient;
 use tokio::time::Instant;
+
+mod support;
+
+use support::env_u32;
+use support::rng::xorshift;
+use support::sim_store::{self, on_paused_clock, ready, Call, Fault, Reply, Request, SimConn};
 
 const NAMES: [&str; 4] = ["n0", "n1", "n2", "n3"];
 
@@ -196,18 +196,6 @@ fn virtual_now(start: Instant) -> u64 {
     START_MS + u64::try_from(start.elapsed().as_millis()).expect("ms")
 }
 
-/// Polls a future that the in-memory store completes at once.
-fn ready<F: Future>(f: F) -> F::Output {
-    let mut f = std::pin::pin!(f);
-    match f
-        .as_mut()
-        .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
-    {
-        std::task::Poll::Ready(v) => v,
-        std::task::Poll::Pending => panic!("the in-memory store answers at once"),
-    }
-}
-
 impl World {
     fn violation(&self, what: String) {
         self.violations.lock().unwrap().push(what);
@@ -284,7 +272,10 @@ impl World {
 
 // ---- the fault-injecting connection --------------------------------------------------------
 
-struct Conn {
+/// One client's end of its connection ([`SimConn`], unordered): a request is maybe delayed on
+/// its way, applied at the virtual `now`, checked by the oracle, its reply maybe delayed or
+/// lost. Reads (`inspect`) go straight through, unchecked.
+struct Link {
     store: Arc<MemoryStore>,
     world: Arc<World>,
     start: Instant,
@@ -293,24 +284,24 @@ struct Conn {
     rng: StdMutex<u64>,
 }
 
-impl std::fmt::Debug for Conn {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Conn")
+impl Link {
+    fn next(&self) -> u64 {
+        xorshift(&mut self.rng.lock().unwrap())
     }
 }
 
-impl Conn {
-    fn next(&self) -> u64 {
-        let mut x = self.rng.lock().unwrap();
-        *x ^= *x << 13;
-        *x ^= *x >> 7;
-        *x ^= *x << 17;
-        *x
+impl sim_store::Link for Link {
+    const ORDERED: bool = false;
+
+    fn one_slot_per_step(&self) -> bool {
+        self.one_slot
     }
 
-    /// Runs one request: maybe delayed on its way, applied at the virtual `now`, checked by
-    /// the oracle, its reply maybe delayed or lost.
-    async fn call<T>(&self, token: &str, apply: impl FnOnce(u64) -> Result<T>) -> Result<T> {
+    fn send(&self, _index: u64, request: &Request) -> Option<Fault> {
+        if matches!(request.call, Call::Inspect(_)) {
+            return Some(Fault::None);
+        }
+        let token = request.claim().map_or("", |(c, _)| c.token.as_str());
         self.world
             .last_seen
             .lock()
@@ -318,125 +309,24 @@ impl Conn {
             .insert(token.to_owned(), Instant::now());
         let faults = self.faulty && virtual_now(self.start) - START_MS < FAULTS_UNTIL;
         let roll = if faults { self.next() % 100 } else { 100 };
-        if roll < 20 {
-            tokio::time::sleep(Duration::from_millis(self.next() % 40)).await;
-        }
-        let reply = apply(virtual_now(self.start));
-        self.world.check(&self.store, self.start);
-        if (20..35).contains(&roll) {
-            tokio::time::sleep(Duration::from_millis(self.next() % 40)).await;
-        }
-        if (35..42).contains(&roll) {
-            *self.world.lost_replies.lock().unwrap() += 1;
-            LOST_REPLIES.fetch_add(1, Ordering::Relaxed);
-            return Err(Error::Connection {
-                operation: "a test fault".into(),
-                address: String::new(),
-                cause: Box::new(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "simulated lost reply",
-                )),
-            });
+        Some(match roll {
+            0..20 => Fault::RequestDelay(self.next() % 40),
+            20..35 => Fault::ReplyDelay(self.next() % 40),
+            35..42 => {
+                *self.world.lost_replies.lock().unwrap() += 1;
+                LOST_REPLIES.fetch_add(1, Ordering::Relaxed);
+                Fault::LostReply(0)
+            }
+            _ => Fault::None,
+        })
+    }
+
+    fn apply(&self, request: &Request, _fault: Fault) -> Reply {
+        let reply = request.apply(&self.store, virtual_now(self.start));
+        if !matches!(request.call, Call::Inspect(_)) {
+            self.world.check(&self.store, self.start);
         }
         reply
-    }
-}
-
-#[async_trait]
-impl Store for Conn {
-    async fn acquire(
-        &self,
-        lock: &LockKeys,
-        claim: &Claim,
-        wait: bool,
-        _now: Option<u64>,
-    ) -> Result<Acquire> {
-        self.call(&claim.token, |now| {
-            ready(self.store.acquire(lock, claim, wait, Some(now)))
-        })
-        .await
-    }
-
-    async fn release(&self, lock: &LockKeys, claim: &Claim, _now: Option<u64>) -> Result<bool> {
-        self.call(&claim.token, |now| {
-            ready(self.store.release(lock, claim, Some(now)))
-        })
-        .await
-    }
-
-    async fn extend(
-        &self,
-        lock: &LockKeys,
-        claim: &Claim,
-        lease: Duration,
-        _now: Option<u64>,
-    ) -> Result<bool> {
-        self.call(&claim.token, |now| {
-            ready(self.store.extend(lock, claim, lease, Some(now)))
-        })
-        .await
-    }
-
-    async fn downgrade(
-        &self,
-        lock: &LockKeys,
-        claim: &Claim,
-        _now: Option<u64>,
-    ) -> Result<Option<u64>> {
-        self.call(&claim.token, |now| {
-            ready(self.store.downgrade(lock, claim, Some(now)))
-        })
-        .await
-    }
-
-    async fn inspect(
-        &self,
-        lock: &LockKeys,
-        family: Family,
-        _now: Option<u64>,
-    ) -> Result<Snapshot> {
-        ready(
-            self.store
-                .inspect(lock, family, Some(virtual_now(self.start))),
-        )
-    }
-
-    async fn set_permits(
-        &self,
-        lock: &LockKeys,
-        change: PermitChange,
-        heartbeat: Duration,
-        _now: Option<u64>,
-    ) -> Result<u32> {
-        self.call("", |now| {
-            ready(self.store.set_permits(lock, change, heartbeat, Some(now)))
-        })
-        .await
-    }
-
-    async fn force_release(&self, lock: &LockKeys, _now: Option<u64>) -> Result<u64> {
-        self.call("", |now| ready(self.store.force_release(lock, Some(now))))
-            .await
-    }
-
-    fn hub(&self) -> &Arc<WakeHub> {
-        self.store.hub()
-    }
-
-    async fn acquire_all(
-        &self,
-        parts: &[Part],
-        claim: &Claim,
-        _now: Option<u64>,
-    ) -> Result<AcquireAll> {
-        self.call(&claim.token, |now| {
-            ready(self.store.acquire_all(parts, claim, Some(now)))
-        })
-        .await
-    }
-
-    fn one_slot_per_step(&self) -> bool {
-        self.one_slot
     }
 }
 
@@ -554,7 +444,7 @@ async fn run(schedule: Schedule) -> std::result::Result<(), String> {
     let start = Instant::now();
     let mut tasks = Vec::new();
     for spec in schedule.clients.clone() {
-        let conn = Conn {
+        let link = Link {
             store: store.clone(),
             world: world.clone(),
             start,
@@ -562,10 +452,11 @@ async fn run(schedule: Schedule) -> std::result::Result<(), String> {
             faulty: spec.faulty,
             rng: StdMutex::new(spec.seed | 1),
         };
+        let conn = SimConn::new(link, store.hub().clone());
         let client = LockClient::builder()
             .lease(Duration::from_millis(spec.lease_ms))
             .retry_interval(Duration::from_millis(spec.retry_ms))
-            .store(Arc::new(conn))
+            .store(conn)
             .expect("client");
         tasks.push(tokio::spawn(run_client(client, spec, world.clone())));
     }
@@ -598,20 +489,12 @@ async fn run(schedule: Schedule) -> std::result::Result<(), String> {
 }
 
 fn simulate(schedule: Schedule) -> std::result::Result<(), String> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .expect("runtime")
-        .block_on(run(schedule))
+    on_paused_clock(run(schedule))
 }
 
 #[test]
 fn multi_locks_stay_honest_and_never_deadlock() {
-    let cases = std::env::var("SIM_CASES")
-        .ok()
-        .map(|v| v.parse().expect("SIM_CASES is a number"))
-        .unwrap_or(200);
+    let cases = env_u32("SIM_CASES", 200);
     let mut runner = TestRunner::new(Config {
         cases,
         failure_persistence: None,

@@ -101,13 +101,10 @@ compile_error!(
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
-use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, MutexGuard as StdMutexGuard};
-use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use proptest::prelude::*;
 use proptest::strategy::{Union, ValueTree};
 use proptest::test_runner::{
@@ -116,15 +113,23 @@ use proptest::test_runner::{
 };
 use redis_locks::testing::keys::LockKeys;
 use redis_locks::testing::store::{
-    Acquire, Claim, Family, HoldKind, MemoryStore, PermitChange, Snapshot, Store, FAIR_RW_CAPACITY,
+    Acquire, Family, HoldKind, MemoryStore, Snapshot, Store, FAIR_RW_CAPACITY,
 };
 use redis_locks::testing::{self, Bug, WakeHub};
 use redis_locks::{
     Error, FairLockGuard, LockClient, MutexGuard, Permit, Preference, ReadGuard, Result, WriteGuard,
 };
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
+
+mod support;
+
+use support::sim_store::{
+    self, on_paused_clock, ready, ready_now, Call, Fault, Reply, Request, SimConn,
+};
+use support::time::ms;
+use support::{env_u32, serial};
 
 /// Schedules of the main check when `SIM_CASES` is not set.
 const DEFAULT_CASES: u32 = 2_000;
@@ -244,20 +249,6 @@ enum Op {
     Drop {
         guard: usize,
     },
-}
-
-/// Faults of one call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Fault {
-    None,
-    /// The server applies the call this much later.
-    RequestDelay(u64),
-    /// The reply arrives this much later.
-    ReplyDelay(u64),
-    /// Applied, then the reply is lost: a connection error after this long.
-    LostReply(u64),
-    /// Held until the next call of any client is applied (at the latest `FAULTS_UNTIL`).
-    Stall,
 }
 
 /// What happens to one wake-up on its way to one client.
@@ -773,24 +764,6 @@ impl AnyGuard {
     }
 }
 
-/// Polls `f` once: the value if it is ready at once.
-fn ready_now<F: Future>(f: F) -> Option<F::Output> {
-    let mut f = std::pin::pin!(f);
-    match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
-        Poll::Ready(v) => Some(v),
-        Poll::Pending => None,
-    }
-}
-
-/// The result of a `MemoryStore` call (they never wait).
-fn ready<F: Future>(f: F) -> F::Output {
-    ready_now(f).expect("MemoryStore answers at once")
-}
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
 /// A token as the trace shows it: its counter (tokens are the seed's prefix and a counter).
 fn short(token: &str) -> String {
     match u64::from_str_radix(&token[token.len().saturating_sub(16)..], 16) {
@@ -932,10 +905,8 @@ struct ClientState {
     /// Wake-ups on their way, in publication order: (step that published it, virtual ms
     /// when due, channel, message).
     push_queue: VecDeque<(u64, u64, String, String)>,
-    /// The next request of the connection the server may apply.
-    next_apply: u64,
-    /// The next reply of the connection that may arrive.
-    next_reply: u64,
+    /// Replies the connection delivered.
+    replied: u64,
     /// Requests sent on the connection.
     sent: u64,
 }
@@ -1398,8 +1369,6 @@ struct Sim {
     world: StdMutex<World>,
     /// Told after every applied call (a stalled request waits for the next one).
     applied: Notify,
-    /// Per client: told when its connection moves on to the next request or reply.
-    turns: Vec<Notify>,
     /// Wakes the oracle task after a reply.
     poke: Notify,
     /// Told when `halted`, `finished` or `stopping` change (tokio's `watch` would wake its
@@ -1540,326 +1509,106 @@ fn short_message(message: &str) -> String {
 
 // ---- the fault-injecting connection -----------------------------------------------------------
 
-/// One client's connection to the shared server: like one multiplexed RESP3 connection,
-/// requests are applied in the order they were sent and replies come back in that order
-/// (a delay holds up what follows it); wake-ups may overtake replies, but a wake-up is never
-/// delivered after the reply to a call the server applied after publishing it.
-struct Conn {
+/// One client's end of its connection to the shared server ([`SimConn`], ordered): like one
+/// multiplexed RESP3 connection, requests are applied in the order they were sent and replies
+/// come back in that order (a delay holds up what follows it); wake-ups may overtake replies,
+/// but a wake-up is never delivered after the reply to a call the server applied after
+/// publishing it.
+struct Link {
     sim: Arc<Sim>,
     client: usize,
-    hub: Arc<WakeHub>,
-    calls: AtomicU64,
+    /// The server's steps that applied the requests whose replies are on their way, in order.
+    steps: StdMutex<VecDeque<u64>>,
 }
 
-impl fmt::Debug for Conn {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Conn")
-            .field("client", &self.client)
-            .finish()
-    }
-}
+type Conn = SimConn<Link>;
 
-fn lost_reply() -> Error {
-    let io = std::io::Error::new(
-        std::io::ErrorKind::ConnectionReset,
-        "reply lost (simulated)",
-    );
-    Error::Connection {
-        operation: "a test fault".into(),
-        address: String::new(),
-        cause: Box::new(io),
-    }
-}
+impl sim_store::Link for Link {
+    const ORDERED: bool = true;
 
-/// A request on its way to the server.
-#[derive(Debug)]
-enum Call {
-    Acquire { claim: Claim, wait: bool },
-    Release(Claim),
-    Extend(Claim, Duration),
-    Downgrade(Claim),
-    Inspect(Family),
-    SetPermits(PermitChange, Duration),
-    ForceRelease,
-}
-
-/// Its reply.
-#[derive(Debug)]
-enum Reply {
-    Acquire(Result<Acquire>),
-    Bool(Result<bool>),
-    Fence(Result<Option<u64>>),
-    Snapshot(Result<Snapshot>),
-    Permits(Result<u32>),
-    Number(Result<u64>),
-    Lost,
-}
-
-impl Call {
-    fn claim(&self) -> Option<(&Claim, Duration)> {
-        match self {
-            Call::Acquire { claim, .. } | Call::Release(claim) | Call::Downgrade(claim) => {
-                Some((claim, claim.lease))
-            }
-            Call::Extend(claim, lease) => Some((claim, *lease)),
-            _ => None,
-        }
-    }
-
-    fn name(&self) -> &'static str {
-        match self {
-            Call::Acquire { .. } => "acquire",
-            Call::Release(_) => "release",
-            Call::Extend(..) => "extend",
-            Call::Downgrade(_) => "downgrade",
-            Call::Inspect(_) => "inspect",
-            Call::SetPermits(..) => "set_permits",
-            Call::ForceRelease => "force_release",
-        }
-    }
-
-    /// The step on the server, at `now` (server ms).
-    fn apply(&self, w: &mut World, lock: &LockKeys, now: u64) -> Reply {
-        let s = &w.server;
-        let now = Some(now);
-        match self {
-            Call::Acquire { claim, wait } => {
-                let out = ready(s.acquire(lock, claim, *wait, now));
-                w.attempted(&claim.token, matches!(out, Ok(Acquire::Granted(_))));
-                Reply::Acquire(out)
-            }
-            Call::Release(claim) => Reply::Bool(ready(s.release(lock, claim, now))),
-            Call::Extend(claim, lease) => Reply::Bool(ready(s.extend(lock, claim, *lease, now))),
-            Call::Downgrade(claim) => Reply::Fence(ready(s.downgrade(lock, claim, now))),
-            Call::Inspect(family) => Reply::Snapshot(ready(s.inspect(lock, *family, now))),
-            Call::SetPermits(change, hb) => {
-                Reply::Permits(ready(s.set_permits(lock, *change, *hb, now)))
-            }
-            Call::ForceRelease => Reply::Number(ready(s.force_release(lock, now))),
-        }
-    }
-}
-
-impl Conn {
-    /// Sends `call`; the request goes on (and is applied) even if the caller stops waiting.
-    async fn call(&self, lock: &LockKeys, call: Call) -> Reply {
+    fn send(&self, index: u64, request: &Request) -> Option<Fault> {
         let c = self.client;
-        let ticket = self.calls.fetch_add(1, Ordering::Relaxed);
-        let fault = {
-            let mut w = self.sim.world();
-            let fault = if w.dead(c) {
-                Fault::None
-            } else {
-                w.fault(c, ticket as usize)
-            };
-            let name = w.name_of(lock);
-            w.clients[c].sent += 1;
-            if let Some((claim, lease)) = call.claim() {
-                let lease = lease.as_millis() as u64;
-                w.note(c, name, &claim.token, lease, fault != Fault::None);
-                if matches!(call, Call::Acquire { .. }) {
-                    w.clients[c].acquiring = Some(claim.token.clone());
-                }
+        let mut w = self.sim.world();
+        let fault = if w.dead(c) {
+            Fault::None
+        } else {
+            w.fault(c, index as usize)
+        };
+        let name = w.name_of(&request.lock);
+        w.clients[c].sent += 1;
+        if let Some((claim, lease)) = request.claim() {
+            let lease = lease.as_millis() as u64;
+            w.note(c, name, &claim.token, lease, fault != Fault::None);
+            if matches!(request.call, Call::Acquire(..)) {
+                w.clients[c].acquiring = Some(claim.token.clone());
             }
-            w.check(call.name());
-            fault
-        };
-        let (tx, rx) = oneshot::channel();
-        let flight = Flight {
-            sim: self.sim.clone(),
-            client: c,
-            ticket,
-            fault,
-            lock: lock.clone(),
-        };
-        tokio::spawn(flight.run(call, tx));
-        match rx.await {
-            Ok(reply) => reply,
-            Err(_) => std::future::pending().await,
+        }
+        w.check(request.name());
+        Some(fault)
+    }
+
+    /// A stalled request waits until the next call of any client is applied, at the latest
+    /// [`FAULTS_UNTIL`].
+    async fn stall(&self) {
+        let applied = self.sim.applied.notified();
+        let until = self.sim.at(FAULTS_UNTIL);
+        tokio::select! {
+            biased;
+            _ = applied => {}
+            _ = tokio::time::sleep_until(until) => {}
         }
     }
-}
 
-/// One request from send to reply.
-struct Flight {
-    sim: Arc<Sim>,
-    client: usize,
-    ticket: u64,
-    fault: Fault,
-    lock: LockKeys,
-}
+    /// A crashed client's requests are never applied, its replies never come.
+    fn dead(&self) -> bool {
+        self.sim.dead(self.client)
+    }
 
-impl Flight {
-    async fn run(self, call: Call, reply: oneshot::Sender<Reply>) {
-        let (sim, c, ticket, fault) = (&self.sim, self.client, self.ticket, self.fault);
-        match fault {
-            Fault::RequestDelay(d) => tokio::time::sleep(ms(d)).await,
-            Fault::Stall => {
-                let applied = sim.applied.notified();
-                let until = sim.at(FAULTS_UNTIL);
-                tokio::select! {
-                    biased;
-                    _ = applied => {}
-                    _ = tokio::time::sleep_until(until) => {}
-                }
-            }
-            _ => {}
+    fn apply(&self, request: &Request, fault: Fault) -> Reply {
+        let (sim, c) = (&self.sim, self.client);
+        let mut w = sim.world();
+        let now = w.server_ms();
+        let name = w.name_of(&request.lock);
+        let out = request.apply(&w.server, now);
+        if let (Call::Acquire(claim, _), Reply::Acquire(out)) = (&request.call, &out) {
+            w.attempted(&claim.token, matches!(out, Ok(Acquire::Granted(_))));
         }
-        // Earlier requests of this connection first; a crashed client's never come.
-        sim.until(&sim.turns[c], |w| w.clients[c].next_apply == ticket)
-            .await;
-        if sim.dead(c) {
-            return std::future::pending().await;
-        }
-        let (out, seq) = {
-            let mut w = sim.world();
-            let now = w.server_ms();
-            let name = w.name_of(&self.lock);
-            let out = call.apply(&mut w, &self.lock, now);
-            w.seq += 1;
-            let seq = w.seq;
-            w.log(|| {
-                let token = call
-                    .claim()
-                    .map(|(c, _)| short(&c.token))
-                    .unwrap_or_default();
-                let what = call.name();
-                format!("c{c} {what} {token} on n{name} -> {out:?} [{fault:?}]")
-            });
-            sim.fan_out(&mut w);
-            w.observe(name);
-            w.check(call.name());
-            w.clients[c].next_apply = ticket + 1;
-            (out, seq)
-        };
-        sim.turns[c].notify_waiters();
-        sim.applied.notify_waiters();
-        let out = match fault {
-            Fault::ReplyDelay(d) => {
-                tokio::time::sleep(ms(d)).await;
-                out
-            }
-            Fault::LostReply(d) => {
-                tokio::time::sleep(ms(d)).await;
-                Reply::Lost
-            }
-            _ => out,
-        };
-        sim.until(&sim.turns[c], |w| w.clients[c].next_reply == ticket)
-            .await;
-        if sim.dead(c) {
-            return std::future::pending().await;
-        }
-        {
-            let mut w = sim.world();
-            // Wake-ups published up to this call's step arrive before its reply.
-            w.pump(c, seq + 1);
-            w.clients[c].next_reply = ticket + 1;
-        }
-        sim.turns[c].notify_waiters();
-        let _ = reply.send(out);
-        sim.poke.notify_one();
-    }
-}
-
-fn answer<T>(reply: Reply, pick: impl FnOnce(Reply) -> Option<Result<T>>) -> Result<T> {
-    match reply {
-        Reply::Lost => Err(lost_reply()),
-        other => pick(other).expect("the reply of the call sent"),
-    }
-}
-
-#[async_trait]
-impl Store for Conn {
-    async fn acquire(
-        &self,
-        lock: &LockKeys,
-        claim: &Claim,
-        wait: bool,
-        _now: Option<u64>,
-    ) -> Result<Acquire> {
-        let call = Call::Acquire {
-            claim: claim.clone(),
-            wait,
-        };
-        answer(self.call(lock, call).await, |r| match r {
-            Reply::Acquire(r) => Some(r),
-            _ => None,
-        })
+        w.seq += 1;
+        self.steps.lock().unwrap().push_back(w.seq);
+        w.log(|| {
+            let token = request
+                .claim()
+                .map(|(c, _)| short(&c.token))
+                .unwrap_or_default();
+            let what = request.name();
+            format!("c{c} {what} {token} on n{name} -> {out:?} [{fault:?}]")
+        });
+        sim.fan_out(&mut w);
+        w.observe(name);
+        w.check(request.name());
+        out
     }
 
-    async fn release(&self, lock: &LockKeys, claim: &Claim, _now: Option<u64>) -> Result<bool> {
-        let reply = self.call(lock, Call::Release(claim.clone())).await;
-        answer(reply, |r| match r {
-            Reply::Bool(r) => Some(r),
-            _ => None,
-        })
+    fn applied(&self) {
+        self.sim.applied.notify_waiters();
     }
 
-    async fn extend(
-        &self,
-        lock: &LockKeys,
-        claim: &Claim,
-        lease: Duration,
-        _now: Option<u64>,
-    ) -> Result<bool> {
-        let reply = self.call(lock, Call::Extend(claim.clone(), lease)).await;
-        answer(reply, |r| match r {
-            Reply::Bool(r) => Some(r),
-            _ => None,
-        })
+    /// Wake-ups published up to this call's step arrive before its reply.
+    fn before_reply(&self) {
+        let step = self
+            .steps
+            .lock()
+            .unwrap()
+            .pop_front()
+            .expect("an applied request");
+        let mut w = self.sim.world();
+        w.pump(self.client, step + 1);
+        w.clients[self.client].replied += 1;
     }
 
-    async fn downgrade(
-        &self,
-        lock: &LockKeys,
-        claim: &Claim,
-        _now: Option<u64>,
-    ) -> Result<Option<u64>> {
-        let reply = self.call(lock, Call::Downgrade(claim.clone())).await;
-        answer(reply, |r| match r {
-            Reply::Fence(r) => Some(r),
-            _ => None,
-        })
-    }
-
-    async fn inspect(
-        &self,
-        lock: &LockKeys,
-        family: Family,
-        _now: Option<u64>,
-    ) -> Result<Snapshot> {
-        let reply = self.call(lock, Call::Inspect(family)).await;
-        answer(reply, |r| match r {
-            Reply::Snapshot(r) => Some(r),
-            _ => None,
-        })
-    }
-
-    async fn set_permits(
-        &self,
-        lock: &LockKeys,
-        change: PermitChange,
-        heartbeat: Duration,
-        _now: Option<u64>,
-    ) -> Result<u32> {
-        let reply = self.call(lock, Call::SetPermits(change, heartbeat)).await;
-        answer(reply, |r| match r {
-            Reply::Permits(r) => Some(r),
-            _ => None,
-        })
-    }
-
-    async fn force_release(&self, lock: &LockKeys, _now: Option<u64>) -> Result<u64> {
-        let reply = self.call(lock, Call::ForceRelease).await;
-        answer(reply, |r| match r {
-            Reply::Number(r) => Some(r),
-            _ => None,
-        })
-    }
-
-    fn hub(&self) -> &Arc<WakeHub> {
-        &self.hub
+    /// The oracle runs once the client code processed the reply.
+    fn replied(&self) {
+        self.sim.poke.notify_one();
     }
 }
 
@@ -2301,12 +2050,7 @@ impl Outcome {
 /// Runs `schedule` on a fresh paused runtime; stops at the first violation of a `focus` class.
 fn simulate(schedule: &Schedule, focus: &[Class], trace: bool) -> Outcome {
     testing::seed(schedule.seed);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .expect("runtime");
-    runtime.block_on(run(schedule, focus, trace))
+    on_paused_clock(run(schedule, focus, trace))
 }
 
 async fn run(schedule: &Schedule, focus: &[Class], trace: bool) -> Outcome {
@@ -2346,8 +2090,7 @@ async fn run(schedule: &Schedule, focus: &[Class], trace: bool) -> Outcome {
             acquiring: None,
             released_all: None,
             push_queue: VecDeque::new(),
-            next_apply: 0,
-            next_reply: 0,
+            replied: 0,
             sent: 0,
         })
         .collect();
@@ -2380,7 +2123,6 @@ async fn run(schedule: &Schedule, focus: &[Class], trace: bool) -> Outcome {
     let sim = Arc::new(Sim {
         world: StdMutex::new(world),
         applied: Notify::new(),
-        turns: schedule.clients.iter().map(|_| Notify::new()).collect(),
         poke: Notify::new(),
         events,
         outbox,
@@ -2400,12 +2142,14 @@ async fn run(schedule: &Schedule, focus: &[Class], trace: bool) -> Outcome {
     let mut handles = Vec::new();
     for (c, spec) in schedule.clients.iter().enumerate() {
         let hub = sim.world().clients[c].hub.clone();
-        let conn = Conn {
-            sim: sim.clone(),
-            client: c,
+        let conn: Arc<Conn> = SimConn::new(
+            Link {
+                sim: sim.clone(),
+                client: c,
+                steps: StdMutex::default(),
+            },
             hub,
-            calls: AtomicU64::new(0),
-        };
+        );
         let mut builder = LockClient::builder().lease(ms(spec.lease));
         if spec.heartbeat > 0 {
             builder = builder.heartbeat(ms(spec.heartbeat));
@@ -2413,7 +2157,7 @@ async fn run(schedule: &Schedule, focus: &[Class], trace: bool) -> Outcome {
         let client = builder
             .retry_interval(ms(spec.retry))
             .auto_renew(spec.auto_renew)
-            .store(Arc::new(conn))
+            .store(conn)
             .expect("client");
         let script = Script {
             sim: sim.clone(),
@@ -2487,7 +2231,7 @@ async fn run(schedule: &Schedule, focus: &[Class], trace: bool) -> Outcome {
             tokio::time::sleep(ms(1)).await;
             let w = sim.world();
             let idle = (0..w.clients.len())
-                .all(|c| w.dead(c) || w.clients[c].next_reply == w.clients[c].sent);
+                .all(|c| w.dead(c) || w.clients[c].replied == w.clients[c].sent);
             if idle || w.vms() >= cap {
                 break;
             }
@@ -2515,13 +2259,6 @@ async fn run(schedule: &Schedule, focus: &[Class], trace: bool) -> Outcome {
 
 // ---- the tests --------------------------------------------------------------------------------
 
-/// Planted bugs, seeds and tokens are process-wide: the tests of this file run one at a time.
-static SERIAL: StdMutex<()> = StdMutex::new(());
-
-fn serial() -> StdMutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// Plants one bug for the life of the value (and restores every fix after, even on panic).
 struct Planted;
 
@@ -2538,15 +2275,6 @@ impl Planted {
 impl Drop for Planted {
     fn drop(&mut self) {
         testing::unplant_all();
-    }
-}
-
-fn env_u32(name: &str, default: u32) -> u32 {
-    match std::env::var(name) {
-        Ok(v) => v
-            .parse()
-            .unwrap_or_else(|_| panic!("{name} must be a number, not {v:?}")),
-        Err(_) => default,
     }
 }
 

@@ -988,13 +988,18 @@ impl Hold {
         self.shared.holds.unregister(self.id);
     }
 
+    /// Releases the hold by token. Until the release has been answered the hold still counts
+    /// as unreleased: if the caller stops waiting (a timeout, a dropped future), the hold's
+    /// drop sends the release again in the background (a release is idempotent by token), so
+    /// a release that never left is not lost with its future.
     pub(crate) async fn release(mut self) -> Result<bool> {
         self.stop_renewing();
-        self.released = true;
         self.shared.mark_lost_quietly();
         let claim = self.shared.claim();
         crate::engine::telemetry::held(&claim.slot, self.shared.granted_at.elapsed());
-        release_with_retry(&*self.shared.store, &self.shared.lock, &claim).await
+        let outcome = release_with_retry(&*self.shared.store, &self.shared.lock, &claim).await;
+        self.released = true;
+        outcome
     }
 
     /// Turns the exclusive hold into a shared one (`shared_slot`) atomically, in place: the

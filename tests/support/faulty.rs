@@ -25,7 +25,7 @@
 #![allow(dead_code)]
 
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
@@ -207,6 +207,9 @@ pub struct Faulty {
     frozen: watch::Sender<bool>,
     /// Calls on their way to (or in) the inner store.
     in_flight: AtomicUsize,
+    /// Answers `one_slot_per_step` with true (a multi-lock then steps slot by slot, as on
+    /// Redis Cluster), whatever the inner store says.
+    one_slot: AtomicBool,
 }
 
 /// Counts a call as in flight until dropped.
@@ -234,7 +237,14 @@ impl Faulty {
             log: StdMutex::default(),
             frozen: watch::channel(false).0,
             in_flight: AtomicUsize::new(0),
+            one_slot: AtomicBool::new(false),
         })
+    }
+
+    /// Makes multi-locks through this store step one hash slot at a time, as on Redis
+    /// Cluster.
+    pub fn step_slot_by_slot(&self) {
+        self.one_slot.store(true, Ordering::SeqCst);
     }
 
     /// Makes the client look like a process that stopped: no later call reaches the store
@@ -500,5 +510,9 @@ impl Store for Faulty {
 
     fn hub(&self) -> &Arc<WakeHub> {
         self.inner.hub()
+    }
+
+    fn one_slot_per_step(&self) -> bool {
+        self.one_slot.load(Ordering::SeqCst) || self.inner.one_slot_per_step()
     }
 }

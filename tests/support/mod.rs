@@ -15,6 +15,8 @@
 //! * [`observe`]: reading an election observer with bounds.
 //! * [`rng`]: a small deterministic generator for randomized workloads.
 //! * [`warnings`]: capturing the library's warnings.
+//! * [`env_u32`], [`serial`]: case counts from the environment; one test at a time.
+//! * [`sim_store`]: the fault-injecting connection of the client-side simulations.
 
 #![allow(dead_code)]
 
@@ -37,6 +39,7 @@ pub mod queue;
 pub mod replies;
 pub mod rng;
 mod server;
+pub mod sim_store;
 pub mod time;
 pub mod waits;
 pub mod warnings;
@@ -44,6 +47,23 @@ pub mod warnings;
 // Each test binary uses some of these.
 #[allow(unused_imports)]
 pub use server::{server_url, RedisCluster, RedisSentinels, RedisServer};
+
+/// The number in the environment variable `name` (a case count), `default` when it is unset.
+pub fn env_u32(name: &str, default: u32) -> u32 {
+    match std::env::var(name) {
+        Ok(v) => v
+            .parse()
+            .unwrap_or_else(|_| panic!("{name} must be a number, not {v:?}")),
+        Err(_) => default,
+    }
+}
+
+/// Planted bugs (and seeds) are process-wide: tests that plant one run one at a time, each
+/// holding this (`cargo test` runs a file's tests on threads of one process).
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// Reads a `try_*` outcome as "granted or not": `Some(guard)` when granted, `None` when the
 /// lock was held ([`redis_locks::Error::is_would_block`]); any other error panics with `what`.

@@ -1,4 +1,5 @@
-//! A small deterministic generator ([`Rng`], xorshift) for randomized workloads that replay.
+//! A small deterministic generator ([`Rng`], [`xorshift`]) for randomized workloads that
+//! replay.
 
 /// A small deterministic generator (xorshift), one per task.
 pub struct Rng(u64);
@@ -11,9 +12,14 @@ impl Rng {
 
     /// The next value in `0..n`.
     pub fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
+        xorshift(&mut self.0) % n
     }
+}
+
+/// One xorshift step of `state` (not zero): the new state.
+pub fn xorshift(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
 }
