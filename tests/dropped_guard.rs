@@ -29,6 +29,53 @@ fn guard_outliving_its_runtime(store: &InMemory, name: &str, lease: Duration) ->
     guard
 }
 
+/// A guard held by a task that its runtime drops at shutdown: the background release cannot
+/// run any more, and the warning says so.
+#[test]
+fn a_guard_dropped_while_its_runtime_shuts_down_warns() {
+    let warnings = Warnings::default();
+    let _capture = tracing::subscriber::set_default(warnings.clone());
+    let store = InMemory::new();
+    let client = store.client("svc").expect("client");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let guard = client
+            .mutex("dropped-at-shutdown")
+            .lease(Duration::from_millis(300))
+            .lock()
+            .await
+            .expect("lock");
+        // A task that keeps the guard until the runtime drops it.
+        tokio::spawn(async move {
+            let _guard = guard;
+            std::future::pending::<()>().await;
+        });
+        tokio::task::yield_now().await;
+    });
+    drop(runtime);
+    let seen = warnings.0.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "{seen:#?}");
+    assert!(seen[0].contains("dropped-at-shutdown"), "{seen:#?}");
+    assert!(seen[0].contains("shutting down"), "{seen:#?}");
+    // The lock is held until its lease lapses, as the warning says.
+    let other = store.client("other").expect("client");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let err = other
+            .mutex("dropped-at-shutdown")
+            .try_lock()
+            .await
+            .expect_err("still held");
+        assert!(err.is_would_block(), "{err}");
+    });
+}
+
 #[test]
 fn a_guard_dropped_after_its_runtime_warns_once_per_lock_name() {
     let warnings = Warnings::default();

@@ -1099,13 +1099,36 @@ pub(crate) async fn release_with_retry(
 /// Releases `claim` in the background, if a runtime is there to run it.
 pub(crate) fn release_in_background(store: Arc<dyn Store>, lock: LockKeys, claim: Claim) {
     if let Ok(handle) = tokio::runtime::Handle::try_current() {
+        // A runtime shutting down drops its tasks unrun: the release then never happens.
+        let unfinished = Unfinished {
+            lease: claim.lease,
+            lock: Some(lock),
+        };
         handle.spawn(async move {
+            let mut unfinished = unfinished;
+            let lock = unfinished.lock.take().expect("set above");
             if let Err(err) = release_with_retry(&*store, &lock, &claim).await {
                 tracing::debug!(lock = lock.name(), %err, "background release failed; the lease will lapse");
             }
         });
     } else {
         warn_dropped_outside_a_runtime(lock.name(), claim.lease);
+    }
+}
+
+/// A background release not started yet: dropped so (its runtime shut down before running
+/// it), it warns as a guard dropped outside a runtime does.
+struct Unfinished {
+    lease: Duration,
+    /// Taken when the release starts.
+    lock: Option<LockKeys>,
+}
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        if let Some(lock) = &self.lock {
+            warn_dropped_outside_a_runtime(lock.name(), self.lease);
+        }
     }
 }
 
@@ -1127,7 +1150,7 @@ fn warn_dropped_outside_a_runtime(name: &str, lease: Duration) {
             lock = name,
             ?lease,
             "a guard of lock `{name}` (or a wait for it) was dropped outside a tokio runtime \
-             (or after its runtime ended), \
+             (or after its runtime ended, or while it was shutting down), \
              so it could not be released: the lock stays held until its lease ({lease:?}) \
              lapses. Call `release().await` on the guard, or `LockClient::release_all().await` \
              before the runtime ends. (Warned once per lock name.)"
