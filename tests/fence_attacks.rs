@@ -453,3 +453,93 @@ async fn no_key_is_left_after_cancelled_waits_and_forced_releases() {
         }
     }
 }
+
+/// Attack: `force_release_holder` evicting the last reader of a name without a fence counter
+/// reports a bumped fence ("the fence counter after the eviction") that it never wrote; a
+/// writer right after must still take a fence above it.
+///
+/// BROKEN on the in-memory store (same cause as the `force_release` attack above).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_after_evicting_the_last_reader_takes_a_fence_above_the_eviction() {
+    use redis_locks::HolderEviction;
+    for b in backends() {
+        let c = b.client().await;
+        let op = b.client().await;
+        for i in 0..200 {
+            let name = format!("evicted-reader:{i}");
+            let rw = c.rwlock(&name);
+            let reader = rw.read().await.expect("read");
+            let prefix = rw.inspect().await.expect("inspect").holders[0]
+                .token_prefix
+                .clone();
+            let HolderEviction::Evicted {
+                fence: evicted,
+                fence_bumped: true,
+            } = op
+                .force_release_holder(&name, &prefix)
+                .await
+                .expect("evict")
+            else {
+                panic!("{}: the lone reader was not evicted with a bump", b.kind);
+            };
+            let w = rw.try_write().await.expect("write");
+            assert!(
+                w.fencing_token() > evicted,
+                "{}: round {i}: the writer after evicting the last reader got fence {} which \
+                 is not above the eviction's ({evicted})",
+                b.kind,
+                w.fencing_token()
+            );
+            w.release().await.expect("release");
+            drop(reader);
+        }
+    }
+}
+
+/// Attack (Redis, upgrade): a fence counter written by the previous release (a bare INCR, no
+/// TTL) on a name that is then only read-locked, shared by permits and force-released never
+/// gets a TTL: shared grants' `PEXPIRE .. GT`, `keep_fence` (GT) and `bump_fence` (KEEPTTL)
+/// all leave a key without TTL as it is, so "no permanent keys" does not hold for names
+/// carried over an upgrade until their next exclusive grant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_counter_left_by_the_previous_release_gets_a_ttl_once_touched() {
+    let b = Backend::redis();
+    let c = b
+        .client_with(LockClient::builder().lease(Duration::from_millis(200)))
+        .await;
+    let mut permanent = Vec::new();
+    for (name, touch) in [("old:read", 0), ("old:permit", 1), ("old:forced", 2)] {
+        let key = c.keys(name).expect("keys").fence();
+        // What the previous release left: INCR, never expiring.
+        assert_eq!(b.cli(&["SET", &key, "41"]), "OK");
+        match touch {
+            0 => c
+                .rwlock(name)
+                .read()
+                .await
+                .unwrap()
+                .release()
+                .await
+                .map(drop)
+                .unwrap(),
+            1 => c
+                .semaphore(name, 3)
+                .acquire()
+                .await
+                .unwrap()
+                .release()
+                .await
+                .map(drop)
+                .unwrap(),
+            _ => drop(c.force_release(name).await.unwrap()),
+        }
+        if b.cli(&["PTTL", &key]) == "-1" {
+            permanent.push(format!("{name} = {}", b.cli(&["GET", &key])));
+        }
+    }
+    assert!(
+        permanent.is_empty(),
+        "counters left by the previous release still never expire after their names were \
+         used: {permanent:?}"
+    );
+}
