@@ -68,6 +68,7 @@ for i = 1, n do
     fences[i] = counters[i]
     redis.call('ZADD', R, NOW + lease, token)
     expire_zset(R)
+    keep_fence(FENCE, NOW + lease)
   end
 end
 return fences

@@ -59,19 +59,27 @@ local function next_fence(key, deadline)
   return v
 end
 
--- Keeps the fence counter `key` alive at least until `deadline` (ms), if it exists: the hold
--- that took it was extended. Never shortens its TTL.
+-- Keeps the fence counter `key` alive at least until `deadline` (ms), if it exists: a hold of
+-- its name was granted or renewed, and the counter lives as long as the longest hold. Never
+-- shortens its TTL; a counter without one (left by a release before counters expired) gets
+-- one. One call when it lengthens the TTL, two otherwise.
 local function keep_fence(key, deadline)
-  redis.call('PEXPIRE', key, math.max(1, math.floor(deadline - NOW)) + TTL_PAD, 'GT')
+  local ttl = math.max(1, math.floor(deadline - NOW)) + TTL_PAD
+  if redis.call('PEXPIRE', key, ttl, 'GT') == 0 then redis.call('PEXPIRE', key, ttl, 'NX') end
 end
+
+-- How long a counter written by bump_fence lives at least (ms).
+local BUMP_KEEP = 1000
 
 -- A fence above every earlier grant's on counter `key`, taken with no new hold (an operator's
 -- eviction), so the evicted holder's fence is below every later one. The counter keeps its
--- TTL; when there is none it is not written, as the clock already bounds every later grant's
--- fence from below.
+-- TTL, and lives at least BUMP_KEEP more, so a grant right after (within the same clock tick)
+-- still takes a greater fence.
 local function bump_fence(key)
   local v = math.max(read_counter(key) + 1, NOW_US)
-  redis.call('SET', key, string.format('%d', v), 'XX', 'KEEPTTL')
+  local ttl = redis.call('PTTL', key)
+  if ttl < BUMP_KEEP then ttl = BUMP_KEEP + TTL_PAD end
+  redis.call('SET', key, string.format('%d', v), 'PX', ttl)
   return v
 end
 

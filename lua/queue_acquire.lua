@@ -43,7 +43,10 @@ if redis.call('EXISTS', H, Q, HB, TK, LW, LR) == 0 then
       fence = math.max(fence + 1, NOW_US)
       redis.call('SET', FENCE, string.format('%d', fence), 'PX', math.max(1, lease) + TTL_PAD)
     elseif fence > 0 then
-      redis.call('PEXPIRE', FENCE, math.max(1, lease) + TTL_PAD, 'GT')
+      local ttl = math.max(1, lease) + TTL_PAD
+      if redis.call('PEXPIRE', FENCE, ttl, 'GT') == 0 then
+        redis.call('PEXPIRE', FENCE, ttl, 'NX')
+      end
     end
     local member = ARGV[3]
     if weight ~= 1 then member = member .. '#' .. weight end

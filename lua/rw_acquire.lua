@@ -20,7 +20,7 @@
 if redis.call('EXISTS', W, R, WQ, QH) == 0 then
   local lease = tonumber(ARGV[5])
   if ARGV[4] == 'w' then
-    -- next_fence (prelude.lua), inline: no helper is defined yet here.
+    -- next_fence and keep_fence (prelude.lua), inline: no helper is defined yet here.
     local fence = redis.call('GET', FENCE) or '0'
     if not string.match(fence, '^%-?%d+$') then
       error({ err = 'RLCORRUPT key ' .. FENCE .. ' does not hold a redis-locks counter' })
@@ -35,8 +35,13 @@ if redis.call('EXISTS', W, R, WQ, QH) == 0 then
     if not string.match(fence, '^%-?%d+$') then
       error({ err = 'RLCORRUPT key ' .. FENCE .. ' does not hold a redis-locks counter' })
     end
+    local ttl = math.max(1, lease) + TTL_PAD
     redis.call('ZADD', R, NOW + lease, ARGV[3])
-    redis.call('PEXPIRE', R, math.max(1, lease) + TTL_PAD)
+    redis.call('PEXPIRE', R, ttl)
+    -- keep_fence (prelude.lua), inline.
+    if fence ~= '0' and redis.call('PEXPIRE', FENCE, ttl, 'GT') == 0 then
+      redis.call('PEXPIRE', FENCE, ttl, 'NX')
+    end
     return tonumber(fence)
   end
 end
@@ -102,6 +107,7 @@ if mode == 'r' then
   local fence = read_counter(FENCE)
   redis.call('ZADD', R, NOW + lease, token)
   expire_zset(R)
+  keep_fence(FENCE, NOW + lease)
   return fence
 end
 

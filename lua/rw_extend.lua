@@ -16,6 +16,7 @@ end
 if live_reader(token) then
   redis.call('ZADD', R, 'XX', NOW + lease, token)
   expire_zset(R)
+  keep_fence(FENCE, NOW + lease)
   return 1
 end
 return 0

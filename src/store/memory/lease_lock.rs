@@ -216,6 +216,7 @@ fn attempt(
                 return Err(queue_held);
             }
             state.lease.readers.add(&claim.token, now + lease);
+            state.keep_fence(now, now + lease);
             Ok(granted(state.fence))
         }
     }
@@ -266,6 +267,7 @@ pub(super) fn extend(state: &mut LockState, now: u64, claim: &Claim, lease: u64)
         mine
     } else if lock.readers.score(token).is_some() {
         lock.readers.add(token, now + lease);
+        state.keep_fence(now, now + lease);
         true
     } else {
         false
@@ -284,6 +286,7 @@ pub(super) fn downgrade(state: &mut LockState, now: u64, claim: &Claim) -> Step<
     }
     lock.writer = None;
     lock.readers.add(&claim.token, now + ms(claim.lease));
+    state.keep_fence(now, now + ms(claim.lease));
     wakes.all();
     wakes.reply(Some(state.fence))
 }
@@ -398,6 +401,7 @@ pub(super) fn grant_part(state: &mut LockState, now: u64, claim: &Claim, slot: S
         state.lease.writer = Some((token.to_owned(), deadline));
     } else {
         state.lease.readers.add(token, deadline);
+        state.keep_fence(now, deadline);
     }
     state.fence
 }

@@ -39,6 +39,9 @@ use crate::wire::{Named, WakeUp};
 /// How much longer a key lives under an explicit (virtual) clock: `TTL_PAD` in prelude.lua.
 const TTL_PAD_MS: u64 = 86_400_000;
 
+/// How long a counter written by bump_fence lives at least: `BUMP_KEEP` in prelude.lua.
+const BUMP_KEEP_MS: u64 = 1000;
+
 /// Steps between two sweeps of the names whose every key would have expired.
 const SWEEP_EVERY: u64 = 1024;
 
@@ -101,21 +104,27 @@ impl LockState {
         self.fence
     }
 
-    /// keep_fence (prelude.lua): an existing counter lives at least until `deadline`.
+    /// keep_fence (prelude.lua): an existing counter lives at least until `deadline` (the
+    /// counter lives as long as the longest hold of its name).
     fn keep_fence(&mut self, now: u64, deadline: u64) {
         if self.fence != 0 {
             self.fence_until = self.fence_until.max(expiry(now, deadline, self.pad));
         }
     }
 
-    /// bump_fence (prelude.lua): a fence above the counter and the clock, written only over
-    /// an existing counter (keeping its TTL).
+    /// bump_fence (prelude.lua): a fence above the counter and the clock, written with the
+    /// counter's TTL, or [`BUMP_KEEP_MS`] when less is left (or none).
     fn bump_fence(&mut self, now: u64) -> u64 {
-        let fence = (self.fence + 1).max(now.saturating_mul(1000));
-        if self.fence != 0 {
-            self.fence = fence;
+        let left = if self.fence == 0 {
+            0
+        } else {
+            self.fence_until.saturating_sub(now)
+        };
+        if left < BUMP_KEEP_MS {
+            self.fence_until = now + BUMP_KEEP_MS + self.pad;
         }
-        fence
+        self.fence = (self.fence + 1).max(now.saturating_mul(1000));
+        self.fence
     }
 
     /// The end of `refresh_ttls` in queue_common.lua: the fence lives as long as the holders
