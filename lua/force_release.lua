@@ -5,6 +5,6 @@
 -- Reply: the new fence.
 read_counter(KEYS[4])
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
-local fence = incr_counter(KEYS[4])
+local fence = bump_fence(KEYS[4])
 publish(KEYS[5], '*')
 return fence

@@ -42,7 +42,7 @@ else
 end
 local bumped = 0
 if left == 0 then
-  fence = incr_counter(FENCE)
+  fence = bump_fence(FENCE)
   bumped = 1
 end
 publish(CH, '*')

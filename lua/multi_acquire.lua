@@ -59,14 +59,16 @@ for i = 1, n do
   if string.sub(modes, i, i) == 'w' then
     if live_writer() == token then
       fences[i] = counters[i]
+      keep_fence(FENCE, NOW + lease)
     else
-      fences[i] = redis.call('INCR', FENCE)
+      fences[i] = next_fence(FENCE, NOW + lease)
     end
     set_writer(token, NOW + lease)
   else
     fences[i] = counters[i]
     redis.call('ZADD', R, NOW + lease, token)
     expire_zset(R)
+    keep_fence(FENCE, NOW + lease)
   end
 end
 return fences

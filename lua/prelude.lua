@@ -11,13 +11,16 @@
 -- with `now`; key TTLs only clean up after abandoned locks, so correctness never depends on them.
 -- A hold or heartbeat with deadline D is live while now < D.
 
-local NOW, TTL_PAD
+-- NOW_US: the same clock in microseconds, the floor of every exclusive grant's fence.
+local NOW, NOW_US, TTL_PAD
 if ARGV[1] ~= nil and ARGV[1] ~= '' then
   NOW = tonumber(ARGV[1])
+  NOW_US = NOW * 1000
   TTL_PAD = 86400000
 else
   local t = redis.call('TIME')
   NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  NOW_US = tonumber(t[1]) * 1000000 + tonumber(t[2])
   TTL_PAD = 0
 end
 local PUBLISH_CMD = ARGV[2]
@@ -39,6 +42,45 @@ local function read_counter(key)
   if not v then return 0 end
   if not string.match(v, '^%-?%d+$') then corrupt_counter(key) end
   return tonumber(v)
+end
+
+-- The fence of a new exclusive grant on counter `key`, a hold until `deadline` (ms): above
+-- every earlier grant's (the counter) and at least the clock in microseconds, so a counter lost
+-- with the server's data (a restart without persistence, FLUSHALL, a failover to a replica that
+-- missed it, an expired or evicted key) never hands out a smaller fence than one already
+-- granted, as long as the new server's clock is not behind the old one's by more than the time
+-- between the two grants. The counter then expires with the hold (extensions of an exclusive
+-- hold keep it alive, keep_fence), so an idle name leaves no key. Fails with RLCORRUPT on a
+-- foreign value.
+local function next_fence(key, deadline)
+  local v = math.max(read_counter(key) + 1, NOW_US)
+  local ttl = math.max(1, math.floor(deadline - NOW)) + TTL_PAD
+  redis.call('SET', key, string.format('%d', v), 'PX', ttl)
+  return v
+end
+
+-- Keeps the fence counter `key` alive at least until `deadline` (ms), if it exists: a hold of
+-- its name was granted or renewed, and the counter lives as long as the longest hold. Never
+-- shortens its TTL; a counter without one (left by a release before counters expired) gets
+-- one. One call when it lengthens the TTL, two otherwise.
+local function keep_fence(key, deadline)
+  local ttl = math.max(1, math.floor(deadline - NOW)) + TTL_PAD
+  if redis.call('PEXPIRE', key, ttl, 'GT') == 0 then redis.call('PEXPIRE', key, ttl, 'NX') end
+end
+
+-- How long a counter written by bump_fence lives at least (ms).
+local BUMP_KEEP = 1000
+
+-- A fence above every earlier grant's on counter `key`, taken with no new hold (an operator's
+-- eviction), so the evicted holder's fence is below every later one. The counter keeps its
+-- TTL, and lives at least BUMP_KEEP more, so a grant right after (within the same clock tick)
+-- still takes a greater fence.
+local function bump_fence(key)
+  local v = math.max(read_counter(key) + 1, NOW_US)
+  local ttl = redis.call('PTTL', key)
+  if ttl < BUMP_KEEP then ttl = BUMP_KEEP + TTL_PAD end
+  redis.call('SET', key, string.format('%d', v), 'PX', ttl)
+  return v
 end
 
 -- INCR of counter `key`, failing with RLCORRUPT (not a bare INCR error) on a foreign value.

@@ -32,16 +32,21 @@ if redis.call('EXISTS', H, Q, HB, TK, LW, LR) == 0 then
   local cap = redis.call('GET', CAP)
   if weight and want and weight >= 1 and weight <= want and (not cap or cap == mark) then
     local lease = tonumber(ARGV[5])
-    local fence
-    if weight >= want then
-      fence = redis.pcall('INCR', FENCE)
-      if type(fence) == 'table' then fence = nil end
-    else
-      fence = redis.call('GET', FENCE) or '0'
-      fence = string.match(fence, '^%-?%d+$') and tonumber(fence)
-    end
-    if not fence then
+    -- read_counter, next_fence and keep_fence (prelude.lua), inline: no helper is defined yet
+    -- here.
+    local fence = redis.call('GET', FENCE) or '0'
+    if not string.match(fence, '^%-?%d+$') then
       error({ err = 'RLCORRUPT key ' .. FENCE .. ' does not hold a redis-locks counter' })
+    end
+    fence = tonumber(fence)
+    if weight >= want then
+      fence = math.max(fence + 1, NOW_US)
+      redis.call('SET', FENCE, string.format('%d', fence), 'PX', math.max(1, lease) + TTL_PAD)
+    elseif fence > 0 then
+      local ttl = math.max(1, lease) + TTL_PAD
+      if redis.call('PEXPIRE', FENCE, ttl, 'GT') == 0 then
+        redis.call('PEXPIRE', FENCE, ttl, 'NX')
+      end
     end
     local member = ARGV[3]
     if weight ~= 1 then member = member .. '#' .. weight end
@@ -106,7 +111,7 @@ end
 if not queued then
   if redis.call('ZCARD', Q) == 0 and permits_used() + weight <= cap then
     local fence
-    if weight >= cap then fence = incr_counter(FENCE) else fence = read_counter(FENCE) end
+    if weight >= cap then fence = next_fence(FENCE, NOW + lease) else fence = read_counter(FENCE) end
     hold_until(member, NOW + lease)
     refresh_ttls()
     return fence

@@ -6,7 +6,7 @@
 --   KEYS[2] q      zset waiter member -> ticket (tickets from KEYS[4], never a client clock)
 --   KEYS[3] hb     zset waiter member -> heartbeat deadline
 --   KEYS[4] tk     ticket counter; deleted whenever the queue is empty
---   KEYS[5] fence  counter, incremented on every exclusive grant; never expires
+--   KEYS[5] fence  counter: every exclusive grant takes max(counter + 1, clock in µs) (next_fence)
 --   KEYS[6] ch     wake-up channel of the lock
 --   KEYS[7] cap    the queue's capacity: "<n>" stored by set_permits (no TTL; every Semaphore
 --                  handle follows it; a Semaphore's count, so FairLock and fair RwLock claims
@@ -18,12 +18,14 @@
 --                  lapses at the latest deadline it covered (like the holder set `h`).
 --   KEYS[8] w      writer record of the lease lock of the same name (read only: lease_held)
 --   KEYS[9] r      readers of the lease lock of the same name (read only: lease_held)
+--   KEYS[10] lv    an election's leader value (election_proclaim.lua): queue_extend keeps it
+--                  alive as long as the holder's lease
 -- A member is the holder's token, followed by "#<weight>" when it takes more than one permit
 -- (a semaphore's acquire_many, or the fair RwLock's writer, which takes all of them).
 -- A grant is exclusive (and takes a new fence) when its weight is the whole capacity.
 
 local H, Q, HB, TK, FENCE, CH, CAP = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-local LW, LR = KEYS[8], KEYS[9]
+local LW, LR, LV = KEYS[8], KEYS[9], KEYS[10]
 
 -- What this run changed, so that refresh_ttls touches only what needs it: TTLs must grow
 -- when a deadline was added or moved later (a holder granted or renewed, a waiter joining or
@@ -187,7 +189,7 @@ local function promote(cap, claim_ms, self_member)
     -- The grant lasts until the waiter's own heartbeat deadline: a live waiter attempts (and
     -- claims its full lease) before then; a dead one blocks no longer than its own window.
     local claim_until = tonumber(redis.call('ZSCORE', HB, m) or (NOW + claim_ms))
-    if w >= cap then fence = incr_counter(FENCE) end
+    if w >= cap then fence = next_fence(FENCE, claim_until) end
     redis.call('ZREM', HB, m)
     hold_until(m, claim_until)
     QUEUE_SHRANK = true
@@ -205,7 +207,7 @@ local function promote(cap, claim_ms, self_member)
     -- confirms it with an attempt instead.
     fence = fence or read_counter(FENCE)
     for i = 1, #named do
-      named[i] = named[i][1] .. '=' .. fence .. '@' .. string.format('%d', named[i][2])
+      named[i] = named[i][1] .. '=' .. string.format('%d', fence) .. '@' .. string.format('%d', named[i][2])
     end
     publish(CH, table.concat(named, ' '))
   end
@@ -213,11 +215,14 @@ local function promote(cap, claim_ms, self_member)
 end
 
 -- Keeps every key alive at least as long as its latest deadline (a TTL is cleanup only;
--- deadlines decide); the ticket counter goes with the last waiter, so tickets restart from 1
+-- deadlines decide; the fence counter lives as long as the holders); the ticket counter goes with the last waiter, so tickets restart from 1
 -- on an empty queue.
 local function refresh_ttls()
   local cap_until = H_UNTIL
-  if H_UNTIL then extend_ttl(H, H_UNTIL) end
+  if H_UNTIL then
+    extend_ttl(H, H_UNTIL)
+    keep_fence(FENCE, H_UNTIL)
+  end
   if QUEUE_GREW or QUEUE_SHRANK then
     if redis.call('ZCARD', Q) == 0 then
       redis.call('DEL', TK, HB)

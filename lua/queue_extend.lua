@@ -8,5 +8,7 @@ local lease = tonumber(ARGV[5])
 prune()
 if not redis.call('ZSCORE', H, member) then return 0 end
 hold_until(member, NOW + lease)
+-- A leader's value lives as long as its lease (no-op on a name that is not an election).
+redis.call('PEXPIRE', LV, math.max(1, lease) + TTL_PAD, 'GT')
 refresh_ttls()
 return 1

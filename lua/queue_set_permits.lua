@@ -6,8 +6,8 @@
 -- ARGV[4] base          the count a relative change starts from while no count is stored (the
 --                       asking Semaphore handle's own; a capacity marker is not a stored count)
 -- ARGV[5] heartbeat_ms  claim window of the waiters this change grants
--- Reply: the new count. The `cap` key has no TTL: like the fence, it outlives the holders
---        (documented).
+-- Reply: the new count. The `cap` key has no TTL: a stored count is configuration, and
+--        outlives the holders (documented).
 --        Error RLPERMITS "count <n> out of range" when the new count would be below 1 or above
 --        MAX_PERMITS (nothing changes); RLCAPACITY while a FairLock or fair RwLock uses the
 --        queue.

@@ -20,20 +20,28 @@
 if redis.call('EXISTS', W, R, WQ, QH) == 0 then
   local lease = tonumber(ARGV[5])
   if ARGV[4] == 'w' then
-    local fence = redis.pcall('INCR', FENCE)
-    if type(fence) == 'table' then
+    -- next_fence and keep_fence (prelude.lua), inline: no helper is defined yet here.
+    local fence = redis.call('GET', FENCE) or '0'
+    if not string.match(fence, '^%-?%d+$') then
       error({ err = 'RLCORRUPT key ' .. FENCE .. ' does not hold a redis-locks counter' })
     end
-    local record = string.format('%d', NOW + lease) .. '|' .. ARGV[3]
-    redis.call('SET', W, record, 'PX', math.max(1, lease) + TTL_PAD)
+    fence = math.max(tonumber(fence) + 1, NOW_US)
+    local ttl = math.max(1, lease) + TTL_PAD
+    redis.call('SET', FENCE, string.format('%d', fence), 'PX', ttl)
+    redis.call('SET', W, string.format('%d', NOW + lease) .. '|' .. ARGV[3], 'PX', ttl)
     return fence
   elseif ARGV[4] == 'r' then
     local fence = redis.call('GET', FENCE) or '0'
     if not string.match(fence, '^%-?%d+$') then
       error({ err = 'RLCORRUPT key ' .. FENCE .. ' does not hold a redis-locks counter' })
     end
+    local ttl = math.max(1, lease) + TTL_PAD
     redis.call('ZADD', R, NOW + lease, ARGV[3])
-    redis.call('PEXPIRE', R, math.max(1, lease) + TTL_PAD)
+    redis.call('PEXPIRE', R, ttl)
+    -- keep_fence (prelude.lua), inline.
+    if fence ~= '0' and redis.call('PEXPIRE', FENCE, ttl, 'GT') == 0 then
+      redis.call('PEXPIRE', FENCE, ttl, 'NX')
+    end
     return tonumber(fence)
   end
 end
@@ -49,6 +57,7 @@ if mode == 'w' then
     -- Already ours (a retry after a lost reply): renew from now, same fence.
     local fence = read_counter(FENCE)
     set_writer(token, NOW + lease)
+    keep_fence(FENCE, NOW + lease)
     return fence
   end
   local retry = nil
@@ -80,7 +89,7 @@ if mode == 'w' then
     -- there fails the script before the grant is written.
     if policy == 'writer' and redis.call('ZREM', WQ, token) == 1 then expire_zset(WQ) end
   end
-  local fence = incr_counter(FENCE)
+  local fence = next_fence(FENCE, NOW + lease)
   set_writer(token, NOW + lease)
   return fence
 end
@@ -98,6 +107,7 @@ if mode == 'r' then
   local fence = read_counter(FENCE)
   redis.call('ZADD', R, NOW + lease, token)
   expire_zset(R)
+  keep_fence(FENCE, NOW + lease)
   return fence
 end
 

@@ -5,7 +5,7 @@
 --   KEYS[1] w      string "<deadline_ms>|<token>": the writer (or mutex holder) and its lease
 --   KEYS[2] r      zset reader token -> lease deadline; the read count is its live size
 --   KEYS[3] wq     zset waiting writer token -> heartbeat deadline (writer-preference flag)
---   KEYS[4] fence  counter, incremented on every exclusive grant; never expires
+--   KEYS[4] fence  counter: every exclusive grant takes max(counter + 1, clock in µs) (next_fence)
 --   KEYS[5] ch     wake-up channel of the lock
 --   KEYS[6] h      holders of the ticket queue of the same name (read only: see queue_held)
 
@@ -83,10 +83,10 @@ local function hand_over()
   if queue_held() then return false end
   local tok, claim_until = pick[1], tonumber(pick[2])
   redis.call('ZREM', WQ, tok)
-  local fence = incr_counter(FENCE)
+  local fence = next_fence(FENCE, claim_until)
   set_writer(tok, claim_until)
   expire_zset(WQ)
-  publish(CH, tok .. '=' .. fence .. '@' .. string.format('%d', claim_until))
+  publish(CH, tok .. '=' .. string.format('%d', fence) .. '@' .. string.format('%d', claim_until))
   return true
 end
 

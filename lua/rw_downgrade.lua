@@ -12,5 +12,6 @@ local fence = read_counter(FENCE)
 redis.call('DEL', W)
 redis.call('ZADD', R, NOW + lease, token)
 expire_zset(R)
+keep_fence(FENCE, NOW + lease)
 wake_all()
 return { 1, fence }

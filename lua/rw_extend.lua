@@ -10,11 +10,13 @@ local token, lease, mode = ARGV[3], tonumber(ARGV[4]), ARGV[5]
 if mode == 'w' then
   if live_writer() ~= token then return 0 end
   set_writer(token, NOW + lease)
+  keep_fence(FENCE, NOW + lease)
   return 1
 end
 if live_reader(token) then
   redis.call('ZADD', R, 'XX', NOW + lease, token)
   expire_zset(R)
+  keep_fence(FENCE, NOW + lease)
   return 1
 end
 return 0

@@ -2,38 +2,12 @@
 //! held for the lease: the library warns once per lock name, saying for how long and what
 //! to call instead.
 
-use std::sync::{Arc, Mutex};
+mod support;
+
 use std::time::Duration;
 
 use redis_locks::{InMemory, MutexGuard};
-
-/// The warnings logged on this thread, as text.
-#[derive(Clone, Default)]
-struct Warnings(Arc<Mutex<Vec<String>>>);
-
-impl tracing::Subscriber for Warnings {
-    fn enabled(&self, meta: &tracing::Metadata<'_>) -> bool {
-        *meta.level() <= tracing::Level::WARN
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        struct Text(String);
-        impl tracing::field::Visit for Text {
-            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-                self.0.push_str(&format!("{}={value:?} ", field.name()));
-            }
-        }
-        let mut text = Text(String::new());
-        event.record(&mut text);
-        self.0.lock().unwrap().push(text.0);
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
-}
+use support::warnings::Warnings;
 
 /// A guard of `name` taken on a runtime that has ended by the time it is returned.
 fn guard_outliving_its_runtime(store: &InMemory, name: &str, lease: Duration) -> MutexGuard {

@@ -177,7 +177,7 @@ async fn dead_waiter_in_the_middle_is_dropped_after_its_heartbeat(b: Backend) {
     let f2 = join("waiter behind the dead one", last).await;
     assert_eq!(grant_order(&history), vec![0, 2]);
     // Nobody (the dead one included) was granted in between.
-    assert_eq!((f0, f2), (fence + 1, fence + 2));
+    assert!(f0 > fence && f2 > f0, "{fence} < {f0} < {f2}");
     // Nothing is left behind: no hold, no place in the queue.
     let keys = client.keys("dead-middle").expect("keys");
     let snap = client
@@ -266,7 +266,7 @@ async fn cancelled_waiters_leave_at_once(b: Backend) {
 
     let fence = holder.fencing_token();
     assert!(holder.release().await.expect("release"));
-    assert_eq!(join("patient waiter", patient).await, fence + 1);
+    assert!(join("patient waiter", patient).await > fence);
 }
 
 async fn dead_holder_hands_over_after_its_lease(b: Backend) {
@@ -286,7 +286,7 @@ async fn dead_holder_hands_over_after_its_lease(b: Backend) {
     let waiter = start_waiter(&lock, &history, 0, Duration::ZERO, 1).await;
     let f = join("head waiter after the dead holder's lease", waiter).await;
     let waited = start.elapsed();
-    assert_eq!(f, fence + 1);
+    assert!(f > fence);
     // Safety: the lease ran its full length before anyone else got the lock (a little slack
     // for the millisecond clock).
     assert!(
@@ -491,7 +491,8 @@ async fn ten_thousand_queued_waiters(b: Backend) {
     // The real waiter at the head gets the lock past the crowd behind it.
     let fence = holder.fencing_token();
     assert!(holder.release().await.expect("release"));
-    assert_eq!(join("head waiter", first).await, fence + 1);
+    let head = join("head waiter", first).await;
+    assert!(head > fence);
 
     // Each filler is granted in its turn: releasing it reports a live hold only if the
     // previous release handed it the lock.
@@ -504,37 +505,32 @@ async fn ten_thousand_queued_waiters(b: Backend) {
         assert!(held, "filler {i} was not the holder at its turn");
     }
     let f = join("real waiter behind 10,000", last).await;
-    assert_eq!(
-        f,
-        fence + 1 + N as u64 + 1,
-        "one grant per filler, in between"
-    );
+    // One grant per filler in between: each filler's release above found it the holder.
+    assert!(f > head, "the real waiter's grant came after the fillers'");
     assert_eq!(grant_order(&history), vec![0, 1]);
     history.check_exclusion();
     let end = info(&lock).await;
     assert!(end.holders.is_empty() && end.waiters.is_empty(), "{end:?}");
     if let Some(server) = &b.server {
-        // Left: the fence, and the capacity marker until its TTL (the last lease) runs out.
+        // Left: the fence counter and the capacity marker, until their TTL (the last
+        // lease) runs out.
         let pattern = format!("rl:{{{name}}}:*");
         let left = server.cli(&["KEYS", &pattern]);
         let cap = keys.key("cap");
         for key in left.lines() {
             assert!(key == keys.fence() || key == cap, "{key} left behind");
-        }
-        if left.lines().any(|k| k == cap) {
-            let pttl: i64 = server.cli(&["PTTL", &cap]).parse().expect("PTTL");
-            assert!(pttl > 0, "the capacity marker has no TTL ({pttl})");
+            let pttl: i64 = server.cli(&["PTTL", key]).parse().expect("PTTL");
+            assert!(pttl > 0, "{key} has no TTL ({pttl})");
         }
     }
 }
 
-async fn only_the_fence_counter_outlives_the_lock(b: Backend) {
+async fn no_key_outlives_the_lock(b: Backend) {
     let name = "leftovers";
     let client = b.client().await;
     // Keys may outlive their last holder by up to the longest lease granted in them (the
     // holder set's and the capacity marker's TTLs only grow): a short lease keeps that short.
     let lock = client.fair_lock(name).lease(Duration::from_secs(2));
-    let keys = client.keys(name).expect("keys");
     let holder = lock.lock().await.expect("holder");
     let history = History::new();
     let live = start_waiter(&lock, &history, 0, Duration::ZERO, 1).await;
@@ -543,7 +539,7 @@ async fn only_the_fence_counter_outlives_the_lock(b: Backend) {
     let timed = tokio::spawn(async move { l2.lock().timeout(Duration::from_millis(200)).await });
     until_waiters(3, || lock.inspect()).await;
     if let Some(server) = &b.server {
-        // While in use, every key of the lock but the fence counter carries a TTL.
+        // While in use, every key of the lock carries a TTL, the fence counter too.
         let pattern = format!("rl:{{{name}}}:*");
         let listed = server.cli(&["KEYS", &pattern]);
         let all: Vec<&str> = listed.lines().collect();
@@ -553,11 +549,7 @@ async fn only_the_fence_counter_outlives_the_lock(b: Backend) {
         );
         for key in all {
             let pttl: i64 = server.cli(&["PTTL", key]).parse().expect("PTTL");
-            if key == keys.fence() {
-                assert_eq!(pttl, -1, "the fence counter never expires");
-            } else {
-                assert!(pttl > 0, "{key} has no TTL ({pttl})");
-            }
+            assert!(pttl > 0, "{key} has no TTL ({pttl})");
         }
     }
     assert!(join("timed waiter", timed).await.is_err());
@@ -574,10 +566,9 @@ async fn only_the_fence_counter_outlives_the_lock(b: Backend) {
     .await;
     if let Some(server) = &b.server {
         let pattern = format!("rl:{{{name}}}:*");
-        eventually("only the fence key is left", || {
+        eventually("no key is left", || {
             let left = server.cli(&["KEYS", &pattern]);
-            let want = keys.fence();
-            async move { left == want }
+            async move { left.is_empty() }
         })
         .await;
     }
@@ -604,7 +595,7 @@ async fn handed_off_waiter_claims_its_full_lease(b: Backend) {
         until_waiters(1, || fair.inspect()).await;
         assert!(holder.release().await.expect("release"));
         let guard = join("handed-off waiter", waiter).await.expect("granted");
-        assert_eq!(guard.fencing_token(), fence + 1, "the grant's own fence");
+        assert!(guard.fencing_token() > fence, "the grant's own fence");
         assert!(guard.is_held());
         // The background claim lifts the lease from the claim window to the full lease.
         eventually("full lease claimed", || {
@@ -674,5 +665,5 @@ both_backends!(
     try_lock_never_jumps_the_queue,
     lock_with_reports_decreasing_positions,
     ten_thousand_queued_waiters,
-    only_the_fence_counter_outlives_the_lock,
+    no_key_outlives_the_lock,
 );

@@ -516,7 +516,7 @@ async fn release_hands_the_mutex_to_a_waiter_in_one_trip() {
             acquires,
             "the waiter attempted again"
         );
-        assert_eq!(guard.fencing_token(), fence + 1);
+        assert!(guard.fencing_token() > fence);
         let give_up = Instant::now() + EVENTUALLY;
         while store.count(Op::Extend) == extends {
             assert!(Instant::now() < give_up, "the full lease was never claimed");

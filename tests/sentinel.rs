@@ -285,3 +285,99 @@ async fn a_rate_limiter_works_through_the_sentinels() {
     assert_eq!(admission.permits, 1);
     assert!(limiter.inspect().await.expect("inspect").waiters.is_empty());
 }
+
+/// Sends `signal` (`STOP`, `CONT`) to process `pid`.
+fn signal(pid: u32, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{signal} {pid}");
+}
+
+/// A failover in which the replica missed the last grant: the replica is frozen (SIGSTOP) and
+/// its link closed by the primary (`CLIENT KILL TYPE replica`), a Mutex and an election are
+/// granted on the primary, the primary is killed before the replica could reconnect, and the
+/// sentinels promote the replica. The next fence and term on the
+/// new primary are still above the lost ones (they are at least its clock in µs), although its
+/// counter never saw them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fences_and_terms_rise_across_a_failover_that_lost_the_last_grant() {
+    let mut set = tokio::task::block_in_place(|| RedisSentinels::start(MASTER));
+    let urls = set.sentinel_urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let client = LockClient::builder()
+        .sentinel(&urls, MASTER)
+        .await
+        .expect("connect through the sentinels");
+    let old = set.primary_port();
+    let replica = set.other_node(old);
+    for _ in 0..20 {
+        let g = client.mutex("fenced").lock().await.expect("lock");
+        g.release().await.expect("release");
+    }
+    let leadership = client
+        .election("ruler")
+        .campaign("a")
+        .await
+        .expect("campaign");
+    let old_term = leadership.term();
+    // Its lease would keep "ruler" held on the new primary if it were replicated: it is not.
+    std::mem::forget(leadership);
+
+    let frozen = set.node_mut(replica).pid();
+    signal(frozen, "STOP");
+    let killed = set
+        .node_mut(old)
+        .cli(&["CLIENT", "KILL", "TYPE", "replica"]);
+    assert_eq!(killed, "1", "the replica's link");
+    let lost = client.mutex("fenced").lock().await.expect("lock");
+    let lost_fence = lost.fencing_token();
+    std::mem::forget(lost);
+    let lost_term = {
+        let election = client.election("lost-ruler");
+        let leadership = election.campaign("b").await.expect("campaign");
+        let term = leadership.term();
+        std::mem::forget(leadership);
+        term
+    };
+    tokio::task::block_in_place(|| set.node_mut(old).kill());
+    signal(frozen, "CONT");
+    let new = tokio::task::block_in_place(|| set.wait_new_primary(old));
+    assert_eq!(new, replica);
+
+    // The new primary never saw the last grants.
+    let stored: u64 = set
+        .node_mut(new)
+        .cli(&["GET", "rl:{fenced}:fence"])
+        .parse()
+        .expect("the replicated counter");
+    assert!(
+        stored < lost_fence,
+        "the replica received the lost grant ({stored})"
+    );
+    assert_eq!(set.node_mut(new).cli(&["EXISTS", "rl:{lost-ruler}:h"]), "0");
+
+    let after = client
+        .mutex("fenced")
+        .lock()
+        .await
+        .expect("lock on the new primary");
+    assert!(
+        after.fencing_token() > lost_fence,
+        "fence {} after the failover is not above the lost {lost_fence}",
+        after.fencing_token()
+    );
+    after.release().await.expect("release");
+    let leadership = client
+        .election("lost-ruler")
+        .campaign("c")
+        .await
+        .expect("campaign on the new primary");
+    assert!(
+        leadership.term() > lost_term && leadership.term() > old_term,
+        "term {} after the failover is not above the lost {lost_term}",
+        leadership.term()
+    );
+    leadership.resign().await.expect("resign");
+}

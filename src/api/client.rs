@@ -11,7 +11,8 @@ use crate::engine::lease::Holds;
 use crate::engine::wait::LockCtx;
 use crate::store::{MemoryStore, QuorumStore, RedisStore, Store};
 use crate::vocab::claim::HolderEviction;
-use crate::vocab::error::Result;
+use crate::vocab::deployment::{self, Verdict};
+use crate::vocab::error::{Error, Result};
 use crate::vocab::keys::{validate_prefix, LockKeys, DEFAULT_PREFIX};
 use crate::vocab::options::Options;
 use crate::vocab::rate::Rate;
@@ -420,6 +421,7 @@ pub struct LockClientBuilder {
     prefix: String,
     defaults: Options,
     redis: RedisConfig,
+    refuse_evicting: bool,
 }
 
 impl Default for LockClientBuilder {
@@ -428,6 +430,7 @@ impl Default for LockClientBuilder {
             prefix: DEFAULT_PREFIX.to_owned(),
             defaults: Options::default(),
             redis: RedisConfig::default(),
+            refuse_evicting: false,
         }
     }
 }
@@ -513,11 +516,60 @@ impl LockClientBuilder {
         self.defaults.validate()
     }
 
+    /// What connecting does when the server may evict lock keys under memory pressure
+    /// (`maxmemory` set with any `maxmemory-policy` but `noeviction`: an evicted lock key is
+    /// a silent second holder). By default the client logs one warning that says why and what
+    /// to set; with `true` it refuses to connect with [`Error::EvictingServer`]. The check
+    /// reads `INFO` (which managed services allow); a server that refuses `INFO` is not
+    /// checked. [`LockClient::doctor`] reports this and the other properties a lock
+    /// deployment depends on.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let client = redis_locks::LockClient::builder()
+    ///     .refuse_evicting_servers(true)
+    ///     .connect("redis://127.0.0.1:6379")
+    ///     .await?;
+    /// # drop(client); Ok(()) }
+    /// ```
+    pub fn refuse_evicting_servers(mut self, refuse: bool) -> Self {
+        self.refuse_evicting = refuse;
+        self
+    }
+
+    /// Warns about (or refuses, see [`refuse_evicting_servers`](Self::refuse_evicting_servers))
+    /// a server that may evict lock keys.
+    async fn check_eviction(&self, store: &dyn Store) -> Result<()> {
+        let infos = match store.server_info().await {
+            Ok(infos) => infos,
+            Err(err) => {
+                tracing::debug!(%err, "INFO refused: the eviction policy was not checked");
+                return Ok(());
+            }
+        };
+        for (address, text) in infos {
+            let finding = deployment::eviction(&address, &deployment::Info::parse(&text));
+            if finding.verdict != Verdict::Unfit {
+                continue;
+            }
+            if self.refuse_evicting {
+                return Err(Error::EvictingServer {
+                    address,
+                    detail: finding.detail,
+                });
+            }
+            tracing::warn!(server = %address, fix = %finding.fix, "{}", finding.detail);
+        }
+        Ok(())
+    }
+
     /// Connects to one Redis server.
     pub async fn connect(self, url: &str) -> Result<LockClient> {
         self.check()?;
         let store = RedisStore::connect_with(url, self.redis.clone()).await?;
         self.probe_channels(&store).await?;
+        self.check_eviction(&store).await?;
         Ok(self.build(Arc::new(store)))
     }
 
@@ -544,6 +596,7 @@ impl LockClientBuilder {
         let info = client.get_connection_info().clone();
         let store = RedisStore::connect_info(info, self.redis.clone()).await?;
         self.probe_channels(&store).await?;
+        self.check_eviction(&store).await?;
         Ok(self.build(Arc::new(store)))
     }
 
@@ -564,6 +617,7 @@ impl LockClientBuilder {
         self.check()?;
         let store = RedisStore::cluster(urls, self.redis.clone()).await?;
         self.probe_channels(&store).await?;
+        self.check_eviction(&store).await?;
         Ok(self.build(Arc::new(store)))
     }
 
@@ -596,6 +650,7 @@ impl LockClientBuilder {
         self.check()?;
         let store = RedisStore::cluster_with(nodes, self.redis.clone()).await?;
         self.probe_channels(&store).await?;
+        self.check_eviction(&store).await?;
         Ok(self.build(Arc::new(store)))
     }
 
@@ -628,6 +683,7 @@ impl LockClientBuilder {
         let store =
             RedisStore::sentinel(sentinel_urls, master_name, None, self.redis.clone()).await?;
         self.probe_channels(&store).await?;
+        self.check_eviction(&store).await?;
         Ok(self.build(Arc::new(store)))
     }
 
@@ -667,6 +723,7 @@ impl LockClientBuilder {
             RedisStore::sentinel(sentinel_urls, master_name, Some(nodes), self.redis.clone())
                 .await?;
         self.probe_channels(&store).await?;
+        self.check_eviction(&store).await?;
         Ok(self.build(Arc::new(store)))
     }
 
@@ -674,6 +731,7 @@ impl LockClientBuilder {
     pub async fn quorum(self, urls: &[&str]) -> Result<LockClient> {
         self.check()?;
         let store = QuorumStore::connect(urls, self.redis.clone()).await?;
+        self.check_eviction(&store).await?;
         Ok(self.build(Arc::new(store)))
     }
 

@@ -44,6 +44,27 @@ impl InMemory {
         Self::default()
     }
 
+    /// How many lock names still keep state in the store, as keys would be left on Redis.
+    /// Once every hold of a name has ended and its lease has lapsed, the name keeps nothing
+    /// (its fence counter goes too); a count stored with
+    /// [`Semaphore::set_permits`](crate::Semaphore::set_permits) is kept.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// use std::time::Duration;
+    /// use redis_locks::{InMemory, LockClient};
+    /// let store = InMemory::new();
+    /// let client = store.client_with(LockClient::builder().lease(Duration::from_millis(50)))?;
+    /// client.mutex("job-7").lock().await?.release().await?;
+    /// tokio::time::sleep(Duration::from_millis(100)).await;
+    /// assert_eq!(store.names_kept(), 0);
+    /// # Ok(()) }
+    /// ```
+    pub fn names_kept(&self) -> usize {
+        self.store.names_kept()
+    }
+
     /// A client on this store with holder label `label` and the default settings otherwise.
     ///
     /// # Errors

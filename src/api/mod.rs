@@ -2,6 +2,7 @@
 //! elections and inspection. Imports every layer below; nothing below imports it.
 
 pub(crate) mod client;
+pub(crate) mod doctor;
 pub(crate) mod election;
 pub(crate) mod fair_lock;
 pub(crate) mod guard;

@@ -40,7 +40,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use redis_locks::{Error, HolderEviction, LeaderInfo, LockClient, RedisConfig};
+use redis_locks::{
+    Error, Finding, HolderEviction, LeaderInfo, LockClient, RedisConfig, Report, Verdict,
+};
 
 #[path = "redis-locks/kind.rs"]
 mod kind;
@@ -92,6 +94,16 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Checks whether the deployment (the server, Cluster, quorum or Sentinel primary the
+    /// options name) is fit for locks: server and version, eviction policy and maxmemory,
+    /// persistence, replication, the scripts and channel rights, wake-ups pushed by the
+    /// server, round-trip time and the server's clock. Exits with 0 when fit, 1 with
+    /// warnings, 2 when unfit (or unreachable).
+    Doctor {
+        /// One JSON object (`verdict` and `findings`) instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Holders (with lease left and fence), readers, waiting writers, the queue in order.
     Inspect {
         /// Lock name.
@@ -481,6 +493,9 @@ fn advice(err: &Error, cli: &Cli) -> String {
 }
 
 async fn run(cli: &Cli) -> Result<ExitCode, Error> {
+    if let Command::Doctor { json } = &cli.command {
+        return doctor(cli, *json).await;
+    }
     let ctx = Ctx {
         client: connect(cli).await?,
         raw: raw_reader(cli).await?,
@@ -526,7 +541,59 @@ async fn run(cli: &Cli) -> Result<ExitCode, Error> {
             let rate = rate::rate_of(*per_second, *per_minute, *per_hour, *burst)?;
             rate::show(&ctx.client, name, rate, *json).await
         }
+        Command::Doctor { .. } => unreachable!("answered above"),
     }
+}
+
+/// `doctor`: the deployment's findings; exit 0 fit, 1 warnings, 2 unfit or unreachable.
+async fn doctor(cli: &Cli, json: bool) -> Result<ExitCode, Error> {
+    let report = match connect(cli).await {
+        Ok(client) => client.doctor().await?,
+        Err(err) => Report {
+            findings: vec![Finding {
+                check: "connect",
+                server: String::new(),
+                verdict: Verdict::Unfit,
+                detail: err.to_string(),
+                fix: advice(&err, cli),
+            }],
+        },
+    };
+    if json {
+        let findings: Vec<String> = report
+            .findings
+            .iter()
+            .map(|f| {
+                format!(
+                    "{{\"check\":{},\"server\":{},\"verdict\":{},\"detail\":{},\"fix\":{}}}",
+                    json_str(f.check),
+                    json_str(&f.server),
+                    json_str(&f.verdict.to_string()),
+                    json_str(&f.detail),
+                    json_str(&f.fix)
+                )
+            })
+            .collect();
+        println!(
+            "{{\"verdict\":{},\"findings\":[{}]}}",
+            json_str(&report.verdict().to_string()),
+            findings.join(",")
+        );
+    } else {
+        for f in &report.findings {
+            let server = if f.server.is_empty() { "-" } else { &f.server };
+            println!("{:<8} {:<12} {server}: {}", f.verdict, f.check, f.detail);
+            if !f.fix.is_empty() {
+                println!("{:<8} {:<12} fix: {}", "", "", f.fix);
+            }
+        }
+        println!("verdict: {}", report.verdict());
+    }
+    Ok(ExitCode::from(match report.verdict() {
+        Verdict::Fit => 0,
+        Verdict::Warning => 1,
+        Verdict::Unfit => 2,
+    }))
 }
 
 /// Connections for the plain reads of `cap` and `lv` (to the servers `list` scans). A
@@ -756,7 +823,7 @@ async fn force_release(
         return Ok(ExitCode::from(2));
     }
     // A name with no keys at all has nothing to release; bumping its fence would only
-    // leave a fence key behind (fence keys never expire).
+    // leave a fence key behind (until it expires).
     if view(ctx, name, false).await?.is_empty() {
         eprintln!(
             "no trace of lock `{name}` under prefix `{}`: nothing to release (check the \

@@ -267,6 +267,12 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         Err(no_rate_limiter())
     }
 
+    /// The `INFO` reply of each server the store writes to, as (address, text), for the
+    /// deployment checks. A store without servers (in memory) has none.
+    async fn server_info(&self) -> Result<Vec<(String, String)>> {
+        Ok(Vec::new())
+    }
+
     /// True when one `acquire_all` may only touch the keys of one Redis Cluster hash slot:
     /// a multi-lock then sends one per slot, in slot order.
     fn one_slot_per_step(&self) -> bool {

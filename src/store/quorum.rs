@@ -26,13 +26,14 @@
 //! exclusive grant needs a majority, which then contains a server whose counter is at least
 //! the previous token, so its token is strictly greater.
 //!
-//! That argument holds only while, between two consecutive exclusive grants, **at most a
-//! minority of the servers lose or miss their counter**: a server restarted without
-//! persistence (its counter starts again from 0), one failed over to a replica that had not
-//! received the last increments, or one that was unreachable when the counter was raised.
-//! The maximum over a majority masks such a minority. If a majority lose their counters (for
-//! instance all servers restarted without persistence), tokens can go back: run the quorum
-//! servers with `appendonly yes` and `appendfsync always` if the resource relies on tokens.
+//! That argument holds while, between two consecutive exclusive grants, **at most a minority
+//! of the servers lose or miss their counter**: a server restarted without persistence, one
+//! failed over to a replica that had not received the last increments, or one that was
+//! unreachable when the counter was raised. The maximum over a majority masks such a minority.
+//! Every server's fence is also at least its clock in microseconds (`next_fence`), so when a
+//! majority lose their counters tokens still rise, under the clock assumption of
+//! docs/GUARANTEES.md; and the servers' fences of one grant differ by their clock offsets, so
+//! the raise runs on nearly every exclusive grant. A raised counter lives for the grant's lease.
 //! Shared (reader) grants report the largest last-writer fence among the servers that granted.
 //!
 //! # Not supported
@@ -54,6 +55,10 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::redis::{parse_url, Connect, RedisConfig, RedisStore};
+
+/// How long a fence counter raised after a forced release lives at least on a server that
+/// lagged: no hold follows that fence, and every later grant's is above the clock anyway.
+const FORCED_FENCE_KEEP: Duration = Duration::from_secs(60);
 use super::WaiterState;
 use super::{
     Acquire, Busy, Claim, Family, Grant, HolderState, PermitChange, Slot, Snapshot, Store,
@@ -292,12 +297,12 @@ impl QuorumStore {
     }
 
     /// Raises the fence counter of the servers `which` to at least `fence`.
-    async fn raise_fence(&self, lock: &LockKeys, fence: u64, which: &[bool]) {
+    async fn raise_fence(&self, lock: &LockKeys, fence: u64, keep: Duration, which: &[bool]) {
         let mut set = JoinSet::new();
         for (node, _) in self.nodes.iter().zip(which).filter(|(_, w)| **w) {
             let node = node.clone();
             let lock = lock.clone();
-            set.spawn(async move { node.raise_fence(&lock, fence).await });
+            set.spawn(async move { node.raise_fence(&lock, fence, keep).await });
         }
         while let Some(joined) = set.join_next().await {
             if let Ok(Err(err)) = joined {
@@ -414,7 +419,7 @@ impl Store for QuorumStore {
                     .map(|r| !matches!(r, Ok(Acquire::Granted(g)) if g.fence == fence))
                     .collect();
                 if behind.iter().any(|b| *b) {
-                    self.raise_fence(lock, fence, &behind).await;
+                    self.raise_fence(lock, fence, claim.lease, &behind).await;
                 }
             }
             tracing::debug!(lock = lock.name(), granted, fence, "quorum granted");
@@ -571,9 +576,30 @@ impl Store for QuorumStore {
             .map(|r| !matches!(r, Ok(f) if *f == fence))
             .collect();
         if behind.iter().any(|b| *b) {
-            self.raise_fence(lock, fence, &behind).await;
+            self.raise_fence(lock, fence, FORCED_FENCE_KEEP, &behind)
+                .await;
         }
         Ok(fence)
+    }
+
+    /// Every server's that answered (a server that is down is left out; the doctor reports the
+    /// servers it heard from); the first error when none answered.
+    async fn server_info(&self) -> Result<Vec<(String, String)>> {
+        let results = self
+            .on_all(|node| async move { node.server_info().await })
+            .await;
+        let mut out = Vec::new();
+        let mut first_error = None;
+        for result in results {
+            match result {
+                Ok(infos) => out.extend(infos),
+                Err(e) => first_error = first_error.or(Some(e)),
+            }
+        }
+        match (out.is_empty(), first_error) {
+            (true, Some(e)) => Err(e),
+            _ => Ok(out),
+        }
     }
 
     fn hub(&self) -> &Arc<WakeHub> {

@@ -578,7 +578,12 @@ async fn invoke_cluster<T: FromRedisValue>(
 impl RedisStore {
     /// Raises the lock's fence counter to at least `fence` (quorum mode: a server that
     /// lagged must never hand out a smaller fence than the majority did).
-    pub(crate) async fn raise_fence(&self, lock: &LockKeys, fence: u64) -> Result<u64> {
+    pub(crate) async fn raise_fence(
+        &self,
+        lock: &LockKeys,
+        fence: u64,
+        keep: Duration,
+    ) -> Result<u64> {
         let keys = [lock.fence()];
         let Fence(reached) = self
             .run(
@@ -586,7 +591,10 @@ impl RedisStore {
                 &self.scripts.raise_fence,
                 &keys,
                 None,
-                RaiseFenceArgs { fence },
+                RaiseFenceArgs {
+                    fence,
+                    keep: Ms(keep),
+                },
             )
             .await?;
         Ok(reached)
@@ -748,6 +756,26 @@ impl Store for RedisStore {
             .run(lock, script, keys, now, PrefixArg(token_prefix))
             .await?;
         Ok(eviction)
+    }
+
+    async fn server_info(&self) -> Result<Vec<(String, String)>> {
+        let reply: Value = self
+            .raw(&redis::cmd("INFO"))
+            .await
+            .map_err(|e| error_from_redis("", e).at(&self.address))?;
+        let text = |v: &Value| redis::from_redis_value_ref::<String>(v).ok();
+        let here = match &*self.address {
+            "" => "the primary".to_owned(),
+            address => address.to_owned(),
+        };
+        Ok(match &reply {
+            // Cluster: one reply per node.
+            Value::Map(nodes) => nodes
+                .iter()
+                .filter_map(|(node, info)| Some((text(node)?, text(info)?)))
+                .collect(),
+            other => text(other).map(|t| (here, t)).into_iter().collect(),
+        })
     }
 
     async fn wait_replicas(

@@ -182,6 +182,17 @@ pub enum Error {
         /// Its version.
         version: String,
     },
+    /// The server may evict lock keys under memory pressure (`maxmemory` set with an evicting
+    /// `maxmemory-policy`), and the client was built with
+    /// [`refuse_evicting_servers(true)`](crate::LockClientBuilder::refuse_evicting_servers).
+    /// Nothing was written.
+    #[error("refusing the Redis server at {address}: {detail}; set maxmemory-policy noeviction (or maxmemory 0), or keep locks on a server of their own")]
+    EvictingServer {
+        /// The server (`host:port`).
+        address: String,
+        /// Its `maxmemory` and `maxmemory-policy`, and why they matter.
+        detail: String,
+    },
     /// The lease was lost while work ran under it (see `with_lock` helpers).
     #[error("the lease on lock `{name}` was lost before the work finished")]
     LeaseLost {

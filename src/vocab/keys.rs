@@ -32,7 +32,7 @@ struct Inner {
     name: String,
     base: String,
     lease_lock: [String; 6],
-    ticket_queue: [String; 9],
+    ticket_queue: [String; 10],
     force_release: [String; 5],
     election: [String; 4],
     rate_limiter: [String; 6],
@@ -89,6 +89,7 @@ impl LockKeys {
                 key("cap"),
                 key("w"),
                 key("r"),
+                key("lv"),
             ],
             force_release: [key("w"), key("r"), key("h"), key("fence"), key("ch")],
             election: [key("h"), key("lv"), key("ch"), key("fence")],
@@ -123,7 +124,7 @@ impl LockKeys {
         self.inner.lease_lock[4].clone()
     }
 
-    /// The fence counter, the one key that outlives the lock.
+    /// The fence counter (it expires with the holds it serves).
     pub fn fence(&self) -> String {
         self.inner.lease_lock[3].clone()
     }
@@ -136,8 +137,9 @@ impl LockKeys {
     }
 
     /// Keys of the ticket queue (FairLock, Semaphore, RwLock fair policy), in script order.
-    /// The last two are the lease lock's writer and readers, which the scripts only read.
-    pub fn ticket_queue(&self) -> &[String; 9] {
+    /// Then the lease lock's writer and readers, which the scripts only read, and an
+    /// election's leader value, whose TTL an extension lengthens.
+    pub fn ticket_queue(&self) -> &[String; 10] {
         &self.inner.ticket_queue
     }
 

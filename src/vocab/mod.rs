@@ -3,6 +3,7 @@
 
 pub(crate) mod bugs;
 pub(crate) mod claim;
+pub(crate) mod deployment;
 pub(crate) mod error;
 pub(crate) mod keys;
 pub(crate) mod options;

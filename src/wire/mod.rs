@@ -661,6 +661,8 @@ script_args! {
     RaiseFenceArgs {
         /// `ARGV[3]`: the value to raise the counter to.
         fence: u64,
+        /// `ARGV[4]`: how long the counter lives at least (the grant's lease).
+        keep: Ms,
     }
 }
 
@@ -1615,9 +1617,12 @@ mod tests {
         let argv = Argv {
             now: Now(Some(1_700_000_000_123)),
             publish: Publish::Sharded,
-            step: RaiseFenceArgs { fence: 42 },
+            step: RaiseFenceArgs {
+                fence: 42,
+                keep: Ms(Duration::from_millis(1500)),
+            },
         };
-        assert_eq!(args(argv), ["1700000000123", "SPUBLISH", "42"]);
+        assert_eq!(args(argv), ["1700000000123", "SPUBLISH", "42", "1500"]);
     }
 
     #[test]

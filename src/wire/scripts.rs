@@ -457,7 +457,7 @@ mod tests {
             .expect("rw_release")
             .1;
         assert!(release.contains("local function hand_over("));
-        assert!(release.contains("local function incr_counter("));
+        assert!(release.contains("local function next_fence("));
         assert!(release.contains("local function corrupt_counter("));
     }
 

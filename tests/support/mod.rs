@@ -14,6 +14,7 @@
 //! * [`waits`]: `within` a tight bound; idle queues and free lease locks.
 //! * [`observe`]: reading an election observer with bounds.
 //! * [`rng`]: a small deterministic generator for randomized workloads.
+//! * [`warnings`]: capturing the library's warnings.
 //! * [`env_u32`], [`serial`]: case counts from the environment; one test at a time.
 //! * [`sim_store`]: the fault-injecting connection of the client-side simulations.
 
@@ -41,6 +42,7 @@ mod server;
 pub mod sim_store;
 pub mod time;
 pub mod waits;
+pub mod warnings;
 
 // Each test binary uses some of these.
 #[allow(unused_imports)]

@@ -371,6 +371,15 @@ impl RedisSentinels {
         panic!("no sentinel names a primary for {}", self.master);
     }
 
+    /// The port of the data node that is not on `primary`.
+    pub fn other_node(&self, primary: u16) -> u16 {
+        self.nodes
+            .iter()
+            .map(RedisServer::port)
+            .find(|p| *p != primary)
+            .expect("two data nodes")
+    }
+
     /// The data node on `port` (the primary or the replica).
     pub fn node_mut(&mut self, port: u16) -> &mut RedisServer {
         self.nodes

@@ -118,13 +118,14 @@ async fn bytes_of(env: &Env, keys: &[String]) -> BoxResult<i64> {
     Ok(bytes)
 }
 
-/// What the released locks left on the server (then deleted). Left for good (no TTL) must be
-/// only the fence counters; a capacity marker stays until its TTL (the longest lease granted
-/// under it) runs out, by design (docs/decisions/capacity-marker.md).
+/// What the released locks left on the server (then deleted). Nothing may be left for good (no
+/// TTL): the fence counters and capacity markers stay until their TTL (the longest lease
+/// granted under them) runs out, by design (docs/decisions/fences-from-the-clock.md,
+/// docs/decisions/capacity-marker.md), so every key is gone within one lease.
 async fn left_behind(env: &Env, run: usize) -> BoxResult<Vec<Row>> {
     let mut left = 0usize;
     let mut expiring = 0usize;
-    let mut fences = 0usize;
+    let mut longest_ttl = 0i64;
     for kind in KINDS {
         let keys = env.client.keys(&format!("{W}-{run}-{kind}"))?;
         let found = lock_keys_on_server(env, &keys).await?;
@@ -132,17 +133,19 @@ async fn left_behind(env: &Env, run: usize) -> BoxResult<Vec<Row>> {
             let ttl: i64 = env.raw.query(redis::cmd("PTTL").arg(k)).await?;
             if ttl >= 0 {
                 expiring += 1;
+                longest_ttl = longest_ttl.max(ttl);
             } else {
                 left += 1;
             }
         }
-        fences += found.iter().filter(|k| **k == keys.fence()).count();
         delete_lock_keys(env, &keys).await?;
     }
+    let lease_ms = redis_locks::DEFAULT_LEASE.as_millis() as f64;
     Ok(vec![
-        Row::new(W, "keys_left", left as f64, "keys")
-            .vs("fence_keys", fences as f64)
-            .target(Target::EqualsBaseline),
+        Row::new(W, "keys_left", left as f64, "keys").target(Target::Equals(0.0)),
         Row::new(W, "keys_left_expiring", expiring as f64, "keys"),
+        Row::new(W, "longest_ttl_left", longest_ttl as f64, "ms")
+            .vs("lease", lease_ms)
+            .target(Target::AtMostBaselinePlus(0.0)),
     ])
 }

@@ -18,15 +18,18 @@ pub(super) fn proclaim(
     value: Option<&str>,
 ) -> Step<bool> {
     let mut wakes = WakeUps::default();
-    let live = state
+    let Some(deadline) = state
         .queue
         .holder_deadline(token)
-        .is_some_and(|deadline| deadline > now);
-    if !live {
+        .filter(|deadline| *deadline > now)
+    else {
         return wakes.reply(false);
-    }
+    };
     match value {
-        Some(value) => state.leader = Some((token.to_owned(), state.fence, value.to_owned())),
+        Some(value) => {
+            state.leader = Some((token.to_owned(), state.fence, value.to_owned()));
+            state.leader_until = super::expiry(now, deadline, state.pad);
+        }
         None if state.leader.as_ref().is_some_and(|(t, _, _)| t == token) => state.leader = None,
         None => return wakes.reply(true),
     }

@@ -36,6 +36,19 @@ impl LeaseLock {
         self.live_writer(now).is_some() || self.readers.iter().any(|(dl, _)| *dl > now)
     }
 
+    /// The latest deadline of the three keys (their TTLs end there), if any exists.
+    pub(super) fn last_deadline(&self) -> Option<u64> {
+        let writer = self.writer.as_ref().map(|(_, dl)| *dl);
+        [
+            writer,
+            self.readers.max_score(),
+            self.waiting_writers.max_score(),
+        ]
+        .into_iter()
+        .flatten()
+        .max()
+    }
+
     /// True when none of the three keys exists.
     pub(super) fn is_empty(&self) -> bool {
         self.writer.is_none() && self.readers.is_empty() && self.waiting_writers.is_empty()
@@ -107,7 +120,7 @@ fn hand_over(state: &mut LockState, now: u64, wakes: &mut WakeUps) -> bool {
         return false;
     }
     state.lease.waiting_writers.remove(&token);
-    state.fence += 1;
+    state.next_fence(now, until);
     state.lease.writer = Some((token.clone(), until));
     let grant = HandOff {
         fence: state.fence,
@@ -161,6 +174,7 @@ fn attempt(
             if let Some((tok, _)) = &live {
                 if *tok == claim.token {
                     lock.writer = Some((claim.token.clone(), now + lease));
+                    state.keep_fence(now, now + lease);
                     return Ok(granted(state.fence));
                 }
             }
@@ -181,7 +195,7 @@ fn attempt(
                 state.lease.leave_waiting(&claim.token, wakes);
                 return Err(queue_held);
             }
-            state.fence += 1;
+            state.next_fence(now, now + lease);
             let lock = &mut state.lease;
             lock.writer = Some((claim.token.clone(), now + lease));
             // Only writer-preference claims announce themselves, so only they leave.
@@ -202,6 +216,7 @@ fn attempt(
                 return Err(queue_held);
             }
             state.lease.readers.add(&claim.token, now + lease);
+            state.keep_fence(now, now + lease);
             Ok(granted(state.fence))
         }
     }
@@ -247,10 +262,12 @@ pub(super) fn extend(state: &mut LockState, now: u64, claim: &Claim, lease: u64)
         let mine = live.is_some_and(|(t, _)| t == token);
         if mine {
             lock.writer = Some((token.to_owned(), now + lease));
+            state.keep_fence(now, now + lease);
         }
         mine
     } else if lock.readers.score(token).is_some() {
         lock.readers.add(token, now + lease);
+        state.keep_fence(now, now + lease);
         true
     } else {
         false
@@ -269,6 +286,7 @@ pub(super) fn downgrade(state: &mut LockState, now: u64, claim: &Claim) -> Step<
     }
     lock.writer = None;
     lock.readers.add(&claim.token, now + ms(claim.lease));
+    state.keep_fence(now, now + ms(claim.lease));
     wakes.all();
     wakes.reply(Some(state.fence))
 }
@@ -375,12 +393,15 @@ pub(super) fn grant_part(state: &mut LockState, now: u64, claim: &Claim, slot: S
             .lease
             .live_writer(now)
             .is_some_and(|(t, _)| t == token);
-        if !mine {
-            state.fence += 1;
+        if mine {
+            state.keep_fence(now, deadline);
+        } else {
+            state.next_fence(now, deadline);
         }
         state.lease.writer = Some((token.to_owned(), deadline));
     } else {
         state.lease.readers.add(token, deadline);
+        state.keep_fence(now, deadline);
     }
     state.fence
 }

@@ -19,6 +19,7 @@ mod ticket_queue;
 mod zset;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -36,11 +37,32 @@ use crate::vocab::error::Result;
 use crate::vocab::keys::LockKeys;
 use crate::wire::{Named, Refusal, WakeUp};
 
+/// How much longer a key lives under an explicit (virtual) clock: `TTL_PAD` in prelude.lua.
+const TTL_PAD_MS: u64 = 86_400_000;
+
+/// How long a counter written by bump_fence lives at least: `BUMP_KEEP` in prelude.lua.
+const BUMP_KEEP_MS: u64 = 1000;
+
+/// Steps between two sweeps of the names whose every key would have expired.
+const SWEEP_EVERY: u64 = 1024;
+
+/// When a key given a TTL at `now` to cover `deadline` expires (`max(1, deadline - now)` ms,
+/// plus the pad of a virtual clock).
+fn expiry(now: u64, deadline: u64, pad: u64) -> u64 {
+    now + deadline.saturating_sub(now).max(1) + pad
+}
+
 /// All state of one lock name (both families, like the keys under one hash tag).
 #[derive(Clone, Debug, Default)]
 struct LockState {
-    /// The fence counter, shared by both families.
+    /// The fence counter, shared by both families; 0 when the key does not exist.
     fence: u64,
+    /// When the fence counter expires.
+    fence_until: u64,
+    /// When `leader` expires.
+    leader_until: u64,
+    /// The TTL pad of the step running (0 under the wall clock).
+    pad: u64,
     /// The lease lock's keys.
     lease: LeaseLock,
     /// The ticket queue's keys.
@@ -52,8 +74,73 @@ struct LockState {
 }
 
 impl LockState {
-    /// True when only what key TTLs would clean up is left: no fence, no stored count, no
-    /// hold or waiter. Such state is dropped, as expired keys disappear.
+    /// Starts a step at `now`: what expired since the last step is gone, as keys whose TTL
+    /// passed are gone in Redis (the whole state once its latest deadline passed).
+    fn begin(&mut self, now: u64, pad: u64) {
+        let last = [
+            self.lease.last_deadline(),
+            self.queue.last_deadline(),
+            self.rate.last_deadline(),
+            (self.fence != 0).then_some(self.fence_until),
+            self.leader.is_some().then_some(self.leader_until),
+        ]
+        .into_iter()
+        .flatten()
+        .max();
+        if last.is_some_and(|last| now >= last.saturating_add(self.pad)) {
+            *self = LockState::default();
+        }
+        if self.fence != 0 && now >= self.fence_until {
+            self.fence = 0;
+        }
+        if self.leader.is_some() && now >= self.leader_until {
+            self.leader = None;
+        }
+        self.pad = pad;
+    }
+
+    /// next_fence (prelude.lua): the fence of a new exclusive grant, held until `deadline`:
+    /// above the counter and at least the clock in microseconds (`now` is in ms); the counter
+    /// then expires with that hold.
+    fn next_fence(&mut self, now: u64, deadline: u64) -> u64 {
+        self.fence = (self.fence + 1).max(now.saturating_mul(1000));
+        self.fence_until = expiry(now, deadline, self.pad);
+        self.fence
+    }
+
+    /// keep_fence (prelude.lua): an existing counter lives at least until `deadline` (the
+    /// counter lives as long as the longest hold of its name).
+    fn keep_fence(&mut self, now: u64, deadline: u64) {
+        if self.fence != 0 {
+            self.fence_until = self.fence_until.max(expiry(now, deadline, self.pad));
+        }
+    }
+
+    /// bump_fence (prelude.lua): a fence above the counter and the clock, written with the
+    /// counter's TTL, or [`BUMP_KEEP_MS`] when less is left (or none).
+    fn bump_fence(&mut self, now: u64) -> u64 {
+        let left = if self.fence == 0 {
+            0
+        } else {
+            self.fence_until.saturating_sub(now)
+        };
+        if left < BUMP_KEEP_MS {
+            self.fence_until = now + BUMP_KEEP_MS + self.pad;
+        }
+        self.fence = (self.fence + 1).max(now.saturating_mul(1000));
+        self.fence
+    }
+
+    /// The end of `refresh_ttls` in queue_common.lua: the fence lives as long as the holders
+    /// this step granted or renewed.
+    fn keep_fence_for_holders(&mut self, now: u64) {
+        if let Some(until) = self.queue.take_holders_until() {
+            self.keep_fence(now, until);
+        }
+    }
+
+    /// True when no key is left: no fence, no stored count, no hold or waiter, no leader
+    /// value. Such state is dropped.
     fn is_idle(&self) -> bool {
         self.fence == 0
             && self.lease.is_empty()
@@ -99,13 +186,13 @@ impl WakeUps {
 
 /// force_release.lua: drops every hold of both families (waiters stay), bumps the fence and
 /// wakes everyone; the new fence.
-fn force_release(state: &mut LockState) -> Step<u64> {
+fn force_release(state: &mut LockState, now: u64) -> Step<u64> {
     state.lease.drop_holds();
     state.queue.drop_holds();
-    state.fence += 1;
+    let fence = state.bump_fence(now);
     let mut wakes = WakeUps::default();
     wakes.all();
-    wakes.reply(state.fence)
+    wakes.reply(fence)
 }
 
 /// force_release_holder.lua: drops the one live hold whose token starts with `prefix`
@@ -128,13 +215,15 @@ fn force_release_holder(state: &mut LockState, now: u64, prefix: &str) -> Step<H
         (None, None) => unreachable!("one match"),
     };
     let fence_bumped = left == 0;
-    if fence_bumped {
-        state.fence += 1;
-    }
+    let fence = if fence_bumped {
+        state.bump_fence(now)
+    } else {
+        state.fence
+    };
     let mut wakes = WakeUps::default();
     wakes.all();
     wakes.reply(HolderEviction::Evicted {
-        fence: state.fence,
+        fence,
         fence_bumped,
     })
 }
@@ -161,6 +250,7 @@ fn force_release_holder(state: &mut LockState, now: u64, prefix: &str) -> Step<H
 pub struct MemoryStore {
     locks: Arc<StdMutex<HashMap<String, LockState>>>,
     hub: Arc<WakeHub>,
+    steps: Arc<AtomicU64>,
 }
 
 impl Default for MemoryStore {
@@ -182,7 +272,35 @@ impl MemoryStore {
         MemoryStore {
             locks: Arc::default(),
             hub: WakeHub::local(),
+            steps: Arc::default(),
         }
+    }
+
+    /// How many lock names still have state (in Redis: at least one key) at the wall clock.
+    /// A name whose holds all ended, and whose leases have lapsed, has none: its fence counter
+    /// and every other record expire with the holds, as the keys do on Redis. A count stored
+    /// with `set_permits` is kept.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// use std::sync::Arc;
+    /// use redis_locks::{testing::store::MemoryStore, LockClient};
+    /// let store = Arc::new(MemoryStore::new());
+    /// let client = LockClient::builder().store(store.clone())?;
+    /// let held = client.mutex("job-1").lock().await?;
+    /// assert_eq!(store.names_kept(), 1);
+    /// held.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn names_kept(&self) -> usize {
+        let now = wall_clock_ms();
+        let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+        locks.retain(|_, state| {
+            state.begin(now, 0);
+            !state.is_idle()
+        });
+        locks.len()
     }
 
     /// Runs one step on the lock's state at `now` (the wall clock unless given), then
@@ -193,12 +311,22 @@ impl MemoryStore {
         now: Option<u64>,
         f: impl FnOnce(&mut LockState, u64) -> Step<T>,
     ) -> T {
+        let pad = if now.is_some() { TTL_PAD_MS } else { 0 };
         let now = now.unwrap_or_else(wall_clock_ms);
         let channel = lock.channel();
         let Step { reply, wake_ups } = {
             let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+            if self.steps.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == SWEEP_EVERY - 1 {
+                // Names nobody touches any more go once their keys would have expired.
+                locks.retain(|_, state| {
+                    state.begin(now, pad);
+                    !state.is_idle()
+                });
+            }
             let state = locks.entry(channel.clone()).or_default();
+            state.begin(now, pad);
             let step = f(state, now);
+            state.keep_fence_for_holders(now);
             if state.is_idle() {
                 locks.remove(&channel);
             }
@@ -296,7 +424,7 @@ impl Store for MemoryStore {
     }
 
     async fn force_release(&self, lock: &LockKeys, now: Option<u64>) -> Result<u64> {
-        Ok(self.step(lock, now, |state, _| force_release(state)))
+        Ok(self.step(lock, now, force_release))
     }
 
     async fn force_release_holder(
@@ -383,6 +511,7 @@ impl Store for MemoryStore {
     ) -> Result<AcquireAll> {
         claim.check()?;
         super::check_parts(parts)?;
+        let pad = if now.is_some() { TTL_PAD_MS } else { 0 };
         let now = now.unwrap_or_else(wall_clock_ms);
         let mut published = Vec::new();
         let outcome = {
@@ -391,6 +520,7 @@ impl Store for MemoryStore {
             for (i, part) in parts.iter().enumerate() {
                 let channel = part.lock.channel();
                 let state = locks.entry(channel.clone()).or_default();
+                state.begin(now, pad);
                 let step = lease_lock::part_refusal(state, now, claim, part.slot);
                 published.push((channel, step.wake_ups));
                 if let Some(refusal) = step.reply {
@@ -461,9 +591,10 @@ mod tests {
         let mut state = LockState::default();
         let (a, b) = (claim("a", Slot::Write), claim("b", Slot::Write));
         let step = lease_lock::acquire(&mut state, 100, &a, false);
+        // The first fence is the clock in µs (100 ms); the next one the clock again (300 ms).
         assert!(matches!(
             step.reply,
-            Ok(Acquire::Granted(Grant { fence: 1, .. }))
+            Ok(Acquire::Granted(Grant { fence: 100_000, .. }))
         ));
         assert!(step.wake_ups.is_empty());
         let step = lease_lock::acquire(&mut state, 200, &b, true);
@@ -471,14 +602,14 @@ mod tests {
         let step = lease_lock::release(&mut state, 300, "a");
         assert!(step.reply);
         let grant = HandOff {
-            fence: 2,
+            fence: 300_000,
             until: Some(500),
         };
         assert_eq!(
             step.wake_ups,
             [WakeUp::Named(vec![Named::granted("b", grant)])]
         );
-        assert_eq!(step.wake_ups[0].to_string(), "b=2@500");
+        assert_eq!(step.wake_ups[0].to_string(), "b=300000@500");
     }
 
     #[test]
@@ -499,7 +630,7 @@ mod tests {
         assert_eq!(step.reply, Ok(2));
         assert_eq!(step.wake_ups.len(), 1);
         // A shared grant reports the last exclusive fence (a took all of 1 permit).
-        assert_eq!(step.wake_ups[0].to_string(), "b=1@400");
+        assert_eq!(step.wake_ups[0].to_string(), "b=100000@400");
         // Out of range: refused, nothing changes, nobody is woken.
         let forget = PermitChange::Forget { by: 2, base: 1 };
         let step = ticket_queue::set_permits(&mut state, 160, forget, 300);

@@ -59,6 +59,17 @@ impl Tat {
 
 impl RateLimit {
     /// True when only what key TTLs would clean up is left.
+    /// The latest deadline the limiter's keys live to, if any exists: the theoretical arrival
+    /// time and the waiters' heartbeats. (An admission kept for a retry is kept no longer
+    /// here once the rest expired.)
+    pub(super) fn last_deadline(&self) -> Option<u64> {
+        let tat = self.tat.map(|(ms, _, _)| ms);
+        [tat, self.heartbeats.max_score()]
+            .into_iter()
+            .flatten()
+            .max()
+    }
+
     pub(super) fn is_idle(&self) -> bool {
         self.tat.is_none() && self.queue.is_empty() && self.tickets == 0 && self.admitted.is_empty()
     }

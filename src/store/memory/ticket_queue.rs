@@ -33,6 +33,8 @@ pub(super) struct TicketQueue {
     /// `cap` as `~<n>` / `=<n>`: the capacity marker left by the queue's claims while it is
     /// in use, as (fixed, n). `None` while `permits` is stored (one key in Redis).
     capacity_mark: Option<(bool, u32)>,
+    /// The latest holder deadline the running step set (`H_UNTIL` in queue_common.lua).
+    holders_until: Option<u64>,
 }
 
 /// The member of `token` taking `weight` permits.
@@ -73,6 +75,18 @@ impl TicketQueue {
         self.holders.score(member)
     }
 
+    /// The latest deadline of the queue's keys (their TTLs end there), if any exists; none
+    /// while a count is stored (`cap` without TTL).
+    pub(super) fn last_deadline(&self) -> Option<u64> {
+        if self.permits.is_some() {
+            return Some(u64::MAX);
+        }
+        [self.holders.max_score(), self.heartbeats.max_score()]
+            .into_iter()
+            .flatten()
+            .max()
+    }
+
     /// True when no holder or waiter is left and no count is stored.
     pub(super) fn is_idle(&self) -> bool {
         self.holders.is_empty() && self.queue.is_empty() && self.permits.is_none()
@@ -97,6 +111,18 @@ impl TicketQueue {
     /// Drops every holder, keeping the waiters (force_release.lua).
     pub(super) fn drop_holds(&mut self) {
         self.holders = ZSet::default();
+    }
+
+    /// `hold_until`: records `member` as a holder until `deadline`; `refresh_ttls` then keeps
+    /// the fence alive as long (see [`LockState::keep_fence_for_holders`]).
+    fn hold_until(&mut self, member: &str, deadline: u64) {
+        self.holders.add(member, deadline);
+        self.holders_until = Some(self.holders_until.map_or(deadline, |d| d.max(deadline)));
+    }
+
+    /// The latest holder deadline this step set, taken (`H_UNTIL` in queue_common.lua).
+    pub(super) fn take_holders_until(&mut self) -> Option<u64> {
+        self.holders_until.take()
     }
 
     /// `prune`: drops lapsed holders, and waiters whose heartbeat lapsed.
@@ -191,11 +217,11 @@ fn promote(
     self_member: Option<&str>,
     wakes: &mut WakeUps,
 ) -> bool {
-    let q = &mut state.queue;
-    let mut free = cap.saturating_sub(q.permits_used());
+    let mut free = cap.saturating_sub(state.queue.permits_used());
     let mut named = Vec::new();
     let mut self_granted = false;
     while free > 0 {
+        let q = &mut state.queue;
         let Some((_, m)) = q.queue.first().cloned() else {
             break;
         };
@@ -208,9 +234,9 @@ fn promote(
         let until = q.heartbeats.score(&m).unwrap_or(now + claim_ms);
         q.queue.remove(&m);
         q.heartbeats.remove(&m);
-        q.holders.add(&m, until);
+        q.hold_until(&m, until);
         if w >= cap {
-            state.fence += 1;
+            state.next_fence(now, until);
         }
         if Some(m.as_str()) == self_member {
             self_granted = true;
@@ -288,7 +314,7 @@ fn attempt(
     };
     if q.holders.score(&member).is_some() {
         q.mark_capacity(mark);
-        q.holders.add(&member, now + lease);
+        q.hold_until(&member, now + lease);
         q.refresh();
         return granted(state.fence);
     }
@@ -304,10 +330,11 @@ fn attempt(
     if q.queue.score(&member).is_none() {
         if q.queue.is_empty() && q.permits_used() + w <= cap {
             if w >= cap {
-                state.fence += 1;
+                state.next_fence(now, now + lease);
             }
+            let q = &mut state.queue;
             q.mark_capacity(mark);
-            q.holders.add(&member, now + lease);
+            q.hold_until(&member, now + lease);
             q.refresh();
             return granted(state.fence);
         }
@@ -338,7 +365,7 @@ fn heartbeat(
     state.queue.heartbeats.add(member, heartbeat_until);
     if promote(state, now, cap, hb, Some(member), wakes) {
         let q = &mut state.queue;
-        q.holders.add(member, now + lease);
+        q.hold_until(member, now + lease);
         q.refresh();
         return Ok(Acquire::Granted(Grant {
             fence: state.fence,
@@ -387,8 +414,13 @@ pub(super) fn extend(state: &mut LockState, now: u64, claim: &Claim, lease: u64)
     q.prune(now);
     let renewed = q.holders.score(&member).is_some();
     if renewed {
-        q.holders.add(&member, now + lease);
+        q.hold_until(&member, now + lease);
         q.refresh();
+        // A leader's value lives as long as its lease.
+        if state.leader.is_some() {
+            let until = super::expiry(now, now + lease, state.pad);
+            state.leader_until = state.leader_until.max(until);
+        }
     }
     WakeUps::default().reply(renewed)
 }
@@ -406,8 +438,7 @@ pub(super) fn downgrade(state: &mut LockState, now: u64, claim: &Claim) -> Step<
         return wakes.reply(None);
     }
     q.holders.remove(&member);
-    q.holders
-        .add(&member_of(&claim.token, 1), now + ms(claim.lease));
+    q.hold_until(&member_of(&claim.token, 1), now + ms(claim.lease));
     promote(state, now, cap, ms(claim.heartbeat), None, &mut wakes);
     state.queue.refresh();
     wakes.reply(Some(state.fence))
