@@ -77,9 +77,8 @@ local BUMP_KEEP = 1000
 -- still takes a greater fence.
 local function bump_fence(key)
   local v = math.max(read_counter(key) + 1, NOW_US)
-  local ttl = redis.call('PTTL', key)
-  if ttl < BUMP_KEEP then ttl = BUMP_KEEP + TTL_PAD end
-  redis.call('SET', key, string.format('%d', v), 'PX', ttl)
+  redis.call('SET', key, string.format('%d', v), 'KEEPTTL')
+  keep_fence(key, NOW + BUMP_KEEP)
   return v
 end
 

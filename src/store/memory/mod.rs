@@ -116,18 +116,14 @@ impl LockState {
         }
     }
 
-    /// bump_fence (prelude.lua): a fence above the counter and the clock, written with the
-    /// counter's TTL, or [`BUMP_KEEP_MS`] when less is left (or none).
+    /// bump_fence (prelude.lua): a fence above the counter and the clock, written keeping the
+    /// counter's TTL, which then lasts at least [`BUMP_KEEP_MS`] more.
     fn bump_fence(&mut self, now: u64) -> u64 {
-        let left = if self.fence == 0 {
-            0
-        } else {
-            self.fence_until.saturating_sub(now)
-        };
-        if left < BUMP_KEEP_MS {
-            self.fence_until = now + BUMP_KEEP_MS + self.pad;
+        if self.fence == 0 {
+            self.fence_until = 0;
         }
         self.fence = (self.fence + 1).max(now.saturating_mul(1000));
+        self.keep_fence(now, now + BUMP_KEEP_MS);
         self.fence
     }
 
