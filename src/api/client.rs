@@ -166,6 +166,11 @@ impl LockClient {
         self.inner.holds.release_all().await
     }
 
+    /// The store behind this client, for the crate's own steps.
+    pub(crate) fn store_ref(&self) -> &Arc<dyn Store> {
+        &self.inner.store
+    }
+
     /// The client's live holds (feature `testing`: the simulations end runtimes there).
     #[cfg(feature = "testing")]
     pub(crate) fn holds(&self) -> &crate::engine::lease::Holds {

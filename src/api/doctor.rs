@@ -56,7 +56,7 @@ impl LockClient {
     /// ```
     pub async fn doctor(&self) -> Result<Report> {
         let mut findings = Vec::new();
-        match self.store().server_info().await {
+        match self.store_ref().server_info().await {
             Ok(infos) if infos.is_empty() => findings.push(
                 Finding::new("backend", "", Verdict::Fit)
                     .detail("the in-memory store: its locks are shared within this process only"),
