@@ -115,6 +115,29 @@ async fn every_primitive_works_on_a_cluster() {
     fair_lock_grants_in_arrival_order(&a, &b).await;
     waiter_is_woken_by_sharded_pubsub(&a, &b).await;
     thousand_names_spread_over_every_master(&cluster, &a).await;
+    doctor_checks_every_node(&cluster, &a).await;
+}
+
+/// `doctor` on a Cluster judges the settings of every node and runs its probes (scripts,
+/// wake-ups over sharded pub/sub) through the cluster.
+async fn doctor_checks_every_node(cluster: &RedisCluster, c: &LockClient) {
+    let report = c.doctor().await.expect("doctor");
+    for port in cluster.ports() {
+        let eviction = report
+            .findings
+            .iter()
+            .find(|f| f.check == "eviction" && f.server.ends_with(&format!(":{port}")))
+            .unwrap_or_else(|| panic!("no eviction finding for node {port}: {report:?}"));
+        assert_eq!(eviction.verdict, redis_locks::Verdict::Fit, "{eviction:?}");
+    }
+    for check in ["scripts", "wake-ups"] {
+        let f = report
+            .findings
+            .iter()
+            .find(|f| f.check == check)
+            .expect(check);
+        assert_eq!(f.verdict, redis_locks::Verdict::Fit, "{f:?}");
+    }
 }
 
 /// A rate limiter's keys share one slot; its waiters are admitted in order, and the one

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis_locks::{Error, LockClient, LockClientBuilder, Preference};
+use redis_locks::{Error, LockClient, LockClientBuilder, Preference, Verdict};
 use support::backend::EVENTUALLY;
 use support::history::{History, Kind};
 use support::RedisServer;
@@ -33,6 +33,33 @@ impl Quorum {
         let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
         builder.quorum(&urls).await.expect("connect quorum")
     }
+}
+
+/// `doctor` in quorum mode judges every server's settings (here one of three may evict lock
+/// keys: the report is unfit and names it) and runs its probes over the majority.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_judges_every_server_of_a_quorum() {
+    let q = Quorum::start();
+    q.servers[1].cli(&["CONFIG", "SET", "maxmemory", "10mb"]);
+    q.servers[1].cli(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]);
+    let c = q.client().await;
+    let report = c.doctor().await.expect("doctor");
+    for (i, server) in q.servers.iter().enumerate() {
+        let eviction = report
+            .findings
+            .iter()
+            .find(|f| f.check == "eviction" && f.server.ends_with(&format!(":{}", server.port())))
+            .unwrap_or_else(|| panic!("no eviction finding for server {i}: {report:?}"));
+        let want = if i == 1 { Verdict::Unfit } else { Verdict::Fit };
+        assert_eq!(eviction.verdict, want, "server {i}: {eviction:?}");
+    }
+    assert_eq!(report.verdict(), Verdict::Unfit);
+    let scripts = report
+        .findings
+        .iter()
+        .find(|f| f.check == "scripts")
+        .expect("scripts");
+    assert_eq!(scripts.verdict, Verdict::Fit, "{scripts:?}");
 }
 
 /// 16 tasks on two clients take turns on one quorum Mutex, `rounds` holds each, every hold
