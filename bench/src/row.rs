@@ -10,7 +10,6 @@ pub enum Target {
     AtLeast(f64),
     Equals(f64),
     AtMostBaselinePlus(f64),
-    EqualsBaseline,
 }
 
 impl Target {
@@ -24,7 +23,6 @@ impl Target {
             Target::AtLeast(x) => value >= x,
             Target::Equals(x) => value == x,
             Target::AtMostBaselinePlus(x) => value <= baseline? + x,
-            Target::EqualsBaseline => value == baseline?,
         })
     }
 
@@ -37,7 +35,6 @@ impl Target {
             Target::AtLeast(x) => format!(">= {x}"),
             Target::Equals(x) => format!("= {x}"),
             Target::AtMostBaselinePlus(x) => format!("<= baseline + {x}"),
-            Target::EqualsBaseline => "= baseline".into(),
         }
     }
 }
