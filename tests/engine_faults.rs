@@ -36,7 +36,10 @@ async fn all_free(c: &LockClient, names: &[&str]) -> bool {
 // ------------------------------------------------------------------------------------------
 
 /// Cancelled mutex acquisitions (dropped after 0..20 ms while another client holds the lock)
-/// leave nothing: once the holder releases, a third client gets the lock at once.
+/// leave nothing: once the holder releases, a third client gets the lock within 1 s (the lease
+/// and heartbeat are 30 s). A wait cancelled just before the release may still be announced
+/// when it comes, and be handed the lock; its withdrawal, sent in the background when the
+/// wait was dropped, then gives it back.
 async fn cancelled_lock_waits_leave_nothing(b: Backend) {
     let holder = b.client().await;
     let waiter = b.client().await;
@@ -47,8 +50,16 @@ async fn cancelled_lock_waits_leave_nothing(b: Backend) {
         let _ = timeout(ms(i % 21), waiter.mutex(name).lock()).await;
     }
     g.release().await.expect("release");
-    let got = other.mutex(name).try_lock().await.granted("try_lock");
-    assert!(got.is_some(), "[{}] a cancelled wait left a claim", b.kind);
+    within(ms(1_000), "mutex free for a third client", async || {
+        let got = other.mutex(name).try_lock().await.granted("try_lock");
+        if let Some(g) = got {
+            g.release().await.expect("release");
+            true
+        } else {
+            false
+        }
+    })
+    .await;
     let info = other.mutex(name).inspect().await.expect("inspect");
     assert!(
         info.waiters.is_empty(),
