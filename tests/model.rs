@@ -713,12 +713,7 @@ impl Rig {
 }
 
 fn model_cases() -> u32 {
-    match std::env::var("MODEL_CASES") {
-        Ok(v) => v
-            .parse()
-            .unwrap_or_else(|_| panic!("MODEL_CASES must be a number of cases, not {v:?}")),
-        Err(_) => DEFAULT_CASES,
-    }
+    support::env_u32("MODEL_CASES", DEFAULT_CASES)
 }
 
 /// The model check of one primitive; failures are kept in `regressions` and replayed first.

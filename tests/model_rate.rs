@@ -210,10 +210,7 @@ async fn same_state(
 }
 
 fn cases() -> u32 {
-    std::env::var("MODEL_CASES")
-        .ok()
-        .map(|v| v.parse().expect("MODEL_CASES is a number"))
-        .unwrap_or(DEFAULT_CASES)
+    support::env_u32("MODEL_CASES", DEFAULT_CASES)
 }
 
 /// One redis-server and a runtime to drive it.
