@@ -12,5 +12,6 @@ pub(crate) mod info;
 pub mod kind;
 pub(crate) mod multi;
 pub(crate) mod mutex;
+pub(crate) mod resume;
 pub(crate) mod rwlock;
 pub(crate) mod semaphore;

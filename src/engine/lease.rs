@@ -7,7 +7,7 @@
 //! restarts that from its own send instant.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, Weak};
 use std::time::Duration;
 
@@ -61,6 +61,10 @@ struct Shared {
     validity: watch::Sender<Validity>,
     requests: tokio::sync::Mutex<Requests>,
     renewer: StdMutex<Renewer>,
+    /// Guards of this hold that neither released nor detached it: a hold resumed from its id
+    /// in the client that holds it already gets a second guard on this one lease owner
+    /// (`Hold::resume`). Renewals stop when the last one detaches.
+    guards: AtomicUsize,
 }
 
 /// Where a hold's renewals stand. A hold that renews has exactly one entry in its client's
@@ -92,6 +96,9 @@ struct Plan {
     opts: Options,
     /// Stop after the first confirmed renewal (a handed-over grant with auto-renewal off).
     once: bool,
+    /// No renewal is sent from then on (`max_hold` after the grant): the trust then runs out,
+    /// `lost()` fires, and the server's lease lapses within one lease.
+    renew_until: Option<Instant>,
 }
 
 /// When the renewal after a confirmed request is due: a renewal interval after the send of
@@ -275,6 +282,11 @@ impl Shared {
             return;
         };
         if *d != due || plan.id != id {
+            return;
+        }
+        if plan.renew_until.is_some_and(|end| Instant::now() >= end) {
+            // Past `max_hold`: the driver took the entry out already; renewals end here.
+            *renewer = Renewer::Off;
             return;
         }
         let back_at = if in_flight.as_ref().is_some_and(|t| !t.is_finished()) {
@@ -690,6 +702,24 @@ impl Holds {
             .any(|shared| shared.lock.name() == name && !shared.validity.borrow().lost)
     }
 
+    /// The live (not lost) hold of this client on lock `name` that `claim` names (same token
+    /// and slot), with its registry entry: the lease owner a resume or a step by id of that
+    /// hold goes through.
+    fn find(&self, name: &str, claim: &Claim) -> Option<(u64, Arc<Shared>)> {
+        self.live
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter_map(|(id, weak)| Some((*id, weak.upgrade()?)))
+            .find(|(_, shared)| {
+                let own = shared.claim();
+                shared.lock.name() == name
+                    && own.token == claim.token
+                    && own.slot == claim.slot
+                    && !shared.validity.borrow().lost
+            })
+    }
+
     fn unregister(&self, id: u64) {
         self.live
             .lock()
@@ -868,6 +898,7 @@ impl Hold {
             validity,
             requests: tokio::sync::Mutex::default(),
             renewer: StdMutex::new(Renewer::Off),
+            guards: AtomicUsize::new(1),
         });
         let id = shared.holds.register(&shared);
         let once = match first {
@@ -881,6 +912,9 @@ impl Hold {
                 runtime: current_runtime().expect("a hold is made inside a tokio runtime"),
                 opts: opts.clone(),
                 once,
+                renew_until: opts
+                    .max_hold
+                    .map(|d| crate::vocab::options::later(trusted_from, d)),
             };
             let due = match first {
                 FirstRenewal::Scheduled => {
@@ -925,6 +959,21 @@ impl Hold {
     #[cfg(feature = "testing")]
     pub(crate) fn token(&self) -> String {
         self.shared.claim().token
+    }
+
+    /// The claim the store knows this hold by (its slot follows a downgrade).
+    pub(crate) fn claim(&self) -> Claim {
+        self.shared.claim()
+    }
+
+    /// Gives this guard up without releasing the hold: the server's lease runs on until its
+    /// deadline. Renewals stop unless another guard of this hold (a resume in this client)
+    /// still lives; the hold leaves the client's registry with its last guard.
+    pub(crate) fn detach(mut self) {
+        self.released = true;
+        if self.shared.guards.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.stop_renewing();
+        }
     }
 
     pub(crate) fn is_held(&self) -> bool {
@@ -1048,7 +1097,106 @@ impl Hold {
     }
 }
 
+/// Resuming a hold from its id, and releasing or extending a hold by its id: each goes
+/// through the hold's lease owner when this client has one, and is one owner-checked store
+/// step otherwise.
+impl Hold {
+    /// Turns `claim` (a hold id's token and slot, with the handle's lease) back into a hold
+    /// after one owner-checked step that renews the lease (the store's `extend`); trusted
+    /// from that step's send, as a grant is. `Ok(None)`: the store holds nothing live for
+    /// the token (nothing was granted).
+    ///
+    /// When this client already has a live hold of that claim, the step goes through that
+    /// hold's lease owner (as an `extend` of the handle's lease) and the new guard shares it:
+    /// one trust, one renewal schedule, and a release through either guard ends both.
+    pub(crate) async fn resume(
+        (holds, store): (Arc<Holds>, Arc<dyn Store>),
+        lock: LockKeys,
+        claim: Claim,
+        fence: u64,
+        opts: Options,
+    ) -> Result<Option<Hold>> {
+        if let Some((id, shared)) = holds.find(lock.name(), &claim) {
+            // Counted before the step, so a detach of the other guard meanwhile does not
+            // stop the renewals this guard relies on.
+            shared.guards.fetch_add(1, Ordering::AcqRel);
+            let joined = Hold {
+                shared,
+                id,
+                released: false,
+            };
+            joined.shared.set_lease(claim.lease);
+            return match joined.shared.request(false).await {
+                Ok(true) => Ok(Some(joined)),
+                Ok(false) => {
+                    joined.detach();
+                    Ok(None)
+                }
+                Err(err) => {
+                    joined.detach();
+                    Err(err)
+                }
+            };
+        }
+        let mut delay = Duration::from_millis(20);
+        for attempt in 0.. {
+            let sent_at = Instant::now();
+            match store.extend(&lock, &claim, claim.lease, None).await {
+                Ok(true) => {
+                    let hold = Hold::new((holds, store), lock, claim, fence, sent_at, opts);
+                    return Ok(Some(hold));
+                }
+                Ok(false) => return Ok(None),
+                // A lost reply: the renewal is idempotent (each one sets the same lease from
+                // its own arrival), so it is sent again and trusted from the confirmed send.
+                Err(err) if err.is_retryable() && attempt < 3 => {
+                    tokio::time::sleep(delay).await;
+                    delay *= 2;
+                }
+                Err(err) => return Err(err),
+            }
+        }
+        unreachable!("the loop returns")
+    }
+}
+
+/// Releases the hold `claim` names without a guard. This client's guards of that hold are
+/// marked lost first (their renewals stop), so none trusts a lease released under it.
+pub(crate) async fn release_by_id(
+    (holds, store): (&Holds, &dyn Store),
+    lock: &LockKeys,
+    claim: &Claim,
+) -> Result<bool> {
+    if let Some((_, shared)) = holds.find(lock.name(), claim) {
+        shared.stop_renewer();
+        shared.mark_lost("released by its hold id");
+    }
+    release_with_retry(store, lock, claim).await
+}
+
+/// Renews the hold `claim` names to `lease` from now, without a guard; `Ok(false)`: it
+/// holds nothing live. When this client has a guard of that hold, the request goes through
+/// its lease owner, so its trust and renewals follow the new lease.
+pub(crate) async fn extend_by_id(
+    (holds, store): (&Holds, &dyn Store),
+    lock: &LockKeys,
+    claim: &Claim,
+    lease: Duration,
+) -> Result<bool> {
+    crate::vocab::options::check_duration("lease", lease)?;
+    if let Some((_, shared)) = holds.find(lock.name(), claim) {
+        shared.set_lease(lease);
+        return shared.request(false).await;
+    }
+    retrying(|| store.extend(lock, claim, lease, None)).await.0
+}
+
 impl Shared {
+    /// The lease every later request of this hold asks for (an `extend`'s).
+    fn set_lease(&self, lease: Duration) {
+        self.claim.lock().unwrap_or_else(|p| p.into_inner()).lease = lease;
+    }
+
     fn mark_lost_quietly(&self) {
         self.validity.send_modify(Validity::lose);
     }
@@ -1137,8 +1285,9 @@ fn warn_dropped_outside_a_runtime(name: &str, lease: Duration) {
 
 impl Drop for Hold {
     fn drop(&mut self) {
-        self.stop_renewing();
+        // A released or detached hold left the renewals (or kept them for another guard).
         if !self.released {
+            self.stop_renewing();
             self.shared.mark_lost_quietly();
             release_in_background(
                 self.shared.store.clone(),

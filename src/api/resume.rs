@@ -1,0 +1,218 @@
+//! Holds that cross process boundaries: a guard's [`HoldId`], [`Guard::detach`], and resume
+//! (a hold id back into a live guard) on the handles.
+//!
+//! A resume is one owner-checked step on the server that renews the hold's lease (the
+//! store's `extend` of the id's token and slot), and the guard it makes enters the lease
+//! owner exactly as a grant's does: trusted from that step's send, renewed on the handle's
+//! options. See `docs/decisions/hold-ids.md`.
+
+use crate::api::guard::Guard;
+use crate::api::handle::Lock;
+use crate::api::kind::{self, Kind};
+use crate::engine::wait::LockCtx;
+use crate::vocab::claim::Preference;
+use crate::vocab::error::{Error, Result};
+use crate::vocab::hold_id::{kind_text, HoldId};
+
+impl<K: Kind> Guard<K> {
+    /// The id of this hold, to hand to another process (or a later run of this one); the
+    /// guard keeps the hold and goes on renewing it. Resuming the id while this guard lives
+    /// makes a second guard of the same hold (see [`Lock::resume`](crate::Lock)). To hand
+    /// the hold over for good, [`detach`](Guard::detach) instead.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let guard = client.fair_lock("jobs").lock().await?;
+    /// let id = guard.hold_id();
+    /// assert_eq!(id.name(), "jobs");
+    /// assert_eq!(id.fencing_token(), guard.fencing_token());
+    /// assert!(guard.is_held());
+    /// # Ok(()) }
+    /// ```
+    pub fn hold_id(&self) -> HoldId {
+        let claim = self.hold.claim();
+        let request = self.kind.request(claim.slot);
+        HoldId::new(self.name(), request, claim.token, self.fencing_token())
+    }
+
+    /// Gives the guard up *without* releasing the hold, and returns its id: renewals stop
+    /// here and the server's lease runs on until its deadline (at most one lease from the
+    /// last renewal), for another process to [`resume`](crate::Lock::resume), extend or
+    /// release by id. If nobody does, the lock frees itself when the lease lapses.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let mutex = client.mutex("job-17");
+    /// let id = mutex.lock().await?.detach();
+    /// // Still held on the server:
+    /// assert!(mutex.try_lock().await.unwrap_err().is_would_block());
+    /// assert!(client.release_hold(&id).await?);
+    /// # Ok(()) }
+    /// ```
+    pub fn detach(self) -> HoldId {
+        let id = self.hold_id();
+        self.hold.detach();
+        id
+    }
+}
+
+/// What a handle of kind `G` says it resumes, for a kind mismatch.
+fn expected<G: Kind>(preference: Option<Preference>) -> String {
+    match preference {
+        Some(p) => format!("{} ({p:?} preference)", G::NAME),
+        None => G::NAME.to_owned(),
+    }
+}
+
+/// Resumes `id` as a guard of kind `G` on `ctx` (whose name is the id's); `preference`, when
+/// given, must be the id's too.
+pub(crate) async fn resume_in<G: Kind>(
+    ctx: &LockCtx,
+    id: &HoldId,
+    preference: Option<Preference>,
+) -> Result<Guard<G>> {
+    let mismatch = || Error::HoldKindMismatch {
+        name: id.name().to_owned(),
+        expected: expected::<G>(preference),
+        found: kind_text(id.request()),
+    };
+    let kind = G::from_request(id.request()).ok_or_else(mismatch)?;
+    if let Some(p) = preference {
+        let id_preference = match id.request() {
+            crate::store::Request::Read(q) | crate::store::Request::Write(q) => Some(q),
+            _ => None,
+        };
+        if id_preference != Some(p) {
+            return Err(mismatch());
+        }
+    }
+    let claim = id.claim(ctx.opts.lease, ctx.opts.heartbeat());
+    match ctx.resume(claim, id.fencing_token()).await? {
+        Some(hold) => Ok(Guard::new(hold, kind)),
+        None => Err(Error::HoldGone {
+            name: id.name().to_owned(),
+        }),
+    }
+}
+
+impl<K: Kind> Lock<K> {
+    /// Resumes `id` on this handle: its name must be the id's.
+    pub(crate) async fn resume_as<G: Kind>(
+        &self,
+        id: &HoldId,
+        preference: Option<Preference>,
+    ) -> Result<Guard<G>> {
+        if *self.ctx.name != *id.name() {
+            return Err(Error::HoldNameMismatch {
+                expected: self.ctx.name.to_string(),
+                found: id.name().to_owned(),
+            });
+        }
+        resume_in(&self.ctx, id, preference).await
+    }
+}
+
+/// Resume on the handles whose guard is of their own kind.
+macro_rules! resume_method {
+    ($kind:ty, $make:literal, $take:literal) => {
+        impl Lock<$kind> {
+            #[doc = "Turns a hold id (from [`Guard::hold_id`] or [`Guard::detach`], in this \
+                     process or another) back into a live guard, with this handle's options \
+                     (lease, auto-renewal, `max_hold`). One owner-checked step on the server \
+                     renews the hold's lease; the guard is trusted from that step's send, as \
+                     after any grant, and keeps the id's fencing token."]
+            #[doc = ""]
+            #[doc = "Fails with [`Error::HoldGone`] when the hold lapsed, was released, \
+                     downgraded or evicted (nothing is granted), [`Error::HoldKindMismatch`] \
+                     or [`Error::HoldNameMismatch`] when the id is for another kind of hold or \
+                     another name (nothing is sent)."]
+            #[doc = ""]
+            #[doc = "**Two guards, one hold.** Resuming an id whose hold still has a guard \
+                     makes a second guard of the *same* hold: a release (or drop) through \
+                     either ends it for both. In this client the two share one lease owner, so \
+                     each knows at once; a guard in another process learns it at its next \
+                     renewal (its `lost()` fires then), and until then trusts a lease that \
+                     was released under it. Hand a hold over with `detach()` when only one \
+                     process should hold it."]
+            #[doc = ""]
+            #[doc = "```"]
+            #[doc = "# #[tokio::main(flavor = \"current_thread\")]"]
+            #[doc = "# async fn main() -> redis_locks::Result<()> {"]
+            #[doc = "let client = redis_locks::LockClient::in_memory();"]
+            #[doc = concat!("let handle = ", $make, ";")]
+            #[doc = concat!("let text = handle", $take, ".await?.detach().to_string();")]
+            #[doc = "// ... in the process that finishes the work:"]
+            #[doc = "let id: redis_locks::HoldId = text.parse()?;"]
+            #[doc = "let guard = handle.resume(&id).await?;"]
+            #[doc = "assert_eq!(guard.fencing_token(), id.fencing_token());"]
+            #[doc = "assert!(guard.release().await?);"]
+            #[doc = "# Ok(()) }"]
+            #[doc = "```"]
+            #[doc = ""]
+            #[doc = "# Cancel safety"]
+            #[doc = "If cancelled, the renewal may have happened: the hold is then as before \
+                     (its lease renewed), and no guard has it."]
+            pub async fn resume(&self, id: &HoldId) -> Result<Guard<$kind>> {
+                self.resume_as(id, None).await
+            }
+        }
+    };
+}
+
+resume_method!(kind::Mutex, "client.mutex(\"job\")", ".lock()");
+resume_method!(kind::FairLock, "client.fair_lock(\"job\")", ".lock()");
+resume_method!(
+    kind::Semaphore,
+    "client.semaphore(\"job\", 3)",
+    ".acquire()"
+);
+
+impl Lock<kind::RwLock> {
+    /// Turns the id of a read hold of this RwLock (same name and preference) back into a
+    /// live [`ReadGuard`](crate::ReadGuard); see [`Lock::resume`](struct.Lock.html#method.resume)
+    /// for what resuming does and its errors.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let prices = client.rwlock("prices");
+    /// let id = prices.read().await?.detach();
+    /// let guard = prices.resume_read(&id).await?;
+    /// assert!(prices.resume_write(&id).await.unwrap_err().is_invalid_input());
+    /// assert!(guard.release().await?);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// As for [`Lock::resume`](struct.Lock.html#method.resume).
+    pub async fn resume_read(&self, id: &HoldId) -> Result<Guard<kind::Read>> {
+        self.resume_as(id, Some(self.kind.preference)).await
+    }
+
+    /// Turns the id of a write hold of this RwLock (same name and preference) back into a
+    /// live [`WriteGuard`](crate::WriteGuard); see
+    /// [`Lock::resume`](struct.Lock.html#method.resume) for what resuming does and its
+    /// errors. The id of a write hold that was downgraded since is gone.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let prices = client.rwlock("prices");
+    /// let id = prices.write().await?.detach();
+    /// let guard = prices.resume_write(&id).await?;
+    /// assert!(guard.release().await?);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// As for [`Lock::resume`](struct.Lock.html#method.resume).
+    pub async fn resume_write(&self, id: &HoldId) -> Result<Guard<kind::Write>> {
+        self.resume_as(id, Some(self.kind.preference)).await
+    }
+}
