@@ -353,6 +353,7 @@ async fn release_by_id_ends_every_guard(b: Backend) {
     let id = g.hold_id();
     let elsewhere = other
         .mutex("release-ends")
+        .lease(ms(600))
         .resume(&id)
         .await
         .expect("resume");

@@ -65,6 +65,10 @@ struct Shared {
     /// in the client that holds it already gets a second guard on this one lease owner
     /// (`Hold::resume`). Renewals stop when the last one detaches.
     guards: AtomicUsize,
+    /// A release of this hold was sent (or is about to be). The hold stays in its client's
+    /// registry until that release is answered, so a resume of its id in this client finds
+    /// it and is refused instead of renewing a lease the release then ends under it.
+    releasing: std::sync::atomic::AtomicBool,
 }
 
 /// Where a hold's renewals stand. A hold that renews has exactly one entry in its client's
@@ -82,7 +86,7 @@ enum Renewer {
     /// In the schedule of `plan.runtime` at `due`; the renewal sent, if one is in flight.
     Scheduled {
         due: Instant,
-        plan: Plan,
+        plan: Box<Plan>,
         in_flight: Option<AbortHandle>,
     },
 }
@@ -702,9 +706,9 @@ impl Holds {
             .any(|shared| shared.lock.name() == name && !shared.validity.borrow().lost)
     }
 
-    /// The live (not lost) hold of this client on lock `name` that `claim` names (same token
-    /// and slot), with its registry entry: the lease owner a resume or a step by id of that
-    /// hold goes through.
+    /// The hold of this client on lock `name` that `claim` names (same token and slot), with
+    /// its registry entry: the lease owner a resume or a step by id of that hold goes
+    /// through. It may be lost, or releasing (its release not answered yet).
     fn find(&self, name: &str, claim: &Claim) -> Option<(u64, Arc<Shared>)> {
         self.live
             .lock()
@@ -713,10 +717,7 @@ impl Holds {
             .filter_map(|(id, weak)| Some((*id, weak.upgrade()?)))
             .find(|(_, shared)| {
                 let own = shared.claim();
-                shared.lock.name() == name
-                    && own.token == claim.token
-                    && own.slot == claim.slot
-                    && !shared.validity.borrow().lost
+                shared.lock.name() == name && own.token == claim.token && own.slot == claim.slot
             })
     }
 
@@ -753,22 +754,20 @@ impl Holds {
 
     pub(crate) async fn release_all(&self) -> Result<usize> {
         let holds: Vec<(u64, Arc<Shared>)> = {
-            let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
-            let holds = live
-                .iter()
+            let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+            live.iter()
                 .filter_map(|(id, weak)| Some((*id, weak.upgrade()?)))
-                .collect();
-            live.clear();
-            holds
+                .collect()
         };
         let mut releases = tokio::task::JoinSet::new();
-        for (_, shared) in holds {
+        for (id, shared) in holds {
             // Released by token here: no renewal may go on (it would be refused anyway).
-            shared.stop_renewer();
-            shared.mark_lost_quietly();
+            shared.begin_release();
             releases.spawn(async move {
                 let claim = shared.claim();
-                release_with_retry(&*shared.store, &shared.lock, &claim).await
+                let outcome = release_with_retry(&*shared.store, &shared.lock, &claim).await;
+                shared.holds.unregister(id);
+                outcome
             });
         }
         let (mut released, mut first_error) = (0, None);
@@ -899,6 +898,7 @@ impl Hold {
             requests: tokio::sync::Mutex::default(),
             renewer: StdMutex::new(Renewer::Off),
             guards: AtomicUsize::new(1),
+            releasing: std::sync::atomic::AtomicBool::new(false),
         });
         let id = shared.holds.register(&shared);
         let once = match first {
@@ -927,7 +927,7 @@ impl Hold {
             let mut renewer = shared.renewer.lock().unwrap_or_else(|p| p.into_inner());
             *renewer = Renewer::Scheduled {
                 due,
-                plan: plan.clone(),
+                plan: Box::new(plan.clone()),
                 in_flight: None,
             };
             shared.holds.renewals.add(plan.runtime, due, id, &shared);
@@ -1038,12 +1038,14 @@ impl Hold {
     }
 
     pub(crate) async fn release(mut self) -> Result<bool> {
-        self.stop_renewing();
         self.released = true;
-        self.shared.mark_lost_quietly();
+        self.shared.begin_release();
         let claim = self.shared.claim();
         crate::engine::telemetry::held(&claim.slot, self.shared.granted_at.elapsed());
-        release_with_retry(&*self.shared.store, &self.shared.lock, &claim).await
+        let outcome = release_with_retry(&*self.shared.store, &self.shared.lock, &claim).await;
+        // Registered until answered: a resume meanwhile finds it releasing.
+        self.shared.holds.unregister(self.id);
+        outcome
     }
 
     /// Turns the exclusive hold into a shared one (`shared_slot`) atomically, in place: the
@@ -1116,7 +1118,17 @@ impl Hold {
         fence: u64,
         opts: Options,
     ) -> Result<Option<Hold>> {
-        if let Some((id, shared)) = holds.find(lock.name(), &claim) {
+        let found = holds.find(lock.name(), &claim);
+        if found
+            .as_ref()
+            .is_some_and(|(_, shared)| shared.is_releasing())
+        {
+            return Ok(None);
+        }
+        // A lost hold (no renewal confirmed in time) may still be live on the server: the
+        // resume asks it afresh below.
+        let live = found.filter(|(_, shared)| !shared.validity.borrow().lost);
+        if let Some((id, shared)) = live {
             // Counted before the step, so a detach of the other guard meanwhile does not
             // stop the renewals this guard relies on.
             shared.guards.fetch_add(1, Ordering::AcqRel);
@@ -1168,8 +1180,7 @@ pub(crate) async fn release_by_id(
     claim: &Claim,
 ) -> Result<bool> {
     if let Some((_, shared)) = holds.find(lock.name(), claim) {
-        shared.stop_renewer();
-        shared.mark_lost("released by its hold id");
+        shared.begin_release();
     }
     release_with_retry(store, lock, claim).await
 }
@@ -1185,13 +1196,30 @@ pub(crate) async fn extend_by_id(
 ) -> Result<bool> {
     crate::vocab::options::check_duration("lease", lease)?;
     if let Some((_, shared)) = holds.find(lock.name(), claim) {
-        shared.set_lease(lease);
-        return shared.request(false).await;
+        if shared.is_releasing() {
+            return Ok(false);
+        }
+        if !shared.validity.borrow().lost {
+            shared.set_lease(lease);
+            return shared.request(false).await;
+        }
     }
     retrying(|| store.extend(lock, claim, lease, None)).await.0
 }
 
 impl Shared {
+    /// A release of this hold starts: renewals stop, every guard of it is lost, and a resume
+    /// of its id in this client is refused from now on.
+    fn begin_release(&self) {
+        self.releasing.store(true, Ordering::Release);
+        self.stop_renewer();
+        self.mark_lost_quietly();
+    }
+
+    fn is_releasing(&self) -> bool {
+        self.releasing.load(Ordering::Acquire)
+    }
+
     /// The lease every later request of this hold asks for (an `extend`'s).
     fn set_lease(&self, lease: Duration) {
         self.claim.lock().unwrap_or_else(|p| p.into_inner()).lease = lease;
@@ -1287,13 +1315,24 @@ impl Drop for Hold {
     fn drop(&mut self) {
         // A released or detached hold left the renewals (or kept them for another guard).
         if !self.released {
-            self.stop_renewing();
-            self.shared.mark_lost_quietly();
-            release_in_background(
-                self.shared.store.clone(),
-                self.shared.lock.clone(),
-                self.shared.claim(),
-            );
+            self.shared.begin_release();
+            let shared = self.shared.clone();
+            let id = self.id;
+            let release = async move {
+                let claim = shared.claim();
+                if let Err(err) = release_with_retry(&*shared.store, &shared.lock, &claim).await {
+                    tracing::debug!(lock = shared.lock.name(), %err, "background release failed; the lease will lapse");
+                }
+                // Registered until answered: a resume meanwhile finds it releasing.
+                shared.holds.unregister(id);
+            };
+            if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                handle.spawn(release);
+            } else {
+                self.shared.holds.unregister(self.id);
+                let claim = self.shared.claim();
+                warn_dropped_outside_a_runtime(self.shared.lock.name(), claim.lease);
+            }
         }
     }
 }
