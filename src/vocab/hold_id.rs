@@ -327,6 +327,19 @@ mod tests {
         assert!(!err.contains("s3cr3t"), "{err}");
     }
 
+    #[cfg(feature = "serde")]
+    #[test]
+    fn serde_reads_the_text_form() {
+        use serde::de::value::{Error as ValueError, StrDeserializer};
+        use serde::Deserialize;
+        let id = HoldId::new("jobs", Request::FairLock, TOKEN.into(), 9);
+        let text = id.to_string();
+        let back = HoldId::deserialize(StrDeserializer::<ValueError>::new(&text)).expect("id");
+        assert_eq!(back, id);
+        let bad = HoldId::deserialize(StrDeserializer::<ValueError>::new("rlh1:fair:9"));
+        assert!(bad.unwrap_err().to_string().contains("malformed hold id"));
+    }
+
     #[test]
     fn debug_shows_only_a_prefix_of_the_token() {
         let id = HoldId::new("n", Request::Mutex, TOKEN.into(), 1);
