@@ -212,14 +212,20 @@ mod tests {
         for _ in 0..rounds {
             let token = next();
             for (i, c) in token[SHOWN_LEN..].bytes().enumerate() {
-                let six = SECRET_ALPHABET.iter().position(|&a| a == c).expect("alphabet");
+                let six = SECRET_ALPHABET
+                    .iter()
+                    .position(|&a| a == c)
+                    .expect("alphabet");
                 seen[i][six] = true;
                 for bit in 0..6 {
                     ones[6 * i + bit] += u32::from((six >> bit) & 1 == 1);
                 }
             }
         }
-        assert!(seen.iter().all(|s| s.iter().all(|&v| v)), "a character misses values");
+        assert!(
+            seen.iter().all(|s| s.iter().all(|&v| v)),
+            "a character misses values"
+        );
         for (bit, n) in ones.iter().enumerate() {
             assert!((1600..2400).contains(n), "bit {bit} set in {n} of {rounds}");
         }
