@@ -90,3 +90,18 @@ fn two_services_exclude_each_other_on_one_shared_in_memory_store() {
     assert!(out.contains("held by Some(\"billing\")"), "{out}");
     assert!(out.contains("never inside a lock together: ok"), "{out}");
 }
+
+#[test]
+fn handover_crosses_processes_on_redis_and_clients_in_memory() {
+    let out = run("handover", None);
+    assert!(out.contains("backend: in-memory"), "{out}");
+    assert!(out.contains("handover ok"), "{out}");
+    let server = support::RedisServer::start();
+    let out = run("handover", Some(&server.url()));
+    assert!(out.contains("backend: Redis"), "{out}");
+    assert!(
+        out.contains("launcher: the scheduler exited; the lock is still held"),
+        "{out}"
+    );
+    assert!(out.contains("handover ok"), "{out}");
+}
