@@ -542,3 +542,76 @@ async fn resume_racing_the_release_of_the_same_hold(b: Backend) {
 }
 
 both_backends!(resume_racing_the_release_of_the_same_hold);
+
+/// A leader that detaches keeps leading (value and term) on the server; another client
+/// (a restarted process) resumes the leadership under the same term and value, and it
+/// resigns as any leadership does. A resigned leadership's id is gone.
+async fn leadership_resumes_under_its_term(b: Backend) {
+    let first = b.client().await;
+    let second = b.client().await;
+    let election = first.election("hold-election");
+    let leadership = election.campaign("10.0.0.7:9000").await.expect("campaign");
+    let term = leadership.term();
+    let id = leadership.detach();
+    let seen = second
+        .election("hold-election")
+        .leader()
+        .await
+        .expect("leader");
+    assert_eq!(
+        seen.map(|l| (l.value, l.term)),
+        Some(("10.0.0.7:9000".into(), term))
+    );
+    let resumed = second
+        .election("hold-election")
+        .resume(&id)
+        .await
+        .expect("resume");
+    assert_eq!((resumed.value(), resumed.term()), ("10.0.0.7:9000", term));
+    assert!(resumed.is_held());
+    assert!(resumed.resign().await.expect("resign"));
+    let err = second
+        .election("hold-election")
+        .resume(&id)
+        .await
+        .expect_err("resigned");
+    assert!(err.is_hold_gone(), "{err}");
+    assert_eq!(election.leader().await.expect("leader"), None);
+}
+
+both_backends!(leadership_resumes_under_its_term);
+
+/// The fair RwLock (ticket queue) resumes read and write holds too, and refuses the id of
+/// the other preference.
+async fn fair_rwlock_holds_resume(b: Backend) {
+    let c = b.client().await;
+    let other = b.client().await;
+    let fair = c.rwlock("fair-rw").preference(Preference::Fair);
+    let read = fair.read().await.expect("read").detach();
+    assert_eq!(read.kind(), "read-fair");
+    let r = other
+        .rwlock("fair-rw")
+        .preference(Preference::Fair)
+        .resume_read(&read)
+        .await
+        .expect("resume read");
+    let err = other
+        .rwlock("fair-rw")
+        .resume_read(&read)
+        .await
+        .expect_err("preference");
+    assert!(matches!(err, Error::HoldKindMismatch { .. }), "{err}");
+    assert!(r.release().await.expect("release"));
+    let write = fair.write().await.expect("write").detach();
+    let w = other
+        .rwlock("fair-rw")
+        .preference(Preference::Fair)
+        .resume_write(&write)
+        .await
+        .expect("resume write");
+    assert_eq!(w.fencing_token(), write.fencing_token());
+    assert!(fair.try_read().await.expect_err("held").is_would_block());
+    assert!(w.release().await.expect("release"));
+}
+
+both_backends!(fair_rwlock_holds_resume);

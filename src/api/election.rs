@@ -20,6 +20,7 @@ use std::time::Duration;
 use crate::api::fair_lock::{FairLock, FairLockGuard};
 use crate::store::{Claim, Store};
 use crate::vocab::error::{Error, Result};
+use crate::vocab::hold_id::HoldId;
 use crate::vocab::keys::LockKeys;
 
 /// Longest value a leader can proclaim, in bytes.
@@ -201,6 +202,40 @@ impl Election {
     pub async fn leader(&self) -> Result<Option<LeaderInfo>> {
         let ctx = &self.lock.ctx;
         ctx.store.leader(ctx.keys()?, None).await
+    }
+
+    /// Takes a leadership back from its hold id (from [`Leadership::hold_id`] or
+    /// [`Leadership::detach`], in this process or another): one owner-checked renewal of
+    /// the leader's lease (see [`Lock::resume`](crate::Lock)), then it leads on with the value
+    /// it proclaimed, under the same term. An id whose hold never proclaimed (a FairLock of
+    /// the same name) leads with an empty value until [`Leadership::proclaim`].
+    /// [`Error::HoldGone`] when the leadership ended meanwhile (its lease lapsed, it resigned,
+    /// someone else leads).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let election = client.election("scheduler");
+    /// let id = election.campaign("10.0.0.7:9000").await?.detach();
+    /// // ... a restarted process re-adopts it:
+    /// let leadership = election.resume(&id).await?;
+    /// assert_eq!((leadership.value(), leadership.term()), ("10.0.0.7:9000", id.fencing_token()));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// If cancelled, the leadership's lease may have been renewed; no `Leadership` has it.
+    pub async fn resume(&self, id: &HoldId) -> Result<Leadership> {
+        let guard = self.lock.resume(id).await?;
+        let term = guard.fencing_token();
+        match self.leader().await? {
+            Some(info) if info.term == term => Ok(Leadership {
+                guard: Some(guard),
+                value: info.value,
+            }),
+            _ => Leadership::begin(guard, String::new()).await,
+        }
     }
 
     /// Watches the leader: an [`Observer`] that yields who leads now, then every change of
@@ -412,6 +447,44 @@ impl Leadership {
     /// ```
     pub fn term(&self) -> u64 {
         self.guard().fencing_token()
+    }
+
+    /// The id of this leadership's hold, for [`Election::resume`] elsewhere; this leadership
+    /// goes on (resuming the id while it lives gives two leaderships of one term, as for
+    /// [`Guard::hold_id`](crate::Guard::hold_id)).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let leadership = client.election("scheduler").campaign("a").await?;
+    /// assert_eq!(leadership.hold_id().fencing_token(), leadership.term());
+    /// # Ok(()) }
+    /// ```
+    pub fn hold_id(&self) -> HoldId {
+        self.guard().hold_id()
+    }
+
+    /// Gives this leadership up *without* resigning: renewals stop, the value stays
+    /// proclaimed and the lease runs on, for [`Election::resume`] to take it back (a process
+    /// restarting in place). If nobody does, another candidate leads once the lease lapses.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let election = client.election("scheduler");
+    /// let id = election.campaign("a").await?.detach();
+    /// assert_eq!(election.leader().await?.map(|l| l.value), Some("a".into()));
+    /// # let _ = id;
+    /// # Ok(()) }
+    /// ```
+    pub fn detach(mut self) -> HoldId {
+        let guard = self
+            .guard
+            .take()
+            .expect("a leadership keeps its guard until it is consumed");
+        guard.detach()
     }
 
     /// The value proclaimed last.
