@@ -615,3 +615,69 @@ async fn fair_rwlock_holds_resume(b: Backend) {
 }
 
 both_backends!(fair_rwlock_holds_resume);
+
+/// A multi-lock's hold is one id per part: detached, the parts stay held; another client
+/// resumes them together under their fences; ids of other names or another preference are
+/// refused before anything is sent; a part that is gone makes the resume fail naming it.
+async fn multi_lock_holds_resume(b: Backend) {
+    let c = b.client().await;
+    let other = b.client().await;
+    let report = c.multi_rwlock(["mr-prices"], ["mr-report"]);
+    let guard = report.lock().await.expect("lock");
+    let fences: Vec<(String, u64)> = guard
+        .fencing_tokens()
+        .map(|(n, f)| (n.to_owned(), f))
+        .collect();
+    let ids = guard.detach();
+    assert_eq!(ids.len(), 2);
+    assert!(other
+        .rwlock("mr-report")
+        .try_read()
+        .await
+        .expect_err("held")
+        .is_would_block());
+    let texts: Vec<String> = ids.iter().map(ToString::to_string).collect();
+    let parsed: Vec<HoldId> = texts.iter().map(|t| t.parse().expect("id")).collect();
+
+    let err = other
+        .multi_lock(["mr-prices", "mr-x"])
+        .resume(&parsed)
+        .await
+        .expect_err("names");
+    assert!(matches!(err, Error::HoldNameMismatch { .. }), "{err}");
+    let reader = other
+        .multi_rwlock(["mr-prices"], ["mr-report"])
+        .preference(Preference::Reader);
+    let err = reader.resume(&parsed).await.expect_err("preference");
+    assert!(matches!(err, Error::HoldKindMismatch { .. }), "{err}");
+
+    let resumed = other
+        .multi_rwlock(["mr-prices"], ["mr-report"])
+        .resume(&parsed)
+        .await
+        .expect("resume");
+    assert!(resumed.is_held());
+    let again: Vec<(String, u64)> = resumed
+        .fencing_tokens()
+        .map(|(n, f)| (n.to_owned(), f))
+        .collect();
+    assert_eq!(again, fences);
+    let ids = resumed.detach();
+    assert!(other.release_hold(&ids[1]).await.expect("release one part"));
+    let err = other
+        .multi_rwlock(["mr-prices"], ["mr-report"])
+        .resume(&ids)
+        .await
+        .expect_err("a part is gone");
+    match err {
+        Error::HoldGone { name } => assert_eq!(name, ids[1].name()),
+        other => panic!("{other}"),
+    }
+    assert!(other
+        .release_hold(&ids[0])
+        .await
+        .expect("release the other part"));
+    assert!(lease_free(&other, "mr-report").await && lease_free(&other, "mr-prices").await);
+}
+
+both_backends!(multi_lock_holds_resume);

@@ -9,7 +9,10 @@
 use crate::api::guard::Guard;
 use crate::api::handle::Lock;
 use crate::api::kind::{self, Kind};
+use crate::api::multi::{MultiGuard, MultiLock};
+use crate::engine::lease::Hold;
 use crate::engine::wait::LockCtx;
+use crate::store::{Request, Slot};
 use crate::vocab::claim::Preference;
 use crate::vocab::error::{Error, Result};
 use crate::vocab::hold_id::{kind_text, HoldId};
@@ -83,7 +86,7 @@ pub(crate) async fn resume_in<G: Kind>(
     let kind = G::from_request(id.request()).ok_or_else(mismatch)?;
     if let Some(p) = preference {
         let id_preference = match id.request() {
-            crate::store::Request::Read(q) | crate::store::Request::Write(q) => Some(q),
+            Request::Read(q) | Request::Write(q) => Some(q),
             _ => None,
         };
         if id_preference != Some(p) {
@@ -214,5 +217,145 @@ impl Lock<kind::RwLock> {
     /// As for [`Lock::resume`](struct.Lock.html#method.resume).
     pub async fn resume_write(&self, id: &HoldId) -> Result<Guard<kind::Write>> {
         self.resume_as(id, Some(self.kind.preference)).await
+    }
+}
+
+/// The request a multi-lock part answers: its slot under the multi-lock's preference.
+fn part_request(slot: Slot, preference: Preference) -> Request {
+    match slot {
+        Slot::Read => Request::Read(preference),
+        _ => Request::Write(preference),
+    }
+}
+
+impl MultiGuard {
+    /// One hold id per part (a multi-lock's hold is one hold per name, all under one token),
+    /// in the guard's order; the guard keeps the holds. Each id is a `write-<preference>`
+    /// or `read-<preference>` hold: [`MultiLock::resume`] takes them back together, and an
+    /// RwLock handle (or `release_hold`, `extend_hold`) takes any one alone.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let guard = client.multi_lock(["from", "to"]).lock().await?;
+    /// let ids = guard.hold_ids();
+    /// assert_eq!(ids.len(), 2);
+    /// assert_eq!(ids[0].kind(), "write-writer");
+    /// # Ok(()) }
+    /// ```
+    pub fn hold_ids(&self) -> Vec<HoldId> {
+        self.holds
+            .iter()
+            .map(|hold| {
+                let claim = hold.claim();
+                let preference = match claim.policy {
+                    crate::store::Policy::Reader => Preference::Reader,
+                    crate::store::Policy::Writer => Preference::Writer,
+                };
+                let request = part_request(claim.slot, preference);
+                HoldId::new(hold.name(), request, claim.token, hold.fencing_token())
+            })
+            .collect()
+    }
+
+    /// Gives the guard up without releasing any part, and returns the parts' ids (see
+    /// [`hold_ids`](MultiGuard::hold_ids)): renewals stop, every lease runs on.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let transfer = client.multi_lock(["from", "to"]);
+    /// let ids = transfer.lock().await?.detach();
+    /// let guard = transfer.resume(&ids).await?;
+    /// assert!(guard.release().await?);
+    /// # Ok(()) }
+    /// ```
+    pub fn detach(mut self) -> Vec<HoldId> {
+        let ids = self.hold_ids();
+        for hold in std::mem::take(&mut self.holds) {
+            hold.detach();
+        }
+        ids
+    }
+}
+
+impl MultiLock {
+    /// Takes a multi-lock's hold back from the ids of its parts (from
+    /// [`MultiGuard::hold_ids`] or [`MultiGuard::detach`]): one owner-checked renewal per
+    /// part, each trusted from its send, with this multi-lock's options. The ids must name
+    /// exactly this multi-lock's names, each with its own kind (write or read) and this
+    /// preference, else [`Error::HoldNameMismatch`] or [`Error::HoldKindMismatch`] and
+    /// nothing is sent. If any part is gone, the result is [`Error::HoldGone`] naming it,
+    /// and the parts resumed before it are left as they were (held on the server, their
+    /// leases renewed, no guard): release them by id, or let them lapse.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let report = client.multi_rwlock(["prices"], ["report"]);
+    /// let ids = report.lock().await?.detach();
+    /// let guard = report.resume(&ids).await?;
+    /// assert_eq!(guard.names().count(), 2);
+    /// assert!(guard.release().await?);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// If cancelled, the parts renewed so far are left held, with no guard.
+    pub async fn resume(&self, ids: &[HoldId]) -> Result<MultiGuard> {
+        self.ctx.opts.validate()?;
+        let parts = self
+            .parts
+            .as_ref()
+            .map_err(|e| crate::api::multi::clone_error(e))?;
+        let same_names = ids.len() == parts.len()
+            && parts
+                .iter()
+                .all(|p| ids.iter().any(|id| id.name() == p.lock.name()));
+        if !same_names {
+            let names = |it: &mut dyn Iterator<Item = &str>| it.collect::<Vec<_>>().join(", ");
+            return Err(Error::HoldNameMismatch {
+                expected: names(&mut parts.iter().map(|p| p.lock.name())),
+                found: names(&mut ids.iter().map(HoldId::name)),
+            });
+        }
+        let mut matched = Vec::with_capacity(parts.len());
+        for part in parts.iter() {
+            let Some(id) = ids.iter().find(|id| id.name() == part.lock.name()) else {
+                // Ruled out by the check above; answered as the mismatch it would be.
+                return Err(Error::HoldNameMismatch {
+                    expected: part.lock.name().to_owned(),
+                    found: String::new(),
+                });
+            };
+            let expected = part_request(part.slot, self.preference);
+            if id.request() != expected {
+                return Err(Error::HoldKindMismatch {
+                    name: id.name().to_owned(),
+                    expected: kind_text(expected),
+                    found: kind_text(id.request()),
+                });
+            }
+            matched.push((part.lock.clone(), id));
+        }
+        let mut holds = Vec::with_capacity(matched.len());
+        for (lock, id) in matched {
+            let claim = id.claim(self.ctx.opts.lease, self.ctx.opts.heartbeat());
+            let owners = (self.ctx.holds.clone(), self.ctx.store.clone());
+            let opts = self.ctx.opts.clone();
+            match Hold::resume(owners, lock, claim, id.fencing_token(), opts).await {
+                Ok(Some(hold)) => holds.push(hold),
+                outcome => {
+                    holds.into_iter().for_each(Hold::detach);
+                    return Err(outcome.err().unwrap_or_else(|| Error::HoldGone {
+                        name: id.name().to_owned(),
+                    }));
+                }
+            }
+        }
+        Ok(MultiGuard { holds })
     }
 }
