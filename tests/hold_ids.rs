@@ -681,3 +681,55 @@ async fn multi_lock_holds_resume(b: Backend) {
 }
 
 both_backends!(multi_lock_holds_resume);
+
+/// Resumes a detached 1 s hold through a store whose reply to the resuming renewal comes
+/// 300 ms after the server applied it; true if the resumed guard's trust stays within the
+/// server's lease (it is counted from the renewal's send, not its reply).
+async fn resumed_trust_is_honest(b: &Backend) -> bool {
+    let c = b.client().await;
+    let id = c
+        .mutex("resume-honest")
+        .lease(secs(1))
+        .lock()
+        .await
+        .expect("lock")
+        .detach();
+    let faulty = Faulty::new(b.store().await);
+    faulty.add(Rule::on(Op::Extend).times(1).delay_reply(ms(300)));
+    let resumer = LockClient::builder().store(faulty.clone()).expect("client");
+    let g = resumer
+        .mutex("resume-honest")
+        .lease(secs(1))
+        .resume(&id)
+        .await
+        .expect("resume");
+    let trusted = g.valid_until();
+    let info = c.mutex("resume-honest").inspect().await.expect("inspect");
+    let server = support::honest::server_deadline(&info, Instant::now()).expect("held");
+    assert!(g.release().await.expect("release"));
+    trusted <= server + ms(5)
+}
+
+async fn a_resumed_guard_trusts_from_the_send(b: Backend) {
+    assert!(
+        resumed_trust_is_honest(&b).await,
+        "the resumed guard trusts past the server's lease"
+    );
+}
+
+both_backends!(a_resumed_guard_trusts_from_the_send);
+
+/// The check above finds the planted bug that trusts a resumed hold from the reply (nextest
+/// runs each test in a process of its own, so the planted bug stays in this one).
+#[test]
+fn finds_planted_resume_trusts_reply() {
+    redis_locks::testing::plant(redis_locks::testing::Bug::ResumeTrustsReply);
+    let honest = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(resumed_trust_is_honest(&Backend::memory()));
+    redis_locks::testing::unplant_all();
+    assert!(!honest, "the planted bug went unnoticed");
+}

@@ -1155,7 +1155,13 @@ impl Hold {
             let sent_at = Instant::now();
             match store.extend(&lock, &claim, claim.lease, None).await {
                 Ok(true) => {
-                    let hold = Hold::new((holds, store), lock, claim, fence, sent_at, opts);
+                    let trusted_from = if planted(Bug::ResumeTrustsReply) {
+                        Instant::now()
+                    } else {
+                        sent_at
+                    };
+                    let owners = (holds, store);
+                    let hold = Hold::new(owners, lock, claim, fence, trusted_from, opts);
                     return Ok(Some(hold));
                 }
                 Ok(false) => return Ok(None),

@@ -31,6 +31,9 @@ pub enum Bug {
     RenewalsFollowTheCaller,
     /// A waiter waits for its channel's subscription with no deadline of its own.
     UnboundedSubscribe,
+    /// A resumed hold is trusted from the reply to the renewal that resumed it, not from its
+    /// send.
+    ResumeTrustsReply,
 }
 
 impl Bug {
