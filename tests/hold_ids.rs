@@ -733,3 +733,32 @@ fn finds_planted_resume_trusts_reply() {
     redis_locks::testing::unplant_all();
     assert!(!honest, "the planted bug went unnoticed");
 }
+
+/// A guard that lost its trust (no renewal reply came in time) while the server still held
+/// its token: resuming the id in the same client asks the server afresh and gets a live
+/// guard, and an extend by id then goes through that live guard (not the lost one), so the
+/// live guard's trust follows the new lease.
+async fn resume_after_a_local_loss_and_extend_by_id(b: Backend) {
+    let faulty = Faulty::new(b.store().await);
+    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let mutex = c.mutex("lost-locally").lease(ms(600));
+    let lost = mutex.lock().await.expect("lock");
+    let id = lost.hold_id();
+    // Every renewal is applied, but its reply is lost: the guard's trust runs out.
+    faulty.add(Rule::on(Op::Extend).lose_reply());
+    tokio::time::timeout(EVENTUALLY, lost.lost())
+        .await
+        .expect("the guard gives up");
+    faulty.clear();
+    let resumed = mutex.resume(&id).await.expect("the server still holds it");
+    assert!(resumed.is_held() && !lost.is_held());
+    assert!(c.extend_hold(&id, secs(30)).await.expect("extend by id"));
+    assert!(
+        resumed.valid_until() > Instant::now() + secs(10),
+        "the extend by id went past the live guard"
+    );
+    assert!(resumed.release().await.expect("release"));
+    drop(lost);
+}
+
+both_backends!(resume_after_a_local_loss_and_extend_by_id);

@@ -708,17 +708,20 @@ impl Holds {
 
     /// The hold of this client on lock `name` that `claim` names (same token and slot), with
     /// its registry entry: the lease owner a resume or a step by id of that hold goes
-    /// through. It may be lost, or releasing (its release not answered yet).
+    /// through. A releasing one comes first (the server's hold is going away), then a live
+    /// one, then a lost one (a resume after a loss makes a second entry of the token).
     fn find(&self, name: &str, claim: &Claim) -> Option<(u64, Arc<Shared>)> {
-        self.live
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        let mut matches: Vec<(u64, Arc<Shared>)> = live
             .iter()
             .filter_map(|(id, weak)| Some((*id, weak.upgrade()?)))
-            .find(|(_, shared)| {
+            .filter(|(_, shared)| {
                 let own = shared.claim();
                 shared.lock.name() == name && own.token == claim.token && own.slot == claim.slot
             })
+            .collect();
+        matches.sort_by_key(|(_, shared)| (!shared.is_releasing(), shared.validity.borrow().lost));
+        matches.into_iter().next()
     }
 
     fn unregister(&self, id: u64) {
