@@ -1,0 +1,757 @@
+//! Adversarial tests of hold ids (resume, detach, release and extend by id, co-guards,
+//! `max_hold`) through the public API only, on both backends. Each test fails if a claim of
+//! `docs/GUARANTEES.md`, `docs/decisions/hold-ids.md` or the API docs breaks.
+
+mod support;
+
+use std::time::Duration;
+
+use redis_locks::{HoldId, LockClient};
+use tokio::time::Instant;
+
+use support::backend::{eventually, join, Backend, EVENTUALLY};
+use support::faulty::{Faulty, Gate, Op, Rule};
+use support::honest::{assert_honest, server_deadline};
+use support::time::{ms, secs};
+use support::waits::lease_free;
+
+/// A detached mutex hold of `name` in `c` with `lease`.
+async fn detached_mutex(c: &LockClient, name: &str, lease: Duration) -> HoldId {
+    c.mutex(name)
+        .lease(lease)
+        .lock()
+        .await
+        .expect("lock")
+        .detach()
+}
+
+/// Attack: two resumes of one detached id run concurrently in ONE client (their renewals'
+/// replies are slow, so both find no hold of the token in the client's registry). The docs
+/// promise that guards of one hold in one client share one lease owner, "so each is honest
+/// and a release through one marks all lost at once".
+async fn concurrent_resumes_in_one_client_share_one_owner(b: Backend) {
+    let owner = b.client().await;
+    let id = detached_mutex(&owner, "att-concurrent-resumes", secs(5)).await;
+    let faulty = Faulty::new(b.store().await);
+    faulty.add(Rule::on(Op::Extend).times(2).delay_reply(ms(300)));
+    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let m = c.mutex("att-concurrent-resumes").lease(secs(5));
+    let (a, bb) = tokio::join!(m.resume(&id), m.resume(&id));
+    let (a, bb) = (a.expect("first resume"), bb.expect("second resume"));
+    assert!(a.is_held() && bb.is_held());
+    assert!(a.release().await.expect("release"));
+    assert!(
+        lease_free(&owner, "att-concurrent-resumes").await,
+        "the release did not release"
+    );
+    let before = bb.valid_until();
+    let info = owner
+        .mutex("att-concurrent-resumes")
+        .inspect()
+        .await
+        .expect("inspect");
+    assert!(
+        !bb.is_held(),
+        "a release through one guard left its co-guard (resumed concurrently in the same \
+         client) saying is_held() on a released hold"
+    );
+    assert_honest("concurrent co-guard", before, &info, Instant::now());
+}
+
+both_backends!(concurrent_resumes_in_one_client_share_one_owner);
+
+/// Attack: in ONE client, a `release_hold(id)` runs while a resume of the same id is on its
+/// way (its renewal applied on the server, the reply not yet back). `release_hold` promises
+/// "This client's guards of the hold are marked lost first"; a guard must never trust a
+/// lease the server no longer has.
+async fn release_by_id_racing_a_resume_in_one_client(b: Backend) {
+    let owner = b.client().await;
+    let id = detached_mutex(&owner, "att-release-vs-resume", secs(5)).await;
+    let faulty = Faulty::new(b.store().await);
+    let gate = Gate::new();
+    faulty.add(Rule::on(Op::Extend).times(1).hold_reply(gate.clone()));
+    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let resuming = {
+        let (c, id) = (c.clone(), id.clone());
+        tokio::spawn(async move {
+            c.mutex("att-release-vs-resume")
+                .lease(secs(5))
+                .resume(&id)
+                .await
+        })
+    };
+    gate.wait_entered(1).await;
+    assert!(c.release_hold(&id).await.expect("release by id"));
+    gate.open();
+    let resumed = join("resume", resuming).await;
+    assert!(
+        lease_free(&owner, "att-release-vs-resume").await,
+        "released by id, yet held"
+    );
+    match resumed {
+        Err(err) => assert!(err.is_hold_gone(), "{err}"),
+        Ok(g) => {
+            let before = g.valid_until();
+            let info = owner
+                .mutex("att-release-vs-resume")
+                .inspect()
+                .await
+                .expect("inspect");
+            assert!(
+                !g.is_held(),
+                "a guard resumed in the client that released the hold by id trusts a \
+                 released hold"
+            );
+            assert_honest("resume vs release_hold", before, &info, Instant::now());
+        }
+    }
+}
+
+both_backends!(release_by_id_racing_a_resume_in_one_client);
+
+/// Attack: cancel a resume that joins a live guard of the same client (a co-guard resume)
+/// while its renewal is on its way. The docs (`Lock::resume`, "Cancel safety"): "If
+/// cancelled, the renewal may have happened: the hold is then as before (its lease
+/// renewed), and no guard has it." As before = the live guard still holds it.
+async fn cancelled_co_guard_resume_leaves_the_hold_as_before(b: Backend) {
+    let faulty = Faulty::new(b.store().await);
+    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let mutex = c.mutex("att-cancel-co-guard").lease(secs(3));
+    let g = mutex.lock().await.expect("lock");
+    let id = g.hold_id();
+    let gate = Gate::new();
+    // The first extend after the grant is the resume's (the first renewal is due in 1 s).
+    faulty.add(Rule::on(Op::Extend).times(1).hold_request(gate.clone()));
+    let resuming = {
+        let (c, id) = (c.clone(), id.clone());
+        tokio::spawn(async move {
+            c.mutex("att-cancel-co-guard")
+                .lease(secs(3))
+                .resume(&id)
+                .await
+                .map(|g| g.detach())
+        })
+    };
+    gate.wait_entered(1).await;
+    resuming.abort();
+    let _ = resuming.await;
+    gate.open();
+    tokio::time::sleep(ms(300)).await;
+    let other = b.client().await;
+    assert!(
+        !lease_free(&other, "att-cancel-co-guard").await,
+        "cancelling a co-guard resume released the hold under the live guard"
+    );
+    assert!(
+        g.is_held(),
+        "cancelling a co-guard resume made the live guard lose its hold"
+    );
+    // And the live guard goes on renewing past several leases.
+    tokio::time::sleep(secs(7)).await;
+    assert!(g.is_held(), "the live guard stopped renewing");
+    assert!(g.release().await.expect("release"));
+}
+
+both_backends!(cancelled_co_guard_resume_leaves_the_hold_as_before);
+
+/// Attack: a resume on a handle with `max_hold(d)` in a client that already has a guard of
+/// the hold (no bound); then the first guard detaches. The resumed guard was made "with this
+/// handle's options (lease, auto-renewal, `max_hold`)", and GUARANTEES: "no automatic renewal
+/// is sent once d has passed since the grant (or the resume)".
+async fn co_guard_resume_keeps_the_handles_max_hold(b: Backend) {
+    let c = b.client().await;
+    let lease = ms(400);
+    let bound = ms(1_200);
+    let first = c
+        .mutex("att-co-max-hold")
+        .lease(lease)
+        .lock()
+        .await
+        .expect("lock");
+    let id = first.hold_id();
+    let bounded = c
+        .mutex("att-co-max-hold")
+        .lease(lease)
+        .max_hold(bound)
+        .resume(&id)
+        .await
+        .expect("resume");
+    let resumed_at = Instant::now();
+    let _ = first.detach();
+    let lost = tokio::time::timeout(secs(8), bounded.lost()).await;
+    let held_for = resumed_at.elapsed();
+    let still_held = !lease_free(&c, "att-co-max-hold").await;
+    let _ = bounded.release().await;
+    assert!(
+        lost.is_ok() && !still_held,
+        "a guard resumed with max_hold({bound:?}) and lease {lease:?} was still renewed \
+         {held_for:?} after its resume (the co-guard shares the first guard's unbounded \
+         schedule)"
+    );
+}
+
+both_backends!(co_guard_resume_keeps_the_handles_max_hold);
+
+/// Attack: `extend` of a `max_hold` guard past the bound, then wait: the extend is honoured
+/// ("`extend` still renews"), but automatic renewals must not restart; `lost()` fires and the
+/// server frees the lock by itself (no release).
+async fn max_hold_is_not_reset_by_an_extend(b: Backend) {
+    let c = b.client().await;
+    let lease = ms(400);
+    let mut g = c
+        .mutex("att-max-hold-extend")
+        .lease(lease)
+        .max_hold(ms(800))
+        .lock()
+        .await
+        .expect("lock");
+    let granted = Instant::now();
+    tokio::time::sleep(ms(500)).await;
+    // Extend after a part of the bound, and again after it (if still held).
+    let _ = g.extend(lease).await.expect("extend");
+    tokio::time::sleep(ms(500)).await;
+    if g.is_held() {
+        let _ = g.extend(lease).await.expect("extend");
+    }
+    tokio::time::timeout(secs(10), g.lost())
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "a max_hold(800ms) guard is still renewed {:?} after the grant",
+                granted.elapsed()
+            )
+        });
+    eventually("the bounded hold lapses on the server", async || {
+        lease_free(&c, "att-max-hold-extend").await
+    })
+    .await;
+    drop(g);
+}
+
+both_backends!(max_hold_is_not_reset_by_an_extend);
+
+/// Attack: a resume in another client (process) is cancelled while its renewal's reply is on
+/// its way. Nothing may be left renewed beyond that one step: no further renewal is sent, and
+/// the hold lapses within one lease of it.
+async fn cancelled_resume_leaves_nothing_renewing(b: Backend) {
+    let owner = b.client().await;
+    let lease = ms(800);
+    let id = detached_mutex(&owner, "att-cancel-resume", lease).await;
+    let faulty = Faulty::new(b.store().await);
+    let gate = Gate::new();
+    faulty.add(Rule::on(Op::Extend).times(1).hold_reply(gate.clone()));
+    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let resuming = {
+        let (c, id) = (c.clone(), id.clone());
+        tokio::spawn(async move {
+            c.mutex("att-cancel-resume")
+                .lease(lease)
+                .resume(&id)
+                .await
+                .map(|g| g.detach())
+        })
+    };
+    gate.wait_entered(1).await;
+    resuming.abort();
+    let _ = resuming.await;
+    gate.open();
+    let info = owner
+        .mutex("att-cancel-resume")
+        .inspect()
+        .await
+        .expect("inspect");
+    if let Some(h) = info.holders.first() {
+        assert!(
+            h.lease_remaining <= lease,
+            "the cancelled resume left a lease longer than it asked: {info:?}"
+        );
+    }
+    eventually("the hold lapses after a cancelled resume", async || {
+        lease_free(&owner, "att-cancel-resume").await
+    })
+    .await;
+    tokio::time::sleep(lease * 2).await;
+    let extends = faulty.count(Op::Extend);
+    assert!(
+        extends <= 1,
+        "a cancelled resume left renewals running: {extends} extends sent"
+    );
+    // The id is gone now.
+    let err = c
+        .mutex("att-cancel-resume")
+        .resume(&id)
+        .await
+        .expect_err("gone");
+    assert!(err.is_hold_gone(), "{err}");
+}
+
+both_backends!(cancelled_resume_leaves_nothing_renewing);
+
+/// Attack: an id whose fence was changed. The brief's claim: a tampered id (changed fence,
+/// token, kind, version) is refused. (docs/decisions/hold-ids.md says "a resume does not
+/// re-read [the fence] from the server": this test records whether that is so.)
+async fn a_tampered_fence_is_refused(b: Backend) {
+    let c = b.client().await;
+    let other = b.client().await;
+    let id = detached_mutex(&c, "att-fence", secs(10)).await;
+    let real = id.fencing_token();
+    let text = id.to_string();
+    let forged = text.replacen(
+        &format!(":{real}:"),
+        &format!(":{}:", real + 1_000_000),
+        1,
+    );
+    assert_ne!(forged, text);
+    let forged: HoldId = forged.parse().expect("a well-formed forged id parses");
+    let resumed = other.mutex("att-fence").resume(&forged).await;
+    let info = other.mutex("att-fence").inspect().await.expect("inspect");
+    assert!(c.release_hold(&id).await.expect("release"));
+    if let Ok(g) = resumed {
+        panic!(
+            "a resume accepted an id with a changed fence: the guard reports fence {} while \
+             the server granted {real} (its fence counter is {})",
+            g.fencing_token(),
+            info.fence
+        );
+    }
+}
+
+both_backends!(a_tampered_fence_is_refused);
+
+/// Attack: ids with a changed token, kind or version never give a live guard (the token is
+/// the capability; kind and version are checked).
+async fn tampered_token_kind_version_are_refused(b: Backend) {
+    let c = b.client().await;
+    let other = b.client().await;
+    let id = detached_mutex(&c, "att-tamper", secs(10)).await;
+    let text = id.to_string();
+    let parts: Vec<&str> = text.splitn(5, ':').collect();
+    assert_eq!(parts[0], "rlh1");
+    let token = parts[3];
+    // Another well-formed token of the same length: every character flipped.
+    let flipped: String = token
+        .chars()
+        .map(|ch| if ch == 'a' { 'b' } else { 'a' })
+        .collect();
+    let forged = format!("rlh1:{}:{}:{}:{}", parts[1], parts[2], flipped, parts[4]);
+    let forged: HoldId = forged.parse().expect("parses");
+    let err = other
+        .mutex("att-tamper")
+        .resume(&forged)
+        .await
+        .expect_err("a forged token resumed");
+    assert!(err.is_hold_gone(), "{err}");
+    // A prefix of the token (a shorter capability).
+    let short = format!("rlh1:{}:{}:{}:{}", parts[1], parts[2], &token[..16], parts[4]);
+    if let Ok(short) = short.parse::<HoldId>() {
+        let err = other
+            .mutex("att-tamper")
+            .resume(&short)
+            .await
+            .expect_err("a token prefix resumed");
+        assert!(err.is_hold_gone(), "{err}");
+    }
+    // The kind changed to the other kinds that share the lease lock.
+    for kind in ["fair", "write-writer", "write-reader", "read-writer", "sem-1-1"] {
+        let forged = format!("rlh1:{kind}:{}:{}:{}", parts[2], token, parts[4]);
+        let forged: HoldId = forged.parse().expect(kind);
+        // A guard that did resume is detached (its drop would release the hold).
+        let refused = match kind {
+            "fair" => other
+                .fair_lock("att-tamper")
+                .resume(&forged)
+                .await
+                .map(|g| g.detach())
+                .err(),
+            "write-writer" => other
+                .rwlock("att-tamper")
+                .resume_write(&forged)
+                .await
+                .map(|g| g.detach())
+                .err(),
+            "write-reader" => other
+                .rwlock("att-tamper")
+                .preference(redis_locks::Preference::Reader)
+                .resume_write(&forged)
+                .await
+                .map(|g| g.detach())
+                .err(),
+            "read-writer" => other
+                .rwlock("att-tamper")
+                .resume_read(&forged)
+                .await
+                .map(|g| g.detach())
+                .err(),
+            _ => other
+                .semaphore("att-tamper", 1)
+                .resume(&forged)
+                .await
+                .map(|g| g.detach())
+                .err(),
+        };
+        // A write hold of the same name is the same lease (mutex-is-the-lease-lock-writer):
+        // resuming it as a writer is no second holder. Anything else must be refused.
+        if kind.starts_with("write-") {
+            continue;
+        }
+        assert!(
+            refused.is_some(),
+            "a mutex id with its kind changed to {kind} resumed a live guard"
+        );
+    }
+    for version in ["rlh0", "rlh2", "RLH1", "rlh", "rlh01"] {
+        let forged = text.replacen("rlh1", version, 1);
+        assert!(
+            forged.parse::<HoldId>().is_err(),
+            "{version}: an id of another version parsed"
+        );
+    }
+    // Nothing above disturbed or doubled the hold.
+    let info = c.mutex("att-tamper").inspect().await.expect("inspect");
+    assert_eq!(info.holders.len(), 1, "{info:?}");
+    assert!(c.release_hold(&id).await.expect("release"));
+}
+
+both_backends!(tampered_token_kind_version_are_refused);
+
+/// Attack: the strict parser. Every one-character mutation (replace, delete, insert) of a
+/// valid id either fails to parse or parses to an id that writes back exactly as the mutated
+/// text (no two texts name one id; no lenient reading).
+#[test]
+fn every_mutation_parses_strictly_or_not_at_all() {
+    let rt = support::time::current_thread();
+    let text = rt.block_on(async {
+        let c = LockClient::in_memory();
+        c.semaphore("a:b", 3)
+            .acquire_many(2)
+            .await
+            .expect("acquire")
+            .detach()
+            .to_string()
+    });
+    let alphabet = [
+        'a', 'Z', '0', '1', '9', ':', '-', '_', '+', ' ', '\n', '#', '|', 'é', '\0',
+    ];
+    let chars: Vec<char> = text.chars().collect();
+    let mut candidates = Vec::new();
+    for i in 0..=chars.len() {
+        for &x in &alphabet {
+            let mut m = chars.clone();
+            m.insert(i, x);
+            candidates.push(m.into_iter().collect::<String>());
+            if i < chars.len() {
+                let mut m = chars.clone();
+                m[i] = x;
+                candidates.push(m.into_iter().collect::<String>());
+            }
+        }
+        if i < chars.len() {
+            let mut m = chars.clone();
+            m.remove(i);
+            candidates.push(m.into_iter().collect::<String>());
+        }
+    }
+    for m in candidates {
+        if let Ok(id) = m.parse::<HoldId>() {
+            assert_eq!(
+                id.to_string(),
+                m,
+                "the text {m:?} parsed to an id written as another text"
+            );
+        }
+    }
+}
+
+/// Attack: an extend by id with a SHORTER lease in the client that has two guards of the hold
+/// must lower both guards' trust to what the server now has.
+async fn a_shorter_extend_by_id_lowers_every_co_guard(b: Backend) {
+    let c = b.client().await;
+    let mutex = c.mutex("att-co-extend").lease(secs(10)).auto_renew(false);
+    let first = mutex.lock().await.expect("lock");
+    let id = first.hold_id();
+    let second = mutex.resume(&id).await.expect("resume");
+    assert!(c.extend_hold(&id, ms(500)).await.expect("extend by id"));
+    for (what, g) in [("first", &first), ("second", &second)] {
+        let before = g.valid_until();
+        let info = mutex.inspect().await.expect("inspect");
+        assert_honest(what, before, &info, Instant::now());
+    }
+    eventually("the shortened lease lapses", async || {
+        lease_free(&c, "att-co-extend").await
+    })
+    .await;
+    assert!(
+        !first.is_held() && !second.is_held(),
+        "a co-guard trusts a lapsed lease"
+    );
+}
+
+both_backends!(a_shorter_extend_by_id_lowers_every_co_guard);
+
+/// Attack: a resume in the client whose `release_all` is in flight (its release request held
+/// before it reaches the server). The resume must be refused, or its guard be lost once the
+/// release is done; the lock must end up free.
+async fn resume_racing_release_all(b: Backend) {
+    let faulty = Faulty::new(b.store().await);
+    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let g = c.mutex("att-release-all").lock().await.expect("lock");
+    let id = g.hold_id();
+    let gate = Gate::new();
+    faulty.add(Rule::on(Op::Release).times(1).hold_request(gate.clone()));
+    let releasing = {
+        let c = c.clone();
+        tokio::spawn(async move { c.release_all().await })
+    };
+    gate.wait_entered(1).await;
+    let resumed = c.mutex("att-release-all").resume(&id).await;
+    gate.open();
+    join("release_all", releasing).await.expect("release_all");
+    let other = b.client().await;
+    assert!(
+        lease_free(&other, "att-release-all").await,
+        "release_all left the hold"
+    );
+    if let Ok(r) = resumed {
+        assert!(
+            !r.is_held(),
+            "a guard resumed during release_all trusts a released hold"
+        );
+    }
+    assert!(!g.is_held());
+}
+
+both_backends!(resume_racing_release_all);
+
+/// Attack: a guard resumed in another client, then its hold is released and re-granted by the
+/// first client; the resumed guard's next renewal must find it gone (lost), and its trust
+/// must never outlast the server's lease of the released hold by more than the lease.
+/// (A cross-process release is learned at the next renewal: documented.) What must not
+/// happen: a renewal of the resumed guard extends the NEW holder's grant.
+async fn a_resumed_guard_never_renews_a_later_grant(b: Backend) {
+    let first = b.client().await;
+    let second = b.client().await;
+    let lease = ms(600);
+    let g = first
+        .mutex("att-later-grant")
+        .lease(lease)
+        .lock()
+        .await
+        .expect("lock");
+    let id = g.hold_id();
+    let resumed = second
+        .mutex("att-later-grant")
+        .lease(lease)
+        .resume(&id)
+        .await
+        .expect("resume");
+    assert!(g.release().await.expect("release"));
+    let later = first
+        .mutex("att-later-grant")
+        .lease(secs(30))
+        .auto_renew(false)
+        .lock()
+        .timeout(EVENTUALLY)
+        .await
+        .expect("the lock is free again");
+    tokio::time::timeout(EVENTUALLY, resumed.lost())
+        .await
+        .expect("the resumed guard learns the release at its next renewal");
+    let info = first.mutex("att-later-grant").inspect().await.expect("inspect");
+    let server = server_deadline(&info, Instant::now()).expect("held by the later grant");
+    assert!(
+        server > Instant::now() + secs(20),
+        "the later grant's lease was changed: {info:?}"
+    );
+    assert!(!resumed.is_held());
+    assert!(later.release().await.expect("release"));
+}
+
+both_backends!(a_resumed_guard_never_renews_a_later_grant);
+
+/// Attack: a semaphore id with its permit count or capacity changed. A resume must not give a
+/// guard that claims another number of permits than the server holds for the token.
+async fn tampered_permits_are_refused(b: Backend) {
+    let c = b.client().await;
+    let other = b.client().await;
+    let id = c
+        .semaphore("att-permits", 3)
+        .acquire_many(2)
+        .await
+        .expect("acquire")
+        .detach();
+    let text = id.to_string();
+    assert!(text.starts_with("rlh1:sem-2-3:"), "{text}");
+    for (kind, capacity) in [("sem-1-3", 3), ("sem-3-3", 3)] {
+        let forged: HoldId = text.replacen("sem-2-3", kind, 1).parse().expect(kind);
+        let resumed = other
+            .semaphore("att-permits", capacity)
+            .resume(&forged)
+            .await;
+        if let Ok(g) = resumed {
+            let permits = g.num_permits();
+            let _ = g.detach();
+            panic!("an id forged to {kind} resumed a guard of {permits} permits (the server holds 2)");
+        }
+    }
+    let info = c.semaphore("att-permits", 3).inspect().await.expect("inspect");
+    assert_eq!(info.holders.len(), 1, "{info:?}");
+    assert!(c.release_hold(&id).await.expect("release"));
+}
+
+both_backends!(tampered_permits_are_refused);
+
+/// Attack: `extend_hold(id, short)` in ONE client while a resume of the same id (long lease)
+/// is on its way (applied on the server, reply not back). `extend_hold` promises: "When this
+/// client has a guard of the hold, the request goes through it"; GUARANTEES: "a release or
+/// extend by id in that client goes through the same owner". The resumed guard must not
+/// trust the long lease once the server holds only the short one.
+async fn extend_by_id_racing_a_resume_in_one_client(b: Backend) {
+    let owner = b.client().await;
+    let id = detached_mutex(&owner, "att-extend-vs-resume", secs(10)).await;
+    let faulty = Faulty::new(b.store().await);
+    let gate = Gate::new();
+    faulty.add(
+        Rule::on(Op::Extend)
+            .when(|call| call.lease == Some(secs(10)))
+            .times(1)
+            .hold_reply(gate.clone()),
+    );
+    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let resuming = {
+        let (c, id) = (c.clone(), id.clone());
+        tokio::spawn(async move {
+            c.mutex("att-extend-vs-resume")
+                .lease(secs(10))
+                .auto_renew(false)
+                .resume(&id)
+                .await
+        })
+    };
+    gate.wait_entered(1).await;
+    assert!(c.extend_hold(&id, ms(800)).await.expect("extend by id"));
+    gate.open();
+    let g = join("resume", resuming).await.expect("resume");
+    let before = g.valid_until();
+    let info = owner
+        .mutex("att-extend-vs-resume")
+        .inspect()
+        .await
+        .expect("inspect");
+    assert_honest(
+        "a guard resumed while its own client extended the hold by id to a shorter lease",
+        before,
+        &info,
+        Instant::now(),
+    );
+    drop(g);
+}
+
+both_backends!(extend_by_id_racing_a_resume_in_one_client);
+
+/// Attack: drop one of two co-guards in one client. The docs say a drop through either ends
+/// the hold for both ("a release (or drop) through either ends it for both. In this client
+/// the two share one lease owner, so each knows at once"): the other must then be lost, never
+/// say `is_held()` on a hold the server no longer has.
+async fn dropping_a_co_guard_makes_the_other_honest(b: Backend) {
+    let c = b.client().await;
+    let mutex = c.mutex("att-co-drop").lease(secs(5));
+    let first = mutex.lock().await.expect("lock");
+    let id = first.hold_id();
+    let second = mutex.resume(&id).await.expect("resume");
+    drop(second);
+    assert!(
+        !first.is_held(),
+        "dropping a co-guard released the hold, but the other guard was not told at once"
+    );
+    eventually("the dropped co-guard's release lands", async || {
+        lease_free(&c, "att-co-drop").await
+    })
+    .await;
+    assert!(!first.is_held());
+    tokio::time::timeout(EVENTUALLY, first.lost())
+        .await
+        .expect("lost() fires");
+}
+
+both_backends!(dropping_a_co_guard_makes_the_other_honest);
+
+/// Attack: a guard resumed on a helper runtime that is then shut down (its renewals lived
+/// there). The guard must not say `is_held()` past its trust, and `lost()` (awaited on another
+/// runtime) must fire no later than about `valid_until()`.
+#[test]
+fn resumed_on_a_runtime_that_shuts_down() {
+    for b in [Backend::memory(), Backend::redis()] {
+        let main = support::time::current_thread();
+        let (owner, id) = main.block_on(async {
+            let owner = b.client().await;
+            let id = detached_mutex(&owner, "att-shutdown", ms(800)).await;
+            (owner, id)
+        });
+        let helper = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let g = helper.block_on(async {
+            let c = b.client().await;
+            c.mutex("att-shutdown")
+                .lease(ms(800))
+                .resume(&id)
+                .await
+                .expect("resume")
+        });
+        helper.shutdown_timeout(ms(500));
+        main.block_on(async {
+            let until = g.valid_until();
+            let fired = tokio::time::timeout(EVENTUALLY, g.lost()).await;
+            let late = Instant::now().saturating_duration_since(until);
+            assert!(
+                fired.is_ok(),
+                "{}: lost() never fired after the resuming runtime shut down",
+                b.kind
+            );
+            assert!(
+                late < secs(2),
+                "{}: lost() fired {late:?} after valid_until()",
+                b.kind
+            );
+            assert!(!g.is_held());
+            eventually("the hold lapses", async || {
+                lease_free(&owner, "att-shutdown").await
+            })
+            .await;
+        });
+        drop(g);
+    }
+}
+
+/// Attack: a resume in the client whose only guard of the hold was just dropped (its
+/// background release held before it reaches the server). The resume must be refused, or its
+/// guard be lost once the release lands; the lock must end up free.
+async fn resume_racing_the_drop_of_its_guard(b: Backend) {
+    let faulty = Faulty::new(b.store().await);
+    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let g = c.mutex("att-drop-race").lock().await.expect("lock");
+    let id = g.hold_id();
+    let gate = Gate::new();
+    faulty.add(Rule::on(Op::Release).times(1).hold_request(gate.clone()));
+    drop(g);
+    gate.wait_entered(1).await;
+    let resumed = c.mutex("att-drop-race").resume(&id).await;
+    gate.open();
+    let other = b.client().await;
+    eventually("the dropped guard's release lands", async || {
+        lease_free(&other, "att-drop-race").await
+    })
+    .await;
+    match resumed {
+        Err(err) => assert!(err.is_hold_gone(), "{err}"),
+        Ok(r) => assert!(
+            !r.is_held(),
+            "a guard resumed while its dropped guard's release was in flight trusts a \
+             released hold"
+        ),
+    }
+}
+
+both_backends!(resume_racing_the_drop_of_its_guard);
