@@ -755,3 +755,199 @@ async fn resume_racing_the_drop_of_its_guard(b: Backend) {
 }
 
 both_backends!(resume_racing_the_drop_of_its_guard);
+
+/// Attack: a guard loses its trust locally (renewal replies lost) while the server still
+/// holds its token; the id is resumed in the same client (a live guard, a second registry
+/// entry of the token); then the OLD, lost guard is released or dropped. That release ends
+/// the server's hold of the token: the live resumed guard of the same hold must be lost at
+/// once ("a release through one marks all lost at once"), never say `is_held()` on a
+/// released hold.
+async fn lost_guard_ended_after_a_resume(b: Backend, how: &str) {
+    let name = format!("att-lost-then-resumed-{how}");
+    let faulty = Faulty::new(b.store().await);
+    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let mutex = c.mutex(&name).lease(secs(3));
+    let lost = mutex.lock().await.expect("lock");
+    let id = lost.hold_id();
+    faulty.add(Rule::on(Op::Extend).lose_reply());
+    tokio::time::timeout(EVENTUALLY, lost.lost())
+        .await
+        .expect("the guard gives up");
+    // Let the renewal driver settle on the loss too (its give-up is what marks the hold lost
+    // in the client's registry; before it, the resume joins the old entry as a co-guard).
+    tokio::time::sleep(ms(300)).await;
+    faulty.clear();
+    let resumed = mutex
+        .lease(secs(10))
+        .resume(&id)
+        .await
+        .expect("the server still holds it");
+    assert!(resumed.is_held());
+    match how {
+        "release" => {
+            let _ = lost.release().await;
+        }
+        _ => drop(lost),
+    }
+    tokio::time::sleep(ms(300)).await;
+    let before = resumed.valid_until();
+    let info = c.mutex(&name).inspect().await.expect("inspect");
+    let answered = Instant::now();
+    // A second holder: another process takes the mutex while the resumed guard trusts it.
+    let other = b.client().await;
+    let second = other.mutex(&name).try_lock().await;
+    assert!(
+        !(second.is_ok() && resumed.is_held()),
+        "{how} of the lost guard released the hold under the live resumed guard of the same \
+         token: another client locked the mutex while the resumed guard says is_held()"
+    );
+    assert_honest(how, before, &info, answered);
+    drop(resumed);
+}
+
+async fn releasing_the_lost_guard_after_a_resume(b: Backend) {
+    lost_guard_ended_after_a_resume(b, "release").await
+}
+
+async fn dropping_the_lost_guard_after_a_resume(b: Backend) {
+    lost_guard_ended_after_a_resume(b, "drop").await
+}
+
+both_backends!(dropping_the_lost_guard_after_a_resume);
+both_backends!(releasing_the_lost_guard_after_a_resume);
+
+/// Attack, deterministic form of the one above: a guard without auto-renewal runs out of
+/// trust (`lost()` fires, `is_held()` false) while the server's lease is longer (another
+/// process extended it by id); a resume of the id in the guard's own client must not revive
+/// the lost guard.
+async fn an_expired_guard_stays_lost_after_a_resume(b: Backend) {
+    let c = b.client().await;
+    let other = b.client().await;
+    let expired = c
+        .mutex("att-expired-revived")
+        .lease(ms(600))
+        .auto_renew(false)
+        .lock()
+        .await
+        .expect("lock");
+    let id = expired.hold_id();
+    assert!(other.extend_hold(&id, secs(30)).await.expect("extend by id"));
+    tokio::time::timeout(EVENTUALLY, expired.lost())
+        .await
+        .expect("lost() fires when the trust runs out");
+    let lost_at = Instant::now();
+    assert!(!expired.is_held());
+    let resumed = c
+        .mutex("att-expired-revived")
+        .lease(secs(10))
+        .resume(&id)
+        .await
+        .expect("the server still holds it");
+    assert!(resumed.is_held());
+    let revived = expired.is_held();
+    let moved = expired.valid_until().saturating_duration_since(lost_at);
+    drop(resumed);
+    drop(expired);
+    assert!(
+        !revived && moved.is_zero(),
+        "a guard whose lost() had fired was revived by a resume of its id in its client: \
+         is_held() {revived}, valid_until() moved {moved:?} past the instant it was lost"
+    );
+}
+
+both_backends!(an_expired_guard_stays_lost_after_a_resume);
+
+/// Attack: cancel `Election::resume` after its renewal, while it reads the leader's value.
+/// Its docs ("Cancel safety"): "If cancelled, the leadership's lease may have been renewed;
+/// no `Leadership` has it." So the detached leadership must still lead (same term) after the
+/// cancel, not be resigned or released.
+async fn cancelled_election_resume_keeps_the_leadership(b: Backend) {
+    let first = b.client().await;
+    let id = first
+        .election("att-election-cancel")
+        .lease(secs(5))
+        .campaign("10.0.0.9:1")
+        .await
+        .expect("campaign")
+        .detach();
+    let faulty = Faulty::new(b.store().await);
+    let gate = Gate::new();
+    faulty.add(Rule::on(Op::Leader).times(1).hold_request(gate.clone()));
+    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let resuming = {
+        let (c, id) = (c.clone(), id.clone());
+        tokio::spawn(async move {
+            c.election("att-election-cancel")
+                .lease(secs(5))
+                .resume(&id)
+                .await
+                .map(|l| l.detach())
+        })
+    };
+    gate.wait_entered(1).await;
+    resuming.abort();
+    let _ = resuming.await;
+    gate.open();
+    tokio::time::sleep(ms(300)).await;
+    let seen = first
+        .election("att-election-cancel")
+        .leader()
+        .await
+        .expect("leader");
+    assert!(
+        seen.as_ref()
+            .is_some_and(|l| l.term == id.fencing_token() && l.value == "10.0.0.9:1"),
+        "a cancelled Election::resume ended the leadership it was resuming: leader now {seen:?}"
+    );
+    let back = first
+        .election("att-election-cancel")
+        .resume(&id)
+        .await
+        .expect("the leadership is still there to resume");
+    assert!(back.resign().await.expect("resign"));
+}
+
+both_backends!(cancelled_election_resume_keeps_the_leadership);
+
+/// Attack: `Election::resume` whose read of the leader's value fails (its reply lost). The
+/// leadership was handed over (detached); a failed resume must not end it: the error is
+/// reported and the leadership still leads under its term, to be resumed again.
+async fn a_failed_election_resume_keeps_the_leadership(b: Backend) {
+    let first = b.client().await;
+    let id = first
+        .election("att-election-fail")
+        .lease(secs(5))
+        .campaign("10.0.0.9:2")
+        .await
+        .expect("campaign")
+        .detach();
+    let faulty = Faulty::new(b.store().await);
+    faulty.add(Rule::on(Op::Leader).lose_reply());
+    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let outcome = c
+        .election("att-election-fail")
+        .lease(secs(5))
+        .resume(&id)
+        .await
+        .map(|l| l.detach());
+    faulty.clear();
+    tokio::time::sleep(ms(300)).await;
+    let seen = first
+        .election("att-election-fail")
+        .leader()
+        .await
+        .expect("leader");
+    assert!(
+        seen.as_ref().is_some_and(|l| l.term == id.fencing_token()),
+        "an Election::resume that failed ({:?}) ended the leadership: leader now {seen:?}",
+        outcome.as_ref().err()
+    );
+    let back = first
+        .election("att-election-fail")
+        .resume(&id)
+        .await
+        .expect("resume again");
+    assert!(back.resign().await.expect("resign"));
+}
+
+both_backends!(a_failed_election_resume_keeps_the_leadership);
