@@ -951,3 +951,66 @@ async fn a_failed_election_resume_keeps_the_leadership(b: Backend) {
 }
 
 both_backends!(a_failed_election_resume_keeps_the_leadership);
+
+/// Attack: cancel `MultiLock::resume` (in another process) after its first part was renewed,
+/// while the second part's renewal is held. Its docs ("Cancel safety"): "If cancelled, the
+/// parts renewed so far are left held, with no guard." So the first part must still be held
+/// on the server (until its lease lapses), not released by the cancel.
+async fn cancelled_multi_resume_leaves_the_parts_held(b: Backend) {
+    let names = ["att-multi-cancel-a", "att-multi-cancel-b"];
+    let owner = b.client().await;
+    let ids = owner
+        .multi_lock(names)
+        .lease(secs(5))
+        .lock()
+        .await
+        .expect("lock")
+        .detach();
+    let faulty = Faulty::new(b.store().await);
+    let gate = Gate::new();
+    let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let first_part = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    {
+        let (seen, first_part) = (seen.clone(), first_part.clone());
+        faulty.add(
+            Rule::on(Op::Extend)
+                .when(move |call| {
+                    let n = seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    if n == 0 {
+                        *first_part.lock().unwrap() = call.name.clone();
+                    }
+                    n == 1
+                })
+                .hold_request(gate.clone()),
+        );
+    }
+    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let resuming = {
+        let (c, ids) = (c.clone(), ids.clone());
+        tokio::spawn(async move {
+            c.multi_lock(names)
+                .lease(secs(5))
+                .resume(&ids)
+                .await
+                .map(|g| g.detach())
+        })
+    };
+    gate.wait_entered(1).await;
+    resuming.abort();
+    let _ = resuming.await;
+    gate.open();
+    tokio::time::sleep(ms(300)).await;
+    let first_part = first_part.lock().unwrap().clone();
+    assert!(names.contains(&first_part.as_str()), "{first_part:?}");
+    let info = owner.rwlock(&first_part).inspect().await.expect("inspect");
+    assert!(
+        !info.holders.is_empty(),
+        "a cancelled MultiLock::resume released the part it had renewed ({first_part}): \
+         {info:?}"
+    );
+    for id in &ids {
+        let _ = owner.release_hold(id).await;
+    }
+}
+
+both_backends!(cancelled_multi_resume_leaves_the_parts_held);
