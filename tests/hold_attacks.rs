@@ -1014,3 +1014,80 @@ async fn cancelled_multi_resume_leaves_the_parts_held(b: Backend) {
 }
 
 both_backends!(cancelled_multi_resume_leaves_the_parts_held);
+
+/// Attack: resume on handles with options a lock would refuse (a 1 ms lease, a zero
+/// `max_hold`). The resume must be refused as invalid input without touching the hold (no
+/// 1 ms renewal that would end it), on every resume entry point.
+async fn resume_with_bad_options_leaves_the_hold(b: Backend) {
+    let c = b.client().await;
+    let other = b.client().await;
+    let id = detached_mutex(&c, "att-bad-options", secs(10)).await;
+    let outcomes = [
+        (
+            "lease 1ms",
+            other
+                .mutex("att-bad-options")
+                .lease(ms(1))
+                .resume(&id)
+                .await
+                .map(|g| g.detach()),
+        ),
+        (
+            "max_hold 0",
+            other
+                .mutex("att-bad-options")
+                .max_hold(Duration::ZERO)
+                .resume(&id)
+                .await
+                .map(|g| g.detach()),
+        ),
+    ];
+    tokio::time::sleep(ms(200)).await;
+    let info = c.mutex("att-bad-options").inspect().await.expect("inspect");
+    assert!(
+        info.holders
+            .first()
+            .is_some_and(|h| h.lease_remaining > secs(5)),
+        "a resume with bad options changed the hold: {info:?} ({outcomes:?})"
+    );
+    for (what, outcome) in outcomes {
+        let err = outcome.expect_err(what);
+        assert!(err.is_invalid_input(), "{what}: {err}");
+    }
+    assert!(c.release_hold(&id).await.expect("release"));
+}
+
+both_backends!(resume_with_bad_options_leaves_the_hold);
+
+/// Attack: the id is a capability. Its `Debug` form, and the errors of a malformed text
+/// carrying the token, must never repeat the token (the 96 random bits after the shown
+/// prefix).
+#[test]
+fn the_token_never_leaks_through_debug_or_errors() {
+    let rt = support::time::current_thread();
+    let id = rt.block_on(async {
+        LockClient::in_memory()
+            .mutex("att-leak")
+            .lock()
+            .await
+            .expect("lock")
+            .detach()
+    });
+    let text = id.to_string();
+    let token = text.splitn(5, ':').nth(3).expect("token").to_owned();
+    assert!(token.len() >= 32, "{token}");
+    let secret = &token[16..];
+    let debug = format!("{id:?}");
+    assert!(!debug.contains(secret), "Debug shows the token: {debug}");
+    for bad in [
+        format!(" {text}"),
+        format!("rlh1:mutex:01:{token}:att-leak"),
+        format!("rlh1:mutexx:1:{token}:att-leak"),
+        format!("rlh1:mutex:1:{token}:"),
+        format!("rlh2:mutex:1:{token}:att-leak"),
+    ] {
+        let err = bad.parse::<HoldId>().expect_err(&bad);
+        let shown = format!("{err} {err:?}");
+        assert!(!shown.contains(secret), "the error repeats the token: {shown}");
+    }
+}
