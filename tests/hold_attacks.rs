@@ -1091,3 +1091,40 @@ fn the_token_never_leaks_through_debug_or_errors() {
         assert!(!shown.contains(secret), "the error repeats the token: {shown}");
     }
 }
+
+/// Attack: two guards of one write hold in one client (a resume of the write id while the
+/// write guard lives), then ONE of them is downgraded to a read hold. The other is still a
+/// `WriteGuard`: it must not say `is_held()` while the server's hold is a read hold that
+/// admits other readers ("never a writer beside anyone").
+async fn downgrading_one_write_co_guard(b: Backend) {
+    let c = b.client().await;
+    let rw = c.rwlock("att-co-downgrade").lease(secs(5));
+    let first = rw.write().await.expect("write");
+    let id = first.hold_id();
+    let second = rw.resume_write(&id).await.expect("resume write");
+    let read = redis_locks::WriteGuard::downgrade(first)
+        .await
+        .expect("downgrade");
+    assert!(read.is_held());
+    let other = b.client().await;
+    let reader = other
+        .rwlock("att-co-downgrade")
+        .try_read()
+        .await
+        .map(|g| g.detach());
+    let writer_held = second.is_held();
+    let second_id = second.hold_id();
+    drop(read);
+    let _ = second.detach();
+    if let Ok(reader) = &reader {
+        let _ = other.release_hold(reader).await;
+    }
+    assert!(
+        !(reader.is_ok() && writer_held),
+        "a WriteGuard says is_held() while another client holds a read lock beside it \
+         (its co-guard was downgraded; its id now says {})",
+        second_id.kind()
+    );
+}
+
+both_backends!(downgrading_one_write_co_guard);
