@@ -783,8 +783,10 @@ async fn a_downgrade_with_a_second_write_guard_keeps_it_honest(b: Backend) {
         info.holders,
         outcome.as_ref().map(|r| r.fencing_token())
     );
-    drop(outcome);
-    drop(second);
+    let err = outcome.expect_err("refused while another write guard lives");
+    assert!(err.is_invalid_input(), "{err}");
+    assert!(second.is_held(), "the refusal released the hold");
+    assert!(second.release().await.expect("release"));
 }
 
 both_backends!(a_downgrade_with_a_second_write_guard_keeps_it_honest);

@@ -720,7 +720,7 @@ impl Holds {
                 shared.lock.name() == name && own.token == claim.token && own.slot == claim.slot
             })
             .collect();
-        matches.sort_by_key(|(_, shared)| (!shared.is_releasing(), shared.validity.borrow().lost));
+        matches.sort_by_key(|(_, shared)| (!shared.is_releasing(), !shared.is_trusted()));
         matches.into_iter().next()
     }
 
@@ -1035,6 +1035,11 @@ impl Hold {
         self.shared.request(false).await
     }
 
+    /// Whether another guard shares this hold (a resume of its id in this client).
+    pub(crate) fn has_co_guards(&self) -> bool {
+        self.shared.guards.load(Ordering::Acquire) > 1
+    }
+
     fn stop_renewing(&mut self) {
         self.shared.stop_renewer();
         self.shared.holds.unregister(self.id);
@@ -1068,6 +1073,11 @@ impl Hold {
         };
         if shared.validity.borrow().lost {
             return Err(lost());
+        }
+        if self.has_co_guards() {
+            // Another guard of this hold (of the exclusive kind) would go on saying it holds
+            // the write lock while the server has a read hold.
+            return Err(co_guard_downgrade());
         }
         let claim = shared.claim();
         let sent_at = Instant::now();
@@ -1128,9 +1138,9 @@ impl Hold {
         {
             return Ok(None);
         }
-        // A lost hold (no renewal confirmed in time) may still be live on the server: the
-        // resume asks it afresh below.
-        let live = found.filter(|(_, shared)| !shared.validity.borrow().lost);
+        // A hold no longer trusted (lost, or its trust ran out) may still be live on the
+        // server: the resume asks it afresh below, as a new entry of the token.
+        let live = found.filter(|(_, shared)| shared.is_trusted());
         if let Some((id, shared)) = live {
             // Counted before the step, so a detach of the other guard meanwhile does not
             // stop the renewals this guard relies on.
@@ -1142,7 +1152,12 @@ impl Hold {
             };
             joined.shared.set_lease(claim.lease);
             return match joined.shared.request(false).await {
-                Ok(true) => Ok(Some(joined)),
+                // A downgrade applied meanwhile made it another kind of hold than the id's.
+                Ok(true) if joined.shared.claim().slot == claim.slot => Ok(Some(joined)),
+                Ok(true) => {
+                    joined.detach();
+                    Ok(None)
+                }
                 Ok(false) => {
                     joined.detach();
                     Ok(None)
@@ -1208,7 +1223,7 @@ pub(crate) async fn extend_by_id(
         if shared.is_releasing() {
             return Ok(false);
         }
-        if !shared.validity.borrow().lost {
+        if shared.is_trusted() {
             shared.set_lease(lease);
             return shared.request(false).await;
         }
@@ -1225,6 +1240,12 @@ impl Shared {
         self.mark_lost_quietly();
     }
 
+    /// Not lost, and its trust has not run out: a guard of it says `is_held()`.
+    fn is_trusted(&self) -> bool {
+        let v = *self.validity.borrow();
+        !v.lost && Instant::now() < v.until
+    }
+
     fn is_releasing(&self) -> bool {
         self.releasing.load(Ordering::Acquire)
     }
@@ -1237,6 +1258,15 @@ impl Shared {
     fn mark_lost_quietly(&self) {
         self.validity.send_modify(Validity::lose);
     }
+}
+
+/// The refusal of a downgrade while another guard shares the hold.
+pub(crate) fn co_guard_downgrade() -> Error {
+    Error::invalid(
+        "downgrade",
+        "another guard of this hold lives in this client (a resume of its id); downgrade \
+         through the hold's only guard: release or detach the others first",
+    )
 }
 
 /// Runs an idempotent step, sending it again after a lost reply (a retryable error) up to
