@@ -762,3 +762,31 @@ async fn resume_after_a_local_loss_and_extend_by_id(b: Backend) {
 }
 
 both_backends!(resume_after_a_local_loss_and_extend_by_id);
+
+/// Two write guards of one hold in one client (a resume of the id): a downgrade through one
+/// must not leave the other saying it holds the write lock while the server has a read hold.
+async fn a_downgrade_with_a_second_write_guard_keeps_it_honest(b: Backend) {
+    let c = b.client().await;
+    let rw = c.rwlock("co-downgrade");
+    let first = rw.write().await.expect("write");
+    let id = first.hold_id();
+    let second = rw.resume_write(&id).await.expect("resume");
+    let outcome = redis_locks::WriteGuard::downgrade(first).await;
+    let info = rw.inspect().await.expect("inspect");
+    let server_writes = info
+        .holders
+        .iter()
+        .any(|h| h.kind == redis_locks::HoldKind::Write);
+    assert!(
+        !second.is_held() || server_writes,
+        "a write guard says is_held() while the server has {:?} (downgrade: {:?})",
+        info.holders,
+        outcome.as_ref().map(|r| r.fencing_token())
+    );
+    let err = outcome.expect_err("refused while another write guard lives");
+    assert!(err.is_invalid_input(), "{err}");
+    assert!(second.is_held(), "the refusal released the hold");
+    assert!(second.release().await.expect("release"));
+}
+
+both_backends!(a_downgrade_with_a_second_write_guard_keeps_it_honest);

@@ -69,6 +69,9 @@ struct Shared {
     /// registry until that release is answered, so a resume of its id in this client finds
     /// it and is refused instead of renewing a lease the release then ends under it.
     releasing: std::sync::atomic::AtomicBool,
+    /// Another entry of this token may be registered in this client (a resume found this
+    /// one no longer trusted and made a new one): a release of either ends both.
+    has_siblings: std::sync::atomic::AtomicBool,
 }
 
 /// Where a hold's renewals stand. A hold that renews has exactly one entry in its client's
@@ -720,8 +723,20 @@ impl Holds {
                 shared.lock.name() == name && own.token == claim.token && own.slot == claim.slot
             })
             .collect();
-        matches.sort_by_key(|(_, shared)| (!shared.is_releasing(), shared.validity.borrow().lost));
+        matches.sort_by_key(|(_, shared)| (!shared.is_releasing(), !shared.is_trusted()));
         matches.into_iter().next()
+    }
+
+    /// Every registered entry of `token` on lock `name`.
+    fn entries_of(&self, name: &str, token: &str) -> Vec<Arc<Shared>> {
+        let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        let entries = live
+            .values()
+            .filter_map(Weak::upgrade)
+            .filter(|shared| shared.lock.name() == name && shared.claim().token == token)
+            .collect();
+        drop(live);
+        entries
     }
 
     fn unregister(&self, id: u64) {
@@ -765,7 +780,7 @@ impl Holds {
         let mut releases = tokio::task::JoinSet::new();
         for (id, shared) in holds {
             // Released by token here: no renewal may go on (it would be refused anyway).
-            shared.begin_release();
+            shared.end_locally();
             releases.spawn(async move {
                 let claim = shared.claim();
                 let outcome = release_with_retry(&*shared.store, &shared.lock, &claim).await;
@@ -902,6 +917,7 @@ impl Hold {
             renewer: StdMutex::new(Renewer::Off),
             guards: AtomicUsize::new(1),
             releasing: std::sync::atomic::AtomicBool::new(false),
+            has_siblings: std::sync::atomic::AtomicBool::new(false),
         });
         let id = shared.holds.register(&shared);
         let once = match first {
@@ -1035,6 +1051,11 @@ impl Hold {
         self.shared.request(false).await
     }
 
+    /// Whether another guard shares this hold (a resume of its id in this client).
+    pub(crate) fn has_co_guards(&self) -> bool {
+        self.shared.guards.load(Ordering::Acquire) > 1
+    }
+
     fn stop_renewing(&mut self) {
         self.shared.stop_renewer();
         self.shared.holds.unregister(self.id);
@@ -1068,6 +1089,11 @@ impl Hold {
         };
         if shared.validity.borrow().lost {
             return Err(lost());
+        }
+        if self.has_co_guards() {
+            // Another guard of this hold (of the exclusive kind) would go on saying it holds
+            // the write lock while the server has a read hold.
+            return Err(co_guard_downgrade());
         }
         let claim = shared.claim();
         let sent_at = Instant::now();
@@ -1128,30 +1154,23 @@ impl Hold {
         {
             return Ok(None);
         }
-        // A lost hold (no renewal confirmed in time) may still be live on the server: the
-        // resume asks it afresh below.
-        let live = found.filter(|(_, shared)| !shared.validity.borrow().lost);
+        // A hold no longer trusted (lost, or its trust ran out) may still be live on the
+        // server: the resume asks it afresh below, as a new entry of the token.
+        let live = found
+            .as_ref()
+            .filter(|(_, shared)| shared.is_trusted())
+            .cloned();
         if let Some((id, shared)) = live {
-            // Counted before the step, so a detach of the other guard meanwhile does not
-            // stop the renewals this guard relies on.
-            shared.guards.fetch_add(1, Ordering::AcqRel);
-            let joined = Hold {
-                shared,
-                id,
-                released: false,
-            };
-            joined.shared.set_lease(claim.lease);
-            return match joined.shared.request(false).await {
-                Ok(true) => Ok(Some(joined)),
-                Ok(false) => {
-                    joined.detach();
-                    Ok(None)
-                }
-                Err(err) => {
-                    joined.detach();
-                    Err(err)
-                }
-            };
+            return Hold::join(id, shared, &claim).await;
+        }
+        if let Some((_, old)) = &found {
+            // Set before the resume's step: a release of it from now on looks for siblings.
+            old.has_siblings.store(true, Ordering::Release);
+            // The old entry ends here: its request in flight (if any) is answered first, and
+            // it sends none after, so no request of its lease lands after this resume's.
+            let _turn = old.requests.lock().await;
+            old.stop_renewer();
+            old.mark_lost_quietly();
         }
         let mut delay = Duration::from_millis(20);
         for attempt in 0.. {
@@ -1165,6 +1184,18 @@ impl Hold {
                     };
                     let owners = (holds, store);
                     let hold = Hold::new(owners, lock, claim, fence, trusted_from, opts);
+                    if let Some((_, old)) = &found {
+                        hold.shared.has_siblings.store(true, Ordering::Release);
+                        // Registered before this look: a release of the old entry from now
+                        // on ends this one too; one that began before is seen here.
+                        let name = hold.shared.lock.name().to_owned();
+                        let token = hold.shared.claim().token;
+                        let entries = hold.shared.holds.entries_of(&name, &token);
+                        if old.is_releasing() || entries.iter().any(|e| e.is_releasing()) {
+                            hold.detach();
+                            return Ok(None);
+                        }
+                    }
                     return Ok(Some(hold));
                 }
                 Ok(false) => return Ok(None),
@@ -1178,6 +1209,36 @@ impl Hold {
             }
         }
         unreachable!("the loop returns")
+    }
+
+    /// A second guard on this client's live hold `shared` (entry `id`) of `claim`: one
+    /// `extend` of the claim's lease through its lease owner, then the guard shares it.
+    async fn join(id: u64, shared: Arc<Shared>, claim: &Claim) -> Result<Option<Hold>> {
+        // Counted before the step, so a detach of the other guard meanwhile does not
+        // stop the renewals this guard relies on.
+        shared.guards.fetch_add(1, Ordering::AcqRel);
+        let joined = Hold {
+            shared,
+            id,
+            released: false,
+        };
+        joined.shared.set_lease(claim.lease);
+        match joined.shared.request(false).await {
+            // A downgrade applied meanwhile made it another kind of hold than the id's.
+            Ok(true) if joined.shared.claim().slot == claim.slot => Ok(Some(joined)),
+            Ok(true) => {
+                joined.detach();
+                Ok(None)
+            }
+            Ok(false) => {
+                joined.detach();
+                Ok(None)
+            }
+            Err(err) => {
+                joined.detach();
+                Err(err)
+            }
+        }
     }
 }
 
@@ -1208,7 +1269,7 @@ pub(crate) async fn extend_by_id(
         if shared.is_releasing() {
             return Ok(false);
         }
-        if !shared.validity.borrow().lost {
+        if shared.is_trusted() {
             shared.set_lease(lease);
             return shared.request(false).await;
         }
@@ -1220,9 +1281,31 @@ impl Shared {
     /// A release of this hold starts: renewals stop, every guard of it is lost, and a resume
     /// of its id in this client is refused from now on.
     fn begin_release(&self) {
+        self.end_locally();
+        if !self.has_siblings.load(Ordering::Acquire) {
+            return;
+        }
+        // Other entries of this token in this client (a resume after a local loss made a new
+        // one): the release ends their server hold too.
+        let token = self.claim().token;
+        for sibling in self.holds.entries_of(self.lock.name(), &token) {
+            if !std::ptr::eq(&*sibling, self) {
+                sibling.end_locally();
+            }
+        }
+    }
+
+    /// Releasing from now on: renewals stop, every guard of this entry is lost.
+    fn end_locally(&self) {
         self.releasing.store(true, Ordering::Release);
         self.stop_renewer();
         self.mark_lost_quietly();
+    }
+
+    /// Not lost, and its trust has not run out: a guard of it says `is_held()`.
+    fn is_trusted(&self) -> bool {
+        let v = *self.validity.borrow();
+        !v.lost && Instant::now() < v.until
     }
 
     fn is_releasing(&self) -> bool {
@@ -1237,6 +1320,15 @@ impl Shared {
     fn mark_lost_quietly(&self) {
         self.validity.send_modify(Validity::lose);
     }
+}
+
+/// The refusal of a downgrade while another guard shares the hold.
+pub(crate) fn co_guard_downgrade() -> Error {
+    Error::invalid(
+        "downgrade",
+        "another guard of this hold lives in this client (a resume of its id); downgrade \
+         through the hold's only guard: release or detach the others first",
+    )
 }
 
 /// Runs an idempotent step, sending it again after a lost reply (a retryable error) up to
