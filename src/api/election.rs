@@ -18,6 +18,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use crate::api::fair_lock::{FairLock, FairLockGuard};
+use crate::api::resume::Taken;
 use crate::store::{Claim, Store};
 use crate::vocab::error::{Error, Result};
 use crate::vocab::hold_id::HoldId;
@@ -225,17 +226,32 @@ impl Election {
     /// ```
     ///
     /// # Cancel safety
-    /// If cancelled, the leadership's lease may have been renewed; no `Leadership` has it.
+    /// If cancelled (or failed after the renewal), the leadership is left as it was: still
+    /// leading under its term, its lease perhaps renewed, and no `Leadership` has it. As
+    /// for [`Lock::resume`](crate::Lock), a client that already has (or is resuming) a guard
+    /// of this leadership is refused with [`Error::HoldInUse`].
     pub async fn resume(&self, id: &HoldId) -> Result<Leadership> {
-        let guard = self.lock.resume(id).await?;
-        let term = guard.fencing_token();
-        match self.leader().await? {
-            Some(info) if info.term == term => Ok(Leadership {
-                guard: Some(guard),
-                value: info.value,
-            }),
-            _ => Leadership::begin(guard, String::new()).await,
-        }
+        // Detached, not released, if an error or a cancel ends the resume before it is done:
+        // the leadership is then as it was, with no `Leadership`.
+        let guard = Taken::new(self.lock.resume(id).await?);
+        let term = guard.get().fencing_token();
+        let value = match self.leader().await? {
+            Some(info) if info.term == term => info.value,
+            _ => {
+                // A hold that never proclaimed (a FairLock's id): it leads with no value.
+                let (store, keys, claim) = guard.get().hold.step_parts();
+                if !proclaim_with_retry(&*store, &keys, &claim, Some("")).await? {
+                    return Err(Error::HoldGone {
+                        name: id.name().to_owned(),
+                    });
+                }
+                String::new()
+            }
+        };
+        Ok(Leadership {
+            guard: Some(guard.keep()),
+            value,
+        })
     }
 
     /// Watches the leader: an [`Observer`] that yields who leads now, then every change of

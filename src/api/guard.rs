@@ -245,21 +245,12 @@ impl Guard<kind::Write> {
     /// # Ok(()) }
     /// ```
     ///
-    /// While another guard of the same hold lives in this client (a resume of its id), the
-    /// downgrade is refused with an invalid-input error and this guard is given up without
-    /// releasing (the other keeps the write hold).
-    ///
     /// # Cancel safety
     /// If cancelled after the request left, the hold may be a read hold or still a write hold;
     /// either way it is released in the background.
     pub async fn downgrade(guard: Self) -> Result<Guard<kind::Read>> {
         let preference = guard.kind.preference;
         let shared = Request::Read(preference).slot();
-        if guard.hold.has_co_guards() {
-            // The other guard keeps the write hold; this one is given up, not released.
-            guard.hold.detach();
-            return Err(crate::engine::lease::co_guard_downgrade());
-        }
         let mut hold = guard.hold;
         hold.downgrade(shared).await?;
         Ok(Guard::new(hold, kind::Read { preference }))

@@ -63,6 +63,56 @@ impl<K: Kind> Guard<K> {
     }
 }
 
+/// What a resume has taken so far and gives up *without releasing* (detached: the server's
+/// lease runs on) unless the resume completes: dropped by an error or a cancel, it leaves the
+/// hold as it was before the resume, with no guard.
+pub(crate) struct Taken<T: GiveUp>(Option<T>);
+
+/// What [`Taken`] does with what it holds when the resume does not complete.
+pub(crate) trait GiveUp {
+    /// Stops renewing and forgets, without a release.
+    fn give_up(self);
+}
+
+impl<K: Kind> GiveUp for Guard<K> {
+    fn give_up(self) {
+        let _ = self.detach();
+    }
+}
+
+impl GiveUp for Vec<Hold> {
+    fn give_up(self) {
+        self.into_iter().for_each(Hold::detach);
+    }
+}
+
+impl<T: GiveUp> Taken<T> {
+    pub(crate) fn new(taken: T) -> Self {
+        Taken(Some(taken))
+    }
+
+    pub(crate) fn get(&self) -> &T {
+        self.0.as_ref().expect("taken until kept")
+    }
+
+    pub(crate) fn get_mut(&mut self) -> &mut T {
+        self.0.as_mut().expect("taken until kept")
+    }
+
+    /// The resume completed: what it took is the caller's now.
+    pub(crate) fn keep(mut self) -> T {
+        self.0.take().expect("taken until kept")
+    }
+}
+
+impl<T: GiveUp> Drop for Taken<T> {
+    fn drop(&mut self) {
+        if let Some(taken) = self.0.take() {
+            taken.give_up();
+        }
+    }
+}
+
 /// What a handle of kind `G` says it resumes, for a kind mismatch.
 fn expected<G: Kind>(preference: Option<Preference>) -> String {
     match preference {
@@ -341,21 +391,23 @@ impl MultiLock {
             }
             matched.push((part.lock.clone(), id));
         }
-        let mut holds = Vec::with_capacity(matched.len());
+        // Detached, not released, if an error or a cancel ends the resume before it is done.
+        let mut holds = Taken::new(Vec::with_capacity(matched.len()));
         for (lock, id) in matched {
             let claim = id.claim(self.ctx.opts.lease, self.ctx.opts.heartbeat());
             let owners = (self.ctx.holds.clone(), self.ctx.store.clone());
             let opts = self.ctx.opts.clone();
-            match Hold::resume(owners, lock, claim, id.fencing_token(), opts).await {
-                Ok(Some(hold)) => holds.push(hold),
-                outcome => {
-                    holds.into_iter().for_each(Hold::detach);
-                    return Err(outcome.err().unwrap_or_else(|| Error::HoldGone {
+            match Hold::resume(owners, lock, claim, id.fencing_token(), opts).await? {
+                Some(hold) => holds.get_mut().push(hold),
+                None => {
+                    return Err(Error::HoldGone {
                         name: id.name().to_owned(),
-                    }));
+                    })
                 }
             }
         }
-        Ok(MultiGuard { holds })
+        Ok(MultiGuard {
+            holds: holds.keep(),
+        })
     }
 }

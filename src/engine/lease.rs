@@ -7,7 +7,7 @@
 //! restarts that from its own send instant.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, Weak};
 use std::time::Duration;
 
@@ -61,17 +61,10 @@ struct Shared {
     validity: watch::Sender<Validity>,
     requests: tokio::sync::Mutex<Requests>,
     renewer: StdMutex<Renewer>,
-    /// Guards of this hold that neither released nor detached it: a hold resumed from its id
-    /// in the client that holds it already gets a second guard on this one lease owner
-    /// (`Hold::resume`). Renewals stop when the last one detaches.
-    guards: AtomicUsize,
     /// A release of this hold was sent (or is about to be). The hold stays in its client's
     /// registry until that release is answered, so a resume of its id in this client finds
     /// it and is refused instead of renewing a lease the release then ends under it.
     releasing: std::sync::atomic::AtomicBool,
-    /// Another entry of this token may be registered in this client (a resume found this
-    /// one no longer trusted and made a new one): a release of either ends both.
-    has_siblings: std::sync::atomic::AtomicBool,
 }
 
 /// Where a hold's renewals stand. A hold that renews has exactly one entry in its client's
@@ -479,6 +472,10 @@ impl Shared {
 pub(crate) struct Holds {
     /// By id, so `release_all` sends its releases in grant order (a simulation replays exactly).
     live: StdMutex<BTreeMap<u64, Weak<Shared>>>,
+    /// Holds being resumed in this client, as (lock name, token): a resume reserves its token
+    /// here (together with the check that `live` has no entry of it) before it sends
+    /// anything, so this client never makes a second guard of one hold.
+    resuming: StdMutex<std::collections::HashSet<(String, String)>>,
     next_id: AtomicU64,
     renewals: Renewals,
 }
@@ -727,16 +724,35 @@ impl Holds {
         matches.into_iter().next()
     }
 
-    /// Every registered entry of `token` on lock `name`.
-    fn entries_of(&self, name: &str, token: &str) -> Vec<Arc<Shared>> {
+    /// Reserves the hold of `token` on lock `name` for a resume in this client: `None` when
+    /// the client has an entry of it (a guard, live or lost, not yet detached, dropped and
+    /// released) or another resume reserved it. One check-and-insert under the registry's
+    /// lock, so two resumes (or a resume and a guard) of one hold never both go ahead.
+    fn reserve(self: &Arc<Self>, name: &str, token: &str) -> Option<Reservation> {
         let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
-        let entries = live
+        let has_entry = live
             .values()
             .filter_map(Weak::upgrade)
-            .filter(|shared| shared.lock.name() == name && shared.claim().token == token)
-            .collect();
+            .any(|shared| shared.lock.name() == name && shared.claim().token == token);
+        let mut resuming = self.resuming.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (name.to_owned(), token.to_owned());
+        if has_entry || !resuming.insert(key.clone()) {
+            return None;
+        }
+        drop(resuming);
         drop(live);
-        entries
+        Some(Reservation {
+            holds: self.clone(),
+            key,
+        })
+    }
+
+    /// Whether a resume of `token` on lock `name` is under way in this client.
+    fn is_resuming(&self, name: &str, token: &str) -> bool {
+        self.resuming
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&(name.to_owned(), token.to_owned()))
     }
 
     fn unregister(&self, id: u64) {
@@ -805,6 +821,32 @@ impl Holds {
             Some(err) => Err(err),
             None => Ok(released),
         }
+    }
+}
+
+/// A resume's reservation of its hold in its client's [`Holds`]; dropping it (the resume
+/// done, failed or cancelled) frees the name and token again. A resume that succeeds drops it
+/// only once its hold is registered, so the check in [`Holds::reserve`] always sees one.
+struct Reservation {
+    holds: Arc<Holds>,
+    key: (String, String),
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.holds
+            .resuming
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.key);
+    }
+}
+
+/// The refusal of a resume, or of a step by id, of a hold this client already has a guard of
+/// (or is resuming).
+fn hold_in_use(name: &str) -> Error {
+    Error::HoldInUse {
+        name: name.to_owned(),
     }
 }
 
@@ -915,9 +957,7 @@ impl Hold {
             validity,
             requests: tokio::sync::Mutex::default(),
             renewer: StdMutex::new(Renewer::Off),
-            guards: AtomicUsize::new(1),
             releasing: std::sync::atomic::AtomicBool::new(false),
-            has_siblings: std::sync::atomic::AtomicBool::new(false),
         });
         let id = shared.holds.register(&shared);
         let once = match first {
@@ -986,13 +1026,11 @@ impl Hold {
     }
 
     /// Gives this guard up without releasing the hold: the server's lease runs on until its
-    /// deadline. Renewals stop unless another guard of this hold (a resume in this client)
-    /// still lives; the hold leaves the client's registry with its last guard.
+    /// deadline. Renewals stop and the hold leaves the client's registry (a resume of its id
+    /// in this client may then take it back).
     pub(crate) fn detach(mut self) {
         self.released = true;
-        if self.shared.guards.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.stop_renewing();
-        }
+        self.stop_renewing();
     }
 
     pub(crate) fn is_held(&self) -> bool {
@@ -1051,11 +1089,6 @@ impl Hold {
         self.shared.request(false).await
     }
 
-    /// Whether another guard shares this hold (a resume of its id in this client).
-    pub(crate) fn has_co_guards(&self) -> bool {
-        self.shared.guards.load(Ordering::Acquire) > 1
-    }
-
     fn stop_renewing(&mut self) {
         self.shared.stop_renewer();
         self.shared.holds.unregister(self.id);
@@ -1090,11 +1123,6 @@ impl Hold {
         if shared.validity.borrow().lost {
             return Err(lost());
         }
-        if self.has_co_guards() {
-            // Another guard of this hold (of the exclusive kind) would go on saying it holds
-            // the write lock while the server has a read hold.
-            return Err(co_guard_downgrade());
-        }
         let claim = shared.claim();
         let sent_at = Instant::now();
         let Some(fence) = shared.store.downgrade(&shared.lock, &claim, None).await? else {
@@ -1128,18 +1156,18 @@ impl Hold {
     }
 }
 
-/// Resuming a hold from its id, and releasing or extending a hold by its id: each goes
-/// through the hold's lease owner when this client has one, and is one owner-checked store
-/// step otherwise.
+/// Resuming a hold from its id, and releasing or extending a hold by its id. A client keeps
+/// at most one guard (one lease owner) per hold: a resume reserves the hold's token first and
+/// is refused when the client has an entry of it; a step by id goes through that entry's lease
+/// owner, and is refused while a resume of the hold is under way in this client.
 impl Hold {
     /// Turns `claim` (a hold id's token and slot, with the handle's lease) back into a hold
     /// after one owner-checked step that renews the lease (the store's `extend`); trusted
     /// from that step's send, as a grant is. `Ok(None)`: the store holds nothing live for
-    /// the token (nothing was granted).
-    ///
-    /// When this client already has a live hold of that claim, the step goes through that
-    /// hold's lease owner (as an `extend` of the handle's lease) and the new guard shares it:
-    /// one trust, one renewal schedule, and a release through either guard ends both.
+    /// the token (nothing was granted). [`Error::HoldInUse`] (nothing sent): this client
+    /// already has a guard of the hold, or is resuming it. For an exclusive hold, the server's
+    /// fence must be the id's `fence` (else [`Error::MalformedHoldId`], the hold left as it
+    /// was, renewed, with no guard).
     pub(crate) async fn resume(
         (holds, store): (Arc<Holds>, Arc<dyn Store>),
         lock: LockKeys,
@@ -1147,108 +1175,75 @@ impl Hold {
         fence: u64,
         opts: Options,
     ) -> Result<Option<Hold>> {
-        let found = holds.find(lock.name(), &claim);
-        if found
-            .as_ref()
-            .is_some_and(|(_, shared)| shared.is_releasing())
-        {
+        let Some(reservation) = holds.reserve(lock.name(), &claim.token) else {
+            return Err(hold_in_use(lock.name()));
+        };
+        let (renewed, sent_at) = Self::renew_for_resume(&*store, &lock, &claim).await;
+        if !renewed? {
             return Ok(None);
         }
-        // A hold no longer trusted (lost, or its trust ran out) may still be live on the
-        // server: the resume asks it afresh below, as a new entry of the token.
-        let live = found
-            .as_ref()
-            .filter(|(_, shared)| shared.is_trusted())
-            .cloned();
-        if let Some((id, shared)) = live {
-            return Hold::join(id, shared, &claim).await;
+        if claim.slot.is_exclusive() {
+            let family = match claim.slot {
+                Slot::Ticket { .. } => crate::vocab::claim::Family::TicketQueue,
+                _ => crate::vocab::claim::Family::LeaseLock,
+            };
+            let snapshot = retrying(|| store.inspect(&lock, family, None)).await.0?;
+            if snapshot.fence != fence {
+                return Err(Error::MalformedHoldId {
+                    reason: format!(
+                        "its fencing token is not the one the server granted the hold on lock \
+                         `{}` (the id was altered); the hold is left as it was",
+                        lock.name()
+                    ),
+                });
+            }
         }
-        if let Some((_, old)) = &found {
-            // Set before the resume's step: a release of it from now on looks for siblings.
-            old.has_siblings.store(true, Ordering::Release);
-            // The old entry ends here: its request in flight (if any) is answered first, and
-            // it sends none after, so no request of its lease lands after this resume's.
-            let _turn = old.requests.lock().await;
-            old.stop_renewer();
-            old.mark_lost_quietly();
-        }
+        let trusted_from = if planted(Bug::ResumeTrustsReply) {
+            Instant::now()
+        } else {
+            sent_at
+        };
+        let hold = Hold::new((holds, store), lock, claim, fence, trusted_from, opts);
+        // Registered now: the reservation may go.
+        drop(reservation);
+        Ok(Some(hold))
+    }
+
+    /// The owner-checked renewal of a resume, sent again after a lost reply (it is
+    /// idempotent: each sets the same lease from its own arrival); with the send instant of
+    /// the attempt answered.
+    async fn renew_for_resume(
+        store: &dyn Store,
+        lock: &LockKeys,
+        claim: &Claim,
+    ) -> (Result<bool>, Instant) {
         let mut delay = Duration::from_millis(20);
         for attempt in 0.. {
             let sent_at = Instant::now();
-            match store.extend(&lock, &claim, claim.lease, None).await {
-                Ok(true) => {
-                    let trusted_from = if planted(Bug::ResumeTrustsReply) {
-                        Instant::now()
-                    } else {
-                        sent_at
-                    };
-                    let owners = (holds, store);
-                    let hold = Hold::new(owners, lock, claim, fence, trusted_from, opts);
-                    if let Some((_, old)) = &found {
-                        hold.shared.has_siblings.store(true, Ordering::Release);
-                        // Registered before this look: a release of the old entry from now
-                        // on ends this one too; one that began before is seen here.
-                        let name = hold.shared.lock.name().to_owned();
-                        let token = hold.shared.claim().token;
-                        let entries = hold.shared.holds.entries_of(&name, &token);
-                        if old.is_releasing() || entries.iter().any(|e| e.is_releasing()) {
-                            hold.detach();
-                            return Ok(None);
-                        }
-                    }
-                    return Ok(Some(hold));
-                }
-                Ok(false) => return Ok(None),
-                // A lost reply: the renewal is idempotent (each one sets the same lease from
-                // its own arrival), so it is sent again and trusted from the confirmed send.
+            match store.extend(lock, claim, claim.lease, None).await {
                 Err(err) if err.is_retryable() && attempt < 3 => {
                     tokio::time::sleep(delay).await;
                     delay *= 2;
                 }
-                Err(err) => return Err(err),
+                outcome => return (outcome, sent_at),
             }
         }
         unreachable!("the loop returns")
     }
-
-    /// A second guard on this client's live hold `shared` (entry `id`) of `claim`: one
-    /// `extend` of the claim's lease through its lease owner, then the guard shares it.
-    async fn join(id: u64, shared: Arc<Shared>, claim: &Claim) -> Result<Option<Hold>> {
-        // Counted before the step, so a detach of the other guard meanwhile does not
-        // stop the renewals this guard relies on.
-        shared.guards.fetch_add(1, Ordering::AcqRel);
-        let joined = Hold {
-            shared,
-            id,
-            released: false,
-        };
-        joined.shared.set_lease(claim.lease);
-        match joined.shared.request(false).await {
-            // A downgrade applied meanwhile made it another kind of hold than the id's.
-            Ok(true) if joined.shared.claim().slot == claim.slot => Ok(Some(joined)),
-            Ok(true) => {
-                joined.detach();
-                Ok(None)
-            }
-            Ok(false) => {
-                joined.detach();
-                Ok(None)
-            }
-            Err(err) => {
-                joined.detach();
-                Err(err)
-            }
-        }
-    }
 }
 
-/// Releases the hold `claim` names without a guard. This client's guards of that hold are
-/// marked lost first (their renewals stop), so none trusts a lease released under it.
+/// Releases the hold `claim` names without a guard. This client's guard of that hold (if
+/// any) is marked lost first (its renewals stop), so it never trusts a lease released under
+/// it. Refused ([`Error::HoldInUse`], nothing sent) while a resume of the hold is under way in
+/// this client: that resume's guard would be trusted from a renewal the release may follow.
 pub(crate) async fn release_by_id(
     (holds, store): (&Holds, &dyn Store),
     lock: &LockKeys,
     claim: &Claim,
 ) -> Result<bool> {
+    if holds.is_resuming(lock.name(), &claim.token) {
+        return Err(hold_in_use(lock.name()));
+    }
     if let Some((_, shared)) = holds.find(lock.name(), claim) {
         shared.begin_release();
     }
@@ -1257,7 +1252,9 @@ pub(crate) async fn release_by_id(
 
 /// Renews the hold `claim` names to `lease` from now, without a guard; `Ok(false)`: it
 /// holds nothing live. When this client has a guard of that hold, the request goes through
-/// its lease owner, so its trust and renewals follow the new lease.
+/// its lease owner, so its trust and renewals follow the new lease. Refused
+/// ([`Error::HoldInUse`], nothing sent) while a resume of the hold is under way in this
+/// client.
 pub(crate) async fn extend_by_id(
     (holds, store): (&Holds, &dyn Store),
     lock: &LockKeys,
@@ -1265,6 +1262,9 @@ pub(crate) async fn extend_by_id(
     lease: Duration,
 ) -> Result<bool> {
     crate::vocab::options::check_duration("lease", lease)?;
+    if holds.is_resuming(lock.name(), &claim.token) {
+        return Err(hold_in_use(lock.name()));
+    }
     if let Some((_, shared)) = holds.find(lock.name(), claim) {
         if shared.is_releasing() {
             return Ok(false);
@@ -1282,17 +1282,6 @@ impl Shared {
     /// of its id in this client is refused from now on.
     fn begin_release(&self) {
         self.end_locally();
-        if !self.has_siblings.load(Ordering::Acquire) {
-            return;
-        }
-        // Other entries of this token in this client (a resume after a local loss made a new
-        // one): the release ends their server hold too.
-        let token = self.claim().token;
-        for sibling in self.holds.entries_of(self.lock.name(), &token) {
-            if !std::ptr::eq(&*sibling, self) {
-                sibling.end_locally();
-            }
-        }
     }
 
     /// Releasing from now on: renewals stop, every guard of this entry is lost.
@@ -1320,15 +1309,6 @@ impl Shared {
     fn mark_lost_quietly(&self) {
         self.validity.send_modify(Validity::lose);
     }
-}
-
-/// The refusal of a downgrade while another guard shares the hold.
-pub(crate) fn co_guard_downgrade() -> Error {
-    Error::invalid(
-        "downgrade",
-        "another guard of this hold lives in this client (a resume of its id); downgrade \
-         through the hold's only guard: release or detach the others first",
-    )
 }
 
 /// Runs an idempotent step, sending it again after a lost reply (a retryable error) up to

@@ -178,6 +178,14 @@ pub enum Error {
         /// The lock's name.
         name: String,
     },
+    /// This client already has a guard of the hold a [`HoldId`](crate::HoldId) names (live,
+    /// lost but not yet dropped, or releasing), or a resume of it is under way: a client keeps
+    /// at most one guard per hold. Nothing was sent.
+    #[error("this client already has a guard of the hold on lock `{name}` (or is resuming it): use that guard, or release, detach or drop it (and let its release finish) before resuming the id again; nothing was sent")]
+    HoldInUse {
+        /// The lock's name.
+        name: String,
+    },
     /// A [`HoldId`](crate::HoldId) of another kind of hold than the handle makes (a
     /// FairLock's id given to a Mutex, a read hold's to `resume_write`); nothing was sent.
     #[error("the hold id on lock `{name}` is for a {found} hold, not a {expected} hold; resume it with a handle of its own kind")]
@@ -420,6 +428,25 @@ impl Error {
     /// ```
     pub fn is_hold_gone(&self) -> bool {
         matches!(self, Error::HoldGone { .. })
+    }
+
+    /// True when this client already has a guard of the hold a
+    /// [`HoldId`](crate::HoldId) names, or is resuming it ([`Error::HoldInUse`]): use that
+    /// guard, or give it up first. Nothing was sent.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let guard = client.mutex("job").lock().await?;
+    /// let id = guard.hold_id();
+    /// assert!(client.mutex("job").resume(&id).await.unwrap_err().is_hold_in_use());
+    /// let id = guard.detach();
+    /// assert!(client.mutex("job").resume(&id).await?.release().await?);
+    /// # Ok(()) }
+    /// ```
+    pub fn is_hold_in_use(&self) -> bool {
+        matches!(self, Error::HoldInUse { .. })
     }
 
     /// True when the name is held through the other family of primitives
