@@ -370,35 +370,50 @@ async fn release_by_id_ends_every_guard(b: Backend) {
 
 both_backends!(release_by_id_ends_every_guard);
 
-/// Resuming an id twice in one client gives two guards of one hold on one lease owner: both
-/// are held, both honest; detaching one keeps the other renewing; releasing one ends both.
+/// Guards of one hold in two clients (two processes): both are held and honest, each on its
+/// own lease owner; a second resume in a client that has a guard of the hold is refused
+/// (`HoldInUse`, nothing sent); detaching one keeps the other renewing; releasing it ends the
+/// hold.
 async fn two_guards_of_one_hold(b: Backend) {
     let c = b.client().await;
+    let d = b.client().await;
     let lease = ms(600);
-    let mutex = c.mutex("two-guards").lease(lease);
-    let first = mutex.lock().await.expect("lock");
+    let first = c
+        .mutex("two-guards")
+        .lease(lease)
+        .lock()
+        .await
+        .expect("lock");
     let id = first.hold_id();
-    let second = mutex.resume(&id).await.expect("resume");
-    let third = mutex.resume(&id).await.expect("resume again");
-    assert!(first.is_held() && second.is_held() && third.is_held());
+    let second = d
+        .mutex("two-guards")
+        .lease(lease)
+        .resume(&id)
+        .await
+        .expect("resume in another client");
+    for client in [&c, &d] {
+        let err = client
+            .mutex("two-guards")
+            .resume(&id)
+            .await
+            .expect_err("a second guard of the hold in one client");
+        assert!(err.is_hold_in_use(), "{err}");
+    }
+    assert!(first.is_held() && second.is_held());
     assert_eq!(second.fencing_token(), first.fencing_token());
     let before = first.valid_until().min(second.valid_until());
-    let info = mutex.inspect().await.expect("inspect");
-    assert_honest("co-guards", before, &info, Instant::now());
+    let info = c.mutex("two-guards").inspect().await.expect("inspect");
+    assert_honest("guards in two clients", before, &info, Instant::now());
     assert_eq!(info.holders.len(), 1, "one hold on the server");
-    // Detach the first: the others keep renewing past several leases.
+    // Detach the first: the other keeps renewing past several leases.
     let _ = first.detach();
     tokio::time::sleep(lease * 3).await;
     assert!(
         second.is_held(),
-        "a detach stopped the other guard's renewals"
+        "a detach stopped the other client's renewals"
     );
     assert!(!lease_free(&c, "two-guards").await);
     assert!(second.release().await.expect("release"));
-    assert!(
-        !third.is_held(),
-        "a release through one guard left the other trusting"
-    );
     assert!(lease_free(&c, "two-guards").await);
 }
 
@@ -513,7 +528,8 @@ async fn max_hold_bound_on_a_paused_clock() {
 
 /// A resume in the client whose guard is releasing the hold (its release request still on
 /// the way to the server) must not give a guard that trusts the hold after the release is
-/// applied: it is refused (`HoldGone`), or its guard is lost once the release is done.
+/// applied: the releasing guard's entry stays until its release is answered, so the resume
+/// is refused (`HoldInUse`, nothing sent).
 async fn resume_racing_the_release_of_the_same_hold(b: Backend) {
     let faulty = Faulty::new(b.store().await);
     let c = LockClient::builder().store(faulty.clone()).expect("client");
@@ -526,18 +542,16 @@ async fn resume_racing_the_release_of_the_same_hold(b: Backend) {
     let resumed = c.mutex("resume-vs-release").resume(&id).await;
     gate.open();
     assert!(join("release", releasing).await.expect("release"));
+    assert!(
+        lease_free(&c, "resume-vs-release").await,
+        "the release did not release"
+    );
     match resumed {
-        Err(err) => assert!(err.is_hold_gone(), "{err}"),
-        Ok(guard) => {
-            assert!(
-                lease_free(&c, "resume-vs-release").await,
-                "the release did not release"
-            );
-            assert!(
-                !guard.is_held(),
-                "the resumed guard trusts a hold released under it"
-            );
-        }
+        Err(err) => assert!(err.is_hold_in_use(), "{err}"),
+        Ok(guard) => assert!(
+            !guard.is_held(),
+            "the resumed guard trusts a hold released under it"
+        ),
     }
 }
 
@@ -735,9 +749,11 @@ fn finds_planted_resume_trusts_reply() {
 }
 
 /// A guard that lost its trust (no renewal reply came in time) while the server still held
-/// its token: resuming the id in the same client asks the server afresh and gets a live
-/// guard, and an extend by id then goes through that live guard (not the lost one), so the
-/// live guard's trust follows the new lease.
+/// its token: resuming the id in the same client is refused while that guard lives (a second
+/// entry of the token beside it is what its drop would release under); an extend by id then
+/// renews the server's hold without reviving the lost guard; once the lost guard is detached,
+/// the id resumes, and an extend by id goes through the live guard, whose trust follows the
+/// new lease.
 async fn resume_after_a_local_loss_and_extend_by_id(b: Backend) {
     let faulty = Faulty::new(b.store().await);
     let c = LockClient::builder().store(faulty.clone()).expect("client");
@@ -750,43 +766,48 @@ async fn resume_after_a_local_loss_and_extend_by_id(b: Backend) {
         .await
         .expect("the guard gives up");
     faulty.clear();
+    let err = mutex.resume(&id).await.expect_err("beside the lost guard");
+    assert!(err.is_hold_in_use(), "{err}");
+    assert!(c.extend_hold(&id, secs(30)).await.expect("extend by id"));
+    assert!(!lost.is_held(), "an extend by id revived a lost guard");
+    let id = lost.detach();
     let resumed = mutex.resume(&id).await.expect("the server still holds it");
-    assert!(resumed.is_held() && !lost.is_held());
+    assert!(resumed.is_held());
     assert!(c.extend_hold(&id, secs(30)).await.expect("extend by id"));
     assert!(
         resumed.valid_until() > Instant::now() + secs(10),
         "the extend by id went past the live guard"
     );
     assert!(resumed.release().await.expect("release"));
-    drop(lost);
 }
 
 both_backends!(resume_after_a_local_loss_and_extend_by_id);
 
-/// Two write guards of one hold in one client (a resume of the id): a downgrade through one
-/// must not leave the other saying it holds the write lock while the server has a read hold.
+/// A second write guard of one hold in one client (a resume of the id) is refused
+/// (`HoldInUse`), so a downgrade through the one guard leaves no write guard beside the
+/// server's read hold.
 async fn a_downgrade_with_a_second_write_guard_keeps_it_honest(b: Backend) {
     let c = b.client().await;
     let rw = c.rwlock("co-downgrade");
     let first = rw.write().await.expect("write");
     let id = first.hold_id();
-    let second = rw.resume_write(&id).await.expect("resume");
-    let outcome = redis_locks::WriteGuard::downgrade(first).await;
+    let err = rw
+        .resume_write(&id)
+        .await
+        .expect_err("a second write guard");
+    assert!(err.is_hold_in_use(), "{err}");
+    let read = redis_locks::WriteGuard::downgrade(first)
+        .await
+        .expect("downgrade");
     let info = rw.inspect().await.expect("inspect");
-    let server_writes = info
-        .holders
-        .iter()
-        .any(|h| h.kind == redis_locks::HoldKind::Write);
     assert!(
-        !second.is_held() || server_writes,
-        "a write guard says is_held() while the server has {:?} (downgrade: {:?})",
-        info.holders,
-        outcome.as_ref().map(|r| r.fencing_token())
+        info.holders
+            .iter()
+            .all(|h| h.kind == redis_locks::HoldKind::Read),
+        "{:?}",
+        info.holders
     );
-    let err = outcome.expect_err("refused while another write guard lives");
-    assert!(err.is_invalid_input(), "{err}");
-    assert!(second.is_held(), "the refusal released the hold");
-    assert!(second.release().await.expect("release"));
+    assert!(read.release().await.expect("release"));
 }
 
 both_backends!(a_downgrade_with_a_second_write_guard_keeps_it_honest);
