@@ -1182,12 +1182,27 @@ impl Hold {
         if !renewed? {
             return Ok(None);
         }
-        if claim.slot.is_exclusive() {
-            let family = match claim.slot {
-                Slot::Ticket { .. } => crate::vocab::claim::Family::TicketQueue,
-                _ => crate::vocab::claim::Family::LeaseLock,
-            };
+        // The fence counter is a live exclusive holder's fence (no grant takes one while it
+        // lives). A Semaphore's is left out: its count may change under its holds.
+        let fenced = match claim.slot {
+            Slot::Write => Some(crate::vocab::claim::Family::LeaseLock),
+            Slot::Ticket {
+                resizable: false, ..
+            } if claim.slot.is_exclusive() => Some(crate::vocab::claim::Family::TicketQueue),
+            _ => None,
+        };
+        if let Some(family) = fenced {
             let snapshot = retrying(|| store.inspect(&lock, family, None)).await.0?;
+            let ours = |token: &str| {
+                token == claim.token
+                    || token
+                        .strip_prefix(claim.token.as_str())
+                        .is_some_and(|rest| rest.starts_with('#'))
+            };
+            if !snapshot.holders.iter().any(|h| ours(&h.token)) {
+                // The lease lapsed (or was released) since the renewal: gone, as a refusal.
+                return Ok(None);
+            }
             if snapshot.fence != fence {
                 return Err(Error::MalformedHoldId {
                     reason: format!(
