@@ -219,9 +219,10 @@ impl LockClient {
 
     /// Releases the hold `id` names, without a guard (the worker that only finishes the
     /// job). `Ok(true)` if it was still held; `Ok(false)` if not (it lapsed, was released or
-    /// evicted): a stale id never touches a later holder's grant. This client's guards of
-    /// the hold are marked lost first; a guard of it in another process learns it at its
-    /// next renewal.
+    /// evicted): a stale id never touches a later holder's grant. This client's guard of
+    /// the hold (if any) is marked lost first; a guard of it in another process learns it at
+    /// its next renewal. [`Error::HoldInUse`](crate::Error::HoldInUse) (nothing sent) while a resume of the hold is
+    /// under way in this client: its guard would trust a renewal the release then ends.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -245,7 +246,9 @@ impl LockClient {
 
     /// Renews the hold `id` names to `lease` from now, without a guard. `Ok(false)`: it holds
     /// nothing live any more (nothing changes). When this client has a guard of the hold,
-    /// the request goes through it, as [`Guard::extend`](crate::Guard::extend).
+    /// the request goes through it, as [`Guard::extend`](crate::Guard::extend) (a lost one
+    /// stays lost). [`Error::HoldInUse`](crate::Error::HoldInUse) (nothing sent) while a resume of the hold is under
+    /// way in this client.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

@@ -19,9 +19,11 @@ use crate::vocab::hold_id::{kind_text, HoldId};
 
 impl<K: Kind> Guard<K> {
     /// The id of this hold, to hand to another process (or a later run of this one); the
-    /// guard keeps the hold and goes on renewing it. Resuming the id while this guard lives
-    /// makes a second guard of the same hold (see [`Lock::resume`](crate::Lock)). To hand
-    /// the hold over for good, [`detach`](Guard::detach) instead.
+    /// guard keeps the hold and goes on renewing it. Resuming the id in another client while
+    /// this guard lives makes a second guard of the same hold there (see
+    /// [`Lock::resume`](crate::Lock)); in this client, a resume of it is refused
+    /// ([`Error::HoldInUse`]) until this guard is given up. To hand the hold over for good,
+    /// [`detach`](Guard::detach) instead.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -182,15 +184,21 @@ macro_rules! resume_method {
             #[doc = "Fails with [`Error::HoldGone`] when the hold lapsed, was released, \
                      downgraded or evicted (nothing is granted), [`Error::HoldKindMismatch`] \
                      or [`Error::HoldNameMismatch`] when the id is for another kind of hold or \
-                     another name (nothing is sent)."]
+                     another name (nothing is sent), [`Error::MalformedHoldId`] when the id's \
+                     fencing token is not the one the server granted a Mutex, FairLock or \
+                     write hold (an altered id: the hold is left as it was, renewed, with no \
+                     guard), [`Error::HoldInUse`] when this client already has a guard of the \
+                     hold (live, lost but not dropped, or releasing) or is resuming it \
+                     (nothing is sent)."]
             #[doc = ""]
-            #[doc = "**Two guards, one hold.** Resuming an id whose hold still has a guard \
-                     makes a second guard of the *same* hold: a release (or drop) through \
-                     either ends it for both. In this client the two share one lease owner, so \
-                     each knows at once; a guard in another process learns it at its next \
-                     renewal (its `lost()` fires then), and until then trusts a lease that \
-                     was released under it. Hand a hold over with `detach()` when only one \
-                     process should hold it."]
+            #[doc = "**One guard per hold per client.** A client never has two guards of \
+                     one hold: use the guard it has, or detach (or drop, and let its release \
+                     finish) before resuming again. Resuming an id whose hold still has a \
+                     guard in *another* client (process) makes a second guard of the same \
+                     hold there: a release (or drop) through either ends it for both, and the \
+                     other learns it at its next renewal (its `lost()` fires then), until \
+                     then trusting a lease that was released under it. Hand a hold over with \
+                     `detach()` when only one process should hold it."]
             #[doc = ""]
             #[doc = "```"]
             #[doc = "# #[tokio::main(flavor = \"current_thread\")]"]
@@ -339,7 +347,9 @@ impl MultiLock {
     /// preference, else [`Error::HoldNameMismatch`] or [`Error::HoldKindMismatch`] and
     /// nothing is sent. If any part is gone, the result is [`Error::HoldGone`] naming it,
     /// and the parts resumed before it are left as they were (held on the server, their
-    /// leases renewed, no guard): release them by id, or let them lapse.
+    /// leases renewed, no guard): release them by id, or let them lapse. As for
+    /// [`Lock::resume`](crate::Lock), a part this client already has a guard of is refused
+    /// with [`Error::HoldInUse`].
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -354,7 +364,8 @@ impl MultiLock {
     /// ```
     ///
     /// # Cancel safety
-    /// If cancelled, the parts renewed so far are left held, with no guard.
+    /// If cancelled (or failed), the parts renewed so far are left held, with no guard
+    /// (given up without a release, as by `detach`).
     pub async fn resume(&self, ids: &[HoldId]) -> Result<MultiGuard> {
         self.ctx.opts.validate()?;
         let parts = self
