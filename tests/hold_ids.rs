@@ -1940,3 +1940,73 @@ async fn downgrading_one_write_co_guard(b: Backend) {
 }
 
 both_backends!(downgrading_one_write_co_guard);
+
+/// Attack: in ONE client without a guard of the hold, a resume of the id starts while a
+/// `release_hold(id)` is on its way (its request held before it reaches the server). The
+/// resume's renewal could land first and its guard trust a lease the release then ends: the
+/// step by id reserves the hold, so the resume is refused (`HoldInUse`, nothing sent).
+async fn resume_racing_a_release_by_id_in_one_client(b: Backend) {
+    let owner = b.client().await;
+    let id = detached_mutex(&owner, "att-resume-vs-release-by-id", secs(5)).await;
+    let faulty = Faulty::new(b.store().await);
+    let gate = Gate::new();
+    faulty.add(Rule::on(Op::Release).times(1).hold_request(gate.clone()));
+    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let releasing = {
+        let (c, id) = (c.clone(), id.clone());
+        tokio::spawn(async move { c.release_hold(&id).await })
+    };
+    gate.wait_entered(1).await;
+    let resumed = c.mutex("att-resume-vs-release-by-id").resume(&id).await;
+    let sent = faulty.count(Op::Extend);
+    gate.open();
+    assert!(join("release by id", releasing).await.expect("release"));
+    assert!(lease_free(&owner, "att-resume-vs-release-by-id").await);
+    let err = resumed
+        .map(|g| g.detach())
+        .expect_err("a resume beside a release by id in the same client");
+    assert!(err.is_hold_in_use(), "{err}");
+    assert_eq!(sent, 0, "the refused resume sent a renewal");
+}
+
+both_backends!(resume_racing_a_release_by_id_in_one_client);
+
+/// Attack: in ONE client without a guard of the hold, a resume (long lease) starts while an
+/// `extend_hold(id, short)` is on its way (held before it reaches the server). Applied after
+/// the resume's renewal, the extend would leave the resumed guard trusting the long lease: the
+/// resume is refused (`HoldInUse`, nothing sent) while the step by id is under way.
+async fn resume_racing_an_extend_by_id_in_one_client(b: Backend) {
+    let owner = b.client().await;
+    let id = detached_mutex(&owner, "att-resume-vs-extend-by-id", secs(10)).await;
+    let faulty = Faulty::new(b.store().await);
+    let gate = Gate::new();
+    faulty.add(
+        Rule::on(Op::Extend)
+            .when(|call| call.lease == Some(ms(800)))
+            .times(1)
+            .hold_request(gate.clone()),
+    );
+    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let extending = {
+        let (c, id) = (c.clone(), id.clone());
+        tokio::spawn(async move { c.extend_hold(&id, ms(800)).await })
+    };
+    gate.wait_entered(1).await;
+    let before = faulty.count(Op::Extend);
+    let resumed = c
+        .mutex("att-resume-vs-extend-by-id")
+        .lease(secs(10))
+        .resume(&id)
+        .await;
+    let sent = faulty.count(Op::Extend);
+    gate.open();
+    assert!(join("extend by id", extending).await.expect("extend"));
+    let err = resumed
+        .map(|g| g.detach())
+        .expect_err("a resume beside an extend by id in the same client");
+    assert!(err.is_hold_in_use(), "{err}");
+    assert_eq!(sent, before, "the refused resume sent a renewal");
+    assert!(owner.release_hold(&id).await.expect("release"));
+}
+
+both_backends!(resume_racing_an_extend_by_id_in_one_client);

@@ -221,8 +221,10 @@ impl LockClient {
     /// job). `Ok(true)` if it was still held; `Ok(false)` if not (it lapsed, was released or
     /// evicted): a stale id never touches a later holder's grant. This client's guard of
     /// the hold (if any) is marked lost first; a guard of it in another process learns it at
-    /// its next renewal. [`Error::HoldInUse`](crate::Error::HoldInUse) (nothing sent) while a resume of the hold is
-    /// under way in this client: its guard would trust a renewal the release then ends.
+    /// its next renewal. [`Error::HoldInUse`](crate::Error::HoldInUse) (nothing sent) while
+    /// a resume or another step by id of the hold is under way in this client (a resume's
+    /// guard would trust a renewal the release then ends); a resume in this client is refused
+    /// while the release is under way.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -240,15 +242,16 @@ impl LockClient {
     pub async fn release_hold(&self, id: &HoldId) -> Result<bool> {
         let ctx = self.ctx(id.name());
         let claim = id.claim(ctx.opts.lease, ctx.opts.heartbeat());
-        let parts = (&*ctx.holds, &*ctx.store);
+        let parts = (&ctx.holds, &*ctx.store);
         crate::engine::lease::release_by_id(parts, ctx.keys()?, &claim).await
     }
 
     /// Renews the hold `id` names to `lease` from now, without a guard. `Ok(false)`: it holds
     /// nothing live any more (nothing changes). When this client has a guard of the hold,
     /// the request goes through it, as [`Guard::extend`](crate::Guard::extend) (a lost one
-    /// stays lost). [`Error::HoldInUse`](crate::Error::HoldInUse) (nothing sent) while a resume of the hold is under
-    /// way in this client.
+    /// stays lost). [`Error::HoldInUse`](crate::Error::HoldInUse) (nothing sent) while a
+    /// resume or another step by id of the hold is under way in this client; a resume in
+    /// this client is refused while the extend is under way.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -266,7 +269,7 @@ impl LockClient {
     pub async fn extend_hold(&self, id: &HoldId, lease: Duration) -> Result<bool> {
         let ctx = self.ctx(id.name());
         let claim = id.claim(lease, ctx.opts.heartbeat());
-        let parts = (&*ctx.holds, &*ctx.store);
+        let parts = (&ctx.holds, &*ctx.store);
         crate::engine::lease::extend_by_id(parts, ctx.keys()?, &claim, lease).await
     }
 

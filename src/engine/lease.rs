@@ -472,9 +472,10 @@ impl Shared {
 pub(crate) struct Holds {
     /// By id, so `release_all` sends its releases in grant order (a simulation replays exactly).
     live: StdMutex<BTreeMap<u64, Weak<Shared>>>,
-    /// Holds being resumed in this client, as (lock name, token): a resume reserves its token
-    /// here (together with the check that `live` has no entry of it) before it sends
-    /// anything, so this client never makes a second guard of one hold.
+    /// Holds being resumed (or released or extended by id without a guard) in this client, as
+    /// (lock name, token): such a step reserves its token here (together with the check that
+    /// `live` has no entry of it) before it sends anything, so this client never makes a
+    /// second guard of one hold, nor sends a step by id beside a resume.
     resuming: StdMutex<std::collections::HashSet<(String, String)>>,
     next_id: AtomicU64,
     renewals: Renewals,
@@ -745,14 +746,6 @@ impl Holds {
             holds: self.clone(),
             key,
         })
-    }
-
-    /// Whether a resume of `token` on lock `name` is under way in this client.
-    fn is_resuming(&self, name: &str, token: &str) -> bool {
-        self.resuming
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(&(name.to_owned(), token.to_owned()))
     }
 
     fn unregister(&self, id: u64) {
@@ -1249,46 +1242,64 @@ impl Hold {
 
 /// Releases the hold `claim` names without a guard. This client's guard of that hold (if
 /// any) is marked lost first (its renewals stop), so it never trusts a lease released under
-/// it. Refused ([`Error::HoldInUse`], nothing sent) while a resume of the hold is under way in
-/// this client: that resume's guard would be trusted from a renewal the release may follow.
+/// it. Without a guard here, the step reserves the hold as a resume does, so a resume in this
+/// client meanwhile is refused; it is refused itself ([`Error::HoldInUse`], nothing sent)
+/// while a resume (or another step by id) of the hold is under way in this client: that
+/// resume's guard would be trusted from a renewal the release may follow.
 pub(crate) async fn release_by_id(
-    (holds, store): (&Holds, &dyn Store),
+    (holds, store): (&Arc<Holds>, &dyn Store),
     lock: &LockKeys,
     claim: &Claim,
 ) -> Result<bool> {
-    if holds.is_resuming(lock.name(), &claim.token) {
-        return Err(hold_in_use(lock.name()));
-    }
     if let Some((_, shared)) = holds.find(lock.name(), claim) {
         shared.begin_release();
+        return release_with_retry(store, lock, claim).await;
     }
+    let Some(_reserved) = holds.reserve(lock.name(), &claim.token) else {
+        return Err(hold_in_use(lock.name()));
+    };
     release_with_retry(store, lock, claim).await
 }
 
 /// Renews the hold `claim` names to `lease` from now, without a guard; `Ok(false)`: it
 /// holds nothing live. When this client has a guard of that hold, the request goes through
-/// its lease owner, so its trust and renewals follow the new lease. Refused
-/// ([`Error::HoldInUse`], nothing sent) while a resume of the hold is under way in this
-/// client.
+/// its lease owner, so its trust and renewals follow the new lease (a lost guard stays lost:
+/// the request is sent beside it). Without a guard here, the step reserves the hold as a
+/// resume does; it is refused ([`Error::HoldInUse`], nothing sent) while a resume (or another
+/// step by id) of the hold is under way in this client.
 pub(crate) async fn extend_by_id(
-    (holds, store): (&Holds, &dyn Store),
+    (holds, store): (&Arc<Holds>, &dyn Store),
     lock: &LockKeys,
     claim: &Claim,
     lease: Duration,
 ) -> Result<bool> {
     crate::vocab::options::check_duration("lease", lease)?;
-    if holds.is_resuming(lock.name(), &claim.token) {
-        return Err(hold_in_use(lock.name()));
-    }
-    if let Some((_, shared)) = holds.find(lock.name(), claim) {
-        if shared.is_releasing() {
-            return Ok(false);
-        }
-        if shared.is_trusted() {
+    let _reserved = match holds.find(lock.name(), claim) {
+        Some((_, shared)) if shared.is_releasing() => return Ok(false),
+        // Through the owner, as the guard's own `extend`: one request at a time, its trust
+        // from this request's send. `Ok(false)` marks the guard lost, or found it lost (a
+        // renewal gave up meanwhile) before anything was sent: asked again beside it.
+        Some((_, shared)) if shared.is_trusted() => {
             shared.set_lease(lease);
-            return shared.request(false).await;
+            match shared.request(false).await {
+                Ok(false) => None,
+                outcome => return outcome,
+            }
         }
-    }
+        // A guard whose trust ran out (its `lost()` fired) is not revived: it ends here for
+        // good, after its request in flight, and sends nothing more (nor does a resume start
+        // beside it); the step goes beside it.
+        Some((_, shared)) => {
+            let _turn = shared.requests.lock().await;
+            shared.stop_renewer();
+            shared.mark_lost_quietly();
+            None
+        }
+        None => match holds.reserve(lock.name(), &claim.token) {
+            Some(reserved) => Some(reserved),
+            None => return Err(hold_in_use(lock.name())),
+        },
+    };
     retrying(|| store.extend(lock, claim, lease, None)).await.0
 }
 
