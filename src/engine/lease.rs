@@ -708,26 +708,22 @@ impl Holds {
     }
 
     /// The hold of this client on lock `name` that `claim` names (same token and slot), with
-    /// its registry entry: the lease owner a resume or a step by id of that hold goes
-    /// through. A releasing one comes first (the server's hold is going away), then a live
-    /// one, then a lost one (a resume after a loss makes a second entry of the token).
+    /// its registry entry: the lease owner a step by id of that hold goes through. A client
+    /// has at most one entry of a token on a name ([`Holds::reserve`]).
     fn find(&self, name: &str, claim: &Claim) -> Option<(u64, Arc<Shared>)> {
         let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
-        let mut matches: Vec<(u64, Arc<Shared>)> = live
-            .iter()
+        live.iter()
             .filter_map(|(id, weak)| Some((*id, weak.upgrade()?)))
-            .filter(|(_, shared)| {
+            .find(|(_, shared)| {
                 let own = shared.claim();
                 shared.lock.name() == name && own.token == claim.token && own.slot == claim.slot
             })
-            .collect();
-        matches.sort_by_key(|(_, shared)| (!shared.is_releasing(), !shared.is_trusted()));
-        matches.into_iter().next()
     }
 
-    /// Reserves the hold of `token` on lock `name` for a resume in this client: `None` when
-    /// the client has an entry of it (a guard, live or lost, not yet detached, dropped and
-    /// released) or another resume reserved it. One check-and-insert under the registry's
+    /// Reserves the hold of `token` on lock `name` for a resume (or a step by id without a
+    /// guard) in this client: `None` when the client has an entry of it (a guard, live or
+    /// lost, not yet detached, or dropped or released and answered) or another step reserved
+    /// it. One check-and-insert under the registry's
     /// lock, so two resumes (or a resume and a guard) of one hold never both go ahead.
     fn reserve(self: &Arc<Self>, name: &str, token: &str) -> Option<Reservation> {
         let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
@@ -1304,13 +1300,13 @@ pub(crate) async fn extend_by_id(
 }
 
 impl Shared {
-    /// A release of this hold starts: renewals stop, every guard of it is lost, and a resume
-    /// of its id in this client is refused from now on.
+    /// A release of this hold starts: renewals stop, its guard is lost, and a resume of its id
+    /// in this client is refused (`HoldInUse`) until the release is answered.
     fn begin_release(&self) {
         self.end_locally();
     }
 
-    /// Releasing from now on: renewals stop, every guard of this entry is lost.
+    /// Releasing from now on: renewals stop, the guard of this entry is lost.
     fn end_locally(&self) {
         self.releasing.store(true, Ordering::Release);
         self.stop_renewer();
