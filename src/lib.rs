@@ -65,6 +65,7 @@ pub use api::semaphore::{Permit, Semaphore, MAX_PERMITS};
 pub use store::{HoldKind, HolderEviction};
 pub use vocab::deployment::{Finding, Report, Verdict};
 pub use vocab::error::{BoxError, Error, Result};
+pub use vocab::hold_id::HoldId;
 pub use vocab::keys::{MAX_NAME_LEN, MAX_PREFIX_LEN};
 pub use vocab::options::{
     DEFAULT_HEARTBEAT, DEFAULT_LEASE, DEFAULT_OUTAGE_BUDGET, DEFAULT_RETRY_INTERVAL, MAX_LEASE,

@@ -1080,3 +1080,49 @@ fn doctor_tells_a_fit_server_from_an_unfit_one() {
         (Some(2), "unfit".into(), "unfit".into())
     );
 }
+
+/// `release NAME --hold ID` releases the hold a detached guard left, once; a stale, foreign
+/// or malformed id releases nothing, and the token never shows in the output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_by_hold_id() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.expect("connect");
+    let id = client
+        .fair_lock("job-7")
+        .lock()
+        .await
+        .expect("lock")
+        .detach();
+    let text = id.to_string();
+    let token = text.split(':').nth(3).expect("token").to_owned();
+
+    let out = cli(&server, &["release", "job-8", "--hold", &text]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let out = cli(&server, &["release", "job-7", "--hold", "rlh1:fair:1"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        client.fair_lock("job-7").try_lock().await.is_err(),
+        "still held"
+    );
+
+    let out = Command::new(env!("CARGO_BIN_EXE_redis-locks"))
+        .args(["--url", &server.url(), "release", "job-7", "--json"])
+        .env("REDIS_LOCKS_HOLD", &text)
+        .output()
+        .expect("run");
+    assert!(out.status.success(), "{out:?}");
+    assert!(stdout(&out).contains("\"released\":true"), "{out:?}");
+    assert!(!stdout(&out).contains(&token) && !stderr(&out).contains(&token));
+    let next = client
+        .fair_lock("job-7")
+        .try_lock()
+        .await
+        .expect("free now");
+
+    // The same id again: gone, and the later holder keeps its grant.
+    let out = cli(&server, &["release", "job-7", "--hold", &text]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert!(!stderr(&out).contains(&token), "{out:?}");
+    assert!(next.is_held());
+    assert!(next.release().await.expect("release"));
+}

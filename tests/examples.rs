@@ -102,3 +102,18 @@ fn rate_limit_shows_the_concurrency_cap_and_the_rate_in_memory_and_on_redis() {
     assert!(out.contains("backend: Redis"), "{out}");
     assert!(out.contains("within 10 per second, burst 2: ok"), "{out}");
 }
+
+#[test]
+fn handover_crosses_processes_on_redis_and_clients_in_memory() {
+    let out = run("handover", None);
+    assert!(out.contains("backend: in-memory"), "{out}");
+    assert!(out.contains("handover ok"), "{out}");
+    let server = support::RedisServer::start();
+    let out = run("handover", Some(&server.url()));
+    assert!(out.contains("backend: Redis"), "{out}");
+    assert!(
+        out.contains("launcher: the scheduler exited; the lock is still held"),
+        "{out}"
+    );
+    assert!(out.contains("handover ok"), "{out}");
+}

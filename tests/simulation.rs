@@ -117,7 +117,8 @@ use redis_locks::testing::store::{
 };
 use redis_locks::testing::{self, Bug, WakeHub};
 use redis_locks::{
-    Error, FairLockGuard, LockClient, MutexGuard, Permit, Preference, ReadGuard, Result, WriteGuard,
+    Error, FairLockGuard, HoldId, LockClient, MutexGuard, Permit, Preference, ReadGuard, Result,
+    WriteGuard,
 };
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
@@ -249,6 +250,18 @@ enum Op {
     Drop {
         guard: usize,
     },
+    /// `detach()` the guard, then resume its id on this client (a handover).
+    Handover {
+        guard: usize,
+    },
+    /// Resume the guard's id while the guard lives: refused (one guard per hold per client).
+    CoResume {
+        guard: usize,
+    },
+    /// `release_hold(&guard.hold_id())`, keeping the guard.
+    ReleaseById {
+        guard: usize,
+    },
 }
 
 /// What happens to one wake-up on its way to one client.
@@ -307,6 +320,9 @@ struct Profile {
     lost_replies: bool,
     push_faults: bool,
     crashes: bool,
+    /// Hold ids: hand a guard over to a resume of its id, resume an id beside its guard,
+    /// release by id.
+    hold_ids: bool,
 }
 
 fn pairs(keep: impl Fn(u64, u64) -> bool) -> Vec<(u64, u64)> {
@@ -341,6 +357,14 @@ const HAND_OFF_PRIMS: &[Prim] = &[
 ];
 
 impl Profile {
+    /// Everything, and hold ids: the check of detach, resume and release by id.
+    fn with_hold_ids() -> Profile {
+        Profile {
+            hold_ids: true,
+            ..Profile::full()
+        }
+    }
+
     /// Everything: the main check.
     fn full() -> Profile {
         Profile {
@@ -358,6 +382,7 @@ impl Profile {
             lost_replies: true,
             push_faults: true,
             crashes: true,
+            hold_ids: false,
         }
     }
 
@@ -378,6 +403,7 @@ impl Profile {
             lost_replies: false,
             push_faults: false,
             crashes: false,
+            hold_ids: false,
         }
     }
 
@@ -399,6 +425,7 @@ impl Profile {
             lost_replies: true,
             push_faults: true,
             crashes: false,
+            hold_ids: false,
         }
     }
 
@@ -420,6 +447,7 @@ impl Profile {
             lost_replies: false,
             push_faults: false,
             crashes: false,
+            hold_ids: false,
         }
     }
 
@@ -441,6 +469,7 @@ impl Profile {
             lost_replies: false,
             push_faults: false,
             crashes: false,
+            hold_ids: false,
         }
     }
 
@@ -461,6 +490,7 @@ impl Profile {
             lost_replies: false,
             push_faults: false,
             crashes: false,
+            hold_ids: false,
         }
     }
 
@@ -481,6 +511,7 @@ impl Profile {
             lost_replies: false,
             push_faults: false,
             crashes: false,
+            hold_ids: false,
         }
     }
 
@@ -503,6 +534,7 @@ impl Profile {
             lost_replies: false,
             push_faults: false,
             crashes: true,
+            hold_ids: false,
         }
     }
 }
@@ -602,6 +634,29 @@ fn op(p: &Profile) -> impl Strategy<Value = Op> {
             guard
                 .clone()
                 .prop_map(|guard| Op::Downgrade { guard })
+                .boxed(),
+        ));
+    }
+    if p.hold_ids {
+        arms.push((
+            2,
+            guard
+                .clone()
+                .prop_map(|guard| Op::Handover { guard })
+                .boxed(),
+        ));
+        arms.push((
+            1,
+            guard
+                .clone()
+                .prop_map(|guard| Op::CoResume { guard })
+                .boxed(),
+        ));
+        arms.push((
+            1,
+            guard
+                .clone()
+                .prop_map(|guard| Op::ReleaseById { guard })
                 .boxed(),
         ));
     }
@@ -762,6 +817,22 @@ impl AnyGuard {
     async fn release(self) -> Result<bool> {
         each!(self, g => g.release().await)
     }
+    fn hold_id(&self) -> HoldId {
+        each!(self, g => g.hold_id())
+    }
+    fn detach(self) -> HoldId {
+        each!(self, g => g.detach())
+    }
+    /// Which guard type this is, for [`resume_kind`].
+    fn probe(&self) -> u8 {
+        match self {
+            AnyGuard::Mutex(_) => 0,
+            AnyGuard::Write(_) => 1,
+            AnyGuard::Read(_) => 2,
+            AnyGuard::Fair(_) => 3,
+            AnyGuard::Permit(_) => 4,
+        }
+    }
 }
 
 /// A token as the trace shows it: its counter (tokens are the seed's prefix and a counter).
@@ -829,6 +900,8 @@ enum Origin {
     HandOff { stale: bool },
     /// By `downgrade`.
     Downgrade,
+    /// By a resume of a hold id.
+    Resume,
 }
 
 struct Entry {
@@ -929,6 +1002,9 @@ struct World {
     guards: BTreeMap<u64, Entry>,
     next_guard: u64,
     tokens: BTreeMap<String, TokenInfo>,
+    /// Tokens whose hold a guard or a release by id let go of: another guard of the same
+    /// hold (a resumed id) is lost with it, by design, while the release is on its way.
+    let_go: BTreeSet<String>,
     focus: Vec<Class>,
     violations: Vec<Violation>,
     /// (class, guard or client) already reported.
@@ -1128,6 +1204,7 @@ impl World {
             .collect();
         let mut found = Vec::new();
         let mut held: Vec<Vec<(u64, HoldKind)>> = vec![Vec::new(); self.names.len()];
+        let mut held_tokens: Vec<Vec<String>> = vec![Vec::new(); self.names.len()];
         for (&id, e) in &self.guards {
             let is_held = e.guard.is_held();
             if is_held {
@@ -1148,6 +1225,7 @@ impl World {
                 let until = e.trust.get().max(e.guard.valid_until());
                 if until > Instant::now()
                     && !self.dead(e.client)
+                    && !self.let_go.contains(&e.token)
                     && snaps[e.name]
                         .holders
                         .iter()
@@ -1164,7 +1242,7 @@ impl World {
                         ),
                     ));
                 }
-                if e.clean && !self.dead(e.client) {
+                if e.clean && !self.dead(e.client) && !self.let_go.contains(&e.token) {
                     found.push((
                         Class::LostWithoutFault,
                         id,
@@ -1176,7 +1254,11 @@ impl World {
                 }
                 continue;
             }
-            held[e.name].push((id, e.kind));
+            // Guards of one hold (a resumed id beside its guard) count once.
+            if !held_tokens[e.name].contains(&e.token) {
+                held_tokens[e.name].push(e.token.clone());
+                held[e.name].push((id, e.kind));
+            }
             match snaps[e.name].holders.iter().find(|h| h.token == e.token) {
                 None => found.push((
                     Class::HeldNotHolder,
@@ -1715,6 +1797,28 @@ async fn acquire(
     }
 }
 
+/// A guard of kind `probe` (0 Mutex, 1 Write, 2 Read, 3 FairLock, 4 Permit) resumed from
+/// `id` on `client`.
+async fn resume_kind(
+    client: &LockClient,
+    label: &str,
+    prim: Prim,
+    probe: u8,
+    id: &HoldId,
+) -> Result<AnyGuard> {
+    let rw = || client.rwlock(label).preference(prim.preference());
+    Ok(match probe {
+        0 => AnyGuard::Mutex(client.mutex(label).resume(id).await?),
+        1 => AnyGuard::Write(rw().resume_write(id).await?),
+        2 => AnyGuard::Read(rw().resume_read(id).await?),
+        3 => AnyGuard::Fair(client.fair_lock(label).resume(id).await?),
+        _ => {
+            let cap = u32::try_from(prim.capacity()).unwrap_or(1);
+            AnyGuard::Permit(client.semaphore(label, cap).resume(id).await?)
+        }
+    })
+}
+
 /// A client's script, run until its end or the wind-down.
 struct Script {
     sim: Arc<Sim>,
@@ -1870,6 +1974,7 @@ impl Script {
             }
             Op::Release { guard } => {
                 if let Some((id, e)) = self.take(guard, |_| true) {
+                    sim.world().let_go.insert(e.token.clone());
                     let r = e.guard.release().await;
                     sim.log(|| format!("c{c} release g{id} -> {r:?}"));
                     self.expected(&r);
@@ -1877,10 +1982,78 @@ impl Script {
             }
             Op::Drop { guard } => {
                 if let Some((id, e)) = self.take(guard, |_| true) {
+                    sim.world().let_go.insert(e.token.clone());
                     sim.log(|| format!("c{c} drops g{id}"));
                     drop(e);
                 }
             }
+            Op::Handover { guard } => self.handover(guard).await,
+            Op::CoResume { guard } => {
+                if let Some((id, e)) = self.take(guard, |_| true) {
+                    let hold = e.guard.hold_id();
+                    let name = e.name;
+                    let label = format!("n{name}");
+                    let prim = self.names[name];
+                    let probe = e.guard.probe();
+                    let resumed = resume_kind(&self.client, &label, prim, probe, &hold).await;
+                    sim.log(|| {
+                        format!(
+                            "c{c} resumes g{id}'s id beside it -> {:?}",
+                            resumed.as_ref().err()
+                        )
+                    });
+                    self.put_back(id, e);
+                    // A client keeps one guard per hold: refused, nothing sent.
+                    match resumed {
+                        // Or gone, when the guard's hold was released under it (its entry
+                        // left with the release).
+                        Err(err) if err.is_hold_in_use() || err.is_hold_gone() => {}
+                        Ok(g) => {
+                            let _ = g.detach();
+                            panic!("c{c}: a resume of g{id}'s id beside it gave a second guard");
+                        }
+                        Err(err) => panic!("c{c}: a resume beside g{id} was not refused: {err}"),
+                    }
+                }
+            }
+            Op::ReleaseById { guard } => {
+                if let Some((id, e)) = self.take(guard, |_| true) {
+                    sim.world().let_go.insert(e.token.clone());
+                    let r = self.client.release_hold(&e.guard.hold_id()).await;
+                    sim.log(|| format!("c{c} releases g{id} by id -> {r:?}"));
+                    self.expected(&r);
+                    self.put_back(id, e);
+                }
+            }
+        }
+    }
+
+    /// `detach()` the client's `guard`-th guard, then resume its id on this client.
+    async fn handover(&self, guard: usize) {
+        let Some((id, e)) = self.take(guard, |_| true) else {
+            return;
+        };
+        let (name, kind) = (e.name, e.kind);
+        let like = e.guard;
+        let hold = like.hold_id();
+        let resumed = {
+            let label = format!("n{name}");
+            let prim = self.names[name];
+            let probe = like.probe();
+            // The detached guard is gone before the resume is sent.
+            let _ = like.detach();
+            resume_kind(&self.client, &label, prim, probe, &hold).await
+        };
+        self.sim.log(|| {
+            format!(
+                "c{} hands g{id} over -> {:?}",
+                self.c,
+                resumed.as_ref().err()
+            )
+        });
+        match resumed {
+            Ok(g) => self.register(name, kind, g, false, Some(Origin::Resume)),
+            Err(err) => self.expected::<()>(&Err(err)),
         }
     }
 
@@ -1925,6 +2098,14 @@ impl Script {
         let Some((id, e)) = self.take(guard, |e| matches!(e.guard, AnyGuard::Write(_))) else {
             return release_all.await;
         };
+        {
+            // A failed downgrade drops the guard, which releases the hold: another guard of
+            // it (a resumed id) is lost with it, by design.
+            let mut w = sim.world();
+            if w.guards.values().any(|other| other.token == e.token) {
+                w.let_go.insert(e.token.clone());
+            }
+        }
         let AnyGuard::Write(w) = e.guard else {
             unreachable!("a write guard was taken")
         };
@@ -1952,7 +2133,13 @@ impl Script {
     /// Reports an error no fault explains.
     fn expected<T>(&self, r: &Result<T>) {
         if let Err(e) = r {
-            if !(e.is_timeout() || e.is_connection() || matches!(e, Error::LeaseLost { .. })) {
+            // A hold id's hold may be gone.
+            let by_id = e.is_hold_gone();
+            if !(e.is_timeout()
+                || e.is_connection()
+                || matches!(e, Error::LeaseLost { .. })
+                || by_id)
+            {
                 let what = format!("client {}: unexpected error {e:?}", self.c);
                 self.sim
                     .world()
@@ -2109,6 +2296,7 @@ async fn run(schedule: &Schedule, focus: &[Class], trace: bool) -> Outcome {
         guards: BTreeMap::new(),
         next_guard: 0,
         tokens: BTreeMap::new(),
+        let_go: BTreeSet::new(),
         focus: focus.to_vec(),
         violations: Vec::new(),
         reported: BTreeSet::new(),
@@ -2326,6 +2514,31 @@ fn guards_stay_honest_under_faults() {
     }
 }
 
+/// The main check with hold ids: guards handed over to a resume of their id, resumed beside
+/// themselves, released by id (`SIM_HOLD_ID_CASES`, default [`DEFAULT_CASES`]).
+#[test]
+fn guards_stay_honest_with_hold_ids() {
+    let _serial = serial();
+    let _planted = Planted::new(None);
+    let config = Config {
+        cases: env_u32("SIM_HOLD_ID_CASES", DEFAULT_CASES),
+        max_shrink_iters: env_u32("SIM_SHRINK_ITERS", 2_000),
+        failure_persistence: None,
+        ..Config::default()
+    };
+    let mut runner = TestRunner::new(config);
+    let started = std::time::Instant::now();
+    let result = runner.run(&schedule(&Profile::with_hold_ids()), property(ALL_CLASSES));
+    eprintln!("simulation with hold ids: {:?}", started.elapsed());
+    if let Err(e) = result {
+        let detail = match &e {
+            TestError::Fail(_, schedule) => explain(schedule, ALL_CLASSES),
+            TestError::Abort(_) => String::new(),
+        };
+        panic!("the client-side simulation found a counterexample: {e}\n{detail}");
+    }
+}
+
 /// Searches schedules of `profile` with `bug` planted (a fixed proptest seed, so the search
 /// is the same on every run) for a violation of a `focus` class; the minimal one found.
 fn finds(bug: Bug, profile: Profile, focus: &'static [Class], seed: u8) -> (Schedule, String) {
@@ -2346,6 +2559,21 @@ fn finds(bug: Bug, profile: Profile, focus: &'static [Class], seed: u8) -> (Sche
         }
         other => panic!("{bug:?} planted: the simulation found no counterexample ({other:?})"),
     }
+}
+
+#[test]
+fn finds_planted_resume_trusts_reply() {
+    let (schedule, why) = finds(Bug::ResumeTrustsReply, Profile::with_hold_ids(), SAFETY, 9);
+    assert!(
+        why.contains("TrustPastLease") || why.contains("HeldNotHolder"),
+        "{why}"
+    );
+    let resumes = schedule
+        .clients
+        .iter()
+        .flat_map(|c| &c.ops)
+        .any(|op| matches!(op, Op::Handover { .. } | Op::CoResume { .. }));
+    assert!(resumes, "found without a resume: {why}");
 }
 
 #[test]

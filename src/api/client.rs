@@ -3,8 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::api::guard::Guard;
 use crate::api::handle::Lock;
-use crate::api::kind;
+use crate::api::kind::{self, Kind};
 use crate::api::rate_limiter::RateLimiter;
 use crate::api::rwlock::Preference;
 use crate::engine::lease::Holds;
@@ -13,6 +14,7 @@ use crate::store::{MemoryStore, QuorumStore, RedisStore, Store};
 use crate::vocab::claim::HolderEviction;
 use crate::vocab::deployment::{self, Verdict};
 use crate::vocab::error::{Error, Result};
+use crate::vocab::hold_id::HoldId;
 use crate::vocab::keys::{validate_prefix, LockKeys, DEFAULT_PREFIX};
 use crate::vocab::options::Options;
 use crate::vocab::rate::Rate;
@@ -197,6 +199,86 @@ impl LockClient {
             keys: LockKeys::new(&self.inner.prefix, name).map_err(Arc::new),
             opts: self.inner.defaults.clone(),
         }
+    }
+
+    /// Turns a hold id back into a live guard of kind `K` (the id's own: a
+    /// [`MutexGuard`](crate::MutexGuard) is `Guard<kind::Mutex>`), with this client's default
+    /// options; a handle's [`resume`](crate::Lock) uses the handle's. See there for what
+    /// resuming does and its errors.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// use redis_locks::{kind, Guard};
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let id = client.semaphore("exports", 4).acquire_many(2).await?.detach();
+    /// let permit: Guard<kind::Semaphore> = client.resume(&id).await?;
+    /// assert_eq!(permit.num_permits(), 2);
+    /// assert!(client.resume::<kind::Mutex>(&id).await.unwrap_err().is_invalid_input());
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// If cancelled, the renewal may have happened: the hold is then as before (its lease
+    /// renewed), and no guard has it.
+    pub async fn resume<K: Kind>(&self, id: &HoldId) -> Result<Guard<K>> {
+        crate::api::resume::resume_in(&self.ctx(id.name()), id, None).await
+    }
+
+    /// Releases the hold `id` names, without a guard (the worker that only finishes the
+    /// job). `Ok(true)` if it was still held; `Ok(false)` if not (it lapsed, was released or
+    /// evicted): a stale id never touches a later holder's grant. This client's guard of
+    /// the hold (if any) is marked lost first; a guard of it in another process learns it at
+    /// its next renewal. [`Error::HoldInUse`](crate::Error::HoldInUse) (nothing sent) while
+    /// a resume or another step by id of the hold is under way in this client (a resume's
+    /// guard would trust a renewal the release then ends); a resume in this client is refused
+    /// while the release is under way.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let id = client.mutex("job").lock().await?.detach();
+    /// assert!(client.release_hold(&id).await?);
+    /// assert!(!client.release_hold(&id).await?); // already released
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// If cancelled after the request left, the release may or may not have happened; the
+    /// lease then lapses on its own.
+    pub async fn release_hold(&self, id: &HoldId) -> Result<bool> {
+        let ctx = self.ctx(id.name());
+        let claim = id.claim(ctx.opts.lease, ctx.opts.heartbeat());
+        let parts = (&ctx.holds, &*ctx.store);
+        crate::engine::lease::release_by_id(parts, ctx.keys()?, &claim).await
+    }
+
+    /// Renews the hold `id` names to `lease` from now, without a guard. `Ok(false)`: it holds
+    /// nothing live any more (nothing changes). When this client has a guard of the hold,
+    /// the request goes through it, as [`Guard::extend`](crate::Guard::extend) (a lost one
+    /// stays lost). [`Error::HoldInUse`](crate::Error::HoldInUse) (nothing sent) while a
+    /// resume or another step by id of the hold is under way in this client; a resume in
+    /// this client is refused while the extend is under way.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// use std::time::Duration;
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let id = client.mutex("job").lock().await?.detach();
+    /// assert!(client.extend_hold(&id, Duration::from_secs(120)).await?);
+    /// # client.release_hold(&id).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// If cancelled, the renewal may or may not have happened.
+    pub async fn extend_hold(&self, id: &HoldId, lease: Duration) -> Result<bool> {
+        let ctx = self.ctx(id.name());
+        let claim = id.claim(lease, ctx.opts.heartbeat());
+        let parts = (&ctx.holds, &*ctx.store);
+        crate::engine::lease::extend_by_id(parts, ctx.keys()?, &claim, lease).await
     }
 
     /// A [`Mutex`] handle. A bad name (empty, over [`MAX_NAME_LEN`](crate::MAX_NAME_LEN)

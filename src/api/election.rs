@@ -18,8 +18,10 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use crate::api::fair_lock::{FairLock, FairLockGuard};
+use crate::api::resume::Taken;
 use crate::store::{Claim, Store};
 use crate::vocab::error::{Error, Result};
+use crate::vocab::hold_id::HoldId;
 use crate::vocab::keys::LockKeys;
 
 /// Longest value a leader can proclaim, in bytes.
@@ -201,6 +203,55 @@ impl Election {
     pub async fn leader(&self) -> Result<Option<LeaderInfo>> {
         let ctx = &self.lock.ctx;
         ctx.store.leader(ctx.keys()?, None).await
+    }
+
+    /// Takes a leadership back from its hold id (from [`Leadership::hold_id`] or
+    /// [`Leadership::detach`], in this process or another): one owner-checked renewal of
+    /// the leader's lease (see [`Lock::resume`](crate::Lock)), then it leads on with the value
+    /// it proclaimed, under the same term. An id whose hold never proclaimed (a FairLock of
+    /// the same name) leads with an empty value until [`Leadership::proclaim`].
+    /// [`Error::HoldGone`] when the leadership ended meanwhile (its lease lapsed, it resigned,
+    /// someone else leads).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let election = client.election("scheduler");
+    /// let id = election.campaign("10.0.0.7:9000").await?.detach();
+    /// // ... a restarted process re-adopts it:
+    /// let leadership = election.resume(&id).await?;
+    /// assert_eq!((leadership.value(), leadership.term()), ("10.0.0.7:9000", id.fencing_token()));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// If cancelled (or failed after the renewal), the leadership is left as it was: still
+    /// leading under its term, its lease perhaps renewed, and no `Leadership` has it. As
+    /// for [`Lock::resume`](crate::Lock), a client that already has (or is resuming) a guard
+    /// of this leadership is refused with [`Error::HoldInUse`].
+    pub async fn resume(&self, id: &HoldId) -> Result<Leadership> {
+        // Detached, not released, if an error or a cancel ends the resume before it is done:
+        // the leadership is then as it was, with no `Leadership`.
+        let guard = Taken::new(self.lock.resume(id).await?);
+        let term = guard.get().fencing_token();
+        let value = match self.leader().await? {
+            Some(info) if info.term == term => info.value,
+            _ => {
+                // A hold that never proclaimed (a FairLock's id): it leads with no value.
+                let (store, keys, claim) = guard.get().hold.step_parts();
+                if !proclaim_with_retry(&*store, &keys, &claim, Some("")).await? {
+                    return Err(Error::HoldGone {
+                        name: id.name().to_owned(),
+                    });
+                }
+                String::new()
+            }
+        };
+        Ok(Leadership {
+            guard: Some(guard.keep()),
+            value,
+        })
     }
 
     /// Watches the leader: an [`Observer`] that yields who leads now, then every change of
@@ -412,6 +463,44 @@ impl Leadership {
     /// ```
     pub fn term(&self) -> u64 {
         self.guard().fencing_token()
+    }
+
+    /// The id of this leadership's hold, for [`Election::resume`] elsewhere; this leadership
+    /// goes on (resuming the id while it lives gives two leaderships of one term, as for
+    /// [`Guard::hold_id`](crate::Guard::hold_id)).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let leadership = client.election("scheduler").campaign("a").await?;
+    /// assert_eq!(leadership.hold_id().fencing_token(), leadership.term());
+    /// # Ok(()) }
+    /// ```
+    pub fn hold_id(&self) -> HoldId {
+        self.guard().hold_id()
+    }
+
+    /// Gives this leadership up *without* resigning: renewals stop, the value stays
+    /// proclaimed and the lease runs on, for [`Election::resume`] to take it back (a process
+    /// restarting in place). If nobody does, another candidate leads once the lease lapses.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let election = client.election("scheduler");
+    /// let id = election.campaign("a").await?.detach();
+    /// assert_eq!(election.leader().await?.map(|l| l.value), Some("a".into()));
+    /// # let _ = id;
+    /// # Ok(()) }
+    /// ```
+    pub fn detach(mut self) -> HoldId {
+        let guard = self
+            .guard
+            .take()
+            .expect("a leadership keeps its guard until it is consumed");
+        guard.detach()
     }
 
     /// The value proclaimed last.

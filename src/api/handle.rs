@@ -88,6 +88,24 @@ macro_rules! lease_options {
             self.ctx.opts.outage_budget = budget;
             self
         }
+
+        #[doc = "The longest a hold is renewed automatically: renewals stop once `bound` has \
+                 passed since the grant (or the resume), the guard's `lost()` fires when its \
+                 last renewal's trust runs out, and the lock is free for others at most one \
+                 lease (plus one round trip) after the bound. Stops a worker stuck in an \
+                 endless loop from keeping its lock forever. Default: no bound. An explicit \
+                 `extend` still renews past it. 10 ms to one year."]
+        #[doc = ""]
+        #[doc = "```"]
+        #[doc = "use std::time::Duration;"]
+        #[doc = "let client = redis_locks::LockClient::in_memory();"]
+        #[doc = concat!("let handle = ", $make, ".max_hold(Duration::from_secs(600));")]
+        #[doc = "# drop(handle);"]
+        #[doc = "```"]
+        pub fn max_hold(mut self, bound: std::time::Duration) -> Self {
+            self.ctx.opts.max_hold = Some(bound);
+            self
+        }
     };
 }
 

@@ -12,9 +12,19 @@ use std::fmt;
 
 use crate::api::rwlock::Preference;
 
-mod sealed {
-    pub trait Sealed {}
+pub(crate) mod sealed {
+    use crate::store::{Request, Slot};
+
+    /// What ties a guard's marker to the request a hold id records.
+    pub trait Sealed: Sized {
+        /// The request a hold of this kind answers, with the capacity its `slot` carries.
+        fn request(&self, slot: Slot) -> Request;
+        /// The marker of a guard resumed from a hold id of `request`, if it is this kind.
+        fn from_request(request: Request) -> Option<Self>;
+    }
 }
+
+use crate::store::{Request, Slot};
 
 /// Implemented by every marker of this module (sealed).
 pub trait Kind: sealed::Sealed + Clone + fmt::Debug + Send + Sync + 'static {
@@ -68,32 +78,98 @@ impl FairLock {
     pub(crate) const NEW: FairLock = FairLock { _private: () };
 }
 
-impl sealed::Sealed for Mutex {}
+impl sealed::Sealed for Mutex {
+    fn request(&self, _slot: Slot) -> Request {
+        Request::Mutex
+    }
+    fn from_request(request: Request) -> Option<Self> {
+        matches!(request, Request::Mutex).then_some(Mutex::NEW)
+    }
+}
 impl Kind for Mutex {
     const NAME: &'static str = "Mutex";
 }
 
-impl sealed::Sealed for RwLock {}
+impl sealed::Sealed for RwLock {
+    fn request(&self, slot: Slot) -> Request {
+        match slot {
+            // Never a guard's marker; answered like the guard of that slot would be.
+            Slot::Read => Request::Read(self.preference),
+            _ => Request::Write(self.preference),
+        }
+    }
+    fn from_request(_request: Request) -> Option<Self> {
+        None
+    }
+}
 impl Kind for RwLock {
     const NAME: &'static str = "RwLock";
 }
 
-impl sealed::Sealed for Read {}
+impl sealed::Sealed for Read {
+    fn request(&self, _slot: Slot) -> Request {
+        Request::Read(self.preference)
+    }
+    fn from_request(request: Request) -> Option<Self> {
+        match request {
+            Request::Read(preference) => Some(Read { preference }),
+            _ => None,
+        }
+    }
+}
 impl Kind for Read {
     const NAME: &'static str = "Read";
 }
 
-impl sealed::Sealed for Write {}
+impl sealed::Sealed for Write {
+    fn request(&self, _slot: Slot) -> Request {
+        Request::Write(self.preference)
+    }
+    fn from_request(request: Request) -> Option<Self> {
+        match request {
+            Request::Write(preference) => Some(Write { preference }),
+            _ => None,
+        }
+    }
+}
 impl Kind for Write {
     const NAME: &'static str = "Write";
 }
 
-impl sealed::Sealed for FairLock {}
+impl sealed::Sealed for FairLock {
+    fn request(&self, _slot: Slot) -> Request {
+        Request::FairLock
+    }
+    fn from_request(request: Request) -> Option<Self> {
+        matches!(request, Request::FairLock).then_some(FairLock::NEW)
+    }
+}
 impl Kind for FairLock {
     const NAME: &'static str = "FairLock";
 }
 
-impl sealed::Sealed for Semaphore {}
+impl sealed::Sealed for Semaphore {
+    fn request(&self, slot: Slot) -> Request {
+        Request::Semaphore {
+            permits: self.permits,
+            capacity: capacity_of(slot, self.permits),
+        }
+    }
+    fn from_request(request: Request) -> Option<Self> {
+        match request {
+            Request::Semaphore { permits, .. } => Some(Semaphore { permits }),
+            _ => None,
+        }
+    }
+}
 impl Kind for Semaphore {
     const NAME: &'static str = "Semaphore";
+}
+
+/// The permit count of a ticket slot (a Semaphore guard's claim knows its handle's count).
+fn capacity_of(slot: Slot, permits: u32) -> u32 {
+    match slot {
+        Slot::Ticket { capacity, .. } => capacity,
+        Slot::Write | Slot::Read => permits,
+    }
 }

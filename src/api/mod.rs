@@ -14,5 +14,6 @@ pub mod kind;
 pub(crate) mod multi;
 pub(crate) mod mutex;
 pub(crate) mod rate_limiter;
+pub(crate) mod resume;
 pub(crate) mod rwlock;
 pub(crate) mod semaphore;

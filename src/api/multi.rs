@@ -56,9 +56,9 @@ pub const MAX_MULTI_NAMES: usize = 64;
 /// ```
 #[derive(Clone)]
 pub struct MultiLock {
-    ctx: LockCtx,
-    parts: std::result::Result<Arc<[Part]>, Arc<Error>>,
-    preference: Preference,
+    pub(crate) ctx: LockCtx,
+    pub(crate) parts: std::result::Result<Arc<[Part]>, Arc<Error>>,
+    pub(crate) preference: Preference,
 }
 
 impl MultiLock {
@@ -397,7 +397,7 @@ impl Pursuit for Group<'_> {
     }
 }
 
-fn clone_error(e: &Error) -> Error {
+pub(crate) fn clone_error(e: &Error) -> Error {
     match e {
         Error::InvalidName { reason } => Error::InvalidName {
             reason: reason.clone(),
@@ -533,7 +533,7 @@ impl<'a> IntoFuture for MultiAcquiring<'a> {
 #[must_use = "dropping the guard releases every name in the background; keep it while you work"]
 pub struct MultiGuard {
     /// In canonical order.
-    holds: Vec<Hold>,
+    pub(crate) holds: Vec<Hold>,
 }
 
 impl MultiGuard {

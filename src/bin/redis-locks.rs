@@ -7,6 +7,7 @@
 //! redis-locks leader NAME [--follow [--count N]] [--json]
 //! redis-locks force-release NAME [--holder TOKEN_PREFIX] --yes [--json]
 //! redis-locks rate NAME (--per-second N | --per-minute N | --per-hour N) [--burst B] [--json]
+//! redis-locks release NAME --hold HOLD_ID [--json]      (or the id in REDIS_LOCKS_HOLD)
 //! ```
 //!
 //! `rate` shows a rate limiter (`client.rate_limiter`): what is available now, when the next
@@ -31,7 +32,8 @@
 //!
 //! Exit codes: 0 success; 1 Redis could not be reached or refused; 2 usage error (including
 //! `force-release` without `--yes`, or with a `--holder` prefix that matches several holders);
-//! 3 `force-release --holder` matched no live holder; 3 `inspect` found no trace of the lock (nothing held,
+//! 3 `force-release --holder` matched no live holder; 3 `release --hold` found the hold gone
+//! (2 for a malformed id, or one of another lock name); 3 `inspect` found no trace of the lock (nothing held,
 //! nobody waiting, no fence), and `leader` when nobody leads; 4 `leader` on a name held as
 //! something else than an election (a Mutex, an RwLock, a Semaphore). Every error message
 //! ends with what to do about it.
@@ -41,7 +43,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use redis_locks::{
-    Error, Finding, HolderEviction, LeaderInfo, LockClient, RedisConfig, Report, Verdict,
+    Error, Finding, HoldId, HolderEviction, LeaderInfo, LockClient, RedisConfig, Report, Verdict,
 };
 
 #[path = "redis-locks/kind.rs"]
@@ -201,6 +203,25 @@ enum Command {
         #[arg(long)]
         burst: Option<u64>,
         /// One JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Release the one hold a hold id names (from a guard's `hold_id()` or `detach()`),
+    /// owner-checked by its token: a stale id (the hold lapsed, the lock granted again)
+    /// releases nothing and exits with 3. The id is a capability: pass it in
+    /// REDIS_LOCKS_HOLD rather than on the command line, where other users may see it.
+    Release {
+        /// Lock name (must be the id's).
+        name: String,
+        /// The hold id, `rlh1:...`.
+        #[arg(
+            long,
+            value_name = "HOLD_ID",
+            env = "REDIS_LOCKS_HOLD",
+            hide_env_values = true
+        )]
+        hold: String,
+        /// One JSON object (`{"name":..,"released":..}`) instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -542,6 +563,7 @@ async fn run(cli: &Cli) -> Result<ExitCode, Error> {
             rate::show(&ctx.client, name, rate, *json).await
         }
         Command::Doctor { .. } => unreachable!("answered above"),
+        Command::Release { name, hold, json } => release_hold(&ctx, name, hold, *json).await,
     }
 }
 
@@ -893,6 +915,44 @@ async fn force_release_holder(
             );
             Ok(ExitCode::from(3))
         }
+    }
+}
+
+/// `release NAME --hold ID`: releases the hold the id names (`LockClient::release_hold`).
+/// Never prints the id's token.
+async fn release_hold(ctx: &Ctx, name: &str, hold: &str, json: bool) -> Result<ExitCode, Error> {
+    let id: HoldId = hold.trim().parse()?;
+    if id.name() != name {
+        eprintln!(
+            "the hold id is for lock `{}`, not `{name}`; nothing was released: pass the id's \
+             own lock name",
+            id.name()
+        );
+        return Ok(ExitCode::from(2));
+    }
+    let released = ctx.client.release_hold(&id).await?;
+    if json {
+        println!(
+            "{{\"name\":{},\"kind\":{},\"fence\":{},\"released\":{released}}}",
+            json_str(name),
+            json_str(&id.kind()),
+            id.fencing_token()
+        );
+    } else if released {
+        println!(
+            "released the {} hold of {name} (fence {})",
+            id.kind(),
+            id.fencing_token()
+        );
+    }
+    if released {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!(
+            "the hold of `{name}` this id names is gone (its lease lapsed, or it was released \
+             or evicted); nothing was released: `redis-locks inspect {name}` shows who holds it"
+        );
+        Ok(ExitCode::from(3))
     }
 }
 

@@ -61,6 +61,10 @@ struct Shared {
     validity: watch::Sender<Validity>,
     requests: tokio::sync::Mutex<Requests>,
     renewer: StdMutex<Renewer>,
+    /// A release of this hold was sent (or is about to be). The hold stays in its client's
+    /// registry until that release is answered, so a resume of its id in this client finds
+    /// it and is refused instead of renewing a lease the release then ends under it.
+    releasing: std::sync::atomic::AtomicBool,
 }
 
 /// Where a hold's renewals stand. A hold that renews has exactly one entry in its client's
@@ -78,7 +82,7 @@ enum Renewer {
     /// In the schedule of `plan.runtime` at `due`; the renewal sent, if one is in flight.
     Scheduled {
         due: Instant,
-        plan: Plan,
+        plan: Box<Plan>,
         in_flight: Option<AbortHandle>,
     },
 }
@@ -92,6 +96,9 @@ struct Plan {
     opts: Options,
     /// Stop after the first confirmed renewal (a handed-over grant with auto-renewal off).
     once: bool,
+    /// No renewal is sent from then on (`max_hold` after the grant): the trust then runs out,
+    /// `lost()` fires, and the server's lease lapses within one lease.
+    renew_until: Option<Instant>,
 }
 
 /// When the renewal after a confirmed request is due: a renewal interval after the send of
@@ -277,6 +284,11 @@ impl Shared {
         if *d != due || plan.id != id {
             return;
         }
+        if plan.renew_until.is_some_and(|end| Instant::now() >= end) {
+            // Past `max_hold`: the driver took the entry out already; renewals end here.
+            *renewer = Renewer::Off;
+            return;
+        }
         let back_at = if in_flight.as_ref().is_some_and(|t| !t.is_finished()) {
             // The previous renewal still waits its turn (behind an `extend`): look again soon.
             Instant::now() + Duration::from_millis(50)
@@ -460,6 +472,11 @@ impl Shared {
 pub(crate) struct Holds {
     /// By id, so `release_all` sends its releases in grant order (a simulation replays exactly).
     live: StdMutex<BTreeMap<u64, Weak<Shared>>>,
+    /// Holds being resumed (or released or extended by id without a guard) in this client, as
+    /// (lock name, token): such a step reserves its token here (together with the check that
+    /// `live` has no entry of it) before it sends anything, so this client never makes a
+    /// second guard of one hold, nor sends a step by id beside a resume.
+    resuming: StdMutex<std::collections::HashSet<(String, String)>>,
     next_id: AtomicU64,
     renewals: Renewals,
 }
@@ -690,6 +707,43 @@ impl Holds {
             .any(|shared| shared.lock.name() == name && !shared.validity.borrow().lost)
     }
 
+    /// The hold of this client on lock `name` that `claim` names (same token and slot), with
+    /// its registry entry: the lease owner a step by id of that hold goes through. A client
+    /// has at most one entry of a token on a name ([`Holds::reserve`]).
+    fn find(&self, name: &str, claim: &Claim) -> Option<(u64, Arc<Shared>)> {
+        let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        live.iter()
+            .filter_map(|(id, weak)| Some((*id, weak.upgrade()?)))
+            .find(|(_, shared)| {
+                let own = shared.claim();
+                shared.lock.name() == name && own.token == claim.token && own.slot == claim.slot
+            })
+    }
+
+    /// Reserves the hold of `token` on lock `name` for a resume (or a step by id without a
+    /// guard) in this client: `None` when the client has an entry of it (a guard, live or
+    /// lost, not yet detached, or dropped or released and answered) or another step reserved
+    /// it. One check-and-insert under the registry's
+    /// lock, so two resumes (or a resume and a guard) of one hold never both go ahead.
+    fn reserve(self: &Arc<Self>, name: &str, token: &str) -> Option<Reservation> {
+        let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        let has_entry = live
+            .values()
+            .filter_map(Weak::upgrade)
+            .any(|shared| shared.lock.name() == name && shared.claim().token == token);
+        let mut resuming = self.resuming.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (name.to_owned(), token.to_owned());
+        if has_entry || !resuming.insert(key.clone()) {
+            return None;
+        }
+        drop(resuming);
+        drop(live);
+        Some(Reservation {
+            holds: self.clone(),
+            key,
+        })
+    }
+
     fn unregister(&self, id: u64) {
         self.live
             .lock()
@@ -723,22 +777,20 @@ impl Holds {
 
     pub(crate) async fn release_all(&self) -> Result<usize> {
         let holds: Vec<(u64, Arc<Shared>)> = {
-            let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
-            let holds = live
-                .iter()
+            let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+            live.iter()
                 .filter_map(|(id, weak)| Some((*id, weak.upgrade()?)))
-                .collect();
-            live.clear();
-            holds
+                .collect()
         };
         let mut releases = tokio::task::JoinSet::new();
-        for (_, shared) in holds {
+        for (id, shared) in holds {
             // Released by token here: no renewal may go on (it would be refused anyway).
-            shared.stop_renewer();
-            shared.mark_lost_quietly();
+            shared.end_locally();
             releases.spawn(async move {
                 let claim = shared.claim();
-                release_with_retry(&*shared.store, &shared.lock, &claim).await
+                let outcome = release_with_retry(&*shared.store, &shared.lock, &claim).await;
+                shared.holds.unregister(id);
+                outcome
             });
         }
         let (mut released, mut first_error) = (0, None);
@@ -758,6 +810,32 @@ impl Holds {
             Some(err) => Err(err),
             None => Ok(released),
         }
+    }
+}
+
+/// A resume's reservation of its hold in its client's [`Holds`]; dropping it (the resume
+/// done, failed or cancelled) frees the name and token again. A resume that succeeds drops it
+/// only once its hold is registered, so the check in [`Holds::reserve`] always sees one.
+struct Reservation {
+    holds: Arc<Holds>,
+    key: (String, String),
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.holds
+            .resuming
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.key);
+    }
+}
+
+/// The refusal of a resume, or of a step by id, of a hold this client already has a guard of
+/// (or is resuming).
+fn hold_in_use(name: &str) -> Error {
+    Error::HoldInUse {
+        name: name.to_owned(),
     }
 }
 
@@ -868,6 +946,7 @@ impl Hold {
             validity,
             requests: tokio::sync::Mutex::default(),
             renewer: StdMutex::new(Renewer::Off),
+            releasing: std::sync::atomic::AtomicBool::new(false),
         });
         let id = shared.holds.register(&shared);
         let once = match first {
@@ -881,6 +960,9 @@ impl Hold {
                 runtime: current_runtime().expect("a hold is made inside a tokio runtime"),
                 opts: opts.clone(),
                 once,
+                renew_until: opts
+                    .max_hold
+                    .map(|d| crate::vocab::options::later(trusted_from, d)),
             };
             let due = match first {
                 FirstRenewal::Scheduled => {
@@ -893,7 +975,7 @@ impl Hold {
             let mut renewer = shared.renewer.lock().unwrap_or_else(|p| p.into_inner());
             *renewer = Renewer::Scheduled {
                 due,
-                plan: plan.clone(),
+                plan: Box::new(plan.clone()),
                 in_flight: None,
             };
             shared.holds.renewals.add(plan.runtime, due, id, &shared);
@@ -925,6 +1007,19 @@ impl Hold {
     #[cfg(feature = "testing")]
     pub(crate) fn token(&self) -> String {
         self.shared.claim().token
+    }
+
+    /// The claim the store knows this hold by (its slot follows a downgrade).
+    pub(crate) fn claim(&self) -> Claim {
+        self.shared.claim()
+    }
+
+    /// Gives this guard up without releasing the hold: the server's lease runs on until its
+    /// deadline. Renewals stop and the hold leaves the client's registry (a resume of its id
+    /// in this client may then take it back).
+    pub(crate) fn detach(mut self) {
+        self.released = true;
+        self.stop_renewing();
     }
 
     pub(crate) fn is_held(&self) -> bool {
@@ -993,12 +1088,15 @@ impl Hold {
     /// drop sends the release again in the background (a release is idempotent by token), so
     /// a release that never left is not lost with its future.
     pub(crate) async fn release(mut self) -> Result<bool> {
-        self.stop_renewing();
-        self.shared.mark_lost_quietly();
+        self.shared.begin_release();
         let claim = self.shared.claim();
         crate::engine::telemetry::held(&claim.slot, self.shared.granted_at.elapsed());
         let outcome = release_with_retry(&*self.shared.store, &self.shared.lock, &claim).await;
+        // Released once answered: a release whose future is dropped before that is sent again
+        // by the drop, in the background.
         self.released = true;
+        // Registered until answered: a resume meanwhile finds it releasing.
+        self.shared.holds.unregister(self.id);
         outcome
     }
 
@@ -1053,7 +1151,189 @@ impl Hold {
     }
 }
 
+/// Resuming a hold from its id, and releasing or extending a hold by its id. A client keeps
+/// at most one guard (one lease owner) per hold: a resume reserves the hold's token first and
+/// is refused when the client has an entry of it; a step by id goes through that entry's lease
+/// owner, and is refused while a resume of the hold is under way in this client.
+impl Hold {
+    /// Turns `claim` (a hold id's token and slot, with the handle's lease) back into a hold
+    /// after one owner-checked step that renews the lease (the store's `extend`); trusted
+    /// from that step's send, as a grant is. `Ok(None)`: the store holds nothing live for
+    /// the token (nothing was granted). [`Error::HoldInUse`] (nothing sent): this client
+    /// already has a guard of the hold, or is resuming it. For an exclusive hold, the server's
+    /// fence must be the id's `fence` (else [`Error::MalformedHoldId`], the hold left as it
+    /// was, renewed, with no guard).
+    pub(crate) async fn resume(
+        (holds, store): (Arc<Holds>, Arc<dyn Store>),
+        lock: LockKeys,
+        claim: Claim,
+        fence: u64,
+        opts: Options,
+    ) -> Result<Option<Hold>> {
+        let Some(reservation) = holds.reserve(lock.name(), &claim.token) else {
+            return Err(hold_in_use(lock.name()));
+        };
+        let (renewed, sent_at) = Self::renew_for_resume(&*store, &lock, &claim).await;
+        if !renewed? {
+            return Ok(None);
+        }
+        // The fence counter is a live exclusive holder's fence (no grant takes one while it
+        // lives). A Semaphore's is left out: its count may change under its holds.
+        let fenced = match claim.slot {
+            Slot::Write => Some(crate::vocab::claim::Family::LeaseLock),
+            Slot::Ticket {
+                resizable: false, ..
+            } if claim.slot.is_exclusive() => Some(crate::vocab::claim::Family::TicketQueue),
+            _ => None,
+        };
+        if let Some(family) = fenced {
+            let snapshot = retrying(|| store.inspect(&lock, family, None)).await.0?;
+            let ours = |token: &str| {
+                token == claim.token
+                    || token
+                        .strip_prefix(claim.token.as_str())
+                        .is_some_and(|rest| rest.starts_with('#'))
+            };
+            if !snapshot.holders.iter().any(|h| ours(&h.token)) {
+                // The lease lapsed (or was released) since the renewal: gone, as a refusal.
+                return Ok(None);
+            }
+            if snapshot.fence != fence {
+                return Err(Error::MalformedHoldId {
+                    reason: format!(
+                        "its fencing token is not the one the server granted the hold on lock \
+                         `{}` (the id was altered); the hold is left as it was",
+                        lock.name()
+                    ),
+                });
+            }
+        }
+        let trusted_from = if planted(Bug::ResumeTrustsReply) {
+            Instant::now()
+        } else {
+            sent_at
+        };
+        let hold = Hold::new((holds, store), lock, claim, fence, trusted_from, opts);
+        // Registered now: the reservation may go.
+        drop(reservation);
+        Ok(Some(hold))
+    }
+
+    /// The owner-checked renewal of a resume, sent again after a lost reply (it is
+    /// idempotent: each sets the same lease from its own arrival); with the send instant of
+    /// the attempt answered.
+    async fn renew_for_resume(
+        store: &dyn Store,
+        lock: &LockKeys,
+        claim: &Claim,
+    ) -> (Result<bool>, Instant) {
+        let mut delay = Duration::from_millis(20);
+        for attempt in 0.. {
+            let sent_at = Instant::now();
+            match store.extend(lock, claim, claim.lease, None).await {
+                Err(err) if err.is_retryable() && attempt < 3 => {
+                    tokio::time::sleep(delay).await;
+                    delay *= 2;
+                }
+                outcome => return (outcome, sent_at),
+            }
+        }
+        unreachable!("the loop returns")
+    }
+}
+
+/// Releases the hold `claim` names without a guard. This client's guard of that hold (if
+/// any) is marked lost first (its renewals stop), so it never trusts a lease released under
+/// it. Without a guard here, the step reserves the hold as a resume does, so a resume in this
+/// client meanwhile is refused; it is refused itself ([`Error::HoldInUse`], nothing sent)
+/// while a resume (or another step by id) of the hold is under way in this client: that
+/// resume's guard would be trusted from a renewal the release may follow.
+pub(crate) async fn release_by_id(
+    (holds, store): (&Arc<Holds>, &dyn Store),
+    lock: &LockKeys,
+    claim: &Claim,
+) -> Result<bool> {
+    if let Some((_, shared)) = holds.find(lock.name(), claim) {
+        shared.begin_release();
+        return release_with_retry(store, lock, claim).await;
+    }
+    let Some(_reserved) = holds.reserve(lock.name(), &claim.token) else {
+        return Err(hold_in_use(lock.name()));
+    };
+    release_with_retry(store, lock, claim).await
+}
+
+/// Renews the hold `claim` names to `lease` from now, without a guard; `Ok(false)`: it
+/// holds nothing live. When this client has a guard of that hold, the request goes through
+/// its lease owner, so its trust and renewals follow the new lease (a lost guard stays lost:
+/// the request is sent beside it). Without a guard here, the step reserves the hold as a
+/// resume does; it is refused ([`Error::HoldInUse`], nothing sent) while a resume (or another
+/// step by id) of the hold is under way in this client.
+pub(crate) async fn extend_by_id(
+    (holds, store): (&Arc<Holds>, &dyn Store),
+    lock: &LockKeys,
+    claim: &Claim,
+    lease: Duration,
+) -> Result<bool> {
+    crate::vocab::options::check_duration("lease", lease)?;
+    let _reserved = match holds.find(lock.name(), claim) {
+        Some((_, shared)) if shared.is_releasing() => return Ok(false),
+        // Through the owner, as the guard's own `extend`: one request at a time, its trust
+        // from this request's send. `Ok(false)` marks the guard lost, or found it lost (a
+        // renewal gave up meanwhile) before anything was sent: asked again beside it.
+        Some((_, shared)) if shared.is_trusted() => {
+            shared.set_lease(lease);
+            match shared.request(false).await {
+                Ok(false) => None,
+                outcome => return outcome,
+            }
+        }
+        // A guard whose trust ran out (its `lost()` fired) is not revived: it ends here for
+        // good, after its request in flight, and sends nothing more (nor does a resume start
+        // beside it); the step goes beside it.
+        Some((_, shared)) => {
+            let _turn = shared.requests.lock().await;
+            shared.stop_renewer();
+            shared.mark_lost_quietly();
+            None
+        }
+        None => match holds.reserve(lock.name(), &claim.token) {
+            Some(reserved) => Some(reserved),
+            None => return Err(hold_in_use(lock.name())),
+        },
+    };
+    retrying(|| store.extend(lock, claim, lease, None)).await.0
+}
+
 impl Shared {
+    /// A release of this hold starts: renewals stop, its guard is lost, and a resume of its id
+    /// in this client is refused (`HoldInUse`) until the release is answered.
+    fn begin_release(&self) {
+        self.end_locally();
+    }
+
+    /// Releasing from now on: renewals stop, the guard of this entry is lost.
+    fn end_locally(&self) {
+        self.releasing.store(true, Ordering::Release);
+        self.stop_renewer();
+        self.mark_lost_quietly();
+    }
+
+    /// Not lost, and its trust has not run out: a guard of it says `is_held()`.
+    fn is_trusted(&self) -> bool {
+        let v = *self.validity.borrow();
+        !v.lost && Instant::now() < v.until
+    }
+
+    fn is_releasing(&self) -> bool {
+        self.releasing.load(Ordering::Acquire)
+    }
+
+    /// The lease every later request of this hold asks for (an `extend`'s).
+    fn set_lease(&self, lease: Duration) {
+        self.claim.lock().unwrap_or_else(|p| p.into_inner()).lease = lease;
+    }
+
     fn mark_lost_quietly(&self) {
         self.validity.send_modify(Validity::lose);
     }
@@ -1165,14 +1445,33 @@ fn warn_dropped_outside_a_runtime(name: &str, lease: Duration) {
 
 impl Drop for Hold {
     fn drop(&mut self) {
-        self.stop_renewing();
+        // A released or detached hold left the renewals (or kept them for another guard).
         if !self.released {
-            self.shared.mark_lost_quietly();
-            release_in_background(
-                self.shared.store.clone(),
-                self.shared.lock.clone(),
-                self.shared.claim(),
-            );
+            self.shared.begin_release();
+            let shared = self.shared.clone();
+            let id = self.id;
+            // A runtime shutting down drops its tasks unrun: the release then never happens.
+            let unfinished = Unfinished {
+                lease: self.shared.claim().lease,
+                lock: Some(self.shared.lock.clone()),
+            };
+            let release = async move {
+                let mut unfinished = unfinished;
+                unfinished.lock = None;
+                let claim = shared.claim();
+                if let Err(err) = release_with_retry(&*shared.store, &shared.lock, &claim).await {
+                    tracing::debug!(lock = shared.lock.name(), %err, "background release failed; the lease will lapse");
+                }
+                // Registered until answered: a resume meanwhile finds it releasing.
+                shared.holds.unregister(id);
+            };
+            if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                handle.spawn(release);
+            } else {
+                self.shared.holds.unregister(self.id);
+                let claim = self.shared.claim();
+                warn_dropped_outside_a_runtime(self.shared.lock.name(), claim.lease);
+            }
         }
     }
 }

@@ -356,6 +356,16 @@ impl LockCtx {
         }
     }
 
+    /// Resumes the hold a hold id names (its `claim`, asking for this handle's lease) with
+    /// this handle's options: one owner-checked renewal, trusted from its send.
+    /// `Ok(None)`: the hold is gone, nothing was granted.
+    pub(crate) async fn resume(&self, claim: Claim, fence: u64) -> Result<Option<Hold>> {
+        self.opts.validate()?;
+        let lock = self.keys()?.clone();
+        let parts = (self.holds.clone(), self.store.clone());
+        Hold::resume(parts, lock, claim, fence, self.opts.clone()).await
+    }
+
     /// Acquires `claim`, waiting until granted or `deadline` (never `Deadline::Try`).
     pub(crate) async fn wait_for(
         &self,

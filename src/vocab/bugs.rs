@@ -37,6 +37,9 @@ pub enum Bug {
     /// The in-memory rate limiter admits any queued waiter whose request fits, not only the
     /// head of the queue, so small requests overtake a large one at the head.
     RateOvertakes,
+    /// A resumed hold is trusted from the reply to the renewal that resumed it, not from its
+    /// send.
+    ResumeTrustsReply,
 }
 
 impl Bug {

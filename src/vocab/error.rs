@@ -193,6 +193,47 @@ pub enum Error {
         /// Its `maxmemory` and `maxmemory-policy`, and why they matter.
         detail: String,
     },
+    /// The hold a [`HoldId`](crate::HoldId) names is gone (its lease lapsed, it was
+    /// released, downgraded or evicted): resuming, releasing or extending it granted nothing.
+    #[error("the hold on lock `{name}` named by this hold id is gone (its lease lapsed, it was released, downgraded or evicted); nothing was granted: acquire the lock again")]
+    HoldGone {
+        /// The lock's name.
+        name: String,
+    },
+    /// This client already has a guard of the hold a [`HoldId`](crate::HoldId) names (live,
+    /// lost but not yet dropped, or releasing), or a resume of it is under way: a client keeps
+    /// at most one guard per hold. Nothing was sent.
+    #[error("this client already has a guard of the hold on lock `{name}` (or is resuming it): use that guard, or release, detach or drop it (and let its release finish) before resuming the id again; nothing was sent")]
+    HoldInUse {
+        /// The lock's name.
+        name: String,
+    },
+    /// A [`HoldId`](crate::HoldId) of another kind of hold than the handle makes (a
+    /// FairLock's id given to a Mutex, a read hold's to `resume_write`); nothing was sent.
+    #[error("the hold id on lock `{name}` is for a {found} hold, not a {expected} hold; resume it with a handle of its own kind")]
+    HoldKindMismatch {
+        /// The lock's name.
+        name: String,
+        /// What the handle resumes.
+        expected: String,
+        /// What the id names.
+        found: String,
+    },
+    /// A [`HoldId`](crate::HoldId) of another lock name than the handle's; nothing was sent.
+    #[error("the hold id is for lock `{found}`, not `{expected}`; resume it with a handle of that name (or through the client)")]
+    HoldNameMismatch {
+        /// The handle's lock name.
+        expected: String,
+        /// The id's lock name.
+        found: String,
+    },
+    /// A text that is not a hold id as `HoldId`'s `Display` writes it. The text is not
+    /// repeated here (it may carry a token).
+    #[error("malformed hold id: {reason}")]
+    MalformedHoldId {
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The lease was lost while work ran under it (see `with_lock` helpers).
     #[error("the lease on lock `{name}` was lost before the work finished")]
     LeaseLost {
@@ -408,8 +449,48 @@ impl Error {
     pub fn is_invalid_input(&self) -> bool {
         matches!(
             self,
-            Error::InvalidName { .. } | Error::InvalidArgument { .. }
+            Error::InvalidName { .. }
+                | Error::InvalidArgument { .. }
+                | Error::MalformedHoldId { .. }
+                | Error::HoldKindMismatch { .. }
+                | Error::HoldNameMismatch { .. }
         )
+    }
+
+    /// True when the hold a [`HoldId`](crate::HoldId) names is gone ([`Error::HoldGone`]):
+    /// its lease lapsed, or it was released, downgraded or evicted.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let guard = client.mutex("job").lock().await?;
+    /// let id = guard.hold_id();
+    /// guard.release().await?;
+    /// assert!(client.mutex("job").resume(&id).await.unwrap_err().is_hold_gone());
+    /// # Ok(()) }
+    /// ```
+    pub fn is_hold_gone(&self) -> bool {
+        matches!(self, Error::HoldGone { .. })
+    }
+
+    /// True when this client already has a guard of the hold a
+    /// [`HoldId`](crate::HoldId) names, or is resuming it ([`Error::HoldInUse`]): use that
+    /// guard, or give it up first. Nothing was sent.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let guard = client.mutex("job").lock().await?;
+    /// let id = guard.hold_id();
+    /// assert!(client.mutex("job").resume(&id).await.unwrap_err().is_hold_in_use());
+    /// let id = guard.detach();
+    /// assert!(client.mutex("job").resume(&id).await?.release().await?);
+    /// # Ok(()) }
+    /// ```
+    pub fn is_hold_in_use(&self) -> bool {
+        matches!(self, Error::HoldInUse { .. })
     }
 
     /// True when the name is held through the other family of primitives

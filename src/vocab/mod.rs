@@ -5,6 +5,7 @@ pub(crate) mod bugs;
 pub(crate) mod claim;
 pub(crate) mod deployment;
 pub(crate) mod error;
+pub(crate) mod hold_id;
 pub(crate) mod keys;
 pub(crate) mod options;
 pub(crate) mod rate;

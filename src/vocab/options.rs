@@ -40,6 +40,9 @@ pub(crate) struct Options {
     /// Who holds: appended to every claim token (`inspect` shows it), checked by
     /// [`crate::vocab::token::check_label`].
     pub label: std::sync::Arc<str>,
+    /// Automatic renewals stop this long after the grant (the guard is lost when its trust
+    /// runs out, the server's lease lapses within one lease).
+    pub max_hold: Option<Duration>,
 }
 
 impl Default for Options {
@@ -53,6 +56,7 @@ impl Default for Options {
             wait_replicas: None,
             outage_budget: DEFAULT_OUTAGE_BUDGET,
             label: crate::vocab::token::default_label(),
+            max_hold: None,
         }
     }
 }
@@ -114,6 +118,9 @@ impl Options {
                     "needs at least one replica and a timeout above zero",
                 ));
             }
+        }
+        if let Some(bound) = self.max_hold {
+            check_duration("max_hold", bound)?;
         }
         if let Some(every) = self.renew_every {
             if every.is_zero() || every >= self.lease {

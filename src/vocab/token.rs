@@ -1,7 +1,10 @@
-//! Claim tokens and waiter jitter, from one per-process generator.
+//! Claim tokens and waiter jitter.
 //!
-//! A token is a random per-process prefix followed by a counter, so it is unique without a
-//! system call per acquisition. Tokens travel inside Lua-parsed records (`deadline|token`,
+//! A token is a capability: whoever knows it can extend, release or resume the hold (a hold
+//! id carries it). So each token carries 96 bits from the OS random generator, drawn for that
+//! token alone, behind 16 hex digits that `inspect` shows: 8 of a random per-process prefix
+//! (tell processes apart) and 8 that differ per acquisition. The shown part reveals none of
+//! the random bits. Tokens travel inside Lua-parsed records (`deadline|token`,
 //! `token#weight`), so every token that reaches a store is checked against [`check`]: a fixed
 //! charset and length, nothing a script could mistake for a separator.
 
@@ -14,6 +17,12 @@ use crate::vocab::error::{Error, Result};
 pub(crate) const MAX_TOKEN_LEN: usize = 64;
 /// Characters of a generated token before its label.
 pub(crate) const GENERATED_LEN: usize = 32;
+/// Characters of a generated token that `inspect` shows: the process prefix and the
+/// per-acquisition part, all hex.
+const SHOWN_LEN: usize = 16;
+/// The token charset, 64 symbols: each secret character carries 6 random bits.
+const SECRET_ALPHABET: &[u8; 64] =
+    b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 /// Longest holder label: a generated token (32 characters), `-` and the label fit in the 64
 /// characters a claim token may have.
 pub const MAX_LABEL_LEN: usize = MAX_TOKEN_LEN - GENERATED_LEN - 1;
@@ -74,7 +83,10 @@ pub(crate) fn default_label() -> std::sync::Arc<str> {
 pub(crate) fn label_of(token: &str) -> Option<&str> {
     let (generated, label) = (token.get(..GENERATED_LEN)?, token.get(GENERATED_LEN..)?);
     let label = label.strip_prefix('-')?;
-    (generated.bytes().all(|b| b.is_ascii_hexdigit()) && !label.is_empty()).then_some(label)
+    let (shown, secret) = generated.split_at(SHOWN_LEN);
+    let generated_shape = shown.bytes().all(|b| b.is_ascii_hexdigit())
+        && secret.bytes().all(|b| SECRET_ALPHABET.contains(&b));
+    (generated_shape && !label.is_empty()).then_some(label)
 }
 
 static PREFIX: OnceLock<AtomicU64> = OnceLock::new();
@@ -84,14 +96,45 @@ fn prefix() -> &'static AtomicU64 {
     PREFIX.get_or_init(|| AtomicU64::new(uuid::Uuid::new_v4().as_u64_pair().0))
 }
 
-/// A fresh token, 32 hex digits: 8 of the process prefix (so `inspect`'s shortened tokens
-/// tell processes apart), 16 that differ for every token of this process (a bijective mix of
-/// the counter, so they also tell acquisitions apart), then the other 8 of the prefix.
+/// A fresh token, 32 characters: 8 hex digits of the process prefix (so `inspect`'s
+/// shortened tokens tell processes apart), 8 that differ for every token of this process (a
+/// mix of the counter, so they also tell acquisitions apart), then 16 characters of
+/// [`SECRET_ALPHABET`] carrying 96 bits from the OS random generator.
 pub(crate) fn next() -> String {
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let prefix = prefix().load(Ordering::Relaxed);
-    let (high, low) = (prefix >> 32, prefix & 0xffff_ffff);
-    format!("{high:08x}{:016x}{low:08x}", splitmix(prefix ^ n))
+    let mut token = String::with_capacity(GENERATED_LEN + 1 + MAX_LABEL_LEN);
+    use std::fmt::Write as _;
+    let _ = write!(
+        token,
+        "{:08x}{:08x}",
+        prefix >> 32,
+        splitmix(prefix ^ n) & 0xffff_ffff
+    );
+    let random = secret_bits(n);
+    for i in 0..(GENERATED_LEN - SHOWN_LEN) {
+        let six = (random >> (6 * i)) & 0x3f;
+        token.push(char::from(SECRET_ALPHABET[six as usize]));
+    }
+    token
+}
+
+/// 96 random bits (in the low bits) for token number `n`: from the OS generator through
+/// `uuid` v4, whose version and variant bits are skipped; deterministic after [`reseed`].
+fn secret_bits(n: u64) -> u128 {
+    #[cfg(feature = "testing")]
+    if SEEDED.load(Ordering::Relaxed) {
+        let seed = prefix().load(Ordering::Relaxed);
+        let high = splitmix(seed ^ n.wrapping_mul(0x2545_f491_4f6c_dd1d));
+        return (u128::from(high) << 64 | u128::from(splitmix(high ^ n))) & ((1 << 96) - 1);
+    }
+    let _ = n;
+    let bytes = uuid::Uuid::new_v4().into_bytes();
+    // Bytes 6 and 8 carry the version and variant bits; bytes 0-5 and 9-14 are all random.
+    let mut random = [0u8; 16];
+    random[..6].copy_from_slice(&bytes[..6]);
+    random[6..12].copy_from_slice(&bytes[9..15]);
+    u128::from_le_bytes(random)
 }
 
 /// A pseudo-random number from the process generator (for jitter), not for security.
@@ -107,11 +150,17 @@ fn splitmix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// Restarts the generator from `seed` (deterministic simulations).
+/// Set by [`reseed`]: tokens are deterministic from then on (simulations only).
+#[cfg(feature = "testing")]
+static SEEDED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Restarts the generator from `seed` (deterministic simulations): the random part of later
+/// tokens comes from the seed too.
 #[cfg(feature = "testing")]
 pub(crate) fn reseed(seed: u64) {
     prefix().store(seed, Ordering::Relaxed);
     COUNTER.store(0, Ordering::Relaxed);
+    SEEDED.store(true, Ordering::Relaxed);
 }
 
 /// Refuses a token a script could misread: 1 to 64 characters of `[A-Za-z0-9_-]`.
@@ -147,9 +196,39 @@ mod tests {
         let b = next();
         assert_eq!(a[..8], b[..8], "one process prefix");
         assert_ne!(a[8..16], b[8..16], "shortened tokens differ");
-        assert_eq!(a[24..], b[24..], "one process prefix");
+        assert_ne!(a[16..], b[16..], "random parts differ");
         check(&a).unwrap();
         assert_eq!(a.len(), 32);
+        assert!(a[..16].bytes().all(|c| c.is_ascii_hexdigit()), "{a}");
+    }
+
+    /// Each of the 16 secret characters takes all 64 values over many tokens, and each bit
+    /// of the 96 is set in about half of them: the random part carries 96 bits, none fixed.
+    #[test]
+    fn the_secret_part_carries_96_random_bits() {
+        let mut seen = [[false; 64]; 16];
+        let mut ones = [0u32; 96];
+        let rounds = 4000;
+        for _ in 0..rounds {
+            let token = next();
+            for (i, c) in token[SHOWN_LEN..].bytes().enumerate() {
+                let six = SECRET_ALPHABET
+                    .iter()
+                    .position(|&a| a == c)
+                    .expect("alphabet");
+                seen[i][six] = true;
+                for bit in 0..6 {
+                    ones[6 * i + bit] += u32::from((six >> bit) & 1 == 1);
+                }
+            }
+        }
+        assert!(
+            seen.iter().all(|s| s.iter().all(|&v| v)),
+            "a character misses values"
+        );
+        for (bit, n) in ones.iter().enumerate() {
+            assert!((1600..2400).contains(n), "bit {bit} set in {n} of {rounds}");
+        }
     }
 
     #[test]

@@ -1,0 +1,2012 @@
+//! Holds that cross process boundaries: hold ids, detach, resume, and release or extend by
+//! id, for every single-lock primitive, on a real redis-server and on the in-memory store.
+//! Separate clients stand for separate processes here (each has its own connection and
+//! renewals); `tests/examples.rs` runs the handover across real OS processes.
+//!
+//! The second part holds adversarial tests (attacks) of the same claims through the public
+//! API only: each fails if a claim of `docs/GUARANTEES.md`, `docs/decisions/hold-ids.md` or
+//! the API docs breaks.
+
+mod support;
+
+use std::time::Duration;
+
+use redis_locks::{Error, HoldId, LockClient, Preference};
+use tokio::time::Instant;
+
+use support::backend::{eventually, join, Backend, EVENTUALLY};
+use support::faulty::{Faulty, Gate, Op, Rule};
+use support::honest::{assert_honest, server_deadline};
+use support::time::{ms, secs};
+use support::waits::lease_free;
+
+/// Takes a hold of each primitive on `name`, returns its id after detaching the guard.
+async fn detached(c: &LockClient, kind: &str, name: &str) -> HoldId {
+    match kind {
+        "mutex" => c.mutex(name).lock().await.expect("lock").detach(),
+        "read" => c.rwlock(name).read().await.expect("read").detach(),
+        "write" => c.rwlock(name).write().await.expect("write").detach(),
+        "fair" => c.fair_lock(name).lock().await.expect("lock").detach(),
+        "sem" => c
+            .semaphore(name, 3)
+            .acquire_many(3)
+            .await
+            .expect("acquire")
+            .detach(),
+        other => unreachable!("{other}"),
+    }
+}
+
+/// Whether another client's exclusive attempt on `name` is refused now.
+async fn blocked(c: &LockClient, kind: &str, name: &str) -> bool {
+    let refused = match kind {
+        "mutex" => c.mutex(name).try_lock().await.err(),
+        "read" | "write" => c.rwlock(name).try_write().await.err(),
+        "fair" => c.fair_lock(name).try_lock().await.err(),
+        "sem" => c.semaphore(name, 3).try_acquire().await.err(),
+        other => unreachable!("{other}"),
+    };
+    refused.is_some_and(|e| e.is_would_block())
+}
+
+/// Resumes `id` on a handle of its kind in `c`, checks the guard is honest, releases it:
+/// (is_held, fence, released).
+async fn resume_and_release(c: &LockClient, kind: &str, id: &HoldId) -> (bool, u64, bool) {
+    let name = id.name();
+    macro_rules! go {
+        ($guard:expr) => {{
+            let g = $guard.expect("resume");
+            let before = g.valid_until();
+            let info = match kind {
+                "fair" => c.fair_lock(name).inspect().await,
+                "sem" => c.semaphore(name, 3).inspect().await,
+                "mutex" => c.mutex(name).inspect().await,
+                _ => c.rwlock(name).inspect().await,
+            }
+            .expect("inspect");
+            assert_honest("resumed guard", before, &info, Instant::now());
+            (
+                g.is_held(),
+                g.fencing_token(),
+                g.release().await.expect("release"),
+            )
+        }};
+    }
+    match kind {
+        "mutex" => go!(c.mutex(name).resume(id).await),
+        "read" => go!(c.rwlock(name).resume_read(id).await),
+        "write" => go!(c.rwlock(name).resume_write(id).await),
+        "fair" => go!(c.fair_lock(name).resume(id).await),
+        "sem" => go!(c.semaphore(name, 3).resume(id).await),
+        other => unreachable!("{other}"),
+    }
+}
+
+const KINDS: [&str; 5] = ["mutex", "read", "write", "fair", "sem"];
+
+/// A detached hold stays held on the server; another client (another process) resumes it
+/// from the id's text, holds it honestly under the id's fence, and releases it.
+async fn detach_then_resume_elsewhere(b: Backend) {
+    let first = b.client().await;
+    let second = b.client().await;
+    let third = b.client().await;
+    for kind in KINDS {
+        let name = format!("handover-{kind}");
+        let id = detached(&first, kind, &name).await;
+        assert!(
+            blocked(&third, kind, &name).await,
+            "{kind}: detach released"
+        );
+        let text = id.to_string();
+        let parsed: HoldId = text.parse().expect("parse");
+        assert_eq!(parsed, id);
+        let (held, fence, released) = resume_and_release(&second, kind, &parsed).await;
+        assert!(held, "{kind}: resumed guard not held");
+        assert_eq!(fence, id.fencing_token(), "{kind}");
+        assert!(
+            released,
+            "{kind}: release of the resumed guard found nothing"
+        );
+        assert!(!blocked(&third, kind, &name).await, "{kind}: still held");
+    }
+}
+
+both_backends!(detach_then_resume_elsewhere);
+
+/// Resuming a released, lapsed or force-released hold fails with `HoldGone` and grants
+/// nothing.
+async fn resume_of_a_gone_hold_grants_nothing(b: Backend) {
+    let c = b.client().await;
+    let other = b.client().await;
+    for kind in KINDS {
+        let name = format!("gone-{kind}");
+        // Released.
+        let id = detached(&c, kind, &name).await;
+        assert!(c.release_hold(&id).await.expect("release by id"));
+        match resume_kind(&other, kind, &id).await {
+            Err(Error::HoldGone { name: n }) => assert_eq!(n, name),
+            other => panic!("{kind}: resume of a released hold gave {other:?}"),
+        }
+        assert!(lease_free_any(&other, kind, &name).await, "{kind}: granted");
+        // Force-released.
+        let id = detached(&c, kind, &name).await;
+        c.force_release(&name).await.expect("force release");
+        assert!(resume_kind(&other, kind, &id)
+            .await
+            .expect_err("forced")
+            .is_hold_gone());
+        assert!(lease_free_any(&other, kind, &name).await, "{kind}: granted");
+    }
+    // Lapsed.
+    let short = c.mutex("gone-lapsed").lease(ms(300)).auto_renew(false);
+    let id = short.lock().await.expect("lock").detach();
+    eventually("the detached lease lapses", async || {
+        lease_free(&other, "gone-lapsed").await
+    })
+    .await;
+    let err = other
+        .mutex("gone-lapsed")
+        .resume(&id)
+        .await
+        .expect_err("lapsed");
+    assert!(err.is_hold_gone(), "{err}");
+    assert!(
+        lease_free(&other, "gone-lapsed").await,
+        "resume granted a lapsed hold"
+    );
+}
+
+both_backends!(resume_of_a_gone_hold_grants_nothing);
+
+/// Resumes `id` on a handle of `kind`, discarding the guard kind.
+async fn resume_kind(c: &LockClient, kind: &str, id: &HoldId) -> Result<u64, Error> {
+    let name = id.name();
+    match kind {
+        "mutex" => c.mutex(name).resume(id).await.map(|g| g.fencing_token()),
+        "read" => c
+            .rwlock(name)
+            .resume_read(id)
+            .await
+            .map(|g| g.fencing_token()),
+        "write" => c
+            .rwlock(name)
+            .resume_write(id)
+            .await
+            .map(|g| g.fencing_token()),
+        "fair" => c
+            .fair_lock(name)
+            .resume(id)
+            .await
+            .map(|g| g.fencing_token()),
+        "sem" => c
+            .semaphore(name, 3)
+            .resume(id)
+            .await
+            .map(|g| g.fencing_token()),
+        other => unreachable!("{other}"),
+    }
+}
+
+/// No live holder of `name` in its family.
+async fn lease_free_any(c: &LockClient, kind: &str, name: &str) -> bool {
+    let info = match kind {
+        "fair" => c.fair_lock(name).inspect().await,
+        "sem" => c.semaphore(name, 3).inspect().await,
+        "mutex" => c.mutex(name).inspect().await,
+        _ => c.rwlock(name).inspect().await,
+    }
+    .expect("inspect");
+    info.holders.is_empty()
+}
+
+/// A stale id (its hold lapsed, the lock granted again to someone else) never releases,
+/// extends or resumes the later holder's grant.
+async fn a_stale_id_never_touches_a_later_grant(b: Backend) {
+    let c = b.client().await;
+    let later = b.client().await;
+    for kind in ["mutex", "fair"] {
+        let name = format!("stale-{kind}");
+        let id = match kind {
+            "mutex" => c
+                .mutex(&name)
+                .lease(ms(300))
+                .lock()
+                .await
+                .expect("lock")
+                .detach(),
+            _ => c
+                .fair_lock(&name)
+                .lease(ms(300))
+                .lock()
+                .await
+                .expect("lock")
+                .detach(),
+        };
+        let mutex_guard;
+        let fair_guard;
+        let fence = match kind {
+            "mutex" => {
+                mutex_guard = Some(
+                    later
+                        .mutex(&name)
+                        .lock()
+                        .timeout(EVENTUALLY)
+                        .await
+                        .expect("relock"),
+                );
+                fair_guard = None;
+                mutex_guard.as_ref().expect("held").fencing_token()
+            }
+            _ => {
+                fair_guard = Some(
+                    later
+                        .fair_lock(&name)
+                        .lock()
+                        .timeout(EVENTUALLY)
+                        .await
+                        .expect("relock"),
+                );
+                mutex_guard = None;
+                fair_guard.as_ref().expect("held").fencing_token()
+            }
+        };
+        assert!(fence > id.fencing_token(), "{kind}: the fence did not move");
+        assert!(
+            !c.release_hold(&id).await.expect("release by id"),
+            "{kind}: stale release"
+        );
+        assert!(
+            !c.extend_hold(&id, secs(60)).await.expect("extend by id"),
+            "{kind}: stale extend"
+        );
+        let err = resume_kind(&c, kind, &id).await.expect_err("stale resume");
+        assert!(err.is_hold_gone(), "{kind}: {err}");
+        assert!(
+            blocked(&c, kind, &name).await,
+            "{kind}: the later holder lost its grant"
+        );
+        let still = match (&mutex_guard, &fair_guard) {
+            (Some(g), _) => g.is_held(),
+            (_, Some(g)) => g.is_held(),
+            _ => false,
+        };
+        assert!(still, "{kind}: the later guard is not held");
+    }
+}
+
+both_backends!(a_stale_id_never_touches_a_later_grant);
+
+/// Ids of another kind, name or preference are refused before anything is sent; malformed
+/// text is refused by the parser.
+async fn wrong_kind_name_or_text_is_refused(b: Backend) {
+    let c = b.client().await;
+    let id = c.mutex("typed").lock().await.expect("lock").detach();
+    let err = c.fair_lock("typed").resume(&id).await.expect_err("kind");
+    assert!(matches!(err, Error::HoldKindMismatch { .. }), "{err}");
+    assert!(err.is_invalid_input());
+    let err = c.mutex("other").resume(&id).await.expect_err("name");
+    assert!(matches!(err, Error::HoldNameMismatch { .. }), "{err}");
+    let err = c
+        .resume::<redis_locks::kind::Write>(&id)
+        .await
+        .expect_err("kind");
+    assert!(matches!(err, Error::HoldKindMismatch { .. }), "{err}");
+
+    let read = c.rwlock("typed-rw").read().await.expect("read").detach();
+    let err = c
+        .rwlock("typed-rw")
+        .resume_write(&read)
+        .await
+        .expect_err("kind");
+    assert!(matches!(err, Error::HoldKindMismatch { .. }), "{err}");
+    let fair = c.rwlock("typed-rw").preference(Preference::Fair);
+    let err = fair.resume_read(&read).await.expect_err("preference");
+    assert!(matches!(err, Error::HoldKindMismatch { .. }), "{err}");
+
+    for text in [
+        "",
+        "rlh1:mutex",
+        "rlh9:mutex:1:abc:typed",
+        "rlh1:mutex:x:abc:typed",
+    ] {
+        let err = text.parse::<HoldId>().expect_err(text);
+        assert!(
+            matches!(err, Error::MalformedHoldId { .. }),
+            "{text}: {err}"
+        );
+    }
+    // Nothing above disturbed the holds.
+    assert!(blocked(&c, "mutex", "typed").await);
+    assert!(c.release_hold(&id).await.expect("release"));
+    assert!(c.release_hold(&read).await.expect("release"));
+}
+
+both_backends!(wrong_kind_name_or_text_is_refused);
+
+/// A worker without a guard extends and releases the hold by its id.
+async fn extend_and_release_by_id(b: Backend) {
+    let c = b.client().await;
+    let worker = b.client().await;
+    let id = c
+        .mutex("by-id")
+        .lease(secs(2))
+        .lock()
+        .await
+        .expect("lock")
+        .detach();
+    assert!(worker.extend_hold(&id, secs(120)).await.expect("extend"));
+    let info = worker.mutex("by-id").inspect().await.expect("inspect");
+    assert!(info.holders[0].lease_remaining > secs(60), "{info:?}");
+    assert!(worker.release_hold(&id).await.expect("release"));
+    assert!(lease_free(&worker, "by-id").await);
+    let err = worker.extend_hold(&id, ms(1)).await.expect_err("too short");
+    assert!(err.is_invalid_input());
+}
+
+both_backends!(extend_and_release_by_id);
+
+/// Releasing a hold by id marks this client's guard of it lost at once; a guard of it in
+/// another client learns it at its next renewal.
+async fn release_by_id_ends_every_guard(b: Backend) {
+    let c = b.client().await;
+    let other = b.client().await;
+    let g = c
+        .mutex("release-ends")
+        .lease(ms(600))
+        .lock()
+        .await
+        .expect("lock");
+    let id = g.hold_id();
+    let elsewhere = other
+        .mutex("release-ends")
+        .lease(ms(600))
+        .resume(&id)
+        .await
+        .expect("resume");
+    assert!(c.release_hold(&id).await.expect("release"));
+    assert!(
+        !g.is_held(),
+        "the guard of this client still trusts a released hold"
+    );
+    tokio::time::timeout(EVENTUALLY, elsewhere.lost())
+        .await
+        .expect("the other client's guard learns it at its next renewal");
+    assert!(!elsewhere.is_held());
+}
+
+both_backends!(release_by_id_ends_every_guard);
+
+/// Guards of one hold in two clients (two processes): both are held and honest, each on its
+/// own lease owner; a second resume in a client that has a guard of the hold is refused
+/// (`HoldInUse`, nothing sent); detaching one keeps the other renewing; releasing it ends the
+/// hold.
+async fn two_guards_of_one_hold(b: Backend) {
+    let c = b.client().await;
+    let d = b.client().await;
+    let lease = ms(600);
+    let first = c
+        .mutex("two-guards")
+        .lease(lease)
+        .lock()
+        .await
+        .expect("lock");
+    let id = first.hold_id();
+    let second = d
+        .mutex("two-guards")
+        .lease(lease)
+        .resume(&id)
+        .await
+        .expect("resume in another client");
+    for client in [&c, &d] {
+        let err = client
+            .mutex("two-guards")
+            .resume(&id)
+            .await
+            .expect_err("a second guard of the hold in one client");
+        assert!(err.is_hold_in_use(), "{err}");
+    }
+    assert!(first.is_held() && second.is_held());
+    assert_eq!(second.fencing_token(), first.fencing_token());
+    let before = first.valid_until().min(second.valid_until());
+    let info = c.mutex("two-guards").inspect().await.expect("inspect");
+    assert_honest("guards in two clients", before, &info, Instant::now());
+    assert_eq!(info.holders.len(), 1, "one hold on the server");
+    // Detach the first: the other keeps renewing past several leases.
+    let _ = first.detach();
+    tokio::time::sleep(lease * 3).await;
+    assert!(
+        second.is_held(),
+        "a detach stopped the other client's renewals"
+    );
+    assert!(!lease_free(&c, "two-guards").await);
+    assert!(second.release().await.expect("release"));
+    assert!(lease_free(&c, "two-guards").await);
+}
+
+both_backends!(two_guards_of_one_hold);
+
+/// A write hold's id is gone once the hold was downgraded to a read hold (whose own id
+/// resumes).
+async fn a_downgraded_write_id_is_gone(b: Backend) {
+    let c = b.client().await;
+    let rw = c.rwlock("downgraded");
+    let w = rw.write().await.expect("write");
+    let write_id = w.hold_id();
+    let r = redis_locks::WriteGuard::downgrade(w)
+        .await
+        .expect("downgrade");
+    let read_id = r.detach();
+    let err = rw.resume_write(&write_id).await.expect_err("gone");
+    assert!(err.is_hold_gone(), "{err}");
+    let r = rw.resume_read(&read_id).await.expect("read resumes");
+    assert!(r.release().await.expect("release"));
+}
+
+both_backends!(a_downgraded_write_id_is_gone);
+
+/// The resumed guard has the handle's options: with auto-renew it outlives several leases.
+async fn resumed_guard_renews_with_the_handles_options(b: Backend) {
+    let c = b.client().await;
+    let lease = ms(500);
+    let id = c
+        .fair_lock("renewing")
+        .lease(secs(30))
+        .lock()
+        .await
+        .expect("lock")
+        .detach();
+    let g = b
+        .client()
+        .await
+        .fair_lock("renewing")
+        .lease(lease)
+        .resume(&id)
+        .await
+        .expect("resume");
+    let info = c.fair_lock("renewing").inspect().await.expect("inspect");
+    assert!(info.holders[0].lease_remaining <= lease, "{info:?}");
+    tokio::time::sleep(lease * 3).await;
+    assert!(g.is_held(), "the resumed guard did not renew");
+    assert!(g.release().await.expect("release"));
+}
+
+both_backends!(resumed_guard_renews_with_the_handles_options);
+
+/// `max_hold` on Redis: renewals stop after the bound, `lost()` fires, and the lock frees
+/// itself (no release).
+async fn max_hold_ends_renewals(b: Backend) {
+    let c = b.client().await;
+    let lease = ms(400);
+    let bound = ms(1_200);
+    let g = c
+        .mutex("bounded")
+        .lease(lease)
+        .max_hold(bound)
+        .lock()
+        .await
+        .expect("lock");
+    tokio::time::timeout(EVENTUALLY, g.lost())
+        .await
+        .expect("lost() fires");
+    assert!(!g.is_held());
+    // Freed by the lapse, not by a release: the guard is still alive here.
+    let other = b.client().await;
+    let taken = other
+        .mutex("bounded")
+        .lock()
+        .timeout(EVENTUALLY)
+        .await
+        .expect("free");
+    assert!(taken.fencing_token() > g.fencing_token());
+    drop(g);
+}
+
+both_backends!(max_hold_ends_renewals);
+
+/// `max_hold` with a paused clock: renewals go on until the bound, none after it, and the
+/// guard is lost within one lease of the bound.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn max_hold_bound_on_a_paused_clock() {
+    let client = LockClient::in_memory();
+    let lease = secs(3);
+    let bound = secs(10);
+    let g = client
+        .mutex("bounded-paused")
+        .lease(lease)
+        .max_hold(bound)
+        .lock()
+        .await
+        .expect("lock");
+    let granted = Instant::now();
+    tokio::time::sleep(bound - ms(100)).await;
+    assert!(g.is_held(), "lost before the bound");
+    g.lost().await;
+    let lost_after = granted.elapsed();
+    assert!(
+        lost_after >= bound,
+        "lost after {lost_after:?}, before the bound"
+    );
+    assert!(
+        lost_after <= bound + lease,
+        "lost after {lost_after:?}: renewed past the bound {bound:?} (lease {lease:?})"
+    );
+}
+
+/// A resume in the client whose guard is releasing the hold (its release request still on
+/// the way to the server) must not give a guard that trusts the hold after the release is
+/// applied: the releasing guard's entry stays until its release is answered, so the resume
+/// is refused (`HoldInUse`, nothing sent).
+async fn resume_racing_the_release_of_the_same_hold(b: Backend) {
+    let faulty = Faulty::new(b.store().await);
+    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let g = c.mutex("resume-vs-release").lock().await.expect("lock");
+    let id = g.hold_id();
+    let gate = Gate::new();
+    faulty.add(Rule::on(Op::Release).times(1).hold_request(gate.clone()));
+    let releasing = tokio::spawn(async move { g.release().await });
+    gate.wait_entered(1).await;
+    let resumed = c.mutex("resume-vs-release").resume(&id).await;
+    gate.open();
+    assert!(join("release", releasing).await.expect("release"));
+    assert!(
+        lease_free(&c, "resume-vs-release").await,
+        "the release did not release"
+    );
+    match resumed {
+        Err(err) => assert!(err.is_hold_in_use(), "{err}"),
+        Ok(guard) => assert!(
+            !guard.is_held(),
+            "the resumed guard trusts a hold released under it"
+        ),
+    }
+}
+
+both_backends!(resume_racing_the_release_of_the_same_hold);
+
+/// A leader that detaches keeps leading (value and term) on the server; another client
+/// (a restarted process) resumes the leadership under the same term and value, and it
+/// resigns as any leadership does. A resigned leadership's id is gone.
+async fn leadership_resumes_under_its_term(b: Backend) {
+    let first = b.client().await;
+    let second = b.client().await;
+    let election = first.election("hold-election");
+    let leadership = election.campaign("10.0.0.7:9000").await.expect("campaign");
+    let term = leadership.term();
+    let id = leadership.detach();
+    let seen = second
+        .election("hold-election")
+        .leader()
+        .await
+        .expect("leader");
+    assert_eq!(
+        seen.map(|l| (l.value, l.term)),
+        Some(("10.0.0.7:9000".into(), term))
+    );
+    let resumed = second
+        .election("hold-election")
+        .resume(&id)
+        .await
+        .expect("resume");
+    assert_eq!((resumed.value(), resumed.term()), ("10.0.0.7:9000", term));
+    assert!(resumed.is_held());
+    assert!(resumed.resign().await.expect("resign"));
+    let err = second
+        .election("hold-election")
+        .resume(&id)
+        .await
+        .expect_err("resigned");
+    assert!(err.is_hold_gone(), "{err}");
+    assert_eq!(election.leader().await.expect("leader"), None);
+}
+
+both_backends!(leadership_resumes_under_its_term);
+
+/// The fair RwLock (ticket queue) resumes read and write holds too, and refuses the id of
+/// the other preference.
+async fn fair_rwlock_holds_resume(b: Backend) {
+    let c = b.client().await;
+    let other = b.client().await;
+    let fair = c.rwlock("fair-rw").preference(Preference::Fair);
+    let read = fair.read().await.expect("read").detach();
+    assert_eq!(read.kind(), "read-fair");
+    let r = other
+        .rwlock("fair-rw")
+        .preference(Preference::Fair)
+        .resume_read(&read)
+        .await
+        .expect("resume read");
+    let err = other
+        .rwlock("fair-rw")
+        .resume_read(&read)
+        .await
+        .expect_err("preference");
+    assert!(matches!(err, Error::HoldKindMismatch { .. }), "{err}");
+    assert!(r.release().await.expect("release"));
+    let write = fair.write().await.expect("write").detach();
+    let w = other
+        .rwlock("fair-rw")
+        .preference(Preference::Fair)
+        .resume_write(&write)
+        .await
+        .expect("resume write");
+    assert_eq!(w.fencing_token(), write.fencing_token());
+    assert!(fair.try_read().await.expect_err("held").is_would_block());
+    assert!(w.release().await.expect("release"));
+}
+
+both_backends!(fair_rwlock_holds_resume);
+
+/// A multi-lock's hold is one id per part: detached, the parts stay held; another client
+/// resumes them together under their fences; ids of other names or another preference are
+/// refused before anything is sent; a part that is gone makes the resume fail naming it.
+async fn multi_lock_holds_resume(b: Backend) {
+    let c = b.client().await;
+    let other = b.client().await;
+    let report = c.multi_rwlock(["mr-prices"], ["mr-report"]);
+    let guard = report.lock().await.expect("lock");
+    let fences: Vec<(String, u64)> = guard
+        .fencing_tokens()
+        .map(|(n, f)| (n.to_owned(), f))
+        .collect();
+    let ids = guard.detach();
+    assert_eq!(ids.len(), 2);
+    assert!(other
+        .rwlock("mr-report")
+        .try_read()
+        .await
+        .expect_err("held")
+        .is_would_block());
+    let texts: Vec<String> = ids.iter().map(ToString::to_string).collect();
+    let parsed: Vec<HoldId> = texts.iter().map(|t| t.parse().expect("id")).collect();
+
+    let err = other
+        .multi_lock(["mr-prices", "mr-x"])
+        .resume(&parsed)
+        .await
+        .expect_err("names");
+    assert!(matches!(err, Error::HoldNameMismatch { .. }), "{err}");
+    let reader = other
+        .multi_rwlock(["mr-prices"], ["mr-report"])
+        .preference(Preference::Reader);
+    let err = reader.resume(&parsed).await.expect_err("preference");
+    assert!(matches!(err, Error::HoldKindMismatch { .. }), "{err}");
+
+    let resumed = other
+        .multi_rwlock(["mr-prices"], ["mr-report"])
+        .resume(&parsed)
+        .await
+        .expect("resume");
+    assert!(resumed.is_held());
+    let again: Vec<(String, u64)> = resumed
+        .fencing_tokens()
+        .map(|(n, f)| (n.to_owned(), f))
+        .collect();
+    assert_eq!(again, fences);
+    let ids = resumed.detach();
+    assert!(other.release_hold(&ids[1]).await.expect("release one part"));
+    let err = other
+        .multi_rwlock(["mr-prices"], ["mr-report"])
+        .resume(&ids)
+        .await
+        .expect_err("a part is gone");
+    match err {
+        Error::HoldGone { name } => assert_eq!(name, ids[1].name()),
+        other => panic!("{other}"),
+    }
+    assert!(other
+        .release_hold(&ids[0])
+        .await
+        .expect("release the other part"));
+    assert!(lease_free(&other, "mr-report").await && lease_free(&other, "mr-prices").await);
+}
+
+both_backends!(multi_lock_holds_resume);
+
+/// Resumes a detached 1 s hold through a store whose reply to the resuming renewal comes
+/// 300 ms after the server applied it; true if the resumed guard's trust stays within the
+/// server's lease (it is counted from the renewal's send, not its reply).
+async fn resumed_trust_is_honest(b: &Backend) -> bool {
+    let c = b.client().await;
+    let id = c
+        .mutex("resume-honest")
+        .lease(secs(1))
+        .lock()
+        .await
+        .expect("lock")
+        .detach();
+    let faulty = Faulty::new(b.store().await);
+    faulty.add(Rule::on(Op::Extend).times(1).delay_reply(ms(300)));
+    let resumer = LockClient::builder().store(faulty.clone()).expect("client");
+    let g = resumer
+        .mutex("resume-honest")
+        .lease(secs(1))
+        .resume(&id)
+        .await
+        .expect("resume");
+    let trusted = g.valid_until();
+    let info = c.mutex("resume-honest").inspect().await.expect("inspect");
+    let server = support::honest::server_deadline(&info, Instant::now()).expect("held");
+    assert!(g.release().await.expect("release"));
+    trusted <= server + ms(5)
+}
+
+async fn a_resumed_guard_trusts_from_the_send(b: Backend) {
+    assert!(
+        resumed_trust_is_honest(&b).await,
+        "the resumed guard trusts past the server's lease"
+    );
+}
+
+both_backends!(a_resumed_guard_trusts_from_the_send);
+
+/// The check above finds the planted bug that trusts a resumed hold from the reply (nextest
+/// runs each test in a process of its own, so the planted bug stays in this one).
+#[test]
+fn finds_planted_resume_trusts_reply() {
+    redis_locks::testing::plant(redis_locks::testing::Bug::ResumeTrustsReply);
+    let honest = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(resumed_trust_is_honest(&Backend::memory()));
+    redis_locks::testing::unplant_all();
+    assert!(!honest, "the planted bug went unnoticed");
+}
+
+/// A guard that lost its trust (no renewal reply came in time) while the server still held
+/// its token: resuming the id in the same client is refused while that guard lives (a second
+/// entry of the token beside it is what its drop would release under); an extend by id then
+/// renews the server's hold without reviving the lost guard; once the lost guard is detached,
+/// the id resumes, and an extend by id goes through the live guard, whose trust follows the
+/// new lease.
+async fn resume_after_a_local_loss_and_extend_by_id(b: Backend) {
+    let faulty = Faulty::new(b.store().await);
+    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let mutex = c.mutex("lost-locally").lease(ms(600));
+    let lost = mutex.lock().await.expect("lock");
+    let id = lost.hold_id();
+    // Every renewal is applied, but its reply is lost: the guard's trust runs out.
+    faulty.add(Rule::on(Op::Extend).lose_reply());
+    tokio::time::timeout(EVENTUALLY, lost.lost())
+        .await
+        .expect("the guard gives up");
+    faulty.clear();
+    let err = mutex.resume(&id).await.expect_err("beside the lost guard");
+    assert!(err.is_hold_in_use(), "{err}");
+    assert!(c.extend_hold(&id, secs(30)).await.expect("extend by id"));
+    assert!(!lost.is_held(), "an extend by id revived a lost guard");
+    let id = lost.detach();
+    let resumed = mutex.resume(&id).await.expect("the server still holds it");
+    assert!(resumed.is_held());
+    assert!(c.extend_hold(&id, secs(30)).await.expect("extend by id"));
+    assert!(
+        resumed.valid_until() > Instant::now() + secs(10),
+        "the extend by id went past the live guard"
+    );
+    assert!(resumed.release().await.expect("release"));
+}
+
+both_backends!(resume_after_a_local_loss_and_extend_by_id);
+
+/// A second write guard of one hold in one client (a resume of the id) is refused
+/// (`HoldInUse`), so a downgrade through the one guard leaves no write guard beside the
+/// server's read hold.
+async fn a_downgrade_with_a_second_write_guard_keeps_it_honest(b: Backend) {
+    let c = b.client().await;
+    let rw = c.rwlock("co-downgrade");
+    let first = rw.write().await.expect("write");
+    let id = first.hold_id();
+    let err = rw
+        .resume_write(&id)
+        .await
+        .expect_err("a second write guard");
+    assert!(err.is_hold_in_use(), "{err}");
+    let read = redis_locks::WriteGuard::downgrade(first)
+        .await
+        .expect("downgrade");
+    let info = rw.inspect().await.expect("inspect");
+    assert!(
+        info.holders
+            .iter()
+            .all(|h| h.kind == redis_locks::HoldKind::Read),
+        "{:?}",
+        info.holders
+    );
+    assert!(read.release().await.expect("release"));
+}
+
+both_backends!(a_downgrade_with_a_second_write_guard_keeps_it_honest);
+
+// Attacks: adversarial tests of hold ids (resume, detach, release and extend by id, one guard
+// per hold per client, `max_hold`, the fence), on both backends.
+
+/// A detached mutex hold of `name` in `c` with `lease`.
+async fn detached_mutex(c: &LockClient, name: &str, lease: Duration) -> HoldId {
+    c.mutex(name)
+        .lease(lease)
+        .lock()
+        .await
+        .expect("lock")
+        .detach()
+}
+
+/// Attack: two resumes of one detached id run concurrently in ONE client (their renewals'
+/// replies are slow, so neither finds a guard of the token in the client's registry yet). A
+/// client keeps at most one guard per hold: exactly one resume gives a guard, the other is
+/// refused (`HoldInUse`) without sending anything, and a release through the one guard frees
+/// the lock with no other guard of it left saying `is_held()`.
+async fn concurrent_resumes_in_one_client_share_one_owner(b: Backend) {
+    let owner = b.client().await;
+    let id = detached_mutex(&owner, "att-concurrent-resumes", secs(5)).await;
+    let faulty = Faulty::new(b.store().await);
+    faulty.add(Rule::on(Op::Extend).times(2).delay_reply(ms(300)));
+    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let m = c.mutex("att-concurrent-resumes").lease(secs(5));
+    let (a, bb) = tokio::join!(m.resume(&id), m.resume(&id));
+    let sent = faulty.count(Op::Extend);
+    let (guard, refused) = match (a, bb) {
+        (Ok(g), Err(e)) | (Err(e), Ok(g)) => (g, e),
+        (a, bb) => panic!(
+            "two concurrent resumes of one hold in one client must give exactly one guard \
+             and one refusal: {:?} / {:?}",
+            a.map(|g| g.detach()),
+            bb.map(|g| g.detach())
+        ),
+    };
+    assert!(refused.is_hold_in_use(), "{refused}");
+    assert_eq!(sent, 1, "the refused resume sent a renewal");
+    assert!(guard.is_held());
+    assert!(guard.release().await.expect("release"));
+    assert!(
+        lease_free(&owner, "att-concurrent-resumes").await,
+        "the release did not release"
+    );
+}
+
+both_backends!(concurrent_resumes_in_one_client_share_one_owner);
+
+/// Attack: in ONE client, a `release_hold(id)` runs while a resume of the same id is on its
+/// way (its renewal applied on the server, the reply not yet back). The resume's guard would
+/// be trusted from a renewal the release follows: the release by id is refused (`HoldInUse`,
+/// nothing sent) while the resume is under way, and the resumed guard is honest.
+async fn release_by_id_racing_a_resume_in_one_client(b: Backend) {
+    let owner = b.client().await;
+    let id = detached_mutex(&owner, "att-release-vs-resume", secs(5)).await;
+    let faulty = Faulty::new(b.store().await);
+    let gate = Gate::new();
+    faulty.add(Rule::on(Op::Extend).times(1).hold_reply(gate.clone()));
+    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let resuming = {
+        let (c, id) = (c.clone(), id.clone());
+        tokio::spawn(async move {
+            c.mutex("att-release-vs-resume")
+                .lease(secs(5))
+                .resume(&id)
+                .await
+        })
+    };
+    gate.wait_entered(1).await;
+    let released = c.release_hold(&id).await;
+    gate.open();
+    let g = join("resume", resuming).await.expect("resume");
+    let err = released.expect_err("a release by id beside a resume in the same client");
+    assert!(err.is_hold_in_use(), "{err}");
+    assert_eq!(faulty.count(Op::Release), 0, "the refused release was sent");
+    let before = g.valid_until();
+    let info = owner
+        .mutex("att-release-vs-resume")
+        .inspect()
+        .await
+        .expect("inspect");
+    assert!(g.is_held(), "the resumed guard lost a hold nobody released");
+    assert_honest("resume vs release_hold", before, &info, Instant::now());
+    assert!(g.release().await.expect("release"));
+    assert!(lease_free(&owner, "att-release-vs-resume").await);
+}
+
+both_backends!(release_by_id_racing_a_resume_in_one_client);
+
+/// Attack: resume the id of a live guard in the same client (a co-guard resume). A client
+/// keeps at most one guard per hold: the resume is refused (`HoldInUse`) and sends nothing, and
+/// the live guard keeps its hold (a cancelled or failed co-guard resume cannot touch it).
+async fn cancelled_co_guard_resume_leaves_the_hold_as_before(b: Backend) {
+    let faulty = Faulty::new(b.store().await);
+    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let mutex = c.mutex("att-cancel-co-guard").lease(secs(3));
+    let g = mutex.lock().await.expect("lock");
+    let id = g.hold_id();
+    // The first renewal is due in 1 s: any extend before it is the resume's.
+    let err = c
+        .mutex("att-cancel-co-guard")
+        .lease(secs(3))
+        .resume(&id)
+        .await
+        .expect_err("a second guard of a live hold in one client");
+    assert!(err.is_hold_in_use(), "{err}");
+    assert_eq!(
+        faulty.count(Op::Extend),
+        0,
+        "the refused resume sent a renewal"
+    );
+    let other = b.client().await;
+    assert!(
+        !lease_free(&other, "att-cancel-co-guard").await,
+        "a refused co-guard resume released the hold under the live guard"
+    );
+    assert!(
+        g.is_held(),
+        "a refused co-guard resume made the live guard lose its hold"
+    );
+    assert!(g.release().await.expect("release"));
+}
+
+both_backends!(cancelled_co_guard_resume_leaves_the_hold_as_before);
+
+/// Attack: a resume on a handle with `max_hold(d)` in a client that has a guard of the hold
+/// (no bound) is refused (it would have joined the unbounded owner); once that guard detaches,
+/// the resume is made "with this handle's options (lease, auto-renewal, `max_hold`)", and
+/// GUARANTEES: "no automatic renewal is sent once d has passed since the grant (or the
+/// resume)".
+async fn co_guard_resume_keeps_the_handles_max_hold(b: Backend) {
+    let c = b.client().await;
+    let lease = ms(400);
+    let bound = ms(1_200);
+    let first = c
+        .mutex("att-co-max-hold")
+        .lease(lease)
+        .lock()
+        .await
+        .expect("lock");
+    let bounded_handle = c.mutex("att-co-max-hold").lease(lease).max_hold(bound);
+    let err = bounded_handle
+        .resume(&first.hold_id())
+        .await
+        .expect_err("a second guard of a live hold in one client");
+    assert!(err.is_hold_in_use(), "{err}");
+    let id = first.detach();
+    let bounded = bounded_handle.resume(&id).await.expect("resume");
+    let resumed_at = Instant::now();
+    let lost = tokio::time::timeout(secs(8), bounded.lost()).await;
+    let held_for = resumed_at.elapsed();
+    assert!(
+        lost.is_ok(),
+        "a guard resumed with max_hold({bound:?}) and lease {lease:?} was still renewed \
+         {held_for:?} after its resume"
+    );
+    // No renewal after the bound: the server's lease lapses within one lease of the last.
+    eventually("the bounded hold lapses on the server", async || {
+        lease_free(&c, "att-co-max-hold").await
+    })
+    .await;
+    drop(bounded);
+}
+
+both_backends!(co_guard_resume_keeps_the_handles_max_hold);
+
+/// Attack: `extend` of a `max_hold` guard past the bound, then wait: the extend is honoured
+/// ("`extend` still renews"), but automatic renewals must not restart; `lost()` fires and the
+/// server frees the lock by itself (no release).
+async fn max_hold_is_not_reset_by_an_extend(b: Backend) {
+    let c = b.client().await;
+    let lease = ms(400);
+    let mut g = c
+        .mutex("att-max-hold-extend")
+        .lease(lease)
+        .max_hold(ms(800))
+        .lock()
+        .await
+        .expect("lock");
+    let granted = Instant::now();
+    tokio::time::sleep(ms(500)).await;
+    // Extend after a part of the bound, and again after it (if still held).
+    let _ = g.extend(lease).await.expect("extend");
+    tokio::time::sleep(ms(500)).await;
+    if g.is_held() {
+        let _ = g.extend(lease).await.expect("extend");
+    }
+    tokio::time::timeout(secs(10), g.lost())
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "a max_hold(800ms) guard is still renewed {:?} after the grant",
+                granted.elapsed()
+            )
+        });
+    eventually("the bounded hold lapses on the server", async || {
+        lease_free(&c, "att-max-hold-extend").await
+    })
+    .await;
+    drop(g);
+}
+
+both_backends!(max_hold_is_not_reset_by_an_extend);
+
+/// Attack: a resume in another client (process) is cancelled while its renewal's reply is on
+/// its way. Nothing may be left renewed beyond that one step: no further renewal is sent, and
+/// the hold lapses within one lease of it.
+async fn cancelled_resume_leaves_nothing_renewing(b: Backend) {
+    let owner = b.client().await;
+    let lease = ms(800);
+    let id = detached_mutex(&owner, "att-cancel-resume", lease).await;
+    let faulty = Faulty::new(b.store().await);
+    let gate = Gate::new();
+    faulty.add(Rule::on(Op::Extend).times(1).hold_reply(gate.clone()));
+    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let resuming = {
+        let (c, id) = (c.clone(), id.clone());
+        tokio::spawn(async move {
+            c.mutex("att-cancel-resume")
+                .lease(lease)
+                .resume(&id)
+                .await
+                .map(|g| g.detach())
+        })
+    };
+    gate.wait_entered(1).await;
+    resuming.abort();
+    let _ = resuming.await;
+    gate.open();
+    let info = owner
+        .mutex("att-cancel-resume")
+        .inspect()
+        .await
+        .expect("inspect");
+    if let Some(h) = info.holders.first() {
+        assert!(
+            h.lease_remaining <= lease,
+            "the cancelled resume left a lease longer than it asked: {info:?}"
+        );
+    }
+    eventually("the hold lapses after a cancelled resume", async || {
+        lease_free(&owner, "att-cancel-resume").await
+    })
+    .await;
+    tokio::time::sleep(lease * 2).await;
+    let extends = faulty.count(Op::Extend);
+    assert!(
+        extends <= 1,
+        "a cancelled resume left renewals running: {extends} extends sent"
+    );
+    // The id is gone now.
+    let err = c
+        .mutex("att-cancel-resume")
+        .resume(&id)
+        .await
+        .expect_err("gone");
+    assert!(err.is_hold_gone(), "{err}");
+}
+
+both_backends!(cancelled_resume_leaves_nothing_renewing);
+
+/// Attack: an id whose fence was changed. The brief's claim: a tampered id (changed fence,
+/// token, kind, version) is refused. (docs/decisions/hold-ids.md says "a resume does not
+/// re-read [the fence] from the server": this test records whether that is so.)
+async fn a_tampered_fence_is_refused(b: Backend) {
+    let c = b.client().await;
+    let other = b.client().await;
+    let id = detached_mutex(&c, "att-fence", secs(10)).await;
+    let real = id.fencing_token();
+    let text = id.to_string();
+    let forged = text.replacen(&format!(":{real}:"), &format!(":{}:", real + 1_000_000), 1);
+    assert_ne!(forged, text);
+    let forged: HoldId = forged.parse().expect("a well-formed forged id parses");
+    let resumed = other.mutex("att-fence").resume(&forged).await;
+    let info = other.mutex("att-fence").inspect().await.expect("inspect");
+    assert!(c.release_hold(&id).await.expect("release"));
+    if let Ok(g) = resumed {
+        panic!(
+            "a resume accepted an id with a changed fence: the guard reports fence {} while \
+             the server granted {real} (its fence counter is {})",
+            g.fencing_token(),
+            info.fence
+        );
+    }
+}
+
+both_backends!(a_tampered_fence_is_refused);
+
+/// Attack: ids with a changed token, kind or version never give a live guard (the token is
+/// the capability; kind and version are checked).
+async fn tampered_token_kind_version_are_refused(b: Backend) {
+    let c = b.client().await;
+    let other = b.client().await;
+    let id = detached_mutex(&c, "att-tamper", secs(10)).await;
+    let text = id.to_string();
+    let parts: Vec<&str> = text.splitn(5, ':').collect();
+    assert_eq!(parts[0], "rlh1");
+    let token = parts[3];
+    // Another well-formed token of the same length: every character flipped.
+    let flipped: String = token
+        .chars()
+        .map(|ch| if ch == 'a' { 'b' } else { 'a' })
+        .collect();
+    let forged = format!("rlh1:{}:{}:{}:{}", parts[1], parts[2], flipped, parts[4]);
+    let forged: HoldId = forged.parse().expect("parses");
+    let err = other
+        .mutex("att-tamper")
+        .resume(&forged)
+        .await
+        .expect_err("a forged token resumed");
+    assert!(err.is_hold_gone(), "{err}");
+    // A prefix of the token (a shorter capability).
+    let short = format!(
+        "rlh1:{}:{}:{}:{}",
+        parts[1],
+        parts[2],
+        &token[..16],
+        parts[4]
+    );
+    if let Ok(short) = short.parse::<HoldId>() {
+        let err = other
+            .mutex("att-tamper")
+            .resume(&short)
+            .await
+            .expect_err("a token prefix resumed");
+        assert!(err.is_hold_gone(), "{err}");
+    }
+    // The kind changed to the other kinds that share the lease lock.
+    for kind in [
+        "fair",
+        "write-writer",
+        "write-reader",
+        "read-writer",
+        "sem-1-1",
+    ] {
+        let forged = format!("rlh1:{kind}:{}:{}:{}", parts[2], token, parts[4]);
+        let forged: HoldId = forged.parse().expect(kind);
+        // A guard that did resume is detached (its drop would release the hold).
+        let refused = match kind {
+            "fair" => other
+                .fair_lock("att-tamper")
+                .resume(&forged)
+                .await
+                .map(|g| g.detach())
+                .err(),
+            "write-writer" => other
+                .rwlock("att-tamper")
+                .resume_write(&forged)
+                .await
+                .map(|g| g.detach())
+                .err(),
+            "write-reader" => other
+                .rwlock("att-tamper")
+                .preference(redis_locks::Preference::Reader)
+                .resume_write(&forged)
+                .await
+                .map(|g| g.detach())
+                .err(),
+            "read-writer" => other
+                .rwlock("att-tamper")
+                .resume_read(&forged)
+                .await
+                .map(|g| g.detach())
+                .err(),
+            _ => other
+                .semaphore("att-tamper", 1)
+                .resume(&forged)
+                .await
+                .map(|g| g.detach())
+                .err(),
+        };
+        // A write hold of the same name is the same lease (mutex-is-the-lease-lock-writer):
+        // resuming it as a writer is no second holder. Anything else must be refused.
+        if kind.starts_with("write-") {
+            continue;
+        }
+        assert!(
+            refused.is_some(),
+            "a mutex id with its kind changed to {kind} resumed a live guard"
+        );
+    }
+    for version in ["rlh0", "rlh2", "RLH1", "rlh", "rlh01"] {
+        let forged = text.replacen("rlh1", version, 1);
+        assert!(
+            forged.parse::<HoldId>().is_err(),
+            "{version}: an id of another version parsed"
+        );
+    }
+    // Nothing above disturbed or doubled the hold.
+    let info = c.mutex("att-tamper").inspect().await.expect("inspect");
+    assert_eq!(info.holders.len(), 1, "{info:?}");
+    assert!(c.release_hold(&id).await.expect("release"));
+}
+
+both_backends!(tampered_token_kind_version_are_refused);
+
+/// Attack: the strict parser. Every one-character mutation (replace, delete, insert) of a
+/// valid id either fails to parse or parses to an id that writes back exactly as the mutated
+/// text (no two texts name one id; no lenient reading).
+#[test]
+fn every_mutation_parses_strictly_or_not_at_all() {
+    let rt = support::time::current_thread();
+    let text = rt.block_on(async {
+        let c = LockClient::in_memory();
+        c.semaphore("a:b", 3)
+            .acquire_many(2)
+            .await
+            .expect("acquire")
+            .detach()
+            .to_string()
+    });
+    let alphabet = [
+        'a', 'Z', '0', '1', '9', ':', '-', '_', '+', ' ', '\n', '#', '|', 'é', '\0',
+    ];
+    let chars: Vec<char> = text.chars().collect();
+    let mut candidates = Vec::new();
+    for i in 0..=chars.len() {
+        for &x in &alphabet {
+            let mut m = chars.clone();
+            m.insert(i, x);
+            candidates.push(m.into_iter().collect::<String>());
+            if i < chars.len() {
+                let mut m = chars.clone();
+                m[i] = x;
+                candidates.push(m.into_iter().collect::<String>());
+            }
+        }
+        if i < chars.len() {
+            let mut m = chars.clone();
+            m.remove(i);
+            candidates.push(m.into_iter().collect::<String>());
+        }
+    }
+    for m in candidates {
+        if let Ok(id) = m.parse::<HoldId>() {
+            assert_eq!(
+                id.to_string(),
+                m,
+                "the text {m:?} parsed to an id written as another text"
+            );
+        }
+    }
+}
+
+/// Attack: an extend by id with a SHORTER lease in the client that has the guard of the hold
+/// (a second guard is refused) must lower the guard's trust to what the server now has.
+async fn a_shorter_extend_by_id_lowers_every_co_guard(b: Backend) {
+    let c = b.client().await;
+    let mutex = c.mutex("att-co-extend").lease(secs(10)).auto_renew(false);
+    let first = mutex.lock().await.expect("lock");
+    let id = first.hold_id();
+    let err = mutex.resume(&id).await.expect_err("a second guard");
+    assert!(err.is_hold_in_use(), "{err}");
+    assert!(c.extend_hold(&id, ms(500)).await.expect("extend by id"));
+    let before = first.valid_until();
+    let info = mutex.inspect().await.expect("inspect");
+    assert_honest("the guard", before, &info, Instant::now());
+    eventually("the shortened lease lapses", async || {
+        lease_free(&c, "att-co-extend").await
+    })
+    .await;
+    assert!(!first.is_held(), "the guard trusts a lapsed lease");
+}
+
+both_backends!(a_shorter_extend_by_id_lowers_every_co_guard);
+
+/// Attack: a resume in the client whose `release_all` is in flight (its release request held
+/// before it reaches the server). The resume must be refused, or its guard be lost once the
+/// release is done; the lock must end up free.
+async fn resume_racing_release_all(b: Backend) {
+    let faulty = Faulty::new(b.store().await);
+    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let g = c.mutex("att-release-all").lock().await.expect("lock");
+    let id = g.hold_id();
+    let gate = Gate::new();
+    faulty.add(Rule::on(Op::Release).times(1).hold_request(gate.clone()));
+    let releasing = {
+        let c = c.clone();
+        tokio::spawn(async move { c.release_all().await })
+    };
+    gate.wait_entered(1).await;
+    let resumed = c.mutex("att-release-all").resume(&id).await;
+    gate.open();
+    join("release_all", releasing).await.expect("release_all");
+    let other = b.client().await;
+    assert!(
+        lease_free(&other, "att-release-all").await,
+        "release_all left the hold"
+    );
+    if let Ok(r) = resumed {
+        assert!(
+            !r.is_held(),
+            "a guard resumed during release_all trusts a released hold"
+        );
+    }
+    assert!(!g.is_held());
+}
+
+both_backends!(resume_racing_release_all);
+
+/// Attack: a guard resumed in another client, then its hold is released and re-granted by the
+/// first client; the resumed guard's next renewal must find it gone (lost), and its trust
+/// must never outlast the server's lease of the released hold by more than the lease.
+/// (A cross-process release is learned at the next renewal: documented.) What must not
+/// happen: a renewal of the resumed guard extends the NEW holder's grant.
+async fn a_resumed_guard_never_renews_a_later_grant(b: Backend) {
+    let first = b.client().await;
+    let second = b.client().await;
+    let lease = ms(600);
+    let g = first
+        .mutex("att-later-grant")
+        .lease(lease)
+        .lock()
+        .await
+        .expect("lock");
+    let id = g.hold_id();
+    let resumed = second
+        .mutex("att-later-grant")
+        .lease(lease)
+        .resume(&id)
+        .await
+        .expect("resume");
+    assert!(g.release().await.expect("release"));
+    let later = first
+        .mutex("att-later-grant")
+        .lease(secs(30))
+        .auto_renew(false)
+        .lock()
+        .timeout(EVENTUALLY)
+        .await
+        .expect("the lock is free again");
+    tokio::time::timeout(EVENTUALLY, resumed.lost())
+        .await
+        .expect("the resumed guard learns the release at its next renewal");
+    let info = first
+        .mutex("att-later-grant")
+        .inspect()
+        .await
+        .expect("inspect");
+    let server = server_deadline(&info, Instant::now()).expect("held by the later grant");
+    assert!(
+        server > Instant::now() + secs(20),
+        "the later grant's lease was changed: {info:?}"
+    );
+    assert!(!resumed.is_held());
+    assert!(later.release().await.expect("release"));
+}
+
+both_backends!(a_resumed_guard_never_renews_a_later_grant);
+
+/// Attack: a semaphore id with its permit count or capacity changed. A resume must not give a
+/// guard that claims another number of permits than the server holds for the token.
+async fn tampered_permits_are_refused(b: Backend) {
+    let c = b.client().await;
+    let other = b.client().await;
+    let id = c
+        .semaphore("att-permits", 3)
+        .acquire_many(2)
+        .await
+        .expect("acquire")
+        .detach();
+    let text = id.to_string();
+    assert!(text.starts_with("rlh1:sem-2-3:"), "{text}");
+    for (kind, capacity) in [("sem-1-3", 3), ("sem-3-3", 3)] {
+        let forged: HoldId = text.replacen("sem-2-3", kind, 1).parse().expect(kind);
+        let resumed = other
+            .semaphore("att-permits", capacity)
+            .resume(&forged)
+            .await;
+        if let Ok(g) = resumed {
+            let permits = g.num_permits();
+            let _ = g.detach();
+            panic!(
+                "an id forged to {kind} resumed a guard of {permits} permits (the server holds 2)"
+            );
+        }
+    }
+    let info = c
+        .semaphore("att-permits", 3)
+        .inspect()
+        .await
+        .expect("inspect");
+    assert_eq!(info.holders.len(), 1, "{info:?}");
+    assert!(c.release_hold(&id).await.expect("release"));
+}
+
+both_backends!(tampered_permits_are_refused);
+
+/// Attack: `extend_hold(id, short)` in ONE client while a resume of the same id (long lease)
+/// is on its way (applied on the server, reply not back). Beside the resume, the extend would
+/// shorten a lease the resumed guard then trusts for the long one: it is refused (`HoldInUse`,
+/// nothing sent), and the resumed guard is honest.
+async fn extend_by_id_racing_a_resume_in_one_client(b: Backend) {
+    let owner = b.client().await;
+    let id = detached_mutex(&owner, "att-extend-vs-resume", secs(10)).await;
+    let faulty = Faulty::new(b.store().await);
+    let gate = Gate::new();
+    faulty.add(
+        Rule::on(Op::Extend)
+            .when(|call| call.lease == Some(secs(10)))
+            .times(1)
+            .hold_reply(gate.clone()),
+    );
+    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let resuming = {
+        let (c, id) = (c.clone(), id.clone());
+        tokio::spawn(async move {
+            c.mutex("att-extend-vs-resume")
+                .lease(secs(10))
+                .auto_renew(false)
+                .resume(&id)
+                .await
+        })
+    };
+    gate.wait_entered(1).await;
+    let extended = c.extend_hold(&id, ms(800)).await;
+    let sent = faulty.count(Op::Extend);
+    gate.open();
+    let g = join("resume", resuming).await.expect("resume");
+    let err = extended.expect_err("an extend by id beside a resume in the same client");
+    assert!(err.is_hold_in_use(), "{err}");
+    assert_eq!(sent, 1, "the refused extend by id was sent");
+    let before = g.valid_until();
+    let info = owner
+        .mutex("att-extend-vs-resume")
+        .inspect()
+        .await
+        .expect("inspect");
+    assert_honest(
+        "a guard resumed while its own client tried to extend the hold by id",
+        before,
+        &info,
+        Instant::now(),
+    );
+    drop(g);
+}
+
+both_backends!(extend_by_id_racing_a_resume_in_one_client);
+
+/// Attack: make a co-guard in one client, to drop it under the other. The second guard is
+/// refused (`HoldInUse`): the one guard keeps the hold, and its drop frees the lock.
+async fn dropping_a_co_guard_makes_the_other_honest(b: Backend) {
+    let c = b.client().await;
+    let mutex = c.mutex("att-co-drop").lease(secs(5));
+    let first = mutex.lock().await.expect("lock");
+    let id = first.hold_id();
+    let err = mutex.resume(&id).await.expect_err("a second guard");
+    assert!(err.is_hold_in_use(), "{err}");
+    assert!(first.is_held());
+    drop(first);
+    eventually("the dropped guard's release lands", async || {
+        lease_free(&c, "att-co-drop").await
+    })
+    .await;
+    let err = mutex.resume(&id).await.expect_err("released");
+    assert!(err.is_hold_gone(), "{err}");
+}
+
+both_backends!(dropping_a_co_guard_makes_the_other_honest);
+
+/// Attack: a guard resumed on a helper runtime that is then shut down (its renewals lived
+/// there). The guard must not say `is_held()` past its trust, and `lost()` (awaited on another
+/// runtime) must fire no later than about `valid_until()`.
+#[test]
+fn resumed_on_a_runtime_that_shuts_down() {
+    for b in [Backend::memory(), Backend::redis()] {
+        let main = support::time::current_thread();
+        let (owner, id) = main.block_on(async {
+            let owner = b.client().await;
+            let id = detached_mutex(&owner, "att-shutdown", ms(800)).await;
+            (owner, id)
+        });
+        let helper = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let g = helper.block_on(async {
+            let c = b.client().await;
+            c.mutex("att-shutdown")
+                .lease(ms(800))
+                .resume(&id)
+                .await
+                .expect("resume")
+        });
+        helper.shutdown_timeout(ms(500));
+        main.block_on(async {
+            let until = g.valid_until();
+            let fired = tokio::time::timeout(EVENTUALLY, g.lost()).await;
+            let late = Instant::now().saturating_duration_since(until);
+            assert!(
+                fired.is_ok(),
+                "{}: lost() never fired after the resuming runtime shut down",
+                b.kind
+            );
+            assert!(
+                late < secs(2),
+                "{}: lost() fired {late:?} after valid_until()",
+                b.kind
+            );
+            assert!(!g.is_held());
+            eventually("the hold lapses", async || {
+                lease_free(&owner, "att-shutdown").await
+            })
+            .await;
+        });
+        drop(g);
+    }
+}
+
+/// Attack: a resume in the client whose only guard of the hold was just dropped (its
+/// background release held before it reaches the server). The resume must be refused, or its
+/// guard be lost once the release lands; the lock must end up free.
+async fn resume_racing_the_drop_of_its_guard(b: Backend) {
+    let faulty = Faulty::new(b.store().await);
+    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let g = c.mutex("att-drop-race").lock().await.expect("lock");
+    let id = g.hold_id();
+    let gate = Gate::new();
+    faulty.add(Rule::on(Op::Release).times(1).hold_request(gate.clone()));
+    drop(g);
+    gate.wait_entered(1).await;
+    let resumed = c.mutex("att-drop-race").resume(&id).await;
+    gate.open();
+    let other = b.client().await;
+    eventually("the dropped guard's release lands", async || {
+        lease_free(&other, "att-drop-race").await
+    })
+    .await;
+    // The dropped guard's entry stays until its release is answered: refused, nothing sent.
+    match resumed {
+        Err(err) => assert!(err.is_hold_in_use(), "{err}"),
+        Ok(r) => assert!(
+            !r.is_held(),
+            "a guard resumed while its dropped guard's release was in flight trusts a \
+             released hold"
+        ),
+    }
+}
+
+both_backends!(resume_racing_the_drop_of_its_guard);
+
+/// Attack: a guard loses its trust locally (renewal replies lost) while the server still
+/// holds its token; the id is resumed in the same client. A second entry of the token beside
+/// the lost one would be ended by the lost one's release or drop: the resume is refused
+/// (`HoldInUse`, nothing sent) until the lost guard is given up; once its release or drop
+/// ended the server's hold, the id is gone.
+async fn lost_guard_ended_after_a_resume(b: Backend, how: &str) {
+    let name = format!("att-lost-then-resumed-{how}");
+    let faulty = Faulty::new(b.store().await);
+    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let mutex = c.mutex(&name).lease(secs(3));
+    let lost = mutex.lock().await.expect("lock");
+    let id = lost.hold_id();
+    faulty.add(Rule::on(Op::Extend).lose_reply());
+    tokio::time::timeout(EVENTUALLY, lost.lost())
+        .await
+        .expect("the guard gives up");
+    faulty.clear();
+    let sent = faulty.count(Op::Extend);
+    let err = c
+        .mutex(&name)
+        .lease(secs(10))
+        .resume(&id)
+        .await
+        .expect_err("a second entry of a token beside its lost guard");
+    assert!(err.is_hold_in_use(), "{err}");
+    assert_eq!(
+        faulty.count(Op::Extend),
+        sent,
+        "the refused resume sent a renewal"
+    );
+    match how {
+        "release" => {
+            let _ = lost.release().await;
+        }
+        _ => drop(lost),
+    }
+    let other = b.client().await;
+    eventually("the lost guard's release lands", async || {
+        lease_free(&other, &name).await
+    })
+    .await;
+    let err = mutex.resume(&id).await.expect_err("released");
+    assert!(err.is_hold_gone(), "{err}");
+}
+
+async fn releasing_the_lost_guard_after_a_resume(b: Backend) {
+    lost_guard_ended_after_a_resume(b, "release").await
+}
+
+async fn dropping_the_lost_guard_after_a_resume(b: Backend) {
+    lost_guard_ended_after_a_resume(b, "drop").await
+}
+
+both_backends!(dropping_the_lost_guard_after_a_resume);
+both_backends!(releasing_the_lost_guard_after_a_resume);
+
+/// Attack, deterministic form of the one above: a guard without auto-renewal runs out of
+/// trust (`lost()` fires, `is_held()` false) while the server's lease is longer (another
+/// process extended it by id); a resume of the id in the guard's own client is refused while
+/// that guard lives (it must not be revived, nor a second entry made beside it), and works
+/// once the expired guard is detached.
+async fn an_expired_guard_stays_lost_after_a_resume(b: Backend) {
+    let c = b.client().await;
+    let other = b.client().await;
+    let expired = c
+        .mutex("att-expired-revived")
+        .lease(ms(600))
+        .auto_renew(false)
+        .lock()
+        .await
+        .expect("lock");
+    let id = expired.hold_id();
+    assert!(other
+        .extend_hold(&id, secs(30))
+        .await
+        .expect("extend by id"));
+    tokio::time::timeout(EVENTUALLY, expired.lost())
+        .await
+        .expect("lost() fires when the trust runs out");
+    let lost_at = Instant::now();
+    assert!(!expired.is_held());
+    let err = c
+        .mutex("att-expired-revived")
+        .lease(secs(10))
+        .resume(&id)
+        .await
+        .expect_err("a resume beside the expired guard");
+    assert!(err.is_hold_in_use(), "{err}");
+    let revived = expired.is_held();
+    let moved = expired.valid_until().saturating_duration_since(lost_at);
+    assert!(
+        !revived && moved.is_zero(),
+        "a guard whose lost() had fired was revived by a resume of its id in its client: \
+         is_held() {revived}, valid_until() moved {moved:?} past the instant it was lost"
+    );
+    let id = expired.detach();
+    let resumed = c
+        .mutex("att-expired-revived")
+        .lease(secs(10))
+        .resume(&id)
+        .await
+        .expect("the server still holds it");
+    assert!(resumed.is_held());
+    assert!(resumed.release().await.expect("release"));
+}
+
+both_backends!(an_expired_guard_stays_lost_after_a_resume);
+
+/// Attack: cancel `Election::resume` after its renewal, while it reads the leader's value.
+/// Its docs ("Cancel safety"): "If cancelled, the leadership's lease may have been renewed;
+/// no `Leadership` has it." So the detached leadership must still lead (same term) after the
+/// cancel, not be resigned or released.
+async fn cancelled_election_resume_keeps_the_leadership(b: Backend) {
+    let first = b.client().await;
+    let id = first
+        .election("att-election-cancel")
+        .lease(secs(5))
+        .campaign("10.0.0.9:1")
+        .await
+        .expect("campaign")
+        .detach();
+    let faulty = Faulty::new(b.store().await);
+    let gate = Gate::new();
+    faulty.add(Rule::on(Op::Leader).times(1).hold_request(gate.clone()));
+    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let resuming = {
+        let (c, id) = (c.clone(), id.clone());
+        tokio::spawn(async move {
+            c.election("att-election-cancel")
+                .lease(secs(5))
+                .resume(&id)
+                .await
+                .map(|l| l.detach())
+        })
+    };
+    gate.wait_entered(1).await;
+    resuming.abort();
+    let _ = resuming.await;
+    gate.open();
+    tokio::time::sleep(ms(300)).await;
+    let seen = first
+        .election("att-election-cancel")
+        .leader()
+        .await
+        .expect("leader");
+    assert!(
+        seen.as_ref()
+            .is_some_and(|l| l.term == id.fencing_token() && l.value == "10.0.0.9:1"),
+        "a cancelled Election::resume ended the leadership it was resuming: leader now {seen:?}"
+    );
+    let back = first
+        .election("att-election-cancel")
+        .resume(&id)
+        .await
+        .expect("the leadership is still there to resume");
+    assert!(back.resign().await.expect("resign"));
+}
+
+both_backends!(cancelled_election_resume_keeps_the_leadership);
+
+/// Attack: `Election::resume` whose read of the leader's value fails (its reply lost). The
+/// leadership was handed over (detached); a failed resume must not end it: the error is
+/// reported and the leadership still leads under its term, to be resumed again.
+async fn a_failed_election_resume_keeps_the_leadership(b: Backend) {
+    let first = b.client().await;
+    let id = first
+        .election("att-election-fail")
+        .lease(secs(5))
+        .campaign("10.0.0.9:2")
+        .await
+        .expect("campaign")
+        .detach();
+    let faulty = Faulty::new(b.store().await);
+    faulty.add(Rule::on(Op::Leader).lose_reply());
+    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let outcome = c
+        .election("att-election-fail")
+        .lease(secs(5))
+        .resume(&id)
+        .await
+        .map(|l| l.detach());
+    faulty.clear();
+    tokio::time::sleep(ms(300)).await;
+    let seen = first
+        .election("att-election-fail")
+        .leader()
+        .await
+        .expect("leader");
+    assert!(
+        seen.as_ref().is_some_and(|l| l.term == id.fencing_token()),
+        "an Election::resume that failed ({:?}) ended the leadership: leader now {seen:?}",
+        outcome.as_ref().err()
+    );
+    let back = first
+        .election("att-election-fail")
+        .resume(&id)
+        .await
+        .expect("resume again");
+    assert!(back.resign().await.expect("resign"));
+}
+
+both_backends!(a_failed_election_resume_keeps_the_leadership);
+
+/// Attack: cancel `MultiLock::resume` (in another process) after its first part was renewed,
+/// while the second part's renewal is held. Its docs ("Cancel safety"): "If cancelled, the
+/// parts renewed so far are left held, with no guard." So the first part must still be held
+/// on the server (until its lease lapses), not released by the cancel.
+async fn cancelled_multi_resume_leaves_the_parts_held(b: Backend) {
+    let names = ["att-multi-cancel-a", "att-multi-cancel-b"];
+    let owner = b.client().await;
+    let ids = owner
+        .multi_lock(names)
+        .lease(secs(5))
+        .lock()
+        .await
+        .expect("lock")
+        .detach();
+    let faulty = Faulty::new(b.store().await);
+    let gate = Gate::new();
+    let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let first_part = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    {
+        let (seen, first_part) = (seen.clone(), first_part.clone());
+        faulty.add(
+            Rule::on(Op::Extend)
+                .when(move |call| {
+                    let n = seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    if n == 0 {
+                        *first_part.lock().unwrap() = call.name.clone();
+                    }
+                    n == 1
+                })
+                .hold_request(gate.clone()),
+        );
+    }
+    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let resuming = {
+        let (c, ids) = (c.clone(), ids.clone());
+        tokio::spawn(async move {
+            c.multi_lock(names)
+                .lease(secs(5))
+                .resume(&ids)
+                .await
+                .map(|g| g.detach())
+        })
+    };
+    gate.wait_entered(1).await;
+    resuming.abort();
+    let _ = resuming.await;
+    gate.open();
+    tokio::time::sleep(ms(300)).await;
+    let first_part = first_part.lock().unwrap().clone();
+    assert!(names.contains(&first_part.as_str()), "{first_part:?}");
+    let info = owner.rwlock(&first_part).inspect().await.expect("inspect");
+    assert!(
+        !info.holders.is_empty(),
+        "a cancelled MultiLock::resume released the part it had renewed ({first_part}): \
+         {info:?}"
+    );
+    for id in &ids {
+        let _ = owner.release_hold(id).await;
+    }
+}
+
+both_backends!(cancelled_multi_resume_leaves_the_parts_held);
+
+/// Attack: resume on handles with options a lock would refuse (a 1 ms lease, a zero
+/// `max_hold`). The resume must be refused as invalid input without touching the hold (no
+/// 1 ms renewal that would end it), on every resume entry point.
+async fn resume_with_bad_options_leaves_the_hold(b: Backend) {
+    let c = b.client().await;
+    let other = b.client().await;
+    let id = detached_mutex(&c, "att-bad-options", secs(10)).await;
+    let outcomes = [
+        (
+            "lease 1ms",
+            other
+                .mutex("att-bad-options")
+                .lease(ms(1))
+                .resume(&id)
+                .await
+                .map(|g| g.detach()),
+        ),
+        (
+            "max_hold 0",
+            other
+                .mutex("att-bad-options")
+                .max_hold(Duration::ZERO)
+                .resume(&id)
+                .await
+                .map(|g| g.detach()),
+        ),
+    ];
+    tokio::time::sleep(ms(200)).await;
+    let info = c.mutex("att-bad-options").inspect().await.expect("inspect");
+    assert!(
+        info.holders
+            .first()
+            .is_some_and(|h| h.lease_remaining > secs(5)),
+        "a resume with bad options changed the hold: {info:?} ({outcomes:?})"
+    );
+    for (what, outcome) in outcomes {
+        let err = outcome.expect_err(what);
+        assert!(err.is_invalid_input(), "{what}: {err}");
+    }
+    assert!(c.release_hold(&id).await.expect("release"));
+}
+
+both_backends!(resume_with_bad_options_leaves_the_hold);
+
+/// Attack: the id is a capability. Its `Debug` form, and the errors of a malformed text
+/// carrying the token, must never repeat the token (the 96 random bits after the shown
+/// prefix).
+#[test]
+fn the_token_never_leaks_through_debug_or_errors() {
+    let rt = support::time::current_thread();
+    let id = rt.block_on(async {
+        LockClient::in_memory()
+            .mutex("att-leak")
+            .lock()
+            .await
+            .expect("lock")
+            .detach()
+    });
+    let text = id.to_string();
+    let token = text.split(':').nth(3).expect("token").to_owned();
+    assert!(token.len() >= 32, "{token}");
+    let secret = &token[16..];
+    let debug = format!("{id:?}");
+    assert!(!debug.contains(secret), "Debug shows the token: {debug}");
+    for bad in [
+        format!(" {text}"),
+        format!("rlh1:mutex:01:{token}:att-leak"),
+        format!("rlh1:mutexx:1:{token}:att-leak"),
+        format!("rlh1:mutex:1:{token}:"),
+        format!("rlh2:mutex:1:{token}:att-leak"),
+    ] {
+        let err = bad.parse::<HoldId>().expect_err(&bad);
+        let shown = format!("{err} {err:?}");
+        assert!(
+            !shown.contains(secret),
+            "the error repeats the token: {shown}"
+        );
+    }
+}
+
+/// Attack: two guards of one write hold in one client (a resume of the write id while the
+/// write guard lives), then ONE of them downgraded to a read hold: the other, still a
+/// `WriteGuard`, would say `is_held()` beside other readers. The second guard is refused
+/// (`HoldInUse`); the one guard downgrades, and another client may then read beside it.
+async fn downgrading_one_write_co_guard(b: Backend) {
+    let c = b.client().await;
+    let rw = c.rwlock("att-co-downgrade").lease(secs(5));
+    let first = rw.write().await.expect("write");
+    let id = first.hold_id();
+    let err = rw
+        .resume_write(&id)
+        .await
+        .expect_err("a second guard of the write hold");
+    assert!(err.is_hold_in_use(), "{err}");
+    let read = redis_locks::WriteGuard::downgrade(first)
+        .await
+        .expect("downgrade");
+    assert!(read.is_held());
+    let other = b.client().await;
+    let reader = other
+        .rwlock("att-co-downgrade")
+        .try_read()
+        .await
+        .expect("a reader beside the downgraded hold");
+    assert!(read.release().await.expect("release"));
+    assert!(reader.release().await.expect("release"));
+    let err = rw
+        .resume_write(&id)
+        .await
+        .expect_err("downgraded, then released");
+    assert!(err.is_hold_gone(), "{err}");
+}
+
+both_backends!(downgrading_one_write_co_guard);
+
+/// Attack: in ONE client without a guard of the hold, a resume of the id starts while a
+/// `release_hold(id)` is on its way (its request held before it reaches the server). The
+/// resume's renewal could land first and its guard trust a lease the release then ends: the
+/// step by id reserves the hold, so the resume is refused (`HoldInUse`, nothing sent).
+async fn resume_racing_a_release_by_id_in_one_client(b: Backend) {
+    let owner = b.client().await;
+    let id = detached_mutex(&owner, "att-resume-vs-release-by-id", secs(5)).await;
+    let faulty = Faulty::new(b.store().await);
+    let gate = Gate::new();
+    faulty.add(Rule::on(Op::Release).times(1).hold_request(gate.clone()));
+    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let releasing = {
+        let (c, id) = (c.clone(), id.clone());
+        tokio::spawn(async move { c.release_hold(&id).await })
+    };
+    gate.wait_entered(1).await;
+    let resumed = c.mutex("att-resume-vs-release-by-id").resume(&id).await;
+    let sent = faulty.count(Op::Extend);
+    gate.open();
+    assert!(join("release by id", releasing).await.expect("release"));
+    assert!(lease_free(&owner, "att-resume-vs-release-by-id").await);
+    let err = resumed
+        .map(|g| g.detach())
+        .expect_err("a resume beside a release by id in the same client");
+    assert!(err.is_hold_in_use(), "{err}");
+    assert_eq!(sent, 0, "the refused resume sent a renewal");
+}
+
+both_backends!(resume_racing_a_release_by_id_in_one_client);
+
+/// Attack: in ONE client without a guard of the hold, a resume (long lease) starts while an
+/// `extend_hold(id, short)` is on its way (held before it reaches the server). Applied after
+/// the resume's renewal, the extend would leave the resumed guard trusting the long lease: the
+/// resume is refused (`HoldInUse`, nothing sent) while the step by id is under way.
+async fn resume_racing_an_extend_by_id_in_one_client(b: Backend) {
+    let owner = b.client().await;
+    let id = detached_mutex(&owner, "att-resume-vs-extend-by-id", secs(10)).await;
+    let faulty = Faulty::new(b.store().await);
+    let gate = Gate::new();
+    faulty.add(
+        Rule::on(Op::Extend)
+            .when(|call| call.lease == Some(ms(800)))
+            .times(1)
+            .hold_request(gate.clone()),
+    );
+    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let extending = {
+        let (c, id) = (c.clone(), id.clone());
+        tokio::spawn(async move { c.extend_hold(&id, ms(800)).await })
+    };
+    gate.wait_entered(1).await;
+    let before = faulty.count(Op::Extend);
+    let resumed = c
+        .mutex("att-resume-vs-extend-by-id")
+        .lease(secs(10))
+        .resume(&id)
+        .await;
+    let sent = faulty.count(Op::Extend);
+    gate.open();
+    assert!(join("extend by id", extending).await.expect("extend"));
+    let err = resumed
+        .map(|g| g.detach())
+        .expect_err("a resume beside an extend by id in the same client");
+    assert!(err.is_hold_in_use(), "{err}");
+    assert_eq!(sent, before, "the refused resume sent a renewal");
+    assert!(owner.release_hold(&id).await.expect("release"));
+}
+
+both_backends!(resume_racing_an_extend_by_id_in_one_client);
