@@ -784,13 +784,17 @@ impl Holds {
         };
         let mut releases = tokio::task::JoinSet::new();
         for (id, shared) in holds {
+            // A hold already being released (its guard released or dropped, the answer not
+            // in yet) is released again here, so the shutdown waits for it, but not counted:
+            // its guard gave it up before this call.
+            let counted = !shared.is_releasing();
             // Released by token here: no renewal may go on (it would be refused anyway).
             shared.end_locally();
             releases.spawn(async move {
                 let claim = shared.claim();
                 let outcome = release_with_retry(&*shared.store, &shared.lock, &claim).await;
                 shared.holds.unregister(id);
-                outcome
+                outcome.map(|held| held && counted)
             });
         }
         let (mut released, mut first_error) = (0, None);
