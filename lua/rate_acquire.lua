@@ -28,7 +28,7 @@ local member = member_of(token, permits)
 local head_before = head()
 
 prune()
-redis.call('ZREMRANGEBYSCORE', RA, '-inf', NOW - heartbeat)
+redis.call('ZREMRANGEBYSCORE', RA, '-inf', NOW)
 local tat_ms, tat_frac = read_tat(count)
 if permits < 1 or permits > burst then
   redis.call('ZREM', RQ, member)
@@ -38,8 +38,10 @@ if permits < 1 or permits > burst then
 end
 
 -- A retry of an admitted request (its reply was lost): the same admission, nothing more.
-local admitted_at = redis.call('ZSCORE', RA, member)
-if admitted_at then return { 1, tonumber(admitted_at) } end
+-- Kept until the admission's own heartbeat window ends (a retry has the same claim, so the
+-- same heartbeat: the admission time is that end minus it).
+local admitted_until = redis.call('ZSCORE', RA, member)
+if admitted_until then return { 1, tonumber(admitted_until) - heartbeat } end
 
 local position = redis.call('ZRANK', RQ, member)
 if not position then position = nil end
@@ -49,7 +51,7 @@ if ahead == 0 then
   local ms, frac = advance(tat_ms, tat_frac, permits, count, period)
   if wait_for(ms, frac, count, period, burst) <= 0 then
     write_tat(ms, frac, count)
-    redis.call('ZADD', RA, NOW, member)
+    redis.call('ZADD', RA, NOW + heartbeat, member)
     extend_ttl(RA, NOW + heartbeat)
     redis.call('ZREM', RQ, member)
     redis.call('ZREM', RHB, member)

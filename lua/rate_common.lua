@@ -8,9 +8,10 @@
 --   KEYS[3] rhb  zset waiter member -> heartbeat deadline
 --   KEYS[4] rtk  ticket counter; deleted whenever the queue is empty
 --   KEYS[5] ch   wake-up channel of the name
---   KEYS[6] ra   zset admitted member -> admission time, kept one heartbeat window (of the
---                asking claim) after the admission, so that a retry after a lost reply
---                finds its admission instead of being admitted again
+--   KEYS[6] ra   zset admitted member -> the end of its claim's heartbeat window after the
+--                admission (each admission keeps its own window, whatever the heartbeat of
+--                the claims that prune), so that a retry after a lost reply finds its
+--                admission instead of being admitted again
 -- A member is the waiter's token, followed by "#<n>" when it asks for n > 1 admissions.
 -- A limiter of `count` per `period` ms with burst `burst` admits n at NOW when
 --   tat' = max(tat, NOW) + n * period / count <= NOW + burst * period / count,

@@ -405,3 +405,71 @@ async fn quorum_mode_refuses_the_rate_limiter() {
     assert!(unsupported(limiter.acquire(1).await.map(drop)));
     assert!(unsupported(limiter.inspect().await.map(drop)));
 }
+
+/// A wait whose reply is lost is retried with the same token; the retry must find its
+/// admission (charged once), however other clients of the name are configured. Here another
+/// client with a 50 ms heartbeat steps on the name between the admission and the retry (well
+/// inside the asking client's own 5 s window): its step prunes the retry record by *its*
+/// heartbeat.
+async fn a_lost_reply_is_charged_once_despite_a_short_heartbeat_neighbour(b: Backend) {
+    use support::faulty::{Faulty, Gate, Op, Rule};
+    let rate = Rate::per_hour(3);
+    let faulty = Faulty::new(b.store().await);
+    let gate = Gate::new();
+    faulty.add(Rule::on(Op::RateAcquire).times(1).lose_reply());
+    faulty.add(
+        Rule::on(Op::RateAcquire)
+            .times(1)
+            .hold_request(gate.clone()),
+    );
+    let slow = LockClient::builder()
+        .heartbeat(Duration::from_secs(5))
+        .store(faulty.clone())
+        .expect("client");
+    let quick = b
+        .client_with(LockClient::builder().heartbeat(Duration::from_millis(50)))
+        .await;
+    let a = slow.rate_limiter("lost-neighbour", rate);
+    let task = tokio::spawn(async move { a.acquire(1).await });
+    tokio::time::timeout(EVENTUALLY, gate.wait_entered(1))
+        .await
+        .expect("the wait retried after the lost reply"); // the retry is on its way, the admission was made
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let other = quick.rate_limiter("lost-neighbour", rate);
+    other
+        .try_acquire(1)
+        .await
+        .expect("the neighbour is admitted (2 of 3)");
+    gate.open();
+    let mine = task.await.expect("join");
+    let available = other.inspect().await.expect("inspect").available;
+    assert!(
+        mine.is_ok() && available == 1,
+        "one admission each told to 2 callers, yet the limiter was charged {} of 3 \
+         (wait after the lost reply: {mine:?}); log {:?}",
+        3 - available,
+        faulty.log()
+    );
+}
+
+both_backends!(a_lost_reply_is_charged_once_despite_a_short_heartbeat_neighbour);
+
+/// A name used as a mutex too: the limiter's call returns (admitted or typed error), no
+/// panic, no wait; and the held mutex is unaffected.
+async fn a_name_used_as_a_lock_too(b: Backend) {
+    let client = b.client().await;
+    let guard = client.mutex("both").lock().await.expect("lock");
+    let limiter = client.rate_limiter("both", Rate::per_second(2).burst(2));
+    let r = tokio::time::timeout(EVENTUALLY, limiter.try_acquire(2))
+        .await
+        .expect("answered");
+    assert!(
+        r.is_ok() || r.as_ref().is_err_and(|e| !e.is_rate_limited()),
+        "{r:?}"
+    );
+    assert!(guard.is_held());
+    assert!(client.mutex("both").try_lock().await.is_err(), "still held");
+    guard.release().await.expect("release");
+}
+
+both_backends!(a_name_used_as_a_lock_too);

@@ -25,7 +25,8 @@ pub(super) struct RateLimit {
     heartbeats: ZSet,
     /// `rtk`: the last ticket handed out (0: none; reset with the last waiter).
     tickets: u64,
-    /// `ra`: admitted member -> admission time, for a retry after a lost reply.
+    /// `ra`: admitted member -> the end of its heartbeat window after the admission, for a
+    /// retry after a lost reply.
     admitted: ZSet,
 }
 
@@ -155,7 +156,7 @@ pub(super) fn acquire(
     let head_before = state.head();
     state.prune(now);
     let heartbeat = super::ms(claim.heartbeat);
-    state.admitted.remove_up_to(now.saturating_sub(heartbeat));
+    state.admitted.remove_up_to(now);
     let tat = state.tat(now, rate);
     if claim.permits < 1 || claim.permits > rate.burst_size() {
         state.leave(&member);
@@ -163,7 +164,8 @@ pub(super) fn acquire(
         return wakes.reply(Err(claim.permits));
     }
     // A retry of an admitted request (its reply was lost): the same admission, nothing more.
-    if let Some(at) = state.admitted.score(&member) {
+    if let Some(until) = state.admitted.score(&member) {
+        let at = until.saturating_sub(heartbeat);
         return wakes.reply(Ok(RateDecision::Admitted { at }));
     }
     let position = state.queue.rank(&member);
@@ -172,7 +174,7 @@ pub(super) fn acquire(
         let next = tat.advance(claim.permits, rate);
         if next.wait_for(now, rate) <= 0 {
             state.tat = Some((next.ms, next.frac, rate.count()));
-            state.admitted.add(&member, now);
+            state.admitted.add(&member, now + heartbeat);
             state.leave(&member);
             state.settle(head_before, &member, &mut wakes);
             return wakes.reply(Ok(RateDecision::Admitted { at: now }));
