@@ -22,6 +22,7 @@
 //! `MODEL_CASES` raises the number of programs (see docs/MODEL_CHECKS.md).
 
 mod support;
+use support::model_rig::ModelRig;
 use support::replies::{class, equal_with_message};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -33,11 +34,10 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestError, TestRunner};
 use redis_locks::testing::keys::LockKeys;
 use redis_locks::testing::store::{
-    Acquire, Claim, Family, MemoryStore, PermitChange, RedisStore, Request, Snapshot, Store,
+    Acquire, Claim, Family, MemoryStore, PermitChange, Request, Snapshot, Store,
 };
 use redis_locks::testing::WakeHub;
 use redis_locks::{LeaderInfo, Result};
-use support::RedisServer;
 
 const DEFAULT_CASES: u32 = 512;
 /// Names of a program: most steps go to the first one.
@@ -414,28 +414,19 @@ fn cases() -> u32 {
     support::env_u32("MODEL_CASES", DEFAULT_CASES)
 }
 
-/// One redis-server and a runtime to drive it.
-struct Rig {
-    _server: RedisServer,
-    runtime: tokio::runtime::Runtime,
-    redis: RedisStore,
+/// One redis-server and a runtime to drive it (`support::model_rig`).
+struct Rig(ModelRig);
+
+impl std::ops::Deref for Rig {
+    type Target = ModelRig;
+    fn deref(&self) -> &ModelRig {
+        &self.0
+    }
 }
 
 impl Rig {
     fn start() -> Rig {
-        let server = RedisServer::start();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        let redis = runtime
-            .block_on(RedisStore::connect(&server.url()))
-            .expect("connect");
-        Rig {
-            _server: server,
-            runtime,
-            redis,
-        }
+        Rig(ModelRig::start())
     }
 
     /// Runs `ops` on an empty server against `model`.
@@ -445,14 +436,7 @@ impl Rig {
         model: &dyn Store,
         reached: &Reached,
     ) -> std::result::Result<(), String> {
-        self.runtime.block_on(async {
-            let _: redis::Value = self
-                .redis
-                .query(&redis::cmd("FLUSHALL"))
-                .await
-                .map_err(|e| format!("FLUSHALL: {e}"))?;
-            run_program(&self.redis, model, ops, reached).await
-        })
+        self.on_empty_server(run_program(&self.redis, model, ops, reached))
     }
 
     fn run(

@@ -14,6 +14,7 @@
 //! proves it bites. `MODEL_CASES` raises the number of programs (docs/MODEL_CHECKS.md).
 
 mod support;
+use support::model_rig::ModelRig;
 use support::replies::equal_with_message;
 
 use std::collections::BTreeSet;
@@ -26,7 +27,6 @@ use redis_locks::testing::keys::LockKeys;
 use redis_locks::testing::store::{MemoryStore, RateClaim, RateDecision, RedisStore, Store};
 use redis_locks::testing::{plant, unplant_all, Bug};
 use redis_locks::Rate;
-use support::RedisServer;
 
 const DEFAULT_CASES: u32 = 256;
 const LIMITERS: usize = 2;
@@ -213,39 +213,23 @@ fn cases() -> u32 {
     support::env_u32("MODEL_CASES", DEFAULT_CASES)
 }
 
-/// One redis-server and a runtime to drive it.
-struct Rig {
-    _server: RedisServer,
-    runtime: tokio::runtime::Runtime,
-    redis: RedisStore,
+/// One redis-server and a runtime to drive it (`support::model_rig`).
+struct Rig(ModelRig);
+
+impl std::ops::Deref for Rig {
+    type Target = ModelRig;
+    fn deref(&self) -> &ModelRig {
+        &self.0
+    }
 }
 
 impl Rig {
     fn start() -> Rig {
-        let server = RedisServer::start();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        let redis = runtime
-            .block_on(RedisStore::connect(&server.url()))
-            .expect("connect");
-        Rig {
-            _server: server,
-            runtime,
-            redis,
-        }
+        Rig(ModelRig::start())
     }
 
     fn check(&self, ops: &[Op], reached: &Reached) -> Result<(), String> {
-        self.runtime.block_on(async {
-            let _: redis::Value = self
-                .redis
-                .query(&redis::cmd("FLUSHALL"))
-                .await
-                .map_err(|e| format!("FLUSHALL: {e}"))?;
-            run_program(&self.redis, &MemoryStore::new(), ops, reached).await
-        })
+        self.on_empty_server(run_program(&self.redis, &MemoryStore::new(), ops, reached))
     }
 
     fn run(&self, config: Config, reached: &Reached) -> Result<(), TestError<Vec<Op>>> {

@@ -15,6 +15,7 @@
 //! * [`observe`]: reading an election observer with bounds.
 //! * [`rng`]: a small deterministic generator for randomized workloads.
 //! * [`warnings`]: capturing the library's warnings.
+//! * [`model_rig`]: a redis-server and a runtime for the model checks.
 //! * [`env_u32`], [`serial`]: case counts from the environment; one test at a time.
 //! * [`sim_store`]: the fault-injecting connection of the client-side simulations.
 
@@ -33,6 +34,7 @@ pub mod faulty;
 pub mod fenced;
 pub mod history;
 pub mod honest;
+pub mod model_rig;
 pub mod observe;
 pub mod proxy;
 pub mod queue;
