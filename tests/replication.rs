@@ -84,3 +84,68 @@ async fn zero_replicas_is_invalid_input() {
         .expect_err("invalid");
     assert!(err.is_invalid_input(), "{err:?}");
 }
+
+/// A resume with `wait_replicas` waits for the replicas after its renewal, as a grant does:
+/// with a replica, the resumed guard holds and the replica has the renewed lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_waits_for_an_acknowledging_replica() {
+    let master = RedisServer::start();
+    let port = master.port().to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    wait_for_replica(&master).await;
+    let client = LockClient::connect(&master.url()).await.expect("connect");
+    let id = client.mutex("handed").lock().await.expect("lock").detach();
+    let resumer = LockClient::connect(&master.url()).await.expect("connect");
+    let lease = Duration::from_secs(120);
+    let guard = resumer
+        .mutex("handed")
+        .lease(lease)
+        .wait_replicas(1, Duration::from_secs(5))
+        .resume(&id)
+        .await
+        .expect("one replica acknowledges the resume");
+    // The replica saw the resume's renewal: the lease there is the resumer's (120 s), not
+    // the 30 s of the grant.
+    let ttl: u64 = replica
+        .cli(&["PTTL", "rl:{handed}:w"])
+        .parse()
+        .expect("PTTL");
+    assert!(ttl > 60_000, "the replica's lease is {ttl} ms");
+    assert!(guard.release().await.expect("release"));
+}
+
+/// Without enough replicas, a resume fails with `ReplicasNotReached` and gives no guard; the
+/// hold is left as it was (renewed), so its id can still be released (or resumed) by id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_without_enough_replicas_gives_no_guard() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.expect("connect");
+    let id = client
+        .mutex("unreplicated")
+        .lock()
+        .await
+        .expect("lock")
+        .detach();
+    let resumer = LockClient::connect(&server.url()).await.expect("connect");
+    let err = resumer
+        .mutex("unreplicated")
+        .wait_replicas(1, Duration::from_millis(100))
+        .resume(&id)
+        .await
+        .expect_err("no replica can acknowledge");
+    assert!(
+        matches!(
+            err,
+            Error::ReplicasNotReached {
+                acked: 0,
+                required: 1
+            }
+        ),
+        "{err:?}"
+    );
+    // Still held, by nobody's guard: a third client is refused until the id releases it.
+    let other = LockClient::connect(&server.url()).await.expect("connect");
+    assert!(other.mutex("unreplicated").try_lock().await.is_err());
+    assert!(resumer.release_hold(&id).await.expect("release by id"));
+    assert!(other.mutex("unreplicated").try_lock().await.is_ok());
+}

@@ -139,13 +139,16 @@ impl LockClient {
     }
 
     /// Releases every lock this client (and its clones) holds now, at once, and returns how
-    /// many the server still held. For a clean shutdown: a guard dropped while the runtime
+    /// many the server still held. A hold is counted once, by the call that found it live
+    /// (not being released already), whichever of its releases reached the server first (a
+    /// guard dropped meanwhile, a second `release_all`). For a clean shutdown: a guard dropped while the runtime
     /// shuts down, or on a thread without a tokio runtime, cannot release in the background
     /// and stays held until its lease lapses; call this before the runtime ends instead.
     ///
     /// Every guard of this client reports itself lost afterwards (`is_held()` is false,
-    /// `lost()` fires); its own `release()` then answers `Ok(false)`. Waits in progress are not
-    /// cancelled: drop their futures first if the process is going away.
+    /// `lost()` fires); its own `release()` then answers `Ok(false)`. Waits and resumes in
+    /// progress are not cancelled (a resume still under way gives a live guard after this
+    /// returns): drop their futures first if the process is going away.
     ///
     /// # Errors
     /// The first error among the releases, after every release was tried (a hold that could

@@ -156,7 +156,9 @@ impl<K: Kind> Lock<K> {
     /// After each grant, wait (Redis `WAIT`) until `replicas` replicas acknowledged it, at
     /// most `timeout`; if fewer did, release it again and fail with
     /// [`Error::ReplicasNotReached`]. Narrows the window in which a failover to a replica
-    /// loses the grant; it costs a replication round trip per acquisition.
+    /// loses the grant; it costs a replication round trip per acquisition. A resume of a
+    /// hold id waits so for its renewal (if fewer acknowledge, the hold is left as it was,
+    /// with no guard).
     ///
     /// ```
     /// let client = redis_locks::LockClient::in_memory();

@@ -189,15 +189,20 @@ macro_rules! resume_method {
                      write hold (an altered id: the hold is left as it was, renewed, with no \
                      guard), [`Error::HoldInUse`] when this client already has a guard of the \
                      hold (live, lost but not dropped, or releasing) or is resuming it \
-                     (nothing is sent)."]
+                     (nothing is sent). With [`wait_replicas`](Lock::wait_replicas), \
+                     [`Error::ReplicasNotReached`] when too few replicas acknowledged the \
+                     renewal in time: the hold is left as it was (renewed), with no guard, \
+                     so its id can be resumed again or released by id."]
             #[doc = ""]
             #[doc = "**One guard per hold per client.** A client never has two guards of \
                      one hold: use the guard it has, or detach (or drop, and let its release \
                      finish) before resuming again. Resuming an id whose hold still has a \
                      guard in *another* client (process) makes a second guard of the same \
-                     hold there: a release (or drop) through either ends it for both, and the \
-                     other learns it at its next renewal (its `lost()` fires then), until \
-                     then trusting a lease that was released under it. Hand a hold over with \
+                     hold there: a release (or drop) through either ends it for both, a shorter \
+                     lease through either (an `extend`, a resume with a shorter lease) \
+                     shortens it for both, and the other learns it at its next renewal (its \
+                     `lost()` fires then), until then trusting a lease that was released or \
+                     shortened under it. Hand a hold over with \
                      `detach()` when only one process should hold it."]
             #[doc = ""]
             #[doc = "```"]
@@ -258,7 +263,8 @@ impl Lock<kind::RwLock> {
     /// Turns the id of a write hold of this RwLock (same name and preference) back into a
     /// live [`WriteGuard`](crate::WriteGuard); see
     /// [`Lock::resume`](struct.Lock.html#method.resume) for what resuming does and its
-    /// errors. The id of a write hold that was downgraded since is gone.
+    /// errors. The id of a write hold that was downgraded since is gone for a resume (and
+    /// `extend_hold`); a `release_hold` by it still ends the read hold the downgrade made.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

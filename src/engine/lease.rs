@@ -65,6 +65,35 @@ struct Shared {
     /// registry until that release is answered, so a resume of its id in this client finds
     /// it and is refused instead of renewing a lease the release then ends under it.
     releasing: std::sync::atomic::AtomicBool,
+    /// This hold's releases in flight, and whether one was answered `true` (the server
+    /// still held the hold). Releases of one hold (its guard's, its drop's, `release_all`'s,
+    /// one by id) may run at once, and only the first the server applies is answered `true`:
+    /// `release_all` counts a hold when any of them was.
+    releases: watch::Sender<Releases>,
+}
+
+/// See [`Shared::releases`].
+#[derive(Clone, Copy, Default)]
+struct Releases {
+    in_flight: usize,
+    ended_live: bool,
+}
+
+/// One release of a hold in flight; dropping it (answered, failed or cancelled) takes it out
+/// of [`Shared::releases`], with its answer if it had one.
+struct ReleaseInFlight<'a> {
+    shared: &'a Shared,
+    held: bool,
+}
+
+impl Drop for ReleaseInFlight<'_> {
+    fn drop(&mut self) {
+        let held = self.held;
+        self.shared.releases.send_modify(|r| {
+            r.in_flight -= 1;
+            r.ended_live |= held;
+        });
+    }
 }
 
 /// Where a hold's renewals stand. A hold that renews has exactly one entry in its client's
@@ -707,17 +736,15 @@ impl Holds {
             .any(|shared| shared.lock.name() == name && !shared.validity.borrow().lost)
     }
 
-    /// The hold of this client on lock `name` that `claim` names (same token and slot), with
-    /// its registry entry: the lease owner a step by id of that hold goes through. A client
-    /// has at most one entry of a token on a name ([`Holds::reserve`]).
+    /// The hold of this client on lock `name` with `claim`'s token (in whatever form: a
+    /// downgraded write hold is found by its write id), with its registry entry: the lease
+    /// owner a step by id of that hold goes through. A client has at most one entry of a
+    /// token on a name ([`Holds::reserve`]).
     fn find(&self, name: &str, claim: &Claim) -> Option<(u64, Arc<Shared>)> {
         let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
         live.iter()
             .filter_map(|(id, weak)| Some((*id, weak.upgrade()?)))
-            .find(|(_, shared)| {
-                let own = shared.claim();
-                shared.lock.name() == name && own.token == claim.token && own.slot == claim.slot
-            })
+            .find(|(_, shared)| shared.lock.name() == name && shared.claim().token == claim.token)
     }
 
     /// Reserves the hold of `token` on lock `name` for a resume (or a step by id without a
@@ -751,9 +778,6 @@ impl Holds {
             .remove(&id);
     }
 
-    /// Releases every live hold by token, all at once, and marks their guards lost (so
-    /// `is_held()` is false and `lost()` fires at once). Returns how many the server still
-    /// held. Errors are reported after every release has been tried.
     /// Ends the simulated runtime `n` for this client's holds, as a runtime that shuts down
     /// ends its driver: entries on its schedule are never sent (feature `testing`).
     #[cfg(feature = "testing")]
@@ -775,6 +799,9 @@ impl Holds {
         }
     }
 
+    /// Releases every live hold by token, all at once, and marks their guards lost (so
+    /// `is_held()` is false and `lost()` fires at once). Returns how many the server still
+    /// held when this was called (each counted once). Errors are reported after every release has been tried.
     pub(crate) async fn release_all(&self) -> Result<usize> {
         let holds: Vec<(u64, Arc<Shared>)> = {
             let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
@@ -784,17 +811,19 @@ impl Holds {
         };
         let mut releases = tokio::task::JoinSet::new();
         for (id, shared) in holds {
-            // A hold already being released (its guard released or dropped, the answer not
-            // in yet) is released again here, so the shutdown waits for it, but not counted:
-            // its guard gave it up before this call.
-            let counted = !shared.is_releasing();
-            // Released by token here: no renewal may go on (it would be refused anyway).
-            shared.end_locally();
+            // A hold already being released (its guard released or dropped, another
+            // `release_all`, the answer not in yet) is waited for here, so the shutdown waits
+            // for it, but not counted: it was given up before this call. Released by token
+            // here: no renewal may go on (it would be refused anyway).
+            let counted = shared.end_locally();
             releases.spawn(async move {
-                let claim = shared.claim();
-                let outcome = release_with_retry(&*shared.store, &shared.lock, &claim).await;
+                let outcome = shared.release().await;
+                let counted = match outcome {
+                    Ok(held) if counted => held || shared.ended_live().await,
+                    _ => false,
+                };
                 shared.holds.unregister(id);
-                outcome.map(|held| held && counted)
+                outcome.map(|_| counted)
             });
         }
         let (mut released, mut first_error) = (0, None);
@@ -951,6 +980,7 @@ impl Hold {
             requests: tokio::sync::Mutex::default(),
             renewer: StdMutex::new(Renewer::Off),
             releasing: std::sync::atomic::AtomicBool::new(false),
+            releases: watch::Sender::new(Releases::default()),
         });
         let id = shared.holds.register(&shared);
         let once = match first {
@@ -1020,10 +1050,27 @@ impl Hold {
 
     /// Gives this guard up without releasing the hold: the server's lease runs on until its
     /// deadline. Renewals stop and the hold leaves the client's registry (a resume of its id
-    /// in this client may then take it back).
+    /// in this client may then take it back) once every request and release of it already
+    /// under way (an `extend` or a release by id, a `release_all`) has been answered: until
+    /// then a resume in this client is refused, as while its guard lived, since that request
+    /// may still shorten or end the hold under the resumed guard.
     pub(crate) fn detach(mut self) {
         self.released = true;
-        self.stop_renewing();
+        self.shared.stop_renewer();
+        let (shared, id) = (self.shared.clone(), self.id);
+        let settled = shared.requests.try_lock().is_ok() && shared.releases.borrow().in_flight == 0;
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) if !settled => {
+                handle.spawn(async move {
+                    shared.settled().await;
+                    shared.holds.unregister(id);
+                });
+            }
+            // Outside a runtime there is nothing to wait on: the entry goes at once. (A task
+            // dropped unrun by its runtime's shutdown leaves an entry that stops upgrading
+            // once the requests it waited for end.)
+            _ => shared.holds.unregister(id),
+        }
     }
 
     pub(crate) fn is_held(&self) -> bool {
@@ -1082,20 +1129,15 @@ impl Hold {
         self.shared.request(false).await
     }
 
-    fn stop_renewing(&mut self) {
-        self.shared.stop_renewer();
-        self.shared.holds.unregister(self.id);
-    }
-
     /// Releases the hold by token. Until the release has been answered the hold still counts
     /// as unreleased: if the caller stops waiting (a timeout, a dropped future), the hold's
     /// drop sends the release again in the background (a release is idempotent by token), so
     /// a release that never left is not lost with its future.
     pub(crate) async fn release(mut self) -> Result<bool> {
         self.shared.begin_release();
-        let claim = self.shared.claim();
-        crate::engine::telemetry::held(&claim.slot, self.shared.granted_at.elapsed());
-        let outcome = release_with_retry(&*self.shared.store, &self.shared.lock, &claim).await;
+        let slot = self.shared.claim().slot;
+        crate::engine::telemetry::held(&slot, self.shared.granted_at.elapsed());
+        let outcome = self.shared.release().await;
         // Released once answered: a release whose future is dropped before that is sent again
         // by the drop, in the background.
         self.released = true;
@@ -1166,7 +1208,8 @@ impl Hold {
     /// the token (nothing was granted). [`Error::HoldInUse`] (nothing sent): this client
     /// already has a guard of the hold, or is resuming it. For an exclusive hold, the server's
     /// fence must be the id's `fence` (else [`Error::MalformedHoldId`], the hold left as it
-    /// was, renewed, with no guard).
+    /// was, renewed, with no guard). With `wait_replicas` in `opts`, the replicas must
+    /// acknowledge the renewal (else [`Error::ReplicasNotReached`], the hold left so too).
     pub(crate) async fn resume(
         (holds, store): (Arc<Holds>, Arc<dyn Store>),
         lock: LockKeys,
@@ -1209,6 +1252,17 @@ impl Hold {
                          `{}` (the id was altered); the hold is left as it was",
                         lock.name()
                     ),
+                });
+            }
+        }
+        if let Some((replicas, timeout)) = opts.wait_replicas {
+            // As after a grant: the guard counts only once the replicas have the renewal.
+            // If they do not, the hold is left as it was (renewed), with no guard.
+            let acked = store.wait_replicas(&lock, replicas, timeout).await?;
+            if acked < replicas {
+                return Err(Error::ReplicasNotReached {
+                    acked,
+                    required: replicas,
                 });
             }
         }
@@ -1259,7 +1313,7 @@ pub(crate) async fn release_by_id(
 ) -> Result<bool> {
     if let Some((_, shared)) = holds.find(lock.name(), claim) {
         shared.begin_release();
-        return release_with_retry(store, lock, claim).await;
+        return shared.release().await;
     }
     let Some(_reserved) = holds.reserve(lock.name(), &claim.token) else {
         return Err(hold_in_use(lock.name()));
@@ -1281,7 +1335,11 @@ pub(crate) async fn extend_by_id(
 ) -> Result<bool> {
     crate::vocab::options::check_duration("lease", lease)?;
     let _reserved = match holds.find(lock.name(), claim) {
-        Some((_, shared)) if shared.is_releasing() => return Ok(false),
+        // Releasing, or not in the id's form any more (a write id of a hold downgraded
+        // since): nothing live of that kind to extend.
+        Some((_, shared)) if shared.is_releasing() || shared.claim().slot != claim.slot => {
+            return Ok(false)
+        }
         // Through the owner, as the guard's own `extend`: one request at a time, its trust
         // from this request's send. `Ok(false)` marks the guard lost, or found it lost (a
         // renewal gave up meanwhile) before anything was sent: asked again beside it.
@@ -1313,14 +1371,46 @@ impl Shared {
     /// A release of this hold starts: renewals stop, its guard is lost, and a resume of its id
     /// in this client is refused (`HoldInUse`) until the release is answered.
     fn begin_release(&self) {
-        self.end_locally();
+        let _ = self.end_locally();
     }
 
-    /// Releasing from now on: renewals stop, the guard of this entry is lost.
-    fn end_locally(&self) {
-        self.releasing.store(true, Ordering::Release);
+    /// Releasing from now on: renewals stop, the guard of this entry is lost. `true` for the
+    /// first call (the one that gave the hold up).
+    fn end_locally(&self) -> bool {
+        let first = !self.releasing.swap(true, Ordering::AcqRel);
         self.stop_renewer();
         self.mark_lost_quietly();
+        first
+    }
+
+    /// Releases the hold by token (see [`Shared::releases`]).
+    async fn release(&self) -> Result<bool> {
+        self.releases.send_modify(|r| r.in_flight += 1);
+        let mut in_flight = ReleaseInFlight {
+            shared: self,
+            held: false,
+        };
+        let claim = self.claim();
+        let held = release_with_retry(&*self.store, &self.lock, &claim).await?;
+        in_flight.held = held;
+        Ok(held)
+    }
+
+    /// Once no lease request and no release of this hold is in flight (each ends by its own
+    /// deadline).
+    async fn settled(&self) {
+        let _turn = self.requests.lock().await;
+        let mut rx = self.releases.subscribe();
+        let _ = rx.wait_for(|r| r.in_flight == 0).await;
+    }
+
+    /// Whether one of this hold's releases was answered `true`, once none is in flight: a
+    /// release answered `false` may have been overtaken by one the server applied first (its
+    /// `true` is on its way). Each release in flight ends by its own deadline.
+    async fn ended_live(&self) -> bool {
+        let mut rx = self.releases.subscribe();
+        let _ = rx.wait_for(|r| r.ended_live || r.in_flight == 0).await;
+        self.releases.borrow().ended_live
     }
 
     /// Not lost, and its trust has not run out: a guard of it says `is_held()`.
@@ -1390,21 +1480,23 @@ pub(crate) fn release_in_background(store: Arc<dyn Store>, lock: LockKeys, claim
         };
         handle.spawn(async move {
             let mut unfinished = unfinished;
-            let lock = unfinished.lock.take().expect("set above");
+            let lock = unfinished.lock.clone().expect("set above");
             if let Err(err) = release_with_retry(&*store, &lock, &claim).await {
                 tracing::debug!(lock = lock.name(), %err, "background release failed; the lease will lapse");
             }
+            unfinished.lock = None;
         });
     } else {
         warn_dropped_outside_a_runtime(lock.name(), claim.lease);
     }
 }
 
-/// A background release not started yet: dropped so (its runtime shut down before running
-/// it), it warns as a guard dropped outside a runtime does.
+/// A background release not finished yet: dropped so (its runtime shut down before running
+/// it, or while its request was on its way), it warns as a guard dropped outside a runtime
+/// does.
 struct Unfinished {
     lease: Duration,
-    /// Taken when the release starts.
+    /// Taken when the release has ended (answered or failed).
     lock: Option<LockKeys>,
 }
 
@@ -1461,11 +1553,10 @@ impl Drop for Hold {
             };
             let release = async move {
                 let mut unfinished = unfinished;
-                unfinished.lock = None;
-                let claim = shared.claim();
-                if let Err(err) = release_with_retry(&*shared.store, &shared.lock, &claim).await {
+                if let Err(err) = shared.release().await {
                     tracing::debug!(lock = shared.lock.name(), %err, "background release failed; the lease will lapse");
                 }
+                unfinished.lock = None;
                 // Registered until answered: a resume meanwhile finds it releasing.
                 shared.holds.unregister(id);
             };

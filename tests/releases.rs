@@ -1,0 +1,627 @@
+//! Releases through the public API on both backends: `release()` futures dropped before
+//! their answer, stale releases and renewals after a later grant, `release_all()`'s count
+//! when several releases of one hold race (its guard's, its drop's, another `release_all`'s),
+//! and the warning of a background release cut by its runtime's shutdown.
+
+mod support;
+use support::Granted;
+
+use std::sync::Arc;
+
+use redis_locks::LockClient;
+use tokio::time::{sleep, timeout};
+
+use support::backend::{eventually, Backend};
+use support::faulty::{Faulty, Gate, Op, Rule};
+use support::time::{current_thread, ms};
+use support::warnings::Warnings;
+
+async fn faulty_client(b: &Backend) -> (Arc<Faulty>, LockClient) {
+    let f = Faulty::new(b.store().await);
+    let c = LockClient::builder().store(f.clone()).expect("client");
+    (f, c)
+}
+
+fn named(name: &'static str) -> impl Fn(&support::faulty::Call) -> bool + Send + Sync {
+    move |c| c.name == name
+}
+
+/// Free for a third client within ~1 s (generous: 3 s); the lease is the default 30 s.
+async fn free_soon(other: &LockClient, name: &str, what: &str) {
+    support::waits::within(ms(3_000), what, async || {
+        match other.mutex(name).try_lock().await.granted("try_lock") {
+            Some(g) => {
+                g.release().await.expect("release");
+                true
+            }
+            None => false,
+        }
+    })
+    .await;
+}
+
+/// `release()` futures dropped at many points (never polled, before the request
+/// reaches the server, after it reached it but before the answer, with replies lost), one
+/// after another on the same name: every time a third client gets the lock within ~1 s.
+async fn dropped_release_frees_the_lock(b: Backend) {
+    let (f, c) = faulty_client(&b).await;
+    let other = b.client().await;
+    let name = "ra-drop";
+    for i in 0..24u64 {
+        let g = c.mutex(name).lock().await.expect("lock");
+        match i % 4 {
+            0 => drop(g.release()), // never polled
+            1 => {
+                f.add(Rule::on(Op::Release).times(1).delay_request(ms(300)));
+                let _ = timeout(ms(i * 7 % 60), g.release()).await;
+            }
+            2 => {
+                f.add(Rule::on(Op::Release).times(1).delay_reply(ms(300)));
+                let _ = timeout(ms(i * 7 % 60), g.release()).await;
+            }
+            _ => {
+                f.add(Rule::on(Op::Release).times(2).lose_reply());
+                let _ = timeout(ms(i * 7 % 60), g.release()).await;
+            }
+        }
+        free_soon(
+            &other,
+            name,
+            &format!("[{}] round {i}: free after a dropped release", b.kind),
+        )
+        .await;
+        f.clear();
+    }
+}
+both_backends!(dropped_release_frees_the_lock);
+
+/// the dropped release's first request is held before the server; the drop's
+/// background release frees the lock, a later holder (the SAME client, then another) takes
+/// it; then the stale request reaches the server. The later grant must survive.
+async fn stale_release_spares_later_grant(b: Backend) {
+    for same_client in [true, false] {
+        let (f, c) = faulty_client(&b).await;
+        let other = b.client().await;
+        let third = b.client().await;
+        let name = if same_client {
+            "ra-stale-same"
+        } else {
+            "ra-stale-other"
+        };
+        let g = c.mutex(name).lock().await.expect("lock");
+        let gate = Gate::new();
+        f.add(
+            Rule::on(Op::Release)
+                .when(named(name))
+                .times(1)
+                .hold_request(gate.clone()),
+        );
+        let _ = timeout(ms(100), g.release()).await;
+        assert_eq!(gate.entered(), 1, "the first release is held at the gate");
+        let later_client = if same_client { &c } else { &other };
+        let mut later = None;
+        eventually("a later holder gets the lock", async || {
+            later = later_client.mutex(name).try_lock().await.granted("try");
+            later.is_some()
+        })
+        .await;
+        let later = later.unwrap();
+        gate.open();
+        sleep(ms(500)).await;
+        assert!(
+            later.is_held(),
+            "[{}] same_client={same_client}: later guard lost",
+            b.kind
+        );
+        let info = third.mutex(name).inspect().await.expect("inspect");
+        assert_eq!(
+            info.holders.len(),
+            1,
+            "[{}] same_client={same_client}: the stale release freed a later grant: {info:?}",
+            b.kind
+        );
+        assert!(
+            third.mutex(name).try_lock().await.granted("try").is_none(),
+            "[{}] same_client={same_client}: a third client got a lock held by a later holder",
+            b.kind
+        );
+        assert!(later.release().await.expect("release"));
+    }
+}
+both_backends!(stale_release_spares_later_grant);
+
+/// `release_all` with (a) a hold whose dropped release reached the server but whose
+/// answer is held (the server no longer holds it), (b) a hold whose dropped release is held
+/// before the server (the server still holds it, but the caller gave it up), (c) one live
+/// hold, (d) a live hold the server lost (force-released): the count is 1 (only c).
+async fn release_all_counts_only_live_held(b: Backend) {
+    let (f, c) = faulty_client(&b).await;
+    let other = b.client().await;
+    let ga = c.mutex("ra-all-a").lock().await.expect("a");
+    let gb = c.mutex("ra-all-b").lock().await.expect("b");
+    let gc = c.mutex("ra-all-c").lock().await.expect("c");
+    let gd = c.mutex("ra-all-d").lock().await.expect("d");
+    let gate = Gate::new();
+    f.add(
+        Rule::on(Op::Release)
+            .when(named("ra-all-a"))
+            .times(2)
+            .hold_reply(gate.clone()),
+    );
+    f.add(
+        Rule::on(Op::Release)
+            .when(named("ra-all-b"))
+            .times(2)
+            .hold_request(gate.clone()),
+    );
+    let _ = timeout(ms(100), ga.release()).await;
+    let _ = timeout(ms(100), gb.release()).await;
+    // the drops' background releases arrive at the gate too
+    timeout(ms(5_000), gate.wait_entered(4))
+        .await
+        .expect("4 releases at the gate");
+    other
+        .force_release("ra-all-d")
+        .await
+        .expect("force_release");
+    let n = timeout(ms(10_000), c.release_all())
+        .await
+        .expect("release_all returns")
+        .expect("release_all");
+    assert_eq!(
+        n, 1,
+        "[{}] release_all counted {n}, not 1 (only c was live and held)",
+        b.kind
+    );
+    assert!(!gc.is_held() && !gd.is_held());
+    gate.open();
+    for name in ["ra-all-a", "ra-all-b", "ra-all-c", "ra-all-d"] {
+        free_soon(
+            &other,
+            name,
+            &format!("[{}] {name} free after release_all", b.kind),
+        )
+        .await;
+    }
+}
+both_backends!(release_all_counts_only_live_held);
+
+/// background releases dropped unrun by a runtime shutting down, twice per name on
+/// two names (a release future dropped by timeout; a release future whose task the shutdown
+/// drops): exactly one warning per name.
+fn shutdown_warns_once_per_name(b: fn() -> Backend, kind: &str) {
+    let warnings = Warnings::default();
+    let _capture = tracing::subscriber::set_default(warnings.clone());
+    let names: Vec<String> = vec![format!("ra-warn-1-{kind}"), format!("ra-warn-2-{kind}")];
+    let backend = b();
+    for name in &names {
+        for round in 0..2 {
+            let rt = current_thread();
+            let name2 = name.clone();
+            rt.block_on(async {
+                let (f, c) = faulty_client(&backend).await;
+                let g = c.mutex(&name2).lock().await.expect("lock");
+                let gate = Gate::new();
+                f.add(Rule::on(Op::Release).hold_reply(gate));
+                if round == 0 {
+                    let _ = timeout(ms(50), g.release()).await;
+                } else {
+                    tokio::spawn(g.release());
+                    tokio::task::yield_now().await;
+                }
+                // return at once: the drop's background release is queued, unrun
+            });
+            drop(rt);
+        }
+    }
+    let seen = warnings.seen();
+    for name in &names {
+        let n = seen
+            .iter()
+            .filter(|w| w.contains(&format!("lock=\"{name}\"")) || w.contains(&format!("`{name}`")))
+            .count();
+        assert_eq!(n, 1, "[{kind}] {n} warnings for {name}, not 1: {seen:#?}");
+    }
+}
+
+#[test]
+fn shutdown_warns_once_per_name_memory() {
+    shutdown_warns_once_per_name(Backend::memory, "memory");
+}
+
+#[test]
+fn shutdown_warns_once_per_name_redis() {
+    shutdown_warns_once_per_name(Backend::redis, "redis");
+}
+
+/// a renewal's request is held before the server while the hold's `release()` is
+/// dropped; the background release frees the lock, a later holder takes it, then the stale
+/// renewal reaches the server. The later grant must survive and stay the only holder.
+async fn stale_renewal_after_dropped_release(b: Backend) {
+    let (f, c) = faulty_client(&b).await;
+    let other = b.client().await;
+    let third = b.client().await;
+    let name = "ra-renew";
+    let gate = Gate::new();
+    f.add(
+        Rule::on(Op::Extend)
+            .when(named(name))
+            .times(1)
+            .hold_request(gate.clone()),
+    );
+    let g = c
+        .mutex(name)
+        .lease(ms(3_000))
+        .renew_every(ms(100))
+        .lock()
+        .await
+        .expect("lock");
+    timeout(ms(5_000), gate.wait_entered(1))
+        .await
+        .expect("a renewal at the gate");
+    let _ = timeout(ms(30), g.release()).await;
+    let mut later = None;
+    eventually("a later holder gets the lock", async || {
+        later = other.mutex(name).try_lock().await.granted("try");
+        later.is_some()
+    })
+    .await;
+    let later = later.unwrap();
+    gate.open();
+    sleep(ms(500)).await;
+    assert!(later.is_held(), "[{}] later guard lost", b.kind);
+    let info = third.mutex(name).inspect().await.expect("inspect");
+    assert_eq!(
+        info.holders.len(),
+        1,
+        "[{}] holders after a stale renewal: {info:?}",
+        b.kind
+    );
+    assert!(later.release().await.expect("release"));
+    free_soon(
+        &third,
+        name,
+        &format!("[{}] free after the later holder's release", b.kind),
+    )
+    .await;
+}
+both_backends!(stale_renewal_after_dropped_release);
+
+/// the other guard kinds (fair lock, write and read locks, semaphore permits,
+/// multi-lock) with their `release()` futures dropped at 0..60 ms while the release replies
+/// are slow or lost: each is free for a third client within ~1 s.
+async fn dropped_release_every_kind(b: Backend) {
+    let (f, c) = faulty_client(&b).await;
+    let other = b.client().await;
+    for i in 0..8u64 {
+        let rule = |r: Rule| {
+            if i % 2 == 0 {
+                r.delay_reply(ms(300))
+            } else {
+                r.times(3).lose_reply()
+            }
+        };
+        let cut = ms(i * 9 % 60);
+        let what = |k: &str| format!("[{}] round {i}: {k} free after a dropped release", b.kind);
+
+        let g = c.fair_lock("ra-k-fair").lock().await.expect("fair");
+        f.add(rule(Rule::on(Op::Release)));
+        let _ = timeout(cut, g.release()).await;
+        f.clear();
+        support::waits::within(ms(3_000), &what("fair lock"), async || {
+            match other.fair_lock("ra-k-fair").try_lock().await.granted("try") {
+                Some(g) => g.release().await.expect("release"),
+                None => false,
+            }
+        })
+        .await;
+
+        let g = c.rwlock("ra-k-w").write().await.expect("write");
+        f.add(rule(Rule::on(Op::Release)));
+        let _ = timeout(cut, g.release()).await;
+        f.clear();
+        support::waits::within(ms(3_000), &what("write lock"), async || {
+            match other.rwlock("ra-k-w").try_write().await.granted("try") {
+                Some(g) => g.release().await.expect("release"),
+                None => false,
+            }
+        })
+        .await;
+
+        let g = c.rwlock("ra-k-r").read().await.expect("read");
+        f.add(rule(Rule::on(Op::Release)));
+        let _ = timeout(cut, g.release()).await;
+        f.clear();
+        support::waits::within(
+            ms(3_000),
+            &what("read lock (writer admitted)"),
+            async || match other.rwlock("ra-k-r").try_write().await.granted("try") {
+                Some(g) => g.release().await.expect("release"),
+                None => false,
+            },
+        )
+        .await;
+
+        let sem = c.semaphore("ra-k-sem", 2);
+        let p = sem.acquire_many(2).await.expect("permits");
+        f.add(rule(Rule::on(Op::Release)));
+        let _ = timeout(cut, p.release()).await;
+        f.clear();
+        support::waits::within(ms(3_000), &what("semaphore"), async || {
+            match other
+                .semaphore("ra-k-sem", 2)
+                .try_acquire_many(2)
+                .await
+                .granted("try")
+            {
+                Some(p) => p.release().await.expect("release"),
+                None => false,
+            }
+        })
+        .await;
+
+        let names = ["ra-k-m1", "ra-k-m2", "ra-k-m3"];
+        let g = c.multi_lock(names).lock().await.expect("multi");
+        f.add(rule(Rule::on(Op::Release)));
+        let _ = timeout(cut, g.release()).await;
+        f.clear();
+        support::waits::within(ms(3_000), &what("multi-lock"), async || {
+            match other.multi_lock(names).try_lock().await.granted("try") {
+                Some(g) => g.release().await.expect("release"),
+                None => false,
+            }
+        })
+        .await;
+    }
+}
+both_backends!(dropped_release_every_kind);
+
+/// `release_all` while a guard's `release()` is still awaited by the caller (its
+/// request held before the server) and the caller's live holds include two read holds and
+/// a semaphore permit: the count is the live holds only (3), the caller's own release still
+/// answers, and everything is free afterwards.
+async fn release_all_during_awaited_release(b: Backend) {
+    let (f, c) = faulty_client(&b).await;
+    let other = b.client().await;
+    let g = c.mutex("ra-aw-x").lock().await.expect("x");
+    let r1 = c.rwlock("ra-aw-r").read().await.expect("r1");
+    let r2 = c.rwlock("ra-aw-r").read().await.expect("r2");
+    let p = c.semaphore("ra-aw-s", 3).acquire().await.expect("permit");
+    let gate = Gate::new();
+    f.add(
+        Rule::on(Op::Release)
+            .when(named("ra-aw-x"))
+            .times(1)
+            .hold_request(gate.clone()),
+    );
+    let pending = tokio::spawn(g.release());
+    timeout(ms(5_000), gate.wait_entered(1))
+        .await
+        .expect("release at the gate");
+    let n = timeout(ms(10_000), c.release_all())
+        .await
+        .expect("release_all returns")
+        .expect("release_all");
+    assert_eq!(
+        n, 3,
+        "[{}] release_all counted {n}, not the 3 live holds",
+        b.kind
+    );
+    assert!(!r1.is_held() && !r2.is_held() && !p.is_held());
+    gate.open();
+    let _ = support::backend::join("the awaited release", pending).await;
+    free_soon(&other, "ra-aw-x", &format!("[{}] x free", b.kind)).await;
+    support::waits::within(ms(3_000), "writer admitted", async || {
+        other
+            .rwlock("ra-aw-r")
+            .try_write()
+            .await
+            .granted("try")
+            .is_some()
+    })
+    .await;
+    assert_eq!(
+        other
+            .semaphore("ra-aw-s", 3)
+            .available_permits()
+            .await
+            .expect("permits"),
+        3
+    );
+}
+both_backends!(release_all_during_awaited_release);
+
+/// A background release that started (its request blocked before the server) when its
+/// runtime shuts down is dropped unfinished: the lock stays held for its lease, and that is
+/// warned about once, as for a release that never started.
+#[test]
+fn started_background_release_cut_by_shutdown_warns() {
+    let warnings = Warnings::default();
+    let _capture = tracing::subscriber::set_default(warnings.clone());
+    let backend = Backend::memory();
+    let name = "ra-warn-started";
+    let rt = current_thread();
+    rt.block_on(async {
+        let (f, c) = faulty_client(&backend).await;
+        let g = c.mutex(name).lock().await.expect("lock");
+        let gate = Gate::new();
+        f.add(Rule::on(Op::Release).hold_request(gate.clone()));
+        let _ = timeout(ms(20), g.release()).await;
+        // the drop's background release starts and blocks at the gate
+        timeout(ms(5_000), gate.wait_entered(2))
+            .await
+            .expect("background release started");
+        std::mem::forget(gate);
+    });
+    drop(rt);
+    let held = current_thread().block_on(async {
+        let other = backend.client().await;
+        other
+            .mutex(name)
+            .inspect()
+            .await
+            .expect("inspect")
+            .holders
+            .len()
+    });
+    assert_eq!(held, 1, "the lock is left held (what this test is about)");
+    let seen = warnings.seen();
+    let n = seen.iter().filter(|w| w.contains(name)).count();
+    assert_eq!(
+        n, 1,
+        "{n} warnings for {name} (its lock stays held for the lease): {seen:#?}"
+    );
+}
+
+/// the caller drops its `release()` future and then its whole client at once: the
+/// background release still runs, and a third client gets the lock within ~1 s.
+async fn dropped_release_then_dropped_client(b: Backend) {
+    let other = b.client().await;
+    for i in 0..6u64 {
+        let (f, c) = faulty_client(&b).await;
+        let name = "ra-client-gone";
+        let g = c.mutex(name).lock().await.expect("lock");
+        f.add(Rule::on(Op::Release).times(1).delay_reply(ms(200)));
+        let _ = timeout(ms(i * 10), g.release()).await;
+        drop(c);
+        drop(f);
+        free_soon(
+            &other,
+            name,
+            &format!(
+                "[{}] round {i}: free after release and client dropped",
+                b.kind
+            ),
+        )
+        .await;
+    }
+}
+both_backends!(dropped_release_then_dropped_client);
+
+/// two `release_all` calls at once (on the multi-threaded runtime), over 40 live
+/// holds: together they count each hold exactly once (sum 40), and everything is free.
+async fn concurrent_release_alls_count_once(b: Backend) {
+    let c = Arc::new(b.client().await);
+    let other = b.client().await;
+    for round in 0..3 {
+        let mut guards = Vec::new();
+        for i in 0..40 {
+            guards.push(c.mutex(&format!("ra-cc-{i}")).lock().await.expect("lock"));
+        }
+        let (c1, c2) = (c.clone(), c.clone());
+        let t1 = tokio::spawn(async move { c1.release_all().await });
+        let t2 = tokio::spawn(async move { c2.release_all().await });
+        let n1 = support::backend::join("release_all 1", t1)
+            .await
+            .expect("release_all 1");
+        let n2 = support::backend::join("release_all 2", t2)
+            .await
+            .expect("release_all 2");
+        assert_eq!(
+            n1 + n2,
+            40,
+            "[{}] round {round}: counts {n1} + {n2} != 40",
+            b.kind
+        );
+        assert!(guards.iter().all(|g| !g.is_held()));
+        for i in 0..40 {
+            let name = format!("ra-cc-{i}");
+            free_soon(&other, &name, &format!("[{}] {name} free", b.kind)).await;
+        }
+    }
+}
+both_backends!(concurrent_release_alls_count_once);
+
+/// `release_all` over 10 live holds whose release requests are held before the
+/// server; the caller drops the (now lost) guards meanwhile, and their drops'
+/// background releases overtake release_all's. Every hold was live and held by the server
+/// when release_all was called, so its count must be 10.
+async fn release_all_overtaken_by_guard_drops(b: Backend) {
+    let (f, c) = faulty_client(&b).await;
+    let c = Arc::new(c);
+    let other = b.client().await;
+    let mut guards = Vec::new();
+    for i in 0..10 {
+        guards.push(c.mutex(&format!("ra-ov-{i}")).lock().await.expect("lock"));
+    }
+    let gate = Gate::new();
+    for i in 0..10 {
+        let name = format!("ra-ov-{i}");
+        f.add(
+            Rule::on(Op::Release)
+                .when(move |call| call.name == name)
+                .times(1)
+                .hold_request(gate.clone()),
+        );
+    }
+    let c1 = c.clone();
+    let all = tokio::spawn(async move { c1.release_all().await });
+    timeout(ms(5_000), gate.wait_entered(10))
+        .await
+        .expect("release_all's 10 releases at the gate");
+    drop(guards);
+    sleep(ms(300)).await; // any background release of the drops runs now
+    gate.open();
+    let n = support::backend::join("release_all", all)
+        .await
+        .expect("release_all");
+    assert_eq!(
+        n, 10,
+        "[{}] release_all counted {n}, not the 10 holds live and held when it was called",
+        b.kind
+    );
+    for i in 0..10 {
+        let name = format!("ra-ov-{i}");
+        free_soon(&other, &name, &format!("[{}] {name} free", b.kind)).await;
+    }
+}
+both_backends!(release_all_overtaken_by_guard_drops);
+
+/// (The deterministic form of the concurrent case above.) release_all A over 10 live holds whose
+/// release requests are held before the server; a second release_all B, called once
+/// A has sent them all, finds them releasing (uncounted) and its releases overtake A's. A was
+/// called with 10 holds live and held, so A + B must count 10.
+async fn second_release_all_overtakes_first(b: Backend) {
+    let (f, c) = faulty_client(&b).await;
+    let c = Arc::new(c);
+    let other = b.client().await;
+    let mut guards = Vec::new();
+    for i in 0..10 {
+        guards.push(c.mutex(&format!("ra-ot-{i}")).lock().await.expect("lock"));
+    }
+    let gate = Gate::new();
+    for i in 0..10 {
+        let name = format!("ra-ot-{i}");
+        f.add(
+            Rule::on(Op::Release)
+                .when(move |call| call.name == name)
+                .times(1)
+                .hold_request(gate.clone()),
+        );
+    }
+    let c1 = c.clone();
+    let first = tokio::spawn(async move { c1.release_all().await });
+    timeout(ms(5_000), gate.wait_entered(10))
+        .await
+        .expect("A's 10 releases at the gate");
+    let n2 = timeout(ms(10_000), c.release_all())
+        .await
+        .expect("B returns")
+        .expect("release_all B");
+    gate.open();
+    let n1 = support::backend::join("release_all A", first)
+        .await
+        .expect("release_all A");
+    assert_eq!(
+        n1 + n2,
+        10,
+        "[{}] release_all A counted {n1}, B {n2}: the 10 holds live and held when A was called are not counted",
+        b.kind
+    );
+    drop(guards);
+    for i in 0..10 {
+        let name = format!("ra-ot-{i}");
+        free_soon(&other, &name, &format!("[{}] {name} free", b.kind)).await;
+    }
+}
+both_backends!(second_release_all_overtakes_first);
