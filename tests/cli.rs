@@ -601,8 +601,9 @@ async fn list_held_leaves_out_fence_only_names() {
 /// `inspect` names the primitive a lock is held as: what the lease lock can tell (a writer
 /// is a Mutex or an RwLock writer, readers are an RwLock's), and what the ticket queue's
 /// capacity tells (`=1` FairLock, `=2^30` fair RwLock, `~n` or a stored n: a Semaphore of n,
-/// with its free permits), an election with its leader's value and term. Each holder's age is
-/// not stored: it is shown as not known, never made up.
+/// with its free permits), an election with its leader's value and term. The exclusive
+/// holder's age comes from its fence (the server's clock at its grant); a shared holder's is
+/// not stored: it is shown as not known (`-`, `null`), never made up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn inspect_tells_the_primitive() {
     let server = RedisServer::start();
@@ -614,24 +615,50 @@ async fn inspect_tells_the_primitive() {
     };
     let text = |name: &str| stdout(&cli(&server, &["inspect", name]));
 
+    // The held-for of the first holder in `j`, if known.
+    let held_for = |j: &str| -> Option<u64> {
+        let rest = &j[j.find("\"held_for_ms\":").expect("held_for_ms") + 14..];
+        let end = rest.find(['}', ',']).expect("end");
+        rest[..end].parse().ok()
+    };
     let m = client.mutex("m").lock().await.expect("lock");
+    let f = client.fair_lock("f").lock().await.expect("lock");
+    let r = client.rwlock("rw").read().await.expect("read");
+    tokio::time::sleep(std::time::Duration::from_millis(1_200)).await;
     let j = json("m");
     assert!(j.contains("\"primitive\":\"mutex_or_rwlock_write\""), "{j}");
     assert!(
         j.contains("\"kind\":\"write\",\"permits\":null,\"primitive\":\"mutex_or_rwlock_write\""),
         "{j}"
     );
-    assert!(j.contains("\"held_for_ms\":null"), "{j}");
+    // Held 1.2 s on the server's clock at least; well under a minute.
+    let aged = |ms: Option<u64>| ms.is_some_and(|ms| (1_200..60_000).contains(&ms));
+    assert!(aged(held_for(&j)), "{j}");
     let t = text("m");
     assert!(t.contains("kind: Mutex or RwLock write"), "{t}");
-    assert!(t.contains("held for: not known"), "{t}");
+    assert!(
+        t.contains("held for 1.") || t.contains("held for 2."),
+        "{t}"
+    );
+    assert!(!t.contains("held for -"), "{t}");
 
-    let r = client.rwlock("rw").read().await.expect("read");
-    assert!(json("rw").contains("\"primitive\":\"rwlock_read\""));
-    assert!(text("rw").contains("kind: RwLock read"));
+    let j = json("rw");
+    assert!(j.contains("\"primitive\":\"rwlock_read\""), "{j}");
+    assert_eq!(
+        held_for(&j),
+        None,
+        "a reader's grant time is not stored: {j}"
+    );
+    let t = text("rw");
+    assert!(t.contains("kind: RwLock read"), "{t}");
+    assert!(
+        t.contains("held for -") && t.contains("grant time is not stored"),
+        "{t}"
+    );
 
-    let f = client.fair_lock("f").lock().await.expect("lock");
-    assert!(json("f").contains("\"primitive\":\"fair_lock\""));
+    let j = json("f");
+    assert!(j.contains("\"primitive\":\"fair_lock\""), "{j}");
+    assert!(aged(held_for(&j)), "{j}");
     assert!(text("f").contains("kind: FairLock"));
 
     let fair = client.rwlock("frw").preference(Preference::Fair);

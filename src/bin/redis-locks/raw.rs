@@ -1,5 +1,6 @@
 //! Plain reads of the two keys no public handle reports: the ticket queue's capacity `cap`
-//! and an election's leader value `lv` (both strings, read with GET, changing nothing).
+//! and an election's leader value `lv` (both strings, read with GET, changing nothing), and
+//! the server's clock (`TIME`), which dates the exclusive holder's grant from its fence.
 //!
 //! Each server `list` scans is asked (one, every server of a quorum, or every master of a
 //! Cluster, where the master that does not own the key answers MOVED and is skipped); the
@@ -12,6 +13,8 @@ use redis::aio::MultiplexedConnection;
 pub struct RawKeys {
     pub cap: Option<String>,
     pub lv: Option<String>,
+    /// The first answering server's clock at the read, in µs.
+    pub now_us: Option<u64>,
 }
 
 /// Connections to the servers to read from, opened once.
@@ -30,14 +33,18 @@ impl Raw {
         let mut out = RawKeys::default();
         for conn in &self.conns {
             let mut conn = conn.clone();
-            let reply: redis::RedisResult<(Option<String>, Option<String>)> = redis::pipe()
+            type Reply = (Option<String>, Option<String>, (u64, u64));
+            let reply: redis::RedisResult<Reply> = redis::pipe()
                 .get(format!("{prefix}:{{{name}}}:cap"))
                 .get(format!("{prefix}:{{{name}}}:lv"))
+                .cmd("TIME")
                 .query_async(&mut conn)
                 .await;
-            if let Ok((cap, lv)) = reply {
+            if let Ok((cap, lv, (secs, micros))) = reply {
                 out.cap = out.cap.or(cap);
                 out.lv = out.lv.or(lv);
+                let now = secs.saturating_mul(1_000_000).saturating_add(micros);
+                out.now_us = out.now_us.or(Some(now));
             }
         }
         out

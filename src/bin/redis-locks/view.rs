@@ -55,6 +55,9 @@ fn permits_of(kind: HoldKind) -> Option<u32> {
     }
 }
 
+/// The smallest fence read as a server clock (µs since 1970): 2001-09-09.
+const MIN_CLOCK_FENCE: u64 = 1_000_000_000_000_000;
+
 fn null_or<T: ToString>(v: Option<T>) -> String {
     v.map_or_else(|| "null".into(), |v| v.to_string())
 }
@@ -110,6 +113,30 @@ impl View {
         kind::holder_text(h.kind, self.queue_primitive())
     }
 
+    /// How long `h` has held, when the store can tell: the exclusive holder's fence is the
+    /// server's clock at its grant, in µs (`max(counter + 1, TIME)`), so its age is the
+    /// server's clock now less its fence (less the counter's lead, if the counter ran ahead of
+    /// the clock, which only many grants within one µs or a clock set back do). The exclusive
+    /// holder is the lease lock's writer, or a ticket holding the queue's whole fixed
+    /// capacity (FairLock, election, fair RwLock writer, a Semaphore's every permit); a
+    /// shared hold (reader, some permits) took no fence, and its grant time is not stored.
+    pub fn held_for(&self, h: &HolderInfo) -> Option<Duration> {
+        let exclusive = match h.kind {
+            HoldKind::Write => true,
+            HoldKind::Permits(n) => match self.capacity() {
+                Some(Capacity::Fixed(c) | Capacity::Semaphore(c)) => n >= c,
+                // A count stored by `set_permits` may change under its holds: no fence.
+                _ => false,
+            },
+            _ => false,
+        };
+        let now = self.raw.now_us?;
+        let fence = self.fence();
+        // Counters from before fences came from the clock are small numbers, not instants.
+        (exclusive && fence >= MIN_CLOCK_FENCE && now >= fence)
+            .then(|| Duration::from_micros(now - fence))
+    }
+
     /// The Semaphore's permits (stored or from the marker), and those not held.
     pub fn semaphore(&self) -> Option<(u32, u32)> {
         let n = self.capacity()?.semaphore_permits()?;
@@ -136,14 +163,15 @@ impl View {
 
     fn holder_json(&self, h: &HolderInfo) -> String {
         format!(
-            "{{\"token\":{},\"label\":{},\"family\":{},\"kind\":{},\"permits\":{},\"primitive\":{},\"lease_remaining_ms\":{},\"held_for_ms\":null}}",
+            "{{\"token\":{},\"label\":{},\"family\":{},\"kind\":{},\"permits\":{},\"primitive\":{},\"lease_remaining_ms\":{},\"held_for_ms\":{}}}",
             json_str(&h.token_prefix),
             json_label(h.label.as_deref()),
             json_str(family(h.kind)),
             json_str(kind_id(h.kind)),
             null_or(permits_of(h.kind)),
             json_str(kind::holder_id(h.kind, self.queue_primitive())),
-            ms(h.lease_remaining)
+            ms(h.lease_remaining),
+            null_or(self.held_for(h).map(ms))
         )
     }
 
@@ -227,19 +255,21 @@ impl View {
         let holders: Vec<_> = self.holders().collect();
         out.push_str(&format!("holders ({}):\n", holders.len()));
         for h in &holders {
+            let held_for = self.held_for(h).map_or_else(|| "-".to_owned(), secs);
             out.push_str(&format!(
-                "  {:<16} {:<32} {:<6} {:<22} lease left {}\n",
+                "  {:<16} {:<32} {:<6} {:<22} held for {:<7} lease left {}\n",
                 h.token_prefix,
                 h.label.as_deref().unwrap_or("-"),
                 family(h.kind),
                 self.holder_text(h),
+                held_for,
                 secs(h.lease_remaining)
             ));
         }
-        if !holders.is_empty() {
+        if holders.iter().any(|h| self.held_for(h).is_none()) {
             out.push_str(
-                "  (held for: not known, the store keeps no grant time; `watch` shows how long \
-                 it has seen each holder)\n",
+                "  (held for `-`: a shared hold's grant time is not stored; `watch` shows how \
+                 long it has seen each holder)\n",
             );
         }
         self.waiters_text(&mut out);
