@@ -23,8 +23,10 @@
 //! `inspect` also names the primitive the lock is held as (see `kind.rs`): the ticket queue's
 //! capacity (`cap`) and an election's leader value (`lv`) are read with plain GETs. A Mutex
 //! holder and an RwLock writer are stored alike and shown as "Mutex or RwLock write". How
-//! long a holder has held is not stored (only its lease left is): `inspect` says so, and
-//! `watch` says how long it saw each holder.
+//! long the exclusive holder (a writer, a FairLock's, a leader, a Semaphore's every permit)
+//! has held is its fence's age on the server's clock (`TIME`, read with the keys); a shared
+//! hold's grant time is not stored: `inspect` says so, and `watch` says how long it saw each
+//! holder.
 //!
 //! `watch` prints the first view, then one line (or JSON object) per change.
 //!
@@ -106,7 +108,7 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Holders (with lease left and fence), readers, waiting writers, the queue in order.
+    /// Holders (with lease left, fence, and how long the exclusive holder has held), readers, waiting writers, the queue in order.
     Inspect {
         /// Lock name.
         name: String,
