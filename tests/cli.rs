@@ -1021,6 +1021,15 @@ async fn rate_shows_a_rate_limiter() {
         "{json}"
     );
     assert_eq!(json_tokens(&json).len(), 1, "{json}");
+    // `inspect` of the name tells it is a rate limiter and how to see it.
+    let out = cli(&server, &["inspect", "mail"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("is a rate limiter")
+            && stderr(&out).contains("redis-locks rate mail"),
+        "{}",
+        stderr(&out)
+    );
     let out = cli(&server, &["rate", "mail"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("--per-second"), "{}", stderr(&out));

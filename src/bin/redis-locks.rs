@@ -659,6 +659,13 @@ async fn inspect(cli: &Cli, ctx: &Ctx, name: &str, json: bool) -> Result<ExitCod
     } else {
         print!("{}", v.text());
     }
+    if v.is_empty() && v.raw.rate_limiter {
+        eprintln!(
+            "`{name}` is a rate limiter (`client.rate_limiter`), not a lock: see it with \
+             `redis-locks rate {name} --per-second N` (its rate as it was made)"
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     if v.is_empty() {
         eprintln!(
             "no trace of lock `{name}` under prefix `{}` (nothing held, nobody waiting, \

@@ -15,6 +15,8 @@ pub struct RawKeys {
     pub lv: Option<String>,
     /// The first answering server's clock at the read, in µs.
     pub now_us: Option<u64>,
+    /// The name has a rate limiter's state (`rt`, `rq` or `ra`): `rate` shows it.
+    pub rate_limiter: bool,
 }
 
 /// Connections to the servers to read from, opened once.
@@ -33,16 +35,22 @@ impl Raw {
         let mut out = RawKeys::default();
         for conn in &self.conns {
             let mut conn = conn.clone();
-            type Reply = (Option<String>, Option<String>, (u64, u64));
+            type Reply = (Option<String>, Option<String>, (u64, u64), u64);
+            let key = |k: &str| format!("{prefix}:{{{name}}}:{k}");
             let reply: redis::RedisResult<Reply> = redis::pipe()
-                .get(format!("{prefix}:{{{name}}}:cap"))
-                .get(format!("{prefix}:{{{name}}}:lv"))
+                .get(key("cap"))
+                .get(key("lv"))
                 .cmd("TIME")
+                .cmd("EXISTS")
+                .arg(key("rt"))
+                .arg(key("rq"))
+                .arg(key("ra"))
                 .query_async(&mut conn)
                 .await;
-            if let Ok((cap, lv, (secs, micros))) = reply {
+            if let Ok((cap, lv, (secs, micros), rate_keys)) = reply {
                 out.cap = out.cap.or(cap);
                 out.lv = out.lv.or(lv);
+                out.rate_limiter |= rate_keys > 0;
                 let now = secs.saturating_mul(1_000_000).saturating_add(micros);
                 out.now_us = out.now_us.or(Some(now));
             }
