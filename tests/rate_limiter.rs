@@ -141,6 +141,28 @@ async fn a_big_request_at_the_head_is_not_overtaken(b: Backend) {
     }
 }
 
+/// `on_position` tells a waiter how many wait ahead of it, each change once: a waiter queued
+/// behind another is told 1, then 0 when the one ahead is admitted, and is admitted itself.
+async fn on_position_follows_the_queue(b: Backend) {
+    let rate = Rate::per_second(10).burst(1);
+    let limiter = b.client().await.rate_limiter("positions", rate);
+    limiter.try_acquire(1).await.expect("the burst");
+    let l = limiter.clone();
+    let first = tokio::spawn(async move { l.acquire(1).await.expect("first") });
+    until_rate_waiters(&limiter, 1).await;
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (l, log) = (limiter.clone(), seen.clone());
+    let second = tokio::spawn(async move {
+        l.acquire(1)
+            .on_position(move |ahead| log.lock().unwrap().push(ahead))
+            .await
+            .expect("second")
+    });
+    join("first", first).await;
+    join("second", second).await;
+    assert_eq!(*seen.lock().unwrap(), [1, 0], "positions told");
+}
+
 /// A planted waiter (at store level, never attempting again) holds the head: a try is
 /// refused even when the rate would allow it, with the server's estimate; once the waiter
 /// cancels, the try is admitted.
@@ -333,6 +355,7 @@ both_backends!(
     the_next_head_is_woken,
     sixty_four_tasks_keep_the_rate_and_the_order,
     a_big_request_at_the_head_is_not_overtaken,
+    on_position_follows_the_queue,
     a_try_never_overtakes_a_waiter,
     a_dead_waiter_is_dropped_after_its_heartbeat,
     timed_out_and_dropped_waits_leave_no_place,

@@ -147,7 +147,7 @@ impl RateLimiter {
     /// Cancel safe: a try never leaves a queue place. A dropped attempt may still have been
     /// admitted on the server (the admission then counts against the rate).
     pub async fn try_acquire(&self, permits: u64) -> Result<Admission> {
-        self.run(permits, Deadline::Try).await
+        self.run(permits, Deadline::Try, None).await
     }
 
     /// Waits to be admitted for `permits` at once, in arrival order; add
@@ -177,6 +177,7 @@ impl RateLimiter {
             limiter: self,
             permits,
             timeout: None,
+            on_position: None,
         }
     }
 
@@ -220,7 +221,12 @@ impl RateLimiter {
 
     /// One request, in a `tracing` span `rate_acquire` with the name, the permits and the
     /// outcome.
-    async fn run(&self, permits: u64, deadline: Deadline) -> Result<Admission> {
+    async fn run(
+        &self,
+        permits: u64,
+        deadline: Deadline,
+        on_position: Option<&mut (dyn FnMut(u64) + Send)>,
+    ) -> Result<Admission> {
         use tracing::Instrument;
         let span = tracing::debug_span!(
             "rate_acquire",
@@ -229,7 +235,7 @@ impl RateLimiter {
             outcome = tracing::field::Empty
         );
         let result = self
-            .decide(permits, deadline)
+            .decide(permits, deadline, on_position)
             .instrument(span.clone())
             .await;
         let outcome = match &result {
@@ -242,7 +248,12 @@ impl RateLimiter {
         result
     }
 
-    async fn decide(&self, permits: u64, deadline: Deadline) -> Result<Admission> {
+    async fn decide(
+        &self,
+        permits: u64,
+        deadline: Deadline,
+        on_position: Option<&mut (dyn FnMut(u64) + Send)>,
+    ) -> Result<Admission> {
         self.ctx.opts.validate()?;
         self.rate.check_request(permits)?;
         let keys = self.ctx.keys()?.clone();
@@ -252,6 +263,7 @@ impl RateLimiter {
             keys,
             claim,
             self.ctx.opts.retry_interval,
+            on_position,
         );
         let waiting = Waiting {
             hub: self.ctx.store.hub(),
@@ -279,9 +291,10 @@ pub struct RateAcquiring<'a> {
     limiter: &'a RateLimiter,
     permits: u64,
     timeout: Option<Duration>,
+    on_position: Option<Box<dyn FnMut(u64) + Send + 'a>>,
 }
 
-impl RateAcquiring<'_> {
+impl<'a> RateAcquiring<'a> {
     /// Waits at most `timeout` (counted from the first poll); then the waiter leaves the
     /// queue and the result is an error whose [`is_timeout`](Error::is_timeout) is true.
     ///
@@ -301,6 +314,26 @@ impl RateAcquiring<'_> {
         self.timeout = Some(timeout);
         self
     }
+
+    /// Calls `f` with the number of waiters ahead each time a change of it is observed (0:
+    /// next in line), as a lock's [`on_position`](crate::Acquiring::on_position) does.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// use redis_locks::Rate;
+    /// let client = redis_locks::LockClient::in_memory();
+    /// let limiter = client.rate_limiter("reports", Rate::per_second(50));
+    /// limiter
+    ///     .acquire(1)
+    ///     .on_position(|ahead| println!("{ahead} ahead"))
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn on_position(mut self, f: impl FnMut(u64) + Send + 'a) -> Self {
+        self.on_position = Some(Box::new(f));
+        self
+    }
 }
 
 impl fmt::Debug for RateAcquiring<'_> {
@@ -309,6 +342,7 @@ impl fmt::Debug for RateAcquiring<'_> {
             .field("name", &self.limiter.name())
             .field("permits", &self.permits)
             .field("timeout", &self.timeout)
+            .field("on_position", &self.on_position.is_some())
             .finish()
     }
 }
@@ -323,7 +357,11 @@ impl<'a> IntoFuture for RateAcquiring<'a> {
                 Some(timeout) => Deadline::after(timeout),
                 None => Deadline::Never,
             };
-            self.limiter.run(self.permits, deadline).await
+            let mut on_position = self.on_position;
+            let on_position = on_position
+                .as_mut()
+                .map(|f| &mut **f as &mut (dyn FnMut(u64) + Send));
+            self.limiter.run(self.permits, deadline, on_position).await
         })
     }
 }

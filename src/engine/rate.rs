@@ -70,14 +70,17 @@ impl Drop for QueuePlace {
 }
 
 /// One rate-limiter request pursued by the acquire loop.
-pub(crate) struct RateWait {
+pub(crate) struct RateWait<'p> {
     lock: LockKeys,
     claim: RateClaim,
     place: QueuePlace,
     interval: Duration,
+    /// Told each new queue position (waiters ahead).
+    on_position: Option<&'p mut (dyn FnMut(u64) + Send)>,
+    last_position: Option<u64>,
 }
 
-impl RateWait {
+impl<'p> RateWait<'p> {
     /// A wait for `claim` on `lock`, attempting at least every `retry_interval` (and three
     /// times per heartbeat window).
     pub(crate) fn new(
@@ -85,7 +88,8 @@ impl RateWait {
         lock: LockKeys,
         claim: RateClaim,
         retry_interval: Duration,
-    ) -> RateWait {
+        on_position: Option<&'p mut (dyn FnMut(u64) + Send)>,
+    ) -> RateWait<'p> {
         let interval = retry_interval.min(claim.heartbeat / 3);
         let place = QueuePlace {
             store,
@@ -97,6 +101,8 @@ impl RateWait {
             claim,
             place,
             interval,
+            on_position,
+            last_position: None,
         }
     }
 }
@@ -111,7 +117,7 @@ pub(crate) enum RateOutcome {
 
 /// Runs one rate-limiter request to its end: one attempt for [`Deadline::Try`], else waits in
 /// the queue until admitted or the deadline.
-pub(crate) async fn decide(mut wait: RateWait, waiting: &Waiting<'_>) -> Result<RateOutcome> {
+pub(crate) async fn decide(mut wait: RateWait<'_>, waiting: &Waiting<'_>) -> Result<RateOutcome> {
     if matches!(waiting.deadline, Deadline::Try) {
         // A try never queues (whatever its outcome, it leaves no place to cancel): one
         // attempt, whose refusal carries the estimate.
@@ -130,7 +136,7 @@ pub(crate) async fn decide(mut wait: RateWait, waiting: &Waiting<'_>) -> Result<
     })
 }
 
-impl Pursuit for RateWait {
+impl Pursuit for RateWait<'_> {
     type Won = u64;
 
     async fn attempt(&mut self, wait: bool) -> Step<u64> {
@@ -157,8 +163,12 @@ impl Pursuit for RateWait {
     async fn refused(&mut self, busy: &Busy, wait: bool, _until: Option<Instant>) {
         if !wait {
             self.place.forget();
-        } else if let Some(pos) = busy.position {
+        } else if let Some(pos) = busy.position.filter(|p| Some(*p) != self.last_position) {
+            self.last_position = Some(pos);
             crate::engine::telemetry::position(self.lock.name(), pos);
+            if let Some(f) = self.on_position.as_mut() {
+                f(pos);
+            }
         }
     }
 
