@@ -127,6 +127,24 @@ local function publish(channel, message)
 end
 
 
+-- A member of a ticket queue or of a rate limiter's queue: the token, followed by "#<n>" when
+-- it asks for n > 1 permits (or admissions).
+local function member_of(token, weight)
+  if weight == 1 then return token end
+  return token .. '#' .. weight
+end
+
+local function weight_of(member)
+  local w = string.match(member, '#(%d+)$')
+  if w then return tonumber(w) end
+  return 1
+end
+
+local function token_of(member)
+  local t = string.match(member, '^(.*)#%d+$')
+  return t or member
+end
+
 -- ZREM of many members, in batches that stay under Lua's unpack limit.
 local function zrem_all(key, members)
   local i = 1

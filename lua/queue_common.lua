@@ -38,22 +38,6 @@ local function hold_until(member, deadline)
   if not H_UNTIL or deadline > H_UNTIL then H_UNTIL = deadline end
 end
 
-local function member_of(token, weight)
-  if weight == 1 then return token end
-  return token .. '#' .. weight
-end
-
-local function weight_of(member)
-  local w = string.match(member, '#(%d+)$')
-  if w then return tonumber(w) end
-  return 1
-end
-
-local function token_of(member)
-  local t = string.match(member, '^(.*)#%d+$')
-  return t or member
-end
-
 -- True while the lease lock of this name (Mutex, RwLock with writer or reader preference) has
 -- a live holder. The families keep separate state, so every grant of one checks the other (see
 -- queue_held in rw_common.lua). Asked at most once per run.

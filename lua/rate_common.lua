@@ -20,22 +20,6 @@
 
 local RT, RQ, RHB, RTK, CH, RA = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 
-local function member_of(token, weight)
-  if weight == 1 then return token end
-  return token .. '#' .. weight
-end
-
-local function weight_of(member)
-  local w = string.match(member, '#(%d+)$')
-  if w then return tonumber(w) end
-  return 1
-end
-
-local function token_of(member)
-  local t = string.match(member, '^(.*)#%d+$')
-  return t or member
-end
-
 -- The stored tat as (ms, frac) in units of 1/count ms, never earlier than NOW. A tat stored
 -- under another count is rounded up to the next whole ms (it can only delay, never admit more).
 local function read_tat(count)
