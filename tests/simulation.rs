@@ -72,8 +72,9 @@
 //! - `LostMismatch`: `lost()` resolves at once exactly when `is_held()` is false;
 //! - `DeadHoldsPastLease`: a crashed client's claim never holds on the server past
 //!   one lease (the longest lease it asked for) after the later of its crash and its grant.
-//!   For a hold whose id moved, only once every client that may still renew it is dead (each
-//!   that made a call of it, less one that detached its guard to give the id away): a hold
+//!   For a hold whose id moved, only once every client that may still renew it is dead (the
+//!   acquirer and each client that had a guard of it, less one that detached its guard to give
+//!   the id away; a step by id renews it once, when applied): a hold
 //!   now owned by a live client is not charged, one given to a client that then crashed is
 //!   (the giver alive or not), from the later of the last owner's crash, the grant and the
 //!   last call of it applied (a former owner's late request), for the longest lease any
@@ -374,6 +375,8 @@ struct Profile {
     /// Hold ids across clients: give a guard's id to another client (detached or kept),
     /// which resumes, releases or extends it by id later.
     shared_ids: bool,
+    /// The share of gives that keep the guard (with `shared_ids`).
+    keeps: f64,
 }
 
 fn pairs(keep: impl Fn(u64, u64) -> bool) -> Vec<(u64, u64)> {
@@ -434,6 +437,30 @@ impl Profile {
         }
     }
 
+    /// Exclusive holds renewed by two clients at once: ids given with the guard kept, adopted
+    /// with late requests and replies, leases of every length; no waits, no crashes.
+    fn shared_guards() -> Profile {
+        Profile {
+            prims: vec![Prim::Mutex, Prim::RwWriter, Prim::FairLock, Prim::RwFair],
+            lease_heartbeat: pairs(|l, _| l <= 1_000),
+            manual_renew: false,
+            waits: false,
+            extends: false,
+            downgrades: false,
+            release_all: false,
+            subscribe_stalls: false,
+            helper_runtimes: false,
+            request_faults: true,
+            reply_faults: true,
+            lost_replies: false,
+            push_faults: false,
+            crashes: false,
+            hold_ids: false,
+            shared_ids: true,
+            keeps: 0.8,
+        }
+    }
+
     /// Everything: the main check.
     fn full() -> Profile {
         Profile {
@@ -453,6 +480,7 @@ impl Profile {
             crashes: true,
             hold_ids: false,
             shared_ids: false,
+            keeps: 0.3,
         }
     }
 
@@ -475,6 +503,7 @@ impl Profile {
             crashes: false,
             hold_ids: false,
             shared_ids: false,
+            keeps: 0.3,
         }
     }
 
@@ -498,6 +527,7 @@ impl Profile {
             crashes: false,
             hold_ids: false,
             shared_ids: false,
+            keeps: 0.3,
         }
     }
 
@@ -521,6 +551,7 @@ impl Profile {
             crashes: false,
             hold_ids: false,
             shared_ids: false,
+            keeps: 0.3,
         }
     }
 
@@ -544,6 +575,7 @@ impl Profile {
             crashes: false,
             hold_ids: false,
             shared_ids: false,
+            keeps: 0.3,
         }
     }
 
@@ -566,6 +598,7 @@ impl Profile {
             crashes: false,
             hold_ids: false,
             shared_ids: false,
+            keeps: 0.3,
         }
     }
 
@@ -588,6 +621,7 @@ impl Profile {
             crashes: false,
             hold_ids: false,
             shared_ids: false,
+            keeps: 0.3,
         }
     }
 
@@ -612,6 +646,7 @@ impl Profile {
             crashes: true,
             hold_ids: false,
             shared_ids: false,
+            keeps: 0.3,
         }
     }
 }
@@ -739,13 +774,13 @@ fn op(p: &Profile) -> impl Strategy<Value = Op> {
     }
     if p.shared_ids {
         arms.push((
-            3,
-            (guard.clone(), 0..5usize, prop::bool::weighted(0.3))
+            5,
+            (guard.clone(), 0..5usize, prop::bool::weighted(p.keeps))
                 .prop_map(|(guard, to, keep)| Op::Give { guard, to, keep })
                 .boxed(),
         ));
         arms.push((
-            6,
+            12,
             pick(&[50, 300, 1_000, 3_000])
                 .prop_map(|wait| Op::Adopt { wait })
                 .boxed(),
@@ -1052,8 +1087,10 @@ struct TokenInfo {
     lease_max: u64,
     /// Every client that sent a call of it.
     callers: BTreeSet<usize>,
-    /// The clients that may still renew it: each that sent a call of it while live, less one
-    /// that detached its guard to give the id away (until it sends a call of it again).
+    /// The clients that may still renew it: the acquirer (its claim, waiting or granted) and
+    /// each client a guard of it was registered in, less one that detached its guard (until a
+    /// guard of it is registered there again). A call of another client (a step by id) renews
+    /// it once, when applied: `last_applied` covers it.
     owners: BTreeSet<usize>,
     /// Virtual ms of the latest call of it the server applied (from any client).
     last_applied: u64,
@@ -1282,8 +1319,16 @@ impl World {
         info.lease_max = info.lease_max.max(lease);
         info.faulted |= faulted;
         info.callers.insert(client);
-        if live {
+        if live && client == info.client {
             info.owners.insert(client);
+        }
+    }
+
+    /// `client` gave up its guard of `token` without a release (`detach()`): it renews the
+    /// hold no more (a request already sent may still land).
+    fn detached(&mut self, client: usize, token: &str) {
+        if let Some(info) = self.tokens.get_mut(token) {
+            info.owners.remove(&client);
         }
     }
 
@@ -2193,6 +2238,9 @@ impl Script {
             },
             _ => Origin::Reply,
         });
+        if let Some(info) = w.tokens.get_mut(&token) {
+            info.owners.insert(self.c);
+        }
         let id = w.next_guard;
         w.next_guard += 1;
         let entry = Entry {
@@ -2372,6 +2420,7 @@ impl Script {
         };
         // The detached guard is gone before the resume is sent.
         let _ = e.guard.detach();
+        self.sim.world().detached(self.c, &mail.token);
         self.sim.log(|| format!("c{} hands g{id} over", self.c));
         self.resume(&mail, Origin::Resume).await;
     }
@@ -2400,10 +2449,9 @@ impl Script {
         let mut w = self.sim.world();
         if let Some(info) = w.tokens.get_mut(&mail.token) {
             info.shared = true;
-            if !keep {
-                // It renews the hold no more (a request already sent may still land).
-                info.owners.remove(&self.c);
-            }
+        }
+        if !keep {
+            w.detached(self.c, &mail.token);
         }
         let how = if keep { "keeps" } else { "detaches" };
         let (c, t) = (self.c, short(&mail.token));
@@ -3027,6 +3075,30 @@ fn finds_planted_resume_trusts_reply_across_clients() {
         .flat_map(|c| &c.ops)
         .any(|op| matches!(op, Op::Adopt { .. }));
     assert!(adopts, "found without an adopt: {why}");
+}
+
+/// A bug only a hold shared across clients shows: in one client nothing but the resume's own
+/// renewal can have set the deadline its fence check reads, so the counterexample has a guard
+/// kept beside its given id ([`Op::Give`] with `keep`) and an adopted guard trusting the
+/// giver's renewal.
+#[test]
+fn finds_planted_resume_trusts_inspected_lease() {
+    let (schedule, why) = finds(
+        Bug::ResumeTrustsInspectedLease,
+        Profile::shared_guards(),
+        SAFETY,
+        11,
+    );
+    assert!(why.contains("Adopt"), "not an adopted guard: {why}");
+    let kept = schedule
+        .clients
+        .iter()
+        .flat_map(|c| &c.ops)
+        .any(|op| matches!(op, Op::Give { keep: true, .. }));
+    assert!(
+        kept,
+        "found without a guard kept beside its given id: {why}"
+    );
 }
 
 #[test]
