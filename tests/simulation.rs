@@ -10,6 +10,16 @@
 //! or 2 lock names, each name one primitive (Mutex, RwLock with each preference, FairLock,
 //! Semaphore of 2 or 3 permits).
 //!
+//! Hold ids (issue 29; profiles `with_hold_ids` and `across_clients`): within one client, a
+//! guard is handed over to a resume of its id (`Handover`), its id resumed beside it
+//! (`CoResume`, refused: one guard per hold per client) or released by id (`ReleaseById`).
+//! Across clients (two processes sharing a hold id, either of which may crash): a client
+//! posts a guard's id to another client's mailbox (`Give`), detaching the guard or keeping it
+//! (two clients then each have a guard of one hold, which the library allows across clients),
+//! and the receiver later resumes the oldest id waiting for it (`Adopt`, after waiting a while
+//! for one), or releases or extends it by id with no guard of it (`ReleaseMailed`,
+//! `ExtendMailed`).
+//!
 //! Every client talks to one shared [`MemoryStore`] (the "server") through its own [`Conn`],
 //! a fault-injecting [`Store`] wrapper. Everything runs on one current-thread tokio runtime
 //! with the clock paused, and the server's `now` is the same virtual clock (explicit `now`
@@ -42,16 +52,33 @@
 //! - `HeldNotHolder`: a guard with `is_held()` is a live holder of the kind it claims (write,
 //!   read, or its number of permits);
 //! - `Conflict`: no two conflicting guards say `is_held()` at once (a writer beside anyone,
-//!   more permits than the capacity);
+//!   more permits than the capacity); guards of one hold (one token), in one client or in two,
+//!   are one holder;
 //! - `TrustPastLease`: a held guard's `valid_until()` is not later than its server deadline
 //!   (exact: both count whole virtual ms, and the library keeps a drift margin of at least
 //!   2 ms below the lease). Deadlines change only when a call is applied, `valid_until()`
 //!   only when the client processes a reply, and the oracle runs after both, so this holds at
 //!   every instant in between: a guard whose lease lapses reports `lost()` no later than its
 //!   `valid_until()`;
+//! - `TrustPastLease`, own deadline: a guard of a hold another client has made a call of
+//!   trusts no later than the deadline its *own* client's latest successful call (grant,
+//!   renewal, resume, extend, downgrade) set: it never counts another client's renewal. A call
+//!   of the other client may cut that hold short (release it, downgrade it, renew it to an
+//!   earlier deadline); the guard learns of it only at its next renewal (docs/GUARANTEES.md,
+//!   "Several guards of one hold"), so until its own client's next successful call it is
+//!   exempt from `HeldNotHolder`, the server-deadline check, `Conflict`, `SpuriousLoss` and
+//!   `LostWithoutFault`, and stays bound by its own deadline, which no refused call raises: it
+//!   never trusts past it, and its next renewal must fail;
 //! - `LostMismatch`: `lost()` resolves at once exactly when `is_held()` is false;
 //! - `DeadHoldsPastLease`: a crashed client's claim never holds on the server past
-//!   one lease (the longest lease it asked for) after the later of its crash and its grant;
+//!   one lease (the longest lease it asked for) after the later of its crash and its grant.
+//!   For a hold whose id moved, only once every client that may still renew it is dead (the
+//!   acquirer and each client that had a guard of it, less one that detached its guard to give
+//!   the id away; a step by id renews it once, when applied): a hold
+//!   now owned by a live client is not charged, one given to a client that then crashed is
+//!   (the giver alive or not), from the later of the last owner's crash, the grant and the
+//!   last call of it applied (a former owner's late request), for the longest lease any
+//!   client asked for or the owners' heartbeat window;
 //! - `LostWithoutFault`: a guard acquired from [`CLEAN_FROM`] on (after every delayed call,
 //!   reply and wake-up has landed) by a live client with auto-renewal keeps `is_held()` until
 //!   the client lets it go;
@@ -69,9 +96,12 @@
 //!   interval of the schedule plus 10 ms (a lapse wakes nobody: waiters notice it by polling);
 //!   a timed wait must also end by its timeout;
 //! - `Leak`: once every live client has finished, no claim whose calls all ran without a
-//!   fault is left on the server by a live client;
+//!   fault is left on the server by a live client; a hold whose id went to another client is
+//!   left to lapse when its last guard crashed or its id was never resumed, so it is a leak
+//!   only once a live client sent its release;
 //! - `UnexpectedError`: an operation fails with anything but a timeout, a connection error,
-//!   or a lost lease.
+//!   or a lost lease (a step on a hold id: also a gone hold; `HoldInUse` only for an id of a
+//!   hold this client has had, handed back while its guard is still here).
 //!
 //! # What it can and cannot find
 //!
@@ -262,6 +292,25 @@ enum Op {
     ReleaseById {
         guard: usize,
     },
+    /// Post the guard's id to another client's mailbox (`to` modulo the other clients):
+    /// `keep` false detaches the guard (a hand-over for good), true keeps it (two clients then
+    /// each may have a guard of one hold).
+    Give {
+        guard: usize,
+        to: usize,
+        keep: bool,
+    },
+    /// Resume the oldest id waiting in this client's mailbox, after waiting up to `wait` ms
+    /// for one to arrive.
+    Adopt {
+        wait: u64,
+    },
+    /// `release_hold` of the oldest id in this client's mailbox (no guard of it here).
+    ReleaseMailed,
+    /// `extend_hold` of the oldest id in this client's mailbox, which stays there.
+    ExtendMailed {
+        lease: u64,
+    },
 }
 
 /// What happens to one wake-up on its way to one client.
@@ -323,6 +372,11 @@ struct Profile {
     /// Hold ids: hand a guard over to a resume of its id, resume an id beside its guard,
     /// release by id.
     hold_ids: bool,
+    /// Hold ids across clients: give a guard's id to another client (detached or kept),
+    /// which resumes, releases or extends it by id later.
+    shared_ids: bool,
+    /// The share of gives that keep the guard (with `shared_ids`).
+    keeps: f64,
 }
 
 fn pairs(keep: impl Fn(u64, u64) -> bool) -> Vec<(u64, u64)> {
@@ -365,6 +419,48 @@ impl Profile {
         }
     }
 
+    /// Everything, and hold ids within and across clients: the check of ids shared by two
+    /// clients, one of which may crash.
+    fn across_clients() -> Profile {
+        Profile {
+            hold_ids: true,
+            shared_ids: true,
+            ..Profile::full()
+        }
+    }
+
+    /// Everything, and hold ids across clients only: every resume is an [`Op::Adopt`].
+    fn adopt_only() -> Profile {
+        Profile {
+            shared_ids: true,
+            ..Profile::full()
+        }
+    }
+
+    /// Exclusive holds renewed by two clients at once: ids given with the guard kept, adopted
+    /// with late requests and replies, leases of every length; no waits, no crashes.
+    fn shared_guards() -> Profile {
+        Profile {
+            prims: vec![Prim::Mutex, Prim::RwWriter, Prim::FairLock, Prim::RwFair],
+            lease_heartbeat: pairs(|l, _| l <= 1_000),
+            manual_renew: false,
+            waits: false,
+            extends: false,
+            downgrades: false,
+            release_all: false,
+            subscribe_stalls: false,
+            helper_runtimes: false,
+            request_faults: true,
+            reply_faults: true,
+            lost_replies: false,
+            push_faults: false,
+            crashes: false,
+            hold_ids: false,
+            shared_ids: true,
+            keeps: 0.8,
+        }
+    }
+
     /// Everything: the main check.
     fn full() -> Profile {
         Profile {
@@ -383,6 +479,8 @@ impl Profile {
             push_faults: true,
             crashes: true,
             hold_ids: false,
+            shared_ids: false,
+            keeps: 0.3,
         }
     }
 
@@ -404,6 +502,8 @@ impl Profile {
             push_faults: false,
             crashes: false,
             hold_ids: false,
+            shared_ids: false,
+            keeps: 0.3,
         }
     }
 
@@ -426,6 +526,8 @@ impl Profile {
             push_faults: true,
             crashes: false,
             hold_ids: false,
+            shared_ids: false,
+            keeps: 0.3,
         }
     }
 
@@ -448,6 +550,8 @@ impl Profile {
             push_faults: false,
             crashes: false,
             hold_ids: false,
+            shared_ids: false,
+            keeps: 0.3,
         }
     }
 
@@ -470,6 +574,8 @@ impl Profile {
             push_faults: false,
             crashes: false,
             hold_ids: false,
+            shared_ids: false,
+            keeps: 0.3,
         }
     }
 
@@ -491,6 +597,8 @@ impl Profile {
             push_faults: false,
             crashes: false,
             hold_ids: false,
+            shared_ids: false,
+            keeps: 0.3,
         }
     }
 
@@ -512,6 +620,8 @@ impl Profile {
             push_faults: false,
             crashes: false,
             hold_ids: false,
+            shared_ids: false,
+            keeps: 0.3,
         }
     }
 
@@ -535,6 +645,8 @@ impl Profile {
             push_faults: false,
             crashes: true,
             hold_ids: false,
+            shared_ids: false,
+            keeps: 0.3,
         }
     }
 }
@@ -657,6 +769,27 @@ fn op(p: &Profile) -> impl Strategy<Value = Op> {
             guard
                 .clone()
                 .prop_map(|guard| Op::ReleaseById { guard })
+                .boxed(),
+        ));
+    }
+    if p.shared_ids {
+        arms.push((
+            5,
+            (guard.clone(), 0..5usize, prop::bool::weighted(p.keeps))
+                .prop_map(|(guard, to, keep)| Op::Give { guard, to, keep })
+                .boxed(),
+        ));
+        arms.push((
+            12,
+            pick(&[50, 300, 1_000, 3_000])
+                .prop_map(|wait| Op::Adopt { wait })
+                .boxed(),
+        ));
+        arms.push((1, Just(Op::ReleaseMailed).boxed()));
+        arms.push((
+            2,
+            pick(&[10, 30, 100, 300, 1_000])
+                .prop_map(|lease| Op::ExtendMailed { lease })
                 .boxed(),
         ));
     }
@@ -902,6 +1035,20 @@ enum Origin {
     Downgrade,
     /// By a resume of a hold id.
     Resume,
+    /// By a resume of a hold id another client gave this one ([`Op::Adopt`]).
+    Adopt { from: usize },
+}
+
+/// A hold id on its way from one client to another ([`Op::Give`]), in the receiver's mailbox.
+#[derive(Clone)]
+struct Mail {
+    from: usize,
+    id: HoldId,
+    token: String,
+    name: usize,
+    kind: HoldKind,
+    /// The guard type, for [`resume_kind`].
+    probe: u8,
 }
 
 struct Entry {
@@ -933,10 +1080,35 @@ impl Entry {
 
 /// What the wrappers saw of one claim token.
 struct TokenInfo {
+    /// The client that acquired it (made its first call).
     client: usize,
     name: usize,
-    /// The longest lease asked for (acquire or extend).
+    /// The longest lease asked for (acquire or extend), by any client.
     lease_max: u64,
+    /// Every client that sent a call of it.
+    callers: BTreeSet<usize>,
+    /// The clients that may still renew it: the acquirer (its claim, waiting or granted) and
+    /// each client a guard of it was registered in, less one that detached its guard (until a
+    /// guard of it is registered there again). A call of another client (a step by id) renews
+    /// it once, when applied: `last_applied` covers it.
+    owners: BTreeSet<usize>,
+    /// Virtual ms of the latest call of it the server applied (from any client).
+    last_applied: u64,
+    /// Its id went to another client ([`Op::Give`]).
+    shared: bool,
+    /// The latest live client that sent a release of it.
+    released_by: Option<usize>,
+    /// Per client with a stake in it (once a second client made a call of it): the hold the
+    /// server had for it after that client's latest successful call (a grant, a renewal, a
+    /// resume, an extend, a downgrade), as (kind, deadline in server ms); for the acquirer,
+    /// first the hold just before the other client's first call. All that client's guard of
+    /// it may trust: never another client's renewals.
+    own: BTreeMap<usize, Option<(HoldKind, u64)>>,
+    /// Clients whose own hold a call of another client cut short (released it, downgraded it,
+    /// or renewed it to an earlier deadline) before its own deadline, until their next
+    /// successful call: their guard learns it at its next renewal (docs/GUARANTEES.md,
+    /// "Several guards of one hold").
+    cut: BTreeSet<usize>,
 
     /// A call of this claim had a fault.
     faulted: bool,
@@ -1003,8 +1175,11 @@ struct World {
     next_guard: u64,
     tokens: BTreeMap<String, TokenInfo>,
     /// Tokens whose hold a guard or a release by id let go of: another guard of the same
-    /// hold (a resumed id) is lost with it, by design, while the release is on its way.
+    /// hold (a resumed id, in this client or another) is lost with it, by design, while the
+    /// release is on its way.
     let_go: BTreeSet<String>,
+    /// Per client: the hold ids other clients gave it, oldest first ([`Op::Give`]).
+    mailboxes: Vec<VecDeque<Mail>>,
     focus: Vec<Class>,
     violations: Vec<Violation>,
     /// (class, guard or client) already reported.
@@ -1013,7 +1188,7 @@ struct World {
     halted: bool,
     /// Clients finished or crashed.
     finished: usize,
-    /// Told when `halted`, `finished` or `stopping` change.
+    /// Told when `halted`, `finished` or `stopping` change, or a mailbox gets an id.
     events: Arc<Notify>,
     trace: Option<Vec<String>>,
     stopping: bool,
@@ -1117,15 +1292,10 @@ impl World {
             .unwrap_or(Fault::None)
     }
 
-    /// How long a claim of `client` that asked for leases up to `lease_max` may block others
-    /// once the client died (docs/GUARANTEES.md, dead-process bound): one lease with the
-    /// default heartbeat, else the longer of the lease and the heartbeat window set.
-    fn dead_bound(&self, client: usize, lease_max: u64) -> u64 {
-        lease_max.max(self.clients[client].heartbeat)
-    }
-
-    /// Records a call of `token` by `client`.
+    /// Records a call of `token` by `client` (live or not: a crashed client's calls are
+    /// sent, never applied).
     fn note(&mut self, client: usize, name: usize, token: &str, lease: u64, faulted: bool) {
+        let live = !self.dead(client);
         let info = self
             .tokens
             .entry(token.to_owned())
@@ -1133,6 +1303,13 @@ impl World {
                 client,
                 name,
                 lease_max: 0,
+                callers: BTreeSet::new(),
+                owners: BTreeSet::new(),
+                last_applied: 0,
+                shared: false,
+                released_by: None,
+                own: BTreeMap::new(),
+                cut: BTreeSet::new(),
                 faulted: false,
                 holder_since: None,
                 last_granted: false,
@@ -1141,6 +1318,102 @@ impl World {
             });
         info.lease_max = info.lease_max.max(lease);
         info.faulted |= faulted;
+        info.callers.insert(client);
+        if live && client == info.client {
+            info.owners.insert(client);
+        }
+    }
+
+    /// `client` gave up its guard of `token` without a release (`detach()`): it renews the
+    /// hold no more (a request already sent may still land).
+    fn detached(&mut self, client: usize, token: &str) {
+        if let Some(info) = self.tokens.get_mut(token) {
+            info.owners.remove(&client);
+        }
+    }
+
+    /// A live `client` sent a release of `token`: a guard of it in another client loses its
+    /// lease by design.
+    fn released(&mut self, client: usize, token: &str) {
+        if self.dead(client) {
+            return;
+        }
+        if let Some(info) = self.tokens.get_mut(token) {
+            info.released_by = Some(client);
+            if info.shared {
+                self.let_go.insert(token.to_owned());
+            }
+        }
+    }
+
+    /// The hold the server has for `token` on lock `name` at `now` (server ms): its kind and
+    /// deadline.
+    fn hold_of(&self, name: usize, token: &str, now: u64) -> Option<(HoldKind, u64)> {
+        let snap = self.snapshot(name, now);
+        snap.holders
+            .iter()
+            .find(|h| h.token == token)
+            .map(|h| (h.kind, now + h.remaining_ms))
+    }
+
+    /// Before a call of `client` on `token` is applied: when it is the first call of another
+    /// client than the acquirer, the acquirer's own hold is what the server has now (all of
+    /// it the acquirer's doing so far).
+    fn before_call(&mut self, client: usize, token: &str) {
+        let Some(info) = self.tokens.get(token) else {
+            return;
+        };
+        if client == info.client || !info.own.is_empty() {
+            return;
+        }
+        let (acquirer, name) = (info.client, info.name);
+        let hold = self.hold_of(name, token, self.server_ms());
+        if let Some(info) = self.tokens.get_mut(token) {
+            info.own.insert(acquirer, hold);
+        }
+    }
+
+    /// After a call of `client` on `token` was applied (`renewed`: it granted or renewed the
+    /// hold): follows each client's own hold, and marks the clients whose own hold it cut
+    /// short.
+    fn after_call(&mut self, client: usize, token: &str, renewed: bool) {
+        let vms = self.vms();
+        let now = self.server_ms();
+        let Some(info) = self.tokens.get(token) else {
+            return;
+        };
+        let shared = !info.own.is_empty();
+        let after = if shared {
+            self.hold_of(info.name, token, now)
+        } else {
+            None
+        };
+        let Some(info) = self.tokens.get_mut(token) else {
+            return;
+        };
+        info.last_applied = vms;
+        if !shared {
+            return;
+        }
+        if renewed {
+            info.own.insert(client, after);
+            info.cut.remove(&client);
+        }
+        let cut: Vec<usize> = info
+            .own
+            .iter()
+            .filter(|&(&other, _)| other != client && !info.cut.contains(&other))
+            .filter_map(|(&other, own)| {
+                let (kind, deadline) = (*own)?;
+                let short = after.is_none_or(|(k, d)| k != kind || d < deadline);
+                (deadline > now && short).then_some(other)
+            })
+            .collect();
+        info.cut.extend(cut.iter().copied());
+        for other in cut {
+            let t = short(token);
+            self.log(|| format!("c{client}'s call cuts c{other}'s own hold of {t} short"));
+        }
     }
 
     /// Records the outcome of an applied attempt.
@@ -1168,29 +1441,43 @@ impl World {
             match live.get(token.as_str()) {
                 Some(&deadline) => {
                     let since = *info.holder_since.get_or_insert(now - BASE_MS);
-                    if let Some(died) = self.clients[info.client].dead_at {
-                        let bound = info.lease_max.max(self.clients[info.client].heartbeat);
-                        let allowed = BASE_MS + died.max(since) + bound;
+                    // Charged once every client that may renew it is dead (a hold handed to a
+                    // live client is not; one handed to a client that crashed is, the giver
+                    // alive or not), from the last crash or the last call applied (a late
+                    // request of a former owner), whichever is later.
+                    let deaths: Option<Vec<(u64, usize)>> = info
+                        .owners
+                        .iter()
+                        .map(|&c| Some((self.clients[c].dead_at?, c)))
+                        .collect();
+                    if let Some(&(died, client)) = deaths.as_ref().and_then(|d| d.iter().max()) {
+                        let bound = info
+                            .owners
+                            .iter()
+                            .map(|&c| self.clients[c].heartbeat)
+                            .fold(info.lease_max, u64::max);
+                        let from = died.max(since).max(info.last_applied);
+                        let allowed = BASE_MS + from + bound;
                         if deadline > allowed {
-                            late.push((info.client, token.clone(), since, died, deadline, allowed));
+                            late.push((client, token.clone(), since, died, deadline, bound));
                         }
                     }
                 }
                 None => info.holder_since = None,
             }
         }
-        for (client, token, since, died, deadline, allowed) in late {
+        for (client, token, since, died, deadline, bound) in late {
+            let owners = &self.tokens[&token].owners;
             self.report(
                 Class::DeadHoldsPastLease,
                 client as u64,
                 format!(
-                    "client {client} crashed at {died} ms; its claim {} holds n{name} since \
-                     {since} ms until {} ms, {} ms past its bound ({} ms: the longer of its \
-                     lease and heartbeat window) after the later of the two",
+                    "client {client} crashed at {died} ms (the last of its owners {owners:?}); \
+                     its claim {} holds n{name} since {since} ms until {} ms, past its bound \
+                     ({bound} ms: the longer of its leases and the owners' heartbeat windows) \
+                     after the later of the crash, the grant and its last call applied",
                     short(&token),
                     deadline - BASE_MS,
-                    deadline - allowed,
-                    self.dead_bound(client, self.tokens[&token].lease_max)
                 ),
             );
         }
@@ -1210,6 +1497,11 @@ impl World {
             if is_held {
                 e.trust.set(e.guard.valid_until());
             }
+            // A hold whose id another client has: what this client's own calls left it, and
+            // whether another client's call cut that short (learned at the next renewal).
+            let info = self.tokens.get(&e.token);
+            let cut = info.is_some_and(|i| i.cut.contains(&e.client));
+            let own = info.and_then(|i| i.own.get(&e.client).copied().flatten());
             if e.guard.lost_now() == is_held {
                 found.push((
                     Class::LostMismatch,
@@ -1225,6 +1517,7 @@ impl World {
                 let until = e.trust.get().max(e.guard.valid_until());
                 if until > Instant::now()
                     && !self.dead(e.client)
+                    && !cut
                     && !self.let_go.contains(&e.token)
                     && snaps[e.name]
                         .holders
@@ -1242,7 +1535,7 @@ impl World {
                         ),
                     ));
                 }
-                if e.clean && !self.dead(e.client) && !self.let_go.contains(&e.token) {
+                if e.clean && !self.dead(e.client) && !cut && !self.let_go.contains(&e.token) {
                     found.push((
                         Class::LostWithoutFault,
                         id,
@@ -1254,7 +1547,29 @@ impl World {
                 }
                 continue;
             }
-            // Guards of one hold (a resumed id beside its guard) count once.
+            if let Some((_, deadline)) = own {
+                let until = e.guard.valid_until();
+                if until > self.start + ms(deadline - BASE_MS) {
+                    found.push((
+                        Class::TrustPastLease,
+                        id,
+                        format!(
+                            "{} is valid until {} ms, past the deadline its own client's calls \
+                             set ({} ms; it may trust no other client's renewal) ({when})",
+                            e.describe(id),
+                            self.rel(until),
+                            deadline - BASE_MS
+                        ),
+                    ));
+                }
+            }
+            if cut {
+                // Another client's call ended or shortened the hold under it: the server no
+                // longer backs it, and it is not a holder another guard conflicts with.
+                continue;
+            }
+            // Guards of one hold (a resumed id beside its guard, or in another client) count
+            // once: they are one holder.
             if !held_tokens[e.name].contains(&e.token) {
                 held_tokens[e.name].push(e.token.clone());
                 held[e.name].push((id, e.kind));
@@ -1415,18 +1730,27 @@ impl World {
                 .map(|h| &h.token)
                 .chain(snap.waiters.iter().map(|w| &w.token));
             for token in tokens {
-                if let Some(info) = self.tokens.get(token) {
-                    if !info.faulted && !self.dead(info.client) {
-                        found.push((
-                            info.client,
-                            format!(
-                                "client {} finished but its claim {} is still on n{name}: {}",
-                                info.client,
-                                short(token),
-                                holders(&snap)
-                            ),
-                        ));
-                    }
+                let Some(info) = self.tokens.get(token) else {
+                    continue;
+                };
+                // A hold whose id went to another client is left to lapse when its last guard
+                // crashed or its id was never resumed: it is a leak once a live client
+                // released it.
+                let by = if info.shared {
+                    info.released_by.filter(|&c| !self.dead(c))
+                } else {
+                    Some(info.client).filter(|&c| !self.dead(c))
+                };
+                if let (false, Some(by)) = (info.faulted, by) {
+                    found.push((
+                        by,
+                        format!(
+                            "client {by} finished but the claim {} it let go is still on n{name}: \
+                             {}",
+                            short(token),
+                            holders(&snap)
+                        ),
+                    ));
                 }
             }
         }
@@ -1453,7 +1777,7 @@ struct Sim {
     applied: Notify,
     /// Wakes the oracle task after a reply.
     poke: Notify,
-    /// Told when `halted`, `finished` or `stopping` change (tokio's `watch` would wake its
+    /// Told when `halted`, `finished` or `stopping` change, or a mailbox gets an id (tokio's `watch` would wake its
     /// receivers in a random order; `Notify` wakes them in order, so runs replay).
     events: Arc<Notify>,
     outbox: Arc<StdMutex<Vec<(String, String)>>>,
@@ -1621,6 +1945,9 @@ impl sim_store::Link for Link {
         if let Some((claim, lease)) = request.claim() {
             let lease = lease.as_millis() as u64;
             w.note(c, name, &claim.token, lease, fault != Fault::None);
+            if matches!(request.call, Call::Release(_)) {
+                w.released(c, &claim.token);
+            }
             if matches!(request.call, Call::Acquire(..)) {
                 w.clients[c].acquiring = Some(claim.token.clone());
             }
@@ -1651,6 +1978,10 @@ impl sim_store::Link for Link {
         let mut w = sim.world();
         let now = w.server_ms();
         let name = w.name_of(&request.lock);
+        let token = request.claim().map(|(claim, _)| claim.token.clone());
+        if let Some(token) = &token {
+            w.before_call(c, token);
+        }
         let out = request.apply(&w.server, now);
         if let (Call::Acquire(claim, _), Reply::Acquire(out)) = (&request.call, &out) {
             w.attempted(&claim.token, matches!(out, Ok(Acquire::Granted(_))));
@@ -1665,6 +1996,15 @@ impl sim_store::Link for Link {
             let what = request.name();
             format!("c{c} {what} {token} on n{name} -> {out:?} [{fault:?}]")
         });
+        if let Some(token) = &token {
+            let renewed = matches!(
+                (&request.call, &out),
+                (Call::Acquire(..), Reply::Acquire(Ok(Acquire::Granted(_))))
+                    | (Call::Extend(..), Reply::Bool(Ok(true)))
+                    | (Call::Downgrade(_), Reply::Fence(Ok(Some(_))))
+            );
+            w.after_call(c, token, renewed);
+        }
         sim.fan_out(&mut w);
         w.observe(name);
         w.check(request.name());
@@ -1898,6 +2238,9 @@ impl Script {
             },
             _ => Origin::Reply,
         });
+        if let Some(info) = w.tokens.get_mut(&token) {
+            info.owners.insert(self.c);
+        }
         let id = w.next_guard;
         w.next_guard += 1;
         let entry = Entry {
@@ -2025,6 +2368,40 @@ impl Script {
                     self.put_back(id, e);
                 }
             }
+            Op::Give { guard, to, keep } => self.give(guard, to, keep),
+            Op::Adopt { wait } => {
+                let c = self.c;
+                tokio::select! {
+                    biased;
+                    _ = sim.until(&sim.events, |w| w.stopping || !w.mailboxes[c].is_empty()) => {}
+                    _ = tokio::time::sleep(ms(wait)) => {}
+                }
+                if let Some(mail) = self.mail(true) {
+                    let origin = Origin::Adopt { from: mail.from };
+                    self.resume(&mail, origin).await;
+                }
+            }
+            Op::ReleaseMailed => {
+                if let Some(mail) = self.mail(true) {
+                    let r = self.client.release_hold(&mail.id).await;
+                    let t = short(&mail.token);
+                    sim.log(|| format!("c{c} releases {t} by id (from c{}) -> {r:?}", mail.from));
+                    self.expected_mailed(&r, &mail);
+                }
+            }
+            Op::ExtendMailed { lease } => {
+                if let Some(mail) = self.mail(false) {
+                    let r = self.client.extend_hold(&mail.id, ms(lease)).await;
+                    let t = short(&mail.token);
+                    sim.log(|| {
+                        format!(
+                            "c{c} extends {t} by id (from c{}) to {lease} ms -> {r:?}",
+                            mail.from
+                        )
+                    });
+                    self.expected_mailed(&r, &mail);
+                }
+            }
         }
     }
 
@@ -2033,28 +2410,104 @@ impl Script {
         let Some((id, e)) = self.take(guard, |_| true) else {
             return;
         };
-        let (name, kind) = (e.name, e.kind);
-        let like = e.guard;
-        let hold = like.hold_id();
-        let resumed = {
-            let label = format!("n{name}");
-            let prim = self.names[name];
-            let probe = like.probe();
-            // The detached guard is gone before the resume is sent.
-            let _ = like.detach();
-            resume_kind(&self.client, &label, prim, probe, &hold).await
+        let mail = Mail {
+            from: self.c,
+            id: e.guard.hold_id(),
+            token: e.token,
+            name: e.name,
+            kind: e.kind,
+            probe: e.guard.probe(),
         };
+        // The detached guard is gone before the resume is sent.
+        let _ = e.guard.detach();
+        self.sim.world().detached(self.c, &mail.token);
+        self.sim.log(|| format!("c{} hands g{id} over", self.c));
+        self.resume(&mail, Origin::Resume).await;
+    }
+
+    /// Posts the id of the client's `guard`-th guard to the mailbox of another client (`to`
+    /// modulo the others); detaches the guard unless `keep`.
+    fn give(&self, guard: usize, to: usize, keep: bool) {
+        let Some((id, e)) = self.take(guard, |_| true) else {
+            return;
+        };
+        let others = self.sim.world().clients.len() - 1;
+        let to = (self.c + 1 + to % others) % (others + 1);
+        let mail = Mail {
+            from: self.c,
+            id: e.guard.hold_id(),
+            token: e.token.clone(),
+            name: e.name,
+            kind: e.kind,
+            probe: e.guard.probe(),
+        };
+        if keep {
+            self.put_back(id, e);
+        } else {
+            let _ = e.guard.detach();
+        }
+        let mut w = self.sim.world();
+        if let Some(info) = w.tokens.get_mut(&mail.token) {
+            info.shared = true;
+        }
+        if !keep {
+            w.detached(self.c, &mail.token);
+        }
+        let how = if keep { "keeps" } else { "detaches" };
+        let (c, t) = (self.c, short(&mail.token));
+        w.log(|| format!("c{c} {how} g{id} and gives {t} to c{to}"));
+        w.mailboxes[to].push_back(mail);
+        w.events.notify_waiters();
+    }
+
+    /// The oldest id in this client's mailbox, taken out of it if `take`.
+    fn mail(&self, take: bool) -> Option<Mail> {
+        let mut w = self.sim.world();
+        let mailbox = &mut w.mailboxes[self.c];
+        if take {
+            mailbox.pop_front()
+        } else {
+            mailbox.front().cloned()
+        }
+    }
+
+    /// Resumes `mail`'s id on this client and registers the guard as `origin`; a resume that
+    /// fails must fail for a reason the schedule explains.
+    async fn resume(&self, mail: &Mail, origin: Origin) {
+        let label = format!("n{}", mail.name);
+        let prim = self.names[mail.name];
+        let resumed = resume_kind(&self.client, &label, prim, mail.probe, &mail.id).await;
+        let (c, t) = (self.c, short(&mail.token));
         self.sim.log(|| {
             format!(
-                "c{} hands g{id} over -> {:?}",
-                self.c,
+                "c{c} resumes {t} ({origin:?}) -> {:?}",
                 resumed.as_ref().err()
             )
         });
         match resumed {
-            Ok(g) => self.register(name, kind, g, false, Some(Origin::Resume)),
-            Err(err) => self.expected::<()>(&Err(err)),
+            Ok(g) => self.register(mail.name, mail.kind, g, false, Some(origin)),
+            Err(err) if origin == Origin::Resume => self.expected::<()>(&Err(err)),
+            Err(err) => self.expected_mailed::<()>(&Err(err), mail),
         }
+    }
+
+    /// Reports an error of a step on a mailed id that no fault explains: a gone hold is
+    /// expected, and `HoldInUse` (one guard per hold per client) only when this client has
+    /// had the hold itself (the id came back while its guard, live or being released, is
+    /// here).
+    fn expected_mailed<T>(&self, r: &Result<T>, mail: &Mail) {
+        if let Err(e) = r {
+            let mine = {
+                let w = self.sim.world();
+                w.tokens
+                    .get(&mail.token)
+                    .is_some_and(|i| i.callers.contains(&self.c))
+            };
+            if e.is_hold_in_use() && mine {
+                return;
+            }
+        }
+        self.expected(r);
     }
 
     fn auto_renew(&self) -> bool {
@@ -2297,6 +2750,7 @@ async fn run(schedule: &Schedule, focus: &[Class], trace: bool) -> Outcome {
         next_guard: 0,
         tokens: BTreeMap::new(),
         let_go: BTreeSet::new(),
+        mailboxes: vec![VecDeque::new(); schedule.clients.len()],
         focus: focus.to_vec(),
         violations: Vec::new(),
         reported: BTreeSet::new(),
@@ -2539,6 +2993,35 @@ fn guards_stay_honest_with_hold_ids() {
     }
 }
 
+/// Hold ids shared by two clients, with crashes: ids given to another client (detached or
+/// kept beside the guard) and resumed, released or extended by id there, besides everything
+/// of [`guards_stay_honest_with_hold_ids`] (`SIM_SHARED_ID_CASES`, default [`DEFAULT_CASES`]).
+#[test]
+fn guards_stay_honest_with_hold_ids_across_clients() {
+    let _serial = serial();
+    let _planted = Planted::new(None);
+    let config = Config {
+        cases: env_u32("SIM_SHARED_ID_CASES", DEFAULT_CASES),
+        max_shrink_iters: env_u32("SIM_SHRINK_ITERS", 2_000),
+        failure_persistence: None,
+        ..Config::default()
+    };
+    let mut runner = TestRunner::new(config);
+    let started = std::time::Instant::now();
+    let result = runner.run(&schedule(&Profile::across_clients()), property(ALL_CLASSES));
+    eprintln!(
+        "simulation with hold ids across clients: {:?}",
+        started.elapsed()
+    );
+    if let Err(e) = result {
+        let detail = match &e {
+            TestError::Fail(_, schedule) => explain(schedule, ALL_CLASSES),
+            TestError::Abort(_) => String::new(),
+        };
+        panic!("the client-side simulation found a counterexample: {e}\n{detail}");
+    }
+}
+
 /// Searches schedules of `profile` with `bug` planted (a fixed proptest seed, so the search
 /// is the same on every run) for a violation of a `focus` class; the minimal one found.
 fn finds(bug: Bug, profile: Profile, focus: &'static [Class], seed: u8) -> (Schedule, String) {
@@ -2574,6 +3057,48 @@ fn finds_planted_resume_trusts_reply() {
         .flat_map(|c| &c.ops)
         .any(|op| matches!(op, Op::Handover { .. } | Op::CoResume { .. }));
     assert!(resumes, "found without a resume: {why}");
+}
+
+/// The same bug through a hold handed to another client: the profile has no resume in one
+/// client, so the counterexample's resume is an [`Op::Adopt`].
+#[test]
+fn finds_planted_resume_trusts_reply_across_clients() {
+    let (schedule, why) = finds(Bug::ResumeTrustsReply, Profile::adopt_only(), SAFETY, 10);
+    assert!(
+        why.contains("TrustPastLease") || why.contains("HeldNotHolder"),
+        "{why}"
+    );
+    assert!(why.contains("Adopt"), "not an adopted guard: {why}");
+    let adopts = schedule
+        .clients
+        .iter()
+        .flat_map(|c| &c.ops)
+        .any(|op| matches!(op, Op::Adopt { .. }));
+    assert!(adopts, "found without an adopt: {why}");
+}
+
+/// A bug only a hold shared across clients shows: in one client nothing but the resume's own
+/// renewal can have set the deadline its fence check reads, so the counterexample has a guard
+/// kept beside its given id ([`Op::Give`] with `keep`) and an adopted guard trusting the
+/// giver's renewal.
+#[test]
+fn finds_planted_resume_trusts_inspected_lease() {
+    let (schedule, why) = finds(
+        Bug::ResumeTrustsInspectedLease,
+        Profile::shared_guards(),
+        SAFETY,
+        11,
+    );
+    assert!(why.contains("Adopt"), "not an adopted guard: {why}");
+    let kept = schedule
+        .clients
+        .iter()
+        .flat_map(|c| &c.ops)
+        .any(|op| matches!(op, Op::Give { keep: true, .. }));
+    assert!(
+        kept,
+        "found without a guard kept beside its given id: {why}"
+    );
 }
 
 #[test]

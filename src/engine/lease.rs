@@ -1233,7 +1233,10 @@ impl Hold {
             } if claim.slot.is_exclusive() => Some(crate::vocab::claim::Family::TicketQueue),
             _ => None,
         };
+        // The deadline the fence check read (planted bug only).
+        let mut inspected = None;
         if let Some(family) = fenced {
+            let inspect_sent = Instant::now();
             let snapshot = retrying(|| store.inspect(&lock, family, None)).await.0?;
             let ours = |token: &str| {
                 token == claim.token
@@ -1241,10 +1244,11 @@ impl Hold {
                         .strip_prefix(claim.token.as_str())
                         .is_some_and(|rest| rest.starts_with('#'))
             };
-            if !snapshot.holders.iter().any(|h| ours(&h.token)) {
+            let Some(holder) = snapshot.holders.iter().find(|h| ours(&h.token)) else {
                 // The lease lapsed (or was released) since the renewal: gone, as a refusal.
                 return Ok(None);
-            }
+            };
+            inspected = Some(inspect_sent + Duration::from_millis(holder.remaining_ms));
             if snapshot.fence != fence {
                 return Err(Error::MalformedHoldId {
                     reason: format!(
@@ -1266,11 +1270,17 @@ impl Hold {
                 });
             }
         }
-        let trusted_from = if planted(Bug::ResumeTrustsReply) {
+        let mut trusted_from = if planted(Bug::ResumeTrustsReply) {
             Instant::now()
         } else {
             sent_at
         };
+        if planted(Bug::ResumeTrustsInspectedLease) {
+            // The planted bug: whatever renewed the hold last counts as this resume's renewal.
+            if let Some(from) = inspected.and_then(|until| until.checked_sub(claim.lease)) {
+                trusted_from = trusted_from.max(from);
+            }
+        }
         let hold = Hold::new((holds, store), lock, claim, fence, trusted_from, opts);
         // Registered now: the reservation may go.
         drop(reservation);
