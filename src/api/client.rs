@@ -139,9 +139,12 @@ impl LockClient {
     }
 
     /// Releases every lock this client (and its clones) holds now, at once, and returns how
-    /// many the server still held. A hold is counted once, by the call that found it live
-    /// (not being released already), whichever of its releases reached the server first (a
-    /// guard dropped meanwhile, a second `release_all`). For a clean shutdown: a guard dropped while the runtime
+    /// many the server confirmed it still held. A hold is counted once, by the call that found
+    /// it live (not being released already, not detached), whichever of this client's
+    /// releases of it the server applied first (a guard dropped meanwhile, a second
+    /// `release_all`, a `release_hold`); a release whose answer was lost, or whose caller
+    /// stopped waiting, confirms nothing, so the count is never more than what was released,
+    /// and may be less. For a clean shutdown: a guard dropped while the runtime
     /// shuts down, or on a thread without a tokio runtime, cannot release in the background
     /// and stays held until its lease lapses; call this before the runtime ends instead.
     ///
@@ -850,7 +853,7 @@ impl LockClientBuilder {
         LockClient {
             inner: Arc::new(Inner {
                 store,
-                holds: Arc::default(),
+                holds: Arc::new(Holds::new(self.redis.response_timeout)),
                 response_timeout: self.redis.response_timeout,
                 prefix: self.prefix,
                 defaults: self.defaults,

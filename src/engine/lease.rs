@@ -65,10 +65,15 @@ struct Shared {
     /// registry until that release is answered, so a resume of its id in this client finds
     /// it and is refused instead of renewing a lease the release then ends under it.
     releasing: std::sync::atomic::AtomicBool,
-    /// This hold's releases in flight, and whether one was answered `true` (the server
-    /// still held the hold). Releases of one hold (its guard's, its drop's, `release_all`'s,
-    /// one by id) may run at once, and only the first the server applies is answered `true`:
-    /// `release_all` counts a hold when any of them was.
+    /// Its guard was detached: the entry stays in the registry only until what was in flight
+    /// for it has ended ([`Shared::settled`]); a resume of its id in this client waits for that
+    /// instead of being refused.
+    detached: std::sync::atomic::AtomicBool,
+    /// This hold's releases and steps by id in flight, and whether a release was answered
+    /// `true` (the server still held the hold). Releases of one hold (its guard's, its
+    /// drop's, `release_all`'s, one by id) may run at once, and only the first the server
+    /// applies is answered `true`: `release_all` counts a hold when any of them was. A detach
+    /// keeps the hold registered until none is in flight (see [`Hold::detach`]).
     releases: watch::Sender<Releases>,
 }
 
@@ -76,7 +81,26 @@ struct Shared {
 #[derive(Clone, Copy, Default)]
 struct Releases {
     in_flight: usize,
+    /// Steps by id (`extend_hold`) that found this hold: through its lease owner, or beside
+    /// a guard whose trust ran out.
+    by_id: usize,
     ended_live: bool,
+}
+
+/// An `extend_hold` of this hold under way (see [`Releases::by_id`]), until dropped.
+struct StepById(Arc<Shared>);
+
+impl StepById {
+    fn new(shared: Arc<Shared>) -> StepById {
+        shared.releases.send_modify(|r| r.by_id += 1);
+        StepById(shared)
+    }
+}
+
+impl Drop for StepById {
+    fn drop(&mut self) {
+        self.0.releases.send_modify(|r| r.by_id -= 1);
+    }
 }
 
 /// One release of a hold in flight; dropping it (answered, failed or cancelled) takes it out
@@ -497,7 +521,6 @@ impl Shared {
 /// The live holds of one client, for [`Holds::release_all`] (a client's shutdown). Each hold
 /// registers itself when granted and leaves when released or dropped; the registry keeps no
 /// hold alive.
-#[derive(Default)]
 pub(crate) struct Holds {
     /// By id, so `release_all` sends its releases in grant order (a simulation replays exactly).
     live: StdMutex<BTreeMap<u64, Weak<Shared>>>,
@@ -508,6 +531,10 @@ pub(crate) struct Holds {
     resuming: StdMutex<std::collections::HashSet<(String, String)>>,
     next_id: AtomicU64,
     renewals: Renewals,
+    /// How long a step of one hold in flight can last at most (every attempt of it answered
+    /// or timed out): what a resume waits for a detached guard's steps, and `release_all` for
+    /// another release of a hold it counts.
+    step_bound: Duration,
 }
 
 /// The runtime a schedule belongs to: a tokio runtime, or (feature `testing`) one a
@@ -717,12 +744,30 @@ impl std::fmt::Debug for Holds {
 }
 
 impl Holds {
+    /// The holds of a client whose store answers each request within `response_timeout`.
+    pub(crate) fn new(response_timeout: Duration) -> Holds {
+        // A step by id or a release is sent at most four times, 20, 40 and 80 ms apart.
+        let step_bound = response_timeout
+            .saturating_mul(4)
+            .saturating_add(Duration::from_millis(140));
+        Holds {
+            live: StdMutex::default(),
+            resuming: StdMutex::default(),
+            next_id: AtomicU64::default(),
+            renewals: Renewals::default(),
+            step_bound,
+        }
+    }
+
     fn register(&self, shared: &Arc<Shared>) -> u64 {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        self.live
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id, Arc::downgrade(shared));
+        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        // Entries left by detached guards whose steps have ended (nothing refers to them any
+        // more) are dropped now and then: each time the registry doubles.
+        if live.len() >= 64 && live.len().is_power_of_two() {
+            live.retain(|_, weak| weak.strong_count() > 0);
+        }
+        live.insert(id, Arc::downgrade(shared));
         id
     }
 
@@ -733,7 +778,11 @@ impl Holds {
             .unwrap_or_else(|p| p.into_inner())
             .values()
             .filter_map(Weak::upgrade)
-            .any(|shared| shared.lock.name() == name && !shared.validity.borrow().lost)
+            .any(|shared| {
+                shared.lock.name() == name
+                    && !shared.validity.borrow().lost
+                    && !shared.detached.load(Ordering::Acquire)
+            })
     }
 
     /// The hold of this client on lock `name` with `claim`'s token (in whatever form: a
@@ -748,27 +797,59 @@ impl Holds {
     }
 
     /// Reserves the hold of `token` on lock `name` for a resume (or a step by id without a
-    /// guard) in this client: `None` when the client has an entry of it (a guard, live or
-    /// lost, not yet detached, or dropped or released and answered) or another step reserved
-    /// it. One check-and-insert under the registry's
-    /// lock, so two resumes (or a resume and a guard) of one hold never both go ahead.
-    fn reserve(self: &Arc<Self>, name: &str, token: &str) -> Option<Reservation> {
+    /// guard) in this client: [`Reserve::InUse`] when the client has an entry of it (a guard,
+    /// live or lost, or one dropped or released and not answered yet) or another step
+    /// reserved it; [`Reserve::Settling`] when its only entry is a detached guard's whose
+    /// requests are still in flight. One check-and-insert under the registry's lock, so two
+    /// resumes (or a resume and a guard) of one hold never both go ahead.
+    fn reserve(self: &Arc<Self>, name: &str, token: &str) -> Reserve {
         let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
-        let has_entry = live
-            .values()
-            .filter_map(Weak::upgrade)
-            .any(|shared| shared.lock.name() == name && shared.claim().token == token);
+        let mut settling = None;
+        for (id, shared) in live.iter().filter_map(|(id, w)| Some((*id, w.upgrade()?))) {
+            if shared.lock.name() != name || shared.claim().token != token {
+                continue;
+            }
+            if !shared.detached.load(Ordering::Acquire) {
+                return Reserve::InUse;
+            }
+            settling = Some((id, shared));
+        }
+        if let Some((id, shared)) = settling {
+            return Reserve::Settling(id, shared);
+        }
         let mut resuming = self.resuming.lock().unwrap_or_else(|p| p.into_inner());
         let key = (name.to_owned(), token.to_owned());
-        if has_entry || !resuming.insert(key.clone()) {
-            return None;
+        if !resuming.insert(key.clone()) {
+            return Reserve::InUse;
         }
         drop(resuming);
         drop(live);
-        Some(Reservation {
+        Reserve::Done(Reservation {
             holds: self.clone(),
             key,
         })
+    }
+
+    /// [`Holds::reserve`], waiting for a detached guard's entry of the hold to settle first
+    /// (at most [`Holds::step_bound`]: a step still in flight then, parked on a runtime that
+    /// no longer runs it, leaves the hold in use).
+    async fn reserve_after_detach(
+        self: &Arc<Self>,
+        name: &str,
+        token: &str,
+    ) -> Option<Reservation> {
+        loop {
+            match self.reserve(name, token) {
+                Reserve::Done(reservation) => return Some(reservation),
+                Reserve::InUse => return None,
+                Reserve::Settling(id, shared) => {
+                    tokio::time::timeout(self.step_bound, shared.settled())
+                        .await
+                        .ok()?;
+                    self.unregister(id);
+                }
+            }
+        }
     }
 
     fn unregister(&self, id: u64) {
@@ -801,15 +882,20 @@ impl Holds {
 
     /// Releases every live hold by token, all at once, and marks their guards lost (so
     /// `is_held()` is false and `lost()` fires at once). Returns how many the server still
-    /// held when this was called (each counted once). Errors are reported after every release has been tried.
+    /// held when this was called (each counted once). Errors are reported after every
+    /// release has been tried.
     pub(crate) async fn release_all(&self) -> Result<usize> {
         let holds: Vec<(u64, Arc<Shared>)> = {
             let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
             live.iter()
                 .filter_map(|(id, weak)| Some((*id, weak.upgrade()?)))
+                // A detached guard's entry, kept until its requests end, is not a hold of
+                // this client any more.
+                .filter(|(_, shared)| !shared.detached.load(Ordering::Acquire))
                 .collect()
         };
         let mut releases = tokio::task::JoinSet::new();
+        let step_bound = self.step_bound;
         for (id, shared) in holds {
             // A hold already being released (its guard released or dropped, another
             // `release_all`, the answer not in yet) is waited for here, so the shutdown waits
@@ -819,7 +905,7 @@ impl Holds {
             releases.spawn(async move {
                 let outcome = shared.release().await;
                 let counted = match outcome {
-                    Ok(held) if counted => held || shared.ended_live().await,
+                    Ok(held) if counted => held || shared.ended_live(step_bound).await,
                     _ => false,
                 };
                 shared.holds.unregister(id);
@@ -844,6 +930,15 @@ impl Holds {
             None => Ok(released),
         }
     }
+}
+
+/// What [`Holds::reserve`] found.
+enum Reserve {
+    Done(Reservation),
+    /// Another entry or step has the hold.
+    InUse,
+    /// Only a detached guard's entry (its registry id), still waiting for its requests.
+    Settling(u64, Arc<Shared>),
 }
 
 /// A resume's reservation of its hold in its client's [`Holds`]; dropping it (the resume
@@ -980,6 +1075,7 @@ impl Hold {
             requests: tokio::sync::Mutex::default(),
             renewer: StdMutex::new(Renewer::Off),
             releasing: std::sync::atomic::AtomicBool::new(false),
+            detached: std::sync::atomic::AtomicBool::new(false),
             releases: watch::Sender::new(Releases::default()),
         });
         let id = shared.holds.register(&shared);
@@ -1049,27 +1145,19 @@ impl Hold {
     }
 
     /// Gives this guard up without releasing the hold: the server's lease runs on until its
-    /// deadline. Renewals stop and the hold leaves the client's registry (a resume of its id
-    /// in this client may then take it back) once every request and release of it already
-    /// under way (an `extend` or a release by id, a `release_all`) has been answered: until
-    /// then a resume in this client is refused, as while its guard lived, since that request
-    /// may still shorten or end the hold under the resumed guard.
+    /// deadline. Renewals stop, and the hold is no longer one of this client's (`release_all`
+    /// leaves it). Its registry entry goes at once if nothing sent for it is in flight;
+    /// otherwise (its renewal, cancelled here but perhaps already on its way; a release or
+    /// step by id, `release_hold`, `extend_hold`; a `release_all`) it stays, and a resume of
+    /// its id in this client first waits for those to end (each by its own deadline): what
+    /// they send may shorten or end the hold, and a resume's guard is trusted only from a
+    /// renewal sent after them.
     pub(crate) fn detach(mut self) {
         self.released = true;
+        self.shared.detached.store(true, Ordering::Release);
         self.shared.stop_renewer();
-        let (shared, id) = (self.shared.clone(), self.id);
-        let settled = shared.requests.try_lock().is_ok() && shared.releases.borrow().in_flight == 0;
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) if !settled => {
-                handle.spawn(async move {
-                    shared.settled().await;
-                    shared.holds.unregister(id);
-                });
-            }
-            // Outside a runtime there is nothing to wait on: the entry goes at once. (A task
-            // dropped unrun by its runtime's shutdown leaves an entry that stops upgrading
-            // once the requests it waited for end.)
-            _ => shared.holds.unregister(id),
+        if self.shared.is_settled() {
+            self.shared.holds.unregister(self.id);
         }
     }
 
@@ -1217,7 +1305,7 @@ impl Hold {
         fence: u64,
         opts: Options,
     ) -> Result<Option<Hold>> {
-        let Some(reservation) = holds.reserve(lock.name(), &claim.token) else {
+        let Some(reservation) = holds.reserve_after_detach(lock.name(), &claim.token).await else {
             return Err(hold_in_use(lock.name()));
         };
         let (renewed, sent_at) = Self::renew_for_resume(&*store, &lock, &claim).await;
@@ -1325,7 +1413,7 @@ pub(crate) async fn release_by_id(
         shared.begin_release();
         return shared.release().await;
     }
-    let Some(_reserved) = holds.reserve(lock.name(), &claim.token) else {
+    let Some(_reserved) = holds.reserve_after_detach(lock.name(), &claim.token).await else {
         return Err(hold_in_use(lock.name()));
     };
     release_with_retry(store, lock, claim).await
@@ -1344,7 +1432,13 @@ pub(crate) async fn extend_by_id(
     lease: Duration,
 ) -> Result<bool> {
     crate::vocab::options::check_duration("lease", lease)?;
-    let _reserved = match holds.find(lock.name(), claim) {
+    let found = holds.find(lock.name(), claim);
+    // Until this step ends (also when it goes beside the guard), a detach of the guard keeps
+    // the hold registered, so no resume here runs beside it.
+    let _step = found
+        .as_ref()
+        .map(|(_, shared)| StepById::new(shared.clone()));
+    let _reserved = match found {
         // Releasing, or not in the id's form any more (a write id of a hold downgraded
         // since): nothing live of that kind to extend.
         Some((_, shared)) if shared.is_releasing() || shared.claim().slot != claim.slot => {
@@ -1369,7 +1463,7 @@ pub(crate) async fn extend_by_id(
             shared.mark_lost_quietly();
             None
         }
-        None => match holds.reserve(lock.name(), &claim.token) {
+        None => match holds.reserve_after_detach(lock.name(), &claim.token).await {
             Some(reserved) => Some(reserved),
             None => return Err(hold_in_use(lock.name())),
         },
@@ -1406,20 +1500,33 @@ impl Shared {
         Ok(held)
     }
 
-    /// Once no lease request and no release of this hold is in flight (each ends by its own
-    /// deadline).
-    async fn settled(&self) {
-        let _turn = self.requests.lock().await;
-        let mut rx = self.releases.subscribe();
-        let _ = rx.wait_for(|r| r.in_flight == 0).await;
+    /// Whether no lease request (a renewal, an `extend`), release or step by id of this hold
+    /// is in flight now.
+    fn is_settled(&self) -> bool {
+        let quiet = {
+            let r = self.releases.borrow();
+            r.in_flight == 0 && r.by_id == 0
+        };
+        quiet && self.requests.try_lock().is_ok()
     }
 
-    /// Whether one of this hold's releases was answered `true`, once none is in flight: a
-    /// release answered `false` may have been overtaken by one the server applied first (its
-    /// `true` is on its way). Each release in flight ends by its own deadline.
-    async fn ended_live(&self) -> bool {
+    /// Once no lease request, release or step by id of this hold is in flight (each ends by
+    /// its own deadline; a renewal cancelled by a detach ends at once).
+    async fn settled(&self) {
+        drop(self.requests.lock().await);
         let mut rx = self.releases.subscribe();
-        let _ = rx.wait_for(|r| r.ended_live || r.in_flight == 0).await;
+        let _ = rx.wait_for(|r| r.in_flight == 0 && r.by_id == 0).await;
+    }
+
+    /// Whether one of this hold's releases was answered `true`, once none is in flight (or
+    /// `bound` has passed: a release parked on a runtime that no longer runs it): a release
+    /// answered `false` may have been overtaken by one the server applied first (its `true`
+    /// is on its way). A release whose answer was lost, or whose caller stopped waiting,
+    /// confirms nothing.
+    async fn ended_live(&self, bound: Duration) -> bool {
+        let mut rx = self.releases.subscribe();
+        let wait = rx.wait_for(|r| r.ended_live || r.in_flight == 0);
+        let _ = tokio::time::timeout(bound, wait).await;
         self.releases.borrow().ended_live
     }
 
@@ -1487,9 +1594,11 @@ pub(crate) fn release_in_background(store: Arc<dyn Store>, lock: LockKeys, claim
         let unfinished = Unfinished {
             lease: claim.lease,
             lock: Some(lock),
+            started: false,
         };
         handle.spawn(async move {
             let mut unfinished = unfinished;
+            unfinished.started = true;
             let lock = unfinished.lock.clone().expect("set above");
             if let Err(err) = release_with_retry(&*store, &lock, &claim).await {
                 tracing::debug!(lock = lock.name(), %err, "background release failed; the lease will lapse");
@@ -1497,7 +1606,7 @@ pub(crate) fn release_in_background(store: Arc<dyn Store>, lock: LockKeys, claim
             unfinished.lock = None;
         });
     } else {
-        warn_dropped_outside_a_runtime(lock.name(), claim.lease);
+        warn_dropped_outside_a_runtime(lock.name(), claim.lease, false);
     }
 }
 
@@ -1508,12 +1617,14 @@ struct Unfinished {
     lease: Duration,
     /// Taken when the release has ended (answered or failed).
     lock: Option<LockKeys>,
+    /// The release had started: its request may have reached the server.
+    started: bool,
 }
 
 impl Drop for Unfinished {
     fn drop(&mut self) {
         if let Some(lock) = &self.lock {
-            warn_dropped_outside_a_runtime(lock.name(), self.lease);
+            warn_dropped_outside_a_runtime(lock.name(), self.lease, self.started);
         }
     }
 }
@@ -1523,15 +1634,25 @@ impl Drop for Unfinished {
 const MAX_WARNED_NAMES: usize = 256;
 
 /// Warns, once per lock name, that a guard of `name` was dropped where it cannot be
-/// released (no tokio runtime): the lock stays held until its lease lapses.
-fn warn_dropped_outside_a_runtime(name: &str, lease: Duration) {
+/// released (no tokio runtime): the lock stays held until its lease lapses. `cut`: its
+/// release had been sent when its runtime ended, unanswered, so it may have been applied.
+fn warn_dropped_outside_a_runtime(name: &str, lease: Duration, cut: bool) {
     static WARNED: StdMutex<Option<std::collections::HashSet<String>>> = StdMutex::new(None);
     let first = {
         let mut warned = WARNED.lock().unwrap_or_else(|e| e.into_inner());
         let warned = warned.get_or_insert_with(Default::default);
         warned.len() < MAX_WARNED_NAMES && warned.insert(name.to_owned())
     };
-    if first {
+    if first && cut {
+        tracing::warn!(
+            lock = name,
+            ?lease,
+            "the release of a guard of lock `{name}` was cut short by its runtime's shutdown \
+             before the server answered: the lock may stay held until its lease ({lease:?}) \
+             lapses. Call `release().await` on the guard, or `LockClient::release_all().await` \
+             before the runtime ends. (Warned once per lock name.)"
+        );
+    } else if first {
         tracing::warn!(
             lock = name,
             ?lease,
@@ -1560,9 +1681,11 @@ impl Drop for Hold {
             let unfinished = Unfinished {
                 lease: self.shared.claim().lease,
                 lock: Some(self.shared.lock.clone()),
+                started: false,
             };
             let release = async move {
                 let mut unfinished = unfinished;
+                unfinished.started = true;
                 if let Err(err) = shared.release().await {
                     tracing::debug!(lock = shared.lock.name(), %err, "background release failed; the lease will lapse");
                 }
@@ -1575,7 +1698,7 @@ impl Drop for Hold {
             } else {
                 self.shared.holds.unregister(self.id);
                 let claim = self.shared.claim();
-                warn_dropped_outside_a_runtime(self.shared.lock.name(), claim.lease);
+                warn_dropped_outside_a_runtime(self.shared.lock.name(), claim.lease, false);
             }
         }
     }

@@ -1,0 +1,752 @@
+//! Releases and detaches racing the other steps of a hold in one client, through the public
+//! API on both backends: `release_all` beside a detached guard's steps, beside releases of
+//! its holds by every other path, and beside a release parked on an idle runtime; a resume
+//! after a detach while steps of the hold are in flight (inside and outside a runtime); a
+//! stale downgraded write id; the warning of a release cut by its runtime's shutdown. Each
+//! test names the claim it checks.
+
+mod support;
+
+use std::sync::Arc;
+
+use redis_locks::LockClient;
+use tokio::time::{sleep, timeout, Instant};
+
+use support::backend::{join, Backend};
+use support::faulty::{Faulty, Gate, Op, Rule};
+use support::honest::assert_honest;
+use support::time::{current_thread, ms, secs};
+
+async fn faulty_client(b: &Backend) -> (Arc<Faulty>, LockClient) {
+    let f = Faulty::new(b.store().await);
+    let c = LockClient::builder().store(f.clone()).expect("client");
+    (f, c)
+}
+
+/// How many holders the server lists for `name` (a mutex), through another client.
+async fn holders(other: &LockClient, name: &str) -> usize {
+    other
+        .mutex(name)
+        .inspect()
+        .await
+        .expect("inspect")
+        .holders
+        .len()
+}
+
+/// Drops a runtime on a plain thread (a runtime cannot be dropped inside another's context).
+async fn drop_runtime(rt: tokio::runtime::Runtime) {
+    tokio::task::spawn_blocking(move || drop(rt))
+        .await
+        .expect("drop runtime");
+}
+
+// ---------------------------------------------------------------------------------------
+// 1. release_all and a detached hold whose entry is kept for a step in flight.
+// ---------------------------------------------------------------------------------------
+
+/// Claim: `detach()` "gives the guard up *without* releasing the hold ... the
+/// server's lease runs on until its deadline" and `release_all` "returns how many the server
+/// still held ... counted once, by the call that found it live (not being released
+/// already)" -- a hold detached before the call is not this client's any more.
+///
+/// The guard is detached while an `extend_hold` of its hold (through that guard) is on its
+/// way, so its entry stays registered (deferred unregister). A `release_all` meanwhile finds
+/// the entry, `end_locally()` answers true (a detach never set `releasing`), and it releases
+/// and counts the detached hold: a hold handed to another process is ended under it.
+async fn release_all_spares_a_hold_detached_while_its_extend_is_in_flight(b: Backend) {
+    let name = "race-ra-detached";
+    let (f, c) = faulty_client(&b).await;
+    let other = b.client().await;
+    let guard = c
+        .mutex(name)
+        .lease(secs(10))
+        .auto_renew(false)
+        .lock()
+        .await
+        .expect("lock");
+    let id = guard.hold_id();
+    let gate = Gate::new();
+    f.add(
+        Rule::on(Op::Extend)
+            .when(|call| call.lease == Some(secs(5)))
+            .times(1)
+            .hold_request(gate.clone()),
+    );
+    let extending = {
+        let (c, id) = (c.clone(), id.clone());
+        tokio::spawn(async move { c.extend_hold(&id, secs(5)).await })
+    };
+    timeout(ms(5_000), gate.wait_entered(1))
+        .await
+        .expect("extend at the gate");
+    let _handed_over = guard.detach();
+    let n = timeout(ms(10_000), c.release_all())
+        .await
+        .expect("release_all returns")
+        .expect("release_all");
+    let left = holders(&other, name).await;
+    gate.open();
+    let _ = join("extend_hold", extending).await;
+    assert!(
+        n == 0 && left == 1,
+        "[{}] release_all after a detach (an extend_hold of the hold in flight) counted {n} \
+         and left {left} holder(s): it released a hold the client had detached",
+        b.kind
+    );
+}
+both_backends!(release_all_spares_a_hold_detached_while_its_extend_is_in_flight);
+
+// ---------------------------------------------------------------------------------------
+// 2. A step by id that finds the detached entry and is sent after it was unregistered.
+// ---------------------------------------------------------------------------------------
+
+/// Claim: GUARANTEES "A detached guard's entry stays until the requests and releases
+/// of its hold already under way are answered, so a resume after a `detach()` never runs
+/// beside them either" and the honest holder (`valid_until()` never past the server's lease).
+///
+/// `extend_hold(id, 5 s)` E1 is held before the server; the guard is detached (the settle
+/// task queues on the hold's request mutex behind E1). A second `extend_hold(id, 800 ms)` E2
+/// then finds the still-registered detached entry, trusted (a detach does not mark it lost),
+/// and queues behind the settle task. E1 answered: the settle task unregisters the entry,
+/// E2 goes out through the detached owner (held before the server), and a `resume` in the
+/// same client, finding no entry, renews with 10 s. E2 is applied after it: the server's
+/// lease is 800 ms while the resumed guard trusts ~10 s.
+async fn a_resume_after_a_detach_waits_for_a_step_queued_behind_it(b: Backend) {
+    let name = "race-detach-queued-step";
+    let (f, c) = faulty_client(&b).await;
+    let guard = c
+        .mutex(name)
+        .lease(secs(10))
+        .auto_renew(false)
+        .lock()
+        .await
+        .expect("lock");
+    let id = guard.hold_id();
+    let (gate1, gate2) = (Gate::new(), Gate::new());
+    f.add(
+        Rule::on(Op::Extend)
+            .when(|call| call.lease == Some(secs(5)))
+            .times(1)
+            .hold_request(gate1.clone()),
+    );
+    f.add(
+        Rule::on(Op::Extend)
+            .when(|call| call.lease == Some(ms(800)))
+            .times(1)
+            .hold_request(gate2.clone()),
+    );
+    let e1 = {
+        let (c, id) = (c.clone(), id.clone());
+        tokio::spawn(async move { c.extend_hold(&id, secs(5)).await })
+    };
+    timeout(ms(5_000), gate1.wait_entered(1))
+        .await
+        .expect("E1 at the gate");
+    let _ = guard.detach();
+    sleep(ms(200)).await; // the settle task waits for the request mutex now
+    let e2 = {
+        let (c, id) = (c.clone(), id.clone());
+        tokio::spawn(async move { c.extend_hold(&id, ms(800)).await })
+    };
+    sleep(ms(200)).await; // E2 waits behind the settle task
+    gate1.open();
+    let _ = join("E1", e1).await;
+    // E2 reaches its gate if it was sent (else it was refused: nothing to see).
+    let e2_sent = timeout(ms(2_000), gate2.wait_entered(1)).await.is_ok();
+    let resumed = c
+        .mutex(name)
+        .lease(secs(10))
+        .auto_renew(false)
+        .resume(&id)
+        .await;
+    gate2.open();
+    let extended = join("E2", e2).await;
+    match resumed {
+        Err(err) => assert!(err.is_hold_in_use() || err.is_hold_gone(), "{err}"),
+        Ok(g) => {
+            let before = g.valid_until();
+            let info = c.mutex(name).inspect().await.expect("inspect");
+            assert_honest(
+                &format!(
+                    "[{}] a guard resumed after a detach while an extend_hold(800 ms) that \
+                     found the detached entry was still to be applied (sent {e2_sent}, \
+                     answered {extended:?})",
+                    b.kind
+                ),
+                before,
+                &info,
+                Instant::now(),
+            );
+        }
+    }
+}
+both_backends!(a_resume_after_a_detach_waits_for_a_step_queued_behind_it);
+
+/// Claim: the same GUARANTEES sentence ("a resume after a `detach()` never runs
+/// beside [the steps of its hold already under way]") for an `extend_hold` that goes
+/// *beside* a guard whose trust ran out ("A guard whose trust had run out is ended for good
+/// ... and the extend goes beside it"): that step holds neither the request mutex nor a
+/// reservation, so the detach finds everything settled and unregisters at once; a resume
+/// then renews for 10 s and the step's 800 ms lease is applied after it.
+async fn a_resume_after_a_detach_waits_for_an_extend_beside_a_lapsed_guard(b: Backend) {
+    let name = "race-detach-beside-step";
+    let (f, c) = faulty_client(&b).await;
+    let other = b.client().await;
+    let guard = c
+        .mutex(name)
+        .lease(ms(1_000))
+        .auto_renew(false)
+        .lock()
+        .await
+        .expect("lock");
+    let id = guard.hold_id();
+    // Another process keeps the hold alive on the server; this guard's own trust runs out.
+    assert!(other
+        .extend_hold(&id, secs(20))
+        .await
+        .expect("extend by id"));
+    sleep(ms(1_200)).await;
+    assert!(!guard.is_held(), "the guard's trust ran out");
+    let gate = Gate::new();
+    f.add(
+        Rule::on(Op::Extend)
+            .when(|call| call.lease == Some(ms(800)))
+            .times(1)
+            .hold_request(gate.clone()),
+    );
+    let extending = {
+        let (c, id) = (c.clone(), id.clone());
+        tokio::spawn(async move { c.extend_hold(&id, ms(800)).await })
+    };
+    timeout(ms(5_000), gate.wait_entered(1))
+        .await
+        .expect("the extend beside the lapsed guard at the gate");
+    let _ = guard.detach();
+    let resumed = c
+        .mutex(name)
+        .lease(secs(10))
+        .auto_renew(false)
+        .resume(&id)
+        .await;
+    gate.open();
+    let extended = join("extend_hold", extending).await;
+    match resumed {
+        Err(err) => assert!(err.is_hold_in_use(), "{err}"),
+        Ok(g) => {
+            let before = g.valid_until();
+            let info = c.mutex(name).inspect().await.expect("inspect");
+            assert_honest(
+                &format!(
+                    "[{}] a guard resumed after detaching a lapsed guard while an \
+                     extend_hold(800 ms) beside it was in flight (answered {extended:?})",
+                    b.kind
+                ),
+                before,
+                &info,
+                Instant::now(),
+            );
+        }
+    }
+}
+both_backends!(a_resume_after_a_detach_waits_for_an_extend_beside_a_lapsed_guard);
+
+/// Claim: GUARANTEES "A detached guard's entry stays until the requests and releases
+/// of its hold already under way are answered, so a resume after a `detach()` never runs
+/// beside them" (the docs name no exception; the change unregisters at once outside a
+/// runtime). The guard is detached on a thread without a runtime while an
+/// `extend_hold(id, 800 ms)` through it is on its way: a resume (10 s) goes ahead, the short
+/// extend is applied after it, and the resumed guard trusts ~10 s of an 800 ms lease.
+async fn detach_outside_a_runtime_during_an_extend_then_resume(b: Backend) {
+    let name = "race-detach-no-runtime";
+    let (f, c) = faulty_client(&b).await;
+    let guard = c
+        .mutex(name)
+        .lease(secs(10))
+        .auto_renew(false)
+        .lock()
+        .await
+        .expect("lock");
+    let id = guard.hold_id();
+    let gate = Gate::new();
+    f.add(
+        Rule::on(Op::Extend)
+            .when(|call| call.lease == Some(ms(800)))
+            .times(1)
+            .hold_request(gate.clone()),
+    );
+    let extending = {
+        let (c, id) = (c.clone(), id.clone());
+        tokio::spawn(async move { c.extend_hold(&id, ms(800)).await })
+    };
+    timeout(ms(5_000), gate.wait_entered(1))
+        .await
+        .expect("extend at the gate");
+    std::thread::spawn(move || {
+        let _ = guard.detach();
+    })
+    .join()
+    .expect("detach thread");
+    let resumed = c
+        .mutex(name)
+        .lease(secs(10))
+        .auto_renew(false)
+        .resume(&id)
+        .await;
+    gate.open();
+    let extended = join("extend_hold", extending).await;
+    match resumed {
+        Err(err) => assert!(err.is_hold_in_use(), "{err}"),
+        Ok(g) => {
+            let before = g.valid_until();
+            let info = c.mutex(name).inspect().await.expect("inspect");
+            assert_honest(
+                &format!(
+                    "[{}] a guard resumed after a detach outside a runtime while an \
+                     extend_hold(800 ms) through the detached guard was in flight \
+                     (answered {extended:?})",
+                    b.kind
+                ),
+                before,
+                &info,
+                Instant::now(),
+            );
+        }
+    }
+}
+both_backends!(detach_outside_a_runtime_during_an_extend_then_resume);
+
+/// Claim: "detach() keeps the hold in the client's registry until every lease
+/// request and release of it already under way ... is answered" -- and no longer: the
+/// deferred unregister must not leak the entry so that `HoldInUse` sticks.
+///
+/// The guard is detached inside a current-thread runtime's `block_on` (another runtime than
+/// the hold's, as a sync wrapper does) while an `extend_hold` of the hold is in flight. The
+/// settle task is spawned on that runtime, which is idle after `block_on` returns: it never
+/// runs, holds the entry alive, and a resume of the id in this client is refused with
+/// `HoldInUse` long after the extend was answered (for as long as that runtime exists).
+async fn a_detach_in_an_idle_runtime_does_not_leave_the_hold_in_use(b: Backend) {
+    let name = "race-detach-idle-runtime";
+    let (f, c) = faulty_client(&b).await;
+    let guard = c
+        .mutex(name)
+        .lease(secs(10))
+        .auto_renew(false)
+        .lock()
+        .await
+        .expect("lock");
+    let id = guard.hold_id();
+    let gate = Gate::new();
+    f.add(
+        Rule::on(Op::Extend)
+            .when(|call| call.lease == Some(secs(5)))
+            .times(1)
+            .hold_request(gate.clone()),
+    );
+    let extending = {
+        let (c, id) = (c.clone(), id.clone());
+        tokio::spawn(async move { c.extend_hold(&id, secs(5)).await })
+    };
+    timeout(ms(5_000), gate.wait_entered(1))
+        .await
+        .expect("extend at the gate");
+    let idle = tokio::task::spawn_blocking(move || {
+        let rt = current_thread();
+        rt.block_on(async move {
+            let _ = guard.detach();
+        });
+        rt // kept, idle (as a sync wrapper's runtime between calls)
+    })
+    .await
+    .expect("detach in another runtime");
+    gate.open();
+    assert!(
+        join("extend_hold", extending).await.expect("extend_hold"),
+        "the extend found the hold"
+    );
+    let give_up = Instant::now() + ms(3_000);
+    let outcome = loop {
+        match c
+            .mutex(name)
+            .lease(secs(10))
+            .auto_renew(false)
+            .resume(&id)
+            .await
+        {
+            Err(err) if err.is_hold_in_use() && Instant::now() < give_up => sleep(ms(50)).await,
+            other => break other,
+        }
+    };
+    drop_runtime(idle).await;
+    match outcome {
+        Ok(g) => drop(g),
+        Err(err) => panic!(
+            "[{}] 3 s after the extend in flight at the detach was answered, a resume of the \
+             detached id in the same client is still refused: {err} (the detach ran in a \
+             runtime that is idle now)",
+            b.kind
+        ),
+    }
+}
+both_backends!(a_detach_in_an_idle_runtime_does_not_leave_the_hold_in_use);
+
+// ---------------------------------------------------------------------------------------
+// 3. release_all's count when another release of the hold applied first never reports.
+// ---------------------------------------------------------------------------------------
+
+// ---------------------------------------------------------------------------------------
+// 4. release_all's liveness.
+// ---------------------------------------------------------------------------------------
+
+/// Claim: release_all "never hangs (a release in flight that never answers must not
+/// block release_all beyond the store's deadlines)".
+///
+/// release_all is called (its release held before the server); the guard is then dropped
+/// inside a current-thread runtime's `block_on` (a sync wrapper), whose background release
+/// is applied and then parked (its reply delayed on that runtime's timer) when `block_on`
+/// returns and the runtime goes idle. release_all's release is answered `false`, and it
+/// waits for the parked release to end: forever, while that runtime exists.
+async fn release_all_does_not_wait_for_a_release_parked_in_an_idle_runtime(b: Backend) {
+    let name = "race-ra-idle-runtime";
+    let (f, c) = faulty_client(&b).await;
+    let guard = c.mutex(name).lease(secs(10)).lock().await.expect("lock");
+    let gate_all = Gate::new();
+    f.add(
+        Rule::on(Op::Release)
+            .times(1)
+            .hold_request(gate_all.clone()),
+    );
+    let all = {
+        let c = c.clone();
+        tokio::spawn(async move { c.release_all().await })
+    };
+    timeout(ms(5_000), gate_all.wait_entered(1))
+        .await
+        .expect("release_all's release at the gate");
+    f.add(Rule::on(Op::Release).times(1).delay_reply(ms(100)));
+    let idle = {
+        let f = f.clone();
+        tokio::task::spawn_blocking(move || {
+            let rt = current_thread();
+            rt.block_on(async move {
+                drop(guard);
+                let give_up = Instant::now() + ms(5_000);
+                while f.count(Op::Release) < 1 {
+                    assert!(Instant::now() < give_up, "the drop's release never applied");
+                    sleep(ms(5)).await;
+                }
+            });
+            rt // kept, idle: the drop's release waits for its delayed reply there
+        })
+        .await
+        .expect("drop in another runtime")
+    };
+    gate_all.open();
+    let started = Instant::now();
+    let outcome = timeout(ms(10_000), all).await;
+    let took = started.elapsed();
+    drop_runtime(idle).await;
+    let n = outcome
+        .unwrap_or_else(|_| {
+            panic!(
+                "[{}] release_all did not return within {took:?} after its own release was \
+                 let through: it waits for a release of the hold parked in an idle runtime",
+                b.kind
+            )
+        })
+        .expect("task");
+    let _ = n;
+}
+both_backends!(release_all_does_not_wait_for_a_release_parked_in_an_idle_runtime);
+
+// ---------------------------------------------------------------------------------------
+// 5. Mixed releases racing a release_all that gave every hold up first.
+// ---------------------------------------------------------------------------------------
+
+/// Claim: release_all "never misses one live at the call whose release (by any
+/// path) the server applied" and "never counts a hold twice across concurrent calls", with
+/// every path at once on the multi-threaded runtime: release_all A gives up 24 live holds
+/// first (its releases held before the server); then release_alls B and C, guard drops,
+/// guards' own `release()`, and `release_hold` by id all race, their replies delayed by
+/// different amounts, most applied before A's. A must count 24, B and C nothing (they found
+/// every hold being released), three rounds.
+async fn mixed_releases_race_a_release_all_that_gave_up_first(b: Backend) {
+    const N: usize = 24;
+    let (f, c) = faulty_client(&b).await;
+    let c = Arc::new(c);
+    let other = b.client().await;
+    for round in 0..3 {
+        let round_start = Instant::now();
+        f.clear();
+        let mut guards = Vec::new();
+        for i in 0..N {
+            let g = c
+                .mutex(&format!("race-mix-{i}"))
+                .lease(secs(10))
+                .lock()
+                .await
+                .expect("lock");
+            guards.push(g);
+        }
+        let gate = Gate::new();
+        f.add(
+            Rule::on(Op::Release)
+                .when(|call| call.name.starts_with("race-mix-"))
+                .times(N)
+                .hold_request(gate.clone()),
+        );
+        for i in 0..N {
+            let name = format!("race-mix-{i}");
+            let d = ms(((i as u64 * 37 + round * 11) % 120) + 1);
+            f.add(
+                Rule::on(Op::Release)
+                    .when(move |call| call.name == name)
+                    .delay_reply(d),
+            );
+        }
+        let a = {
+            let c = c.clone();
+            tokio::spawn(async move { c.release_all().await })
+        };
+        timeout(ms(5_000), gate.wait_entered(N))
+            .await
+            .expect("A's releases at the gate");
+        let bc: Vec<_> = (0..2)
+            .map(|_| {
+                let c = c.clone();
+                tokio::spawn(async move { c.release_all().await })
+            })
+            .collect();
+        let mut others = Vec::new();
+        for (i, g) in guards.into_iter().enumerate() {
+            match i % 4 {
+                0 => drop(g),
+                1 => others.push(tokio::spawn(async move { g.release().await.map(|_| ()) })),
+                2 => {
+                    let (c, id) = (c.clone(), g.hold_id());
+                    others.push(tokio::spawn(async move {
+                        let _g = g;
+                        c.release_hold(&id).await.map(|_| ())
+                    }));
+                }
+                _ => drop(tokio::spawn(async move {
+                    sleep(ms(30)).await;
+                    drop(g)
+                })),
+            }
+        }
+        sleep(ms(250)).await;
+        let opened_at = Instant::now();
+        gate.open();
+        let na = join("release_all A", a).await.expect("release_all A");
+        let overtaking = f
+            .calls(Op::Release)
+            .iter()
+            .filter(|e| e.forwarded_at > round_start && e.forwarded_at < opened_at)
+            .filter(|e| e.call.name.starts_with("race-mix-") && e.outcome.contains("true"))
+            .count();
+        assert!(
+            overtaking >= N / 2,
+            "only {overtaking} releases overtook A's"
+        );
+        let mut nbc = Vec::new();
+        for t in bc {
+            nbc.push(join("release_all B/C", t).await.expect("release_all B/C"));
+        }
+        for t in others {
+            let _ = join("a guard's release", t).await;
+        }
+        assert!(
+            na == N && nbc == [0, 0],
+            "[{}] round {round}: release_all A (first to give up all {N} live holds) counted \
+             {na}, B and C {nbc:?}",
+            b.kind
+        );
+        for i in 0..N {
+            let name = format!("race-mix-{i}");
+            support::waits::within(
+                ms(3_000),
+                &format!("[{}] {name} free", b.kind),
+                async || holders(&other, &name).await == 0,
+            )
+            .await;
+        }
+    }
+}
+both_backends!(mixed_releases_race_a_release_all_that_gave_up_first);
+
+// ---------------------------------------------------------------------------------------
+// 6. A pre-downgrade write id after the read hold it became was released.
+// ---------------------------------------------------------------------------------------
+
+/// Claim: a write id of a hold downgraded since releases the read hold through its
+/// guard, and nothing else: once that read hold was released, the same client's *new* read
+/// hold, another client's read hold, and later a new write hold of the same client are
+/// neither released nor extended by the stale write id (`Ok(false)` both).
+async fn a_stale_downgraded_write_id_touches_no_later_hold(b: Backend) {
+    let name = "race-stale-write-id";
+    let c = b.client().await;
+    let other = b.client().await;
+    let rw = c.rwlock(name).lease(secs(10));
+    let w = rw.write().await.expect("write");
+    let write_id = w.hold_id();
+    let read = redis_locks::WriteGuard::downgrade(w)
+        .await
+        .expect("downgrade");
+    assert!(read.release().await.expect("release read"));
+    let mine = rw.read().await.expect("a new read hold, same client");
+    let theirs = other
+        .rwlock(name)
+        .lease(secs(10))
+        .read()
+        .await
+        .expect("a read hold, other client");
+    let extended = c.extend_hold(&write_id, secs(60)).await.expect("extend");
+    let released = c.release_hold(&write_id).await.expect("release");
+    let released_other = other.release_hold(&write_id).await.expect("release");
+    let info = rw.inspect().await.expect("inspect");
+    assert!(
+        !extended
+            && !released
+            && !released_other
+            && mine.is_held()
+            && theirs.is_held()
+            && info.holders.len() == 2
+            && info.holders.iter().all(|h| h.lease_remaining <= secs(10)),
+        "[{}] stale write id: extended {extended}, released {released}/{released_other}, \
+         holders {:?}",
+        b.kind,
+        info.holders
+    );
+    mine.release().await.expect("release");
+    theirs.release().await.expect("release");
+    let w2 = rw.write().await.expect("a new write hold, same client");
+    let released = c.release_hold(&write_id).await.expect("release");
+    let extended = c.extend_hold(&write_id, secs(60)).await.expect("extend");
+    assert!(
+        !released && !extended && w2.is_held(),
+        "[{}] stale write id vs a new write hold: released {released}, extended {extended}",
+        b.kind
+    );
+    w2.release().await.expect("release");
+}
+both_backends!(a_stale_downgraded_write_id_touches_no_later_hold);
+
+// ---------------------------------------------------------------------------------------
+// 7. The warning of a background release cut by its runtime's shutdown.
+// ---------------------------------------------------------------------------------------
+
+/// Claim: a background release cut mid-request by its runtime's shutdown warns that the lock
+/// *may* stay held (its request may have been applied). Here the server applied the release
+/// before the shutdown (only its reply was on its way): the lock is free, and no warning may
+/// say it stays held.
+fn a_release_cut_after_it_was_applied_warns_that_the_lock_may_stay_held(
+    b: fn() -> Backend,
+    kind: &str,
+) {
+    let warnings = support::warnings::Warnings::default();
+    let _capture = tracing::subscriber::set_default(warnings.clone());
+    let backend = b();
+    let name = format!("race-warn-applied-{kind}");
+    let rt = current_thread();
+    rt.block_on(async {
+        let (f, c) = faulty_client(&backend).await;
+        let g = c.mutex(&name).lock().await.expect("lock");
+        f.add(Rule::on(Op::Release).delay_reply(ms(5_000)));
+        drop(g);
+        let give_up = Instant::now() + ms(5_000);
+        while f.count(Op::Release) < 1 {
+            assert!(Instant::now() < give_up, "the drop's release never applied");
+            sleep(ms(5)).await;
+        }
+    });
+    drop(rt);
+    let held = current_thread().block_on(async {
+        let other = backend.client().await;
+        holders(&other, &name).await
+    });
+    assert_eq!(
+        held, 0,
+        "the server applied the release (what this test is about)"
+    );
+    let seen = warnings.seen();
+    let about: Vec<_> = seen.iter().filter(|w| w.contains(&name)).collect();
+    assert!(
+        about.len() == 1 && about[0].contains("may stay held"),
+        "[{kind}] one warning that `{name}` may stay held (its release was cut short), not \
+         that it stays held: {seen:#?}"
+    );
+}
+
+#[test]
+fn a_release_cut_after_it_was_applied_warns_that_the_lock_may_stay_held_memory() {
+    a_release_cut_after_it_was_applied_warns_that_the_lock_may_stay_held(Backend::memory, "memory");
+}
+
+#[test]
+fn a_release_cut_after_it_was_applied_warns_that_the_lock_may_stay_held_redis() {
+    a_release_cut_after_it_was_applied_warns_that_the_lock_may_stay_held(Backend::redis, "redis");
+}
+
+/// Claim: "A task dropped unrun by its runtime's shutdown leaves an entry that stops
+/// upgrading once the requests it waited for end": the guard is detached inside another
+/// runtime (a current-thread one) while an `extend_hold` of its hold is in flight, and that
+/// runtime is shut down at once. Once the extend is answered, a resume of the id in this
+/// client is no longer refused (within 3 s).
+async fn detach_in_a_runtime_that_shuts_down_then_resume(b: Backend) {
+    let name = "race-detach-runtime-gone";
+    let (f, c) = faulty_client(&b).await;
+    let guard = c
+        .mutex(name)
+        .lease(secs(10))
+        .auto_renew(false)
+        .lock()
+        .await
+        .expect("lock");
+    let id = guard.hold_id();
+    let gate = Gate::new();
+    f.add(
+        Rule::on(Op::Extend)
+            .when(|call| call.lease == Some(secs(5)))
+            .times(1)
+            .hold_request(gate.clone()),
+    );
+    let extending = {
+        let (c, id) = (c.clone(), id.clone());
+        tokio::spawn(async move { c.extend_hold(&id, secs(5)).await })
+    };
+    timeout(ms(5_000), gate.wait_entered(1))
+        .await
+        .expect("extend at the gate");
+    tokio::task::spawn_blocking(move || {
+        let rt = current_thread();
+        rt.block_on(async move {
+            let _ = guard.detach();
+        });
+        drop(rt);
+    })
+    .await
+    .expect("detach in another runtime, then its shutdown");
+    // Before the extend is answered, a resume is refused (the step is under way).
+    let early = c.mutex(name).lease(secs(10)).resume(&id).await;
+    assert!(
+        matches!(&early, Err(e) if e.is_hold_in_use()),
+        "[{}] a resume while the extend is in flight: {:?}",
+        b.kind,
+        early.as_ref().map(|_| "a guard")
+    );
+    gate.open();
+    assert!(join("extend_hold", extending).await.expect("extend_hold"));
+    let give_up = Instant::now() + ms(3_000);
+    loop {
+        match c.mutex(name).lease(secs(10)).resume(&id).await {
+            Ok(g) => {
+                g.release().await.expect("release");
+                break;
+            }
+            Err(err) if err.is_hold_in_use() && Instant::now() < give_up => sleep(ms(50)).await,
+            Err(err) => panic!("[{}] resume after the extend was answered: {err}", b.kind),
+        }
+    }
+}
+both_backends!(detach_in_a_runtime_that_shuts_down_then_resume);
