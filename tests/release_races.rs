@@ -34,30 +34,18 @@ async fn holders(other: &LockClient, name: &str) -> usize {
         .len()
 }
 
-/// Drops a runtime on a plain thread (a runtime cannot be dropped inside another's context).
-async fn drop_runtime(rt: tokio::runtime::Runtime) {
-    tokio::task::spawn_blocking(move || drop(rt))
-        .await
-        .expect("drop runtime");
+/// A 10 s Mutex hold of `name` on a fault-injecting client (no auto-renewal), with an
+/// `extend_hold(id, lease)` of it on its way, held at `gate` before the server.
+struct ExtendAtGate {
+    c: LockClient,
+    guard: redis_locks::MutexGuard,
+    id: redis_locks::HoldId,
+    gate: Arc<Gate>,
+    extending: tokio::task::JoinHandle<redis_locks::Result<bool>>,
 }
 
-// ---------------------------------------------------------------------------------------
-// 1. release_all and a detached hold whose entry is kept for a step in flight.
-// ---------------------------------------------------------------------------------------
-
-/// Claim: `detach()` "gives the guard up *without* releasing the hold ... the
-/// server's lease runs on until its deadline" and `release_all` "returns how many the server
-/// still held ... counted once, by the call that found it live (not being released
-/// already)" -- a hold detached before the call is not this client's any more.
-///
-/// The guard is detached while an `extend_hold` of its hold (through that guard) is on its
-/// way, so its entry stays registered (deferred unregister). A `release_all` meanwhile finds
-/// the entry, `end_locally()` answers true (a detach never set `releasing`), and it releases
-/// and counts the detached hold: a hold handed to another process is ended under it.
-async fn release_all_spares_a_hold_detached_while_its_extend_is_in_flight(b: Backend) {
-    let name = "race-ra-detached";
-    let (f, c) = faulty_client(&b).await;
-    let other = b.client().await;
+async fn extend_at_gate(b: &Backend, name: &str, lease: std::time::Duration) -> ExtendAtGate {
+    let (f, c) = faulty_client(b).await;
     let guard = c
         .mutex(name)
         .lease(secs(10))
@@ -69,17 +57,50 @@ async fn release_all_spares_a_hold_detached_while_its_extend_is_in_flight(b: Bac
     let gate = Gate::new();
     f.add(
         Rule::on(Op::Extend)
-            .when(|call| call.lease == Some(secs(5)))
+            .when(move |call| call.lease == Some(lease))
             .times(1)
             .hold_request(gate.clone()),
     );
     let extending = {
         let (c, id) = (c.clone(), id.clone());
-        tokio::spawn(async move { c.extend_hold(&id, secs(5)).await })
+        tokio::spawn(async move { c.extend_hold(&id, lease).await })
     };
     timeout(ms(5_000), gate.wait_entered(1))
         .await
         .expect("extend at the gate");
+    ExtendAtGate {
+        c,
+        guard,
+        id,
+        gate,
+        extending,
+    }
+}
+
+/// Drops a runtime on a plain thread (a runtime cannot be dropped inside another's context).
+async fn drop_runtime(rt: tokio::runtime::Runtime) {
+    tokio::task::spawn_blocking(move || drop(rt))
+        .await
+        .expect("drop runtime");
+}
+
+// ---------------------------------------------------------------------------------------
+// A detached hold and release_all.
+// ---------------------------------------------------------------------------------------
+
+/// Claim: a detached hold is no longer the client's: `release_all` leaves it (and does not
+/// count it), also while a step of it is still in flight here (an `extend_hold` through the
+/// guard, held before the server when the guard is detached).
+async fn release_all_spares_a_hold_detached_while_its_extend_is_in_flight(b: Backend) {
+    let name = "race-ra-detached";
+    let other = b.client().await;
+    let ExtendAtGate {
+        c,
+        guard,
+        gate,
+        extending,
+        ..
+    } = extend_at_gate(&b, name, secs(5)).await;
     let _handed_over = guard.detach();
     let n = timeout(ms(10_000), c.release_all())
         .await
@@ -98,20 +119,14 @@ async fn release_all_spares_a_hold_detached_while_its_extend_is_in_flight(b: Bac
 both_backends!(release_all_spares_a_hold_detached_while_its_extend_is_in_flight);
 
 // ---------------------------------------------------------------------------------------
-// 2. A step by id that finds the detached entry and is sent after it was unregistered.
+// A resume after a detach, with steps of the hold in flight.
 // ---------------------------------------------------------------------------------------
 
-/// Claim: GUARANTEES "A detached guard's entry stays until the requests and releases
-/// of its hold already under way are answered, so a resume after a `detach()` never runs
-/// beside them either" and the honest holder (`valid_until()` never past the server's lease).
-///
-/// `extend_hold(id, 5 s)` E1 is held before the server; the guard is detached (the settle
-/// task queues on the hold's request mutex behind E1). A second `extend_hold(id, 800 ms)` E2
-/// then finds the still-registered detached entry, trusted (a detach does not mark it lost),
-/// and queues behind the settle task. E1 answered: the settle task unregisters the entry,
-/// E2 goes out through the detached owner (held before the server), and a `resume` in the
-/// same client, finding no entry, renews with 10 s. E2 is applied after it: the server's
-/// lease is 800 ms while the resumed guard trusts ~10 s.
+/// Claim: a resume after a `detach()` never runs beside a step of the hold still in flight in
+/// the same client (GUARANTEES), so the resumed guard is honest. `extend_hold(5 s)` E1 is held
+/// before the server, the guard is detached, a second `extend_hold(800 ms)` E2 starts, E1 is let
+/// through; a resume (10 s) follows while E2 is held: it must wait for E2 (or be refused), never
+/// trust 10 s of a lease E2 then cuts to 800 ms.
 async fn a_resume_after_a_detach_waits_for_a_step_queued_behind_it(b: Backend) {
     let name = "race-detach-queued-step";
     let (f, c) = faulty_client(&b).await;
@@ -144,12 +159,12 @@ async fn a_resume_after_a_detach_waits_for_a_step_queued_behind_it(b: Backend) {
         .await
         .expect("E1 at the gate");
     let _ = guard.detach();
-    sleep(ms(200)).await; // the settle task waits for the request mutex now
+    sleep(ms(200)).await; // the detach is done while E1 is in flight
     let e2 = {
         let (c, id) = (c.clone(), id.clone());
         tokio::spawn(async move { c.extend_hold(&id, ms(800)).await })
     };
-    sleep(ms(200)).await; // E2 waits behind the settle task
+    sleep(ms(200)).await; // E2 has started
     gate1.open();
     let _ = join("E1", e1).await;
     // E2 reaches its gate if it was sent (else it was refused: nothing to see).
@@ -183,12 +198,9 @@ async fn a_resume_after_a_detach_waits_for_a_step_queued_behind_it(b: Backend) {
 }
 both_backends!(a_resume_after_a_detach_waits_for_a_step_queued_behind_it);
 
-/// Claim: the same GUARANTEES sentence ("a resume after a `detach()` never runs
-/// beside [the steps of its hold already under way]") for an `extend_hold` that goes
-/// *beside* a guard whose trust ran out ("A guard whose trust had run out is ended for good
-/// ... and the extend goes beside it"): that step holds neither the request mutex nor a
-/// reservation, so the detach finds everything settled and unregisters at once; a resume
-/// then renews for 10 s and the step's 800 ms lease is applied after it.
+/// Claim: the same, for an `extend_hold` that goes beside a guard whose trust ran out (another
+/// client kept the hold alive on the server): a resume after the detach waits for it (or is
+/// refused), never trusts 10 s of a lease the 800 ms extend then cuts.
 async fn a_resume_after_a_detach_waits_for_an_extend_beside_a_lapsed_guard(b: Backend) {
     let name = "race-detach-beside-step";
     let (f, c) = faulty_client(&b).await;
@@ -251,37 +263,19 @@ async fn a_resume_after_a_detach_waits_for_an_extend_beside_a_lapsed_guard(b: Ba
 }
 both_backends!(a_resume_after_a_detach_waits_for_an_extend_beside_a_lapsed_guard);
 
-/// Claim: GUARANTEES "A detached guard's entry stays until the requests and releases
-/// of its hold already under way are answered, so a resume after a `detach()` never runs
-/// beside them" (the docs name no exception; the change unregisters at once outside a
-/// runtime). The guard is detached on a thread without a runtime while an
-/// `extend_hold(id, 800 ms)` through it is on its way: a resume (10 s) goes ahead, the short
-/// extend is applied after it, and the resumed guard trusts ~10 s of an 800 ms lease.
+/// Claim: the same, with the detach on a thread without a runtime while an `extend_hold(id,
+/// 800 ms)` through the guard is on its way: the resume that follows never trusts 10 s of the
+/// 800 ms lease.
 async fn detach_outside_a_runtime_during_an_extend_then_resume(b: Backend) {
     let name = "race-detach-no-runtime";
-    let (f, c) = faulty_client(&b).await;
-    let guard = c
-        .mutex(name)
-        .lease(secs(10))
-        .auto_renew(false)
-        .lock()
-        .await
-        .expect("lock");
-    let id = guard.hold_id();
-    let gate = Gate::new();
-    f.add(
-        Rule::on(Op::Extend)
-            .when(|call| call.lease == Some(ms(800)))
-            .times(1)
-            .hold_request(gate.clone()),
-    );
-    let extending = {
-        let (c, id) = (c.clone(), id.clone());
-        tokio::spawn(async move { c.extend_hold(&id, ms(800)).await })
-    };
-    timeout(ms(5_000), gate.wait_entered(1))
-        .await
-        .expect("extend at the gate");
+    let ExtendAtGate {
+        c,
+        guard,
+        id,
+        gate,
+        extending,
+        ..
+    } = extend_at_gate(&b, name, ms(800)).await;
     std::thread::spawn(move || {
         let _ = guard.detach();
     })
@@ -316,40 +310,19 @@ async fn detach_outside_a_runtime_during_an_extend_then_resume(b: Backend) {
 }
 both_backends!(detach_outside_a_runtime_during_an_extend_then_resume);
 
-/// Claim: "detach() keeps the hold in the client's registry until every lease
-/// request and release of it already under way ... is answered" -- and no longer: the
-/// deferred unregister must not leak the entry so that `HoldInUse` sticks.
-///
-/// The guard is detached inside a current-thread runtime's `block_on` (another runtime than
-/// the hold's, as a sync wrapper does) while an `extend_hold` of the hold is in flight. The
-/// settle task is spawned on that runtime, which is idle after `block_on` returns: it never
-/// runs, holds the entry alive, and a resume of the id in this client is refused with
-/// `HoldInUse` long after the extend was answered (for as long as that runtime exists).
+/// Claim: once the steps in flight at a detach have ended, a resume of the id in the same
+/// client goes ahead, also when the detach ran inside another runtime's `block_on` (a sync
+/// wrapper's) that is idle now.
 async fn a_detach_in_an_idle_runtime_does_not_leave_the_hold_in_use(b: Backend) {
     let name = "race-detach-idle-runtime";
-    let (f, c) = faulty_client(&b).await;
-    let guard = c
-        .mutex(name)
-        .lease(secs(10))
-        .auto_renew(false)
-        .lock()
-        .await
-        .expect("lock");
-    let id = guard.hold_id();
-    let gate = Gate::new();
-    f.add(
-        Rule::on(Op::Extend)
-            .when(|call| call.lease == Some(secs(5)))
-            .times(1)
-            .hold_request(gate.clone()),
-    );
-    let extending = {
-        let (c, id) = (c.clone(), id.clone());
-        tokio::spawn(async move { c.extend_hold(&id, secs(5)).await })
-    };
-    timeout(ms(5_000), gate.wait_entered(1))
-        .await
-        .expect("extend at the gate");
+    let ExtendAtGate {
+        c,
+        guard,
+        id,
+        gate,
+        extending,
+        ..
+    } = extend_at_gate(&b, name, secs(5)).await;
     let idle = tokio::task::spawn_blocking(move || {
         let rt = current_thread();
         rt.block_on(async move {
@@ -391,21 +364,13 @@ async fn a_detach_in_an_idle_runtime_does_not_leave_the_hold_in_use(b: Backend) 
 both_backends!(a_detach_in_an_idle_runtime_does_not_leave_the_hold_in_use);
 
 // ---------------------------------------------------------------------------------------
-// 3. release_all's count when another release of the hold applied first never reports.
+// release_all's liveness.
 // ---------------------------------------------------------------------------------------
 
-// ---------------------------------------------------------------------------------------
-// 4. release_all's liveness.
-// ---------------------------------------------------------------------------------------
-
-/// Claim: release_all "never hangs (a release in flight that never answers must not
-/// block release_all beyond the store's deadlines)".
-///
-/// release_all is called (its release held before the server); the guard is then dropped
-/// inside a current-thread runtime's `block_on` (a sync wrapper), whose background release
-/// is applied and then parked (its reply delayed on that runtime's timer) when `block_on`
-/// returns and the runtime goes idle. release_all's release is answered `false`, and it
-/// waits for the parked release to end: forever, while that runtime exists.
+/// Claim: `release_all` returns within its bound even when another release of a hold it counts
+/// is parked on a runtime that no longer runs it: the guard is dropped inside a current-thread
+/// runtime's `block_on` while `release_all`'s own release is held, the drop's release is
+/// applied, its reply delayed on that runtime, which then goes idle.
 async fn release_all_does_not_wait_for_a_release_parked_in_an_idle_runtime(b: Backend) {
     let name = "race-ra-idle-runtime";
     let (f, c) = faulty_client(&b).await;
@@ -460,11 +425,11 @@ async fn release_all_does_not_wait_for_a_release_parked_in_an_idle_runtime(b: Ba
 both_backends!(release_all_does_not_wait_for_a_release_parked_in_an_idle_runtime);
 
 // ---------------------------------------------------------------------------------------
-// 5. Mixed releases racing a release_all that gave every hold up first.
+// Mixed releases racing a release_all that gave every hold up first.
 // ---------------------------------------------------------------------------------------
 
-/// Claim: release_all "never misses one live at the call whose release (by any
-/// path) the server applied" and "never counts a hold twice across concurrent calls", with
+/// Claim: release_all counts every hold live at its call whose release (by any path, each
+/// answered) the server applied and "never counts a hold twice across concurrent calls", with
 /// every path at once on the multi-threaded runtime: release_all A gives up 24 live holds
 /// first (its releases held before the server); then release_alls B and C, guard drops,
 /// guards' own `release()`, and `release_hold` by id all race, their replies delayed by
@@ -576,7 +541,7 @@ async fn mixed_releases_race_a_release_all_that_gave_up_first(b: Backend) {
 both_backends!(mixed_releases_race_a_release_all_that_gave_up_first);
 
 // ---------------------------------------------------------------------------------------
-// 6. A pre-downgrade write id after the read hold it became was released.
+// A pre-downgrade write id after the read hold it became was released.
 // ---------------------------------------------------------------------------------------
 
 /// Claim: a write id of a hold downgraded since releases the read hold through its
@@ -633,7 +598,7 @@ async fn a_stale_downgraded_write_id_touches_no_later_hold(b: Backend) {
 both_backends!(a_stale_downgraded_write_id_touches_no_later_hold);
 
 // ---------------------------------------------------------------------------------------
-// 7. The warning of a background release cut by its runtime's shutdown.
+// The warning of a background release cut by its runtime's shutdown.
 // ---------------------------------------------------------------------------------------
 
 /// Claim: a background release cut mid-request by its runtime's shutdown warns that the lock
@@ -688,36 +653,19 @@ fn a_release_cut_after_it_was_applied_warns_that_the_lock_may_stay_held_redis() 
     a_release_cut_after_it_was_applied_warns_that_the_lock_may_stay_held(Backend::redis, "redis");
 }
 
-/// Claim: "A task dropped unrun by its runtime's shutdown leaves an entry that stops
-/// upgrading once the requests it waited for end": the guard is detached inside another
-/// runtime (a current-thread one) while an `extend_hold` of its hold is in flight, and that
-/// runtime is shut down at once. Once the extend is answered, a resume of the id in this
-/// client is no longer refused (within 3 s).
+/// Claim: a detach inside another runtime that is shut down at once, while an `extend_hold` of
+/// the hold is in flight: a resume in this client is refused while the extend is under way, and
+/// goes ahead once it is answered.
 async fn detach_in_a_runtime_that_shuts_down_then_resume(b: Backend) {
     let name = "race-detach-runtime-gone";
-    let (f, c) = faulty_client(&b).await;
-    let guard = c
-        .mutex(name)
-        .lease(secs(10))
-        .auto_renew(false)
-        .lock()
-        .await
-        .expect("lock");
-    let id = guard.hold_id();
-    let gate = Gate::new();
-    f.add(
-        Rule::on(Op::Extend)
-            .when(|call| call.lease == Some(secs(5)))
-            .times(1)
-            .hold_request(gate.clone()),
-    );
-    let extending = {
-        let (c, id) = (c.clone(), id.clone());
-        tokio::spawn(async move { c.extend_hold(&id, secs(5)).await })
-    };
-    timeout(ms(5_000), gate.wait_entered(1))
-        .await
-        .expect("extend at the gate");
+    let ExtendAtGate {
+        c,
+        guard,
+        id,
+        gate,
+        extending,
+        ..
+    } = extend_at_gate(&b, name, secs(5)).await;
     tokio::task::spawn_blocking(move || {
         let rt = current_thread();
         rt.block_on(async move {
