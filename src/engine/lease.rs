@@ -65,15 +65,19 @@ struct Shared {
     /// registry until that release is answered, so a resume of its id in this client finds
     /// it and is refused instead of renewing a lease the release then ends under it.
     releasing: std::sync::atomic::AtomicBool,
-    /// Its guard was detached: the entry stays in the registry only until what was in flight
-    /// for it has ended ([`Shared::settled`]); a resume of its id in this client waits for that
-    /// instead of being refused.
+    /// Its guard was detached: the entry stays in the registry only until nothing sent for
+    /// it is in flight ([`Shared::is_quiet`]); a resume of its id in this client waits for
+    /// that instead of being refused. Set under the registry's lock.
     detached: std::sync::atomic::AtomicBool,
-    /// This hold's releases and steps by id in flight, and whether a release was answered
-    /// `true` (the server still held the hold). Releases of one hold (its guard's, its
-    /// drop's, `release_all`'s, one by id) may run at once, and only the first the server
-    /// applies is answered `true`: `release_all` counts a hold when any of them was. A detach
-    /// keeps the hold registered until none is in flight (see [`Hold::detach`]).
+    /// Renewal requests of this hold on their way (registered before the send, which is not
+    /// made once the hold is detached: [`Shared::renewal_sending`]).
+    renewals_sending: std::sync::atomic::AtomicUsize,
+    /// This hold's releases and steps by id in flight (registered under the registry's lock,
+    /// before anything is sent), and whether a release was answered `true` (the server still
+    /// held the hold). Releases of one hold (its guard's, its drop's, `release_all`'s, one by
+    /// id) may run at once, and only the first the server applies is answered `true`:
+    /// `release_all` counts a hold when any of them was. Every change (of these counts and of
+    /// `renewals_sending`) is announced here, for [`Shared::settled`].
     releases: watch::Sender<Releases>,
 }
 
@@ -103,20 +107,41 @@ impl Drop for StepById {
     }
 }
 
-/// One release of a hold in flight; dropping it (answered, failed or cancelled) takes it out
-/// of [`Shared::releases`], with its answer if it had one.
-struct ReleaseInFlight<'a> {
-    shared: &'a Shared,
+/// One release of a hold, in flight from its making ([`Shared::release_ticket`]) to its
+/// drop (answered, failed or cancelled), which takes it out of [`Shared::releases`] with its
+/// answer if it had one.
+struct ReleaseTicket {
+    shared: Arc<Shared>,
     held: bool,
 }
 
-impl Drop for ReleaseInFlight<'_> {
+impl ReleaseTicket {
+    /// Releases the hold by token.
+    async fn send(mut self) -> Result<bool> {
+        let claim = self.shared.claim();
+        let held = release_with_retry(&*self.shared.store, &self.shared.lock, &claim).await?;
+        self.held = held;
+        Ok(held)
+    }
+}
+
+impl Drop for ReleaseTicket {
     fn drop(&mut self) {
         let held = self.held;
         self.shared.releases.send_modify(|r| {
             r.in_flight -= 1;
             r.ended_live |= held;
         });
+    }
+}
+
+/// A renewal request of a hold on its way ([`Shared::renewal_sending`]), until dropped.
+struct RenewalSending<'a>(&'a Shared);
+
+impl Drop for RenewalSending<'_> {
+    fn drop(&mut self) {
+        self.0.renewals_sending.fetch_sub(1, Ordering::SeqCst);
+        self.0.releases.send_modify(|_| {});
     }
 }
 
@@ -416,6 +441,14 @@ impl Shared {
             Some(until)
         } else {
             None
+        };
+        // A renewal registers before it is sent, and is not sent for a detached hold.
+        let _sending = match renewal {
+            true => match self.renewal_sending() {
+                Some(sending) => Some(sending),
+                None => return Ok(false),
+            },
+            false => None,
         };
         let claim = self.claim();
         let lease = claim.lease;
@@ -786,36 +819,50 @@ impl Holds {
     }
 
     /// The hold of this client on lock `name` with `claim`'s token (in whatever form: a
-    /// downgraded write hold is found by its write id), with its registry entry: the lease
-    /// owner a step by id of that hold goes through. A client has at most one entry of a
-    /// token on a name ([`Holds::reserve`]).
-    fn find(&self, name: &str, claim: &Claim) -> Option<(u64, Arc<Shared>)> {
+    /// downgraded write hold is found by its write id), the lease owner a step by id of that
+    /// hold goes through, with `begin` run on it under the registry's lock (so the step is
+    /// registered on the hold before a resume can find the entry quiet). A client has at most
+    /// one entry of a token on a name ([`Holds::reserve`]).
+    fn find<T>(
+        &self,
+        name: &str,
+        claim: &Claim,
+        begin: impl FnOnce(&Arc<Shared>) -> T,
+    ) -> Option<(Arc<Shared>, T)> {
         let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
-        live.iter()
-            .filter_map(|(id, weak)| Some((*id, weak.upgrade()?)))
-            .find(|(_, shared)| shared.lock.name() == name && shared.claim().token == claim.token)
+        let shared = live
+            .values()
+            .filter_map(Weak::upgrade)
+            .find(|shared| shared.lock.name() == name && shared.claim().token == claim.token)?;
+        let begun = begin(&shared);
+        Some((shared, begun))
     }
 
     /// Reserves the hold of `token` on lock `name` for a resume (or a step by id without a
     /// guard) in this client: [`Reserve::InUse`] when the client has an entry of it (a guard,
     /// live or lost, or one dropped or released and not answered yet) or another step
-    /// reserved it; [`Reserve::Settling`] when its only entry is a detached guard's whose
-    /// requests are still in flight. One check-and-insert under the registry's lock, so two
-    /// resumes (or a resume and a guard) of one hold never both go ahead.
+    /// reserved it; [`Reserve::Settling`] when its only entry is a detached guard's with
+    /// something sent for it still in flight. A detached guard's entry found quiet is dropped
+    /// here. One check-and-insert under the registry's lock, so two resumes (or a resume and
+    /// a guard) of one hold never both go ahead, and no step of the hold registers between
+    /// the check and the reservation.
     fn reserve(self: &Arc<Self>, name: &str, token: &str) -> Reserve {
-        let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
-        let mut settling = None;
+        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        let mut quiet = Vec::new();
         for (id, shared) in live.iter().filter_map(|(id, w)| Some((*id, w.upgrade()?))) {
             if shared.lock.name() != name || shared.claim().token != token {
                 continue;
             }
-            if !shared.detached.load(Ordering::Acquire) {
+            if !shared.detached.load(Ordering::SeqCst) {
                 return Reserve::InUse;
             }
-            settling = Some((id, shared));
+            if !shared.is_quiet() {
+                return Reserve::Settling(shared);
+            }
+            quiet.push(id);
         }
-        if let Some((id, shared)) = settling {
-            return Reserve::Settling(id, shared);
+        for id in quiet {
+            live.remove(&id);
         }
         let mut resuming = self.resuming.lock().unwrap_or_else(|p| p.into_inner());
         let key = (name.to_owned(), token.to_owned());
@@ -842,11 +889,10 @@ impl Holds {
             match self.reserve(name, token) {
                 Reserve::Done(reservation) => return Some(reservation),
                 Reserve::InUse => return None,
-                Reserve::Settling(id, shared) => {
+                Reserve::Settling(shared) => {
                     tokio::time::timeout(self.step_bound, shared.settled())
                         .await
                         .ok()?;
-                    self.unregister(id);
                 }
             }
         }
@@ -885,25 +931,30 @@ impl Holds {
     /// held when this was called (each counted once). Errors are reported after every
     /// release has been tried.
     pub(crate) async fn release_all(&self) -> Result<usize> {
-        let holds: Vec<(u64, Arc<Shared>)> = {
+        // Under the registry's lock, each release is registered on its hold before anything
+        // is sent, and before a detach (which takes the same lock) can find the hold quiet.
+        let holds: Vec<(u64, Arc<Shared>, bool, ReleaseTicket)> = {
             let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
             live.iter()
                 .filter_map(|(id, weak)| Some((*id, weak.upgrade()?)))
-                // A detached guard's entry, kept until its requests end, is not a hold of
-                // this client any more.
-                .filter(|(_, shared)| !shared.detached.load(Ordering::Acquire))
+                // A detached guard's hold is not this client's any more.
+                .filter(|(_, shared)| !shared.detached.load(Ordering::SeqCst))
+                .map(|(id, shared)| {
+                    // A hold already being released (its guard released or dropped, another
+                    // `release_all`, the answer not in yet) is waited for here, so the
+                    // shutdown waits for it, but not counted: it was given up before this
+                    // call. Released by token here: no renewal may go on.
+                    let counted = shared.end_locally();
+                    let ticket = shared.release_ticket();
+                    (id, shared, counted, ticket)
+                })
                 .collect()
         };
         let mut releases = tokio::task::JoinSet::new();
         let step_bound = self.step_bound;
-        for (id, shared) in holds {
-            // A hold already being released (its guard released or dropped, another
-            // `release_all`, the answer not in yet) is waited for here, so the shutdown waits
-            // for it, but not counted: it was given up before this call. Released by token
-            // here: no renewal may go on (it would be refused anyway).
-            let counted = shared.end_locally();
+        for (id, shared, counted, ticket) in holds {
             releases.spawn(async move {
-                let outcome = shared.release().await;
+                let outcome = ticket.send().await;
                 let counted = match outcome {
                     Ok(held) if counted => held || shared.ended_live(step_bound).await,
                     _ => false,
@@ -937,8 +988,8 @@ enum Reserve {
     Done(Reservation),
     /// Another entry or step has the hold.
     InUse,
-    /// Only a detached guard's entry (its registry id), still waiting for its requests.
-    Settling(u64, Arc<Shared>),
+    /// Only a detached guard's entry, with something sent for it still in flight.
+    Settling(Arc<Shared>),
 }
 
 /// A resume's reservation of its hold in its client's [`Holds`]; dropping it (the resume
@@ -1076,6 +1127,7 @@ impl Hold {
             renewer: StdMutex::new(Renewer::Off),
             releasing: std::sync::atomic::AtomicBool::new(false),
             detached: std::sync::atomic::AtomicBool::new(false),
+            renewals_sending: std::sync::atomic::AtomicUsize::new(0),
             releases: watch::Sender::new(Releases::default()),
         });
         let id = shared.holds.register(&shared);
@@ -1154,10 +1206,13 @@ impl Hold {
     /// renewal sent after them.
     pub(crate) fn detach(mut self) {
         self.released = true;
-        self.shared.detached.store(true, Ordering::Release);
         self.shared.stop_renewer();
-        if self.shared.is_settled() {
-            self.shared.holds.unregister(self.id);
+        let holds = &self.shared.holds;
+        let mut live = holds.live.lock().unwrap_or_else(|p| p.into_inner());
+        self.shared.detached.store(true, Ordering::SeqCst);
+        // Otherwise the entry stays until a resume of the id here finds it quiet.
+        if self.shared.is_quiet() {
+            live.remove(&self.id);
         }
     }
 
@@ -1225,7 +1280,7 @@ impl Hold {
         self.shared.begin_release();
         let slot = self.shared.claim().slot;
         crate::engine::telemetry::held(&slot, self.shared.granted_at.elapsed());
-        let outcome = self.shared.release().await;
+        let outcome = self.shared.release_ticket().send().await;
         // Released once answered: a release whose future is dropped before that is sent again
         // by the drop, in the background.
         self.released = true;
@@ -1409,9 +1464,12 @@ pub(crate) async fn release_by_id(
     lock: &LockKeys,
     claim: &Claim,
 ) -> Result<bool> {
-    if let Some((_, shared)) = holds.find(lock.name(), claim) {
+    let found = holds.find(lock.name(), claim, |shared| {
         shared.begin_release();
-        return shared.release().await;
+        shared.release_ticket()
+    });
+    if let Some((_, ticket)) = found {
+        return ticket.send().await;
     }
     let Some(_reserved) = holds.reserve_after_detach(lock.name(), &claim.token).await else {
         return Err(hold_in_use(lock.name()));
@@ -1432,22 +1490,23 @@ pub(crate) async fn extend_by_id(
     lease: Duration,
 ) -> Result<bool> {
     crate::vocab::options::check_duration("lease", lease)?;
-    let found = holds.find(lock.name(), claim);
     // Until this step ends (also when it goes beside the guard), a detach of the guard keeps
     // the hold registered, so no resume here runs beside it.
-    let _step = found
-        .as_ref()
-        .map(|(_, shared)| StepById::new(shared.clone()));
+    let found = holds.find(lock.name(), claim, |shared| StepById::new(shared.clone()));
+    let (found, _step) = match found {
+        Some((shared, step)) => (Some(shared), Some(step)),
+        None => (None, None),
+    };
     let _reserved = match found {
         // Releasing, or not in the id's form any more (a write id of a hold downgraded
         // since): nothing live of that kind to extend.
-        Some((_, shared)) if shared.is_releasing() || shared.claim().slot != claim.slot => {
+        Some(shared) if shared.is_releasing() || shared.claim().slot != claim.slot => {
             return Ok(false)
         }
         // Through the owner, as the guard's own `extend`: one request at a time, its trust
         // from this request's send. `Ok(false)` marks the guard lost, or found it lost (a
         // renewal gave up meanwhile) before anything was sent: asked again beside it.
-        Some((_, shared)) if shared.is_trusted() => {
+        Some(shared) if shared.is_trusted() => {
             shared.set_lease(lease);
             match shared.request(false).await {
                 Ok(false) => None,
@@ -1457,7 +1516,7 @@ pub(crate) async fn extend_by_id(
         // A guard whose trust ran out (its `lost()` fired) is not revived: it ends here for
         // good, after its request in flight, and sends nothing more (nor does a resume start
         // beside it); the step goes beside it.
-        Some((_, shared)) => {
+        Some(shared) => {
             let _turn = shared.requests.lock().await;
             shared.stop_renewer();
             shared.mark_lost_quietly();
@@ -1487,35 +1546,44 @@ impl Shared {
         first
     }
 
-    /// Releases the hold by token (see [`Shared::releases`]).
-    async fn release(&self) -> Result<bool> {
+    /// A release of this hold, registered in flight now (see [`Shared::releases`]); send it
+    /// with [`ReleaseTicket::send`].
+    fn release_ticket(self: &Arc<Self>) -> ReleaseTicket {
         self.releases.send_modify(|r| r.in_flight += 1);
-        let mut in_flight = ReleaseInFlight {
-            shared: self,
+        ReleaseTicket {
+            shared: self.clone(),
             held: false,
-        };
-        let claim = self.claim();
-        let held = release_with_retry(&*self.store, &self.lock, &claim).await?;
-        in_flight.held = held;
-        Ok(held)
+        }
     }
 
-    /// Whether no lease request (a renewal, an `extend`), release or step by id of this hold
-    /// is in flight now.
-    fn is_settled(&self) -> bool {
-        let quiet = {
-            let r = self.releases.borrow();
-            r.in_flight == 0 && r.by_id == 0
-        };
-        quiet && self.requests.try_lock().is_ok()
+    /// Registers a renewal of this hold as on its way, unless the hold was detached (then
+    /// nothing may be sent for it: a resume of its id may be renewing it). The count is
+    /// raised before the flag is read, and a detach sets the flag before it reads the count
+    /// (both sequentially consistent), so either the renewal sees the detach or the detach
+    /// sees the renewal.
+    fn renewal_sending(&self) -> Option<RenewalSending<'_>> {
+        self.renewals_sending.fetch_add(1, Ordering::SeqCst);
+        let sending = RenewalSending(self);
+        (!self.detached.load(Ordering::SeqCst)).then_some(sending)
     }
 
-    /// Once no lease request, release or step by id of this hold is in flight (each ends by
-    /// its own deadline; a renewal cancelled by a detach ends at once).
+    /// Whether nothing sent for this hold is in flight now: no renewal, release or step by
+    /// id.
+    fn is_quiet(&self) -> bool {
+        let r = *self.releases.borrow();
+        r.in_flight == 0 && r.by_id == 0 && self.renewals_sending.load(Ordering::SeqCst) == 0
+    }
+
+    /// Once nothing sent for this hold is in flight (each request ends by its own deadline).
     async fn settled(&self) {
-        drop(self.requests.lock().await);
         let mut rx = self.releases.subscribe();
-        let _ = rx.wait_for(|r| r.in_flight == 0 && r.by_id == 0).await;
+        let _ = rx
+            .wait_for(|r| {
+                r.in_flight == 0
+                    && r.by_id == 0
+                    && self.renewals_sending.load(Ordering::SeqCst) == 0
+            })
+            .await;
     }
 
     /// Whether one of this hold's releases was answered `true`, once none is in flight (or
@@ -1672,29 +1740,31 @@ fn warn_dropped_outside_a_runtime(name: &str, lease: Duration, cut: bool) {
 
 impl Drop for Hold {
     fn drop(&mut self) {
-        // A released or detached hold left the renewals (or kept them for another guard).
+        // A released or detached hold left the renewals.
         if !self.released {
             self.shared.begin_release();
             let shared = self.shared.clone();
             let id = self.id;
-            // A runtime shutting down drops its tasks unrun: the release then never happens.
-            let unfinished = Unfinished {
-                lease: self.shared.claim().lease,
-                lock: Some(self.shared.lock.clone()),
-                started: false,
-            };
-            let release = async move {
-                let mut unfinished = unfinished;
-                unfinished.started = true;
-                if let Err(err) = shared.release().await {
-                    tracing::debug!(lock = shared.lock.name(), %err, "background release failed; the lease will lapse");
-                }
-                unfinished.lock = None;
-                // Registered until answered: a resume meanwhile finds it releasing.
-                shared.holds.unregister(id);
-            };
             if let Ok(handle) = tokio::runtime::Handle::try_current() {
-                handle.spawn(release);
+                // In flight from now, not from the task's first poll.
+                let ticket = shared.release_ticket();
+                // A runtime shutting down drops its tasks unrun: the release then never
+                // happens.
+                let unfinished = Unfinished {
+                    lease: shared.claim().lease,
+                    lock: Some(shared.lock.clone()),
+                    started: false,
+                };
+                handle.spawn(async move {
+                    let mut unfinished = unfinished;
+                    unfinished.started = true;
+                    if let Err(err) = ticket.send().await {
+                        tracing::debug!(lock = shared.lock.name(), %err, "background release failed; the lease will lapse");
+                    }
+                    unfinished.lock = None;
+                    // Registered until answered: a resume meanwhile finds it releasing.
+                    shared.holds.unregister(id);
+                });
             } else {
                 self.shared.holds.unregister(self.id);
                 let claim = self.shared.claim();

@@ -1,0 +1,442 @@
+//! Adversarial tests of the detach / resume wait (9d06bcd): a resume after a detach in the
+//! same client, `release_all` beside detaches, the registry purge, multi-locks and elections.
+//! Each test names the claim it attacks; see ATTACKS.md for the list.
+
+mod support;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::Poll;
+
+use redis_locks::LockClient;
+use tokio::time::{timeout, Instant};
+
+use support::backend::Backend;
+use support::faulty::{Faulty, Gate, Op, Rule};
+use support::honest::server_deadline;
+#[allow(unused_imports)]
+use support::backend::{eventually, join};
+use support::time::{current_thread, ms, secs};
+
+async fn faulty_client(b: &Backend) -> (Arc<Faulty>, LockClient) {
+    let f = Faulty::new(b.store().await);
+    let c = LockClient::builder().store(f.clone()).expect("client");
+    (f, c)
+}
+
+/// Polls `fut` once; `true` if it completed.
+async fn poll_once<F: Future>(fut: &mut Pin<Box<F>>) -> bool {
+    std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx).is_ready())).await
+}
+
+/// How far `valid_until` (read before the inspect) trusts past the server's lease in `info`
+/// (answered at `answered`), beyond 5 ms of slack; `None` when it does not.
+fn trusts_past(valid_until: Instant, info: &redis_locks::LockInfo, answered: Instant) -> Option<std::time::Duration> {
+    let server = server_deadline(info, answered).unwrap_or(answered);
+    let over = valid_until.saturating_duration_since(server);
+    (over > ms(5)).then_some(over)
+}
+
+/// Runs `f` to completion on a current-thread runtime of its own, on a blocking thread (so a
+/// task spawned by `f` runs only when `f` yields).
+async fn on_current_thread<F, Fut, T>(f: F) -> T
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = T>,
+    T: Send + 'static,
+{
+    tokio::task::spawn_blocking(move || {
+        let rt = current_thread();
+        let out = rt.block_on(f());
+        drop(rt);
+        out
+    })
+    .await
+    .expect("current-thread runtime")
+}
+
+// ---------------------------------------------------------------------------------------
+// 1. release_all polled once: its releases spawned, none sent yet; then detach and resume.
+// ---------------------------------------------------------------------------------------
+
+/// Claim: "A resumed guard (same client, after a detach) never trusts past the server's
+/// lease, whatever was in flight at the detach" -- here a `release_all`; and "release_all
+/// skips detached entries".
+///
+/// `release_all()` is polled once on a current-thread runtime: it has taken its snapshot,
+/// marked the guard lost (`end_locally`) and spawned its releases, none of which has run, so
+/// the hold's `releases.in_flight` is still 0 and its request lock free. `detach()` now
+/// finds the hold "settled" and unregisters it at once; a resume in the same client finds no
+/// entry and renews for 10 s. Then release_all's release (held at a gate until the resume
+/// is done) ends the hold under the resumed guard.
+async fn a_resume_after_a_detach_beside_a_release_all_not_yet_sent(b: Backend) {
+    let name = "dwa-ra-unsent";
+    let (f, c) = faulty_client(&b).await;
+    let other = b.client().await;
+    let kind = b.kind;
+    let (resumed_ok, honest, n) = on_current_thread(move || async move {
+        let guard = c
+            .mutex(name)
+            .lease(secs(10))
+            .lock()
+            .await
+            .expect("lock");
+        let gate = Gate::new();
+        f.add(Rule::on(Op::Release).times(1).hold_request(gate.clone()));
+        let mut all = Box::pin(c.release_all());
+        assert!(!poll_once(&mut all).await, "release_all done at its first poll");
+        let id = guard.detach();
+        let resumed = timeout(
+            ms(10_000),
+            c.mutex(name).lease(secs(10)).resume(&id),
+        )
+        .await
+        .expect("resume returns");
+        gate.open();
+        let n = timeout(ms(10_000), all)
+            .await
+            .expect("release_all returns")
+            .expect("release_all");
+        match resumed {
+            Err(err) => {
+                assert!(err.is_hold_in_use(), "{err}");
+                (false, None, n)
+            }
+            Ok(g) => {
+                let before = g.valid_until();
+                let info = other.mutex(name).inspect().await.expect("inspect");
+                let answered = Instant::now();
+                let honest = trusts_past(before, &info, answered).map(|over| {
+                    format!(
+                        "[{kind}] a guard resumed after a detach beside a release_all whose \
+                         release was spawned but not yet sent (release_all counted {n}) trusts \
+                         {over:?} past the server's lease ({} holder(s))",
+                        info.holders.len()
+                    )
+                });
+                drop(g.detach());
+                (true, honest, n)
+            }
+        }
+    })
+    .await;
+    if let Some(msg) = honest {
+        panic!("{msg}");
+    }
+    let _ = (resumed_ok, n);
+}
+both_backends!(a_resume_after_a_detach_beside_a_release_all_not_yet_sent);
+
+/// Claim: the same as above ("a resumed guard never trusts past the server's lease, whatever
+/// was in flight at the detach"; "release_all skips detached entries"), for
+/// `MultiGuard::detach` / `MultiLock::resume`: release_all polled once (its releases of both
+/// parts spawned, unsent), the multi-guard detached, resumed in the same client; the parts'
+/// releases then end the hold under the resumed multi-guard.
+async fn a_multi_resume_after_a_detach_beside_a_release_all_not_yet_sent(b: Backend) {
+    let names = ["dwa-ra-multi-a", "dwa-ra-multi-b"];
+    let (f, c) = faulty_client(&b).await;
+    let other = b.client().await;
+    let kind = b.kind;
+    let verdict = on_current_thread(move || async move {
+        let guard = c.multi_lock(names).lease(secs(10)).lock().await.expect("lock");
+        let gate = Gate::new();
+        f.add(Rule::on(Op::Release).hold_request(gate.clone()));
+        let mut all = Box::pin(c.release_all());
+        assert!(!poll_once(&mut all).await, "release_all done at its first poll");
+        let ids = guard.detach();
+        let resumed = timeout(ms(10_000), c.multi_lock(names).lease(secs(10)).resume(&ids))
+            .await
+            .expect("resume returns");
+        gate.open();
+        let n = timeout(ms(10_000), all)
+            .await
+            .expect("release_all returns")
+            .expect("release_all");
+        let g = match resumed {
+            Err(err) => {
+                assert!(err.is_hold_in_use(), "{err}");
+                return None;
+            }
+            Ok(g) => g,
+        };
+        let before = g.valid_until();
+        let mut verdict = None;
+        for name in names {
+            let info = other.mutex(name).inspect().await.expect("inspect");
+            if let Some(over) = trusts_past(before, &info, Instant::now()) {
+                verdict = Some(format!(
+                    "[{kind}] a multi-guard resumed after a detach beside a release_all whose \
+                     releases were spawned but not yet sent (release_all counted {n}) trusts \
+                     {over:?} past the server's lease of part {name} ({} holder(s))",
+                    info.holders.len()
+                ));
+            }
+        }
+        drop(g.detach());
+        verdict
+    })
+    .await;
+    if let Some(msg) = verdict {
+        panic!("{msg}");
+    }
+}
+both_backends!(a_multi_resume_after_a_detach_beside_a_release_all_not_yet_sent);
+
+/// Claim: the same for elections (`Leadership::detach` / `Election::resume`): a leadership
+/// resumed after a detach beside a release_all not yet sent must not lead (trust) past the
+/// server's lease: release_all's release ends the leadership under it.
+async fn an_election_resume_after_a_detach_beside_a_release_all_not_yet_sent(b: Backend) {
+    let name = "dwa-ra-election";
+    let (f, c) = faulty_client(&b).await;
+    let other = b.client().await;
+    let kind = b.kind;
+    let verdict = on_current_thread(move || async move {
+        let leadership = c
+            .election(name)
+            .lease(secs(10))
+            .campaign("v1")
+            .await
+            .expect("campaign");
+        let gate = Gate::new();
+        f.add(Rule::on(Op::Release).hold_request(gate.clone()));
+        let mut all = Box::pin(c.release_all());
+        assert!(!poll_once(&mut all).await, "release_all done at its first poll");
+        let id = leadership.detach();
+        let resumed = timeout(ms(10_000), c.election(name).lease(secs(10)).resume(&id))
+            .await
+            .expect("resume returns");
+        gate.open();
+        let n = timeout(ms(10_000), all)
+            .await
+            .expect("release_all returns")
+            .expect("release_all");
+        let l = match resumed {
+            Err(err) => {
+                assert!(err.is_hold_in_use(), "{err}");
+                return None;
+            }
+            Ok(l) => l,
+        };
+        let trusted = l.valid_until().saturating_duration_since(Instant::now());
+        let leader = other.election(name).leader().await.expect("leader");
+        let verdict = (l.is_held() && leader.is_none()).then(|| {
+            format!(
+                "[{kind}] a leadership resumed after a detach beside a release_all whose \
+                 release was spawned but not yet sent (release_all counted {n}) says it leads \
+                 (trusts {trusted:?}) while the server has no leader"
+            )
+        });
+        drop(l.detach());
+        verdict
+    })
+    .await;
+    if let Some(msg) = verdict {
+        panic!("{msg}");
+    }
+}
+both_backends!(an_election_resume_after_a_detach_beside_a_release_all_not_yet_sent);
+
+// ---------------------------------------------------------------------------------------
+// 2. A renewal aborted by the detach, queued (never sent) behind a step, on an idle runtime.
+// ---------------------------------------------------------------------------------------
+
+/// Claim: "a resume after detach ... never gets `HoldInUse` once everything in flight has
+/// ended" (the resume waits for the detached hold's steps in flight, each ending by its own
+/// deadline; `detach()` stops the renewals).
+///
+/// The hold is granted on current-thread runtime A (its renewals run there). An
+/// `extend_hold` of it (through its guard) holds the hold's request lock, its request held
+/// before the server; the renewal falls due on A and queues for the request lock behind it;
+/// then A goes idle (its `block_on` returned, as a sync wrapper's runtime between calls). The
+/// guard is detached (the renewal aborted: it never sent anything) and the extend let
+/// through and answered. Nothing of the hold is in flight any more, yet the aborted renewal,
+/// parked on A, is handed the request lock when the extend ends, and a resume of the id in
+/// the same client waits `step_bound` for it and is refused with `HoldInUse` (for as long as
+/// runtime A exists).
+async fn a_renewal_aborted_by_the_detach_on_an_idle_runtime_leaves_no_hold_in_use(b: Backend) {
+    let name = "dwa-idle-renewal";
+    let (f, c) = faulty_client(&b).await;
+    let gate = Gate::new();
+    f.add(
+        Rule::on(Op::Extend)
+            .when(|call| call.lease == Some(secs(5)))
+            .times(1)
+            .hold_request(gate.clone()),
+    );
+    let main = tokio::runtime::Handle::current();
+    let (c2, gate2) = (c.clone(), gate.clone());
+    let (idle, guard, extending) = tokio::task::spawn_blocking(move || {
+        let rt = current_thread();
+        let (guard, extending) = rt.block_on(async move {
+            let guard = c2
+                .mutex(name)
+                .lease(secs(3))
+                .lock()
+                .await
+                .expect("lock");
+            let id = guard.hold_id();
+            let extending = main.spawn(async move { c2.extend_hold(&id, secs(5)).await });
+            timeout(ms(5_000), gate2.wait_entered(1))
+                .await
+                .expect("extend at the gate");
+            // The renewal falls due (a third of 3 s after the grant) and queues behind it.
+            tokio::time::sleep(ms(1_500)).await;
+            (guard, extending)
+        });
+        (rt, guard, extending)
+    })
+    .await
+    .expect("runtime A");
+    let id = guard.detach();
+    gate.open();
+    assert!(
+        join("extend_hold", extending).await.expect("extend_hold"),
+        "the extend found the hold"
+    );
+    let started = Instant::now();
+    let resumed = timeout(ms(20_000), c.mutex(name).lease(secs(10)).resume(&id))
+        .await
+        .expect("resume returns");
+    let took = started.elapsed();
+    tokio::task::spawn_blocking(move || drop(idle))
+        .await
+        .expect("drop runtime A");
+    match resumed {
+        Ok(g) => drop(g.detach()),
+        Err(err) => panic!(
+            "[{}] a resume after a detach, with the extend in flight at the detach answered \
+             and the renewal aborted by it never sent, was refused after {took:?}: {err} (the \
+             aborted renewal was parked on runtime A, idle, queued for the hold's request lock)",
+            b.kind
+        ),
+    }
+}
+both_backends!(a_renewal_aborted_by_the_detach_on_an_idle_runtime_leaves_no_hold_in_use);
+
+// ---------------------------------------------------------------------------------------
+// 3. Two resumes waiting on one settling entry; the registry purge. (These held.)
+// ---------------------------------------------------------------------------------------
+
+/// Claim: "two concurrent resumes of the same id after a detach: exactly one wins, the other
+/// `HoldInUse` (never two guards)", and neither waits past `step_bound` once the step in
+/// flight at the detach ends. Both resumes start while an `extend_hold` of the hold is held
+/// before the server (so both wait on the detached entry), then the extend is let through.
+async fn two_resumes_waiting_on_one_detached_entry_give_one_guard(b: Backend) {
+    let name = "dwa-two-resumes";
+    let (f, c) = faulty_client(&b).await;
+    let guard = c.mutex(name).lease(secs(10)).auto_renew(false).lock().await.expect("lock");
+    let id = guard.hold_id();
+    let gate = Gate::new();
+    f.add(
+        Rule::on(Op::Extend)
+            .when(|call| call.lease == Some(secs(5)))
+            .times(1)
+            .hold_request(gate.clone()),
+    );
+    let extending = {
+        let (c, id) = (c.clone(), id.clone());
+        tokio::spawn(async move { c.extend_hold(&id, secs(5)).await })
+    };
+    timeout(ms(5_000), gate.wait_entered(1)).await.expect("extend at the gate");
+    let _ = guard.detach();
+    let resume = |c: LockClient, id: redis_locks::HoldId| {
+        tokio::spawn(async move { c.mutex(name).lease(secs(10)).resume(&id).await })
+    };
+    let (r1, r2) = (resume(c.clone(), id.clone()), resume(c.clone(), id.clone()));
+    tokio::time::sleep(ms(200)).await;
+    gate.open();
+    let opened = Instant::now();
+    let _ = join("extend_hold", extending).await;
+    let (a, b2) = (join("resume 1", r1).await, join("resume 2", r2).await);
+    let took = opened.elapsed();
+    let won = [&a, &b2].iter().filter(|r| r.is_ok()).count();
+    let in_use = [&a, &b2]
+        .iter()
+        .filter(|r| r.as_ref().err().is_some_and(|e| e.is_hold_in_use()))
+        .count();
+    assert!(
+        won == 1 && in_use == 1 && took < ms(3_000),
+        "[{}] two resumes waiting on one detached entry: {won} guard(s), {in_use} HoldInUse, \
+         {took:?} after the step ended ({:?} / {:?})",
+        b.kind,
+        a.as_ref().map(|_| "guard"),
+        b2.as_ref().map(|_| "guard"),
+    );
+}
+both_backends!(two_resumes_waiting_on_one_detached_entry_give_one_guard);
+
+/// Claim: "the registry purge never drops a live entry": holds, detaches (some with a step
+/// in flight, so their entries stay) and resumes in one client push the registry past 64,
+/// 128 and 256 entries; afterwards a resume of every live guard's id in the same client is
+/// still refused (`HoldInUse`): no second guard of a hold is ever made.
+async fn the_registry_purge_never_drops_a_live_entry(b: Backend) {
+    let c = b.client().await;
+    let mut live = Vec::new();
+    let mut detached = Vec::new();
+    for i in 0..300 {
+        let name = format!("dwa-purge-{i}");
+        let g = c.mutex(&name).lease(secs(30)).lock().await.expect("lock");
+        if i % 3 == 0 {
+            detached.push(g.detach());
+        } else {
+            live.push(g);
+        }
+        if i % 7 == 0 {
+            if let Some(id) = detached.pop() {
+                live.push(c.mutex(id.name()).lease(secs(30)).resume(&id).await.expect("resume"));
+            }
+        }
+    }
+    for g in &live {
+        let id = g.hold_id();
+        match c.mutex(id.name()).resume(&id).await {
+            Err(e) if e.is_hold_in_use() => {}
+            other => panic!(
+                "[{}] a second guard of {} in the client that has a live guard of it: {:?}",
+                b.kind,
+                id.name(),
+                other.map(|_| "guard")
+            ),
+        }
+    }
+    assert_eq!(c.release_all().await.expect("release_all"), live.len());
+    for id in detached {
+        assert!(c.release_hold(&id).await.expect("release_hold"));
+    }
+}
+both_backends!(the_registry_purge_never_drops_a_live_entry);
+
+/// Claim: "a resumed guard never trusts past the server's lease, whatever was in flight at
+/// the detach", hammered on the multi-threaded runtime: a hold with a short lease (150 ms,
+/// renewed every 50 ms) is detached on one worker around the instant its renewal is sent on
+/// another, and resumed at once with a 2 s lease; the resumed guard is checked against the
+/// server (a late renewal of 150 ms applied after the resume would shorten it). Held.
+async fn detach_while_a_renewal_is_sent_then_resume_hammered(b: Backend) {
+    let c = b.client().await;
+    let name = "dwa-hammer";
+    for round in 0..120u64 {
+        let g = c.mutex(name).lease(ms(150)).lock().await.expect("lock");
+        // Around the first renewal (50 ms after the grant), a little earlier or later.
+        tokio::time::sleep(ms(46 + round % 9)).await;
+        let id = tokio::spawn(async move { g.detach() }).await.expect("detach");
+        let r = c.mutex(name).lease(secs(2)).auto_renew(false).resume(&id).await;
+        let g = match r {
+            Ok(g) => g,
+            Err(e) if e.is_hold_in_use() => panic!("[{}] round {round}: {e}", b.kind),
+            Err(e) => panic!("[{}] round {round}: {e}", b.kind),
+        };
+        tokio::time::sleep(ms(30)).await;
+        let before = g.valid_until();
+        let info = c.mutex(name).inspect().await.expect("inspect");
+        if let Some(over) = trusts_past(before, &info, Instant::now()) {
+            panic!(
+                "[{}] round {round}: a guard resumed right after a detach beside a renewal \
+                 trusts {over:?} past the server's lease",
+                b.kind
+            );
+        }
+        assert!(g.release().await.expect("release"));
+    }
+}
+both_backends!(detach_while_a_renewal_is_sent_then_resume_hammered);
