@@ -1,6 +1,8 @@
-//! Adversarial tests of the detach / resume wait (9d06bcd): a resume after a detach in the
-//! same client, `release_all` beside detaches, the registry purge, multi-locks and elections.
-//! Each test names the claim it attacks; see ATTACKS.md for the list.
+//! A resume after a detach in the same client, with something of the hold in flight: a
+//! `release_all` whose releases are not sent yet (Mutex, multi-lock, election), a renewal
+//! cancelled by the detach on an idle runtime, a step two resumes wait on, renewals sent on
+//! another thread; and the registry's purge of entries left by detached guards. Through the
+//! public API on both backends; each test names the claim it checks.
 
 mod support;
 
@@ -13,10 +15,10 @@ use redis_locks::LockClient;
 use tokio::time::{timeout, Instant};
 
 use support::backend::Backend;
-use support::faulty::{Faulty, Gate, Op, Rule};
-use support::honest::server_deadline;
 #[allow(unused_imports)]
 use support::backend::{eventually, join};
+use support::faulty::{Faulty, Gate, Op, Rule};
+use support::honest::server_deadline;
 use support::time::{current_thread, ms, secs};
 
 async fn faulty_client(b: &Backend) -> (Arc<Faulty>, LockClient) {
@@ -32,7 +34,11 @@ async fn poll_once<F: Future>(fut: &mut Pin<Box<F>>) -> bool {
 
 /// How far `valid_until` (read before the inspect) trusts past the server's lease in `info`
 /// (answered at `answered`), beyond 5 ms of slack; `None` when it does not.
-fn trusts_past(valid_until: Instant, info: &redis_locks::LockInfo, answered: Instant) -> Option<std::time::Duration> {
+fn trusts_past(
+    valid_until: Instant,
+    info: &redis_locks::LockInfo,
+    answered: Instant,
+) -> Option<std::time::Duration> {
     let server = server_deadline(info, answered).unwrap_or(answered);
     let over = valid_until.saturating_duration_since(server);
     (over > ms(5)).then_some(over)
@@ -57,42 +63,33 @@ where
 }
 
 // ---------------------------------------------------------------------------------------
-// 1. release_all polled once: its releases spawned, none sent yet; then detach and resume.
+// A release_all whose releases are not sent yet, then a detach and a resume.
 // ---------------------------------------------------------------------------------------
 
-/// Claim: "A resumed guard (same client, after a detach) never trusts past the server's
-/// lease, whatever was in flight at the detach" -- here a `release_all`; and "release_all
-/// skips detached entries".
-///
-/// `release_all()` is polled once on a current-thread runtime: it has taken its snapshot,
-/// marked the guard lost (`end_locally`) and spawned its releases, none of which has run, so
-/// the hold's `releases.in_flight` is still 0 and its request lock free. `detach()` now
-/// finds the hold "settled" and unregisters it at once; a resume in the same client finds no
-/// entry and renews for 10 s. Then release_all's release (held at a gate until the resume
-/// is done) ends the hold under the resumed guard.
+/// Claim: a resumed guard (same client, after a detach) never trusts past the server's lease,
+/// whatever was in flight at the detach; a `release_all` leaves a hold detached before it.
+/// Here `release_all()` is polled once on a current-thread runtime (it has given the hold up and
+/// spawned its release, which has not run), then the guard is detached and the id resumed in the
+/// same client (10 s) while that release is held at a gate: the resume must wait for it (and
+/// find the hold gone) or the release must not be sent; never a guard of a released hold.
 async fn a_resume_after_a_detach_beside_a_release_all_not_yet_sent(b: Backend) {
-    let name = "dwa-ra-unsent";
+    let name = "detach-ra-unsent";
     let (f, c) = faulty_client(&b).await;
     let other = b.client().await;
     let kind = b.kind;
     let (resumed_ok, honest, n) = on_current_thread(move || async move {
-        let guard = c
-            .mutex(name)
-            .lease(secs(10))
-            .lock()
-            .await
-            .expect("lock");
+        let guard = c.mutex(name).lease(secs(10)).lock().await.expect("lock");
         let gate = Gate::new();
         f.add(Rule::on(Op::Release).times(1).hold_request(gate.clone()));
         let mut all = Box::pin(c.release_all());
-        assert!(!poll_once(&mut all).await, "release_all done at its first poll");
+        assert!(
+            !poll_once(&mut all).await,
+            "release_all done at its first poll"
+        );
         let id = guard.detach();
-        let resumed = timeout(
-            ms(10_000),
-            c.mutex(name).lease(secs(10)).resume(&id),
-        )
-        .await
-        .expect("resume returns");
+        let resumed = timeout(ms(10_000), c.mutex(name).lease(secs(10)).resume(&id))
+            .await
+            .expect("resume returns");
         gate.open();
         let n = timeout(ms(10_000), all)
             .await
@@ -128,22 +125,28 @@ async fn a_resume_after_a_detach_beside_a_release_all_not_yet_sent(b: Backend) {
 }
 both_backends!(a_resume_after_a_detach_beside_a_release_all_not_yet_sent);
 
-/// Claim: the same as above ("a resumed guard never trusts past the server's lease, whatever
-/// was in flight at the detach"; "release_all skips detached entries"), for
-/// `MultiGuard::detach` / `MultiLock::resume`: release_all polled once (its releases of both
-/// parts spawned, unsent), the multi-guard detached, resumed in the same client; the parts'
-/// releases then end the hold under the resumed multi-guard.
+/// Claim: the same for `MultiGuard::detach` and `MultiLock::resume`: `release_all` polled once
+/// (its releases of both parts spawned, not sent), the multi-guard detached and resumed in the
+/// same client: no resumed part trusts past the server's lease.
 async fn a_multi_resume_after_a_detach_beside_a_release_all_not_yet_sent(b: Backend) {
-    let names = ["dwa-ra-multi-a", "dwa-ra-multi-b"];
+    let names = ["detach-ra-multi-a", "detach-ra-multi-b"];
     let (f, c) = faulty_client(&b).await;
     let other = b.client().await;
     let kind = b.kind;
     let verdict = on_current_thread(move || async move {
-        let guard = c.multi_lock(names).lease(secs(10)).lock().await.expect("lock");
+        let guard = c
+            .multi_lock(names)
+            .lease(secs(10))
+            .lock()
+            .await
+            .expect("lock");
         let gate = Gate::new();
         f.add(Rule::on(Op::Release).hold_request(gate.clone()));
         let mut all = Box::pin(c.release_all());
-        assert!(!poll_once(&mut all).await, "release_all done at its first poll");
+        assert!(
+            !poll_once(&mut all).await,
+            "release_all done at its first poll"
+        );
         let ids = guard.detach();
         let resumed = timeout(ms(10_000), c.multi_lock(names).lease(secs(10)).resume(&ids))
             .await
@@ -183,11 +186,10 @@ async fn a_multi_resume_after_a_detach_beside_a_release_all_not_yet_sent(b: Back
 }
 both_backends!(a_multi_resume_after_a_detach_beside_a_release_all_not_yet_sent);
 
-/// Claim: the same for elections (`Leadership::detach` / `Election::resume`): a leadership
-/// resumed after a detach beside a release_all not yet sent must not lead (trust) past the
-/// server's lease: release_all's release ends the leadership under it.
+/// Claim: the same for `Leadership::detach` and `Election::resume`: a leadership resumed after
+/// a detach beside a `release_all` not sent yet never leads (trusts) past the server's lease.
 async fn an_election_resume_after_a_detach_beside_a_release_all_not_yet_sent(b: Backend) {
-    let name = "dwa-ra-election";
+    let name = "detach-ra-election";
     let (f, c) = faulty_client(&b).await;
     let other = b.client().await;
     let kind = b.kind;
@@ -201,7 +203,10 @@ async fn an_election_resume_after_a_detach_beside_a_release_all_not_yet_sent(b: 
         let gate = Gate::new();
         f.add(Rule::on(Op::Release).hold_request(gate.clone()));
         let mut all = Box::pin(c.release_all());
-        assert!(!poll_once(&mut all).await, "release_all done at its first poll");
+        assert!(
+            !poll_once(&mut all).await,
+            "release_all done at its first poll"
+        );
         let id = leadership.detach();
         let resumed = timeout(ms(10_000), c.election(name).lease(secs(10)).resume(&id))
             .await
@@ -238,24 +243,18 @@ async fn an_election_resume_after_a_detach_beside_a_release_all_not_yet_sent(b: 
 both_backends!(an_election_resume_after_a_detach_beside_a_release_all_not_yet_sent);
 
 // ---------------------------------------------------------------------------------------
-// 2. A renewal aborted by the detach, queued (never sent) behind a step, on an idle runtime.
+// A renewal cancelled by the detach, waiting for its turn on an idle runtime.
 // ---------------------------------------------------------------------------------------
 
-/// Claim: "a resume after detach ... never gets `HoldInUse` once everything in flight has
-/// ended" (the resume waits for the detached hold's steps in flight, each ending by its own
-/// deadline; `detach()` stops the renewals).
-///
-/// The hold is granted on current-thread runtime A (its renewals run there). An
-/// `extend_hold` of it (through its guard) holds the hold's request lock, its request held
-/// before the server; the renewal falls due on A and queues for the request lock behind it;
-/// then A goes idle (its `block_on` returned, as a sync wrapper's runtime between calls). The
-/// guard is detached (the renewal aborted: it never sent anything) and the extend let
-/// through and answered. Nothing of the hold is in flight any more, yet the aborted renewal,
-/// parked on A, is handed the request lock when the extend ends, and a resume of the id in
-/// the same client waits `step_bound` for it and is refused with `HoldInUse` (for as long as
-/// runtime A exists).
+/// Claim: once nothing sent for a detached hold is in flight, a resume of its id in the same
+/// client goes ahead (no `HoldInUse`). The hold is granted on current-thread runtime A (its
+/// renewals run there); an `extend_hold` of it holds the hold's turn for requests, its request
+/// held before the server; a renewal falls due on A and waits for its turn; A goes idle (its
+/// `block_on` returned, as a sync wrapper's runtime between calls). The guard is detached (the
+/// renewal, cancelled, never sent) and the extend is let through and answered: the resume must
+/// not wait for the renewal parked on A.
 async fn a_renewal_aborted_by_the_detach_on_an_idle_runtime_leaves_no_hold_in_use(b: Backend) {
-    let name = "dwa-idle-renewal";
+    let name = "detach-idle-renewal";
     let (f, c) = faulty_client(&b).await;
     let gate = Gate::new();
     f.add(
@@ -269,12 +268,7 @@ async fn a_renewal_aborted_by_the_detach_on_an_idle_runtime_leaves_no_hold_in_us
     let (idle, guard, extending) = tokio::task::spawn_blocking(move || {
         let rt = current_thread();
         let (guard, extending) = rt.block_on(async move {
-            let guard = c2
-                .mutex(name)
-                .lease(secs(3))
-                .lock()
-                .await
-                .expect("lock");
+            let guard = c2.mutex(name).lease(secs(3)).lock().await.expect("lock");
             let id = guard.hold_id();
             let extending = main.spawn(async move { c2.extend_hold(&id, secs(5)).await });
             timeout(ms(5_000), gate2.wait_entered(1))
@@ -315,17 +309,23 @@ async fn a_renewal_aborted_by_the_detach_on_an_idle_runtime_leaves_no_hold_in_us
 both_backends!(a_renewal_aborted_by_the_detach_on_an_idle_runtime_leaves_no_hold_in_use);
 
 // ---------------------------------------------------------------------------------------
-// 3. Two resumes waiting on one settling entry; the registry purge. (These held.)
+// Two resumes waiting on one detached entry; the registry purge; renewals on another thread.
 // ---------------------------------------------------------------------------------------
 
-/// Claim: "two concurrent resumes of the same id after a detach: exactly one wins, the other
-/// `HoldInUse` (never two guards)", and neither waits past `step_bound` once the step in
-/// flight at the detach ends. Both resumes start while an `extend_hold` of the hold is held
-/// before the server (so both wait on the detached entry), then the extend is let through.
+/// Claim: two concurrent resumes of one id after a detach give one guard (the other
+/// `HoldInUse`), and neither waits past the bound once the step in flight at the detach ends.
+/// Both start while an `extend_hold` of the hold is held before the server, then it is let
+/// through.
 async fn two_resumes_waiting_on_one_detached_entry_give_one_guard(b: Backend) {
-    let name = "dwa-two-resumes";
+    let name = "detach-two-resumes";
     let (f, c) = faulty_client(&b).await;
-    let guard = c.mutex(name).lease(secs(10)).auto_renew(false).lock().await.expect("lock");
+    let guard = c
+        .mutex(name)
+        .lease(secs(10))
+        .auto_renew(false)
+        .lock()
+        .await
+        .expect("lock");
     let id = guard.hold_id();
     let gate = Gate::new();
     f.add(
@@ -338,7 +338,9 @@ async fn two_resumes_waiting_on_one_detached_entry_give_one_guard(b: Backend) {
         let (c, id) = (c.clone(), id.clone());
         tokio::spawn(async move { c.extend_hold(&id, secs(5)).await })
     };
-    timeout(ms(5_000), gate.wait_entered(1)).await.expect("extend at the gate");
+    timeout(ms(5_000), gate.wait_entered(1))
+        .await
+        .expect("extend at the gate");
     let _ = guard.detach();
     let resume = |c: LockClient, id: redis_locks::HoldId| {
         tokio::spawn(async move { c.mutex(name).lease(secs(10)).resume(&id).await })
@@ -366,16 +368,16 @@ async fn two_resumes_waiting_on_one_detached_entry_give_one_guard(b: Backend) {
 }
 both_backends!(two_resumes_waiting_on_one_detached_entry_give_one_guard);
 
-/// Claim: "the registry purge never drops a live entry": holds, detaches (some with a step
-/// in flight, so their entries stay) and resumes in one client push the registry past 64,
-/// 128 and 256 entries; afterwards a resume of every live guard's id in the same client is
-/// still refused (`HoldInUse`): no second guard of a hold is ever made.
+/// Claim: the registry's purge of entries left by detached guards never drops a live one:
+/// holds, detaches (some with a step in flight, so their entries stay) and resumes in one client
+/// push the registry past 64, 128 and 256 entries; afterwards a resume of every live guard's id
+/// in the same client is still refused (`HoldInUse`): no second guard of a hold is ever made.
 async fn the_registry_purge_never_drops_a_live_entry(b: Backend) {
     let c = b.client().await;
     let mut live = Vec::new();
     let mut detached = Vec::new();
     for i in 0..300 {
-        let name = format!("dwa-purge-{i}");
+        let name = format!("detach-purge-{i}");
         let g = c.mutex(&name).lease(secs(30)).lock().await.expect("lock");
         if i % 3 == 0 {
             detached.push(g.detach());
@@ -384,7 +386,13 @@ async fn the_registry_purge_never_drops_a_live_entry(b: Backend) {
         }
         if i % 7 == 0 {
             if let Some(id) = detached.pop() {
-                live.push(c.mutex(id.name()).lease(secs(30)).resume(&id).await.expect("resume"));
+                live.push(
+                    c.mutex(id.name())
+                        .lease(secs(30))
+                        .resume(&id)
+                        .await
+                        .expect("resume"),
+                );
             }
         }
     }
@@ -407,20 +415,27 @@ async fn the_registry_purge_never_drops_a_live_entry(b: Backend) {
 }
 both_backends!(the_registry_purge_never_drops_a_live_entry);
 
-/// Claim: "a resumed guard never trusts past the server's lease, whatever was in flight at
-/// the detach", hammered on the multi-threaded runtime: a hold with a short lease (150 ms,
-/// renewed every 50 ms) is detached on one worker around the instant its renewal is sent on
-/// another, and resumed at once with a 2 s lease; the resumed guard is checked against the
-/// server (a late renewal of 150 ms applied after the resume would shorten it). Held.
+/// Claim: a resumed guard never trusts past the server's lease, whatever was in flight at the
+/// detach, on the multi-threaded runtime: a hold with a short lease (150 ms, renewed every 50 ms)
+/// is detached on one worker around the instant its renewal is sent on another, and resumed at
+/// once with a 2 s lease; the resumed guard is checked against the server (a 150 ms renewal
+/// applied after the resume would shorten it), 120 rounds.
 async fn detach_while_a_renewal_is_sent_then_resume_hammered(b: Backend) {
     let c = b.client().await;
-    let name = "dwa-hammer";
+    let name = "detach-hammer";
     for round in 0..120u64 {
         let g = c.mutex(name).lease(ms(150)).lock().await.expect("lock");
         // Around the first renewal (50 ms after the grant), a little earlier or later.
         tokio::time::sleep(ms(46 + round % 9)).await;
-        let id = tokio::spawn(async move { g.detach() }).await.expect("detach");
-        let r = c.mutex(name).lease(secs(2)).auto_renew(false).resume(&id).await;
+        let id = tokio::spawn(async move { g.detach() })
+            .await
+            .expect("detach");
+        let r = c
+            .mutex(name)
+            .lease(secs(2))
+            .auto_renew(false)
+            .resume(&id)
+            .await;
         let g = match r {
             Ok(g) => g,
             Err(e) if e.is_hold_in_use() => panic!("[{}] round {round}: {e}", b.kind),
