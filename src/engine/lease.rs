@@ -898,11 +898,16 @@ impl Holds {
         }
     }
 
-    fn unregister(&self, id: u64) {
-        self.live
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&id);
+    /// The hold of entry `id` is no longer this client's (its guard detached, released and
+    /// answered, or dropped where no release can be sent): its entry goes now if nothing sent
+    /// for it is in flight, else it stays until a resume of its id in this client finds it
+    /// quiet ([`Holds::reserve`]), so no resume runs beside what is still on its way.
+    fn leave(&self, id: u64, shared: &Shared) {
+        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        shared.detached.store(true, Ordering::SeqCst);
+        if shared.is_quiet() {
+            live.remove(&id);
+        }
     }
 
     /// Ends the simulated runtime `n` for this client's holds, as a runtime that shuts down
@@ -950,21 +955,26 @@ impl Holds {
                 })
                 .collect()
         };
-        let mut releases = tokio::task::JoinSet::new();
         let step_bound = self.step_bound;
-        for (id, shared, counted, ticket) in holds {
-            releases.spawn(async move {
-                let outcome = ticket.send().await;
-                let counted = match outcome {
-                    Ok(held) if counted => held || shared.ended_live(step_bound).await,
-                    _ => false,
-                };
-                shared.holds.unregister(id);
-                outcome.map(|_| counted)
-            });
-        }
+        // Tasks of their own (a dropped `JoinHandle` does not abort its task): cancelling
+        // this call stops none of them. Each hold's entry stays for its guard, which is lost
+        // now; the guard's own end (its drop, its `release()`) lets the entry go.
+        let releases: Vec<_> = holds
+            .into_iter()
+            .map(|(_, shared, counted, ticket)| {
+                tokio::spawn(async move {
+                    let outcome = ticket.send().await;
+                    let counted = match outcome {
+                        Ok(held) if counted => held || shared.ended_live(step_bound).await,
+                        _ => false,
+                    };
+                    outcome.map(|_| counted)
+                })
+            })
+            .collect();
         let (mut released, mut first_error) = (0, None);
-        while let Some(outcome) = releases.join_next().await {
+        for task in releases {
+            let outcome = task.await;
             match outcome {
                 Ok(Ok(true)) => released += 1,
                 Ok(Ok(false)) => {}
@@ -1207,13 +1217,7 @@ impl Hold {
     pub(crate) fn detach(mut self) {
         self.released = true;
         self.shared.stop_renewer();
-        let holds = &self.shared.holds;
-        let mut live = holds.live.lock().unwrap_or_else(|p| p.into_inner());
-        self.shared.detached.store(true, Ordering::SeqCst);
-        // Otherwise the entry stays until a resume of the id here finds it quiet.
-        if self.shared.is_quiet() {
-            live.remove(&self.id);
-        }
+        self.shared.holds.leave(self.id, &self.shared);
     }
 
     pub(crate) fn is_held(&self) -> bool {
@@ -1285,7 +1289,7 @@ impl Hold {
         // by the drop, in the background.
         self.released = true;
         // Registered until answered: a resume meanwhile finds it releasing.
-        self.shared.holds.unregister(self.id);
+        self.shared.holds.leave(self.id, &self.shared);
         outcome
     }
 
@@ -1491,11 +1495,14 @@ pub(crate) async fn extend_by_id(
 ) -> Result<bool> {
     crate::vocab::options::check_duration("lease", lease)?;
     // Until this step ends (also when it goes beside the guard), a detach of the guard keeps
-    // the hold registered, so no resume here runs beside it.
-    let found = holds.find(lock.name(), claim, |shared| StepById::new(shared.clone()));
+    // the hold registered, so no resume here runs beside it. A detached guard's entry is not
+    // a lease owner to go through: the step waits for it to be quiet, as a resume does.
+    let found = holds.find(lock.name(), claim, |shared| {
+        (!shared.detached.load(Ordering::SeqCst)).then(|| StepById::new(shared.clone()))
+    });
     let (found, _step) = match found {
-        Some((shared, step)) => (Some(shared), Some(step)),
-        None => (None, None),
+        Some((shared, Some(step))) => (Some(shared), Some(step)),
+        _ => (None, None),
     };
     let _reserved = match found {
         // Releasing, or not in the id's form any more (a write id of a hold downgraded
@@ -1763,10 +1770,12 @@ impl Drop for Hold {
                     }
                     unfinished.lock = None;
                     // Registered until answered: a resume meanwhile finds it releasing.
-                    shared.holds.unregister(id);
+                    shared.holds.leave(id, &shared);
                 });
             } else {
-                self.shared.holds.unregister(self.id);
+                // Nothing can be sent from here; what is already on its way for the hold
+                // (a `release_all`'s release, a step by id) keeps the entry until it ends.
+                self.shared.holds.leave(self.id, &self.shared);
                 let claim = self.shared.claim();
                 warn_dropped_outside_a_runtime(self.shared.lock.name(), claim.lease, false);
             }
