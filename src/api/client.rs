@@ -158,7 +158,13 @@ impl LockClient {
     /// not be released lapses with its lease).
     ///
     /// # Cancel safety
-    /// The releases run as tasks of their own: cancelling this call does not stop them.
+    /// The releases run as tasks of their own on the current runtime: cancelling this call
+    /// does not stop them, as long as that runtime keeps running (a runtime dropped, or a
+    /// current-thread runtime no longer driven, stops them like any task of it).
+    ///
+    /// A guard it marked lost keeps its hold's place in this client until the guard is
+    /// dropped or released: a resume of its id here is `HoldInUse` until then (a guard leaked
+    /// with `std::mem::forget` keeps it for good).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

@@ -425,7 +425,7 @@ impl Shared {
             return outcome;
         }
         let read_early = renewal.then(|| self.until());
-        let mut requests = self.requests.lock().await;
+        let mut requests = self.turn().await?;
         if self.validity.borrow().lost {
             return Ok(false);
         }
@@ -1304,7 +1304,7 @@ impl Hold {
     /// release removes whichever form the server has.
     pub(crate) async fn downgrade(&mut self, shared_slot: Slot) -> Result<()> {
         let shared = self.shared.clone();
-        let requests = shared.requests.lock().await;
+        let requests = shared.turn().await?;
         let lost = || Error::LeaseLost {
             name: shared.lock.name().to_owned(),
         };
@@ -1524,7 +1524,7 @@ pub(crate) async fn extend_by_id(
         // good, after its request in flight, and sends nothing more (nor does a resume start
         // beside it); the step goes beside it.
         Some(shared) => {
-            let _turn = shared.requests.lock().await;
+            let _turn = shared.turn().await?;
             shared.stop_renewer();
             shared.mark_lost_quietly();
             None
@@ -1572,6 +1572,19 @@ impl Shared {
         self.renewals_sending.fetch_add(1, Ordering::SeqCst);
         let sending = RenewalSending(self);
         (!self.detached.load(Ordering::SeqCst)).then_some(sending)
+    }
+
+    /// This hold's turn for a lease request, waited for at most [`Holds::step_bound`] (the
+    /// longest a request in flight can take): a turn kept by a renewal parked on a runtime
+    /// that is no longer driven would otherwise hold every later request forever.
+    async fn turn(&self) -> Result<tokio::sync::MutexGuard<'_, Requests>> {
+        let bound = self.holds.step_bound;
+        tokio::time::timeout(bound, self.requests.lock())
+            .await
+            .map_err(|_| Error::Timeout {
+                name: self.lock.name().to_owned(),
+                waited: bound,
+            })
     }
 
     /// Whether nothing sent for this hold is in flight now: no renewal, release or step by
