@@ -5,10 +5,10 @@
 //! public API on both backends; each test names the claim it checks.
 
 mod support;
+use support::faulty::faulty_client;
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::Poll;
 
 use redis_locks::LockClient;
@@ -17,15 +17,9 @@ use tokio::time::{timeout, Instant};
 use support::backend::Backend;
 #[allow(unused_imports)]
 use support::backend::{eventually, join};
-use support::faulty::{Faulty, Gate, Op, Rule};
+use support::faulty::{Gate, Op, Rule};
 use support::honest::server_deadline;
 use support::time::{current_thread, ms, secs};
-
-async fn faulty_client(b: &Backend) -> (Arc<Faulty>, LockClient) {
-    let f = Faulty::new(b.store().await);
-    let c = LockClient::builder().store(f.clone()).expect("client");
-    (f, c)
-}
 
 /// Polls `fut` once; `true` if it completed.
 async fn poll_once<F: Future>(fut: &mut Pin<Box<F>>) -> bool {

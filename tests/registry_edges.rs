@@ -6,6 +6,8 @@
 //! claim it checks.
 
 mod support;
+use support::faulty::faulty_client;
+use support::waits::holders;
 
 use std::sync::Arc;
 
@@ -13,26 +15,10 @@ use redis_locks::LockClient;
 use tokio::time::{sleep, timeout, Instant};
 
 use support::backend::Backend;
-use support::faulty::{Faulty, Gate, Op, Rule};
+use support::faulty::{Gate, Op, Rule};
 use support::honest::{assert_honest, server_deadline};
 use support::proxy::{quick, Proxy};
 use support::time::{current_thread, ms, secs};
-
-async fn faulty_client(b: &Backend) -> (Arc<Faulty>, LockClient) {
-    let f = Faulty::new(b.store().await);
-    let c = LockClient::builder().store(f.clone()).expect("client");
-    (f, c)
-}
-
-async fn holders(other: &LockClient, name: &str) -> usize {
-    other
-        .mutex(name)
-        .inspect()
-        .await
-        .expect("inspect")
-        .holders
-        .len()
-}
 
 /// Claim: never a resumed guard trusting past the server's lease. A guard's
 /// `release()` fails (proxy stalled, then resumed without a cut: the release's bytes arrive

@@ -6,6 +6,8 @@
 //! test names the claim it checks.
 
 mod support;
+use support::faulty::faulty_client;
+use support::waits::holders;
 
 use std::sync::Arc;
 
@@ -13,26 +15,9 @@ use redis_locks::LockClient;
 use tokio::time::{sleep, timeout, Instant};
 
 use support::backend::{join, Backend};
-use support::faulty::{Faulty, Gate, Op, Rule};
+use support::faulty::{Gate, Op, Rule};
 use support::honest::assert_honest;
 use support::time::{current_thread, ms, secs};
-
-async fn faulty_client(b: &Backend) -> (Arc<Faulty>, LockClient) {
-    let f = Faulty::new(b.store().await);
-    let c = LockClient::builder().store(f.clone()).expect("client");
-    (f, c)
-}
-
-/// How many holders the server lists for `name` (a mutex), through another client.
-async fn holders(other: &LockClient, name: &str) -> usize {
-    other
-        .mutex(name)
-        .inspect()
-        .await
-        .expect("inspect")
-        .holders
-        .len()
-}
 
 /// A 10 s Mutex hold of `name` on a fault-injecting client (no auto-renewal), with an
 /// `extend_hold(id, lease)` of it on its way, held at `gate` before the server.

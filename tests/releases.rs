@@ -4,6 +4,7 @@
 //! and the warning of a background release cut by its runtime's shutdown.
 
 mod support;
+use support::faulty::faulty_client;
 use support::Granted;
 
 use std::sync::Arc;
@@ -12,15 +13,9 @@ use redis_locks::LockClient;
 use tokio::time::{sleep, timeout};
 
 use support::backend::{eventually, Backend};
-use support::faulty::{Faulty, Gate, Op, Rule};
+use support::faulty::{Gate, Op, Rule};
 use support::time::{current_thread, ms};
 use support::warnings::Warnings;
-
-async fn faulty_client(b: &Backend) -> (Arc<Faulty>, LockClient) {
-    let f = Faulty::new(b.store().await);
-    let c = LockClient::builder().store(f.clone()).expect("client");
-    (f, c)
-}
 
 fn named(name: &'static str) -> impl Fn(&support::faulty::Call) -> bool + Send + Sync {
     move |c| c.name == name

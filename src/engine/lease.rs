@@ -472,28 +472,37 @@ impl Shared {
         let Some(reply) = self.send(&claim, lease, give_up_at).await else {
             return Ok(false);
         };
-        match reply {
-            Ok(true) => {
-                in_flight.answered = true;
-                let trusted = unknown_min.map_or(lease, |m| m.min(lease));
-                let until = trusted_until(sent_at, trusted);
-                self.validity.send_modify(|v| {
-                    if !v.lost && (!raise_only || until > v.until) {
-                        v.until = until;
-                        v.since = sent_at;
-                    }
-                });
-                self.reschedule(None);
-                Ok(true)
-            }
-            Ok(false) => {
-                in_flight.answered = true;
-                self.mark_lost("renewal refused: the lease lapsed or was taken over");
-                Ok(false)
-            }
-            // Outcome unknown: `in_flight` records it when dropped.
-            Err(err) => Err(err),
+        if reply.is_ok() {
+            in_flight.answered = true;
         }
+        // Outcome unknown (an error): `in_flight` records it when dropped.
+        let trusted = unknown_min.map_or(lease, |m| m.min(lease));
+        self.answered(reply?, sent_at, trusted, raise_only)
+    }
+
+    /// Takes the answer to a lease request sent at `sent_at` that the server applies for
+    /// `trusted` (its lease, capped by any earlier request of unknown outcome): confirmed,
+    /// the trust runs from the send; refused, the hold is lost.
+    fn answered(
+        self: &Arc<Self>,
+        confirmed: bool,
+        sent_at: Instant,
+        trusted: Duration,
+        raise_only: bool,
+    ) -> Result<bool> {
+        if !confirmed {
+            self.mark_lost("renewal refused: the lease lapsed or was taken over");
+            return Ok(false);
+        }
+        let until = trusted_until(sent_at, trusted);
+        self.validity.send_modify(|v| {
+            if !v.lost && (!raise_only || until > v.until) {
+                v.until = until;
+                v.since = sent_at;
+            }
+        });
+        self.reschedule(None);
+        Ok(true)
     }
 
     /// Sends one lease request; `None` (the hold marked lost) when no reply came before

@@ -561,3 +561,13 @@ impl Store for Faulty {
         self.one_slot.load(Ordering::SeqCst) || self.inner.one_slot_per_step()
     }
 }
+
+/// A client of `b`'s store through a fresh [`Faulty`] wrapper (default options), and the
+/// wrapper to add rules to.
+pub async fn faulty_client(b: &super::backend::Backend) -> (Arc<Faulty>, redis_locks::LockClient) {
+    let f = Faulty::new(b.store().await);
+    let c = redis_locks::LockClient::builder()
+        .store(f.clone())
+        .expect("client");
+    (f, c)
+}

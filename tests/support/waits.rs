@@ -32,3 +32,14 @@ pub async fn lease_free(c: &LockClient, name: &str) -> bool {
         .holders
         .is_empty()
 }
+
+/// How many holders the server lists for `name` (a Mutex), read through `other`.
+pub async fn holders(other: &LockClient, name: &str) -> usize {
+    other
+        .mutex(name)
+        .inspect()
+        .await
+        .expect("inspect")
+        .holders
+        .len()
+}
