@@ -405,6 +405,9 @@ impl Shared {
     /// turn has come, so a renewal that waited behind an `extend` asks for the length the
     /// `extend` set.
     ///
+    /// `extend_to`: an `extend` to that lease (stored for later renewals once this request
+    /// has its turn); `None`: a renewal for the stored one.
+    ///
     /// A `renewal` (the schedule's, not an `extend`) gives up, and marks the hold lost, when
     /// no reply came before the trust ends. That instant too is read once its turn has come:
     /// an `extend` confirmed while the renewal waited has moved it.
@@ -413,9 +416,10 @@ impl Shared {
     /// reply: a request for a shorter lease lowers the trust before it is even sent (it may
     /// be applied at any moment from then on), and a confirmed reply sets the trust from its
     /// own send instant, capped by any earlier request whose outcome stayed unknown.
-    async fn request(self: &Arc<Self>, renewal: bool) -> Result<bool> {
+    async fn request(self: &Arc<Self>, extend_to: Option<Duration>) -> Result<bool> {
+        let renewal = extend_to.is_none();
         if planted(Bug::UnorderedRenewals) {
-            let lease = self.claim().lease;
+            let lease = extend_to.unwrap_or(self.claim().lease);
             let outcome = self
                 .request_unordered(lease, renewal.then(|| self.until()))
                 .await;
@@ -426,6 +430,11 @@ impl Shared {
         }
         let read_early = renewal.then(|| self.until());
         let mut requests = self.turn().await?;
+        // The new length is stored only once this request has its turn: one that gave up
+        // waiting for it changes nothing.
+        if let Some(lease) = extend_to {
+            self.set_lease(lease);
+        }
         if self.validity.borrow().lost {
             return Ok(false);
         }
@@ -1277,12 +1286,7 @@ impl Hold {
         // This request and every later renewal ask for the new length (and the renewal
         // schedule follows it); a renewal already sent with the old length is answered before
         // this request goes out.
-        self.shared
-            .claim
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .lease = lease;
-        self.shared.request(false).await
+        self.shared.request(Some(lease)).await
     }
 
     /// Releases the hold by token. Until the release has been answered the hold still counts
@@ -1522,13 +1526,10 @@ pub(crate) async fn extend_by_id(
         // Through the owner, as the guard's own `extend`: one request at a time, its trust
         // from this request's send. `Ok(false)` marks the guard lost, or found it lost (a
         // renewal gave up meanwhile) before anything was sent: asked again beside it.
-        Some(shared) if shared.is_trusted() => {
-            shared.set_lease(lease);
-            match shared.request(false).await {
-                Ok(false) => None,
-                outcome => return outcome,
-            }
-        }
+        Some(shared) if shared.is_trusted() => match shared.request(Some(lease)).await {
+            Ok(false) => None,
+            outcome => return outcome,
+        },
         // A guard whose trust ran out (its `lost()` fired) is not revived: it ends here for
         // good, after its request in flight, and sends nothing more (nor does a resume start
         // beside it); the step goes beside it.
@@ -1814,7 +1815,7 @@ async fn renew_once(shared: Arc<Shared>) {
         shared.renewal_done(false, None);
         return;
     }
-    match shared.request(true).await {
+    match shared.request(None).await {
         Ok(confirmed) => shared.renewal_done(confirmed, None),
         Err(err) => {
             tracing::debug!(lock = shared.lock.name(), %err, "renewal failed; retrying");
