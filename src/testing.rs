@@ -71,20 +71,6 @@ pub fn stalling_hub(
     hub
 }
 
-/// Runs `f` as if on a tokio runtime of its own, numbered `n` (a helper runtime, a test's):
-/// what `f` does to a hold's renewals (an `extend`) happens as on that runtime, until
-/// [`end_simulated_runtime`] ends it as a shutdown would. For a simulation that runs on one
-/// runtime.
-pub async fn on_simulated_runtime<F: std::future::Future>(n: u64, f: F) -> F::Output {
-    crate::engine::lease::on_simulated_runtime(n, f).await
-}
-
-/// Ends the simulated runtime `n` for `client`'s holds: renewals scheduled there are never
-/// sent, as when a runtime shuts down with its renewal driver.
-pub fn end_simulated_runtime(client: &crate::LockClient, n: u64) {
-    client.holds().end_simulated_runtime(n);
-}
-
 /// From now on, every message published into `hub` (e.g. `MemoryStore::hub()`) goes to
 /// `tap(channel, message)` instead of the hub's waiters, so the test decides when, and
 /// whether, to [`deliver`] it. One tap per hub: false (and `tap` unused) if it had one.
@@ -97,4 +83,19 @@ pub fn divert(hub: &WakeHub, tap: impl Fn(&str, &str) + Send + Sync + 'static) -
 /// `token=fence` also handing that waiter the grant.
 pub fn deliver(hub: &WakeHub, channel: &str, message: &str) {
     hub.deliver(channel, message);
+}
+
+/// The pure state machine of one hold (its events, effects and trust rules), for the
+/// property check that replays event sequences against it (`tests/hold_machine.rs`).
+pub mod hold {
+    pub use crate::engine::hold::{
+        hand_off_window, trusted_until, Answer, Ask, Caller, Effect, Event, HoldState, Outcome,
+        Phase, Plan, Planted, Start, Validity,
+    };
+}
+
+/// Stops `client`'s engine at once, as if its process were killed: its holds are neither
+/// renewed nor released any more, and lapse with their leases (a crash simulated in-process).
+pub fn crash(client: &crate::LockClient) {
+    client.crash_engine();
 }

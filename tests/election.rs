@@ -180,6 +180,7 @@ async fn a_dead_leader_is_replaced(b: Backend) {
                 .expect("campaign");
             let _ = term_tx.send(leadership.term());
             // Neither resigned nor dropped: the process just dies.
+            redis_locks::testing::crash(&c);
             std::mem::forget(leadership);
             std::mem::forget(c);
         });

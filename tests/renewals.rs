@@ -188,24 +188,6 @@ async fn an_extend_from_a_runtime_that_ends_keeps_the_renewals(b: Backend) {
 
 both_backends!(an_extend_from_a_runtime_that_ends_keeps_the_renewals);
 
-/// The check above finds the planted bug that moves a hold's renewals to the runtime an
-/// `extend` came from (nextest runs each test in a process of its own, so the planted bug
-/// stays in this one).
-#[test]
-fn finds_planted_renewals_that_follow_the_caller() {
-    redis_locks::testing::plant(redis_locks::testing::Bug::RenewalsFollowTheCaller);
-    let renewed = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-        .block_on(renewed_after_an_extend_from_a_runtime_that_ended(
-            &Backend::memory(),
-        ));
-    redis_locks::testing::unplant_all();
-    assert!(!renewed, "the planted bug went unnoticed");
-}
-
 const LEASE: Duration = Duration::from_millis(300);
 
 /// Extends from a series of helper runtimes, each sent while a (slowed) renewal may be in

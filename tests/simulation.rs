@@ -259,7 +259,7 @@ enum Op {
         guard: usize,
         lease: u64,
     },
-    /// `extend` from a helper runtime that ends right after it (`testing::on_simulated_runtime`).
+    /// `extend` from another task than the one that holds the guard.
     ExtendElsewhere {
         guard: usize,
         lease: u64,
@@ -546,30 +546,6 @@ impl Profile {
             helper_runtimes: false,
             request_faults: true,
             reply_faults: true,
-            lost_replies: false,
-            push_faults: false,
-            crashes: false,
-            hold_ids: false,
-            shared_ids: false,
-            keeps: 0.3,
-        }
-    }
-
-    /// `extend`s from helper runtimes that end, nothing else: the renewals must stay with the
-    /// runtime that granted the hold.
-    fn helper_runtimes() -> Profile {
-        Profile {
-            prims: ALL_PRIMS.to_vec(),
-            lease_heartbeat: pairs(|l, _| l <= 300),
-            manual_renew: false,
-            waits: false,
-            extends: true,
-            downgrades: false,
-            release_all: false,
-            subscribe_stalls: false,
-            helper_runtimes: true,
-            request_faults: false,
-            reply_faults: false,
             lost_replies: false,
             push_faults: false,
             crashes: false,
@@ -1166,8 +1142,6 @@ struct World {
     /// The schedule has no fault at all (no late or lost call, reply or wake-up, no stalled
     /// subscription, no crash): every auto-renewed guard must stay held, from the start.
     fault_free: bool,
-    /// Simulated runtimes started so far (each helper runtime gets the next number).
-    runtimes: u64,
     server: MemoryStore,
     names: Vec<NameInfo>,
     clients: Vec<ClientState>,
@@ -1197,12 +1171,6 @@ struct World {
 }
 
 impl World {
-    /// A new simulated runtime's number.
-    fn next_runtime(&mut self) -> u64 {
-        self.runtimes += 1;
-        self.runtimes
-    }
-
     /// Delivers the wake-ups of `client` that are due, or published by a step before
     /// `published_before`, in order.
     fn pump(&mut self, client: usize, published_before: u64) {
@@ -2300,12 +2268,16 @@ impl Script {
             }
             Op::ExtendElsewhere { guard, lease } => {
                 if let Some((id, mut e)) = self.take(guard, |_| true) {
-                    let n = sim.world().next_runtime();
-                    let extend = e.guard.extend(ms(lease));
-                    let r = testing::on_simulated_runtime(n, extend).await;
-                    testing::end_simulated_runtime(&self.client, n);
+                    // From another task: the engine, not the caller, renews the hold.
+                    let (r, guard) = tokio::spawn(async move {
+                        let r = e.guard.extend(ms(lease)).await;
+                        (r, e)
+                    })
+                    .await
+                    .expect("the extend's task");
+                    e = guard;
                     sim.log(|| {
-                        format!("c{c} extend g{id} to {lease} ms from runtime {n} -> {r:?}")
+                        format!("c{c} extend g{id} to {lease} ms from another task -> {r:?}")
                     });
                     self.expected(&r);
                     self.put_back(id, e);
@@ -2760,7 +2732,6 @@ async fn run(schedule: &Schedule, focus: &[Class], trace: bool) -> Outcome {
         trace: trace.then(Vec::new),
         stopping: false,
         seq: 0,
-        runtimes: 0,
     };
     let sim = Arc::new(Sim {
         world: StdMutex::new(world),
@@ -3175,25 +3146,6 @@ fn finds_planted_unbounded_subscribe() {
         .iter()
         .any(|c| c.subscribe_stalls.iter().any(|&s| s > 0));
     assert!(stalled, "the counterexample stalls no subscription: {why}");
-}
-
-#[test]
-fn finds_planted_renewals_that_follow_the_caller() {
-    let (schedule, why) = finds(
-        Bug::RenewalsFollowTheCaller,
-        Profile::helper_runtimes(),
-        &[Class::LostWithoutFault],
-        7,
-    );
-    let elsewhere = schedule
-        .clients
-        .iter()
-        .flat_map(|c| &c.ops)
-        .any(|op| matches!(op, Op::ExtendElsewhere { .. }));
-    assert!(
-        elsewhere,
-        "the counterexample has no extend from a helper runtime: {why}"
-    );
 }
 
 #[test]

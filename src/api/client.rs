@@ -8,7 +8,7 @@ use crate::api::handle::Lock;
 use crate::api::kind::{self, Kind};
 use crate::api::rate_limiter::RateLimiter;
 use crate::api::rwlock::Preference;
-use crate::engine::lease::Holds;
+use crate::engine::lease::{Holds, Placement};
 use crate::engine::wait::LockCtx;
 use crate::store::{MemoryStore, QuorumStore, RedisStore, Store};
 use crate::vocab::claim::HolderEviction;
@@ -180,15 +180,16 @@ impl LockClient {
         self.inner.holds.release_all().await
     }
 
+    /// Stops this client's engine at once, as if its process were killed (feature
+    /// `testing`): its holds are neither renewed nor released, and lapse with their leases.
+    #[cfg(feature = "testing")]
+    pub(crate) fn crash_engine(&self) {
+        self.inner.holds.crash();
+    }
+
     /// The store behind this client, for the crate's own steps.
     pub(crate) fn store_ref(&self) -> &Arc<dyn Store> {
         &self.inner.store
-    }
-
-    /// The client's live holds (feature `testing`: the simulations end runtimes there).
-    #[cfg(feature = "testing")]
-    pub(crate) fn holds(&self) -> &crate::engine::lease::Holds {
-        &self.inner.holds
     }
 
     /// The key prefix (default `rl`).
@@ -521,6 +522,9 @@ pub struct LockClientBuilder {
     defaults: Options,
     redis: RedisConfig,
     refuse_evicting: bool,
+    /// Where the engine runs; `None`: on its own thread, but for a test's own store
+    /// ([`LockClientBuilder::store`]), where it runs on the current runtime.
+    placement: Option<Placement>,
 }
 
 impl Default for LockClientBuilder {
@@ -530,11 +534,38 @@ impl Default for LockClientBuilder {
             defaults: Options::default(),
             redis: RedisConfig::default(),
             refuse_evicting: false,
+            placement: None,
         }
     }
 }
 
 impl LockClientBuilder {
+    /// Runs the client's lock engine (the one task that renews and releases its holds) as
+    /// a task of the tokio runtime current when the client is built, instead of on a thread
+    /// of its own (the default). For tests on a paused clock
+    /// (`#[tokio::test(start_paused = true)]`): the engine's timers then follow the test's
+    /// clock. Holds are renewed only while that runtime runs, and a guard dropped as the
+    /// program ends may not be released before it exits (the lease bounds it). Build the
+    /// client inside that runtime.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> redis_locks::Result<()> {
+    /// let client = redis_locks::LockClient::builder()
+    ///     .engine_on_current_runtime(true)
+    ///     .in_memory()?;
+    /// let guard = client.mutex("m").lock().await?;
+    /// assert!(guard.release().await?);
+    /// # Ok(()) }
+    /// ```
+    pub fn engine_on_current_runtime(mut self, on: bool) -> Self {
+        self.placement = Some(match on {
+            true => Placement::CurrentRuntime,
+            false => Placement::Thread,
+        });
+        self
+    }
+
     /// Key prefix (default `rl`): keys are `<prefix>:{<name>}:<part>`. No braces allowed.
     pub fn prefix(mut self, prefix: &str) -> Self {
         self.prefix = prefix.to_owned();
@@ -849,17 +880,23 @@ impl LockClientBuilder {
     }
 
     /// On any store (feature `testing`: a shared `MemoryStore`, a fault-injecting wrapper).
+    /// The engine runs on the current runtime unless
+    /// [`engine_on_current_runtime(false)`](LockClientBuilder::engine_on_current_runtime)
+    /// was set: a test's store follows the test's clock.
     #[cfg(feature = "testing")]
-    pub fn store(self, store: Arc<dyn Store>) -> Result<LockClient> {
+    pub fn store(mut self, store: Arc<dyn Store>) -> Result<LockClient> {
         self.check()?;
+        self.placement.get_or_insert(Placement::CurrentRuntime);
         Ok(self.build(store))
     }
 
     fn build(self, store: Arc<dyn Store>) -> LockClient {
+        let placement = self.placement.unwrap_or_default();
+        let holds = Holds::new(store.clone(), self.redis.response_timeout, placement);
         LockClient {
             inner: Arc::new(Inner {
                 store,
-                holds: Arc::new(Holds::new(self.redis.response_timeout)),
+                holds: Arc::new(holds),
                 response_timeout: self.redis.response_timeout,
                 prefix: self.prefix,
                 defaults: self.defaults,

@@ -209,7 +209,7 @@ impl<K: Kind> Lock<K> {
             Some(hold) => Ok(Guard::new(hold, kind)),
             None => Err(Error::WouldBlock {
                 name: self.ctx.name.to_string(),
-                by_this_client: self.ctx.holds.holds_name(&self.ctx.name),
+                by_this_client: self.ctx.holds.holds_name(&self.ctx.name).await,
             }),
         }
     }

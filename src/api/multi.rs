@@ -295,7 +295,7 @@ impl MultiLock {
                 let name = group[pursuit.busy_part].lock.name();
                 Err(Error::WouldBlock {
                     name: name.to_owned(),
-                    by_this_client: self.ctx.holds.holds_name(name),
+                    by_this_client: self.ctx.holds.holds_name(name).await,
                 })
             }
         }

@@ -59,3 +59,43 @@ mod imp {
 }
 
 pub(crate) use imp::{acquired, held, lost, position};
+
+/// How many lock names [`unreleased`] remembers having warned about;
+/// later names are logged at debug level only, so the set stays small.
+const MAX_WARNED_NAMES: usize = 256;
+
+/// Warns, once per lock name, that a claim of `name` was dropped where it cannot be
+/// released: the lock stays held until its lease lapses. `cut`: its release had been sent
+/// when its runtime ended, unanswered, so it may have been applied.
+pub(crate) fn unreleased(name: &str, lease: Duration, cut: bool) {
+    static WARNED: std::sync::Mutex<Option<std::collections::HashSet<String>>> =
+        std::sync::Mutex::new(None);
+    let first = {
+        let mut warned = WARNED.lock().unwrap_or_else(|e| e.into_inner());
+        let warned = warned.get_or_insert_with(Default::default);
+        warned.len() < MAX_WARNED_NAMES && warned.insert(name.to_owned())
+    };
+    if first && cut {
+        tracing::warn!(
+            lock = name,
+            ?lease,
+            "the release of a claim of lock `{name}` was cut short by its runtime's shutdown \
+             before the server answered: the lock may stay held until its lease ({lease:?}) \
+             lapses. (Warned once per lock name.)"
+        );
+    } else if first {
+        tracing::warn!(
+            lock = name,
+            ?lease,
+            "a claim of lock `{name}` (a wait, or a guard whose engine had stopped) was \
+             dropped where nothing could release it (outside a tokio runtime, or after its \
+             runtime ended): the lock stays held until its lease ({lease:?}) lapses. \
+             (Warned once per lock name.)"
+        );
+    } else {
+        tracing::debug!(
+            lock = name,
+            "dropped where it could not be released; the lease will lapse"
+        );
+    }
+}

@@ -167,6 +167,13 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// The wake-up hub that delivers this store's notifications to local waiters.
     fn hub(&self) -> &Arc<WakeHub>;
 
+    /// A store of its own for the client's lock engine (renewals, and the releases of
+    /// dropped guards), on connections the engine's runtime drives, so they go on while the
+    /// runtime that made this store is blocked or gone; `None`: the engine shares this one.
+    fn for_engine(&self) -> Option<Arc<dyn Store>> {
+        None
+    }
+
     /// One all-or-nothing attempt over several lease locks (a multi-lock): grants every part
     /// to `claim`'s token, each for `claim.lease` under `claim.policy`, or changes nothing
     /// (expired readers of a read part may be pruned, as by `acquire`) and names the first

@@ -317,6 +317,19 @@ impl QuorumStore {
 /// What a majority of the servers agree on: the holders and waiters that at least `required`
 /// of the snapshots show (by token and kind), each with the least time left among them, and
 /// the largest fence. The clock is the first snapshot's.
+/// The fence a majority of the servers report (the one the granting majority was raised
+/// to), so a minority server that restarted empty, was raised by a contender, or ran an
+/// acquire late does not stand for the quorum; the largest when no value has a majority.
+fn majority_fence(snapshots: &[Snapshot], required: usize) -> u64 {
+    let count = |fence: u64| snapshots.iter().filter(|s| s.fence == fence).count();
+    snapshots
+        .iter()
+        .map(|s| s.fence)
+        .find(|f| count(*f) >= required)
+        .or_else(|| snapshots.iter().map(|s| s.fence).max())
+        .unwrap_or(0)
+}
+
 fn majority_view(snapshots: &[Snapshot], required: usize) -> Snapshot {
     let mut holders: Vec<(HolderState, usize)> = Vec::new();
     let mut waiters: Vec<(WaiterState, usize)> = Vec::new();
@@ -346,7 +359,7 @@ fn majority_view(snapshots: &[Snapshot], required: usize) -> Snapshot {
     }
     Snapshot {
         now_ms: snapshots.first().map_or(0, |s| s.now_ms),
-        fence: snapshots.iter().map(|s| s.fence).max().unwrap_or(0),
+        fence: majority_fence(snapshots, required),
         permits: None,
         holders: holders
             .into_iter()

@@ -97,6 +97,9 @@ pub struct RedisStore {
     /// The server's `host:port`, named by connection errors (empty for a Cluster or
     /// Sentinel, whose node changes).
     address: Arc<str>,
+    /// How a single server's connection was made, for the lock engine's connection of its
+    /// own ([`Store::for_engine`]).
+    origin: Option<Arc<(ConnectionInfo, RedisConfig)>>,
 }
 
 impl fmt::Debug for RedisStore {
@@ -213,14 +216,32 @@ pub(crate) async fn manager(
     when: Connect,
 ) -> Result<ConnectionManager> {
     let address = info.addr().to_string();
-    let bad_url = |e: redis::RedisError| bad_url(&address, e);
-    // RESP3 lets pub/sub pushes share the command connection.
+    let (client, manager_config) = manager_parts(info, config, hub)?;
+    let conn = if when == Connect::Lazily {
+        ConnectionManager::new_lazy_with_config(client, manager_config)
+    } else {
+        client
+            .get_connection_manager_with_config(manager_config)
+            .await
+    }
+    .map_err(|e| connect_error(&address, e))?;
+    Ok(conn)
+}
+
+/// The client (in RESP3, so pub/sub pushes share the command connection) and the manager's
+/// settings for the server of `info`, its pushes delivered to `hub`.
+fn manager_parts(
+    info: ConnectionInfo,
+    config: RedisConfig,
+    hub: Arc<WakeHub>,
+) -> Result<(redis::Client, ConnectionManagerConfig)> {
+    let address = info.addr().to_string();
     let settings = info
         .redis_settings()
         .clone()
         .set_protocol(ProtocolVersion::RESP3);
     let info = info.set_redis_settings(settings);
-    let client = redis::Client::open(info).map_err(bad_url)?;
+    let client = redis::Client::open(info).map_err(|e| bad_url(&address, e))?;
     let pushes = hub;
     let manager_config = ConnectionManagerConfig::new()
         .set_push_sender(move |push| {
@@ -232,15 +253,7 @@ pub(crate) async fn manager(
         .set_connection_timeout(Some(config.connect_timeout))
         .set_number_of_retries(config.reconnect_retries)
         .set_max_delay(Duration::from_millis(500));
-    let conn = if when == Connect::Lazily {
-        ConnectionManager::new_lazy_with_config(client, manager_config)
-    } else {
-        client
-            .get_connection_manager_with_config(manager_config)
-            .await
-    }
-    .map_err(|e| connect_error(&address, e))?;
-    Ok(conn)
+    Ok((client, manager_config))
 }
 
 impl RedisStore {
@@ -300,6 +313,7 @@ impl RedisStore {
         when: Connect,
     ) -> Result<(Self, Box<dyn Subscriber>)> {
         let address = Arc::from(info.addr().to_string());
+        let origin = Some(Arc::new((info.clone(), config.clone())));
         let conn = manager(info, config, hub.clone(), when).await?;
         let subscriber = Box::new(SingleSubscriber(conn.clone()));
         let store = RedisStore {
@@ -309,6 +323,7 @@ impl RedisStore {
             hand_over: true,
             scripts: Scripts::get(Variant::Production),
             address,
+            origin,
         };
         Ok((store, subscriber))
     }
@@ -342,6 +357,7 @@ impl RedisStore {
             hand_over: true,
             scripts: Scripts::get(Variant::Production),
             address: Arc::from(""),
+            origin: None,
         };
         store.check_server().await?;
         hub.start(Box::new(super::sentinel::SentinelSubscriber(conn)));
@@ -391,6 +407,7 @@ impl RedisStore {
             hand_over: true,
             scripts: Scripts::get(Variant::Production),
             address: Arc::from(""),
+            origin: None,
         };
         store.check_server().await?;
         hub.start(Box::new(ClusterSubscriber(conn)));
@@ -813,6 +830,24 @@ impl Store for RedisStore {
 
     fn hub(&self) -> &Arc<WakeHub> {
         &self.hub
+    }
+
+    /// A single server's store gets a connection of its own for the lock engine, made on
+    /// first use by the engine's runtime.
+    fn for_engine(&self) -> Option<Arc<dyn Store>> {
+        let (info, config) = self.origin.as_deref()?.clone();
+        // The engine subscribes to nothing: its pushes go to a hub nobody starts.
+        let (client, manager_config) = manager_parts(info, config, WakeHub::remote()).ok()?;
+        let conn = ConnectionManager::new_lazy_with_config(client, manager_config).ok()?;
+        Some(Arc::new(RedisStore {
+            conn: Conn::Single(conn),
+            hub: self.hub.clone(),
+            publish: self.publish.clone(),
+            hand_over: self.hand_over,
+            scripts: self.scripts,
+            address: self.address.clone(),
+            origin: None,
+        }))
     }
 
     async fn acquire_all(

@@ -26,9 +26,6 @@ pub enum Bug {
     /// A downgrade's reply is trusted even when the hold was released (`release_all`) or lost
     /// while the request was on its way.
     DowngradeIgnoresLoss,
-    /// An `extend` moves the hold's renewals to the runtime it was called from, even while the
-    /// granting runtime lives; they end with that runtime.
-    RenewalsFollowTheCaller,
     /// A waiter waits for its channel's subscription with no deadline of its own.
     UnboundedSubscribe,
     /// The in-memory rate limiter admits one more than its burst at once (an off-by-one in

@@ -147,22 +147,17 @@ impl Options {
         }
     }
 
-    /// How often a live hold is renewed.
-    pub fn renew_interval(&self) -> Duration {
-        self.renew_interval_for(self.lease)
-    }
-
-    /// How often a hold whose lease is now `lease` (after an `extend`) is renewed: the
-    /// interval set, but never more than half the lease, else a third of the lease.
-    pub fn renew_interval_for(&self, lease: Duration) -> Duration {
-        match self.renew_every {
-            Some(every) => every.min(lease / 2),
-            None => lease / 3,
-        }
-    }
-
     /// The margin a holder keeps against clock drift and delays: 1% of the lease plus 2 ms.
     pub fn drift(lease: Duration) -> Duration {
         lease / 100 + Duration::from_millis(2)
+    }
+}
+
+/// How often a hold whose lease is `lease` is renewed, with the interval set (`every`): never
+/// more than half the lease; a third of it when none is set.
+pub(crate) fn renew_interval(every: Option<Duration>, lease: Duration) -> Duration {
+    match every {
+        Some(every) => every.min(lease / 2),
+        None => lease / 3,
     }
 }

@@ -1,0 +1,813 @@
+//! The one owner of a client's holds: a task that keeps every hold's [`HoldState`], its
+//! timers and its requests in flight, and changes them only on the messages it receives
+//! ([`Command`]), the replies of the requests it sent, and its timers. Guards are handles (a
+//! command sender and a `watch` of their validity); nothing else reaches a hold's state.
+//!
+//! Registry rules live here too, as plain data of the one task: a client has at most one
+//! entry per hold (lock name and token); a resume reserves the hold first; a step by id goes
+//! through the hold's entry when the client has one, else reserves it; a detached hold's
+//! entry stays while anything sent for it is in flight, and steps that wait for it are
+//! dispatched again when it is quiet. Every request the owner sends has a deadline.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use crate::engine::hold::{
+    Answer, Ask, Caller, Effect, Event, HoldState, Outcome, Phase, Validity,
+};
+use crate::engine::lease::{release_with_retry, retrying};
+use crate::store::{Claim, Slot, Store};
+use crate::vocab::error::{Error, Result};
+use crate::vocab::keys::LockKeys;
+
+/// A hold's name and token: what identifies it across guards and ids.
+pub(crate) type Key = (String, String);
+
+pub(crate) fn key(lock: &LockKeys, claim: &Claim) -> Key {
+    (lock.name().to_owned(), claim.token.clone())
+}
+
+/// A new hold, handed to the owner by the acquisition (or resume) that made it.
+pub(crate) struct NewHold {
+    pub id: u64,
+    pub state: HoldState,
+    pub lock: LockKeys,
+    pub claim: Claim,
+    pub validity: watch::Sender<Validity>,
+    /// The resume's reservation this hold takes over.
+    pub reserved: bool,
+}
+
+/// What a step by id does.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum ById {
+    Release,
+    Extend(Duration),
+}
+
+/// What a reservation found.
+#[derive(Debug)]
+pub(crate) enum Reserved {
+    Done,
+    InUse,
+}
+
+/// The messages the owner takes.
+pub(crate) enum Command {
+    Grant(Box<NewHold>),
+    Extend {
+        id: u64,
+        lease: Duration,
+        reply: oneshot::Sender<Result<bool>>,
+    },
+    Downgrade {
+        id: u64,
+        slot: Slot,
+        reply: oneshot::Sender<Result<u64>>,
+    },
+    /// The guard sends its release itself; `Released` follows with its answer.
+    Release {
+        id: u64,
+    },
+    Released {
+        id: u64,
+        held: Option<bool>,
+    },
+    /// The guard was dropped without a release (or its release was cut short): the owner
+    /// releases the hold.
+    Dropped {
+        id: u64,
+    },
+    Detach {
+        id: u64,
+    },
+    Reserve {
+        key: Key,
+        reply: oneshot::Sender<Reserved>,
+    },
+    Unreserve {
+        key: Key,
+    },
+    ById {
+        lock: LockKeys,
+        claim: Claim,
+        step: ById,
+        reply: oneshot::Sender<Result<bool>>,
+    },
+    ReleaseAll {
+        reply: oneshot::Sender<Result<usize>>,
+    },
+    HoldsName {
+        name: String,
+        reply: oneshot::Sender<bool>,
+    },
+    /// The engine stops at once, as a process killed: nothing more is sent, nothing released
+    /// (feature `testing`).
+    #[cfg(feature = "testing")]
+    Crash,
+}
+
+/// Someone waiting for an answer.
+enum Waiter {
+    Extend(oneshot::Sender<Result<bool>>),
+    Downgrade(oneshot::Sender<Result<u64>>, Slot),
+}
+
+struct Entry {
+    seq: u64,
+    state: HoldState,
+    lock: LockKeys,
+    claim: Claim,
+    validity: watch::Sender<Validity>,
+    waiters: HashMap<Caller, Waiter>,
+    /// Errors of requests whose answer is [`Answer::Failed`].
+    errors: HashMap<u64, Error>,
+    /// Callers of releases by id, by request number.
+    release_callers: HashMap<u64, oneshot::Sender<Result<bool>>>,
+    /// Commands waiting for this hold to be quiet (nothing in flight).
+    after_quiet: Vec<Command>,
+    /// Its instant in the owner's timers.
+    wake: Option<Instant>,
+}
+
+/// What a request the owner sent is about.
+enum Io {
+    /// Request `n` of hold `id`.
+    Hold { id: u64, n: u64 },
+    /// A step by id sent beside any hold (its key was reserved for it).
+    Beside {
+        key: Key,
+        reply: oneshot::Sender<Result<bool>>,
+    },
+}
+
+/// A reply as it came back.
+enum Reply {
+    Lease(Result<bool>),
+    Downgrade(Result<Option<u64>>),
+    Release(Result<bool>),
+}
+
+struct Member {
+    id: u64,
+    n: u64,
+    counted: bool,
+    answer: Option<Result<bool>>,
+    settled: Option<bool>,
+}
+
+struct ReleaseAll {
+    members: Vec<Member>,
+    reply: oneshot::Sender<Result<usize>>,
+}
+
+/// The owner task's state.
+pub(crate) struct Owner {
+    store: Arc<dyn Store>,
+    /// The longest one request may take (every attempt answered or timed out).
+    step_bound: Duration,
+    holds: HashMap<u64, Entry>,
+    by_key: HashMap<Key, u64>,
+    reserved: HashSet<Key>,
+    timers: BTreeSet<(Instant, u64)>,
+    io: JoinSet<(Io, Reply)>,
+    jobs: Vec<ReleaseAll>,
+    next_seq: u64,
+    next_caller: Caller,
+}
+
+/// How long one step may take: a step is sent at most four times (20, 40 and 80 ms apart),
+/// each waiting at most one response timeout.
+pub(crate) fn step_bound(response_timeout: Duration) -> Duration {
+    response_timeout
+        .saturating_mul(4)
+        .saturating_add(Duration::from_millis(140))
+}
+
+impl Owner {
+    pub(crate) fn new(store: Arc<dyn Store>, response_timeout: Duration) -> Owner {
+        Owner {
+            store,
+            step_bound: step_bound(response_timeout),
+            holds: HashMap::new(),
+            by_key: HashMap::new(),
+            reserved: HashSet::new(),
+            timers: BTreeSet::new(),
+            io: JoinSet::new(),
+            jobs: Vec::new(),
+            next_seq: 0,
+            next_caller: 0,
+        }
+    }
+
+    /// Runs until every handle is gone, then finishes what is in flight (within one step's
+    /// bound).
+    pub(crate) async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Command>) {
+        loop {
+            // Timers first on every turn, so a steady stream of replies never starves them.
+            self.tick(Instant::now());
+            let next = self.timers.first().map(|(at, _)| *at);
+            tokio::select! {
+                biased;
+                Some(done) = self.io.join_next(), if !self.io.is_empty() => self.io_done(done),
+                cmd = rx.recv() => match cmd {
+                    #[cfg(feature = "testing")]
+                    Some(Command::Crash) => {
+                        self.io.abort_all();
+                        return;
+                    }
+                    Some(cmd) => self.command(cmd),
+                    None => break,
+                },
+                _ = sleep_until_some(next) => self.tick(Instant::now()),
+            }
+        }
+        let bound = self.step_bound;
+        let _ = tokio::time::timeout(bound, async {
+            while let Some(done) = self.io.join_next().await {
+                self.io_done(done);
+            }
+        })
+        .await;
+    }
+
+    fn command(&mut self, cmd: Command) {
+        let now = Instant::now();
+        match cmd {
+            Command::Grant(hold) => self.grant(*hold, now),
+            Command::Extend { id, lease, reply } => {
+                let caller = self.caller();
+                match self.holds.get_mut(&id) {
+                    Some(e) => {
+                        e.waiters.insert(caller, Waiter::Extend(reply));
+                        self.apply(id, Event::Extend { caller, lease }, now);
+                    }
+                    None => {
+                        let _ = reply.send(Ok(false));
+                    }
+                }
+            }
+            Command::Downgrade { id, slot, reply } => {
+                let caller = self.caller();
+                match self.holds.get_mut(&id) {
+                    Some(e) => {
+                        e.waiters.insert(caller, Waiter::Downgrade(reply, slot));
+                        self.apply(id, Event::Downgrade { caller }, now);
+                    }
+                    None => {
+                        let _ = reply.send(Err(Error::LeaseLost {
+                            name: String::new(),
+                        }));
+                    }
+                }
+            }
+            Command::Release { id } => {
+                let event = Event::Release {
+                    by_owner: false,
+                    guard_gone: true,
+                };
+                self.apply(id, event, now);
+            }
+            Command::Released { id, held } => {
+                self.apply(id, Event::Released { held }, now);
+            }
+            Command::Dropped { id } => {
+                let event = Event::Release {
+                    by_owner: true,
+                    guard_gone: true,
+                };
+                self.apply(id, event, now);
+            }
+            Command::Detach { id } => {
+                self.apply(id, Event::Detach, now);
+            }
+            Command::Reserve { key, reply } => self.reserve(key, reply),
+            Command::Unreserve { key } => {
+                self.reserved.remove(&key);
+            }
+            Command::ById {
+                lock,
+                claim,
+                step,
+                reply,
+            } => self.by_id(lock, claim, step, reply, now),
+            Command::ReleaseAll { reply } => self.release_all(reply, now),
+            Command::HoldsName { name, reply } => {
+                let held = self.holds.values().any(|e| {
+                    e.lock.name() == name
+                        && e.state.phase() == Phase::Live
+                        && !e.state.validity().lost
+                });
+                let _ = reply.send(held);
+            }
+            #[cfg(feature = "testing")]
+            Command::Crash => {}
+        }
+    }
+
+    fn caller(&mut self) -> Caller {
+        self.next_caller += 1;
+        self.next_caller
+    }
+
+    fn grant(&mut self, hold: NewHold, now: Instant) {
+        let key = key(&hold.lock, &hold.claim);
+        if hold.reserved {
+            self.reserved.remove(&key);
+        }
+        self.next_seq += 1;
+        let id = hold.id;
+        self.by_key.insert(key, id);
+        self.holds.insert(
+            id,
+            Entry {
+                seq: self.next_seq,
+                state: hold.state,
+                lock: hold.lock,
+                claim: hold.claim,
+                validity: hold.validity,
+                waiters: HashMap::new(),
+                errors: HashMap::new(),
+                release_callers: HashMap::new(),
+                after_quiet: Vec::new(),
+                wake: None,
+            },
+        );
+        self.apply(id, Event::Tick, now);
+    }
+
+    /// Applies `event` to hold `id` and carries out what it calls for.
+    fn apply(&mut self, id: u64, event: Event, now: Instant) -> Vec<Effect> {
+        let Some(entry) = self.holds.get_mut(&id) else {
+            return Vec::new();
+        };
+        let effects = entry.state.on(event, now);
+        for effect in &effects {
+            self.effect(id, *effect);
+        }
+        self.settle(id, now);
+        effects
+    }
+
+    fn effect(&mut self, id: u64, effect: Effect) {
+        let Some(entry) = self.holds.get_mut(&id) else {
+            return;
+        };
+        match effect {
+            Effect::Send { n, ask } => {
+                let store = self.store.clone();
+                let lock = entry.lock.clone();
+                let mut claim = entry.claim.clone();
+                let bound = self.step_bound;
+                let io = Io::Hold { id, n };
+                match ask {
+                    Ask::Lease { lease, give_up_at } => {
+                        claim.lease = lease;
+                        let deadline = give_up_at.unwrap_or_else(|| Instant::now() + bound);
+                        self.io.spawn(async move {
+                            let call = store.extend(&lock, &claim, lease, None);
+                            let reply = tokio::time::timeout_at(deadline, call)
+                                .await
+                                .unwrap_or_else(|_| Err(timed_out("renew", bound)));
+                            (io, Reply::Lease(reply))
+                        });
+                    }
+                    Ask::Downgrade => {
+                        self.io.spawn(async move {
+                            let call = store.downgrade(&lock, &claim, None);
+                            let reply = tokio::time::timeout(bound, call)
+                                .await
+                                .unwrap_or_else(|_| Err(timed_out("downgrade", bound)));
+                            (io, Reply::Downgrade(reply))
+                        });
+                    }
+                    Ask::Release => {
+                        self.io.spawn(async move {
+                            let call = release_with_retry(&*store, &lock, &claim);
+                            let reply = tokio::time::timeout(bound, call)
+                                .await
+                                .unwrap_or_else(|_| Err(timed_out("release", bound)));
+                            if let Err(err) = &reply {
+                                tracing::debug!(lock = lock.name(), %err, "release failed; the lease will lapse");
+                            }
+                            (io, Reply::Release(reply))
+                        });
+                    }
+                }
+            }
+            Effect::Answer { caller, answer } => {
+                let Some(waiter) = entry.waiters.remove(&caller) else {
+                    return;
+                };
+                let name = entry.lock.name().to_owned();
+                match (waiter, answer) {
+                    (Waiter::Extend(reply), Answer::Extended(renewed)) => {
+                        let _ = reply.send(Ok(renewed));
+                    }
+                    (Waiter::Downgrade(reply, slot), Answer::Downgraded(fence)) => {
+                        entry.claim.slot = slot;
+                        let _ = reply.send(Ok(fence));
+                    }
+                    (Waiter::Extend(reply), Answer::Failed { n }) => {
+                        let _ = reply.send(Err(entry
+                            .errors
+                            .remove(&n)
+                            .unwrap_or_else(|| timed_out("extend", self.step_bound))));
+                    }
+                    (Waiter::Downgrade(reply, _), Answer::Failed { n }) => {
+                        let _ = reply.send(Err(entry
+                            .errors
+                            .remove(&n)
+                            .unwrap_or_else(|| timed_out("downgrade", self.step_bound))));
+                    }
+                    (Waiter::Downgrade(reply, _), _) => {
+                        let _ = reply.send(Err(Error::LeaseLost { name }));
+                    }
+                    (Waiter::Extend(reply), _) => {
+                        let _ = reply.send(Ok(false));
+                    }
+                }
+            }
+            Effect::Lost { why } => {
+                tracing::warn!(lock = entry.lock.name(), why, "lease lost");
+                crate::engine::telemetry::lost(&entry.claim.slot);
+            }
+        }
+    }
+
+    /// After an event on hold `id`: publish its validity, move its timer, settle the
+    /// `release_all`s waiting for it, run what waited for it to be quiet, forget it once done.
+    fn settle(&mut self, id: u64, now: Instant) {
+        let Some(entry) = self.holds.get_mut(&id) else {
+            return;
+        };
+        let validity = entry.state.validity();
+        entry.validity.send_if_modified(|v| {
+            let changed = *v != validity;
+            *v = validity;
+            changed
+        });
+        let wake = entry.state.next_wake();
+        if wake != entry.wake {
+            if let Some(old) = entry.wake.take() {
+                self.timers.remove(&(old, id));
+            }
+            if let Some(at) = wake {
+                self.timers.insert((at, id));
+            }
+            entry.wake = wake;
+        }
+        let (quiet, done) = (entry.state.is_quiet(), entry.state.is_done());
+        let (ended_live, releasing) = (entry.state.ended_live(), !quiet);
+        self.settle_jobs(id, ended_live, releasing);
+        if !quiet {
+            return;
+        }
+        let Some(entry) = self.holds.get_mut(&id) else {
+            return;
+        };
+        let waiting = std::mem::take(&mut entry.after_quiet);
+        if done {
+            if let Some(entry) = self.holds.remove(&id) {
+                if let Some(at) = entry.wake {
+                    self.timers.remove(&(at, id));
+                }
+                let key = key(&entry.lock, &entry.claim);
+                if self.by_key.get(&key) == Some(&id) {
+                    self.by_key.remove(&key);
+                }
+            }
+        }
+        for cmd in waiting {
+            let _ = now;
+            self.command(cmd);
+        }
+    }
+
+    fn tick(&mut self, now: Instant) {
+        while let Some(&(at, id)) = self.timers.first() {
+            if at > now {
+                break;
+            }
+            self.timers.pop_first();
+            if let Some(entry) = self.holds.get_mut(&id) {
+                entry.wake = None;
+            }
+            self.apply(id, Event::Tick, now);
+        }
+    }
+
+    fn io_done(&mut self, done: std::result::Result<(Io, Reply), tokio::task::JoinError>) {
+        let Ok((io, reply)) = done else {
+            return;
+        };
+        let now = Instant::now();
+        match io {
+            Io::Beside { key, reply: caller } => {
+                self.reserved.remove(&key);
+                let outcome = match reply {
+                    Reply::Lease(r) | Reply::Release(r) => r,
+                    Reply::Downgrade(r) => r.map(|f| f.is_some()),
+                };
+                let _ = caller.send(outcome);
+            }
+            Io::Hold { id, n } => {
+                let Some(entry) = self.holds.get_mut(&id) else {
+                    return;
+                };
+                let outcome = match reply {
+                    Reply::Lease(Ok(true)) => Outcome::Confirmed { fence: None },
+                    Reply::Lease(Ok(false)) | Reply::Downgrade(Ok(None)) => Outcome::Refused,
+                    Reply::Downgrade(Ok(Some(fence))) => Outcome::Confirmed { fence: Some(fence) },
+                    Reply::Lease(Err(err)) | Reply::Downgrade(Err(err)) => {
+                        entry.errors.insert(n, err);
+                        Outcome::Unknown
+                    }
+                    Reply::Release(answer) => {
+                        let outcome = match &answer {
+                            Ok(true) => Outcome::Confirmed { fence: None },
+                            Ok(false) => Outcome::Refused,
+                            Err(_) => Outcome::Unknown,
+                        };
+                        self.release_answered(id, n, answer);
+                        outcome
+                    }
+                };
+                self.apply(id, Event::Reply { n, outcome }, now);
+            }
+        }
+    }
+
+    /// Hands the answer of release `n` of hold `id` to whoever waits for it: a release by id,
+    /// or a `release_all`.
+    fn release_answered(&mut self, id: u64, n: u64, answer: Result<bool>) {
+        if let Some(caller) = self
+            .holds
+            .get_mut(&id)
+            .and_then(|e| e.release_callers.remove(&n))
+        {
+            let _ = caller.send(answer);
+            return;
+        }
+        for job in &mut self.jobs {
+            if let Some(m) = job.members.iter_mut().find(|m| m.id == id && m.n == n) {
+                m.answer = Some(answer);
+                return;
+            }
+        }
+    }
+
+    /// Settles the `release_all` members of hold `id` whose own release was answered: a
+    /// counted hold counts once its own release found it live, or once none of its releases
+    /// is in flight any more and one of them did.
+    fn settle_jobs(&mut self, id: u64, ended_live: bool, releasing: bool) {
+        let mut i = 0;
+        while i < self.jobs.len() {
+            let job = &mut self.jobs[i];
+            for m in job
+                .members
+                .iter_mut()
+                .filter(|m| m.id == id && m.settled.is_none())
+            {
+                match &m.answer {
+                    Some(Ok(true)) => m.settled = Some(m.counted),
+                    Some(Ok(false)) if ended_live || !releasing => {
+                        m.settled = Some(m.counted && ended_live)
+                    }
+                    Some(Err(_)) => m.settled = Some(false),
+                    _ => {}
+                }
+            }
+            if job.members.iter().all(|m| m.settled.is_some()) {
+                let job = self.jobs.swap_remove(i);
+                let mut released = 0;
+                let mut first_error = None;
+                for m in job.members {
+                    match m.answer {
+                        Some(Err(err)) => {
+                            first_error.get_or_insert(err);
+                        }
+                        _ if m.settled == Some(true) => released += 1,
+                        _ => {}
+                    }
+                }
+                let _ = job.reply.send(match first_error {
+                    Some(err) => Err(err),
+                    None => Ok(released),
+                });
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    fn reserve(&mut self, key: Key, reply: oneshot::Sender<Reserved>) {
+        if let Some(&id) = self.by_key.get(&key) {
+            if let Some(entry) = self.holds.get_mut(&id) {
+                if entry.state.phase() != Phase::Detached {
+                    let _ = reply.send(Reserved::InUse);
+                    return;
+                }
+                // A detached hold with something in flight: asked again once it is quiet.
+                entry.after_quiet.push(Command::Reserve { key, reply });
+                return;
+            }
+        }
+        if reply.is_closed() || !self.reserved.insert(key.clone()) {
+            let _ = reply.send(Reserved::InUse);
+            return;
+        }
+        if reply.send(Reserved::Done).is_err() {
+            // Its caller gave up waiting.
+            self.reserved.remove(&key);
+        }
+    }
+
+    fn by_id(
+        &mut self,
+        lock: LockKeys,
+        claim: Claim,
+        step: ById,
+        reply: oneshot::Sender<Result<bool>>,
+        now: Instant,
+    ) {
+        let key = key(&lock, &claim);
+        if let Some(&id) = self.by_key.get(&key) {
+            let caller = self.caller();
+            let entry = self.holds.get_mut(&id).expect("by_key names a live entry");
+            match (entry.state.phase(), step) {
+                (Phase::Detached, _) => {
+                    // Waits for what is in flight, then goes beside.
+                    entry.after_quiet.push(Command::ById {
+                        lock,
+                        claim,
+                        step,
+                        reply,
+                    });
+                    return;
+                }
+                (_, ById::Release) => {
+                    let event = Event::Release {
+                        by_owner: true,
+                        guard_gone: false,
+                    };
+                    let effects = self.apply(id, event, now);
+                    let n = effects.iter().find_map(|e| match e {
+                        Effect::Send {
+                            n,
+                            ask: Ask::Release,
+                        } => Some(*n),
+                        _ => None,
+                    });
+                    if let (Some(n), Some(entry)) = (n, self.holds.get_mut(&id)) {
+                        entry.release_callers.insert(n, reply);
+                    }
+                    return;
+                }
+                (Phase::Releasing, ById::Extend(_)) => {
+                    let _ = reply.send(Ok(false));
+                    return;
+                }
+                (Phase::Live, ById::Extend(_)) if entry.claim.slot != claim.slot => {
+                    // A write id of a hold downgraded since: nothing of that form to extend.
+                    let _ = reply.send(Ok(false));
+                    return;
+                }
+                (Phase::Live, ById::Extend(lease)) if entry.state.is_trusted(now) => {
+                    entry.waiters.insert(caller, Waiter::Extend(reply));
+                    self.apply(id, Event::Extend { caller, lease }, now);
+                    return;
+                }
+                (Phase::Live, ById::Extend(_)) => {
+                    // A guard whose trust ran out is not revived: it stays lost, and the
+                    // step goes beside it once nothing of it is in flight.
+                    if !entry.state.is_quiet() {
+                        entry.after_quiet.push(Command::ById {
+                            lock,
+                            claim,
+                            step,
+                            reply,
+                        });
+                        return;
+                    }
+                    self.beside(key, lock, claim, step, reply, false);
+                    return;
+                }
+            }
+        }
+        if !self.reserved.insert(key.clone()) {
+            let _ = reply.send(Err(hold_in_use(lock.name())));
+            return;
+        }
+        self.beside(key, lock, claim, step, reply, true);
+    }
+
+    /// Sends a step by id beside any hold; `reserved`: its key was reserved for it.
+    fn beside(
+        &mut self,
+        key: Key,
+        lock: LockKeys,
+        claim: Claim,
+        step: ById,
+        reply: oneshot::Sender<Result<bool>>,
+        reserved: bool,
+    ) {
+        let store = self.store.clone();
+        let bound = self.step_bound;
+        let key = if reserved {
+            key
+        } else {
+            (String::new(), String::new())
+        };
+        self.io.spawn(async move {
+            let call = async {
+                match step {
+                    ById::Release => release_with_retry(&*store, &lock, &claim).await,
+                    ById::Extend(lease) => {
+                        retrying(|| store.extend(&lock, &claim, lease, None))
+                            .await
+                            .0
+                    }
+                }
+            };
+            let outcome = tokio::time::timeout(bound, call)
+                .await
+                .unwrap_or_else(|_| Err(timed_out("step by id", bound)));
+            (Io::Beside { key, reply }, Reply::Release(outcome))
+        });
+    }
+
+    fn release_all(&mut self, reply: oneshot::Sender<Result<usize>>, now: Instant) {
+        let mut live: Vec<(u64, u64)> = self
+            .holds
+            .iter()
+            .filter(|(_, e)| e.state.phase() != Phase::Detached)
+            .map(|(id, e)| (e.seq, *id))
+            .collect();
+        live.sort_unstable();
+        let mut members = Vec::new();
+        for (_, id) in live {
+            let counted = self
+                .holds
+                .get(&id)
+                .is_some_and(|e| e.state.phase() == Phase::Live);
+            let event = Event::Release {
+                by_owner: true,
+                guard_gone: false,
+            };
+            let effects = self.apply(id, event, now);
+            if let Some(n) = effects.iter().find_map(|e| match e {
+                Effect::Send {
+                    n,
+                    ask: Ask::Release,
+                } => Some(*n),
+                _ => None,
+            }) {
+                members.push(Member {
+                    id,
+                    n,
+                    counted,
+                    answer: None,
+                    settled: None,
+                });
+            }
+        }
+        if members.is_empty() {
+            let _ = reply.send(Ok(0));
+            return;
+        }
+        self.jobs.push(ReleaseAll { members, reply });
+    }
+}
+
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The error of a request the owner gave up waiting for.
+fn timed_out(operation: &str, bound: Duration) -> Error {
+    Error::connection(
+        operation,
+        "",
+        std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no reply from Redis within {bound:?}"),
+        ),
+    )
+}
+
+/// The refusal of a resume, or of a step by id, of a hold this client already has a guard of
+/// (or is resuming).
+pub(crate) fn hold_in_use(name: &str) -> Error {
+    Error::HoldInUse {
+        name: name.to_owned(),
+    }
+}
