@@ -507,7 +507,11 @@ both_backends!(max_hold_ends_renewals);
 /// guard is lost within one lease of the bound.
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn max_hold_bound_on_a_paused_clock() {
-    let client = LockClient::in_memory();
+    // The engine on this runtime, so its timers follow the paused clock.
+    let client = LockClient::builder()
+        .engine_on_current_runtime(true)
+        .in_memory()
+        .expect("client");
     let lease = secs(3);
     let bound = secs(10);
     let g = client

@@ -398,7 +398,11 @@ async fn extend_to_a_shorter_lease_keeps_the_guard_renewed() {
 /// move meanwhile.)
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn a_renewal_due_with_extend_keeps_the_extended_lease() {
-    let client = LockClient::in_memory();
+    // The engine on this runtime, so its timers follow the paused clock.
+    let client = LockClient::builder()
+        .engine_on_current_runtime(true)
+        .in_memory()
+        .expect("client");
     let mutex = client.mutex("honest-renewal-with-extend").lease(secs(1));
     let mut g = mutex.lock().await.expect("G locks");
     let granted = Instant::now();

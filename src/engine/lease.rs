@@ -161,17 +161,23 @@ impl Holds {
     async fn reserve(self: &Arc<Self>, key: Key) -> Result<Reservation> {
         let name = key.0.clone();
         let bound = owner::step_bound(self.response_timeout);
-        let asked = self.ask("resume", |reply| Command::Reserve {
-            key: key.clone(),
-            reply,
-        });
+        // Armed from the ask on: if this future ends before the answer is read (cancelled,
+        // timed out), the reservation it may have got is given back.
+        let mut reservation = Reservation {
+            holds: self.clone(),
+            key: Some(key.clone()),
+            ticket: crate::vocab::token::random() | 1,
+        };
+        let ticket = reservation.ticket;
+        let asked = self.ask("resume", |reply| Command::Reserve { key, ticket, reply });
         match tokio::time::timeout(bound, asked).await {
-            Ok(Ok(Reserved::Done)) => Ok(Reservation {
-                holds: self.clone(),
-                key: Some(key),
-            }),
+            Ok(Ok(Reserved::Done)) => Ok(reservation),
             Ok(Err(err)) => Err(err),
-            Ok(Ok(Reserved::InUse)) | Err(_) => Err(hold_in_use(&name)),
+            Ok(Ok(Reserved::InUse)) => {
+                reservation.key = None;
+                Err(hold_in_use(&name))
+            }
+            Err(_) => Err(hold_in_use(&name)),
         }
     }
 }
@@ -210,12 +216,14 @@ fn engine_gone(what: &str) -> Error {
 struct Reservation {
     holds: Arc<Holds>,
     key: Option<Key>,
+    ticket: u64,
 }
 
 impl Drop for Reservation {
     fn drop(&mut self) {
         if let Some(key) = self.key.take() {
-            self.holds.send(Command::Unreserve { key });
+            let ticket = self.ticket;
+            self.holds.send(Command::Unreserve { key, ticket });
         }
     }
 }
@@ -474,11 +482,7 @@ impl Cut<'_> {
 impl Drop for Cut<'_> {
     fn drop(&mut self) {
         if self.armed {
-            self.holds.send(Command::Released {
-                id: self.id,
-                held: None,
-            });
-            self.holds.send(Command::Dropped { id: self.id });
+            self.holds.send(Command::Cut { id: self.id });
         }
     }
 }

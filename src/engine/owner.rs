@@ -9,7 +9,7 @@
 //! entry stays while anything sent for it is in flight, and steps that wait for it are
 //! dispatched again when it is quiet. Every request the owner sends has a deadline.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -78,20 +78,29 @@ pub(crate) enum Command {
         id: u64,
         held: Option<bool>,
     },
-    /// The guard was dropped without a release (or its release was cut short): the owner
-    /// releases the hold.
+    /// The guard was dropped without a release: the owner releases the hold.
     Dropped {
+        id: u64,
+    },
+    /// The guard's own release was cut short before its answer came (its caller stopped
+    /// waiting): the owner sends it again.
+    Cut {
         id: u64,
     },
     Detach {
         id: u64,
     },
+    /// A resume reserves its hold; `ticket` names this reservation.
     Reserve {
         key: Key,
+        ticket: u64,
         reply: oneshot::Sender<Reserved>,
     },
+    /// The reservation `ticket` ends (its resume failed, was cancelled, or never learned its
+    /// answer); another's reservation of the key stays.
     Unreserve {
         key: Key,
+        ticket: u64,
     },
     ById {
         lock: LockKeys,
@@ -133,6 +142,8 @@ struct Entry {
     after_quiet: Vec<Command>,
     /// Its instant in the owner's timers.
     wake: Option<Instant>,
+    /// Steps by id sent beside this (lost) guard, not answered yet.
+    beside: u32,
 }
 
 /// What a request the owner sent is about.
@@ -142,6 +153,7 @@ enum Io {
     /// A step by id sent beside any hold (its key was reserved for it).
     Beside {
         key: Key,
+        entry: Option<u64>,
         reply: oneshot::Sender<Result<bool>>,
     },
 }
@@ -173,7 +185,8 @@ pub(crate) struct Owner {
     step_bound: Duration,
     holds: HashMap<u64, Entry>,
     by_key: HashMap<Key, u64>,
-    reserved: HashSet<Key>,
+    /// Reservations by key: the ticket of the resume that holds it (0: a step by id).
+    reserved: HashMap<Key, u64>,
     timers: BTreeSet<(Instant, u64)>,
     io: JoinSet<(Io, Reply)>,
     jobs: Vec<ReleaseAll>,
@@ -196,7 +209,7 @@ impl Owner {
             step_bound: step_bound(response_timeout),
             holds: HashMap::new(),
             by_key: HashMap::new(),
-            reserved: HashSet::new(),
+            reserved: HashMap::new(),
             timers: BTreeSet::new(),
             io: JoinSet::new(),
             jobs: Vec::new(),
@@ -283,12 +296,22 @@ impl Owner {
                 };
                 self.apply(id, event, now);
             }
+            Command::Cut { id } => {
+                let again = Event::Release {
+                    by_owner: true,
+                    guard_gone: true,
+                };
+                self.apply(id, again, now);
+                self.apply(id, Event::Released { held: None }, now);
+            }
             Command::Detach { id } => {
                 self.apply(id, Event::Detach, now);
             }
-            Command::Reserve { key, reply } => self.reserve(key, reply),
-            Command::Unreserve { key } => {
-                self.reserved.remove(&key);
+            Command::Reserve { key, ticket, reply } => self.reserve(key, ticket, reply),
+            Command::Unreserve { key, ticket } => {
+                if self.reserved.get(&key) == Some(&ticket) {
+                    self.reserved.remove(&key);
+                }
             }
             Command::ById {
                 lock,
@@ -336,6 +359,7 @@ impl Owner {
                 release_callers: HashMap::new(),
                 after_quiet: Vec::new(),
                 wake: None,
+                beside: 0,
             },
         );
         self.apply(id, Event::Tick, now);
@@ -347,6 +371,13 @@ impl Owner {
             return Vec::new();
         };
         let effects = entry.state.on(event, now);
+        // The guard sees the new validity before any caller is answered.
+        let validity = entry.state.validity();
+        entry.validity.send_if_modified(|v| {
+            let changed = *v != validity;
+            *v = validity;
+            changed
+        });
         for effect in &effects {
             self.effect(id, *effect);
         }
@@ -446,12 +477,6 @@ impl Owner {
         let Some(entry) = self.holds.get_mut(&id) else {
             return;
         };
-        let validity = entry.state.validity();
-        entry.validity.send_if_modified(|v| {
-            let changed = *v != validity;
-            *v = validity;
-            changed
-        });
         let wake = entry.state.next_wake();
         if wake != entry.wake {
             if let Some(old) = entry.wake.take() {
@@ -462,7 +487,8 @@ impl Owner {
             }
             entry.wake = wake;
         }
-        let (quiet, done) = (entry.state.is_quiet(), entry.state.is_done());
+        let quiet = entry.state.is_quiet() && entry.beside == 0;
+        let done = entry.state.is_done() && entry.beside == 0;
         let (ended_live, releasing) = (entry.state.ended_live(), !quiet);
         self.settle_jobs(id, ended_live, releasing);
         if !quiet {
@@ -508,8 +534,24 @@ impl Owner {
         };
         let now = Instant::now();
         match io {
-            Io::Beside { key, reply: caller } => {
-                self.reserved.remove(&key);
+            Io::Beside {
+                key,
+                entry,
+                reply: caller,
+            } => {
+                match entry {
+                    Some(id) => {
+                        if let Some(e) = self.holds.get_mut(&id) {
+                            e.beside -= 1;
+                        }
+                        self.settle(id, now);
+                    }
+                    None => {
+                        if self.reserved.get(&key) == Some(&0) {
+                            self.reserved.remove(&key);
+                        }
+                    }
+                }
                 let outcome = match reply {
                     Reply::Lease(r) | Reply::Release(r) => r,
                     Reply::Downgrade(r) => r.map(|f| f.is_some()),
@@ -606,7 +648,7 @@ impl Owner {
         }
     }
 
-    fn reserve(&mut self, key: Key, reply: oneshot::Sender<Reserved>) {
+    fn reserve(&mut self, key: Key, ticket: u64, reply: oneshot::Sender<Reserved>) {
         if let Some(&id) = self.by_key.get(&key) {
             if let Some(entry) = self.holds.get_mut(&id) {
                 if entry.state.phase() != Phase::Detached {
@@ -614,14 +656,15 @@ impl Owner {
                     return;
                 }
                 // A detached hold with something in flight: asked again once it is quiet.
-                entry.after_quiet.push(Command::Reserve { key, reply });
+                entry.after_quiet.push(Command::Reserve { key, ticket, reply });
                 return;
             }
         }
-        if reply.is_closed() || !self.reserved.insert(key.clone()) {
+        if reply.is_closed() || self.reserved.contains_key(&key) {
             let _ = reply.send(Reserved::InUse);
             return;
         }
+        self.reserved.insert(key.clone(), ticket);
         if reply.send(Reserved::Done).is_err() {
             // Its caller gave up waiting.
             self.reserved.remove(&key);
@@ -686,7 +729,7 @@ impl Owner {
                 (Phase::Live, ById::Extend(_)) => {
                     // A guard whose trust ran out is not revived: it stays lost, and the
                     // step goes beside it once nothing of it is in flight.
-                    if !entry.state.is_quiet() {
+                    if !entry.state.is_quiet() || entry.beside > 0 {
                         entry.after_quiet.push(Command::ById {
                             lock,
                             claim,
@@ -695,19 +738,24 @@ impl Owner {
                         });
                         return;
                     }
-                    self.beside(key, lock, claim, step, reply, false);
+                    // Counted on the entry until answered: a detach meanwhile keeps the entry,
+                    // and a resume waits for it.
+                    entry.beside += 1;
+                    self.beside(key, lock, claim, step, reply, Some(id));
                     return;
                 }
             }
         }
-        if !self.reserved.insert(key.clone()) {
+        if self.reserved.contains_key(&key) {
             let _ = reply.send(Err(hold_in_use(lock.name())));
             return;
         }
-        self.beside(key, lock, claim, step, reply, true);
+        self.reserved.insert(key.clone(), 0);
+        self.beside(key, lock, claim, step, reply, None);
     }
 
-    /// Sends a step by id beside any hold; `reserved`: its key was reserved for it.
+    /// Sends a step by id beside any guard: counted on hold `entry` if the client has one
+    /// (a lost guard), else under the key's reservation.
     fn beside(
         &mut self,
         key: Key,
@@ -715,15 +763,10 @@ impl Owner {
         claim: Claim,
         step: ById,
         reply: oneshot::Sender<Result<bool>>,
-        reserved: bool,
+        entry: Option<u64>,
     ) {
         let store = self.store.clone();
         let bound = self.step_bound;
-        let key = if reserved {
-            key
-        } else {
-            (String::new(), String::new())
-        };
         self.io.spawn(async move {
             let call = async {
                 match step {
@@ -738,7 +781,7 @@ impl Owner {
             let outcome = tokio::time::timeout(bound, call)
                 .await
                 .unwrap_or_else(|_| Err(timed_out("step by id", bound)));
-            (Io::Beside { key, reply }, Reply::Release(outcome))
+            (Io::Beside { key, entry, reply }, Reply::Release(outcome))
         });
     }
 
