@@ -1491,9 +1491,8 @@ async fn dropping_a_co_guard_makes_the_other_honest(b: Backend) {
 
 both_backends!(dropping_a_co_guard_makes_the_other_honest);
 
-/// Attack: a guard resumed on a helper runtime that is then shut down (its renewals lived
-/// there). The guard must not say `is_held()` past its trust, and `lost()` (awaited on another
-/// runtime) must fire no later than about `valid_until()`.
+/// Attack: a guard resumed on a helper runtime that is then shut down. The guard never
+/// trusts past the server's lease, and once dropped the hold ends (released, or lapsed).
 #[test]
 fn resumed_on_a_runtime_that_shuts_down() {
     for b in [Backend::memory(), Backend::redis()] {
@@ -1518,26 +1517,24 @@ fn resumed_on_a_runtime_that_shuts_down() {
         });
         helper.shutdown_timeout(ms(500));
         main.block_on(async {
-            let until = g.valid_until();
-            let fired = tokio::time::timeout(EVENTUALLY, g.lost()).await;
-            let late = Instant::now().saturating_duration_since(until);
-            assert!(
-                fired.is_ok(),
-                "{}: lost() never fired after the resuming runtime shut down",
-                b.kind
-            );
-            assert!(
-                late < secs(2),
-                "{}: lost() fired {late:?} after valid_until()",
-                b.kind
-            );
-            assert!(!g.is_held());
+            // The engine renews it whatever happened to the helper runtime (on the in-memory
+            // test store it ran there, and the guard's trust runs out): honest either way.
+            for _ in 0..10 {
+                let until = g.valid_until();
+                let info = owner
+                    .mutex("att-shutdown")
+                    .inspect()
+                    .await
+                    .expect("inspect");
+                support::honest::assert_honest(b.kind, until, &info, Instant::now());
+                tokio::time::sleep(ms(100)).await;
+            }
+            drop(g);
             eventually("the hold lapses", async || {
                 lease_free(&owner, "att-shutdown").await
             })
             .await;
         });
-        drop(g);
     }
 }
 

@@ -177,7 +177,10 @@ async fn detach_during_an_extend_by_id_then_resume_in_one_client(b: Backend) {
     match resumed {
         Err(err) => assert!(err.is_hold_in_use(), "{err}"),
         Ok(g) => {
-            assert!(extended.expect("extend by id"), "the extend found nothing");
+            // The extend was cut at its bound (outcome unknown), or answered.
+            if let Ok(found) = extended {
+                assert!(found, "the extend found nothing");
+            }
             let before = g.valid_until();
             let info = c.mutex(name).inspect().await.expect("inspect");
             assert_honest(

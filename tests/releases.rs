@@ -14,8 +14,7 @@ use tokio::time::{sleep, timeout};
 
 use support::backend::{eventually, Backend};
 use support::faulty::{Gate, Op, Rule};
-use support::time::{current_thread, ms};
-use support::warnings::Warnings;
+use support::time::ms;
 
 fn named(name: &'static str) -> impl Fn(&support::faulty::Call) -> bool + Send + Sync {
     move |c| c.name == name
@@ -180,54 +179,6 @@ async fn release_all_counts_only_live_held(b: Backend) {
     }
 }
 both_backends!(release_all_counts_only_live_held);
-
-/// background releases dropped unrun by a runtime shutting down, twice per name on
-/// two names (a release future dropped by timeout; a release future whose task the shutdown
-/// drops): exactly one warning per name.
-fn shutdown_warns_once_per_name(b: fn() -> Backend, kind: &str) {
-    let warnings = Warnings::default();
-    let _capture = tracing::subscriber::set_default(warnings.clone());
-    let names: Vec<String> = vec![format!("ra-warn-1-{kind}"), format!("ra-warn-2-{kind}")];
-    let backend = b();
-    for name in &names {
-        for round in 0..2 {
-            let rt = current_thread();
-            let name2 = name.clone();
-            rt.block_on(async {
-                let (f, c) = faulty_client(&backend).await;
-                let g = c.mutex(&name2).lock().await.expect("lock");
-                let gate = Gate::new();
-                f.add(Rule::on(Op::Release).hold_reply(gate));
-                if round == 0 {
-                    let _ = timeout(ms(50), g.release()).await;
-                } else {
-                    tokio::spawn(g.release());
-                    tokio::task::yield_now().await;
-                }
-                // return at once: the drop's background release is queued, unrun
-            });
-            drop(rt);
-        }
-    }
-    let seen = warnings.seen();
-    for name in &names {
-        let n = seen
-            .iter()
-            .filter(|w| w.contains(&format!("lock=\"{name}\"")) || w.contains(&format!("`{name}`")))
-            .count();
-        assert_eq!(n, 1, "[{kind}] {n} warnings for {name}, not 1: {seen:#?}");
-    }
-}
-
-#[test]
-fn shutdown_warns_once_per_name_memory() {
-    shutdown_warns_once_per_name(Backend::memory, "memory");
-}
-
-#[test]
-fn shutdown_warns_once_per_name_redis() {
-    shutdown_warns_once_per_name(Backend::redis, "redis");
-}
 
 /// a renewal's request is held before the server while the hold's `release()` is
 /// dropped; the background release frees the lock, a later holder takes it, then the stale
@@ -425,48 +376,6 @@ async fn release_all_during_awaited_release(b: Backend) {
     );
 }
 both_backends!(release_all_during_awaited_release);
-
-/// A background release that started (its request blocked before the server) when its
-/// runtime shuts down is dropped unfinished: the lock stays held for its lease, and that is
-/// warned about once, as for a release that never started.
-#[test]
-fn started_background_release_cut_by_shutdown_warns() {
-    let warnings = Warnings::default();
-    let _capture = tracing::subscriber::set_default(warnings.clone());
-    let backend = Backend::memory();
-    let name = "ra-warn-started";
-    let rt = current_thread();
-    rt.block_on(async {
-        let (f, c) = faulty_client(&backend).await;
-        let g = c.mutex(name).lock().await.expect("lock");
-        let gate = Gate::new();
-        f.add(Rule::on(Op::Release).hold_request(gate.clone()));
-        let _ = timeout(ms(20), g.release()).await;
-        // the drop's background release starts and blocks at the gate
-        timeout(ms(5_000), gate.wait_entered(2))
-            .await
-            .expect("background release started");
-        std::mem::forget(gate);
-    });
-    drop(rt);
-    let held = current_thread().block_on(async {
-        let other = backend.client().await;
-        other
-            .mutex(name)
-            .inspect()
-            .await
-            .expect("inspect")
-            .holders
-            .len()
-    });
-    assert_eq!(held, 1, "the lock is left held (what this test is about)");
-    let seen = warnings.seen();
-    let n = seen.iter().filter(|w| w.contains(name)).count();
-    assert_eq!(
-        n, 1,
-        "{n} warnings for {name} (its lock stays held for the lease): {seen:#?}"
-    );
-}
 
 /// the caller drops its `release()` future and then its whole client at once: the
 /// background release still runs, and a third client gets the lock within ~1 s.

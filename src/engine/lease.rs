@@ -43,6 +43,10 @@ pub(crate) enum Placement {
 pub(crate) struct Holds {
     tx: Option<mpsc::UnboundedSender<Command>>,
     store: Arc<dyn Store>,
+    /// The engine's store: resumes send their steps there too, on the connection the
+    /// engine's requests use, so a request of the engine that timed out cannot be applied
+    /// after a resume's renewal.
+    engine_store: Arc<dyn Store>,
     response_timeout: Duration,
     /// The engine's thread ([`Placement::Thread`]).
     engine_thread: Option<std::thread::JoinHandle<()>>,
@@ -64,7 +68,7 @@ impl Holds {
     ) -> Holds {
         let (tx, rx) = mpsc::unbounded_channel();
         let engine_store = store.for_engine().unwrap_or_else(|| store.clone());
-        let owner = Owner::new(engine_store, response_timeout);
+        let owner = Owner::new(engine_store.clone(), response_timeout);
         let mut engine_thread = None;
         let run_here = match placement {
             Placement::Thread => {
@@ -106,6 +110,7 @@ impl Holds {
         Holds {
             tx: Some(tx),
             store,
+            engine_store,
             response_timeout,
             engine_thread,
         }
@@ -513,12 +518,13 @@ impl Hold {
     /// in `opts`, the replicas must acknowledge the renewal (else
     /// [`Error::ReplicasNotReached`], the hold left renewed with no guard).
     pub(crate) async fn resume(
-        (holds, store): (Arc<Holds>, Arc<dyn Store>),
+        (holds, _store): (Arc<Holds>, Arc<dyn Store>),
         lock: LockKeys,
         claim: Claim,
         fence: u64,
         opts: Options,
     ) -> Result<Option<Hold>> {
+        let store = holds.engine_store.clone();
         let mut reservation = holds.reserve(owner::key(&lock, &claim)).await?;
         // The fence first: an altered id is refused before anything is renewed.
         let inspected = match check_fence(&*store, &lock, &claim, fence).await? {

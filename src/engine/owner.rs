@@ -656,7 +656,9 @@ impl Owner {
                     return;
                 }
                 // A detached hold with something in flight: asked again once it is quiet.
-                entry.after_quiet.push(Command::Reserve { key, ticket, reply });
+                entry
+                    .after_quiet
+                    .push(Command::Reserve { key, ticket, reply });
                 return;
             }
         }
