@@ -85,6 +85,17 @@ impl RateLimit {
         tat
     }
 
+    /// Loses the heartbeat entry of `member`, or every entry (`None`): what someone else's
+    /// `ZREM` or `DEL` at `rhb` does on Redis. The queue keeps the member.
+    pub(super) fn lose_heartbeats(&mut self, member: Option<&str>) {
+        match member {
+            Some(member) => {
+                self.heartbeats.remove(member);
+            }
+            None => self.heartbeats = ZSet::default(),
+        }
+    }
+
     fn head(&self) -> Option<String> {
         self.queue.first().map(|(_, m)| m.clone())
     }
