@@ -358,7 +358,11 @@ fn rate_scripts_match_model_and_planted_bugs_are_found() {
         );
     }
     assert!(!reached.contains("head without a retry"), "{reached:?}");
-    for bug in [Bug::RateBurstOffByOne, Bug::RateOvertakes] {
+    for bug in [
+        Bug::RateBurstOffByOne,
+        Bug::RateOvertakes,
+        Bug::RateKeepsMembersWithoutHeartbeat,
+    ] {
         plant(bug);
         let config = Config {
             cases: cases().max(256),
