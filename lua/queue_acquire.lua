@@ -67,7 +67,7 @@ local lease, heartbeat = tonumber(ARGV[5]), tonumber(ARGV[6])
 local wait = ARGV[8] == '1'
 local member = member_of(token, weight)
 
-prune()
+prune(true)
 local cap, refusal = capacity_for(ARGV[7])
 if not cap then
   if redis.call('ZREM', Q, member) == 1 then
@@ -90,7 +90,7 @@ end
 
 -- Already granted (a retry after a lost reply, or a grant made by promote while we waited):
 -- claim it with the full lease.
-if redis.call('ZSCORE', H, member) then
+if holder_deadline(member) then
   local fence = read_counter(FENCE)
   hold_until(member, NOW + lease)
   refresh_ttls()
@@ -111,7 +111,12 @@ end
 if not queued then
   if redis.call('ZCARD', Q) == 0 and permits_used() + weight <= cap then
     local fence
-    if weight >= cap then fence = next_fence(FENCE, NOW + lease) else fence = read_counter(FENCE) end
+    if weight >= cap then
+      fence = next_fence(FENCE, NOW + lease)
+      FENCE_UNTIL = NOW + lease
+    else
+      fence = read_counter(FENCE)
+    end
     hold_until(member, NOW + lease)
     refresh_ttls()
     return fence
@@ -137,7 +142,7 @@ refresh_ttls()
 -- may fit (a dead holder's lease runs out with no release to wake the waiter).
 local position, retry = redis.call('ZRANK', Q, member), -1
 if position == 0 then
-  local first = redis.call('ZRANGE', H, 0, 0, 'WITHSCORES')
-  if first[2] then retry = tonumber(first[2]) - NOW end
+  local first = first_holder_deadline()
+  if first then retry = first - NOW end
 end
 return { 0, retry, position, heartbeat_until }
