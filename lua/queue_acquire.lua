@@ -97,7 +97,9 @@ if holder_deadline(member) then
   return fence
 end
 
-local queued = redis.call('ZSCORE', Q, member)
+-- The place in the queue (0 at the head), or false: both "queued?" and, for a waiter already
+-- queued, its position at the end (less the waiters ahead promote grants).
+local queued = redis.call('ZRANK', Q, member)
 if lease_held() then
   -- The name is held through the lease lock: leave the queue and say so.
   if queued then
@@ -140,7 +142,8 @@ end
 refresh_ttls()
 -- At the head, the claim waits only for holders: the first of their leases to end is when it
 -- may fit (a dead holder's lease runs out with no release to wake the waiter).
-local position, retry = redis.call('ZRANK', Q, member), -1
+local position, retry = nil, -1
+if queued then position = queued - PROMOTED else position = redis.call('ZRANK', Q, member) end
 if position == 0 then
   local first = first_holder_deadline()
   if first then retry = first - NOW end

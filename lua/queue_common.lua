@@ -37,6 +37,9 @@ local H_UNTIL, QUEUE_GREW, QUEUE_SHRANK = nil, false, false
 -- first_holder_deadline need no call of their own; nil when not read.
 local HOLDERS = nil
 
+-- How many waiters promote granted in this run (each from the head of the queue).
+local PROMOTED = 0
+
 -- How many of `q` and `hb` a fast path found (EXISTS), or nil when none looked.
 local WAITING = nil
 
@@ -243,6 +246,7 @@ local function promote(cap, claim_ms, self_member)
     redis.call('ZREM', HB, m)
     hold_until(m, claim_until)
     QUEUE_SHRANK = true
+    PROMOTED = PROMOTED + 1
     if m == self_member then
       self_granted = true
     else
