@@ -69,13 +69,17 @@ local function head_at_start()
   return h
 end
 
+-- The head prune found with a heartbeat entry (nil when it found none or did not look).
+local LIVE_HEAD = nil
+
 -- The first waiter with a heartbeat entry, dropping the members before it that have none (a
 -- lost `rhb` entry or key, a member someone else added): no deadline says they are alive, and
 -- only at the head could they hold anyone back (only the head is admitted), so they go when
--- they reach it. `h`: the head, if known.
-local function live_head(h)
+-- they reach it. `h`: the head, if known; `known`: a member known to have an entry (a step
+-- removes a waiter's entry only with its place, and adds the caller's own before settling).
+local function live_head(h, known)
   if h == nil then h = head() end
-  while h and not redis.call('ZSCORE', RHB, h) do
+  while h and h ~= LIVE_HEAD and h ~= known and not redis.call('ZSCORE', RHB, h) do
     redis.call('ZREM', RQ, h)
     h = head()
   end
@@ -91,9 +95,9 @@ local function prune(head_before)
   if #dead > 0 then
     zrem_all(RQ, dead)
     redis.call('ZREMRANGEBYSCORE', RHB, '-inf', NOW)
-    live_head()
+    LIVE_HEAD = live_head()
   else
-    live_head(head_before)
+    LIVE_HEAD = live_head(head_before)
   end
 end
 
@@ -102,7 +106,7 @@ end
 -- empty when the step began has no counter of its own to delete), and a new head other than
 -- `self_member` is woken by name: its turn may have come.
 local function settle_queue(head_before, self_member)
-  local now_head = live_head()
+  local now_head = live_head(nil, self_member)
   if not now_head then
     if head_before then redis.call('DEL', RQ, RHB, RTK) end
     return
