@@ -67,7 +67,7 @@ local lease, heartbeat = tonumber(ARGV[5]), tonumber(ARGV[6])
 local wait = ARGV[8] == '1'
 local member = member_of(token, weight)
 
-prune()
+prune(true)
 local cap, refusal = capacity_for(ARGV[7])
 if not cap then
   if redis.call('ZREM', Q, member) == 1 then
@@ -90,14 +90,16 @@ end
 
 -- Already granted (a retry after a lost reply, or a grant made by promote while we waited):
 -- claim it with the full lease.
-if redis.call('ZSCORE', H, member) then
+if holder_deadline(member) then
   local fence = read_counter(FENCE)
   hold_until(member, NOW + lease)
   refresh_ttls()
   return fence
 end
 
-local queued = redis.call('ZSCORE', Q, member)
+-- The place in the queue (0 at the head), or false: both "queued?" and, for a waiter already
+-- queued, its position at the end (less the waiters ahead promote grants).
+local queued = redis.call('ZRANK', Q, member)
 if lease_held() then
   -- The name is held through the lease lock: leave the queue and say so.
   if queued then
@@ -111,7 +113,12 @@ end
 if not queued then
   if redis.call('ZCARD', Q) == 0 and permits_used() + weight <= cap then
     local fence
-    if weight >= cap then fence = next_fence(FENCE, NOW + lease) else fence = read_counter(FENCE) end
+    if weight >= cap then
+      fence = next_fence(FENCE, NOW + lease)
+      FENCE_UNTIL = NOW + lease
+    else
+      fence = read_counter(FENCE)
+    end
     hold_until(member, NOW + lease)
     refresh_ttls()
     return fence
@@ -135,9 +142,10 @@ end
 refresh_ttls()
 -- At the head, the claim waits only for holders: the first of their leases to end is when it
 -- may fit (a dead holder's lease runs out with no release to wake the waiter).
-local position, retry = redis.call('ZRANK', Q, member), -1
+local position, retry = nil, -1
+if queued then position = queued - PROMOTED else position = redis.call('ZRANK', Q, member) end
 if position == 0 then
-  local first = redis.call('ZRANGE', H, 0, 0, 'WITHSCORES')
-  if first[2] then retry = tonumber(first[2]) - NOW end
+  local first = first_holder_deadline()
+  if first then retry = first - NOW end
 end
 return { 0, retry, position, heartbeat_until }

@@ -32,10 +32,59 @@ local LW, LR, LV = KEYS[8], KEYS[9], KEYS[10]
 -- heartbeating); removals never need a longer TTL, only the ticket counter's cleanup.
 local H_UNTIL, QUEUE_GREW, QUEUE_SHRANK = nil, false, false
 
+-- The holders as this run last knew them (member -> lease deadline), kept by prune(true) and
+-- every change this run makes to `h`, so that permits_used, holder_deadline and
+-- first_holder_deadline need no call of their own; nil when not read.
+local HOLDERS = nil
+
+-- How many waiters promote granted in this run (each from the head of the queue).
+local PROMOTED = 0
+
+-- How many of `q` and `hb` a fast path found (EXISTS), or nil when none looked.
+local WAITING = nil
+
+-- The deadline until which this run set the fence counter's TTL (next_fence), so that
+-- refresh_ttls does not ask again to keep it alive that long.
+local FENCE_UNTIL = nil
+
 -- Records `member` as a holder until `deadline`.
 local function hold_until(member, deadline)
   redis.call('ZADD', H, deadline, member)
+  if HOLDERS then HOLDERS[member] = deadline end
   if not H_UNTIL or deadline > H_UNTIL then H_UNTIL = deadline end
+end
+
+-- Removes `member` (and `other`, if given) from the holders; 1 if any was there, else 0.
+local function drop_holder(member, other)
+  local n
+  if other then n = redis.call('ZREM', H, member, other) else n = redis.call('ZREM', H, member) end
+  if HOLDERS then
+    HOLDERS[member] = nil
+    if other then HOLDERS[other] = nil end
+  end
+  return math.min(n, 1)
+end
+
+-- The lease deadline of holder `member`, or nil (after prune: live holders only).
+local function holder_deadline(member)
+  if HOLDERS then return HOLDERS[member] end
+  local dl = redis.call('ZSCORE', H, member)
+  if dl then return tonumber(dl) end
+  return nil
+end
+
+-- The earliest lease deadline of the holders, or nil when there is none.
+local function first_holder_deadline()
+  if HOLDERS then
+    local first = nil
+    for _, dl in pairs(HOLDERS) do
+      if not first or dl < first then first = dl end
+    end
+    return first
+  end
+  local first = redis.call('ZRANGE', H, 0, 0, 'WITHSCORES')
+  if first[2] then return tonumber(first[2]) end
+  return nil
 end
 
 -- True while the lease lock of this name (Mutex, RwLock with writer or reader preference) has
@@ -128,13 +177,30 @@ end
 
 local function permits_used()
   local used = 0
+  if HOLDERS then
+    for m in pairs(HOLDERS) do used = used + weight_of(m) end
+    return used
+  end
   for _, m in ipairs(redis.call('ZRANGE', H, 0, -1)) do used = used + weight_of(m) end
   return used
 end
 
 -- Drops holders whose lease lapsed and waiters whose heartbeat lapsed, wherever they stand.
-local function prune()
-  redis.call('ZREMRANGEBYSCORE', H, '-inf', NOW)
+-- With `read_holders` (a step that counts the permits in use anyway), the holders are read
+-- once here, in one call that also tells whether any lapsed, and kept in HOLDERS.
+local function prune(read_holders)
+  if read_holders then
+    local rows = redis.call('ZRANGE', H, 0, -1, 'WITHSCORES')
+    HOLDERS = {}
+    local lapsed = false
+    for i = 1, #rows, 2 do
+      local dl = tonumber(rows[i + 1])
+      if dl <= NOW then lapsed = true else HOLDERS[rows[i]] = dl end
+    end
+    if lapsed then redis.call('ZREMRANGEBYSCORE', H, '-inf', NOW) end
+  else
+    redis.call('ZREMRANGEBYSCORE', H, '-inf', NOW)
+  end
   local dead = redis.call('ZRANGEBYSCORE', HB, '-inf', NOW)
   if #dead > 0 then
     zrem_all(Q, dead)
@@ -173,10 +239,14 @@ local function promote(cap, claim_ms, self_member)
     -- The grant lasts until the waiter's own heartbeat deadline: a live waiter attempts (and
     -- claims its full lease) before then; a dead one blocks no longer than its own window.
     local claim_until = tonumber(redis.call('ZSCORE', HB, m) or (NOW + claim_ms))
-    if w >= cap then fence = next_fence(FENCE, claim_until) end
+    if w >= cap then
+      fence = next_fence(FENCE, claim_until)
+      FENCE_UNTIL = claim_until
+    end
     redis.call('ZREM', HB, m)
     hold_until(m, claim_until)
     QUEUE_SHRANK = true
+    PROMOTED = PROMOTED + 1
     if m == self_member then
       self_granted = true
     else
@@ -205,10 +275,12 @@ local function refresh_ttls()
   local cap_until = H_UNTIL
   if H_UNTIL then
     extend_ttl(H, H_UNTIL)
-    keep_fence(FENCE, H_UNTIL)
+    -- A fence taken this run already lives that long (next_fence set its TTL).
+    if not (FENCE_UNTIL and FENCE_UNTIL >= H_UNTIL) then keep_fence(FENCE, H_UNTIL) end
   end
   if QUEUE_GREW or QUEUE_SHRANK then
-    if redis.call('ZCARD', Q) == 0 then
+    -- A queue that only grew still holds the waiter it grew by.
+    if QUEUE_SHRANK and redis.call('ZCARD', Q) == 0 then
       redis.call('DEL', TK, HB)
     elseif QUEUE_GREW then
       local top = max_score(HB)

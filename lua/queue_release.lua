@@ -10,7 +10,8 @@
 
 -- Fast path: nobody waits (no queue, no heartbeats): drop the lapsed holders and the caller's
 -- hold, as the general logic does from that state; no one is promoted, no TTL grows.
-if redis.call('EXISTS', Q, HB) == 0 then
+WAITING = redis.call('EXISTS', Q, HB)
+if WAITING == 0 then
   redis.call('ZREMRANGEBYSCORE', H, '-inf', NOW)
   local token, weight = ARGV[3], tonumber(ARGV[4])
   if weight == 1 then return redis.call('ZREM', H, token) end
@@ -20,13 +21,16 @@ end
 local member = member_of(ARGV[3], tonumber(ARGV[4]))
 local heartbeat = tonumber(ARGV[5])
 
-prune()
-local held = math.min(redis.call('ZREM', H, member, ARGV[3]), 1)
+prune(true)
+local held = drop_holder(member, ARGV[3])
 if redis.call('ZREM', Q, member) == 1 then
   redis.call('ZREM', HB, member)
   QUEUE_SHRANK = true
 end
--- The capacity matters (and is read) only when someone waits to be promoted.
-if redis.call('EXISTS', Q) == 1 then promote(capacity(ARGV[6]), heartbeat, nil) end
+-- The capacity matters (and is read) only when someone waits to be promoted. The queue is
+-- known to be there when nothing left it in this run and the fast path's EXISTS found it.
+if (not QUEUE_SHRANK and WAITING == 2) or redis.call('EXISTS', Q) == 1 then
+  promote(capacity(ARGV[6]), heartbeat, nil)
+end
 refresh_ttls()
 return held

@@ -25,9 +25,9 @@ local token, permits = ARGV[3], tonumber(ARGV[4])
 local count, period, burst = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local heartbeat, wait = tonumber(ARGV[8]), ARGV[9] == '1'
 local member = member_of(token, permits)
-local head_before = head()
+local head_before = head_at_start()
 
-prune()
+prune(head_before)
 redis.call('ZREMRANGEBYSCORE', RA, '-inf', NOW)
 local tat_ms, tat_frac = read_tat(count)
 if permits < 1 or permits > burst then
@@ -41,7 +41,10 @@ end
 -- Kept until the admission's own heartbeat window ends (a retry has the same claim, so the
 -- same heartbeat: the admission time is that end minus it).
 local admitted_until = redis.call('ZSCORE', RA, member)
-if admitted_until then return { 1, tonumber(admitted_until) - heartbeat } end
+if admitted_until then
+  settle_queue(head_before, member)
+  return { 1, tonumber(admitted_until) - heartbeat }
+end
 
 local position = redis.call('ZRANK', RQ, member)
 if not position then position = nil end

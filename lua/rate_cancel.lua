@@ -5,8 +5,8 @@
 -- Reply: 1 if the token had a live place until this call, else 0.
 
 local member = member_of(ARGV[3], tonumber(ARGV[4]))
-local head_before = head()
-prune()
+local head_before = head_at_start()
+prune(head_before)
 local had = redis.call('ZREM', RQ, member)
 redis.call('ZREM', RHB, member)
 settle_queue(head_before, member)

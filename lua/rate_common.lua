@@ -59,28 +59,62 @@ local function head()
   return redis.call('ZRANGE', RQ, 0, 0)[1]
 end
 
--- Drops the waiters whose heartbeat lapsed, wherever they stand.
-local function prune()
+-- The first waiter's member at the start of a step, or nil. A queue in use has a ticket
+-- counter, which the step deletes if it leaves the queue empty: the counter is read first, so
+-- a foreign value there fails the step (RLCORRUPT, WRONGTYPE) before anything is written, and
+-- is kept. An empty queue's step never deletes it (settle_queue).
+local function head_at_start()
+  local h = head()
+  if h then read_counter(RTK) end
+  return h
+end
+
+-- The head prune found with a heartbeat entry (nil when it found none or did not look).
+local LIVE_HEAD = nil
+
+-- The first waiter with a heartbeat entry, dropping the members before it that have none (a
+-- lost `rhb` entry or key, a member someone else added): no deadline says they are alive, and
+-- only at the head could they hold anyone back (only the head is admitted), so they go when
+-- they reach it. `h`: the head, if known; `known`: a member known to have an entry (a step
+-- removes a waiter's entry only with its place, and adds the caller's own before settling).
+local function live_head(h, known)
+  if h == nil then h = head() end
+  while h and h ~= LIVE_HEAD and h ~= known and not redis.call('ZSCORE', RHB, h) do
+    redis.call('ZREM', RQ, h)
+    h = head()
+  end
+  return h
+end
+
+-- Drops the waiters whose heartbeat lapsed, wherever they stand, and the members without a
+-- heartbeat entry at the head (live_head). `head_before`: the head before (head_at_start);
+-- an empty queue has nothing to prune.
+local function prune(head_before)
+  if not head_before then return end
   local dead = redis.call('ZRANGEBYSCORE', RHB, '-inf', NOW)
   if #dead > 0 then
     zrem_all(RQ, dead)
     redis.call('ZREMRANGEBYSCORE', RHB, '-inf', NOW)
+    LIVE_HEAD = live_head()
+  else
+    LIVE_HEAD = live_head(head_before)
   end
 end
 
 -- After a step that changed the queue: it lives as long as its latest heartbeat deadline,
--- the ticket counter goes with the last waiter (tickets restart from 1), and a new head other
--- than `self_member` is woken by name: its turn may have come.
+-- the ticket counter goes with the last waiter (tickets restart from 1; a queue that was
+-- empty when the step began has no counter of its own to delete), and a new head other than
+-- `self_member` is woken by name: its turn may have come.
 local function settle_queue(head_before, self_member)
-  if redis.call('ZCARD', RQ) == 0 then
-    redis.call('DEL', RQ, RHB, RTK)
+  local now_head = live_head(nil, self_member)
+  if not now_head then
+    if head_before then redis.call('DEL', RQ, RHB, RTK) end
     return
   end
   local top = max_score(RHB)
   expire_at(RQ, top)
   expire_at(RHB, top)
   expire_at(RTK, top)
-  local now_head = head()
   if now_head ~= head_before and now_head ~= self_member then
     publish(CH, token_of(now_head))
   end

@@ -587,3 +587,65 @@ async fn a_timeout_at_the_clocks_limit_waits_without_panicking(b: support::backe
 }
 
 both_backends!(a_timeout_at_the_clocks_limit_waits_without_panicking);
+
+/// Foreign data at each key of a rate limiter (the wrong type, or a ticket counter that is no
+/// number): every step that reads the key fails with `is_wrong_type()`, and the key is left as
+/// it was. The ticket counter is read only when a waiter joins (a try admitted on an empty
+/// queue never does; it must not delete it either) and by inspect.
+#[test]
+fn rate_limiter_foreign_values_are_reported_and_kept() {
+    let w = World::new();
+    let before = w.rt.block_on(w.sentinel_keys());
+    w.rt.block_on(async {
+        let mut failures = Vec::new();
+        let cases: &[(&str, &[&str])] = &[
+            ("rate-rt", &["RPUSH", "rl:{rate-rt}:rt", "foreign"]),
+            ("rate-rq", &["SET", "rl:{rate-rq}:rq", "foreign"]),
+            ("rate-rhb", &["SET", "rl:{rate-rhb}:rhb", "foreign"]),
+            ("rate-rtk", &["RPUSH", "rl:{rate-rtk}:rtk", "foreign"]),
+            ("rate-rtk2", &["SET", "rl:{rate-rtk2}:rtk", "abc"]),
+            ("rate-ra", &["SET", "rl:{rate-ra}:ra", "foreign"]),
+        ];
+        for (name, set) in cases {
+            w.raw_cmd(set).await;
+            let key = set[1];
+            let kept = w.dump(key).await;
+            let limiter = w.c.rate_limiter(name, redis_locks::Rate::per_hour(1));
+            let counter = key.ends_with(":rtk");
+            let mut outcomes = Vec::new();
+            // The hour's one admission (the counter is not read for it), then a wait that
+            // must join the queue.
+            let first = limiter.try_acquire(1).await;
+            if counter {
+                if let Err(e) = first {
+                    failures.push(format!("{key} (first try): {e:?}"));
+                }
+            } else {
+                outcomes.push(("try", first.map(|_| ())));
+            }
+            outcomes.push((
+                "wait",
+                limiter
+                    .acquire(1)
+                    .timeout(Duration::from_millis(200))
+                    .await
+                    .map(|_| ()),
+            ));
+            if !key.ends_with(":ra") && !key.ends_with(":rhb") {
+                outcomes.push(("inspect", limiter.inspect().await.map(|_| ())));
+            }
+            for (what, outcome) in outcomes {
+                match outcome {
+                    Err(e) if e.is_wrong_type() => {}
+                    other => failures.push(format!("{key} ({what}): {other:?}")),
+                }
+            }
+            assert_eq!(w.dump(key).await, kept, "{key} was overwritten or deleted");
+        }
+        assert!(
+            failures.is_empty(),
+            "not reported as wrong type: {failures:#?}"
+        );
+    });
+    assert_eq!(w.rt.block_on(w.sentinel_keys()), before);
+}

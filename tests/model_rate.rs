@@ -6,12 +6,16 @@
 //!
 //! Claims use rates whose period is not a whole multiple of their count (the exact fraction
 //! of the theoretical arrival time), requests from 1 to past the burst, heartbeats shorter
-//! and longer than the advances (so waiters die in the queue), and the same name under two
-//! rates (a changed rate rounds the stored fraction up). The test fails if its programs never
-//! reached one of the reply kinds (admitted, refused at the head with a retry, refused
-//! behind others, refused try, waiter dropped for a lapsed heartbeat, cancel of a live and of
-//! no place, a token admitted earlier in its heartbeat window answered with that admission), so it cannot pass on easy programs. `model_check_finds_planted_rate_bugs`
-//! proves it bites. `MODEL_CASES` raises the number of programs (docs/MODEL_CHECKS.md).
+//! and longer than the advances (so waiters die in the queue), the same name under two rates
+//! (a changed rate rounds the stored fraction up), and now and then heartbeat entries lost by
+//! someone else's write to `rhb` (one member's, or the whole key), so the queue holds members
+//! without one (`MemoryStore::lose_rate_heartbeats` does the same to the model). The test
+//! fails if its programs never reached one of the reply kinds (admitted, refused at the head
+//! with a retry, refused behind others, refused try, waiter dropped for a lapsed heartbeat,
+//! cancel of a live and of no place, a token admitted earlier in its heartbeat window answered
+//! with that admission, heartbeat entries lost, a member without one dropped), so it cannot
+//! pass on easy programs. The same test then plants bugs in the model, which it must find.
+//! `MODEL_CASES` raises the number of programs (docs/MODEL_CHECKS.md).
 
 mod support;
 use support::model_rig::ModelRig;
@@ -60,6 +64,14 @@ enum Op {
         rate: usize,
         permits: u64,
     },
+    /// Someone else's write loses heartbeat entries of the limiter's queue (`ZREM` of the
+    /// member of `token` asking for `permits`, or `DEL` of the whole `rhb` key): the queue
+    /// keeps members without one.
+    LoseHeartbeat {
+        limiter: usize,
+        token: Option<usize>,
+        permits: u64,
+    },
     Advance(u64),
 }
 
@@ -71,8 +83,10 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(limiter, token, rate, permits, heartbeat_ms, wait)| Op::Acquire {
                 limiter, token, rate, permits, heartbeat_ms, wait,
             }),
-        1 => (limiter, 0..TOKENS, rate, 1..=4u64)
+        1 => (limiter.clone(), 0..TOKENS, rate, 1..=4u64)
             .prop_map(|(limiter, token, rate, permits)| Op::Cancel { limiter, token, rate, permits }),
+        1 => (limiter, prop::option::weighted(0.8, 0..TOKENS), 1..=2u64)
+            .prop_map(|(limiter, token, permits)| Op::LoseHeartbeat { limiter, token, permits }),
         3 => prop_oneof![0..5u64, 5..400u64, Just(1_000u64), 1_000..5_000u64].prop_map(Op::Advance),
     ]
 }
@@ -114,15 +128,65 @@ fn kind_of(decision: &redis_locks::Result<RateDecision>, wait: bool, now: u64) -
     }
 }
 
+/// The member of `token` asking for `permits` (`rate_member`: `token#n` when n > 1).
+fn member(token: usize, permits: u64) -> String {
+    match permits {
+        1 => format!("tok{token}"),
+        n => format!("tok{token}#{n}"),
+    }
+}
+
+/// The head of `limiter`'s queue on Redis when it has no heartbeat entry.
+async fn head_without_heartbeat(redis: &RedisStore, limiter: usize) -> Option<String> {
+    let k = keys(limiter);
+    let head: Vec<String> = redis
+        .query(redis::cmd("ZRANGE").arg(k.key("rq")).arg(0).arg(0))
+        .await
+        .expect("ZRANGE");
+    let head = head.into_iter().next()?;
+    let score: Option<String> = redis
+        .query(redis::cmd("ZSCORE").arg(k.key("rhb")).arg(&head))
+        .await
+        .expect("ZSCORE");
+    score.is_none().then_some(head)
+}
+
+/// Loses heartbeat entries on both stores (Op::LoseHeartbeat); true if Redis lost any.
+async fn lose_heartbeat(
+    redis: &RedisStore,
+    model: &MemoryStore,
+    limiter: usize,
+    token: Option<usize>,
+    permits: u64,
+) -> bool {
+    let k = keys(limiter);
+    let member = token.map(|t| member(t, permits));
+    model.lose_rate_heartbeats(&k, member.as_deref());
+    let lost: i64 = match &member {
+        Some(m) => {
+            redis
+                .query(redis::cmd("ZREM").arg(k.key("rhb")).arg(m))
+                .await
+        }
+        None => redis.query(redis::cmd("DEL").arg(k.key("rhb"))).await,
+    }
+    .expect("lose heartbeats");
+    lost > 0
+}
+
 async fn run_program(
     redis: &RedisStore,
-    model: &dyn Store,
+    model: &MemoryStore,
     ops: &[Op],
     reached: &Reached,
 ) -> Result<(), String> {
     let mut now = START_MS;
     for (i, op) in ops.iter().enumerate() {
         let waiters_before = waiters(model, now).await;
+        let mut heads_without_heartbeat = Vec::new();
+        for limiter in 0..LIMITERS {
+            heads_without_heartbeat.push(head_without_heartbeat(redis, limiter).await);
+        }
         match op {
             Op::Acquire {
                 limiter,
@@ -167,7 +231,26 @@ async fn run_program(
                     },
                 );
             }
+            Op::LoseHeartbeat {
+                limiter,
+                token,
+                permits,
+            } => {
+                if lose_heartbeat(redis, model, *limiter, *token, *permits).await {
+                    reach(reached, "heartbeat entries lost");
+                }
+            }
             Op::Advance(ms) => now += ms,
+        }
+        for (limiter, head) in heads_without_heartbeat.into_iter().enumerate() {
+            let Some(head) = head else { continue };
+            let rank: Option<i64> = redis
+                .query(redis::cmd("ZRANK").arg(keys(limiter).key("rq")).arg(&head))
+                .await
+                .map_err(|e| format!("ZRANK: {e}"))?;
+            if rank.is_none() {
+                reach(reached, "a member without a heartbeat dropped");
+            }
         }
         if waiters(model, now).await < waiters_before && !matches!(op, Op::Cancel { .. }) {
             reach(reached, "waiters left");
@@ -177,7 +260,7 @@ async fn run_program(
     Ok(())
 }
 
-async fn waiters(model: &dyn Store, now: u64) -> usize {
+async fn waiters(model: &MemoryStore, now: u64) -> usize {
     let mut n = 0;
     for limiter in 0..LIMITERS {
         n += model
@@ -190,7 +273,7 @@ async fn waiters(model: &dyn Store, now: u64) -> usize {
 
 async fn same_state(
     redis: &RedisStore,
-    model: &dyn Store,
+    model: &MemoryStore,
     now: u64,
     i: usize,
     op: &Op,
@@ -266,6 +349,8 @@ fn rate_scripts_match_model_and_planted_bugs_are_found() {
         "waiters left",
         "cancel of a live place",
         "cancel of nothing",
+        "heartbeat entries lost",
+        "a member without a heartbeat dropped",
     ] {
         assert!(
             reached.contains(kind),
@@ -273,7 +358,11 @@ fn rate_scripts_match_model_and_planted_bugs_are_found() {
         );
     }
     assert!(!reached.contains("head without a retry"), "{reached:?}");
-    for bug in [Bug::RateBurstOffByOne, Bug::RateOvertakes] {
+    for bug in [
+        Bug::RateBurstOffByOne,
+        Bug::RateOvertakes,
+        Bug::RateKeepsMembersWithoutHeartbeat,
+    ] {
         plant(bug);
         let config = Config {
             cases: cases().max(256),

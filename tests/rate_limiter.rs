@@ -496,3 +496,41 @@ async fn a_name_used_as_a_lock_too(b: Backend) {
 }
 
 both_backends!(a_name_used_as_a_lock_too);
+
+/// Plants a waiter at the head of `limiter`'s queue, with a heartbeat far longer than any
+/// wait below, and loses its heartbeat entry as `lose` says (one member, or the whole `rhb`
+/// key): the limiter holds nobody back behind a member it cannot tell alive. A try answers
+/// (admitted or refused, never an error) and a wait is admitted; the member is gone from `rq`.
+async fn a_member_without_a_heartbeat_entry(lose: &str) {
+    let b = Backend::redis();
+    let name = format!("no-heartbeat-{lose}");
+    let rate = Rate::per_second(50).burst(1);
+    let limiter = b.client().await.rate_limiter(&name, rate);
+    let (waiter, _) = plant_head(&b, &limiter, Duration::from_secs(3_600)).await;
+    let (rq, rhb) = (format!("rl:{{{name}}}:rq"), format!("rl:{{{name}}}:rhb"));
+    match lose {
+        "member" => b.cli(&["ZREM", &rhb, &waiter.token]),
+        _ => b.cli(&["DEL", &rhb]),
+    };
+    match limiter.try_acquire(1).await {
+        Ok(_) => {}
+        Err(e) if e.is_rate_limited() => {}
+        Err(e) => panic!("a try failed on a member without a heartbeat: {e:?}"),
+    }
+    limiter
+        .acquire(1)
+        .timeout(Duration::from_secs(600))
+        .await
+        .expect("admitted past the member without a heartbeat");
+    assert_eq!(b.cli(&["ZSCORE", &rq, &waiter.token]).trim(), "");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_whose_heartbeat_entry_was_lost_is_dropped() {
+    a_member_without_a_heartbeat_entry("member").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_of_a_lost_heartbeat_key_are_dropped() {
+    a_member_without_a_heartbeat_entry("key").await;
+}

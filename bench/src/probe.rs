@@ -54,8 +54,9 @@ pub async fn server_cpu_secs(raw: &RedisStore) -> BoxResult<f64> {
     Ok(field("used_cpu_sys:") + field("used_cpu_user:"))
 }
 
-/// `(calls, usec)` of one command from `INFO commandstats`: the server's own CPU accounting.
-pub async fn cmdstat(raw: &RedisStore, cmd: &str) -> BoxResult<(u64, u64)> {
+/// `(calls, usec)` of every command from `INFO commandstats`, by name (lower case): the
+/// server's own accounting, which counts the commands a script runs under their own names.
+pub async fn cmdstats(raw: &RedisStore) -> BoxResult<HashMap<String, (u64, u64)>> {
     let v: redis::Value = raw.query(redis::cmd("INFO").arg("commandstats")).await?;
     let text = match v {
         redis::Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
@@ -63,21 +64,30 @@ pub async fn cmdstat(raw: &RedisStore, cmd: &str) -> BoxResult<(u64, u64)> {
         redis::Value::SimpleString(s) => s,
         other => return Err(format!("unexpected INFO reply {other:?}").into()),
     };
-    let prefix = format!("cmdstat_{cmd}:");
+    let mut out = HashMap::new();
     for line in text.lines() {
-        if let Some(rest) = line.strip_prefix(&prefix) {
-            let (mut calls, mut usec) = (0, 0);
-            for field in rest.trim().split(',') {
-                if let Some(v) = field.strip_prefix("calls=") {
-                    calls = v.parse()?;
-                } else if let Some(v) = field.strip_prefix("usec=") {
-                    usec = v.parse()?;
-                }
+        let Some((name, rest)) = line
+            .strip_prefix("cmdstat_")
+            .and_then(|l| l.split_once(':'))
+        else {
+            continue;
+        };
+        let (mut calls, mut usec) = (0, 0);
+        for field in rest.trim().split(',') {
+            if let Some(v) = field.strip_prefix("calls=") {
+                calls = v.parse()?;
+            } else if let Some(v) = field.strip_prefix("usec=") {
+                usec = v.parse()?;
             }
-            return Ok((calls, usec));
         }
+        out.insert(name.to_owned(), (calls, usec));
     }
-    Ok((0, 0))
+    Ok(out)
+}
+
+/// `(calls, usec)` of one command from `INFO commandstats`: the server's own CPU accounting.
+pub async fn cmdstat(raw: &RedisStore, cmd: &str) -> BoxResult<(u64, u64)> {
+    Ok(cmdstats(raw).await?.get(cmd).copied().unwrap_or((0, 0)))
 }
 
 pub async fn config_get(raw: &RedisStore, key: &str) -> BoxResult<String> {

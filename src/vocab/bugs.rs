@@ -41,6 +41,10 @@ pub enum Bug {
     /// (from that read's send) when it is later than its own renewal's: a renewal of the same
     /// hold by another client's guard counts as its own.
     ResumeTrustsInspectedLease,
+    /// The in-memory rate limiter keeps a queue member without a heartbeat entry at the
+    /// head, where it holds back every waiter behind it (a lost `rhb` entry wedged the
+    /// limiter).
+    RateKeepsMembersWithoutHeartbeat,
 }
 
 impl Bug {

@@ -13,7 +13,7 @@ use tokio::task::JoinSet;
 
 use crate::env::{delete_lock_keys, Env};
 use crate::prim::FloorPair;
-use crate::probe::cmdstat;
+use crate::probe::cmdstats;
 use crate::row::{Row, Target};
 use crate::workloads::server_cost::{expect_granted, long_claim, FAIR, LONG};
 use crate::{BoxError, BoxResult};
@@ -23,8 +23,19 @@ pub const HOT_NAMES: usize = 2000;
 /// Calls in flight at once.
 pub const HOT_DEPTH: usize = 128;
 
-/// Runs `step` on every item, `HOT_DEPTH` at a time, and returns the server µs per `EVALSHA`.
-pub async fn hot<T, F, Fut>(raw: &RedisStore, items: &[T], step: F) -> BoxResult<f64>
+/// What a batch of steps cost the server, per call of the command that sent them: µs (the
+/// command's time in `INFO commandstats`), and the commands the scripts ran inside it (every
+/// other command those statistics counted meanwhile: a script's commands count under their
+/// own names; only this bench talks to the server, and its `INFO` reads are left out). The
+/// command count does not move with the machine's load, the µs do.
+#[derive(Clone, Copy, Debug)]
+pub struct Hot {
+    pub usec: f64,
+    pub commands: f64,
+}
+
+/// Runs `step` on every item, `HOT_DEPTH` at a time, and returns its cost per `EVALSHA`.
+pub async fn hot<T, F, Fut>(raw: &RedisStore, items: &[T], step: F) -> BoxResult<Hot>
 where
     T: Clone + Send + 'static,
     F: Fn(T) -> Fut,
@@ -34,13 +45,13 @@ where
 }
 
 /// [`hot`] for steps sent as command `cmd` (lower case, as `INFO commandstats` names it).
-pub async fn hot_of<T, F, Fut>(raw: &RedisStore, cmd: &str, items: &[T], step: F) -> BoxResult<f64>
+pub async fn hot_of<T, F, Fut>(raw: &RedisStore, cmd: &str, items: &[T], step: F) -> BoxResult<Hot>
 where
     T: Clone + Send + 'static,
     F: Fn(T) -> Fut,
     Fut: std::future::Future<Output = BoxResult<()>> + Send + 'static,
 {
-    let before = cmdstat(raw, cmd).await?;
+    let before = cmdstats(raw).await?;
     for chunk in items.chunks(HOT_DEPTH) {
         let mut set = JoinSet::new();
         for item in chunk {
@@ -50,12 +61,24 @@ where
             r??;
         }
     }
-    let after = cmdstat(raw, cmd).await?;
-    let calls = after.0.saturating_sub(before.0);
+    let after = cmdstats(raw).await?;
+    let of = |stats: &std::collections::HashMap<String, (u64, u64)>, name: &str| {
+        stats.get(name).copied().unwrap_or((0, 0))
+    };
+    let (b, a) = (of(&before, cmd), of(&after, cmd));
+    let calls = a.0.saturating_sub(b.0);
     if calls < items.len() as u64 {
         return Err(format!("{calls} {cmd} calls for {} steps", items.len()).into());
     }
-    Ok((after.1 - before.1) as f64 / calls as f64)
+    let inner: u64 = after
+        .iter()
+        .filter(|(name, _)| name.as_str() != cmd && name.as_str() != "info")
+        .map(|(name, stat)| stat.0.saturating_sub(of(&before, name).0))
+        .sum();
+    Ok(Hot {
+        usec: (a.1 - b.1) as f64 / calls as f64,
+        commands: inner as f64 / calls as f64,
+    })
 }
 
 const W: &str = "server_hot";
@@ -75,8 +98,20 @@ pub async fn server_hot(env: &Env, run: usize) -> BoxResult<Vec<Row>> {
         .collect();
     let floor = Floor::measure(&raw, &floor_keys).await?;
     let mut rows = vec![
-        Row::new(W, "usec_per_call.floor_acquire", floor.acquire, "usec"),
-        Row::new(W, "usec_per_call.floor_release", floor.release, "usec"),
+        Row::new(W, "usec_per_call.floor_acquire", floor.acquire.usec, "usec"),
+        Row::new(W, "usec_per_call.floor_release", floor.release.usec, "usec"),
+        Row::new(
+            W,
+            "commands_per_call.floor_acquire",
+            floor.acquire.commands,
+            "calls",
+        ),
+        Row::new(
+            W,
+            "commands_per_call.floor_release",
+            floor.release.commands,
+            "calls",
+        ),
     ];
     let mk = keys_for("mutex")?;
     rows.extend(lease_lock(&raw, &store, &mk, &floor).await?);
@@ -96,16 +131,16 @@ pub async fn server_hot(env: &Env, run: usize) -> BoxResult<Vec<Row>> {
         delete_lock_keys(env, k).await?;
     }
     rows.push(
-        Row::new(W, "usec_per_call.rw_acquire.free_fcall", fcall, "usec")
-            .vs("usec_per_call.rw_acquire.free_evalsha", evalsha),
+        Row::new(W, "usec_per_call.rw_acquire.free_fcall", fcall.usec, "usec")
+            .vs("usec_per_call.rw_acquire.free_evalsha", evalsha.usec),
     );
     Ok(rows)
 }
 
-/// The floor scripts' hot cost (server µs per call), the baselines of the script paths.
+/// The floor scripts' hot cost, the baselines of the script paths.
 struct Floor {
-    acquire: f64,
-    release: f64,
+    acquire: Hot,
+    release: Hot,
 }
 
 impl Floor {
@@ -156,24 +191,27 @@ impl Floor {
         Ok(Floor { acquire, release })
     }
 
-    /// Row `usec_per_call.<m>` of an acquire or extend path, next to the floor's acquire.
-    fn acq(&self, m: &str, v: f64, t: Option<f64>) -> Row {
-        let r = Row::new(W, format!("usec_per_call.{m}"), v, "usec")
-            .vs("usec_per_call.floor_acquire", self.acquire);
-        match t {
-            Some(t) => r.target(Target::RatioAtMost(t)),
-            None => r,
-        }
+    /// Rows `usec_per_call.<m>` and `commands_per_call.<m>` of an acquire or extend path,
+    /// next to the floor's acquire.
+    fn acq(&self, m: &str, v: Hot, t: Option<f64>) -> [Row; 2] {
+        Self::rows(m, v, t, "floor_acquire", self.acquire)
     }
 
-    /// Row `usec_per_call.<m>` of a release path, next to the floor's release.
-    fn rel(&self, m: &str, v: f64, t: Option<f64>) -> Row {
-        let r = Row::new(W, format!("usec_per_call.{m}"), v, "usec")
-            .vs("usec_per_call.floor_release", self.release);
-        match t {
+    /// The rows of a release path, next to the floor's release.
+    fn rel(&self, m: &str, v: Hot, t: Option<f64>) -> [Row; 2] {
+        Self::rows(m, v, t, "floor_release", self.release)
+    }
+
+    fn rows(m: &str, v: Hot, t: Option<f64>, floor: &str, base: Hot) -> [Row; 2] {
+        let r = Row::new(W, format!("usec_per_call.{m}"), v.usec, "usec")
+            .vs(format!("usec_per_call.{floor}"), base.usec);
+        let r = match t {
             Some(t) => r.target(Target::RatioAtMost(t)),
             None => r,
-        }
+        };
+        let c = Row::new(W, format!("commands_per_call.{m}"), v.commands, "calls")
+            .vs(format!("commands_per_call.{floor}"), base.commands);
+        [r, c]
     }
 }
 
@@ -183,7 +221,7 @@ async fn each<F, Fut>(
     items: &[(LockKeys, Claim)],
     store: &Arc<dyn Store>,
     f: F,
-) -> BoxResult<f64>
+) -> BoxResult<Hot>
 where
     F: Fn(Arc<dyn Store>, LockKeys, Claim) -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = BoxResult<()>> + Send + 'static,
@@ -247,7 +285,7 @@ async fn lease_lock(
     let rw_release_hand_off = each(raw, &holders, store, release).await?;
     let rw_acquire_claim = each(raw, &waiters, store, grant).await?;
     each(raw, &waiters, store, release).await?;
-    Ok(vec![
+    Ok([
         floor.acq("rw_acquire.free", rw_acquire_free, Some(2.0)),
         floor.acq("rw_extend", rw_extend, None),
         floor.rel("rw_release.no_waiter", rw_release, Some(2.0)),
@@ -256,7 +294,10 @@ async fn lease_lock(
         floor.acq("rw_acquire.wait", rw_acquire_wait, None),
         floor.rel("rw_release.hand_off", rw_release_hand_off, None),
         floor.acq("rw_acquire.claim", rw_acquire_claim, None),
-    ])
+    ]
+    .into_iter()
+    .flatten()
+    .collect())
 }
 
 /// Ticket queue (queue_* scripts): a FairLock on empty queues, a waiter joining,
@@ -276,7 +317,7 @@ async fn ticket_queue(
     let queue_release_hand_off = each(raw, &holders, store, release).await?;
     let queue_acquire_claim = each(raw, &waiters, store, grant).await?;
     let queue_release = each(raw, &waiters, store, release).await?;
-    Ok(vec![
+    Ok([
         floor.acq("queue_acquire.grant", queue_acquire_grant, Some(3.0)),
         floor.acq("queue_extend", queue_extend, None),
         floor.acq("queue_acquire.join", queue_acquire_join, None),
@@ -284,13 +325,16 @@ async fn ticket_queue(
         floor.rel("queue_release.hand_off", queue_release_hand_off, Some(5.0)),
         floor.acq("queue_acquire.claim", queue_acquire_claim, None),
         floor.rel("queue_release.no_waiter", queue_release, None),
-    ])
+    ]
+    .into_iter()
+    .flatten()
+    .collect())
 }
 
 /// Grants a Mutex on each of `names` by EVALSHA of the production `rw_acquire`, releases them,
 /// then grants them by FCALL of the same source loaded as a Redis Function; returns (FCALL,
-/// EVALSHA) server µs per call.
-pub async fn function_vs_script(raw: &RedisStore, names: &[LockKeys]) -> BoxResult<(f64, f64)> {
+/// EVALSHA) costs per call.
+pub async fn function_vs_script(raw: &RedisStore, names: &[LockKeys]) -> BoxResult<(Hot, Hot)> {
     let source = &redis_locks::testing::script_sources()
         .iter()
         .find(|(n, _)| *n == "rw_acquire")

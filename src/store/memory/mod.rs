@@ -299,6 +299,17 @@ impl MemoryStore {
         locks.len()
     }
 
+    /// Loses the heartbeat entry of the rate limiter waiter `member` of `lock`, or every
+    /// entry (`None`), as a write by someone else to `rl:{name}:rhb` (`ZREM`, `DEL`) loses them
+    /// on Redis; the queue keeps the member. For the model check of how a limiter treats a
+    /// queue member without a heartbeat (`tests/model_rate.rs`).
+    pub fn lose_rate_heartbeats(&self, lock: &LockKeys, member: Option<&str>) {
+        let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(state) = locks.get_mut(&lock.channel()) {
+            state.rate.lose_heartbeats(member);
+        }
+    }
+
     /// Runs one step on the lock's state at `now` (the wall clock unless given), then
     /// publishes the wake-ups it produced, once the state is unlocked.
     fn step<T>(

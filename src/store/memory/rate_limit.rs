@@ -85,14 +85,43 @@ impl RateLimit {
         tat
     }
 
+    /// Loses the heartbeat entry of `member`, or every entry (`None`): what someone else's
+    /// `ZREM` or `DEL` at `rhb` does on Redis. The queue keeps the member.
+    pub(super) fn lose_heartbeats(&mut self, member: Option<&str>) {
+        match member {
+            Some(member) => {
+                self.heartbeats.remove(member);
+            }
+            None => self.heartbeats = ZSet::default(),
+        }
+    }
+
     fn head(&self) -> Option<String> {
         self.queue.first().map(|(_, m)| m.clone())
     }
 
+    /// `live_head`: the first waiter with a heartbeat entry, dropping the members before it
+    /// that have none (only the head is admitted, so only there could they hold anyone
+    /// back).
+    fn live_head(&mut self) -> Option<String> {
+        while let Some(head) = self.head() {
+            if self.heartbeats.score(&head).is_some()
+                || planted(Bug::RateKeepsMembersWithoutHeartbeat)
+            {
+                return Some(head);
+            }
+            self.queue.remove(&head);
+        }
+        None
+    }
+
+    /// Drops the waiters whose heartbeat lapsed, wherever they stand, and the members without
+    /// a heartbeat entry at the head.
     fn prune(&mut self, now: u64) {
         for member in self.heartbeats.remove_up_to(now) {
             self.queue.remove(&member);
         }
+        self.live_head();
     }
 
     fn leave(&mut self, member: &str) -> bool {
@@ -100,17 +129,19 @@ impl RateLimit {
         self.queue.remove(member)
     }
 
-    /// `settle_queue`: the ticket counter goes with the last waiter; a new head other than
-    /// `self_member` is named in a wake-up.
+    /// `settle_queue`: the ticket counter goes with the last waiter (a queue empty when the
+    /// step began has none to drop); a new head other than `self_member` is named in a
+    /// wake-up.
     fn settle(&mut self, head_before: Option<String>, self_member: &str, wakes: &mut WakeUps) {
-        if self.queue.is_empty() {
-            self.heartbeats = ZSet::default();
-            self.tickets = 0;
+        let Some(head) = self.live_head() else {
+            if head_before.is_some() {
+                self.heartbeats = ZSet::default();
+                self.tickets = 0;
+            }
             return;
-        }
-        let head = self.head();
-        if head != head_before && head.as_deref() != Some(self_member) {
-            let (token, _) = parse_rate_member(head.as_deref().unwrap_or_default());
+        };
+        if Some(&head) != head_before.as_ref() && head != self_member {
+            let (token, _) = parse_rate_member(&head);
             wakes.0.push(WakeUp::Named(vec![Named {
                 token: token.to_owned().into(),
                 grant: None,
@@ -166,6 +197,7 @@ pub(super) fn acquire(
     // A retry of an admitted request (its reply was lost): the same admission, nothing more.
     if let Some(until) = state.admitted.score(&member) {
         let at = until.saturating_sub(heartbeat);
+        state.settle(head_before, &member, &mut wakes);
         return wakes.reply(Ok(RateDecision::Admitted { at }));
     }
     let position = state.queue.rank(&member);
