@@ -73,6 +73,7 @@ pub use vocab::options::{
 };
 pub use vocab::rate::{Rate, MAX_RATE_COUNT, MAX_RATE_PERIOD};
 pub use vocab::token::MAX_LABEL_LEN;
+pub use vocab::url::redact_url;
 
 /// The README's code compiles (checked by `cargo test --doc`).
 #[doc = include_str!("../README.md")]

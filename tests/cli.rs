@@ -1162,3 +1162,83 @@ async fn release_by_hold_id() {
     assert!(next.is_held());
     assert!(next.release().await.expect("release"));
 }
+
+/// A `redis-locks` run with `REDIS_URL` set to `url` (and no `--url`).
+fn cli_env(url: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_redis-locks"))
+        .env("REDIS_URL", url)
+        .args(args)
+        .output()
+        .expect("run the redis-locks binary")
+}
+
+/// A loopback port nothing listens on.
+fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("addr").port()
+}
+
+/// The password of a URL never shows: not in `--help` with `REDIS_URL` set, not in the hint
+/// after a refused connection (URL from `REDIS_URL`, `--url`, `--quorum`, `--cluster`), not
+/// in the error of a malformed URL, not in `doctor`'s report; a hint shows the URL with
+/// `***` in its place. A wrong password is told as such, not as a missing one.
+#[test]
+fn no_password_is_printed() {
+    const SECRET: &str = "s3cret";
+    let down = closed_port();
+    let url = format!("redis://u:{SECRET}@127.0.0.1:{down}/");
+    let no_secret = |what: &str, out: &Output| {
+        assert!(
+            !stdout(out).contains(SECRET) && !stderr(out).contains(SECRET),
+            "{what}: {}{}",
+            stdout(out),
+            stderr(out)
+        );
+    };
+
+    let out = cli_env(&url, &["--help"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(stdout(&out).contains("REDIS_URL"), "{}", stdout(&out));
+    no_secret("--help", &out);
+
+    let out = cli_env(&url, &["list"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    no_secret("list, REDIS_URL down", &out);
+    assert!(
+        stderr(&out).contains(&format!("redis://u:***@127.0.0.1:{down}/")),
+        "{}",
+        stderr(&out)
+    );
+
+    for args in [
+        vec!["--url", url.as_str(), "inspect", "m"],
+        vec!["--quorum", url.as_str(), "--quorum", url.as_str(), "list"],
+        vec!["--cluster", url.as_str(), "list"],
+        vec!["--url", "redis://u:s3cret@127.0.0.1:notaport/", "list"],
+        vec!["--url", "redis://u:s3cret@127.0.0.1:1/x", "list"],
+        vec!["--url", "http://u:s3cret@127.0.0.1:1/", "list"],
+        vec!["--url", url.as_str(), "doctor"],
+        vec!["--url", url.as_str(), "doctor", "--json"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_redis-locks"))
+            .args(&args)
+            .output()
+            .expect("run");
+        assert!(!out.status.success(), "{args:?}: {out:?}");
+        no_secret(&format!("{args:?}"), &out);
+    }
+
+    // A server with a password: a wrong one is named as wrong; none at all as missing.
+    let server = RedisServer::start_with(&["--requirepass", "the-right-one"]);
+    let wrong = format!("redis://default:{SECRET}@127.0.0.1:{}/", server.port());
+    let out = cli_env(&wrong, &["list"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    no_secret("a wrong password", &out);
+    let text = stderr(&out);
+    assert!(text.contains("WRONGPASS"), "{text}");
+    assert!(!text.contains("put them in the URL"), "{text}");
+    assert!(text.contains("not accepted"), "{text}");
+    let out = cli(&server, &["list"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(stderr(&out).contains("put them in the URL"), "{out:?}");
+}

@@ -45,7 +45,8 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use redis_locks::{
-    Error, Finding, HoldId, HolderEviction, LeaderInfo, LockClient, RedisConfig, Report, Verdict,
+    redact_url, Error, Finding, HoldId, HolderEviction, LeaderInfo, LockClient, RedisConfig,
+    Report, Verdict,
 };
 
 #[path = "redis-locks/kind.rs"]
@@ -70,8 +71,14 @@ use watch::Tracker;
     about = "Inspect and manage redis-locks locks"
 )]
 struct Cli {
-    /// Redis URL.
-    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379/")]
+    /// Redis URL, redis://[user:password@]host:port/[db] (its value is never printed: a
+    /// password in it is shown as `***`).
+    #[arg(
+        long,
+        env = "REDIS_URL",
+        hide_env_values = true,
+        default_value = "redis://127.0.0.1:6379/"
+    )]
     url: String,
     /// Redis Cluster mode: URLs of any nodes of the cluster (comma-separated, or the option
     /// repeated) instead of --url. `list` scans every master.
@@ -309,7 +316,7 @@ async fn scan_targets(cli: &Cli) -> redis_locks::Result<Vec<redis::ConnectionInf
         url.into_connection_info()
             .map_err(|e| redis_locks::Error::InvalidArgument {
                 what: "Redis URL",
-                reason: e.to_string(),
+                reason: format!("{:?}: {e}", redact_url(url)),
             })
     };
     if !cli.quorum.is_empty() {
@@ -469,18 +476,24 @@ async fn list_one(
     Ok(names.into_iter().collect())
 }
 
+/// URLs as they may be printed: each password replaced by `***`, comma-separated.
+fn redacted(urls: &[String]) -> String {
+    let urls: Vec<String> = urls.iter().map(|u| redact_url(u)).collect();
+    urls.join(",")
+}
+
 /// What the operator can do about `err`, in one sentence (empty when the message already
 /// says it).
 fn advice(err: &Error, cli: &Cli) -> String {
     if err.is_connection() {
         let at = if !cli.cluster.is_empty() {
-            cli.cluster.join(",")
+            redacted(&cli.cluster)
         } else if !cli.quorum.is_empty() {
-            cli.quorum.join(",")
+            redacted(&cli.quorum)
         } else if !cli.sentinel.is_empty() {
-            cli.sentinel.join(",")
+            redacted(&cli.sentinel)
         } else {
-            cli.url.clone()
+            redact_url(&cli.url)
         };
         return format!(
             "check that Redis is running and reachable at {at}, or pass the right address with \

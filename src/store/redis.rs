@@ -159,7 +159,10 @@ pub(crate) const URL_FORM: &str = "redis://[user:password@]host:port[/db]";
 fn bad_url(url: &str, err: redis::RedisError) -> Error {
     Error::invalid(
         "Redis URL",
-        format!("{url:?}: {err}; expected {URL_FORM} (rediss:// for TLS)"),
+        format!(
+            "{:?}: {err}; expected {URL_FORM} (rediss:// for TLS)",
+            crate::vocab::url::redact_url(url)
+        ),
     )
 }
 

@@ -340,9 +340,14 @@ fn redis_advice(reply: &str) -> &'static str {
             "the Redis user lacks an ACL right for this command, key or channel: grant \
                      the rules in the README's \"Least privilege\" section"
         }
-        "NOAUTH" | "WRONGPASS" => {
-            "the server needs a user and password: put them in the URL \
-                                   (redis://user:password@host:port)"
+        "NOAUTH" => {
+            "the server needs a user and password and none was given: put them in the URL \
+             (redis://user:password@host:port)"
+        }
+        "WRONGPASS" => {
+            "the user or password in the URL is not accepted (a typo, a changed password or a \
+             disabled user): check them against the server's `requirepass` or its ACL users \
+             (`ACL LIST`)"
         }
         "OOM" => {
             "the server has reached `maxmemory` and evicts nothing it may write here: free \
