@@ -1242,3 +1242,85 @@ fn no_password_is_printed() {
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(stderr(&out).contains("put them in the URL"), "{out:?}");
 }
+
+/// One key of foreign data under the prefix hides nothing: `list --state` and `--held` show
+/// every held lock beside it and the foreign name as `foreign` with its key and type,
+/// `inspect` shows the foreign key and what it could read beside it; both exit with 5. A
+/// key no lock name could have made is reported the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_foreign_key_hides_nothing() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.expect("connect");
+    let mut guards = Vec::new();
+    for name in ["a", "b", "c", "d", "e", "f"] {
+        guards.push(client.mutex(name).lock().await.expect("lock"));
+    }
+    let queued = client.fair_lock("q").lock().await.expect("lock");
+    server.cli(&["HSET", "rl:{app:wrongtype}:w", "not", "ours"]);
+    server.cli(&["HSET", "rl:{q}:wq", "not", "ours"]);
+    server.cli(&["HSET", "rl:{capped}:cap", "not", "ours"]);
+    server.cli(&["SET", "rl:{}}:x", "y"]);
+
+    let out = cli(&server, &["list", "--state"]);
+    assert_eq!(out.status.code(), Some(5), "{out:?}");
+    let text = stdout(&out);
+    for name in ["a", "b", "c", "d", "e", "f"] {
+        assert!(text.lines().any(|l| l == format!("{name}\theld")), "{text}");
+    }
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("app:wrongtype\tforeign\trl:{app:wrongtype}:w (hash)")),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("}\tforeign\trl:{}}:x (string)")),
+        "{text}"
+    );
+    assert!(stderr(&out).contains("foreign"), "{out:?}");
+
+    let out = cli(&server, &["list", "--held", "--json"]);
+    assert_eq!(out.status.code(), Some(5), "{out:?}");
+    for name in ["\"a\"", "\"f\"", "\"app:wrongtype\""] {
+        assert!(stdout(&out).contains(name), "{out:?}");
+    }
+    let out = cli(&server, &["list", "--state", "--json"]);
+    assert!(
+        stdout(&out).contains(
+            "{\"name\":\"app:wrongtype\",\"state\":\"foreign\",\"foreign\":{\"key\":\"rl:{app:wrongtype}:w\",\"type\":\"hash\""
+        ),
+        "{out:?}"
+    );
+
+    let out = cli(&server, &["inspect", "app:wrongtype"]);
+    assert_eq!(out.status.code(), Some(5), "{out:?}");
+    assert!(
+        stdout(&out).contains("rl:{app:wrongtype}:w (hash)"),
+        "{out:?}"
+    );
+    // A foreign key of the lease lock beside a live FairLock holder: the holder is still
+    // shown.
+    let out = cli(&server, &["inspect", "q", "--json"]);
+    assert_eq!(out.status.code(), Some(5), "{out:?}");
+    let json = stdout(&out);
+    assert_eq!(json_tokens(&json).len(), 1, "{json}");
+    assert!(
+        json.contains("\"foreign\":[{\"key\":\"rl:{q}:wq\",\"type\":\"hash\""),
+        "{json}"
+    );
+    // A foreign `cap` (read by the ticket queue's every step) is named too.
+    let out = cli(&server, &["inspect", "capped"]);
+    assert_eq!(out.status.code(), Some(5), "{out:?}");
+    assert!(stdout(&out).contains("rl:{capped}:cap (hash)"), "{out:?}");
+
+    // The library's error names the key too.
+    let err = client
+        .mutex("app:wrongtype")
+        .try_lock()
+        .await
+        .expect_err("foreign data");
+    assert!(err.is_wrong_type(), "{err:?}");
+    assert!(err.to_string().contains("`rl:{app:wrongtype}:w`"), "{err}");
+    drop(queued);
+    drop(guards);
+}

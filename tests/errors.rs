@@ -263,6 +263,15 @@ async fn wrongtype_names_a_foreign_key() {
     assert!(err.is_wrong_type(), "{err:?}");
     let text = err.to_string();
     assert!(text.contains("foreign") && text.contains("`m`"), "{text}");
+    // It names the key and what is wrong with it.
+    assert!(
+        text.contains(&format!("`{fence}`")) && text.contains("hash"),
+        "{text}"
+    );
+    assert!(
+        matches!(&err, redis_locks::Error::WrongType { key: Some(k), .. } if *k == fence),
+        "{err:?}"
+    );
     assert!(!text.contains("ACL") && !text.contains("memory"), "{text}");
 }
 

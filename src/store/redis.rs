@@ -490,11 +490,49 @@ impl RedisStore {
                 on_primary(&s, |mut c| async move { invoke(inv, &mut c).await }).await
             }
         };
-        let reply = result.map_err(|e| error_from_redis(lock.name(), e).at(&self.address))?;
+        let reply = match result {
+            Ok(reply) => reply,
+            Err(e) => {
+                let err = error_from_redis(lock.name(), e).at(&self.address);
+                return Err(self.name_foreign_key(err, keys).await);
+            }
+        };
         T::from_redis_value(reply).map_err(|e| Error::WrongType {
             name: lock.name().to_owned(),
+            key: None,
             detail: format!("unexpected script reply: {e}"),
         })
+    }
+
+    /// `err` with the key at fault, when it is an [`Error::WrongType`] that names none: the
+    /// first of `keys` whose type (asked with `TYPE`, on this error path only) is not the one
+    /// redis-locks keeps there, else the one of `keys` the script's message names.
+    async fn name_foreign_key(&self, err: Error, keys: &[String]) -> Error {
+        let Error::WrongType {
+            name,
+            key: None,
+            detail,
+        } = err
+        else {
+            return err;
+        };
+        for key in keys {
+            let Some(expected) = crate::vocab::keys::key_type(key) else {
+                continue;
+            };
+            let found: redis::RedisResult<String> = self.raw(redis::cmd("TYPE").arg(key)).await;
+            if let Ok(found) = found {
+                if found != "none" && found != expected {
+                    return Error::WrongType {
+                        name,
+                        key: Some(key.clone()),
+                        detail: format!("it is a {found}, where redis-locks keeps a {expected}"),
+                    };
+                }
+            }
+        }
+        let key = keys.iter().find(|k| detail.contains(k.as_str())).cloned();
+        Error::WrongType { name, key, detail }
     }
 }
 
@@ -995,6 +1033,7 @@ pub(crate) fn error_from_redis(name: &str, err: redis::RedisError) -> Error {
         Some(ErrorReply::Corrupt(detail)) => {
             return Error::WrongType {
                 name: name.to_owned(),
+                key: None,
                 detail,
             }
         }
@@ -1004,6 +1043,7 @@ pub(crate) fn error_from_redis(name: &str, err: redis::RedisError) -> Error {
     match err.code() {
         Some("WRONGTYPE") => Error::WrongType {
             name: name.to_owned(),
+            key: None,
             detail: detail.to_owned(),
         },
         Some(code @ ("LOADING" | "BUSY" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN")) => {

@@ -75,11 +75,15 @@ pub enum Error {
     },
     /// A key of the lock holds a value of another type (or another program's data). The key
     /// was left as it was: delete it, or pick another lock name or key prefix.
-    #[error("a key of lock `{name}` holds foreign data, left untouched ({detail}); delete it or use another name or key prefix")]
+    #[error("{}", wrong_type_message(name, key.as_deref(), detail))]
     WrongType {
         /// The lock's name.
         name: String,
-        /// What Redis reported.
+        /// The key at fault (such as `rl:{jobs}:w`), when it is known: the first key of the
+        /// step whose type is not the one redis-locks keeps there, or the key a script found
+        /// a foreign value in.
+        key: Option<String>,
+        /// What is wrong with it (its type, or what Redis reported).
         detail: String,
     },
     /// Redis could not be asked, or the reply was lost (connection dropped, response timeout,
@@ -275,6 +279,21 @@ fn would_block_message(name: &str, by_this_client: bool) -> String {
         )
     } else {
         format!("lock `{name}` is held by someone else (a try_* attempt never waits)")
+    }
+}
+
+/// The text of [`Error::WrongType`]: the key when known, what is wrong, what to do.
+fn wrong_type_message(name: &str, key: Option<&str>, detail: &str) -> String {
+    match key {
+        Some(key) => format!(
+            "the key `{key}` of lock `{name}` holds foreign data, left untouched ({detail}); \
+             delete that key (`DEL {key}`) if nothing else uses it, or use another lock name \
+             or key prefix"
+        ),
+        None => format!(
+            "a key of lock `{name}` holds foreign data, left untouched ({detail}); delete it \
+             or use another lock name or key prefix (`redis-locks list --state` names it)"
+        ),
     }
 }
 
