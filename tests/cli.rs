@@ -1324,3 +1324,32 @@ async fn one_foreign_key_hides_nothing() {
     drop(queued);
     drop(guards);
 }
+
+/// An HTTP service on the port: the CLI says it is not a Redis server and that it answered
+/// like HTTP, with no raw bytes of the failed parse, and exits with 1.
+#[test]
+fn an_http_service_is_named_as_such() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let _ = stream.set_read_timeout(Some(std::time::Duration::from_millis(500)));
+            let mut buf = [0u8; 512];
+            let _ = stream.read(&mut buf);
+            let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+        }
+    });
+    let out = cli_env(&format!("redis://127.0.0.1:{port}/"), &["list"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let text = stderr(&out);
+    assert!(
+        text.contains("not a Redis server") && text.contains("answered like HTTP"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("Unexpected") && !text.contains("Parse"),
+        "{text}"
+    );
+}

@@ -70,6 +70,13 @@ async fn a_service_that_is_not_redis_is_named_as_such() {
     let err = quick().connect(&url).await.expect_err("not a Redis server");
     let text = err.to_string();
     assert!(text.contains("not a Redis server"), "{err:?}");
+    assert!(text.contains("answered like HTTP"), "{err:?}");
+    // No raw bytes of the parse error, in the message or the chain.
+    let debug = format!("{err:?}");
+    assert!(
+        !debug.contains("Unexpected") && !debug.contains("Parse"),
+        "{debug}"
+    );
     assert!(
         text.contains(&port.to_string()),
         "names the address: {text}"

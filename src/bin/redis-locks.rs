@@ -516,8 +516,9 @@ fn advice(err: &Error, cli: &Cli) -> String {
              --url (or REDIS_URL), --cluster, --quorum or --sentinel with --master"
         );
     }
-    if err.is_wrong_type() {
-        // The message says to delete the key or use another name or prefix.
+    if err.is_wrong_type() || matches!(err, Error::NotRedis { .. }) {
+        // The message says what to do: delete the key or use another name or prefix; check
+        // the URL's host and port.
         return String::new();
     }
     match err {

@@ -198,7 +198,8 @@ fn connect_error(address: &str, err: redis::RedisError) -> Error {
     if err.kind() == redis::ErrorKind::Parse {
         return Error::NotRedis {
             address: address.to_owned(),
-            source: crate::vocab::error::Cause::boxed(err),
+            http: false,
+            cause: crate::vocab::error::Cause::boxed(err),
         };
     }
     match error_from_redis("", err) {
@@ -216,6 +217,7 @@ pub(crate) async fn manager(
     when: Connect,
 ) -> Result<ConnectionManager> {
     let address = info.addr().to_string();
+    let plain_tcp = matches!(info.addr(), redis::ConnectionAddr::Tcp(..));
     let bad_url = |e: redis::RedisError| bad_url(&address, e);
     // RESP3 lets pub/sub pushes share the command connection.
     let settings = info
@@ -242,8 +244,36 @@ pub(crate) async fn manager(
             .get_connection_manager_with_config(manager_config)
             .await
     }
-    .map_err(|e| connect_error(&address, e))?;
-    Ok(conn)
+    .map_err(|e| connect_error(&address, e));
+    match conn {
+        Ok(conn) => Ok(conn),
+        Err(Error::NotRedis { address, cause, .. }) => {
+            let http = plain_tcp && answers_like_http(&address, config.connect_timeout).await;
+            Err(Error::NotRedis {
+                address,
+                http,
+                cause,
+            })
+        }
+        Err(err) => Err(err),
+    }
+}
+
+/// Whether the service at `address` (`host:port`, plain TCP) answers like an HTTP server: a
+/// request with a method no server implements (`PING / HTTP/1.0`, which changes nothing) is
+/// answered with a status line, or (an HTTP/0.9 answer) an HTML page. Asked on a connection
+/// of its own, once a connection found that the service does not speak the Redis protocol,
+/// to name it in [`Error::NotRedis`].
+async fn answers_like_http(address: &str, timeout: Duration) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let ask = async {
+        let mut stream = tokio::net::TcpStream::connect(address).await.ok()?;
+        stream.write_all(b"PING / HTTP/1.0\r\n\r\n").await.ok()?;
+        let mut head = [0u8; 5];
+        stream.read_exact(&mut head).await.ok()?;
+        Some(&head == b"HTTP/" || head.starts_with(b"<!") || head.eq_ignore_ascii_case(b"<html"))
+    };
+    matches!(tokio::time::timeout(timeout, ask).await, Ok(Some(true)))
 }
 
 impl RedisStore {

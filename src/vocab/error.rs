@@ -114,14 +114,20 @@ pub enum Error {
         reply: String,
     },
     /// The service at the URL answered, but not in the Redis protocol: another program
-    /// listens on that host and port. Nothing was sent beyond the handshake.
-    #[error("the service at {address} is not a Redis server (it did not answer in the Redis protocol); check the host and port of the URL")]
+    /// listens on that host and port. Nothing was sent beyond the handshake (and, to tell an
+    /// HTTP service, one line on a connection of its own).
+    ///
+    /// `Display` says so, and whether the service answered like HTTP (a web server or a
+    /// proxy). What the Redis client could not parse is kept in `cause`; it is not repeated
+    /// as the error's [`source`](std::error::Error::source) (it quotes raw bytes).
+    #[error("the service at {address} is not a Redis server ({}); check the host and port of the URL", not_redis_message(*http))]
     NotRedis {
         /// The address from the URL.
         address: String,
+        /// Whether it answered like an HTTP server.
+        http: bool,
         /// What the Redis client could not parse.
-        #[source]
-        source: BoxError,
+        cause: BoxError,
     },
     /// Quorum mode: fewer than a majority of the nodes granted the lock in time (or, when
     /// connecting, answered at all).
@@ -279,6 +285,15 @@ fn would_block_message(name: &str, by_this_client: bool) -> String {
         )
     } else {
         format!("lock `{name}` is held by someone else (a try_* attempt never waits)")
+    }
+}
+
+/// What [`Error::NotRedis`] says the service answered.
+fn not_redis_message(http: bool) -> &'static str {
+    if http {
+        "it answered like HTTP: a web server or proxy listens there"
+    } else {
+        "it did not answer in the Redis protocol"
     }
 }
 
