@@ -175,6 +175,8 @@ async fn a_refused_connection_names_the_operation_the_address_and_the_cause() {
     assert_eq!(text.to_lowercase().matches("refused").count(), 1, "{text}");
     let debug = format!("{err:?}");
     assert!(debug.starts_with(&text), "Debug reads as Display: {debug}");
+    // The message is whole: no source repeats its cause (error.rs says so).
+    assert!(err.source().is_none(), "{err:?}");
     assert!(!debug.contains("Cause("), "no internal wrapper: {debug}");
     assert_eq!(
         debug.to_lowercase().matches("refused").count(),

@@ -350,7 +350,7 @@ impl RedisStore {
     /// `master_name`, and follows it through failovers: a write refused with `READONLY` (the
     /// old primary was demoted) or a lost connection makes the store ask the sentinels
     /// again, and a `READONLY`-refused step is sent again to the new primary. See
-    /// the crate's [decisions/sentinel.md](https://docs.rs/crate/redis-locks/latest/source/docs/decisions/sentinel.md). `node`: how to reach the data nodes (credentials, TLS),
+    /// the crate's `docs/decisions/sentinel.md`. `node`: how to reach the data nodes (credentials, TLS),
     /// as the redis crate's Sentinel client takes it.
     #[cfg(feature = "sentinel")]
     pub async fn sentinel(

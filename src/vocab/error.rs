@@ -5,16 +5,21 @@ use std::time::Duration;
 /// Result alias used throughout the crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// The underlying cause of a connection or server error, kept for
-/// [`std::error::Error::source`] (boxed, so this crate's API does not tie you to one version
-/// of the Redis client).
+/// The underlying cause of a connection error or of a service that is not Redis, kept in the
+/// `cause` field of [`Error::Connection`] and [`Error::NotRedis`] (boxed, so this crate's API
+/// does not tie you to one version of the Redis client).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// Everything that can go wrong when taking, holding or releasing a lock.
 ///
 /// Errors are classified, not string-matched: ask [`Error::is_timeout`],
-/// [`Error::is_connection`], [`Error::is_would_block`] or [`Error::is_invalid_input`]. The
-/// underlying Redis error, when there is one, is kept in [`std::error::Error::source`].
+/// [`Error::is_connection`], [`Error::is_would_block`] or [`Error::is_invalid_input`].
+///
+/// Each message is whole: it quotes its cause (Redis's reply, the connection failure) once,
+/// with what to do. So [`source`](std::error::Error::source) is `None` for every variant
+/// (an error reporter that prints the chain prints each cause once); the underlying error
+/// of [`Error::Connection`] and [`Error::NotRedis`] is kept in their `cause` field for code
+/// that inspects it.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -252,13 +257,15 @@ pub enum Error {
     },
 }
 
-/// `Debug` reads like `Display`, followed by the chain of sources, one per line: this is
-/// what `fn main() -> redis_locks::Result<()>` prints when it returns an error. Match on
-/// the variants (they are public) for the fields.
+/// `Debug` reads like `Display` (followed by the chain of sources, one per line, should a
+/// variant ever have one): this is what `fn main() -> redis_locks::Result<()>` prints when it
+/// returns an error. Match on the variants (they are public) for the fields.
 ///
 /// ```
+/// use std::error::Error as _;
 /// let err = redis_locks::Error::WouldBlock { name: "jobs".into(), by_this_client: false };
 /// assert_eq!(format!("{err:?}"), err.to_string());
+/// assert!(err.source().is_none());
 /// ```
 impl std::fmt::Debug for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
