@@ -37,7 +37,8 @@
 //! 3 `force-release --holder` matched no live holder; 3 `release --hold` found the hold gone
 //! (2 for a malformed id, or one of another lock name); 3 `inspect` found no trace of the lock (nothing held,
 //! nobody waiting, no fence), and `leader` when nobody leads; 4 `leader` on a name held as
-//! something else than an election (a Mutex, an RwLock, a Semaphore); 5 `list --state` /
+//! something else than an election (a Mutex, an RwLock, a Semaphore, or a FairLock held for
+//! a second or more without a leader value); 5 `list --state` /
 //! `--held` or `inspect` found a key of foreign data (another type than redis-locks keeps
 //! there, a value its scripts cannot read, or a key no lock name could have made): the
 //! name is shown with state `foreign`, the key and its type, and everything else is shown
@@ -120,7 +121,14 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Holders (with lease left, fence, and how long the exclusive holder has held), readers, waiting writers, the queue in order.
+    /// Holders (with lease left, fence, and how long the exclusive holder has held), readers,
+    /// waiting writers, the queue in order, and keys of foreign data (exit 5).
+    ///
+    /// The server does not record whether a hold is still renewed: a detached hold (a
+    /// guard's `detach()`) or one whose process died looks like any other until its lease
+    /// runs out. A `lease left` that keeps falling between reads (`watch`) below two thirds
+    /// of the lease (a guard renews every third of it, unless `renew_every` says otherwise)
+    /// tells a hold no longer renewed.
     Inspect {
         /// Lock name.
         name: String,
@@ -165,8 +173,9 @@ enum Command {
         json: bool,
     },
     /// The leader of an election (`client.election(name)`): its value, term and lease left.
-    /// Exits with 3 when nobody leads, with 4 when the name is held as something else (a
-    /// Mutex, an RwLock, a Semaphore) and has no leader value.
+    /// Exits with 3 when nobody leads, with 4 when the name is not an election: held as
+    /// something else (a Mutex, an RwLock, a Semaphore, or a FairLock held for a second or
+    /// more) and without a leader value.
     Leader {
         /// Election name.
         name: String,
@@ -887,13 +896,21 @@ async fn leader(
     Ok(ExitCode::from(1))
 }
 
-/// When `name` has no leader value (`lv`) and is held as a Mutex, RwLock or Semaphore, says
-/// so and gives exit code 4. A FairLock holder without a value may be a candidate that has
-/// not proclaimed yet: that is left to "nobody leads".
+/// How long a FairLock-like holder may go without a leader value and still be a candidate
+/// about to proclaim one (a campaign proclaims right after its grant, one round trip later).
+const PROCLAIM_GRACE: Duration = Duration::from_secs(1);
+
+/// When `name` has no leader value (`lv`) and is held as a Mutex, RwLock or Semaphore, or as
+/// a FairLock for longer than [`PROCLAIM_GRACE`] (by its fence's age on the server's clock),
+/// says so and gives exit code 4. A FairLock holder granted within the grace may be a
+/// candidate that has not proclaimed yet: that is left to "nobody leads".
 async fn not_an_election(ctx: &Ctx, name: &str, json: bool) -> Result<Option<ExitCode>, Error> {
     let v = view(ctx, name, true).await?;
     let p = v.primitive();
-    if v.raw.lv.is_some() || !p.is_not_election() {
+    let settled_fair_lock = p == kind::Primitive::FairLock
+        && v.holders()
+            .any(|h| v.held_for(h).is_some_and(|d| d >= PROCLAIM_GRACE));
+    if v.raw.lv.is_some() || !(p.is_not_election() || settled_fair_lock) {
         return Ok(None);
     }
     if json {
