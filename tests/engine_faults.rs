@@ -310,12 +310,22 @@ async fn many_holds_slow_renewals(
     delay: Duration,
     run: Duration,
 ) {
-    let faulty = Faulty::new(b.store().await);
+    // In memory, the store runs on tokio's clock (paused by the caller): leases lapse at
+    // their exact virtual instants, whatever the real time the test's work takes.
+    let faulty = match b.is_memory() {
+        true => Faulty::on_tokio_clock(b.store().await),
+        false => Faulty::new(b.store().await),
+    };
     let c = LockClient::builder()
         .lease(lease)
         .store(faulty.clone())
         .expect("client");
-    let observer = b.client().await;
+    let observer = match b.is_memory() {
+        true => LockClient::builder()
+            .store(faulty.clone())
+            .expect("observer"),
+        false => b.client().await,
+    };
     let mut guards = Vec::new();
     for i in 0..n {
         guards.push(c.mutex(&format!("ef-many-{i}")).lock().await.expect("lock"));
@@ -351,38 +361,53 @@ async fn many_holds_slow_renewals(
     assert_eq!(listed, n, "[{}] server listing", b.kind);
 }
 
-async fn five_hundred_holds_300ms_slow_replies(b: Backend) {
-    many_holds_slow_renewals(&b, 500, ms(300), ms(40), ms(3_000)).await;
-}
-both_backends!(five_hundred_holds_300ms_slow_replies);
+/// [`many_holds_slow_renewals`] twice: on a paused clock (tokio's, which the engine's
+/// renewals and trust follow, and the in-memory store's too through
+/// `Faulty::on_tokio_clock`), so every grant, renewal, reply and lapse happens at its exact
+/// virtual instant and the verdict is the engine's alone; and on Redis with every time ten times longer, the same ratios with
+/// margins of hundreds of milliseconds, which a loaded machine's scheduling does not eat
+/// (the real-clock check of the same claim).
+macro_rules! paused_and_on_redis {
+    ($($name:ident: $n:expr, $lease:expr, $delay:expr;)+) => {
+        $(
+            mod $name {
+                use super::*;
 
-/// Fifty holds of 100 ms whose renewal replies take 40 ms: a margin of a few tens of
-/// milliseconds, which a loaded machine's scheduling eats on a real clock. So this one runs on
-/// a paused clock (tokio's, which the engine's renewals and trust follow) against the
-/// in-memory store (whose server clock does not move meanwhile): every renewal and reply
-/// happens at its exact virtual instant, and the verdict is the engine's alone.
-#[tokio::test(flavor = "current_thread", start_paused = true)]
-async fn fifty_holds_100ms_slow_replies() {
-    many_holds_slow_renewals(&Backend::memory(), 50, ms(100), ms(40), ms(3_000)).await;
+                #[tokio::test(flavor = "current_thread", start_paused = true)]
+                async fn memory_paused() {
+                    many_holds_slow_renewals(&Backend::memory(), $n, ms($lease), ms($delay), ms($lease * 10))
+                        .await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn redis_times_ten() {
+                    many_holds_slow_renewals(
+                        &Backend::redis(),
+                        $n,
+                        ms($lease * 10),
+                        ms($delay * 10),
+                        ms($lease * 30),
+                    )
+                    .await;
+                }
+            }
+        )+
+    };
 }
 
-async fn five_hundred_holds_100ms_no_delay(b: Backend) {
-    many_holds_slow_renewals(&b, 500, ms(100), ms(0), ms(3_000)).await;
+paused_and_on_redis! {
+    // 500 holds, lease 300 ms, renewal replies 40 ms late.
+    five_hundred_holds_300ms_slow_replies: 500, 300, 40;
+    // 50 holds, lease 100 ms, renewal replies 40 ms late (a margin of 20 ms).
+    fifty_holds_100ms_slow_replies: 50, 100, 40;
+    // 500 holds, lease 100 ms, replies on time.
+    five_hundred_holds_100ms_no_delay: 500, 100, 0;
+    // One hold, lease 300 ms, every renewal reply 140 ms late (each well inside the lease;
+    // the server always holds it): the guard must stay held.
+    one_hold_replies_under_half_the_lease: 1, 300, 140;
+    // One hold, lease 300 ms, every renewal reply 100 ms late (a third of the lease).
+    one_hold_replies_a_third_of_the_lease: 1, 300, 100;
 }
-both_backends!(five_hundred_holds_100ms_no_delay);
-
-/// One hold, lease 300 ms, every renewal reply 140 ms late (each well inside the lease; the
-/// server always holds it): the guard must stay held.
-async fn one_hold_replies_under_half_the_lease(b: Backend) {
-    many_holds_slow_renewals(&b, 1, ms(300), ms(140), ms(3_000)).await;
-}
-both_backends!(one_hold_replies_under_half_the_lease);
-
-/// One hold, lease 300 ms, every renewal reply 100 ms late (a third of the lease).
-async fn one_hold_replies_a_third_of_the_lease(b: Backend) {
-    many_holds_slow_renewals(&b, 1, ms(300), ms(100), ms(3_000)).await;
-}
-both_backends!(one_hold_replies_a_third_of_the_lease);
 
 /// An idle client with 2000 long-leased holds does not spin: under 150 ms of CPU in 2 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
