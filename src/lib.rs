@@ -10,6 +10,7 @@
 //! | at most N at once (rate-limited API, export slots) | [`Semaphore`] |
 //! | several names at once, all or none, without deadlocks (a transfer between two accounts) | [`MultiLock`] |
 //! | one member of a pool leads, the others stand by and take over (a scheduler) | [`Election`] |
+//! | at most N calls *started* per period, across every client (a partner API's quota) | [`RateLimiter`] |
 //!
 //! Every hold is a lease on the server's clock, renewed in the background while its guard
 //! lives; a guard tells you when its lease may be gone ([`Guard::lost`]); every exclusive
@@ -28,9 +29,9 @@
 //! # Ok(()) }
 //! ```
 //!
-//! The crate's [ARCHITECTURE.md](https://docs.rs/crate/redis-locks/latest/source/docs/ARCHITECTURE.md) describes the keys, scripts and
-//! hand-off, and [GUARANTEES.md](https://docs.rs/crate/redis-locks/latest/source/docs/GUARANTEES.md) what each primitive promises and when it
-//! stops promising it (both ship in the crate's source, under `docs/`).
+//! The crate's source ships its design notes under `docs/`: `docs/ARCHITECTURE.md` describes
+//! the keys, scripts and hand-off, and `docs/GUARANTEES.md` what each primitive promises and
+//! when it stops promising it. [`Error`] says what can go wrong and what to do about it.
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
@@ -73,6 +74,7 @@ pub use vocab::options::{
 };
 pub use vocab::rate::{Rate, MAX_RATE_COUNT, MAX_RATE_PERIOD};
 pub use vocab::token::MAX_LABEL_LEN;
+pub use vocab::url::redact_url;
 
 /// The README's code compiles (checked by `cargo test --doc`).
 #[doc = include_str!("../README.md")]

@@ -1162,3 +1162,231 @@ async fn release_by_hold_id() {
     assert!(next.is_held());
     assert!(next.release().await.expect("release"));
 }
+
+/// A `redis-locks` run with `REDIS_URL` set to `url` (and no `--url`).
+fn cli_env(url: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_redis-locks"))
+        .env("REDIS_URL", url)
+        .args(args)
+        .output()
+        .expect("run the redis-locks binary")
+}
+
+/// A loopback port nothing listens on.
+fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("addr").port()
+}
+
+/// The password of a URL never shows: not in `--help` with `REDIS_URL` set, not in the hint
+/// after a refused connection (URL from `REDIS_URL`, `--url`, `--quorum`, `--cluster`), not
+/// in the error of a malformed URL, not in `doctor`'s report; a hint shows the URL with
+/// `***` in its place. A wrong password is told as such, not as a missing one.
+#[test]
+fn no_password_is_printed() {
+    const SECRET: &str = "s3cret";
+    let down = closed_port();
+    let url = format!("redis://u:{SECRET}@127.0.0.1:{down}/");
+    let no_secret = |what: &str, out: &Output| {
+        assert!(
+            !stdout(out).contains(SECRET) && !stderr(out).contains(SECRET),
+            "{what}: {}{}",
+            stdout(out),
+            stderr(out)
+        );
+    };
+
+    let out = cli_env(&url, &["--help"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(stdout(&out).contains("REDIS_URL"), "{}", stdout(&out));
+    no_secret("--help", &out);
+
+    let out = cli_env(&url, &["list"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    no_secret("list, REDIS_URL down", &out);
+    assert!(
+        stderr(&out).contains(&format!("redis://u:***@127.0.0.1:{down}/")),
+        "{}",
+        stderr(&out)
+    );
+
+    for args in [
+        vec!["--url", url.as_str(), "inspect", "m"],
+        vec!["--quorum", url.as_str(), "--quorum", url.as_str(), "list"],
+        vec!["--cluster", url.as_str(), "list"],
+        vec!["--url", "redis://u:s3cret@127.0.0.1:notaport/", "list"],
+        vec!["--url", "redis://u:s3cret@127.0.0.1:1/x", "list"],
+        vec!["--url", "http://u:s3cret@127.0.0.1:1/", "list"],
+        vec!["--url", url.as_str(), "doctor"],
+        vec!["--url", url.as_str(), "doctor", "--json"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_redis-locks"))
+            .args(&args)
+            .output()
+            .expect("run");
+        assert!(!out.status.success(), "{args:?}: {out:?}");
+        no_secret(&format!("{args:?}"), &out);
+    }
+
+    // A server with a password: a wrong one is named as wrong; none at all as missing.
+    let server = RedisServer::start_with(&["--requirepass", "the-right-one"]);
+    let wrong = format!("redis://default:{SECRET}@127.0.0.1:{}/", server.port());
+    let out = cli_env(&wrong, &["list"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    no_secret("a wrong password", &out);
+    let text = stderr(&out);
+    assert!(text.contains("WRONGPASS"), "{text}");
+    assert!(!text.contains("put them in the URL"), "{text}");
+    assert!(text.contains("not accepted"), "{text}");
+    let out = cli(&server, &["list"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(stderr(&out).contains("put them in the URL"), "{out:?}");
+}
+
+/// One key of foreign data under the prefix hides nothing: `list --state` and `--held` show
+/// every held lock beside it and the foreign name as `foreign` with its key and type,
+/// `inspect` shows the foreign key and what it could read beside it; both exit with 5. A
+/// key no lock name could have made is reported the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_foreign_key_hides_nothing() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.expect("connect");
+    let mut guards = Vec::new();
+    for name in ["a", "b", "c", "d", "e", "f"] {
+        guards.push(client.mutex(name).lock().await.expect("lock"));
+    }
+    let queued = client.fair_lock("q").lock().await.expect("lock");
+    server.cli(&["HSET", "rl:{app:wrongtype}:w", "not", "ours"]);
+    server.cli(&["HSET", "rl:{q}:wq", "not", "ours"]);
+    server.cli(&["HSET", "rl:{capped}:cap", "not", "ours"]);
+    server.cli(&["SET", "rl:{}}:x", "y"]);
+
+    let out = cli(&server, &["list", "--state"]);
+    assert_eq!(out.status.code(), Some(5), "{out:?}");
+    let text = stdout(&out);
+    for name in ["a", "b", "c", "d", "e", "f"] {
+        assert!(text.lines().any(|l| l == format!("{name}\theld")), "{text}");
+    }
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("app:wrongtype\tforeign\trl:{app:wrongtype}:w (hash)")),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("}\tforeign\trl:{}}:x (string)")),
+        "{text}"
+    );
+    assert!(stderr(&out).contains("foreign"), "{out:?}");
+
+    let out = cli(&server, &["list", "--held", "--json"]);
+    assert_eq!(out.status.code(), Some(5), "{out:?}");
+    for name in ["\"a\"", "\"f\"", "\"app:wrongtype\""] {
+        assert!(stdout(&out).contains(name), "{out:?}");
+    }
+    let out = cli(&server, &["list", "--state", "--json"]);
+    assert!(
+        stdout(&out).contains(
+            "{\"name\":\"app:wrongtype\",\"state\":\"foreign\",\"foreign\":{\"key\":\"rl:{app:wrongtype}:w\",\"type\":\"hash\""
+        ),
+        "{out:?}"
+    );
+
+    let out = cli(&server, &["inspect", "app:wrongtype"]);
+    assert_eq!(out.status.code(), Some(5), "{out:?}");
+    assert!(
+        stdout(&out).contains("rl:{app:wrongtype}:w (hash)"),
+        "{out:?}"
+    );
+    // A foreign key of the lease lock beside a live FairLock holder: the holder is still
+    // shown.
+    let out = cli(&server, &["inspect", "q", "--json"]);
+    assert_eq!(out.status.code(), Some(5), "{out:?}");
+    let json = stdout(&out);
+    assert_eq!(json_tokens(&json).len(), 1, "{json}");
+    assert!(
+        json.contains("\"foreign\":[{\"key\":\"rl:{q}:wq\",\"type\":\"hash\""),
+        "{json}"
+    );
+    // A foreign `cap` (read by the ticket queue's every step) is named too.
+    let out = cli(&server, &["inspect", "capped"]);
+    assert_eq!(out.status.code(), Some(5), "{out:?}");
+    assert!(stdout(&out).contains("rl:{capped}:cap (hash)"), "{out:?}");
+
+    // The library's error names the key too.
+    let err = client
+        .mutex("app:wrongtype")
+        .try_lock()
+        .await
+        .expect_err("foreign data");
+    assert!(err.is_wrong_type(), "{err:?}");
+    assert!(err.to_string().contains("`rl:{app:wrongtype}:w`"), "{err}");
+    drop(queued);
+    drop(guards);
+}
+
+/// An HTTP service on the port: the CLI says it is not a Redis server and that it answered
+/// like HTTP, with no raw bytes of the failed parse, and exits with 1.
+#[test]
+fn an_http_service_is_named_as_such() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let _ = stream.set_read_timeout(Some(std::time::Duration::from_millis(500)));
+            let mut buf = [0u8; 512];
+            let _ = stream.read(&mut buf);
+            let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+        }
+    });
+    let out = cli_env(&format!("redis://127.0.0.1:{port}/"), &["list"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let text = stderr(&out);
+    assert!(
+        text.contains("not a Redis server") && text.contains("answered like HTTP"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("Unexpected") && !text.contains("Parse"),
+        "{text}"
+    );
+}
+
+/// `leader` on a FairLock held for a second or more without a leader value says it is not an
+/// election (exit 4); `doctor` says what `appendonly no` and `save ''` mean for holds;
+/// `list` leaves out `doctor`'s probe names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_on_a_fair_lock_and_doctor_leftovers() {
+    let server = RedisServer::start_with(&["--save", ""]);
+    let client = LockClient::connect(&server.url()).await.expect("connect");
+    let held = client.fair_lock("jobs").lock().await.expect("lock");
+    // Past the grace a campaign has to proclaim its value (its fence's age, server clock).
+    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+    let out = cli(&server, &["leader", "jobs"]);
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+    assert!(
+        stderr(&out).contains("is not an election") && stderr(&out).contains("FairLock"),
+        "{out:?}"
+    );
+
+    let out = cli(&server, &["doctor"]);
+    let text = stdout(&out);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("warning") && l.contains("persistence")),
+        "{text}"
+    );
+    assert!(
+        text.contains("save ''") && text.contains("every hold is forgotten on restart"),
+        "{text}"
+    );
+    // The probe's fence counter outlives the probe (for its lease); `list` hides such names
+    // (one planted, so the check does not depend on how long `doctor` took).
+    server.cli(&["SET", "rl:{redis-locks-doctor-0123abcd}:fence", "1"]);
+    let out = cli(&server, &["list"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(stdout(&out).trim(), "jobs", "{out:?}");
+    held.release().await.expect("release");
+}

@@ -70,6 +70,13 @@ async fn a_service_that_is_not_redis_is_named_as_such() {
     let err = quick().connect(&url).await.expect_err("not a Redis server");
     let text = err.to_string();
     assert!(text.contains("not a Redis server"), "{err:?}");
+    assert!(text.contains("answered like HTTP"), "{err:?}");
+    // No raw bytes of the parse error, in the message or the chain.
+    let debug = format!("{err:?}");
+    assert!(
+        !debug.contains("Unexpected") && !debug.contains("Parse"),
+        "{debug}"
+    );
     assert!(
         text.contains(&port.to_string()),
         "names the address: {text}"
@@ -168,6 +175,8 @@ async fn a_refused_connection_names_the_operation_the_address_and_the_cause() {
     assert_eq!(text.to_lowercase().matches("refused").count(), 1, "{text}");
     let debug = format!("{err:?}");
     assert!(debug.starts_with(&text), "Debug reads as Display: {debug}");
+    // The message is whole: no source repeats its cause (error.rs says so).
+    assert!(err.source().is_none(), "{err:?}");
     assert!(!debug.contains("Cause("), "no internal wrapper: {debug}");
     assert_eq!(
         debug.to_lowercase().matches("refused").count(),
@@ -263,6 +272,15 @@ async fn wrongtype_names_a_foreign_key() {
     assert!(err.is_wrong_type(), "{err:?}");
     let text = err.to_string();
     assert!(text.contains("foreign") && text.contains("`m`"), "{text}");
+    // It names the key and what is wrong with it.
+    assert!(
+        text.contains(&format!("`{fence}`")) && text.contains("hash"),
+        "{text}"
+    );
+    assert!(
+        matches!(&err, redis_locks::Error::WrongType { key: Some(k), .. } if *k == fence),
+        "{err:?}"
+    );
     assert!(!text.contains("ACL") && !text.contains("memory"), "{text}");
 }
 

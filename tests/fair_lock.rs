@@ -653,7 +653,49 @@ async fn hand_off_needs_no_acquire_round_trip() {
     guard.release().await.expect("release");
 }
 
+/// `on_position` counts the waiters queued ahead, not the holders: a waiter behind a live
+/// holder with nobody else queued is told `0` (next in line) while it still waits, and one
+/// queued behind it `1`; neither is granted until the holder leaves.
+async fn on_position_counts_waiters_ahead_not_holders(b: Backend) {
+    let client = b.client().await;
+    let lock = client.fair_lock("position-zero");
+    let holder = lock.lock().await.expect("holder");
+    let mut waiters = Vec::new();
+    let mut seen = Vec::new();
+    for i in 0..2 {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<u64>();
+        let l = lock.clone();
+        waiters.push(tokio::spawn(async move {
+            l.lock()
+                .on_position(move |ahead| {
+                    let _ = tx.send(ahead);
+                })
+                .await
+        }));
+        until_waiters(i + 1, || lock.inspect()).await;
+        seen.push(rx);
+    }
+    for (i, rx) in seen.iter_mut().enumerate() {
+        let first = tokio::time::timeout(EVENTUALLY, rx.recv())
+            .await
+            .expect("a position is reported")
+            .expect("sender alive");
+        assert_eq!(first, i as u64, "waiter {i}: waiters queued ahead of it");
+    }
+    assert!(holder.is_held(), "the holder still holds");
+    assert!(
+        waiters.iter().all(|w| !w.is_finished()),
+        "nobody granted yet"
+    );
+    assert!(holder.release().await.expect("release"));
+    for w in waiters {
+        let guard = join("waiter", w).await.expect("granted");
+        guard.release().await.expect("release");
+    }
+}
+
 both_backends!(
+    on_position_counts_waiters_ahead_not_holders,
     handed_off_waiter_claims_its_full_lease,
     eight_waiters_acquire_in_arrival_order,
     fifty_waiters_on_three_clients_acquire_once_in_ticket_order,

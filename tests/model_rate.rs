@@ -415,3 +415,45 @@ fn estimates_with_a_long_queue_of_full_bursts_match_the_model() {
         assert!(equal_with_message(&a, &b), "redis {a:?}, model {b:?}");
     });
 }
+
+/// The README's rate-limiter row, exactly: `Rate::per_second(n)` has a burst of `n`, so `n`
+/// calls start at once after a quiet spell and one more every `1/n` s, and a one-second
+/// window can see `2n - 1` starts (here 9 for 5); `.burst(1)` spaces them `1/n` apart, so a
+/// window sees `n`. Checked on Redis and on the reference under one explicit clock.
+#[test]
+fn the_default_burst_is_the_count_as_the_readme_says() {
+    let rig = ModelRig::start();
+    rig.runtime.block_on(async {
+        let model = MemoryStore::new();
+        for (name, rate, starts) in [
+            (0, Rate::per_second(5), 9),
+            (1, Rate::per_second(5).burst(1), 5),
+        ] {
+            let k = keys(name);
+            let stores: [&dyn Store; 2] = [&rig.redis, &model];
+            for store in stores {
+                let mut admitted = Vec::new();
+                // A try every 50 ms over one second [START, START + 1000).
+                for step in 0..20u64 {
+                    let now = START_MS + step * 50;
+                    loop {
+                        let c = RateClaim {
+                            token: format!("t{name}-{step}-{}", admitted.len()),
+                            permits: 1,
+                            rate,
+                            heartbeat: Duration::from_secs(10),
+                        };
+                        match store.rate_acquire(&k, &c, false, Some(now)).await {
+                            Ok(RateDecision::Admitted { .. }) => admitted.push(now),
+                            Ok(RateDecision::Refused(_)) => break,
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                }
+                assert_eq!(admitted.len(), starts, "{rate:?}: {admitted:?}");
+                let at_once = admitted.iter().filter(|&&t| t == START_MS).count();
+                assert_eq!(at_once as u64, rate.burst_size(), "{rate:?}: {admitted:?}");
+            }
+        }
+    });
+}

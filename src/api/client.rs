@@ -64,7 +64,7 @@ impl LockClient {
 
     /// Connects to a Redis Cluster through any of its nodes, with the default settings.
     /// Every primitive works; wake-ups use sharded pub/sub (see the crate's
-    /// [SCALE.md](https://docs.rs/crate/redis-locks/latest/source/docs/SCALE.md)).
+    /// `docs/SCALE.md`).
     #[cfg(feature = "cluster")]
     #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
     pub async fn cluster(urls: &[&str]) -> Result<Self> {
@@ -96,7 +96,7 @@ impl LockClient {
     /// primitives (FairLock, Semaphore, `Preference::Fair`) fail with
     /// [`Error::Unsupported`](crate::Error::Unsupported) on every call. A grant's fencing
     /// token is the largest fence among the servers that granted it: the crate's
-    /// [SCALE.md](https://docs.rs/crate/redis-locks/latest/source/docs/SCALE.md)
+    /// `docs/SCALE.md`
     /// ("Fencing tokens under quorum") says what that guarantees.
     /// Connecting needs a majority of the servers up; the others join when they come back.
     pub async fn quorum(urls: &[&str]) -> Result<Self> {
@@ -795,7 +795,7 @@ impl LockClientBuilder {
     /// and it reports [`lost()`](crate::MutexGuard::lost). To make a hold survive a
     /// failover, confirm it reached the replicas with
     /// [`wait_replicas`](crate::Lock::wait_replicas) (see the crate's
-    /// [RELIABILITY.md](https://docs.rs/crate/redis-locks/latest/source/docs/RELIABILITY.md)).
+    /// `docs/RELIABILITY.md`).
     ///
     /// ```no_run
     /// # #[tokio::main(flavor = "current_thread")]

@@ -76,6 +76,8 @@ impl LockClient {
                     .fix("grant the user +info to let the checks read the server's settings"),
             ),
         }
+        // The probe's fence counter outlives it for its lease; `redis-locks list` leaves
+        // names with this prefix out.
         let probe = format!("redis-locks-doctor-{}", uuid::Uuid::new_v4().simple());
         findings.extend(self.probe(&probe).await);
         Ok(Report { findings })

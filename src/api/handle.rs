@@ -281,9 +281,11 @@ impl<'a, K: Kind> Acquiring<'a, K> {
         self
     }
 
-    /// Calls `f` with the number of waiters ahead each time it changes is observed (0: next in
-    /// line). Only the ticket queue (FairLock, Semaphore, RwLock with `Fair` preference) has
-    /// positions; for the other locks `f` is never called.
+    /// Calls `f` with the number of *waiters* queued ahead of this one, each time a change of
+    /// it is observed. Holders are not counted: `0` means next in line (granted as soon as
+    /// the holders leave, or the permits it asks for are free), not granted. Only the ticket
+    /// queue (FairLock, Semaphore, RwLock with `Fair` preference) has positions; for the
+    /// other locks `f` is never called.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

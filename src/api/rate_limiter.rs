@@ -315,8 +315,9 @@ impl<'a> RateAcquiring<'a> {
         self
     }
 
-    /// Calls `f` with the number of waiters ahead each time a change of it is observed (0:
-    /// next in line), as a lock's [`on_position`](crate::Acquiring::on_position) does.
+    /// Calls `f` with the number of waiters queued ahead of this one each time a change of it
+    /// is observed, as a lock's [`on_position`](crate::Acquiring::on_position) does: `0`
+    /// means next in line (admitted as soon as the rate allows), not admitted.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

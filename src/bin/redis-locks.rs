@@ -37,15 +37,22 @@
 //! 3 `force-release --holder` matched no live holder; 3 `release --hold` found the hold gone
 //! (2 for a malformed id, or one of another lock name); 3 `inspect` found no trace of the lock (nothing held,
 //! nobody waiting, no fence), and `leader` when nobody leads; 4 `leader` on a name held as
-//! something else than an election (a Mutex, an RwLock, a Semaphore). Every error message
-//! ends with what to do about it.
+//! something else than an election (a Mutex, an RwLock, a Semaphore, or a FairLock held for
+//! a second or more without a leader value); 5 `list --state` /
+//! `--held` or `inspect` found a key of foreign data (another type than redis-locks keeps
+//! there, a value its scripts cannot read, or a key no lock name could have made): the
+//! name is shown with state `foreign`, the key and its type, and everything else is shown
+//! as usual. Every error message ends with what to do about it.
+//!
+//! `list` leaves out the probe locks `doctor` makes (`redis-locks-doctor-...`).
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use redis_locks::{
-    Error, Finding, HoldId, HolderEviction, LeaderInfo, LockClient, RedisConfig, Report, Verdict,
+    redact_url, Error, Finding, HoldId, HolderEviction, LeaderInfo, LockClient, RedisConfig,
+    Report, Verdict,
 };
 
 #[path = "redis-locks/kind.rs"]
@@ -60,7 +67,7 @@ mod view;
 mod watch;
 
 use raw::Raw;
-use view::{view, Ctx};
+use view::{view, Ctx, Foreign};
 use watch::Tracker;
 
 #[derive(Parser)]
@@ -70,8 +77,14 @@ use watch::Tracker;
     about = "Inspect and manage redis-locks locks"
 )]
 struct Cli {
-    /// Redis URL.
-    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379/")]
+    /// Redis URL, redis://[user:password@]host:port/[db] (its value is never printed: a
+    /// password in it is shown as `***`).
+    #[arg(
+        long,
+        env = "REDIS_URL",
+        hide_env_values = true,
+        default_value = "redis://127.0.0.1:6379/"
+    )]
     url: String,
     /// Redis Cluster mode: URLs of any nodes of the cluster (comma-separated, or the option
     /// repeated) instead of --url. `list` scans every master.
@@ -108,7 +121,14 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Holders (with lease left, fence, and how long the exclusive holder has held), readers, waiting writers, the queue in order.
+    /// Holders (with lease left, fence, and how long the exclusive holder has held), readers,
+    /// waiting writers, the queue in order, and keys of foreign data (exit 5).
+    ///
+    /// The server does not record whether a hold is still renewed: a detached hold (a
+    /// guard's `detach()`) or one whose process died looks like any other until its lease
+    /// runs out. A `lease left` that keeps falling between reads (`watch`) below two thirds
+    /// of the lease (a guard renews every third of it, unless `renew_every` says otherwise)
+    /// tells a hold no longer renewed.
     Inspect {
         /// Lock name.
         name: String,
@@ -124,8 +144,10 @@ enum Command {
         /// A JSON array instead of one name per line.
         #[arg(long)]
         json: bool,
-        /// Also show each lock's state: `held`, `waiting`, or `idle` (only its fence counter
-        /// is left). Reads every listed lock (two round trips each).
+        /// Also show each lock's state: `held`, `waiting`, `idle` (only its fence counter
+        /// is left), or `foreign` (a key of it holds data redis-locks did not write: shown
+        /// with the key and its type; exit 5). Reads every listed lock (two round trips
+        /// each).
         #[arg(long)]
         state: bool,
         /// Only locks with a live holder or waiter (leaves out names with only a fence
@@ -151,8 +173,9 @@ enum Command {
         json: bool,
     },
     /// The leader of an election (`client.election(name)`): its value, term and lease left.
-    /// Exits with 3 when nobody leads, with 4 when the name is held as something else (a
-    /// Mutex, an RwLock, a Semaphore) and has no leader value.
+    /// Exits with 3 when nobody leads, with 4 when the name is not an election: held as
+    /// something else (a Mutex, an RwLock, a Semaphore, or a FairLock held for a second or
+    /// more) and without a leader value.
     Leader {
         /// Election name.
         name: String,
@@ -309,7 +332,7 @@ async fn scan_targets(cli: &Cli) -> redis_locks::Result<Vec<redis::ConnectionInf
         url.into_connection_info()
             .map_err(|e| redis_locks::Error::InvalidArgument {
                 what: "Redis URL",
-                reason: e.to_string(),
+                reason: format!("{:?}: {e}", redact_url(url)),
             })
     };
     if !cli.quorum.is_empty() {
@@ -419,16 +442,24 @@ fn redis_error(e: redis::RedisError) -> redis_locks::Error {
     }
 }
 
-/// Lock names under `prefix` matching `pattern` on every server of `targets`.
+/// The names `doctor` gives its probe locks start with this (`LockClient::doctor`): `list`
+/// leaves them out.
+const DOCTOR_PROBE: &str = "redis-locks-doctor-";
+
+/// Lock names under `prefix` matching `pattern` on every server of `targets`, each with one
+/// of its keys; `doctor`'s probe names left out.
 async fn list(
     targets: Vec<redis::ConnectionInfo>,
     prefix: &str,
     pattern: &str,
-) -> redis_locks::Result<Vec<String>> {
-    let mut names = std::collections::BTreeSet::new();
+) -> redis_locks::Result<Vec<(String, String)>> {
+    let mut names = std::collections::BTreeMap::new();
     for target in targets {
-        names.extend(list_one(target, prefix, pattern).await?);
+        for (name, key) in list_one(target, prefix, pattern).await? {
+            names.entry(name).or_insert(key);
+        }
     }
+    names.retain(|name: &String, _| !name.starts_with(DOCTOR_PROBE));
     Ok(names.into_iter().collect())
 }
 
@@ -436,14 +467,14 @@ async fn list_one(
     target: redis::ConnectionInfo,
     prefix: &str,
     pattern: &str,
-) -> redis_locks::Result<Vec<String>> {
+) -> redis_locks::Result<std::collections::BTreeMap<String, String>> {
     let mut conn = connection(target).await?;
     // Keys are `<prefix>:{<name>}:<part>`: the prefix is literal, the pattern a glob on the
     // name.
     let head = format!("{prefix}:{{");
     let glob = format!("{}{pattern}}}:*", glob_escape(&head));
     let mut cursor: u64 = 0;
-    let mut names = std::collections::BTreeSet::new();
+    let mut names = std::collections::BTreeMap::new();
     loop {
         let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
             .arg(cursor)
@@ -457,7 +488,8 @@ async fn list_one(
         for key in keys {
             if let Some(rest) = key.strip_prefix(&head) {
                 if let Some(end) = rest.rfind("}:") {
-                    names.insert(rest[..end].to_owned());
+                    let name = rest[..end].to_owned();
+                    names.entry(name).or_insert_with(|| key.clone());
                 }
             }
         }
@@ -466,7 +498,13 @@ async fn list_one(
         }
         cursor = next;
     }
-    Ok(names.into_iter().collect())
+    Ok(names)
+}
+
+/// URLs as they may be printed: each password replaced by `***`, comma-separated.
+fn redacted(urls: &[String]) -> String {
+    let urls: Vec<String> = urls.iter().map(|u| redact_url(u)).collect();
+    urls.join(",")
 }
 
 /// What the operator can do about `err`, in one sentence (empty when the message already
@@ -474,21 +512,22 @@ async fn list_one(
 fn advice(err: &Error, cli: &Cli) -> String {
     if err.is_connection() {
         let at = if !cli.cluster.is_empty() {
-            cli.cluster.join(",")
+            redacted(&cli.cluster)
         } else if !cli.quorum.is_empty() {
-            cli.quorum.join(",")
+            redacted(&cli.quorum)
         } else if !cli.sentinel.is_empty() {
-            cli.sentinel.join(",")
+            redacted(&cli.sentinel)
         } else {
-            cli.url.clone()
+            redact_url(&cli.url)
         };
         return format!(
             "check that Redis is running and reachable at {at}, or pass the right address with \
              --url (or REDIS_URL), --cluster, --quorum or --sentinel with --master"
         );
     }
-    if err.is_wrong_type() {
-        // The message says to delete the key or use another name or prefix.
+    if err.is_wrong_type() || matches!(err, Error::NotRedis { .. }) {
+        // The message says what to do: delete the key or use another name or prefix; check
+        // the URL's host and port.
         return String::new();
     }
     match err {
@@ -659,6 +698,14 @@ async fn inspect(cli: &Cli, ctx: &Ctx, name: &str, json: bool) -> Result<ExitCod
     } else {
         print!("{}", v.text());
     }
+    if !v.foreign.is_empty() {
+        eprintln!(
+            "`{name}` has keys of foreign data (listed under `foreign`): redis-locks left them \
+             untouched and shows what it could read beside them; delete them if nothing else \
+             uses them, or use another name or --prefix"
+        );
+        return Ok(ExitCode::from(FOREIGN_KEYS));
+    }
     if v.is_empty() && v.raw.rate_limiter {
         eprintln!(
             "`{name}` is a rate limiter (`client.rate_limiter`), not a lock: see it with \
@@ -689,35 +736,70 @@ async fn list_names(
 ) -> Result<ExitCode, Error> {
     let names = list(scan_targets(cli).await?, &cli.prefix, pattern).await?;
     let mut items = Vec::with_capacity(names.len());
-    for name in names {
-        let state = match with_state || held_only {
-            true => Some(view(ctx, &name, false).await?.state()),
-            false => None,
+    let mut odd = false;
+    for (name, key) in names {
+        let (state, foreign) = match with_state || held_only {
+            true => match view(ctx, &name, false).await {
+                Ok(v) => (Some(v.state()), v.foreign.into_iter().next()),
+                // A key under the prefix that no lock name could have made.
+                Err(err @ Error::InvalidName { .. }) => {
+                    let found = Foreign {
+                        key_type: ctx.raw.key_type(&key).await,
+                        key: Some(key),
+                        detail: format!("not a key redis-locks makes ({err})"),
+                    };
+                    (Some("foreign"), Some(found))
+                }
+                Err(err) => return Err(err),
+            },
+            false => (None, None),
         };
+        odd |= foreign.is_some();
         if held_only && state == Some("idle") {
             continue;
         }
-        items.push((name, state.filter(|_| with_state)));
+        items.push((name, state.filter(|_| with_state), foreign));
     }
     if json {
         let items: Vec<String> = items
             .iter()
-            .map(|(name, state)| match state {
-                Some(s) => format!("{{\"name\":{},\"state\":{}}}", json_str(name), json_str(s)),
-                None => json_str(name),
+            .map(|(name, state, foreign)| match (state, foreign) {
+                (Some(s), Some(f)) => format!(
+                    "{{\"name\":{},\"state\":{},\"foreign\":{}}}",
+                    json_str(name),
+                    json_str(s),
+                    f.json()
+                ),
+                (Some(s), None) => {
+                    format!("{{\"name\":{},\"state\":{}}}", json_str(name), json_str(s))
+                }
+                (None, _) => json_str(name),
             })
             .collect();
         println!("[{}]", items.join(","));
     } else {
-        for (name, state) in items {
-            match state {
-                Some(s) => println!("{name}\t{s}"),
-                None => println!("{name}"),
+        for (name, state, foreign) in &items {
+            match (state, foreign) {
+                (Some(s), Some(f)) => println!("{name}\t{s}\t{}", f.text()),
+                (Some(s), None) => println!("{name}\t{s}"),
+                (None, _) => println!("{name}"),
             }
         }
     }
+    if odd {
+        eprintln!(
+            "some names have keys of foreign data (state `foreign`, with the key and its \
+             type): redis-locks left them untouched and cannot show what they hide; delete \
+             them if nothing else uses them (`redis-locks inspect NAME` shows the rest)"
+        );
+        return Ok(ExitCode::from(FOREIGN_KEYS));
+    }
     Ok(ExitCode::SUCCESS)
 }
+
+/// Exit code of `list --state`/`--held` and `inspect` when a key of foreign data was
+/// found (and reported), the rest shown.
+const FOREIGN_KEYS: u8 = 5;
 
 /// `watch NAME`: the first view, then a line per change, reading every interval, `count`
 /// reads or until interrupted.
@@ -814,13 +896,21 @@ async fn leader(
     Ok(ExitCode::from(1))
 }
 
-/// When `name` has no leader value (`lv`) and is held as a Mutex, RwLock or Semaphore, says
-/// so and gives exit code 4. A FairLock holder without a value may be a candidate that has
-/// not proclaimed yet: that is left to "nobody leads".
+/// How long a FairLock-like holder may go without a leader value and still be a candidate
+/// about to proclaim one (a campaign proclaims right after its grant, one round trip later).
+const PROCLAIM_GRACE: Duration = Duration::from_secs(1);
+
+/// When `name` has no leader value (`lv`) and is held as a Mutex, RwLock or Semaphore, or as
+/// a FairLock for longer than [`PROCLAIM_GRACE`] (by its fence's age on the server's clock),
+/// says so and gives exit code 4. A FairLock holder granted within the grace may be a
+/// candidate that has not proclaimed yet: that is left to "nobody leads".
 async fn not_an_election(ctx: &Ctx, name: &str, json: bool) -> Result<Option<ExitCode>, Error> {
     let v = view(ctx, name, true).await?;
     let p = v.primitive();
-    if v.raw.lv.is_some() || !p.is_not_election() {
+    let settled_fair_lock = p == kind::Primitive::FairLock
+        && v.holders()
+            .any(|h| v.held_for(h).is_some_and(|d| d >= PROCLAIM_GRACE));
+    if v.raw.lv.is_some() || !(p.is_not_election() || settled_fair_lock) {
         return Ok(None);
     }
     if json {

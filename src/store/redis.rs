@@ -162,7 +162,10 @@ pub(crate) const URL_FORM: &str = "redis://[user:password@]host:port[/db]";
 fn bad_url(url: &str, err: redis::RedisError) -> Error {
     Error::invalid(
         "Redis URL",
-        format!("{url:?}: {err}; expected {URL_FORM} (rediss:// for TLS)"),
+        format!(
+            "{:?}: {err}; expected {URL_FORM} (rediss:// for TLS)",
+            crate::vocab::url::redact_url(url)
+        ),
     )
 }
 
@@ -198,7 +201,8 @@ fn connect_error(address: &str, err: redis::RedisError) -> Error {
     if err.kind() == redis::ErrorKind::Parse {
         return Error::NotRedis {
             address: address.to_owned(),
-            source: crate::vocab::error::Cause::boxed(err),
+            http: false,
+            cause: crate::vocab::error::Cause::boxed(err),
         };
     }
     match error_from_redis("", err) {
@@ -216,6 +220,8 @@ pub(crate) async fn manager(
     when: Connect,
 ) -> Result<ConnectionManager> {
     let address = info.addr().to_string();
+    let plain_tcp = matches!(info.addr(), redis::ConnectionAddr::Tcp(..));
+    let connect_timeout = config.connect_timeout;
     let (client, manager_config) = manager_parts(info, config, hub)?;
     let conn = if when == Connect::Lazily {
         ConnectionManager::new_lazy_with_config(client, manager_config)
@@ -224,8 +230,19 @@ pub(crate) async fn manager(
             .get_connection_manager_with_config(manager_config)
             .await
     }
-    .map_err(|e| connect_error(&address, e))?;
-    Ok(conn)
+    .map_err(|e| connect_error(&address, e));
+    match conn {
+        Ok(conn) => Ok(conn),
+        Err(Error::NotRedis { address, cause, .. }) => {
+            let http = plain_tcp && answers_like_http(&address, connect_timeout).await;
+            Err(Error::NotRedis {
+                address,
+                http,
+                cause,
+            })
+        }
+        Err(err) => Err(err),
+    }
 }
 
 /// The client (in RESP3, so pub/sub pushes share the command connection) and the manager's
@@ -254,6 +271,23 @@ fn manager_parts(
         .set_number_of_retries(config.reconnect_retries)
         .set_max_delay(Duration::from_millis(500));
     Ok((client, manager_config))
+}
+
+/// Whether the service at `address` (`host:port`, plain TCP) answers like an HTTP server: a
+/// request with a method no server implements (`PING / HTTP/1.0`, which changes nothing) is
+/// answered with a status line, or (an HTTP/0.9 answer) an HTML page. Asked on a connection
+/// of its own, once a connection found that the service does not speak the Redis protocol,
+/// to name it in [`Error::NotRedis`].
+async fn answers_like_http(address: &str, timeout: Duration) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let ask = async {
+        let mut stream = tokio::net::TcpStream::connect(address).await.ok()?;
+        stream.write_all(b"PING / HTTP/1.0\r\n\r\n").await.ok()?;
+        let mut head = [0u8; 5];
+        stream.read_exact(&mut head).await.ok()?;
+        Some(&head == b"HTTP/" || head.starts_with(b"<!") || head.eq_ignore_ascii_case(b"<html"))
+    };
+    matches!(tokio::time::timeout(timeout, ask).await, Ok(Some(true)))
 }
 
 impl RedisStore {
@@ -332,7 +366,7 @@ impl RedisStore {
     /// `master_name`, and follows it through failovers: a write refused with `READONLY` (the
     /// old primary was demoted) or a lost connection makes the store ask the sentinels
     /// again, and a `READONLY`-refused step is sent again to the new primary. See
-    /// the crate's [decisions/sentinel.md](https://docs.rs/crate/redis-locks/latest/source/docs/decisions/sentinel.md). `node`: how to reach the data nodes (credentials, TLS),
+    /// the crate's `docs/decisions/sentinel.md`. `node`: how to reach the data nodes (credentials, TLS),
     /// as the redis crate's Sentinel client takes it.
     #[cfg(feature = "sentinel")]
     pub async fn sentinel(
@@ -504,11 +538,49 @@ impl RedisStore {
                 on_primary(&s, |mut c| async move { invoke(inv, &mut c).await }).await
             }
         };
-        let reply = result.map_err(|e| error_from_redis(lock.name(), e).at(&self.address))?;
+        let reply = match result {
+            Ok(reply) => reply,
+            Err(e) => {
+                let err = error_from_redis(lock.name(), e).at(&self.address);
+                return Err(self.name_foreign_key(err, keys).await);
+            }
+        };
         T::from_redis_value(reply).map_err(|e| Error::WrongType {
             name: lock.name().to_owned(),
+            key: None,
             detail: format!("unexpected script reply: {e}"),
         })
+    }
+
+    /// `err` with the key at fault, when it is an [`Error::WrongType`] that names none: the
+    /// first of `keys` whose type (asked with `TYPE`, on this error path only) is not the one
+    /// redis-locks keeps there, else the one of `keys` the script's message names.
+    async fn name_foreign_key(&self, err: Error, keys: &[String]) -> Error {
+        let Error::WrongType {
+            name,
+            key: None,
+            detail,
+        } = err
+        else {
+            return err;
+        };
+        for key in keys {
+            let Some(expected) = crate::vocab::keys::key_type(key) else {
+                continue;
+            };
+            let found: redis::RedisResult<String> = self.raw(redis::cmd("TYPE").arg(key)).await;
+            if let Ok(found) = found {
+                if found != "none" && found != expected {
+                    return Error::WrongType {
+                        name,
+                        key: Some(key.clone()),
+                        detail: format!("it is a {found}, where redis-locks keeps a {expected}"),
+                    };
+                }
+            }
+        }
+        let key = keys.iter().find(|k| detail.contains(k.as_str())).cloned();
+        Error::WrongType { name, key, detail }
     }
 }
 
@@ -1027,6 +1099,7 @@ pub(crate) fn error_from_redis(name: &str, err: redis::RedisError) -> Error {
         Some(ErrorReply::Corrupt(detail)) => {
             return Error::WrongType {
                 name: name.to_owned(),
+                key: None,
                 detail,
             }
         }
@@ -1036,6 +1109,7 @@ pub(crate) fn error_from_redis(name: &str, err: redis::RedisError) -> Error {
     match err.code() {
         Some("WRONGTYPE") => Error::WrongType {
             name: name.to_owned(),
+            key: None,
             detail: detail.to_owned(),
         },
         Some(code @ ("LOADING" | "BUSY" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN")) => {

@@ -171,11 +171,17 @@ pub(crate) fn persistence(server: &str, info: &Info) -> Finding {
     }
     Finding::new("persistence", server, Verdict::Warning)
         .detail(
-            "no append-only file: a restart loses the holds granted since the last RDB \
-             snapshot (every hold without snapshots), so a second holder can be granted while \
-             the first still works; fences keep rising, bounded below by the server's clock",
+            "no append-only file (appendonly no): a restart loses the holds granted since the \
+             last RDB snapshot, and with no snapshots either (save '') every hold is forgotten \
+             on restart; a second holder can then be granted while the first still works (it \
+             learns at its next renewal); fences keep rising, bounded below by the server's \
+             clock",
         )
-        .fix("set appendonly yes (appendfsync everysec or always) if holds must survive a restart")
+        .fix(
+            "set appendonly yes (appendfsync everysec or always) if holds must survive a \
+             restart; RDB snapshots alone (save <seconds> <changes>) keep only the holds of the \
+             last snapshot",
+        )
 }
 
 /// Replication, and whether `wait_replicas` can make a hold survive a failover.

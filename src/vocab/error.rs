@@ -5,16 +5,21 @@ use std::time::Duration;
 /// Result alias used throughout the crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// The underlying cause of a connection or server error, kept for
-/// [`std::error::Error::source`] (boxed, so this crate's API does not tie you to one version
-/// of the Redis client).
+/// The underlying cause of a connection error or of a service that is not Redis, kept in the
+/// `cause` field of [`Error::Connection`] and [`Error::NotRedis`] (boxed, so this crate's API
+/// does not tie you to one version of the Redis client).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// Everything that can go wrong when taking, holding or releasing a lock.
 ///
 /// Errors are classified, not string-matched: ask [`Error::is_timeout`],
-/// [`Error::is_connection`], [`Error::is_would_block`] or [`Error::is_invalid_input`]. The
-/// underlying Redis error, when there is one, is kept in [`std::error::Error::source`].
+/// [`Error::is_connection`], [`Error::is_would_block`] or [`Error::is_invalid_input`].
+///
+/// Each message is whole: it quotes its cause (Redis's reply, the connection failure) once,
+/// with what to do. So [`source`](std::error::Error::source) is `None` for every variant
+/// (an error reporter that prints the chain prints each cause once); the underlying error
+/// of [`Error::Connection`] and [`Error::NotRedis`] is kept in their `cause` field for code
+/// that inspects it.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -75,11 +80,15 @@ pub enum Error {
     },
     /// A key of the lock holds a value of another type (or another program's data). The key
     /// was left as it was: delete it, or pick another lock name or key prefix.
-    #[error("a key of lock `{name}` holds foreign data, left untouched ({detail}); delete it or use another name or key prefix")]
+    #[error("{}", wrong_type_message(name, key.as_deref(), detail))]
     WrongType {
         /// The lock's name.
         name: String,
-        /// What Redis reported.
+        /// The key at fault (such as `rl:{jobs}:w`), when it is known: the first key of the
+        /// step whose type is not the one redis-locks keeps there, or the key a script found
+        /// a foreign value in.
+        key: Option<String>,
+        /// What is wrong with it (its type, or what Redis reported).
         detail: String,
     },
     /// Redis could not be asked, or the reply was lost (connection dropped, response timeout,
@@ -110,14 +119,20 @@ pub enum Error {
         reply: String,
     },
     /// The service at the URL answered, but not in the Redis protocol: another program
-    /// listens on that host and port. Nothing was sent beyond the handshake.
-    #[error("the service at {address} is not a Redis server (it did not answer in the Redis protocol); check the host and port of the URL")]
+    /// listens on that host and port. Nothing was sent beyond the handshake (and, to tell an
+    /// HTTP service, one line on a connection of its own).
+    ///
+    /// `Display` says so, and whether the service answered like HTTP (a web server or a
+    /// proxy). What the Redis client could not parse is kept in `cause`; it is not repeated
+    /// as the error's [`source`](std::error::Error::source) (it quotes raw bytes).
+    #[error("the service at {address} is not a Redis server ({}); check the host and port of the URL", not_redis_message(*http))]
     NotRedis {
         /// The address from the URL.
         address: String,
+        /// Whether it answered like an HTTP server.
+        http: bool,
         /// What the Redis client could not parse.
-        #[source]
-        source: BoxError,
+        cause: BoxError,
     },
     /// Quorum mode: fewer than a majority of the nodes granted the lock in time (or, when
     /// connecting, answered at all).
@@ -242,13 +257,15 @@ pub enum Error {
     },
 }
 
-/// `Debug` reads like `Display`, followed by the chain of sources, one per line: this is
-/// what `fn main() -> redis_locks::Result<()>` prints when it returns an error. Match on
-/// the variants (they are public) for the fields.
+/// `Debug` reads like `Display` (followed by the chain of sources, one per line, should a
+/// variant ever have one): this is what `fn main() -> redis_locks::Result<()>` prints when it
+/// returns an error. Match on the variants (they are public) for the fields.
 ///
 /// ```
+/// use std::error::Error as _;
 /// let err = redis_locks::Error::WouldBlock { name: "jobs".into(), by_this_client: false };
 /// assert_eq!(format!("{err:?}"), err.to_string());
+/// assert!(err.source().is_none());
 /// ```
 impl std::fmt::Debug for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -275,6 +292,30 @@ fn would_block_message(name: &str, by_this_client: bool) -> String {
         )
     } else {
         format!("lock `{name}` is held by someone else (a try_* attempt never waits)")
+    }
+}
+
+/// What [`Error::NotRedis`] says the service answered.
+fn not_redis_message(http: bool) -> &'static str {
+    if http {
+        "it answered like HTTP: a web server or proxy listens there"
+    } else {
+        "it did not answer in the Redis protocol"
+    }
+}
+
+/// The text of [`Error::WrongType`]: the key when known, what is wrong, what to do.
+fn wrong_type_message(name: &str, key: Option<&str>, detail: &str) -> String {
+    match key {
+        Some(key) => format!(
+            "the key `{key}` of lock `{name}` holds foreign data, left untouched ({detail}); \
+             delete that key (`DEL {key}`) if nothing else uses it, or use another lock name \
+             or key prefix"
+        ),
+        None => format!(
+            "a key of lock `{name}` holds foreign data, left untouched ({detail}); delete it \
+             or use another lock name or key prefix (`redis-locks list --state` names it)"
+        ),
     }
 }
 
@@ -340,9 +381,14 @@ fn redis_advice(reply: &str) -> &'static str {
             "the Redis user lacks an ACL right for this command, key or channel: grant \
                      the rules in the README's \"Least privilege\" section"
         }
-        "NOAUTH" | "WRONGPASS" => {
-            "the server needs a user and password: put them in the URL \
-                                   (redis://user:password@host:port)"
+        "NOAUTH" => {
+            "the server needs a user and password and none was given: put them in the URL \
+             (redis://user:password@host:port)"
+        }
+        "WRONGPASS" => {
+            "the user or password in the URL is not accepted (a typo, a changed password or a \
+             disabled user): check them against the server's `requirepass` or its ACL users \
+             (`ACL LIST`)"
         }
         "OOM" => {
             "the server has reached `maxmemory` and evicts nothing it may write here: free \

@@ -135,15 +135,19 @@ fn malformed(reason: impl Into<String>) -> Error {
     }
 }
 
-/// A decimal number as `Display` writes it: digits only, no leading zero (but `0`).
+/// A decimal number as `Display` writes it: digits only, no leading zero (but `0`). The
+/// error does not repeat `text`.
 fn number<T: FromStr>(text: &str, what: &str) -> Result<T> {
     let canonical = !text.is_empty()
         && text.bytes().all(|b| b.is_ascii_digit())
         && (text == "0" || !text.starts_with('0'));
     match text.parse() {
         Ok(n) if canonical => Ok(n),
+        // The text is not repeated: a field that lost its `:` may carry the token.
         _ => Err(malformed(format!(
-            "the {what} {text:?} is not a decimal number without leading zeros"
+            "the {what} is not a decimal number without leading zeros (a field of {} \
+             characters); pass the text a guard's hold_id() or detach() wrote",
+            text.chars().count()
         ))),
     }
 }
@@ -153,9 +157,16 @@ fn parse_preference(text: &str) -> Result<Preference> {
         "writer" => Ok(Preference::Writer),
         "reader" => Ok(Preference::Reader),
         "fair" => Ok(Preference::Fair),
-        other => Err(malformed(format!("unknown RwLock preference {other:?}"))),
+        _ => Err(malformed(
+            "unknown RwLock preference: a read or write kind ends in -writer, -reader or -fair",
+        )),
     }
 }
+
+/// What a malformed `<kind>` field is told (the field itself is not repeated: it may carry
+/// the token).
+const KINDS: &str = "unknown kind of hold: the kinds are mutex, read-<preference>, \
+                     write-<preference>, fair and sem-<permits>-<capacity>";
 
 fn parse_kind(text: &str) -> Result<Request> {
     if let Some(p) = text.strip_prefix("read-") {
@@ -181,7 +192,7 @@ fn parse_kind(text: &str) -> Result<Request> {
     match text {
         "mutex" => Ok(Request::Mutex),
         "fair" => Ok(Request::FairLock),
-        other => Err(malformed(format!("unknown kind of hold {other:?}"))),
+        _ => Err(malformed(KINDS)),
     }
 }
 
@@ -322,9 +333,16 @@ mod tests {
                 "{text}: {err}"
             );
         }
-        let secret = "rlh1:mutex:1:s3cr3t_t0ken:";
-        let err = secret.parse::<HoldId>().unwrap_err().to_string();
-        assert!(!err.contains("s3cr3t"), "{err}");
+        for secret in [
+            "rlh1:mutex:1:s3cr3t_t0ken:",
+            "rlh1:mutex:42s3cr3t_t0ken:jobs",
+            "rlh1:mutexs3cr3t_t0ken:1:jobs",
+            "rlh1:read-s3cr3t_t0ken:1:jobs",
+        ] {
+            let err = secret.parse::<HoldId>().unwrap_err();
+            assert!(!err.to_string().contains("s3cr3t"), "{err}");
+            assert!(!format!("{err:?}").contains("s3cr3t"), "{err:?}");
+        }
     }
 
     #[cfg(feature = "serde")]

@@ -160,6 +160,18 @@ impl LockKeys {
     }
 }
 
+/// The type redis-locks keeps at `key` (as `TYPE` names it: `string` or `zset`), from the
+/// key's suffix after `}:`; `None` for a suffix it does not write (docs/ARCHITECTURE.md, "Two
+/// families of state", and the rate limiter's keys).
+pub(crate) fn key_type(key: &str) -> Option<&'static str> {
+    let (_, suffix) = key.rsplit_once("}:")?;
+    match suffix {
+        "w" | "fence" | "tk" | "cap" | "lv" | "rt" | "rtk" => Some("string"),
+        "r" | "wq" | "h" | "q" | "hb" | "rq" | "rhb" | "ra" => Some("zset"),
+        _ => None,
+    }
+}
+
 /// Validates a key prefix: 1 to [`MAX_PREFIX_LEN`] bytes, no braces (they would move the
 /// hash tag away from the lock name).
 pub fn validate_prefix(prefix: &str) -> Result<()> {

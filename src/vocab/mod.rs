@@ -10,3 +10,4 @@ pub(crate) mod keys;
 pub(crate) mod options;
 pub(crate) mod rate;
 pub(crate) mod token;
+pub(crate) mod url;

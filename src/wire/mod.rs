@@ -1102,6 +1102,7 @@ impl MultiAcquireReply {
                 .map(|p| p.lock.name())
                 .unwrap_or("")
                 .to_owned(),
+            key: None,
             detail: format!("multi-lock reply does not fit {} parts", parts.len()),
         };
         match self {

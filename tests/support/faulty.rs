@@ -216,6 +216,9 @@ pub struct Faulty {
     /// Answers `one_slot_per_step` with true (a multi-lock then steps slot by slot, as on
     /// Redis Cluster), whatever the inner store says.
     one_slot: AtomicBool,
+    /// With [`Faulty::on_tokio_clock`]: the store's clock is tokio's, from this instant and
+    /// this wall-clock time (ms) on.
+    clock: Option<(Instant, u64)>,
 }
 
 /// Counts a call as in flight until dropped.
@@ -244,6 +247,30 @@ impl Faulty {
             frozen: watch::channel(false).0,
             in_flight: AtomicUsize::new(0),
             one_slot: AtomicBool::new(false),
+            clock: None,
+        })
+    }
+
+    /// Like [`Faulty::new`], with every call to `inner` made on tokio's clock: the store's
+    /// `now` is the wall clock at this call plus the tokio time elapsed since. On a paused
+    /// clock the store's leases then lapse at their exact virtual instants, however long the
+    /// test's real work takes (for an inner [`MemoryStore`], which takes an explicit `now`).
+    pub fn on_tokio_clock(inner: Arc<dyn Store>) -> Arc<Faulty> {
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_millis();
+        Arc::new(Faulty {
+            clock: Some((Instant::now(), u64::try_from(wall).expect("ms"))),
+            ..Arc::into_inner(Faulty::new(inner)).expect("new")
+        })
+    }
+
+    /// The `now` a call is made with: the caller's, else tokio's clock if so made.
+    fn now(&self, given: Option<u64>) -> Option<u64> {
+        given.or_else(|| {
+            self.clock
+                .map(|(start, wall)| wall + u64::try_from(start.elapsed().as_millis()).expect("ms"))
         })
     }
 
@@ -406,7 +433,7 @@ impl Store for Faulty {
             wait: Some(wait),
             ..call(Op::Acquire, lock, Some(claim))
         };
-        self.run(c, self.inner.acquire(lock, claim, wait, now))
+        self.run(c, self.inner.acquire(lock, claim, wait, self.now(now)))
             .await
     }
 
@@ -417,7 +444,8 @@ impl Store for Faulty {
         now: Option<u64>,
     ) -> redis_locks::Result<AcquireAll> {
         let c = call(Op::AcquireAll, &parts[0].lock, Some(claim));
-        self.run(c, self.inner.acquire_all(parts, claim, now)).await
+        self.run(c, self.inner.acquire_all(parts, claim, self.now(now)))
+            .await
     }
 
     async fn release(
@@ -427,7 +455,8 @@ impl Store for Faulty {
         now: Option<u64>,
     ) -> redis_locks::Result<bool> {
         let c = call(Op::Release, lock, Some(claim));
-        self.run(c, self.inner.release(lock, claim, now)).await
+        self.run(c, self.inner.release(lock, claim, self.now(now)))
+            .await
     }
 
     async fn extend(
@@ -441,7 +470,7 @@ impl Store for Faulty {
             lease: Some(lease),
             ..call(Op::Extend, lock, Some(claim))
         };
-        self.run(c, self.inner.extend(lock, claim, lease, now))
+        self.run(c, self.inner.extend(lock, claim, lease, self.now(now)))
             .await
     }
 
@@ -452,7 +481,8 @@ impl Store for Faulty {
         now: Option<u64>,
     ) -> redis_locks::Result<Option<u64>> {
         let c = call(Op::Downgrade, lock, Some(claim));
-        self.run(c, self.inner.downgrade(lock, claim, now)).await
+        self.run(c, self.inner.downgrade(lock, claim, self.now(now)))
+            .await
     }
 
     async fn inspect(
@@ -462,7 +492,8 @@ impl Store for Faulty {
         now: Option<u64>,
     ) -> redis_locks::Result<Snapshot> {
         let c = call(Op::Inspect, lock, None);
-        self.run(c, self.inner.inspect(lock, family, now)).await
+        self.run(c, self.inner.inspect(lock, family, self.now(now)))
+            .await
     }
 
     async fn set_permits(
@@ -473,13 +504,18 @@ impl Store for Faulty {
         now: Option<u64>,
     ) -> redis_locks::Result<u32> {
         let c = call(Op::SetPermits, lock, None);
-        self.run(c, self.inner.set_permits(lock, change, heartbeat, now))
-            .await
+        self.run(
+            c,
+            self.inner
+                .set_permits(lock, change, heartbeat, self.now(now)),
+        )
+        .await
     }
 
     async fn force_release(&self, lock: &LockKeys, now: Option<u64>) -> redis_locks::Result<u64> {
         let c = call(Op::ForceRelease, lock, None);
-        self.run(c, self.inner.force_release(lock, now)).await
+        self.run(c, self.inner.force_release(lock, self.now(now)))
+            .await
     }
 
     async fn wait_replicas(
@@ -501,7 +537,7 @@ impl Store for Faulty {
         now: Option<u64>,
     ) -> redis_locks::Result<bool> {
         let c = call(Op::Proclaim, lock, Some(claim));
-        self.run(c, self.inner.proclaim(lock, claim, value, now))
+        self.run(c, self.inner.proclaim(lock, claim, value, self.now(now)))
             .await
     }
 
@@ -511,7 +547,7 @@ impl Store for Faulty {
         now: Option<u64>,
     ) -> redis_locks::Result<Option<redis_locks::LeaderInfo>> {
         let c = call(Op::Leader, lock, None);
-        self.run(c, self.inner.leader(lock, now)).await
+        self.run(c, self.inner.leader(lock, self.now(now))).await
     }
 
     async fn rate_acquire(
@@ -526,7 +562,7 @@ impl Store for Faulty {
             wait: Some(wait),
             ..call(Op::RateAcquire, lock, None)
         };
-        self.run(c, self.inner.rate_acquire(lock, claim, wait, now))
+        self.run(c, self.inner.rate_acquire(lock, claim, wait, self.now(now)))
             .await
     }
 
@@ -540,7 +576,8 @@ impl Store for Faulty {
             token: Some(claim.token.clone()),
             ..call(Op::RateCancel, lock, None)
         };
-        self.run(c, self.inner.rate_cancel(lock, claim, now)).await
+        self.run(c, self.inner.rate_cancel(lock, claim, self.now(now)))
+            .await
     }
 
     async fn rate_inspect(
@@ -550,7 +587,8 @@ impl Store for Faulty {
         now: Option<u64>,
     ) -> redis_locks::Result<RateSnapshot> {
         let c = call(Op::RateInspect, lock, None);
-        self.run(c, self.inner.rate_inspect(lock, rate, now)).await
+        self.run(c, self.inner.rate_inspect(lock, rate, self.now(now)))
+            .await
     }
 
     fn hub(&self) -> &Arc<WakeHub> {

@@ -8,6 +8,8 @@
 
 use redis::aio::MultiplexedConnection;
 
+use crate::view::Foreign;
+
 /// The two raw values of one name.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RawKeys {
@@ -17,6 +19,8 @@ pub struct RawKeys {
     pub now_us: Option<u64>,
     /// The name has a rate limiter's state (`rt`, `rq` or `ra`): `rate` shows it.
     pub rate_limiter: bool,
+    /// `cap` or `lv` when it is not a string.
+    pub foreign: Vec<Foreign>,
 }
 
 /// Connections to the servers to read from, opened once.
@@ -47,14 +51,45 @@ impl Raw {
                 .arg(key("ra"))
                 .query_async(&mut conn)
                 .await;
-            if let Ok((cap, lv, (secs, micros), rate_keys)) = reply {
-                out.cap = out.cap.or(cap);
-                out.lv = out.lv.or(lv);
-                out.rate_limiter |= rate_keys > 0;
-                let now = secs.saturating_mul(1_000_000).saturating_add(micros);
-                out.now_us = out.now_us.or(Some(now));
+            match reply {
+                Ok((cap, lv, (secs, micros), rate_keys)) => {
+                    out.cap = out.cap.or(cap);
+                    out.lv = out.lv.or(lv);
+                    out.rate_limiter |= rate_keys > 0;
+                    let now = secs.saturating_mul(1_000_000).saturating_add(micros);
+                    out.now_us = out.now_us.or(Some(now));
+                }
+                Err(e) if e.code() == Some("WRONGTYPE") && out.foreign.is_empty() => {
+                    for key in [key("cap"), key("lv")] {
+                        let found = key_type_on(&mut conn, &key).await;
+                        if let Some(t) = found.filter(|t| t != "string" && t != "none") {
+                            out.foreign.push(Foreign {
+                                detail: format!("it is a {t}, where redis-locks keeps a string"),
+                                key: Some(key),
+                                key_type: Some(t),
+                            });
+                        }
+                    }
+                }
+                // MOVED (another master owns the key), a lost connection: skipped.
+                Err(_) => {}
             }
         }
         out
     }
+
+    /// The Redis type of `key` (`TYPE`) on the first server that has it.
+    pub async fn key_type(&self, key: &str) -> Option<String> {
+        for conn in &self.conns {
+            let mut conn = conn.clone();
+            if let Some(t) = key_type_on(&mut conn, key).await.filter(|t| t != "none") {
+                return Some(t);
+            }
+        }
+        None
+    }
+}
+
+async fn key_type_on(conn: &mut MultiplexedConnection, key: &str) -> Option<String> {
+    redis::cmd("TYPE").arg(key).query_async(conn).await.ok()
 }

@@ -27,6 +27,43 @@ pub struct View {
     pub raw: RawKeys,
     /// The election's live leader, when `lv` is set and its writer still holds.
     pub leader: Option<LeaderInfo>,
+    /// Keys of the name that hold data redis-locks did not write (the family they belong to
+    /// is shown as empty).
+    pub foreign: Vec<Foreign>,
+}
+
+/// A key of a lock name that holds foreign or corrupt data: another type than redis-locks
+/// keeps there, or a value its scripts cannot read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Foreign {
+    /// The key, when the library or the scan named it.
+    pub key: Option<String>,
+    /// Its Redis type (`TYPE`), when the key is known.
+    pub key_type: Option<String>,
+    /// What is wrong with it.
+    pub detail: String,
+}
+
+impl Foreign {
+    /// For people: `rl:{x}:w (hash): it is a hash, where redis-locks keeps a string`.
+    pub fn text(&self) -> String {
+        let key = self.key.as_deref().unwrap_or("a key");
+        match &self.key_type {
+            Some(t) => format!("{key} ({t}): {}", self.detail),
+            None => format!("{key}: {}", self.detail),
+        }
+    }
+
+    pub fn json(&self) -> String {
+        format!(
+            "{{\"key\":{},\"type\":{},\"detail\":{}}}",
+            self.key.as_deref().map_or_else(|| "null".into(), json_str),
+            self.key_type
+                .as_deref()
+                .map_or_else(|| "null".into(), json_str),
+            json_str(&self.detail)
+        )
+    }
 }
 
 /// The family of a hold: the lease lock of Mutex and RwLock, or the ticket queue of
@@ -149,10 +186,13 @@ impl View {
         Some((n, n.saturating_sub(held)))
     }
 
-    /// `held`, `waiting` (nobody holds it, waiters are queued or announced) or `idle` (only
-    /// the fence counter is left, or nothing).
+    /// `foreign` (a key holds data redis-locks did not write: what else the name has may be
+    /// hidden behind it), `held`, `waiting` (nobody holds it, waiters are queued or
+    /// announced) or `idle` (only the fence counter is left, or nothing).
     pub fn state(&self) -> &'static str {
-        if self.holders().next().is_some() {
+        if !self.foreign.is_empty() {
+            "foreign"
+        } else if self.holders().next().is_some() {
             "held"
         } else if !self.lease.waiters.is_empty() || !self.queue.waiters.is_empty() {
             "waiting"
@@ -198,7 +238,7 @@ impl View {
             None => (None, None),
         };
         format!(
-            "{{\"name\":{},\"state\":{},\"primitive\":{},\"fence\":{},\"permits\":{},\"permits_source\":{},\"free_permits\":{},\"leader\":{},\"holders\":[{}],\"waiting_writers\":[{}],\"queue\":[{}]}}",
+            "{{\"name\":{},\"state\":{},\"primitive\":{},\"fence\":{},\"permits\":{},\"permits_source\":{},\"free_permits\":{},\"leader\":{},\"holders\":[{}],\"waiting_writers\":[{}],\"queue\":[{}],\"foreign\":[{}]}}",
             json_str(&self.name),
             json_str(self.state()),
             json_str(self.primitive().id()),
@@ -211,7 +251,12 @@ impl View {
             self.leader_json(),
             holders.join(","),
             waiters(&self.lease.waiters, false),
-            waiters(&self.queue.waiters, true)
+            waiters(&self.queue.waiters, true),
+            self.foreign
+                .iter()
+                .map(Foreign::json)
+                .collect::<Vec<_>>()
+                .join(",")
         )
     }
 
@@ -273,6 +318,17 @@ impl View {
             );
         }
         self.waiters_text(&mut out);
+        if !self.foreign.is_empty() {
+            out.push_str(&format!(
+                "foreign keys ({}): not written by redis-locks, left untouched (what they \
+                 hide is not shown); delete them if nothing else uses them, or use another \
+                 name or prefix:\n",
+                self.foreign.len()
+            ));
+            for f in &self.foreign {
+                out.push_str(&format!("  {}\n", f.text()));
+            }
+        }
         out
     }
 
@@ -326,24 +382,40 @@ fn waiter_json(w: &WaiterInfo, weight: bool) -> String {
 /// `list` needs for a state); `cap`, `lv` and the leader are left out.
 pub async fn view(ctx: &Ctx, name: &str, full: bool) -> redis_locks::Result<View> {
     let client = &ctx.client;
+    let mut foreign = Vec::new();
     // `inspect` only reads, whatever the handle's options: a FairLock handle reads the ticket
-    // queue whichever ticket-queue primitive (FairLock, Semaphore, fair RwLock) made it.
-    let lease = client.mutex(name).inspect().await?;
-    let queue = match client.fair_lock(name).inspect().await {
-        // Quorum mode has no ticket queue: nothing can be held or queued there.
-        Err(Error::Unsupported { .. }) => {
-            let mut empty = lease.clone();
-            empty.holders.clear();
-            empty.waiters.clear();
-            empty.permits = None;
-            empty
+    // queue whichever ticket-queue primitive (FairLock, Semaphore, fair RwLock) made it. A
+    // family with a foreign key is shown empty, the key reported.
+    let lease = match client.mutex(name).inspect().await {
+        Ok(info) => Some(info),
+        Err(err) => {
+            foreign.push(foreign_of(ctx, err).await?);
+            None
         }
-        other => other?,
+    };
+    let queue = match client.fair_lock(name).inspect().await {
+        Ok(info) => Some(info),
+        // Quorum mode has no ticket queue: nothing can be held or queued there.
+        Err(Error::Unsupported { .. }) => None,
+        Err(err) => {
+            foreign.push(foreign_of(ctx, err).await?);
+            None
+        }
+    };
+    let (lease, queue) = match (lease, queue) {
+        (Some(lease), Some(queue)) => (lease, queue),
+        (Some(lease), None) => (lease.clone(), empty(lease)),
+        (None, Some(queue)) => (empty(queue.clone()), queue),
+        (None, None) => {
+            let info = empty_info(name).await?;
+            (info.clone(), info)
+        }
     };
     let raw = match full {
         true => ctx.raw.read(&ctx.prefix, name).await,
         false => RawKeys::default(),
     };
+    foreign.extend(raw.foreign.iter().cloned());
     let leader = match raw.lv {
         Some(_) => client.election(name).leader().await.ok().flatten(),
         None => None,
@@ -354,5 +426,40 @@ pub async fn view(ctx: &Ctx, name: &str, full: bool) -> redis_locks::Result<View
         queue,
         raw,
         leader,
+        foreign,
     })
+}
+
+/// `info` without holders, waiters or stored permits (the fence kept: both families share
+/// it).
+fn empty(mut info: LockInfo) -> LockInfo {
+    info.holders.clear();
+    info.waiters.clear();
+    info.permits = None;
+    info
+}
+
+/// A lock state with nothing in it, for a name whose two families both have foreign keys:
+/// the in-memory backend's view of a name never used.
+async fn empty_info(name: &str) -> redis_locks::Result<LockInfo> {
+    LockClient::in_memory().mutex(name).inspect().await
+}
+
+/// The foreign key `err` reports (with its type), or `err` itself when it is not about a
+/// key's data.
+async fn foreign_of(ctx: &Ctx, err: Error) -> redis_locks::Result<Foreign> {
+    match err {
+        Error::WrongType { key, detail, .. } => {
+            let key_type = match &key {
+                Some(k) => ctx.raw.key_type(k).await,
+                None => None,
+            };
+            Ok(Foreign {
+                key,
+                key_type,
+                detail,
+            })
+        }
+        other => Err(other),
+    }
 }
