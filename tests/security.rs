@@ -574,10 +574,11 @@ async fn a_lock_over_tls() {
         &ext,
     ]);
 
-    let version = std::process::Command::new("redis-server")
+    let binary = support::server_binary();
+    let version = std::process::Command::new(&binary)
         .arg("--version")
         .output()
-        .expect("redis-server --version");
+        .unwrap_or_else(|e| panic!("{binary} --version: {e}"));
     let tls_port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").expect("port");
         l.local_addr().expect("addr").port()
@@ -601,7 +602,7 @@ async fn a_lock_over_tls() {
     })
     .unwrap_or_else(|_| {
         panic!(
-            "redis-server could not start with TLS: this build ({}) may lack TLS support; \
+            "{binary} could not start with TLS: this build ({}) may lack TLS support; \
              install a redis-server built with TLS (Debian's redis-server is)",
             String::from_utf8_lossy(&version.stdout).trim()
         )

@@ -1,5 +1,6 @@
 //! Test harness: runs REAL `redis-server` processes on free loopback ports ([`server`]:
-//! [`RedisServer`], [`RedisCluster`], [`server_url`]), and the helpers the tests share.
+//! [`RedisServer`], [`RedisCluster`], [`server_url`]; `REDIS_LOCKS_SERVER` names another
+//! binary, e.g. a `valkey-server`), and the helpers the tests share.
 //!
 //! Include it from an integration test with `mod support;`.
 //!
@@ -48,7 +49,7 @@ pub mod warnings;
 
 // Each test binary uses some of these.
 #[allow(unused_imports)]
-pub use server::{server_url, RedisCluster, RedisSentinels, RedisServer};
+pub use server::{server_binary, server_url, RedisCluster, RedisSentinels, RedisServer};
 
 /// The number in the environment variable `name` (a case count), `default` when it is unset.
 pub fn env_u32(name: &str, default: u32) -> u32 {

@@ -17,6 +17,11 @@
 //!
 //! A missing `redis-server` / `redis-cli` makes tests fail loudly with install
 //! instructions; they never skip.
+//!
+//! The environment variable `REDIS_LOCKS_SERVER` names another server binary to start in
+//! place of `redis-server` (a `valkey-server`, which takes redis-server's arguments, serves
+//! Sentinel with `--sentinel` and Cluster; `redis-cli` still drives it: same protocol). A
+//! path that is not an executable file fails every test that starts a server, loudly.
 
 use std::fs::{self, OpenOptions};
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
@@ -29,6 +34,32 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const INSTALL_HINT: &str = "install it with `apt-get install redis-server redis-tools` \
                             (or set REDIS_URL to use an existing server)";
+
+/// The variable naming the server binary the harness starts (unset: `redis-server`).
+pub const SERVER_VAR: &str = "REDIS_LOCKS_SERVER";
+
+/// The server binary the harness starts: `$REDIS_LOCKS_SERVER` when set and non-empty
+/// (which must then be an executable file), otherwise `redis-server` from `PATH`.
+pub fn server_binary() -> String {
+    match std::env::var(SERVER_VAR) {
+        Ok(path) if !path.trim().is_empty() => {
+            let path = path.trim().to_owned();
+            let executable = fs::metadata(&path).is_ok_and(|m| {
+                use std::os::unix::fs::PermissionsExt;
+                m.is_file() && m.permissions().mode() & 0o111 != 0
+            });
+            if !executable {
+                panic!(
+                    "{SERVER_VAR}={path:?} is not an executable file: point it at a server \
+                     binary (e.g. a valkey-server, which .ci/run fetches) or unset it to use \
+                     redis-server"
+                );
+            }
+            path
+        }
+        _ => "redis-server".to_owned(),
+    }
+}
 
 /// How many ports / spawns to try before giving up (covers port races).
 const START_ATTEMPTS: usize = 5;
@@ -100,7 +131,8 @@ impl RedisServer {
             }
         }
         panic!(
-            "redis-server failed to start after {START_ATTEMPTS} attempts:\n{}\n{}",
+            "{} failed to start after {START_ATTEMPTS} attempts:\n{}\n{}",
+            server_binary(),
             failures.join("\n"),
             server.log_contents()
         );
@@ -200,7 +232,8 @@ impl RedisServer {
         let log_err = log.try_clone().expect("clone redis-server log file handle");
         let port = self.port.to_string();
         let dir = self.dir.to_str().expect("temp dir path is not UTF-8");
-        let mut command = Command::new("redis-server");
+        let binary = server_binary();
+        let mut command = Command::new(&binary);
         if let Some(config) = &self.sentinel_config {
             let path = self.dir.join("sentinel.conf");
             if !path.exists() {
@@ -220,9 +253,9 @@ impl RedisServer {
         let child = match child {
             Ok(child) => child,
             Err(e) if e.kind() == ErrorKind::NotFound => {
-                panic!("redis-server not found: {INSTALL_HINT}")
+                panic!("{binary} not found: {INSTALL_HINT}")
             }
-            Err(e) => panic!("failed to spawn redis-server: {e}"),
+            Err(e) => panic!("failed to spawn {binary}: {e}"),
         };
         self.child = Some(child);
         self.wait_ready()
