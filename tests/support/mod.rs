@@ -14,6 +14,7 @@
 //! * [`honest`]: a guard never trusts past the server's lease (`assert_honest`).
 //! * [`waits`]: `within` a tight bound; idle queues and free lease locks.
 //! * [`observe`]: reading an election observer with bounds.
+//! * [`fake_server`]: a fake server on loopback that lacks one capability (the connect checks).
 //! * [`rng`]: a small deterministic generator for randomized workloads.
 //! * [`warnings`]: capturing the library's warnings.
 //! * [`model_rig`]: a redis-server and a runtime for the model checks.
@@ -31,6 +32,7 @@ compile_error!(
 );
 
 pub mod backend;
+pub mod fake_server;
 pub mod faulty;
 pub mod fenced;
 pub mod history;

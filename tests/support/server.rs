@@ -266,9 +266,9 @@ impl RedisServer {
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
             match child.try_wait() {
-                Ok(Some(status)) => return Err(format!("redis-server exited early ({status})")),
+                Ok(Some(status)) => return Err(format!("the server exited early ({status})")),
                 Ok(None) => {}
-                Err(e) => return Err(format!("could not poll redis-server: {e}")),
+                Err(e) => return Err(format!("could not poll the server: {e}")),
             }
             match probe(self.port) {
                 // PONG from our own process: ready.
