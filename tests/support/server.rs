@@ -90,6 +90,8 @@ enum PortKind {
 
 /// One `redis-server` child process listening on `127.0.0.1:port`.
 pub struct RedisServer {
+    /// The binary to start; `None`: [`server_binary`].
+    binary: Option<String>,
     port: u16,
     extra_args: Vec<String>,
     dir: PathBuf,
@@ -111,8 +113,19 @@ impl RedisServer {
         Self::launch(extra_args, PortKind::Standalone)
     }
 
+    /// Like [`RedisServer::start`], with `binary` (a path, or a name on `PATH`) started in
+    /// place of [`server_binary`] (the bench runs its workloads on several servers).
+    pub fn start_binary(binary: &str) -> RedisServer {
+        Self::launch_binary(Some(binary.to_owned()), &[], PortKind::Standalone)
+    }
+
     fn launch(extra_args: &[&str], kind: PortKind) -> RedisServer {
+        Self::launch_binary(None, extra_args, kind)
+    }
+
+    fn launch_binary(binary: Option<String>, extra_args: &[&str], kind: PortKind) -> RedisServer {
         let mut server = RedisServer {
+            binary,
             port: 0,
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
             dir: unique_temp_dir(),
@@ -132,7 +145,7 @@ impl RedisServer {
         }
         panic!(
             "{} failed to start after {START_ATTEMPTS} attempts:\n{}\n{}",
-            server_binary(),
+            server.binary(),
             failures.join("\n"),
             server.log_contents()
         );
@@ -232,7 +245,7 @@ impl RedisServer {
         let log_err = log.try_clone().expect("clone redis-server log file handle");
         let port = self.port.to_string();
         let dir = self.dir.to_str().expect("temp dir path is not UTF-8");
-        let binary = server_binary();
+        let binary = self.binary();
         let mut command = Command::new(&binary);
         if let Some(config) = &self.sentinel_config {
             let path = self.dir.join("sentinel.conf");
@@ -291,6 +304,11 @@ impl RedisServer {
         }
     }
 
+    /// The binary this server runs.
+    fn binary(&self) -> String {
+        self.binary.clone().unwrap_or_else(server_binary)
+    }
+
     /// SIGKILL (`Child::kill`) and reap our own child, if any.
     fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -333,6 +351,7 @@ impl RedisSentinels {
         let sentinels = (0..3)
             .map(|_| {
                 let mut s = RedisServer {
+                    binary: None,
                     port: 0,
                     extra_args: Vec::new(),
                     dir: unique_temp_dir(),
