@@ -454,6 +454,7 @@ impl RedisStore {
     }
 
     /// Sends any command on the store's connection (for tools and tests).
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     pub async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
         self.raw(cmd)
             .await
