@@ -64,6 +64,7 @@ pub use api::rate_limiter::{
 pub use api::rwlock::{Preference, ReadGuard, RwLock, WriteGuard};
 pub use api::semaphore::{Permit, Semaphore, MAX_PERMITS};
 pub use store::{HoldKind, HolderEviction};
+pub use vocab::capability::Capability;
 pub use vocab::deployment::{Finding, Report, Verdict};
 pub use vocab::error::{BoxError, Error, Result};
 pub use vocab::hold_id::HoldId;

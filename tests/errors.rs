@@ -311,32 +311,38 @@ async fn busy_gets_retry_advice() {
     assert!(!text.contains("ACL") && !text.contains("memory"), "{text}");
 }
 
-/// A server still loading its data set after a restart: advice to retry once loaded.
+/// A server still loading its data set after a restart: advice to retry once loaded, in
+/// Redis's wording and in Valkey's (the same code, its own name in the message).
 #[tokio::test]
 async fn loading_gets_retry_advice() {
-    let (port, server) = loading_server().await;
-    let url = format!("redis://127.0.0.1:{port}/");
-    let client = quick().connect(&url).await.expect("HELLO answers");
-    let err = client
-        .mutex("m")
-        .outage_budget(Duration::from_secs(1))
-        .lock()
-        .timeout(Duration::from_secs(5))
-        .await
-        .expect_err("still loading");
-    let text = err.to_string();
-    assert!(text.contains("LOADING") && text.contains("retry"), "{text}");
-    // ("loading the dataset in memory" is the server's own wording.)
-    assert!(
-        !text.contains("ACL") && !text.contains("maxmemory"),
-        "{text}"
-    );
-    server.abort();
+    for loading in [
+        &b"-LOADING Redis is loading the dataset in memory\r\n"[..],
+        &b"-LOADING Valkey is loading the dataset in memory\r\n"[..],
+    ] {
+        let (port, server) = loading_server(loading).await;
+        let url = format!("redis://127.0.0.1:{port}/");
+        let client = quick().connect(&url).await.expect("HELLO answers");
+        let err = client
+            .mutex("m")
+            .outage_budget(Duration::from_secs(1))
+            .lock()
+            .timeout(Duration::from_secs(5))
+            .await
+            .expect_err("still loading");
+        let text = err.to_string();
+        assert!(text.contains("LOADING") && text.contains("retry"), "{text}");
+        // ("loading the dataset in memory" is the server's own wording.)
+        assert!(
+            !text.contains("ACL") && !text.contains("maxmemory"),
+            "{text}"
+        );
+        server.abort();
+    }
 }
 
-/// A fake Redis 7.2 that answers `HELLO` and refuses every other command with `LOADING`, as a
-/// server does while it loads its data set.
-async fn loading_server() -> (u16, tokio::task::JoinHandle<()>) {
+/// A fake Redis 7.2 that answers `HELLO` and refuses every other command with `loading` (a
+/// `LOADING` error reply), as a server does while it loads its data set.
+async fn loading_server(loading: &'static [u8]) -> (u16, tokio::task::JoinHandle<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -344,7 +350,6 @@ async fn loading_server() -> (u16, tokio::task::JoinHandle<()>) {
     let server = tokio::spawn(async move {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let hello = b"%3\r\n+server\r\n+redis\r\n+version\r\n+7.2.4\r\n+proto\r\n:3\r\n";
-        let loading = b"-LOADING Redis is loading the dataset in memory\r\n";
         while let Ok((mut stream, _)) = listener.accept().await {
             tokio::spawn(async move {
                 let mut buf = [0u8; 4096];

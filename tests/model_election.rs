@@ -414,6 +414,13 @@ fn cases() -> u32 {
     support::env_u32("MODEL_CASES", DEFAULT_CASES)
 }
 
+/// Whether this run checks coverage (every outcome reached): at the default number of
+/// programs or more. A run with fewer (`.ci/run`'s Valkey step: the same scripts on another
+/// server) compares the stores on programs that need not reach every outcome.
+fn full_run() -> bool {
+    cases() >= DEFAULT_CASES
+}
+
 /// One redis-server and a runtime to drive it (`support::model_rig`).
 struct Rig(ModelRig);
 
@@ -489,7 +496,7 @@ fn election_scripts_match_model() {
         "leader none: the value is of an earlier grant of the holder's token",
     ] {
         assert!(
-            reached.contains_key(kind),
+            !full_run() || reached.contains_key(kind),
             "no program reached `{kind}`; reached {reached:#?}"
         );
     }

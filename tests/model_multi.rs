@@ -251,6 +251,13 @@ fn cases() -> u32 {
     support::env_u32("MODEL_CASES", DEFAULT_CASES)
 }
 
+/// Whether this run checks coverage (every outcome reached): at the default number of
+/// programs or more. A run with fewer (`.ci/run`'s Valkey step: the same scripts on another
+/// server) compares the stores on programs that need not reach every outcome.
+fn full_run() -> bool {
+    cases() >= DEFAULT_CASES
+}
+
 #[test]
 fn multi_lock_script_matches_model() {
     let server = RedisServer::start();
@@ -297,7 +304,7 @@ fn multi_lock_script_matches_model() {
     check(&mut TestRunner::new(config.clone()));
     // Random programs rarely miss an outcome; the same number of programs from a fixed seed
     // then makes sure every outcome was compared.
-    if kinds.iter().any(|k| !reached.lock().unwrap().contains(k)) {
+    if full_run() && kinds.iter().any(|k| !reached.lock().unwrap().contains(k)) {
         check(&mut TestRunner::new_with_rng(
             config,
             TestRng::deterministic_rng(RngAlgorithm::ChaCha),
@@ -306,7 +313,7 @@ fn multi_lock_script_matches_model() {
     let reached = reached.lock().unwrap().clone();
     for kind in kinds {
         assert!(
-            reached.contains(kind),
+            !full_run() || reached.contains(kind),
             "no program reached `{kind}`; reached {reached:?}"
         );
     }

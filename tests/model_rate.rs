@@ -296,6 +296,13 @@ fn cases() -> u32 {
     support::env_u32("MODEL_CASES", DEFAULT_CASES)
 }
 
+/// Whether this run checks coverage (every outcome reached): at the default number of
+/// programs or more. A run with fewer (`.ci/run`'s Valkey step: the same scripts on another
+/// server) compares the stores on programs that need not reach every outcome.
+fn full_run() -> bool {
+    cases() >= DEFAULT_CASES
+}
+
 /// One redis-server and a runtime to drive it (`support::model_rig`).
 struct Rig(ModelRig);
 
@@ -353,7 +360,7 @@ fn rate_scripts_match_model_and_planted_bugs_are_found() {
         "a member without a heartbeat dropped",
     ] {
         assert!(
-            reached.contains(kind),
+            !full_run() || reached.contains(kind),
             "no program reached {kind}: {reached:?}"
         );
     }

@@ -6,14 +6,26 @@ use crate::BoxResult;
 pub struct Args {
     pub json: bool,
     pub markdown: bool,
-    pub only: Option<String>,
+    /// The workloads to run (`--only a,b`); all when empty.
+    pub only: Vec<String>,
+    /// Server binaries to run the workloads on, one after another (`--server PATH`, given
+    /// again for each); empty: the one server of `REDIS_URL` or the harness's default.
+    pub servers: Vec<String>,
+}
+
+impl Args {
+    /// Whether workload `name` was selected.
+    pub fn selects(&self, name: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|o| o == name)
+    }
 }
 
 pub fn parse_args() -> BoxResult<Args> {
     let mut args = Args {
         json: false,
         markdown: false,
-        only: None,
+        only: Vec::new(),
+        servers: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -21,20 +33,27 @@ pub fn parse_args() -> BoxResult<Args> {
             "--json" => args.json = true,
             "--markdown" => args.markdown = true,
             "--only" => {
-                let name = it.next().ok_or("--only needs a workload name")?;
-                if !WORKLOADS.contains(&name.as_str()) {
-                    return Err(format!(
-                        "unknown workload {name}; one of {}",
-                        WORKLOADS.join(", ")
-                    )
-                    .into());
+                let names = it.next().ok_or("--only needs workload names (a,b,...)")?;
+                for name in names.split(',') {
+                    if !WORKLOADS.contains(&name) {
+                        return Err(format!(
+                            "unknown workload {name}; one of {}",
+                            WORKLOADS.join(", ")
+                        )
+                        .into());
+                    }
+                    args.only.push(name.to_owned());
                 }
-                args.only = Some(name);
+            }
+            "--server" => {
+                let binary = it.next().ok_or("--server needs a server binary's path")?;
+                args.servers.push(binary);
             }
             "-h" | "--help" => {
                 println!(
-                    "usage: cargo run --release -p redis-locks-bench [--features cluster] [-- [--json | --markdown] [--only NAME]]\n\
-                     workloads: {} (cluster needs --features cluster)\nREDIS_URL: use that server instead of starting one",
+                    "usage: cargo run --release -p redis-locks-bench [--features cluster] [-- [--json | --markdown] [--only NAME,...] [--server PATH]...]\n\
+                     workloads: {} (cluster needs --features cluster)\nREDIS_URL: use that server instead of starting one\n\
+                     --server PATH: start that server binary (redis-server, valkey-server ...) and run there; given twice, the workloads run on each in turn",
                     WORKLOADS.join(", ")
                 );
                 std::process::exit(0);

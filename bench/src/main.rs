@@ -6,6 +6,8 @@
 //! cargo run --release -p redis-locks-bench -- --json         # one JSON object per line
 //! cargo run --release -p redis-locks-bench -- --markdown     # the table as Markdown
 //! cargo run --release -p redis-locks-bench -- --only fifo    # one workload
+//! cargo run --release -p redis-locks-bench -- --only uncontended,contended_mutex,fifo \
+//!     --server redis-server --server "$(.ci/fetch-valkey)"   # those rows on Redis, then Valkey
 //! cargo run --release -p redis-locks-bench --features cluster   # with the `cluster` workload
 //! ```
 //!
@@ -13,7 +15,9 @@
 //! store's protocol steps directly); its own `cluster` feature turns on `redis-locks/cluster`.
 //!
 //! Starts its own `redis-server` on a free loopback port (persistence off, in a temporary
-//! directory, killed at exit) unless `REDIS_URL` is set. With `REDIS_URL`, keys live under a
+//! directory, killed at exit) unless `REDIS_URL` is set; with `--server PATH` (given once per
+//! server) it starts each of those binaries in turn and prints a table for each (the
+//! `quorum` and `cluster` workloads' extra servers are the harness's default binary). With `REDIS_URL`, keys live under a
 //! per-run prefix and are deleted afterwards; `server_cost` reads the slow log (and sets its
 //! threshold to 0 for the duration, then restores it), so other clients' commands on that server
 //! make it fail rather than blur it.
@@ -53,15 +57,27 @@ async fn main() -> BoxResult<()> {
         return workloads::election::leader_process(&spec).await;
     }
     let args = args::parse_args()?;
+    servers::stop_on_ctrl_c();
+    if !args.servers.is_empty() {
+        if std::env::var("REDIS_URL").is_ok_and(|url| !url.is_empty()) {
+            return Err("--server starts its own servers: unset REDIS_URL".into());
+        }
+        // One server after another, each with its own table: what moving costs, side by side.
+        for binary in &args.servers {
+            let server = servers::start_server(Some(binary));
+            run::bench(&args, &server.url()).await?;
+            println!();
+        }
+        return Ok(());
+    }
     let (server, url) = match std::env::var("REDIS_URL") {
         Ok(url) if !url.is_empty() => (None, url),
         _ => {
-            let s = servers::start_server();
+            let s = servers::start_server(None);
             let url = s.url();
             (Some(s), url)
         }
     };
-    servers::stop_on_ctrl_c();
     let result = run::bench(&args, &url).await;
     if server.is_none() {
         // A shared server: leave nothing behind under this run's prefix.

@@ -124,15 +124,24 @@ pub fn machine() -> String {
     format!("{cpus} CPUs, {model}, load average {load}")
 }
 
-pub async fn redis_version(raw: &RedisStore) -> String {
+/// The server's name and version (`redis-server 7.0.15`, `valkey-server 9.1.2`), from
+/// `INFO server`.
+pub async fn server_version(raw: &RedisStore) -> String {
     let v: redis_locks::Result<redis::Value> = raw.query(redis::cmd("INFO").arg("server")).await;
     let text = match v {
         Ok(redis::Value::BulkString(b)) => String::from_utf8_lossy(&b).into_owned(),
         Ok(redis::Value::VerbatimString { text, .. }) => text,
         _ => String::new(),
     };
-    text.lines()
-        .find_map(|l| l.strip_prefix("redis_version:"))
-        .map(|v| v.trim().to_owned())
-        .unwrap_or_else(|| "unknown".into())
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| v.trim().to_owned())
+    };
+    // Valkey reports the Redis version it is compatible with too; its own comes first.
+    match (field("valkey_version:"), field("redis_version:")) {
+        (Some(v), _) => format!("valkey-server {v}"),
+        (None, Some(v)) => format!("redis-server {v}"),
+        (None, None) => "a server of unknown version".to_owned(),
+    }
 }

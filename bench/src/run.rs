@@ -5,7 +5,7 @@ use std::time::Instant;
 use crate::args::Args;
 use crate::env::Env;
 use crate::output::{json_line, print_markdown, print_table};
-use crate::probe::{machine, redis_version};
+use crate::probe::{machine, server_version};
 use crate::stats::merge_runs;
 use crate::workloads::multi_node::{prepare, Extra};
 use crate::workloads::server_cost::server_cost_summary;
@@ -19,16 +19,16 @@ pub const RUNS: usize = 3;
 pub async fn bench(args: &Args, url: &str) -> BoxResult<()> {
     let prefix = format!("rlbench{}", std::process::id());
     let env = Env::connect(url, &prefix).await?;
-    let version = redis_version(&env.raw).await;
+    let version = server_version(&env.raw).await;
     eprintln!(
-        "bench: {} | redis-server {version} at {url} | PING baseline on the locks' own connection",
+        "bench: {} | {version} at {url} | PING baseline on the locks' own connection",
         machine()
     );
     let started = Instant::now();
     let mut rows = Vec::new();
     let mut extra = Extra::default();
     for &w in WORKLOADS {
-        if args.only.as_deref().is_some_and(|o| o != w) {
+        if !args.selects(w) {
             continue;
         }
         let t = Instant::now();
@@ -60,7 +60,7 @@ pub async fn bench(args: &Args, url: &str) -> BoxResult<()> {
     let total = started.elapsed().as_secs_f64();
     if !args.json {
         println!(
-            "machine: {} | redis-server {version} | {RUNS} runs per workload, medians shown\n",
+            "machine: {} | {version} | {RUNS} runs per workload, medians shown\n",
             machine()
         );
         if args.markdown {

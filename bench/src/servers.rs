@@ -54,8 +54,8 @@ impl<T> Drop for Started<T> {
 }
 
 /// A private `redis-server` on a free loopback port.
-pub fn start_server() -> Started<RedisServer> {
-    let server = RedisServer::start();
+pub fn start_server(binary: Option<&str>) -> Started<RedisServer> {
+    let server = binary.map_or_else(RedisServer::start, RedisServer::start_binary);
     let pids = register([&server]);
     Started {
         servers: server,

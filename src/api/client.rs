@@ -20,6 +20,11 @@ use crate::vocab::options::Options;
 use crate::vocab::rate::Rate;
 use crate::{Election, FairLock, MultiLock, Mutex, RwLock, Semaphore};
 
+/// The lock whose keys the connect-time checks name (the capability probe's key, the channel
+/// whose publish rights are tested): under the client's prefix, so the user's ACL rules
+/// admit them. Nothing is ever stored under it.
+pub(crate) const PROBE_LOCK: &str = "redis-locks-probe";
+
 pub use crate::store::redis::RedisConfig;
 
 /// The entry point: one per process and backend, cheap to clone, `Send + Sync`.
@@ -698,7 +703,7 @@ impl LockClientBuilder {
     pub async fn connect(self, url: &str) -> Result<LockClient> {
         self.check()?;
         let store = RedisStore::connect_with(url, self.redis.clone()).await?;
-        self.probe_channels(&store).await?;
+        self.admit(&store).await?;
         self.check_eviction(&store).await?;
         Ok(self.build(Arc::new(store)))
     }
@@ -725,15 +730,18 @@ impl LockClientBuilder {
         self.check()?;
         let info = client.get_connection_info().clone();
         let store = RedisStore::connect_info(info, self.redis.clone()).await?;
-        self.probe_channels(&store).await?;
+        self.admit(&store).await?;
         self.check_eviction(&store).await?;
         Ok(self.build(Arc::new(store)))
     }
 
-    /// Warns when the user may not publish on this prefix's lock channels (see
+    /// Refuses a server the scripts cannot run on ([`Store::check_server`]: its version,
+    /// Lua scripting, the clock in scripts, `PEXPIRE` `GT`/`NX`, RESP3), then warns when the
+    /// user may not publish on this prefix's lock channels (see
     /// `RedisStore::warn_without_channel_rights`).
-    async fn probe_channels(&self, store: &RedisStore) -> Result<()> {
-        let probe = LockKeys::new(&self.prefix, "redis-locks-channel-probe")?;
+    async fn admit(&self, store: &RedisStore) -> Result<()> {
+        let probe = LockKeys::new(&self.prefix, PROBE_LOCK)?;
+        store.check_server(&probe).await?;
         store
             .warn_without_channel_rights(&probe.channel(), &self.prefix)
             .await;
@@ -746,7 +754,7 @@ impl LockClientBuilder {
     pub async fn cluster(self, urls: &[&str]) -> Result<LockClient> {
         self.check()?;
         let store = RedisStore::cluster(urls, self.redis.clone()).await?;
-        self.probe_channels(&store).await?;
+        self.admit(&store).await?;
         self.check_eviction(&store).await?;
         Ok(self.build(Arc::new(store)))
     }
@@ -779,7 +787,7 @@ impl LockClientBuilder {
     ) -> Result<LockClient> {
         self.check()?;
         let store = RedisStore::cluster_with(nodes, self.redis.clone()).await?;
-        self.probe_channels(&store).await?;
+        self.admit(&store).await?;
         self.check_eviction(&store).await?;
         Ok(self.build(Arc::new(store)))
     }
@@ -812,7 +820,7 @@ impl LockClientBuilder {
         self.check()?;
         let store =
             RedisStore::sentinel(sentinel_urls, master_name, None, self.redis.clone()).await?;
-        self.probe_channels(&store).await?;
+        self.admit(&store).await?;
         self.check_eviction(&store).await?;
         Ok(self.build(Arc::new(store)))
     }
@@ -852,7 +860,7 @@ impl LockClientBuilder {
         let store =
             RedisStore::sentinel(sentinel_urls, master_name, Some(nodes), self.redis.clone())
                 .await?;
-        self.probe_channels(&store).await?;
+        self.admit(&store).await?;
         self.check_eviction(&store).await?;
         Ok(self.build(Arc::new(store)))
     }
@@ -860,7 +868,8 @@ impl LockClientBuilder {
     /// Quorum (Redlock) mode over independent Redis servers (see [`LockClient::quorum`]).
     pub async fn quorum(self, urls: &[&str]) -> Result<LockClient> {
         self.check()?;
-        let store = QuorumStore::connect(urls, self.redis.clone()).await?;
+        let probe = LockKeys::new(&self.prefix, PROBE_LOCK)?;
+        let store = QuorumStore::connect(urls, self.redis.clone(), &probe).await?;
         self.check_eviction(&store).await?;
         Ok(self.build(Arc::new(store)))
     }

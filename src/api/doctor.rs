@@ -5,9 +5,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
 
-use crate::api::client::LockClient;
+use crate::api::client::{LockClient, PROBE_LOCK};
 use crate::vocab::deployment::{self, Finding, Info, Report, Verdict};
 use crate::vocab::error::{Error, Result};
+use crate::vocab::keys::LockKeys;
 
 /// How long the wake-up probe's waiter waits: far less than its retry interval, so only a
 /// wake-up from the server can end its wait in time.
@@ -34,7 +35,9 @@ impl LockClient {
     /// Checks the deployment this client is connected to, for everything locks depend on,
     /// and says what to change. For each server: its name and version, whether it may evict
     /// lock keys (`maxmemory` and `maxmemory-policy`), persistence, replication and the
-    /// `wait_replicas` advice. Then, with a probe lock of a fresh name (its keys expire within
+    /// `wait_replicas` advice. Then what connecting checks (the server must have Lua
+    /// scripting, a real clock in scripts, `PEXPIRE` `GT`/`NX` and RESP3; a server lacking one
+    /// is unfit, with what to do). Then, with a probe lock of a fresh name (its keys expire within
     /// seconds): that the scripts run (the user's ACL rights), that a release wakes a waiting
     /// client through a pushed message (channel rights, RESP3 pushes delivered), the time of
     /// an uncontended lock and release, and the server's clock against this machine's (fences
@@ -56,7 +59,9 @@ impl LockClient {
     /// ```
     pub async fn doctor(&self) -> Result<Report> {
         let mut findings = Vec::new();
-        match self.store_ref().server_info().await {
+        let infos = self.store_ref().server_info().await;
+        let on_servers = !matches!(&infos, Ok(infos) if infos.is_empty());
+        match infos {
             Ok(infos) if infos.is_empty() => findings.push(
                 Finding::new("backend", "", Verdict::Fit)
                     .detail("the in-memory store: its locks are shared within this process only"),
@@ -76,11 +81,42 @@ impl LockClient {
                     .fix("grant the user +info to let the checks read the server's settings"),
             ),
         }
+        if on_servers {
+            findings.push(self.capabilities().await);
+        }
         // The probe's fence counter outlives it for its lease; `redis-locks list` leaves
         // names with this prefix out.
         let probe = format!("redis-locks-doctor-{}", uuid::Uuid::new_v4().simple());
         findings.extend(self.probe(&probe).await);
         Ok(Report { findings })
+    }
+
+    /// What connecting checks ([`Store::check_server`](crate::store::Store::check_server)):
+    /// Lua scripting, a real clock in scripts, `PEXPIRE` `GT`/`NX`, RESP3 and the version.
+    async fn capabilities(&self) -> Finding {
+        let probe = match LockKeys::new(self.prefix(), PROBE_LOCK) {
+            Ok(probe) => probe,
+            Err(err) => {
+                return Finding::new("capabilities", "", Verdict::Warning).detail(err.to_string())
+            }
+        };
+        match self.store_ref().check_server(&probe).await {
+            Ok(()) => Finding::new("capabilities", "", Verdict::Fit).detail(
+                "the capability probe found nothing missing (Lua scripting, a real clock in \
+                 scripts, PEXPIRE GT/NX, RESP3)",
+            ),
+            Err(Error::UnsupportedServer { missing, .. }) => {
+                Finding::new("capabilities", "", Verdict::Unfit)
+                    .detail(format!("the server lacks {missing}"))
+                    .fix(missing.advice())
+            }
+            Err(err) => Finding::new("capabilities", "", Verdict::Warning)
+                .detail(format!("the capability probe failed: {err}"))
+                .fix(
+                    "grant the probe's commands on the prefix's keys (+hello +script|load \
+                     +evalsha +time +pexpire, as in the README's \"Least privilege\" section)",
+                ),
+        }
     }
 
     /// The checks made with a probe lock named `name`.

@@ -30,6 +30,7 @@
 //! - `release` removes every trace of the token (hold, queue place, waiting-writer entry)
 //!   and tells whether it held a live lease.
 
+mod capabilities;
 pub(crate) mod hub;
 pub mod memory;
 pub mod quorum;
@@ -272,6 +273,17 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     ) -> Result<RateSnapshot> {
         let _ = (lock, rate, now);
         Err(no_rate_limiter())
+    }
+
+    /// Refuses a server the scripts cannot run on with
+    /// [`Error::UnsupportedServer`](crate::vocab::error::Error::UnsupportedServer), naming the
+    /// [`Capability`](crate::vocab::capability::Capability) it lacks; `probe` is a lock under
+    /// the client's prefix whose keys the check may name (it creates none). Run when a
+    /// client connects, and by the doctor. A store without servers (in memory) has
+    /// everything.
+    async fn check_server(&self, probe: &LockKeys) -> Result<()> {
+        let _ = probe;
+        Ok(())
     }
 
     /// The `INFO` reply of each server the store writes to, as (address, text), for the

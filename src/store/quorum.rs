@@ -193,7 +193,10 @@ impl QuorumStore {
     /// Fails with [`Error::QuorumNotReached`] when fewer than a majority answer (or with the
     /// error a server gave, such as a refused password), with an invalid-input error on a bad
     /// URL.
-    pub async fn connect(urls: &[&str], config: RedisConfig) -> Result<Self> {
+    ///
+    /// Every server that answers is checked ([`Store::check_server`], on the keys of `probe`,
+    /// a lock under the client's prefix): one the scripts cannot run on refuses the quorum.
+    pub async fn connect(urls: &[&str], config: RedisConfig, probe: &LockKeys) -> Result<Self> {
         if urls.is_empty() {
             return Err(Error::invalid(
                 "quorum",
@@ -223,7 +226,10 @@ impl QuorumStore {
         // Every server that answers must be one the scripts run on (a quorum with an old
         // server is misconfigured, even if a majority of the others would do).
         let mut pings = quorum
-            .on_all(|node| async move { node.check_server().await })
+            .on_all(|node| {
+                let probe = probe.clone();
+                async move { node.check_server(&probe).await }
+            })
             .await;
         if let Some(i) = pings
             .iter()
@@ -593,6 +599,24 @@ impl Store for QuorumStore {
                 .await;
         }
         Ok(fence)
+    }
+
+    /// Every server that answers must have what the scripts need; a server that is down is
+    /// left out (as at connect: one that joins later is not checked).
+    async fn check_server(&self, probe: &LockKeys) -> Result<()> {
+        let checks = self
+            .on_all(|node| {
+                let probe = probe.clone();
+                async move { node.check_server(&probe).await }
+            })
+            .await;
+        match checks
+            .into_iter()
+            .find(|r| matches!(r, Err(Error::UnsupportedServer { .. })))
+        {
+            Some(refused) => refused,
+            None => Ok(()),
+        }
     }
 
     /// Every server's that answered (a server that is down is left out; the doctor reports the

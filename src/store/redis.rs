@@ -15,6 +15,7 @@ use super::{
     RateSnapshot, Slot, Snapshot, Store,
 };
 use crate::store::hub::{Subscriber, WakeHub};
+use crate::vocab::capability::Capability;
 use crate::vocab::error::{Cause, Error, NotNow, Result};
 use crate::vocab::keys::LockKeys;
 use crate::wire::rate::{RateAcquireArgs, RateCancelArgs, RateInspectArgs, RateReply, RateView};
@@ -177,7 +178,7 @@ pub(crate) fn parse_url(url: &str) -> Result<ConnectionInfo> {
 
 /// Redis 7.0 or later, Valkey 7.2 or later (every Valkey release is 7.2 or later); another
 /// server that answers `HELLO` like Redis is judged by its version as Redis would be.
-fn supported_server(server: &str, version: &str) -> Result<()> {
+pub(crate) fn supported_server(server: &str, version: &str) -> Result<()> {
     let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
     let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
     let needed = if server.eq_ignore_ascii_case("valkey") {
@@ -191,6 +192,8 @@ fn supported_server(server: &str, version: &str) -> Result<()> {
         Err(Error::UnsupportedServer {
             server: server.to_owned(),
             version: version.to_owned(),
+            missing: Capability::Version,
+            seen: String::new(),
         })
     }
 }
@@ -292,7 +295,8 @@ async fn answers_like_http(address: &str, timeout: Duration) -> bool {
 
 impl RedisStore {
     /// Connects to one Redis server (`redis://host:port/db`, `rediss://` with TLS support
-    /// compiled into the redis crate).
+    /// compiled into the redis crate). No constructor of the store checks what the server
+    /// can do: the client does, with [`Store::check_server`] under its key prefix.
     #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     pub async fn connect(url: &str) -> Result<Self> {
         Self::connect_with(url, RedisConfig::default()).await
@@ -309,30 +313,45 @@ impl RedisStore {
         let hub = WakeHub::remote();
         let (store, subscriber) =
             Self::connect_to_hub(info, config, hub.clone(), Connect::Now).await?;
-        store.check_server().await?;
         hub.start(subscriber);
         Ok(store)
     }
 
-    /// Refuses a server the scripts cannot run on, from its `HELLO` reply (`server`,
-    /// `version`); a reply without them is let through (the scripts then say what fails).
-    /// On Cluster the node that answers is one of the cluster's (a cluster runs one
-    /// version; a mixed one during an upgrade is not checked node by node).
-    pub(crate) async fn check_server(&self) -> Result<()> {
-        let hello: Value = self.query(redis::cmd("HELLO").arg(3)).await?;
-        let field = |name: &str| -> Option<String> {
-            let Value::Map(pairs) = &hello else {
-                return None;
-            };
-            pairs.iter().find_map(|(k, v)| {
-                let key: String = redis::from_redis_value_ref(k).ok()?;
-                (key == name).then(|| redis::from_redis_value_ref(v).ok())?
-            })
+    /// The replies the capability check judges, each command's own.
+    async fn probe_replies(&self, key: &str) -> redis::RedisResult<super::capabilities::Replies> {
+        let probe = crate::wire::scripts::capabilities();
+        let mut hello = redis::cmd("HELLO");
+        hello.arg(3);
+        let mut load = redis::cmd("SCRIPT");
+        load.arg("LOAD")
+            .arg(include_str!("../../lua/capabilities.lua"));
+        let mut run = redis::cmd("EVALSHA");
+        run.arg(probe.get_hash()).arg(1).arg(key);
+        let mut pipe = redis::pipe();
+        pipe.add_command(hello.clone())
+            .add_command(load)
+            .add_command(run.clone())
+            .add_command(run)
+            .ignore_errors();
+        let pipe = &pipe;
+        let replies: Vec<redis::RedisResult<Value>> = match self.conn.clone() {
+            Conn::Single(mut c) => pipe.query_async(&mut c).await?,
+            #[cfg(feature = "sentinel")]
+            Conn::Sentinel(s) => {
+                on_primary(&s, |mut c| async move { pipe.query_async(&mut c).await }).await?
+            }
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(mut c) => {
+                // Each command to its own node: the probe to the key's slot (EVALSHA, then
+                // EVAL there after NOSCRIPT), HELLO to any node.
+                let keys = [key.to_owned()];
+                let hello = hello.query_async(&mut c).await;
+                let first = invoke_cluster(probe, &keys, &NoArgs, &mut c).await;
+                let second = invoke_cluster(probe, &keys, &NoArgs, &mut c).await;
+                vec![hello, Ok(Value::Okay), first, second]
+            }
         };
-        match (field("server"), field("version")) {
-            (Some(server), Some(version)) => supported_server(&server, &version),
-            _ => Ok(()),
-        }
+        super::capabilities::Replies::new(replies)
     }
 
     /// Connects with the pushes of the connection delivered to `hub`, which the caller starts
@@ -393,7 +412,6 @@ impl RedisStore {
             address: Arc::from(""),
             origin: None,
         };
-        store.check_server().await?;
         hub.start(Box::new(super::sentinel::SentinelSubscriber(conn)));
         Ok(store)
     }
@@ -443,7 +461,6 @@ impl RedisStore {
             address: Arc::from(""),
             origin: None,
         };
-        store.check_server().await?;
         hub.start(Box::new(ClusterSubscriber(conn)));
         Ok(store)
     }
@@ -488,6 +505,7 @@ impl RedisStore {
     }
 
     /// Sends any command on the store's connection (for tools and tests).
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     pub async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
         self.raw(cmd)
             .await
@@ -847,6 +865,25 @@ impl Store for RedisStore {
         Ok(eviction)
     }
 
+    /// Refuses a server the scripts cannot run on, with [`Error::UnsupportedServer`] naming
+    /// what it lacks: the name, version and protocol its `HELLO` reports (a reply without
+    /// them is let through), then two runs of the capability probe (`capabilities.lua`) on a
+    /// key of `probe` (a lock under the client's prefix, so the user's ACL key rules admit
+    /// it; the key is never created), which show Lua scripting, a real clock in scripts
+    /// (plausible, advancing from the first run to the second) and `PEXPIRE` `GT`/`NX`.
+    ///
+    /// One round trip on a single server or a Sentinel's primary (`HELLO`, `SCRIPT LOAD` and
+    /// both runs in one pipeline); on Cluster the node that answers `HELLO` and the one that
+    /// owns the probe key's slot (a cluster runs one version; a mixed one during an upgrade
+    /// is not checked node by node). A refusal that says nothing of the capabilities (the
+    /// user's ACL rights, a server still loading, memory full, a replica) leaves the check
+    /// inconclusive: logged, not refused, and the lock steps report it with their own advice.
+    async fn check_server(&self, probe: &LockKeys) -> Result<()> {
+        let replies = self.probe_replies(&probe.fence()).await;
+        let replies = replies.map_err(|e| error_from_redis("", e).at(&self.address))?;
+        super::capabilities::judge(replies).map_err(|e| e.at(&self.address))
+    }
+
     async fn server_info(&self) -> Result<Vec<(String, String)>> {
         let reply: Value = self
             .raw(&redis::cmd("INFO"))
@@ -1082,6 +1119,22 @@ fn operation(name: &str) -> String {
     }
 }
 
+/// Whether an error reply is a denial by the user's ACL rights worded without Redis's
+/// `NOPERM` code: a command called by a script, which Valkey answers `ERR ACL failure in
+/// script: User locks has no permissions to run the 'zadd' command ...` and Redis 7.0 `ERR
+/// The user executing the script can't run this command or subcommand ...`.
+pub(crate) fn acl_denial(code: &str, detail: &str) -> bool {
+    code == "ERR"
+        && (detail.starts_with("ACL failure in script")
+            || detail.starts_with("The user executing the script can't run"))
+}
+
+/// An ACL denial in Redis's own form: `NOPERM`, then the server's words (`detail`), so it is
+/// advised as every other missing right is.
+fn as_noperm(detail: &str) -> String {
+    format!("NOPERM {detail}")
+}
+
 /// Classifies a Redis error for the lock `name` (the Redis adapter owns this mapping).
 pub(crate) fn error_from_redis(name: &str, err: redis::RedisError) -> Error {
     if err.is_timeout()
@@ -1105,6 +1158,11 @@ pub(crate) fn error_from_redis(name: &str, err: redis::RedisError) -> Error {
         }
         // A script could not use its arguments: a bug, reported as Redis said it.
         Some(ErrorReply::Arg(_)) | None => {}
+    }
+    if acl_denial(err.code().unwrap_or(""), detail) {
+        return Error::Redis {
+            reply: as_noperm(detail),
+        };
     }
     match err.code() {
         Some("WRONGTYPE") => Error::WrongType {
@@ -1132,7 +1190,23 @@ pub(crate) fn error_from_redis(name: &str, err: redis::RedisError) -> Error {
 
 #[cfg(test)]
 mod tests {
-    use super::{check_tls_support, supported_server};
+    use super::{acl_denial, check_tls_support, supported_server};
+
+    #[test]
+    fn acl_denials_inside_scripts_are_told_in_every_wording() {
+        // Valkey 9, then Redis 7.0: both without the NOPERM code.
+        let valkey = "ACL failure in script: User locks has no permissions to run the 'zadd' \
+                      command script: on @user_script:1.";
+        let redis = "The user executing the script can't run this command or subcommand \
+                     script: 956ac74, on @user_script:1.";
+        assert!(acl_denial("ERR", valkey));
+        assert!(acl_denial("ERR", redis));
+        assert!(!acl_denial(
+            "ERR",
+            "Error running script: attempt to compare nil"
+        ));
+        assert!(!acl_denial("NOSCRIPT", valkey));
+    }
 
     #[test]
     fn servers_older_than_the_scripts_need_are_refused() {

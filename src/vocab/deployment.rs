@@ -206,28 +206,57 @@ pub(crate) fn replication(server: &str, info: &Info) -> Finding {
     }
 }
 
-/// The server's name and version (the scripts need Redis 7.0 or Valkey 7.2 or later).
+/// The server's name and version, judged as the README's table of servers does: tested in
+/// CI (Redis 7.x, Valkey 9.x), expected to work (other Valkey 7.2 or later, Redis 8 or later),
+/// untested with known risks (Dragonfly, Garnet), or too old (before Redis 7.0 or Valkey
+/// 7.2, KeyDB on its Redis 6 base). What the scripts need is probed separately (the
+/// `capabilities` finding); this says what is known of the server by name.
 pub(crate) fn server(server: &str, info: &Info) -> Finding {
-    let version = info
-        .get("valkey_version")
-        .map(|v| ("valkey", v))
-        .or_else(|| info.get("redis_version").map(|v| ("redis", v)));
-    match version {
-        Some((name, version)) => {
-            let major: u32 = version
-                .split('.')
-                .next()
-                .and_then(|m| m.parse().ok())
-                .unwrap_or(0);
-            if major >= 7 {
-                Finding::new("server", server, Verdict::Fit).detail(format!("{name} {version}"))
-            } else {
-                Finding::new("server", server, Verdict::Unfit)
-                    .detail(format!("{name} {version}"))
-                    .fix("upgrade to Redis 7.0 or Valkey 7.2 or later")
-            }
-        }
-        None => Finding::new("server", server, Verdict::Warning)
+    let version = |field: &str| {
+        info.get(field).map(|v| {
+            let mut parts = v.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+            (v, (parts.next().unwrap_or(0), parts.next().unwrap_or(0)))
+        })
+    };
+    let fit = |detail: String| Finding::new("server", server, Verdict::Fit).detail(detail);
+    let untested = |detail: String, fix: &str| {
+        Finding::new("server", server, Verdict::Warning)
+            .detail(detail)
+            .fix(fix)
+    };
+    let too_old = |detail: String| {
+        Finding::new("server", server, Verdict::Unfit)
+            .detail(detail)
+            .fix("upgrade to Redis 7.0 or later, or Valkey 7.2 or later")
+    };
+    if let Some((v, _)) = version("dragonfly_version") {
+        return untested(
+            format!("dragonfly {v}: not tested; its TIME inside scripts has answered 0 0"),
+            "connecting refuses it while TIME inside scripts is broken; test your workload \
+             before relying on it, or use Redis or Valkey",
+        );
+    }
+    if let Some((v, _)) = version("garnet_version") {
+        return untested(
+            format!("garnet {v}: not tested; it runs Lua only with --lua"),
+            "start it with --lua and check the wake-ups finding (its RESP3 pushes have closed \
+             subscribed connections), or use Redis or Valkey",
+        );
+    }
+    match (version("valkey_version"), version("redis_version")) {
+        (Some((v, (9, _))), _) => fit(format!("valkey {v}: tested in CI (Valkey 9.x)")),
+        (Some((v, at)), _) if at >= (7, 2) => fit(format!(
+            "valkey {v}: expected to work (not tested in CI; Valkey 7.2 and later run the \
+             scripts as Redis 7.2 does)"
+        )),
+        (Some((v, _)), _) => too_old(format!("valkey {v}")),
+        (None, Some((v, (7, _)))) => fit(format!("redis {v}: tested in CI (Redis 7.x)")),
+        (None, Some((v, (major, _)))) if major > 7 => fit(format!(
+            "redis {v}: expected to work (not tested in CI; the scripts are reloaded after \
+             SCRIPT FLUSH or the eviction of cached scripts)"
+        )),
+        (None, Some((v, _))) => too_old(format!("redis {v}")),
+        (None, None) => Finding::new("server", server, Verdict::Warning)
             .detail("INFO server did not name the version")
             .fix("check that the server is Redis 7.0 or Valkey 7.2 or later"),
     }
@@ -294,18 +323,31 @@ mod tests {
 
     #[test]
     fn server_versions() {
-        assert_eq!(
-            server("s", &info(&["redis_version:7.0.15"])).verdict,
-            Verdict::Fit
+        let verdict = |lines: &[&str]| {
+            let found = server("s", &info(lines));
+            (found.verdict, found.detail)
+        };
+        let redis7 = verdict(&["redis_version:7.0.15"]);
+        assert_eq!(redis7.0, Verdict::Fit);
+        assert!(redis7.1.contains("tested in CI"), "{}", redis7.1);
+        let redis8 = verdict(&["redis_version:8.2.1"]);
+        assert_eq!(redis8.0, Verdict::Fit);
+        assert!(redis8.1.contains("expected to work"), "{}", redis8.1);
+        assert_eq!(verdict(&["redis_version:6.2.1"]).0, Verdict::Unfit);
+        let valkey9 = verdict(&["redis_version:7.2.4", "valkey_version:9.1.2"]);
+        assert_eq!(valkey9.0, Verdict::Fit);
+        assert!(
+            valkey9.1.starts_with("valkey 9.1.2: tested"),
+            "{}",
+            valkey9.1
         );
-        assert_eq!(
-            server("s", &info(&["redis_version:6.2.1"])).verdict,
-            Verdict::Unfit
-        );
-        let valkey = server("s", &info(&["redis_version:7.2.4", "valkey_version:8.0.1"]));
-        assert_eq!(
-            (valkey.verdict, valkey.detail.as_str()),
-            (Verdict::Fit, "valkey 8.0.1")
-        );
+        let valkey8 = verdict(&["redis_version:7.2.4", "valkey_version:8.0.1"]);
+        assert_eq!(valkey8.0, Verdict::Fit);
+        assert!(valkey8.1.contains("expected to work"), "{}", valkey8.1);
+        let dragonfly = verdict(&["redis_version:7.4.0", "dragonfly_version:df-v1.30.0"]);
+        assert_eq!(dragonfly.0, Verdict::Warning);
+        let garnet = verdict(&["redis_version:7.4.3", "garnet_version:1.0.80"]);
+        assert_eq!(garnet.0, Verdict::Warning);
+        assert_eq!(verdict(&[]).0, Verdict::Warning);
     }
 }

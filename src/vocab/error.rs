@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::vocab::capability::Capability;
+
 /// Result alias used throughout the crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -187,15 +189,21 @@ pub enum Error {
         /// The capacity in use and the one asked for.
         detail: String,
     },
-    /// The server is too old (or not compatible) for the library's scripts: it needs Redis
-    /// 7.0 or later, or Valkey 7.2 or later (script flags on the shebang line, `PEXPIRE` with
-    /// `NX`/`GT`, sharded pub/sub on Cluster). Nothing was written.
-    #[error("{server} {version} is not supported: redis-locks needs Redis 7.0 or later (or Valkey 7.2 or later) for script flags, PEXPIRE NX/GT and sharded pub/sub; upgrade the server")]
+    /// The server lacks something the library's scripts need (`missing`): it is too old
+    /// (Redis 7.0 or later, or Valkey 7.2 or later, is needed), or a probe at connect found
+    /// no Lua scripting, no real clock in scripts, no `PEXPIRE` `GT`/`NX`, or no RESP3.
+    /// Nothing was written; the text says what to do.
+    #[error("{} cannot serve redis-locks: it lacks {missing}{}; {}", server_name(server, version), seen_message(seen), missing.advice())]
     UnsupportedServer {
-        /// What the server calls itself in its `HELLO` reply (`redis`, `valkey` ...).
+        /// What the server calls itself (`redis`, `valkey` ...; empty if it did not say).
         server: String,
-        /// Its version.
+        /// Its version (empty if it did not say).
         version: String,
+        /// What it lacks.
+        missing: Capability,
+        /// What the probe saw instead (the server's error reply, or its clock), empty when
+        /// the version alone decided.
+        seen: String,
     },
     /// The server may evict lock keys under memory pressure (`maxmemory` set with an evicting
     /// `maxmemory-policy`), and the client was built with
@@ -452,6 +460,23 @@ impl std::error::Error for Cause {
 pub(crate) const LEASE_FAMILY: &str = "a Mutex or an RwLock with Writer or Reader preference";
 /// What [`Error::FamilyConflict`] names when the ticket queue holds the name.
 pub(crate) const QUEUE_FAMILY: &str = "a FairLock, a Semaphore or an RwLock with Fair preference";
+
+/// The server [`Error::UnsupportedServer`] names: as it called itself, else "the server".
+fn server_name(server: &str, version: &str) -> String {
+    match format!("{server} {version}").trim() {
+        "" => "the server".to_owned(),
+        name => name.to_owned(),
+    }
+}
+
+/// What [`Error::UnsupportedServer`]'s probe saw, if anything.
+fn seen_message(seen: &str) -> String {
+    if seen.is_empty() {
+        String::new()
+    } else {
+        format!(" (the probe saw: {seen})")
+    }
+}
 
 /// The retry hint of [`Error::RateLimited`].
 fn retry_message(retry_after: Option<Duration>) -> String {

@@ -2,6 +2,7 @@
 //! limits, and the planted-bug switches of the simulations. Imports nothing else of the crate.
 
 pub(crate) mod bugs;
+pub(crate) mod capability;
 pub(crate) mod claim;
 pub(crate) mod deployment;
 pub(crate) mod error;

@@ -1367,6 +1367,35 @@ impl ErrorReply {
     }
 }
 
+/// The reply of `capabilities.lua`: what `TIME` answered inside the script (`None` if not
+/// two natural numbers), and whether `PEXPIRE` accepted `GT` and `NX` (`Err`: the server's
+/// refusal, as it worded it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct CapabilityReply {
+    pub clock: Option<(u64, u64)>,
+    pub gt: Result<(), String>,
+    pub nx: Result<(), String>,
+}
+
+from_value_ref!(CapabilityReply, |v| {
+    const WHAT: &str = "capability probe reply";
+    let [seconds, micros, gt, nx] = items(v, WHAT)? else {
+        return Err(malformed(WHAT, v));
+    };
+    let clock = natural(seconds, "seconds")
+        .and_then(|s| Ok((s, natural(micros, "microseconds")?)))
+        .ok();
+    let accepted = |reply: &Value| match reply {
+        Value::Int(1) => Ok(()),
+        other => Err(text(other, "refusal").unwrap_or_else(|_| format!("{other:?}"))),
+    };
+    Ok(CapabilityReply {
+        clock,
+        gt: accepted(gt),
+        nx: accepted(nx),
+    })
+});
+
 pub(crate) mod rate;
 
 #[cfg(test)]

@@ -421,6 +421,14 @@ impl Scripts {
     }
 }
 
+/// The probe of what the scripts need of the server (`lua/capabilities.lua`), run when a
+/// client connects: not a lock step, so it has no prelude and no variants.
+pub(crate) fn capabilities() -> &'static Script {
+    static PROBE: LazyLock<Script> =
+        LazyLock::new(|| Script::new(include_str!("../../lua/capabilities.lua")));
+    &PROBE
+}
+
 /// The source of any of the crate's scripts (every variant), by its SHA1.
 #[cfg(feature = "cluster")]
 pub(crate) fn source_by_hash(sha: &str) -> Option<&'static str> {
@@ -430,6 +438,10 @@ pub(crate) fn source_by_hash(sha: &str) -> Option<&'static str> {
             .into_iter()
             .flat_map(sources_of_variant)
             .map(|(_, src)| (Script::new(src).get_hash().to_owned(), src.as_str()))
+            .chain([(
+                capabilities().get_hash().to_owned(),
+                include_str!("../../lua/capabilities.lua"),
+            )])
             .collect()
     });
     BY_HASH.get(sha).copied()

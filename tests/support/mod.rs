@@ -1,5 +1,6 @@
 //! Test harness: runs REAL `redis-server` processes on free loopback ports ([`server`]:
-//! [`RedisServer`], [`RedisCluster`], [`server_url`]), and the helpers the tests share.
+//! [`RedisServer`], [`RedisCluster`], [`server_url`]; `REDIS_LOCKS_SERVER` names another
+//! binary, e.g. a `valkey-server`), and the helpers the tests share.
 //!
 //! Include it from an integration test with `mod support;`.
 //!
@@ -13,6 +14,7 @@
 //! * [`honest`]: a guard never trusts past the server's lease (`assert_honest`).
 //! * [`waits`]: `within` a tight bound; idle queues and free lease locks.
 //! * [`observe`]: reading an election observer with bounds.
+//! * [`fake_server`]: a fake server on loopback that lacks one capability (the connect checks).
 //! * [`rng`]: a small deterministic generator for randomized workloads.
 //! * [`warnings`]: capturing the library's warnings.
 //! * [`model_rig`]: a redis-server and a runtime for the model checks.
@@ -30,6 +32,7 @@ compile_error!(
 );
 
 pub mod backend;
+pub mod fake_server;
 pub mod faulty;
 pub mod fenced;
 pub mod history;
@@ -48,7 +51,7 @@ pub mod warnings;
 
 // Each test binary uses some of these.
 #[allow(unused_imports)]
-pub use server::{server_url, RedisCluster, RedisSentinels, RedisServer};
+pub use server::{server_binary, server_url, RedisCluster, RedisSentinels, RedisServer};
 
 /// The number in the environment variable `name` (a case count), `default` when it is unset.
 pub fn env_u32(name: &str, default: u32) -> u32 {

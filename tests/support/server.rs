@@ -17,6 +17,11 @@
 //!
 //! A missing `redis-server` / `redis-cli` makes tests fail loudly with install
 //! instructions; they never skip.
+//!
+//! The environment variable `REDIS_LOCKS_SERVER` names another server binary to start in
+//! place of `redis-server` (a `valkey-server`, which takes redis-server's arguments, serves
+//! Sentinel with `--sentinel` and Cluster; `redis-cli` still drives it: same protocol). A
+//! path that is not an executable file fails every test that starts a server, loudly.
 
 use std::fs::{self, OpenOptions};
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
@@ -29,6 +34,32 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const INSTALL_HINT: &str = "install it with `apt-get install redis-server redis-tools` \
                             (or set REDIS_URL to use an existing server)";
+
+/// The variable naming the server binary the harness starts (unset: `redis-server`).
+pub const SERVER_VAR: &str = "REDIS_LOCKS_SERVER";
+
+/// The server binary the harness starts: `$REDIS_LOCKS_SERVER` when set and non-empty
+/// (which must then be an executable file), otherwise `redis-server` from `PATH`.
+pub fn server_binary() -> String {
+    match std::env::var(SERVER_VAR) {
+        Ok(path) if !path.trim().is_empty() => {
+            let path = path.trim().to_owned();
+            let executable = fs::metadata(&path).is_ok_and(|m| {
+                use std::os::unix::fs::PermissionsExt;
+                m.is_file() && m.permissions().mode() & 0o111 != 0
+            });
+            if !executable {
+                panic!(
+                    "{SERVER_VAR}={path:?} is not an executable file: point it at a server \
+                     binary (e.g. a valkey-server, which .ci/run fetches) or unset it to use \
+                     redis-server"
+                );
+            }
+            path
+        }
+        _ => "redis-server".to_owned(),
+    }
+}
 
 /// How many ports / spawns to try before giving up (covers port races).
 const START_ATTEMPTS: usize = 5;
@@ -59,6 +90,8 @@ enum PortKind {
 
 /// One `redis-server` child process listening on `127.0.0.1:port`.
 pub struct RedisServer {
+    /// The binary to start; `None`: [`server_binary`].
+    binary: Option<String>,
     port: u16,
     extra_args: Vec<String>,
     dir: PathBuf,
@@ -80,8 +113,19 @@ impl RedisServer {
         Self::launch(extra_args, PortKind::Standalone)
     }
 
+    /// Like [`RedisServer::start`], with `binary` (a path, or a name on `PATH`) started in
+    /// place of [`server_binary`] (the bench runs its workloads on several servers).
+    pub fn start_binary(binary: &str) -> RedisServer {
+        Self::launch_binary(Some(binary.to_owned()), &[], PortKind::Standalone)
+    }
+
     fn launch(extra_args: &[&str], kind: PortKind) -> RedisServer {
+        Self::launch_binary(None, extra_args, kind)
+    }
+
+    fn launch_binary(binary: Option<String>, extra_args: &[&str], kind: PortKind) -> RedisServer {
         let mut server = RedisServer {
+            binary,
             port: 0,
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
             dir: unique_temp_dir(),
@@ -100,7 +144,8 @@ impl RedisServer {
             }
         }
         panic!(
-            "redis-server failed to start after {START_ATTEMPTS} attempts:\n{}\n{}",
+            "{} failed to start after {START_ATTEMPTS} attempts:\n{}\n{}",
+            server.binary(),
             failures.join("\n"),
             server.log_contents()
         );
@@ -200,7 +245,8 @@ impl RedisServer {
         let log_err = log.try_clone().expect("clone redis-server log file handle");
         let port = self.port.to_string();
         let dir = self.dir.to_str().expect("temp dir path is not UTF-8");
-        let mut command = Command::new("redis-server");
+        let binary = self.binary();
+        let mut command = Command::new(&binary);
         if let Some(config) = &self.sentinel_config {
             let path = self.dir.join("sentinel.conf");
             if !path.exists() {
@@ -220,9 +266,9 @@ impl RedisServer {
         let child = match child {
             Ok(child) => child,
             Err(e) if e.kind() == ErrorKind::NotFound => {
-                panic!("redis-server not found: {INSTALL_HINT}")
+                panic!("{binary} not found: {INSTALL_HINT}")
             }
-            Err(e) => panic!("failed to spawn redis-server: {e}"),
+            Err(e) => panic!("failed to spawn {binary}: {e}"),
         };
         self.child = Some(child);
         self.wait_ready()
@@ -233,9 +279,9 @@ impl RedisServer {
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
             match child.try_wait() {
-                Ok(Some(status)) => return Err(format!("redis-server exited early ({status})")),
+                Ok(Some(status)) => return Err(format!("the server exited early ({status})")),
                 Ok(None) => {}
-                Err(e) => return Err(format!("could not poll redis-server: {e}")),
+                Err(e) => return Err(format!("could not poll the server: {e}")),
             }
             match probe(self.port) {
                 // PONG from our own process: ready.
@@ -256,6 +302,11 @@ impl RedisServer {
             }
             sleep(Duration::from_millis(50));
         }
+    }
+
+    /// The binary this server runs.
+    fn binary(&self) -> String {
+        self.binary.clone().unwrap_or_else(server_binary)
     }
 
     /// SIGKILL (`Child::kill`) and reap our own child, if any.
@@ -300,6 +351,7 @@ impl RedisSentinels {
         let sentinels = (0..3)
             .map(|_| {
                 let mut s = RedisServer {
+                    binary: None,
                     port: 0,
                     extra_args: Vec::new(),
                     dir: unique_temp_dir(),

@@ -68,7 +68,7 @@ pub async fn prepare(workload: &str, env: &Env, extra: &mut Extra) -> BoxResult<
         "quorum" => {
             let mut urls = Vec::new();
             for _ in 0..3 {
-                let s = start_server();
+                let s = start_server(None);
                 urls.push(s.url());
                 extra.servers.push(s);
             }
