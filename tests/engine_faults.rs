@@ -367,7 +367,7 @@ async fn many_holds_slow_renewals(
 /// virtual instant and the verdict is the engine's alone; and on Redis with every time ten times longer, the same ratios with
 /// margins of hundreds of milliseconds, which a loaded machine's scheduling does not eat
 /// (the real-clock check of the same claim).
-macro_rules! paused_and_on_redis {
+macro_rules! on_a_paused_clock {
     ($($name:ident: $n:expr, $lease:expr, $delay:expr;)+) => {
         $(
             mod $name {
@@ -379,24 +379,12 @@ macro_rules! paused_and_on_redis {
                         .await;
                 }
 
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                #[ignore = "a timing check on Redis's real clock, not a verdict of the suite: run it with --run-ignored all on a quiet machine"]
-                async fn redis_times_ten() {
-                    many_holds_slow_renewals(
-                        &Backend::redis(),
-                        $n,
-                        ms($lease * 10),
-                        ms($delay * 10),
-                        ms($lease * 30),
-                    )
-                    .await;
-                }
             }
         )+
     };
 }
 
-paused_and_on_redis! {
+on_a_paused_clock! {
     // 500 holds, lease 300 ms, renewal replies 40 ms late.
     five_hundred_holds_300ms_slow_replies: 500, 300, 40;
     // 50 holds, lease 100 ms, renewal replies 40 ms late (a margin of 20 ms).
@@ -522,14 +510,6 @@ mod extend_churn_stays_honest_and_held {
     #[tokio::test(flavor = "current_thread", start_paused = true)]
     async fn memory_paused() {
         extend_churn_stays_honest_and_held(Backend::memory(), 1).await;
-    }
-
-    /// On Redis's real clock, every time three times longer: a timing check (ignored by
-    /// default, see `paused_and_on_redis`).
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[ignore = "a timing check on Redis's real clock, not a verdict of the suite: run it with --run-ignored all on a quiet machine"]
-    async fn redis_times_three() {
-        extend_churn_stays_honest_and_held(Backend::redis(), 3).await;
     }
 }
 
@@ -989,15 +969,5 @@ mod many_short_holds_extend_churn {
             .expect("client");
         let observer = LockClient::builder().store(store).expect("observer");
         extend_churn(c, observer, 1).await;
-    }
-
-    /// On Redis's real clock, every lease and pause ten times longer: a timing check
-    /// (ignored by default, see `paused_and_on_redis`).
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[ignore = "a timing check on Redis's real clock, not a verdict of the suite: run it with --run-ignored all on a quiet machine"]
-    async fn redis_times_ten() {
-        let b = Backend::redis();
-        let c = b.client_with(LockClient::builder().lease(ms(2_000))).await;
-        extend_churn(c, b.client().await, 10).await;
     }
 }
