@@ -951,7 +951,7 @@ impl Store for RedisStore {
         Some(Arc::new(RedisStore {
             conn: Conn::Single(conn),
             hub: self.hub.clone(),
-            publish: self.publish.clone(),
+            publish: self.publish,
             hand_over: self.hand_over,
             scripts: self.scripts,
             address: self.address.clone(),

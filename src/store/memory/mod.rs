@@ -299,6 +299,7 @@ impl MemoryStore {
         locks.len()
     }
 
+    #[cfg(feature = "testing")]
     /// Loses the heartbeat entry of the rate limiter waiter `member` of `lock`, or every
     /// entry (`None`), as a write by someone else to `rl:{name}:rhb` (`ZREM`, `DEL`) loses them
     /// on Redis; the queue keeps the member. For the model check of how a limiter treats a

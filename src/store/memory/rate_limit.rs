@@ -85,6 +85,7 @@ impl RateLimit {
         tat
     }
 
+    #[cfg(feature = "testing")]
     /// Loses the heartbeat entry of `member`, or every entry (`None`): what someone else's
     /// `ZREM` or `DEL` at `rhb` does on Redis. The queue keeps the member.
     pub(super) fn lose_heartbeats(&mut self, member: Option<&str>) {
