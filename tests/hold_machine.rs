@@ -151,7 +151,6 @@ struct Sim {
     now: Instant,
     hold: HoldState,
     until: Option<Instant>,
-    lease: Duration,
     sent: BTreeMap<u64, Sent>,
     fates: std::vec::IntoIter<Fate>,
     timeline: BTreeMap<(Instant, u64), Due>,
@@ -185,7 +184,7 @@ impl Sim {
                 n,
                 outcome: Outcome::Confirmed { .. },
             } => self.sent.get(&n).and_then(|s| match s.ask {
-                Ask::Lease { lease, .. } => {
+                Ask::Lease { lease, .. } | Ask::Downgrade { lease } => {
                     let lease = self.unknown_min.map_or(lease, |m| m.min(lease));
                     Some(trusted_until(s.sent_at, lease))
                 }
@@ -211,10 +210,6 @@ impl Sim {
                         prop_assert!(!self.released, "a lease request sent after a release");
                     }
                     prop_assert!(!self.detached, "a request sent after a detach");
-                    if let Ask::Lease { lease, .. } = ask {
-                        // The lease every later request asks for (a downgrade's too).
-                        self.lease = lease;
-                    }
                     self.sent.insert(
                         n,
                         Sent {
@@ -297,8 +292,8 @@ impl Sim {
                 self.until = Some(self.now + lease);
                 Outcome::Confirmed { fence: None }
             }
-            Ask::Downgrade if held => {
-                self.until = Some(self.now + self.lease);
+            Ask::Downgrade { lease } if held => {
+                self.until = Some(self.now + lease);
                 Outcome::Confirmed { fence: Some(7) }
             }
             Ask::Release => {
@@ -447,7 +442,6 @@ fn run(case: &Case, bugs: Planted) -> Result<(), TestCaseError> {
         now: start_at,
         hold,
         until: Some(until),
-        lease,
         sent: BTreeMap::new(),
         fates: case.fates.clone().into_iter(),
         timeline: BTreeMap::new(),

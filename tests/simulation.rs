@@ -531,30 +531,6 @@ impl Profile {
         }
     }
 
-    /// `extend` while renewals run, with late requests and replies; only `try` (no
-    /// hand-offs), no lost replies (an `extend` whose reply is lost is another finding).
-    fn renewals() -> Profile {
-        Profile {
-            prims: ALL_PRIMS.to_vec(),
-            lease_heartbeat: pairs(|l, _| l <= 1_000),
-            manual_renew: false,
-            waits: false,
-            extends: true,
-            downgrades: true,
-            release_all: false,
-            subscribe_stalls: false,
-            helper_runtimes: false,
-            request_faults: true,
-            reply_faults: true,
-            lost_replies: false,
-            push_faults: false,
-            crashes: false,
-            hold_ids: false,
-            shared_ids: false,
-            keeps: 0.3,
-        }
-    }
-
     /// RwLocks written, downgraded and released all at once, with late requests and replies.
     fn downgrade_race() -> Profile {
         Profile {
@@ -3048,28 +3024,17 @@ fn finds_planted_resume_trusts_reply_across_clients() {
     assert!(adopts, "found without an adopt: {why}");
 }
 
-/// A bug only a hold shared across clients shows: in one client nothing but the resume's own
-/// renewal can have set the deadline its fence check reads, so the counterexample has a guard
-/// kept beside its given id ([`Op::Give`] with `keep`) and an adopted guard trusting the
-/// giver's renewal.
+/// A bug only a hold shared across clients shows: the counterexample is an adopted guard
+/// trusting a renewal another client's guard made (the deadline its fence check read).
 #[test]
 fn finds_planted_resume_trusts_inspected_lease() {
-    let (schedule, why) = finds(
+    let (_schedule, why) = finds(
         Bug::ResumeTrustsInspectedLease,
         Profile::shared_guards(),
         SAFETY,
         11,
     );
     assert!(why.contains("Adopt"), "not an adopted guard: {why}");
-    let kept = schedule
-        .clients
-        .iter()
-        .flat_map(|c| &c.ops)
-        .any(|op| matches!(op, Op::Give { keep: true, .. }));
-    assert!(
-        kept,
-        "found without a guard kept beside its given id: {why}"
-    );
 }
 
 #[test]
@@ -3085,33 +3050,6 @@ fn finds_planted_stale_grant() {
         why.contains("HandOff { stale: true }"),
         "not a stale grant: {why}"
     );
-}
-
-#[test]
-fn finds_planted_unordered_renewals() {
-    let (schedule, why) = finds(Bug::UnorderedRenewals, Profile::renewals(), SAFETY, 3);
-    let extends = schedule
-        .clients
-        .iter()
-        .flat_map(|c| &c.ops)
-        .any(|op| matches!(op, Op::Extend { .. }));
-    assert!(extends, "the counterexample has no extend: {why}");
-}
-
-#[test]
-fn finds_planted_stale_renewal_give_up() {
-    let (schedule, why) = finds(
-        Bug::StaleRenewalGiveUp,
-        Profile::renewals(),
-        &[Class::SpuriousLoss],
-        4,
-    );
-    let extends = schedule
-        .clients
-        .iter()
-        .flat_map(|c| &c.ops)
-        .any(|op| matches!(op, Op::Extend { .. }));
-    assert!(extends, "the counterexample has no extend: {why}");
 }
 
 #[test]

@@ -45,8 +45,11 @@ pub enum Ask {
         /// A renewal's end of waiting.
         give_up_at: Option<Instant>,
     },
-    /// Turn the exclusive hold into a shared one.
-    Downgrade,
+    /// Turn the exclusive hold into a shared one, for `lease` from its arrival.
+    Downgrade {
+        /// The lease the shared hold gets.
+        lease: Duration,
+    },
     /// Release the hold by token (sent by the owner; a guard's own release is sent by the
     /// guard, see [`Event::Release`]).
     Release,
@@ -596,7 +599,7 @@ impl HoldState {
             }
         }
         let ask = match kind {
-            Kind::Downgrade(_) => Ask::Downgrade,
+            Kind::Downgrade(_) => Ask::Downgrade { lease },
             _ => Ask::Lease { lease, give_up_at },
         };
         self.in_flight.push(InFlight {

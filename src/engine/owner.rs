@@ -408,7 +408,9 @@ impl Owner {
                             (io, Reply::Lease(reply))
                         });
                     }
-                    Ask::Downgrade => {
+                    Ask::Downgrade { lease } => {
+                        // The lease the hold has now (an extend may have changed it).
+                        claim.lease = lease;
                         self.io.spawn(async move {
                             let call = store.downgrade(&lock, &claim, None);
                             let reply = tokio::time::timeout(bound, call)
