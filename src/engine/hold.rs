@@ -289,8 +289,7 @@ pub struct HoldState {
     /// Releases in flight, and whether one found the hold live.
     releases: u32,
     ended_live: bool,
-    /// Requests the owner sent for this hold whose replies have not come (lease requests
-    /// and releases by the owner).
+    /// The number of the last request sent.
     next_n: u64,
     bugs: Planted,
 }
@@ -639,7 +638,7 @@ impl HoldState {
         self.next_turn(now, fx);
     }
 
-    /// The planted bug's extend: no turn, its lease stored only once confirmed.
+    /// The planted bug's extend: sent at once, its lease stored only once confirmed.
     fn send_unordered(
         &mut self,
         caller: Caller,
