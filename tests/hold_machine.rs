@@ -164,6 +164,8 @@ struct Sim {
     unordered: bool,
     /// The shortest lease of the requests whose outcome stayed unknown.
     unknown_min: Option<Duration>,
+    /// The guard's trust ran out (or it was lost) at some event: it is never trusted again.
+    gone: bool,
 }
 
 const BOUND: u64 = 600;
@@ -177,6 +179,7 @@ impl Sim {
     /// Applies `event` to the machine and checks what it does.
     fn on(&mut self, event: Event) -> Result<(), TestCaseError> {
         let before = self.hold.validity();
+        self.gone |= before.lost || before.until <= self.now;
         // The trust a confirmed lease request delivered now buys: from its send, capped by
         // every request whose outcome stayed unknown.
         let bought = match event {
@@ -245,7 +248,10 @@ impl Sim {
                     );
                 }
                 Effect::Lost { why } => {
-                    if why.contains("late") || why.contains("no renewal confirmed") {
+                    if why.contains("late")
+                        || why.contains("no renewal confirmed")
+                        || why.contains("trust ran out")
+                    {
                         prop_assert!(
                             self.now >= trusted,
                             "lost for time ({why}) at {:?} before its trust ran out at {:?}",
@@ -260,14 +266,21 @@ impl Sim {
     }
 
     /// The honesty oracle.
-    fn check(&self) -> Result<(), TestCaseError> {
+    fn check(&mut self) -> Result<(), TestCaseError> {
         if self.detached {
             return Ok(());
         }
         let v: Validity = self.hold.validity();
         if v.lost || v.until <= self.now {
+            self.gone = true;
             return Ok(());
         }
+        prop_assert!(
+            !self.gone,
+            "trusted again (until {:?}, now {:?}) after its trust ran out",
+            v.until,
+            self.now
+        );
         match self.until {
             Some(server) => prop_assert!(
                 server >= v.until,
@@ -453,6 +466,7 @@ fn run(case: &Case, bugs: Planted) -> Result<(), TestCaseError> {
         guard_release: None,
         unordered: bugs.unordered_renewals,
         unknown_min: None,
+        gone: false,
     };
     sim.check()?;
     for op in &case.ops {
@@ -501,7 +515,10 @@ fn hold_machine_stays_honest() {
 /// Whether a counterexample shows a guard trusting past the server's hold (or a released hold
 /// that does not end, which is how a downgrade that ignores its loss shows).
 fn dishonest(why: &str) -> bool {
-    why.contains("server holds") || why.contains("holds nothing") || why.contains("not done")
+    why.contains("server holds")
+        || why.contains("holds nothing")
+        || why.contains("not done")
+        || why.contains("trusted again")
 }
 
 /// The checker finds `bugs` within `budget` cases.
@@ -689,4 +706,88 @@ fn transitions_table() {
     assert!(!hold.is_done(), "its release is in flight");
     hold.on(Event::Released { held: Some(false) }, t0 + ms(2_100));
     assert!(hold.is_done());
+}
+
+/// A guard whose trust ran out is lost for good: an extend confirmed after that (its reply
+/// late, or sent by a guard without automatic renewal past its lease) answers `false` and
+/// revives nothing; an extend asked after that is refused without a send.
+#[test]
+fn a_reply_after_the_trust_ran_out_revives_nothing() {
+    let t0 = Instant::now();
+    let lease = ms(1_000);
+    let start = |auto_renew| {
+        let plan = Plan {
+            auto_renew,
+            renew_every: None,
+            max_hold: None,
+        };
+        HoldState::new(
+            Start::Granted { sent_at: t0 },
+            lease,
+            lease,
+            plan,
+            t0,
+            Planted::default(),
+        )
+    };
+    let trusted = t0 + lease - (lease / 100 + ms(2));
+    // An extend to 10 s sent at once, answered 1.5 s later: the renewal waits behind it, the
+    // trust runs out at `trusted`, and the late confirmation finds the guard lost.
+    let mut hold = start(true);
+    let fx = hold.on(
+        Event::Extend {
+            caller: 1,
+            lease: ms(10_000),
+        },
+        t0,
+    );
+    let n = match fx.as_slice() {
+        [Effect::Send { n, .. }] => *n,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(hold.next_wake(), Some(trusted), "woken when the trust ends");
+    let fx = hold.on(Event::Tick, trusted);
+    assert!(
+        fx.iter().any(|e| matches!(e, Effect::Lost { .. })),
+        "{fx:?}"
+    );
+    let fx = hold.on(
+        Event::Reply {
+            n,
+            outcome: Outcome::Confirmed { fence: None },
+        },
+        t0 + ms(1_500),
+    );
+    assert_eq!(
+        fx,
+        vec![Effect::Answer {
+            caller: 1,
+            answer: Answer::Extended(false)
+        }]
+    );
+    assert!(hold.validity().lost && hold.validity().until <= trusted);
+    // Without automatic renewal: nothing is sent for the guard past its trust; the tick at
+    // its end marks it lost, and an extend after that is answered `false` unsent.
+    let mut hold = start(false);
+    assert_eq!(hold.next_wake(), Some(trusted));
+    let fx = hold.on(Event::Tick, trusted);
+    assert!(
+        fx.iter().any(|e| matches!(e, Effect::Lost { .. })),
+        "{fx:?}"
+    );
+    let fx = hold.on(
+        Event::Extend {
+            caller: 2,
+            lease: ms(10_000),
+        },
+        t0 + ms(1_100),
+    );
+    assert_eq!(
+        fx,
+        vec![Effect::Answer {
+            caller: 2,
+            answer: Answer::Extended(false)
+        }]
+    );
+    assert!(!hold.is_trusted(t0 + ms(1_100)));
 }

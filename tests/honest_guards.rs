@@ -298,9 +298,11 @@ async fn extend_racing_a_renewal_trusts_no_longer_than_the_server_deadline() {
         .expect("the extend is logged")
         .answered_at;
 
-    // A background renewal (every second) with the old lease, sent after the extend was
-    // applied, goes through; every later renewal stalls.
-    let renewed_after = timeout(secs(3), async {
+    // A background renewal (due a second in) with the old lease, if one were sent after the
+    // extend was applied, would go through; every later renewal stalls. (The engine sends
+    // none while the extend is in flight; the wait ends well inside the 3 s trust, so the
+    // extend's reply still comes in time to be trusted.)
+    let renewed_after = timeout(ms(1_500), async {
         loop {
             let after = g_store
                 .calls(Op::Extend)
@@ -420,4 +422,121 @@ async fn a_renewal_due_with_extend_keeps_the_extended_lease() {
     );
     assert!(g.is_held());
     assert!(g.release().await.expect("release"));
+}
+
+// A guard whose trust ran out is lost for good (GUARANTEES, "A lost guard promises nothing"):
+// no reply that comes later, and no extend asked later, revives it.
+
+/// Mutex, lease 1 s with auto-renewal; at once `extend(10 s)`, whose reply comes 1.5 s late
+/// (the server applied it at once). The renewal waits behind the extend, so the guard's 1 s
+/// trust runs out: `is_held()` false, `lost()` resolves. Then the extend is confirmed and
+/// the same guard says `is_held()` again, `valid_until()` ~10 s ahead: it must not.
+#[tokio::test]
+async fn a_slow_extend_does_not_revive_a_lost_guard() {
+    let server = RedisServer::start();
+    let name = "lost-for-good-slow-extend-after-trust-ran-out";
+    let (f, client) = faulty_client(&server.url()).await;
+    f.add(
+        Rule::on(Op::Extend)
+            .when(|call| call.lease == Some(secs(10)))
+            .times(1)
+            .delay_reply(ms(1_500)),
+    );
+    let mut guard = client
+        .mutex(name)
+        .lease(ms(1_000))
+        .lock()
+        .await
+        .expect("lock");
+    let granted = Instant::now();
+    let extended = guard.extend(secs(10)).await;
+    // `extend` took ~1.5 s; the guard's 1 s trust had run out meanwhile.
+    assert!(granted.elapsed() >= ms(1_400), "the reply was delayed");
+    assert!(
+        !extended.expect("extend"),
+        "the late extend answers false: for the guard the lease was already gone"
+    );
+    // The promise: a guard that went `!is_held()` (its trust ran out at ~1 s) stays lost.
+    let ran_out_at = granted + ms(1_000);
+    assert!(
+        !guard.is_held() && guard.valid_until() <= ran_out_at,
+        "the guard's trust ran out at ~1 s (so is_held() was false from then on), yet after \
+         the late extend it says is_held() = {} with valid_until {:?} after the instant it ran \
+         out",
+        guard.is_held(),
+        guard.valid_until().saturating_duration_since(ran_out_at)
+    );
+}
+
+/// The same, observed from `lost()` itself on a second task: `lost()` resolves while the
+/// extend is on its way; afterwards the guard must not be `is_held()` again.
+#[tokio::test]
+async fn once_lost_resolves_the_guard_is_never_held_again() {
+    let server = RedisServer::start();
+    let name = "lost-for-good-lost-then-held-again";
+    let (f, client) = faulty_client(&server.url()).await;
+    f.add(
+        Rule::on(Op::Extend)
+            .when(|call| call.lease == Some(secs(10)))
+            .times(1)
+            .delay_reply(ms(1_500)),
+    );
+    let guard = client
+        .mutex(name)
+        .lease(ms(1_000))
+        .lock()
+        .await
+        .expect("lock");
+    let guard = Arc::new(tokio::sync::Mutex::new(guard));
+    let id = guard.lock().await.hold_id();
+    // The extend goes by id through the guard (the same owner path as `guard.extend`), so
+    // the test can keep reading the guard meanwhile.
+    let extending = {
+        let (client, id) = (client.clone(), id.clone());
+        tokio::spawn(async move { client.extend_hold(&id, secs(10)).await })
+    };
+    let g = guard.lock().await;
+    timeout(secs(3), g.lost())
+        .await
+        .expect("lost() resolves once the 1 s trust runs out");
+    assert!(!g.is_held(), "lost() resolved: the guard is not held");
+    let lost_at = Instant::now();
+    let answer = extending.await.expect("join").expect("extend_hold");
+    sleep(ms(50)).await;
+    assert!(
+        !g.is_held(),
+        "lost() resolved and is_held() was false; then the extend (answer {answer}) was \
+         confirmed and the guard says is_held() again, trusted {:?} past the instant it was lost",
+        g.valid_until().saturating_duration_since(lost_at)
+    );
+}
+
+/// Without auto-renewal: the guard says `!is_held()` and `lost()` resolves by the clock, and `extend()`, which could land inside the
+/// server's lease (it ends up to the drift later), must not revive the guard.
+#[tokio::test]
+async fn an_extend_after_the_trust_ran_out_revives_nothing() {
+    let server = RedisServer::start();
+    let name = "lost-for-good-extend-after-trust-ran-out-no-auto-renew";
+    let client = LockClient::connect(&server.url()).await.expect("client");
+    let mut guard = client
+        .mutex(name)
+        .lease(ms(1_000))
+        .auto_renew(false)
+        .lock()
+        .await
+        .expect("lock");
+    // lease 1 s: trusted until send + 988 ms; the server's deadline is arrival + 1000 ms.
+    timeout(secs(2), guard.lost())
+        .await
+        .expect("lost() resolves");
+    assert!(!guard.is_held());
+    let lost_at = Instant::now();
+    let renewed = guard.extend(secs(10)).await.expect("extend");
+    assert!(!renewed, "an extend after the trust ran out answers false");
+    assert!(
+        !guard.is_held(),
+        "lost() had resolved and is_held() was false; extend() answered {renewed} and the \
+         guard is held again, trusted {:?} past the instant it was lost",
+        guard.valid_until().saturating_duration_since(lost_at)
+    );
 }

@@ -408,15 +408,15 @@ impl HoldState {
             }
             _ => None,
         };
-        // Once lost, the renewal's wait is over: its reply changes nothing.
+        // Once lost, the renewal's wait is over: its reply changes nothing. Until then the
+        // trust's end is a wake too: a guard whose trust ran out is lost for good.
         let give_up = match self.validity.lost {
             true => None,
             false => self.in_flight.iter().filter_map(|r| r.give_up_at).min(),
         };
-        match (due, give_up) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let ends =
+            (self.phase == Phase::Live && !self.validity.lost).then_some(self.validity.until);
+        [due, give_up, ends].into_iter().flatten().min()
     }
 
     /// The transition: applies `event` at `now`, returns what the owner must do.
@@ -539,6 +539,7 @@ impl HoldState {
         if gave_up && !self.validity.lost {
             self.mark_lost("no renewal confirmed before the lease ran out", now, fx);
         }
+        self.ran_out(now, fx);
         let Renew::Due { due, .. } = self.renew else {
             return;
         };
@@ -559,6 +560,13 @@ impl HoldState {
             return;
         }
         self.send_renewal(now, fx);
+    }
+
+    /// A live guard whose trust ran out at `now` is lost for good: no later reply revives it.
+    fn ran_out(&mut self, now: Instant, fx: &mut Vec<Effect>) {
+        if self.phase == Phase::Live && !self.validity.lost && now >= self.validity.until {
+            self.mark_lost("the lease's trust ran out", now, fx);
+        }
     }
 
     fn send_renewal(&mut self, now: Instant, fx: &mut Vec<Effect>) {
@@ -616,6 +624,7 @@ impl HoldState {
             Kind::Extend(c) | Kind::Downgrade(c) => c,
             Kind::Renewal => return,
         };
+        self.ran_out(now, fx);
         if self.phase != Phase::Live || self.validity.lost {
             let answer = match kind {
                 Kind::Downgrade(_) => Answer::DowngradeLost,
@@ -760,6 +769,9 @@ impl HoldState {
             // Confirmed after the trust it was sent under ended: the guard already lost it.
             self.mark_lost("no renewal confirmed before the lease ran out", now, fx);
         }
+        // Any reply (an extend's, a downgrade's) that comes after the trust ran out finds the
+        // guard lost: it is not revived, and its caller learns the lease was gone.
+        self.ran_out(now, fx);
         if let Kind::Downgrade(_) = req.kind {
             if self.bugs.downgrade_ignores_loss {
                 self.validity.lost = false;
@@ -767,9 +779,16 @@ impl HoldState {
             }
         }
         if self.validity.lost {
-            // The server renewed it, but the guard trusts nothing any more (released,
-            // detached, lost meanwhile); a downgrade reports the loss.
-            self.answer(req.kind, Answer::Extended(true), Answer::DowngradeLost, fx);
+            // The server renewed it, but the guard trusts nothing any more: released or
+            // detached meanwhile (the extend did renew), or lost (for the guard the lease was
+            // already gone); a downgrade reports the loss.
+            let renewed = self.phase != Phase::Live;
+            self.answer(
+                req.kind,
+                Answer::Extended(renewed),
+                Answer::DowngradeLost,
+                fx,
+            );
             return;
         }
         let trusted = self.unknown_min.map_or(req.lease, |m| m.min(req.lease));
