@@ -10,11 +10,11 @@ use support::Granted;
 use std::sync::Arc;
 
 use redis_locks::LockClient;
-use tokio::time::{sleep, timeout};
+use tokio::time::{sleep, timeout, Instant};
 
 use support::backend::{eventually, Backend};
 use support::faulty::{Gate, Op, Rule};
-use support::time::ms;
+use support::time::{ms, secs};
 
 fn named(name: &'static str) -> impl Fn(&support::faulty::Call) -> bool + Send + Sync {
     move |c| c.name == name
@@ -529,3 +529,55 @@ async fn second_release_all_overtakes_first(b: Backend) {
     }
 }
 both_backends!(second_release_all_overtakes_first);
+
+/// A guard's own `release()` runs on a current-thread runtime that then goes idle (kept, not
+/// driven, not dropped) after its request was applied and before its reply was read. Then
+/// `release_all()` is called elsewhere: its own release finds nothing (`Ok(false)`), and the
+/// parked release's answer never comes while that runtime is idle. Promise: every caller is
+/// answered within a bound (`release_all` waits for a guard's release at most one step's
+/// bound). `release_all_does_not_wait_for_a_release_parked_in_an_idle_runtime` covers the
+/// release of a dropped guard.
+async fn release_all_does_not_wait_for_a_guard_release_parked_on_an_idle_runtime(b: Backend) {
+    let name = "release-all-beside-a-parked-guard-release";
+    let (f, client) = faulty_client(&b).await;
+    let guard = client
+        .mutex(name)
+        .lease(secs(10))
+        .lock()
+        .await
+        .expect("lock");
+    f.add(Rule::on(Op::Release).times(1).delay_reply(ms(100)));
+    let idle = {
+        let f = f.clone();
+        tokio::task::spawn_blocking(move || {
+            let rt = support::time::current_thread();
+            rt.block_on(async move {
+                tokio::spawn(guard.release());
+                let give_up = Instant::now() + secs(5);
+                while f.count(Op::Release) < 1 {
+                    assert!(
+                        Instant::now() < give_up,
+                        "the guard's release never applied"
+                    );
+                    sleep(ms(5)).await;
+                }
+            });
+            rt // kept, idle: the guard's release waits there for its delayed reply
+        })
+        .await
+        .expect("release on another runtime")
+    };
+    let started = Instant::now();
+    let outcome = timeout(secs(10), client.release_all()).await;
+    let took = started.elapsed();
+    tokio::task::spawn_blocking(move || drop(idle))
+        .await
+        .expect("drop runtime");
+    assert!(
+        outcome.is_ok(),
+        "release_all() did not return within {took:?}: it waits for a guard's release() \
+         parked on an idle runtime"
+    );
+}
+
+both_backends!(release_all_does_not_wait_for_a_guard_release_parked_on_an_idle_runtime);

@@ -156,8 +156,9 @@ impl<K: Kind> Guard<K> {
     }
 
     /// Releases the lock. `Ok(true)` if this guard still held it; `Ok(false)` if it no longer
-    /// did (the lease lapsed or was taken over); `Err` if Redis could not be asked (the lease
-    /// then lapses on its own).
+    /// did (the lease lapsed or was taken over, or another release of this client, such as a
+    /// `release_all` or a `release_hold` sent while this one was on its way, ended it first);
+    /// `Err` if Redis could not be asked (the lease then lapses on its own).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

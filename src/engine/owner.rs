@@ -178,6 +178,10 @@ struct Member {
 struct ReleaseAll {
     members: Vec<Member>,
     reply: oneshot::Sender<Result<usize>>,
+    /// Past this it answers with what it knows: its own releases are answered by then (each
+    /// within one step's bound), and it waits no longer for a guard's own release (whose
+    /// caller may sit on a runtime that is no longer driven).
+    deadline: Instant,
 }
 
 /// The owner task's state.
@@ -226,7 +230,13 @@ impl Owner {
         loop {
             // Timers first on every turn, so a steady stream of replies never starves them.
             self.tick(Instant::now());
-            let next = self.timers.first().map(|(at, _)| *at);
+            let next = self
+                .timers
+                .first()
+                .map(|(at, _)| *at)
+                .into_iter()
+                .chain(self.jobs.iter().map(|j| j.deadline))
+                .min();
             tokio::select! {
                 biased;
                 Some(done) = self.io.join_next(), if !self.io.is_empty() => self.io_done(done),
@@ -547,6 +557,7 @@ impl Owner {
             }
             self.apply(id, Event::Tick, now);
         }
+        self.expire_jobs(now);
     }
 
     fn io_done(&mut self, done: std::result::Result<(Io, Reply), tokio::task::JoinError>) {

@@ -45,25 +45,33 @@ impl Owner {
                 }
             }
             if job.members.iter().all(|m| m.settled.is_some()) {
-                let job = self.jobs.swap_remove(i);
-                let mut released = 0;
-                let mut first_error = None;
-                for m in job.members {
-                    match m.answer {
-                        Some(Err(err)) => {
-                            first_error.get_or_insert(err);
-                        }
-                        _ if m.settled == Some(true) => released += 1,
-                        _ => {}
-                    }
-                }
-                let _ = job.reply.send(match first_error {
-                    Some(err) => Err(err),
-                    None => Ok(released),
-                });
+                finish(self.jobs.swap_remove(i));
             } else {
                 i += 1;
             }
+        }
+    }
+
+    /// Answers every `release_all` past its deadline with what it knows: a counted member
+    /// counts if its own release, or another of this client's that was answered, found the
+    /// hold live; one not answered counts nothing.
+    pub(super) fn expire_jobs(&mut self, now: Instant) {
+        let mut i = 0;
+        while i < self.jobs.len() {
+            if self.jobs[i].deadline > now {
+                i += 1;
+                continue;
+            }
+            let mut job = self.jobs.swap_remove(i);
+            for m in job.members.iter_mut().filter(|m| m.settled.is_none()) {
+                let ended_live = self.holds.get(&m.id).is_some_and(|e| e.state.ended_live());
+                m.settled = Some(match m.answer {
+                    Some(Ok(true)) => m.counted,
+                    Some(Ok(false)) => m.counted && ended_live,
+                    _ => false,
+                });
+            }
+            finish(job);
         }
     }
 
@@ -235,6 +243,30 @@ impl Owner {
             let _ = reply.send(Ok(0));
             return;
         }
-        self.jobs.push(ReleaseAll { members, reply });
+        let deadline = now + self.step_bound + Duration::from_millis(50);
+        self.jobs.push(ReleaseAll {
+            members,
+            reply,
+            deadline,
+        });
     }
+}
+
+/// Answers a settled `release_all`: how many holds it counted, or its first error.
+fn finish(job: ReleaseAll) {
+    let mut released = 0;
+    let mut first_error = None;
+    for m in job.members {
+        match m.answer {
+            Some(Err(err)) => {
+                first_error.get_or_insert(err);
+            }
+            _ if m.settled == Some(true) => released += 1,
+            _ => {}
+        }
+    }
+    let _ = job.reply.send(match first_error {
+        Some(err) => Err(err),
+        None => Ok(released),
+    });
 }
