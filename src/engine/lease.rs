@@ -50,6 +50,10 @@ pub(crate) struct Holds {
     response_timeout: Duration,
     /// The engine's thread ([`Placement::Thread`]).
     engine_thread: Option<std::thread::JoinHandle<()>>,
+    /// The engine thread's runtime: every request on `engine_store` runs there, so its
+    /// connection (and every reconnection) lives on that runtime, never on a caller's that
+    /// may block (the last handle's drop waits for the engine) or end.
+    engine_rt: Option<tokio::runtime::Handle>,
 }
 
 impl std::fmt::Debug for Holds {
@@ -70,8 +74,10 @@ impl Holds {
         let engine_store = store.for_engine().unwrap_or_else(|| store.clone());
         let owner = Owner::new(engine_store.clone(), response_timeout);
         let mut engine_thread = None;
+        let mut engine_rt = None;
         let run_here = match placement {
             Placement::Thread => {
+                let (rt_tx, rt_rx) = std::sync::mpsc::sync_channel(1);
                 let spawned = std::thread::Builder::new()
                     .name("redis-locks-engine".into())
                     .spawn(move || {
@@ -79,13 +85,17 @@ impl Holds {
                             .enable_all()
                             .build();
                         match runtime {
-                            Ok(runtime) => runtime.block_on(owner.run(rx)),
+                            Ok(runtime) => {
+                                let _ = rt_tx.send(runtime.handle().clone());
+                                runtime.block_on(owner.run(rx))
+                            }
                             Err(err) => tracing::error!(%err, "the lock engine could not start"),
                         }
                     });
                 match spawned {
                     Ok(thread) => {
                         engine_thread = Some(thread);
+                        engine_rt = rt_rx.recv().ok();
                         None
                     }
                     Err(err) => {
@@ -113,6 +123,22 @@ impl Holds {
             engine_store,
             response_timeout,
             engine_thread,
+            engine_rt,
+        }
+    }
+
+    /// Runs `steps` (requests on `engine_store`) on the engine's runtime when it has one of
+    /// its own, else here.
+    async fn on_engine<T: Send + 'static>(
+        &self,
+        steps: impl std::future::Future<Output = Result<T>> + Send + 'static,
+    ) -> Result<T> {
+        match &self.engine_rt {
+            Some(rt) => rt
+                .spawn(steps)
+                .await
+                .unwrap_or_else(|_| Err(engine_gone("resume"))),
+            None => steps.await,
         }
     }
 
@@ -526,26 +552,34 @@ impl Hold {
     ) -> Result<Option<Hold>> {
         let store = holds.engine_store.clone();
         let mut reservation = holds.reserve(owner::key(&lock, &claim)).await?;
-        // The fence first: an altered id is refused before anything is renewed.
-        let inspected = match check_fence(&*store, &lock, &claim, fence).await? {
-            FenceCheck::Gone => return Ok(None),
-            FenceCheck::Matches { inspected } => inspected,
-        };
-        let (renewed, sent_at) = renew_for_resume(&*store, &lock, &claim).await;
-        if !renewed? {
-            return Ok(None);
-        }
-        if let Some((replicas, timeout)) = opts.wait_replicas {
-            // As after a grant: the guard counts only once the replicas have the renewal.
-            // If they do not, the hold is left as it was (renewed), with no guard.
-            let acked = store.wait_replicas(&lock, replicas, timeout).await?;
-            if acked < replicas {
-                return Err(Error::ReplicasNotReached {
-                    acked,
-                    required: replicas,
-                });
+        let (wait_replicas, lock2, claim2) = (opts.wait_replicas, lock.clone(), claim.clone());
+        let steps = async move {
+            let (lock, claim) = (lock2, claim2);
+            // The fence first: an altered id is refused before anything is renewed.
+            let inspected = match check_fence(&*store, &lock, &claim, fence).await? {
+                FenceCheck::Gone => return Ok(None),
+                FenceCheck::Matches { inspected } => inspected,
+            };
+            let (renewed, sent_at) = renew_for_resume(&*store, &lock, &claim).await;
+            if !renewed? {
+                return Ok(None);
             }
-        }
+            if let Some((replicas, timeout)) = wait_replicas {
+                // As after a grant: the guard counts only once the replicas have the
+                // renewal. If they do not, the hold is left as it was (renewed), no guard.
+                let acked = store.wait_replicas(&lock, replicas, timeout).await?;
+                if acked < replicas {
+                    return Err(Error::ReplicasNotReached {
+                        acked,
+                        required: replicas,
+                    });
+                }
+            }
+            Ok(Some((inspected, sent_at)))
+        };
+        let Some((inspected, sent_at)) = holds.on_engine(steps).await? else {
+            return Ok(None);
+        };
         let mut trusted_from = if planted(Bug::ResumeTrustsReply) {
             Instant::now()
         } else {
