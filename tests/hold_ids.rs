@@ -2020,3 +2020,91 @@ async fn resume_racing_an_extend_by_id_in_one_client(b: Backend) {
 }
 
 both_backends!(resume_racing_an_extend_by_id_in_one_client);
+
+/// GUARANTEES, "A hand-over to another client is safe only once the detaching client is
+/// quiet": A (lease 1 s) detaches while its automatic renewal is on its way (held before the
+/// server, as a slow network would); B resumes with a lease no longer than A's, as the
+/// guarantee advises; A's renewal then lands and sets the server's lease to 1 s from its
+/// arrival, which is after B's send: B's guard stays honest, and nobody else is granted the
+/// mutex while B says it holds it. (With a longer lease for B, A's late renewal ends the
+/// server's hold first: the known limit that guarantee names.)
+#[tokio::test]
+async fn a_late_renewal_of_the_detaching_client_cannot_cut_a_shorter_resume() {
+    let b = Backend::redis();
+    let name = "handover-late-renewal-of-the-detaching-client";
+    let (fa, a) = support::faulty::faulty_client(&b).await;
+    let resumer = b.client().await;
+    let contender = b.client().await;
+    let direct = b.client().await;
+    let gate = Gate::new();
+    fa.add(
+        Rule::on(Op::Extend)
+            .when(|call| call.lease == Some(ms(1_000)))
+            .times(1)
+            .hold_request(gate.clone()),
+    );
+    let guard = a
+        .mutex(name)
+        .lease(ms(1_000))
+        .lock()
+        .await
+        .expect("A locks");
+    tokio::time::timeout(secs(5), gate.wait_entered(1))
+        .await
+        .expect("A's renewal reached the gate");
+    let id = guard.detach();
+    let resumed = resumer
+        .mutex(name)
+        .lease(ms(1_000))
+        .resume(&id)
+        .await
+        .expect("B resumes");
+    assert!(resumed.is_held());
+    gate.open();
+    let end = Instant::now() + ms(1_500);
+    while Instant::now() < end {
+        let trusted = resumed.valid_until();
+        let info = direct.mutex(name).inspect().await.expect("inspect");
+        assert_honest("B's resumed guard", trusted, &info, Instant::now());
+        let other = contender.mutex(name).try_lock().await;
+        assert!(
+            !(other.is_ok() && resumed.is_held()),
+            "a second holder beside B's resumed guard"
+        );
+        tokio::time::sleep(ms(50)).await;
+    }
+    assert!(resumed.is_held(), "B's guard is renewed throughout");
+}
+
+/// A client whose first request on its engine's connection is a resume: that connection
+/// still lives on the engine's runtime, so dropping the guard and then the client (as `main`
+/// returning does) sends the release at once, and the lock is free for the next client
+/// without waiting for its 30 s lease.
+#[tokio::test]
+async fn a_resumed_hold_is_released_when_its_client_is_dropped() {
+    let b = Backend::redis();
+    let name = "resumed-hold-released-at-client-drop";
+    let first = b.client().await;
+    let id = first
+        .mutex(name)
+        .lease(secs(30))
+        .lock()
+        .await
+        .expect("lock")
+        .detach();
+    drop(first);
+    let resumer = b.client().await;
+    let guard = resumer
+        .mutex(name)
+        .lease(secs(30))
+        .resume(&id)
+        .await
+        .expect("resume");
+    drop(guard);
+    drop(resumer);
+    let next = b.client().await;
+    assert!(
+        next.mutex(name).try_lock().await.is_ok(),
+        "the resumed hold was released when its client was dropped"
+    );
+}
