@@ -378,16 +378,16 @@ async fn the_registry_purge_never_drops_a_live_entry(b: Backend) {
         } else {
             live.push(g);
         }
-        if i % 7 == 0 {
-            if let Some(id) = detached.pop() {
-                live.push(
-                    c.mutex(id.name())
-                        .lease(secs(30))
-                        .resume(&id)
-                        .await
-                        .expect("resume"),
-                );
-            }
+        if i % 7 == 0
+            && let Some(id) = detached.pop()
+        {
+            live.push(
+                c.mutex(id.name())
+                    .lease(secs(30))
+                    .resume(&id)
+                    .await
+                    .expect("resume"),
+            );
         }
     }
     for g in &live {

@@ -433,15 +433,14 @@ impl World {
                     until - server_until
                 ));
             }
-            if let Some(value) = value {
-                if e.value_known.load(Ordering::Relaxed)
-                    && pair(&leader) != Some((value.clone(), term))
-                {
-                    self.violation(format!(
+            if let Some(value) = value
+                && e.value_known.load(Ordering::Relaxed)
+                && pair(&leader) != Some((value.clone(), term))
+            {
+                self.violation(format!(
                         "ValueMismatch: {} leads with {value:?} (term {term}), the store's leader() is {leader:?}",
                         e.client
                     ));
-                }
             }
         }
         if held.len() > 1 {
@@ -552,14 +551,15 @@ impl Link {
                 done = ready(store.proclaim(lock, &as_holder, value, Some(now)))?;
             }
         }
-        if done && value.is_some() {
-            if let Some(info) = ready(store.leader(lock, Some(now)))? {
-                world
-                    .proclaimed
-                    .lock()
-                    .unwrap()
-                    .insert((info.value, info.term));
-            }
+        if done
+            && value.is_some()
+            && let Some(info) = ready(store.leader(lock, Some(now)))?
+        {
+            world
+                .proclaimed
+                .lock()
+                .unwrap()
+                .insert((info.value, info.term));
         }
         Ok(done)
     }

@@ -335,10 +335,10 @@ async fn many_holds_slow_renewals(
     let mut first_loss: Option<(usize, Duration)> = None;
     while t0.elapsed() < run {
         sleep(ms(10)).await;
-        if first_loss.is_none() {
-            if let Some(i) = guards.iter().position(|g| !g.is_held()) {
-                first_loss = Some((i, t0.elapsed()));
-            }
+        if first_loss.is_none()
+            && let Some(i) = guards.iter().position(|g| !g.is_held())
+        {
+            first_loss = Some((i, t0.elapsed()));
         }
     }
     let lost = guards.iter().filter(|g| !g.is_held()).count();

@@ -424,10 +424,10 @@ async fn same_state(
         let r: Result<Snapshot> = redis.inspect(lock, family, Some(now)).await;
         let g: Result<Snapshot> = general.inspect(lock, family, Some(now)).await;
         let m: Result<Snapshot> = model.inspect(lock, family, Some(now)).await;
-        if let Ok(snapshot) = &r {
-            if !snapshot.holders.is_empty() {
-                holding.push(family);
-            }
+        if let Ok(snapshot) = &r
+            && !snapshot.holders.is_empty()
+        {
+            holding.push(family);
         }
         same(
             step,

@@ -407,10 +407,10 @@ async fn run_client(client: LockClient, spec: ClientSpec, world: Arc<World>) {
                 };
                 if drop_it {
                     drop(guard);
-                } else if let Err(e) = guard.release().await {
-                    if !e.is_connection() {
-                        world.violation(format!("UnexpectedError: release: {e}"));
-                    }
+                } else if let Err(e) = guard.release().await
+                    && !e.is_connection()
+                {
+                    world.violation(format!("UnexpectedError: release: {e}"));
                 }
             }
             Op::Mutex { name, hold_ms } => match client.mutex(NAMES[name]).lock().await {

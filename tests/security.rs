@@ -500,13 +500,24 @@ async fn a_missing_permission_is_a_clear_error() {
     assert!(std::error::Error::source(&err).is_none(), "{err:?}");
 }
 
+/// Set in the child process of [`a_lock_over_tls`]: the `rediss://` URL to lock through.
+#[cfg(feature = "tls")]
+const TLS_CHILD_URL: &str = "REDIS_LOCKS_TLS_CHILD_URL";
+
 /// TLS: a CA and a server certificate for 127.0.0.1 are generated with the `openssl` CLI,
 /// redis-server listens on TLS only, and the library connects with `rediss://`, trusting the
 /// CA through `SSL_CERT_FILE` (the redis crate's rustls backend loads the platform roots,
-/// which honour that variable). A redis-server without TLS support fails this test loudly.
+/// which honour that variable). The client runs in a child process of this test binary
+/// started with that variable: setting it in this process would race every thread that
+/// reads the environment. A redis-server without TLS support fails this test loudly.
 #[cfg(feature = "tls")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_lock_over_tls() {
+    if let Ok(url) = std::env::var(TLS_CHILD_URL) {
+        let fence = lock_over_tls(&url).await;
+        println!("tls-fence={fence}");
+        return;
+    }
     let dir = std::env::temp_dir().join(format!("redis-locks-tls-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("tls dir");
     let path = |f: &str| dir.join(f).to_str().expect("utf-8 path").to_owned();
@@ -612,9 +623,39 @@ async fn a_lock_over_tls() {
             String::from_utf8_lossy(&version.stdout).trim()
         )
     });
-    std::env::set_var("SSL_CERT_FILE", &ca_crt);
     let url = format!("rediss://127.0.0.1:{tls_port}/");
-    let c = LockClient::connect(&url)
+    let exe = std::env::current_exe().expect("this test binary");
+    let child = std::process::Command::new(exe)
+        .args([
+            "--exact",
+            "a_lock_over_tls",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(TLS_CHILD_URL, &url)
+        .env("SSL_CERT_FILE", &ca_crt)
+        .output()
+        .expect("run the TLS client");
+    let out = String::from_utf8_lossy(&child.stdout);
+    assert!(
+        child.status.success(),
+        "the TLS client failed: {out}{}",
+        String::from_utf8_lossy(&child.stderr)
+    );
+    let fence = out
+        .lines()
+        .find_map(|l| l.split_once("tls-fence=").map(|(_, fence)| fence.trim()))
+        .unwrap_or_else(|| panic!("the TLS client ran no lock: {out}"));
+    // The state really is on the TLS server.
+    assert_eq!(server.cli(&["GET", "rl:{tls}:fence"]), fence);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The client side of [`a_lock_over_tls`]: a lock, a refused second try, a release over
+/// TLS; the fence granted.
+#[cfg(feature = "tls")]
+async fn lock_over_tls(url: &str) -> u64 {
+    let c = LockClient::connect(url)
         .await
         .unwrap_or_else(|e| panic!("connect over TLS to {url}: {e}"));
     let g = c.mutex("tls").lock().await.expect("lock over TLS");
@@ -627,9 +668,7 @@ async fn a_lock_over_tls() {
         .is_would_block());
     let fence = g.fencing_token();
     assert!(g.release().await.expect("release over TLS"));
-    // The state really is on the TLS server.
-    assert_eq!(server.cli(&["GET", "rl:{tls}:fence"]), fence.to_string());
-    let _ = std::fs::remove_dir_all(&dir);
+    fence
 }
 
 /// A user whose ACL grants no channels (`resetchannels` without `&rl:*`): connecting warns

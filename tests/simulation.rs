@@ -1798,11 +1798,11 @@ impl Sim {
         let faulty = now < FAULTS_UNTIL;
         for (channel, message) in messages {
             for named in message.split(' ') {
-                if let Some((token, _)) = named.split_once('=') {
-                    if let Some(info) = w.tokens.get_mut(token) {
-                        info.handed_at = Some(now);
-                        info.refused_after_hand_off = false;
-                    }
+                if let Some((token, _)) = named.split_once('=')
+                    && let Some(info) = w.tokens.get_mut(token)
+                {
+                    info.handed_at = Some(now);
+                    info.refused_after_hand_off = false;
                 }
             }
             for c in 0..w.clients.len() {
@@ -3105,7 +3105,8 @@ fn a_schedule_replays_exactly() {
         Config::default(),
         TestRng::from_seed(RngAlgorithm::ChaCha, &[7; 32]),
     );
-    let strategy = schedule(&Profile::full());
+    let profile = Profile::full();
+    let strategy = schedule(&profile);
     let n = env_u32("SIM_REPLAYS", 100);
     let mut differ = 0;
     for _ in 0..n {

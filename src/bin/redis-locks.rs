@@ -486,11 +486,11 @@ async fn list_one(
             .await
             .map_err(redis_error)?;
         for key in keys {
-            if let Some(rest) = key.strip_prefix(&head) {
-                if let Some(end) = rest.rfind("}:") {
-                    let name = rest[..end].to_owned();
-                    names.entry(name).or_insert_with(|| key.clone());
-                }
+            if let Some(rest) = key.strip_prefix(&head)
+                && let Some(end) = rest.rfind("}:")
+            {
+                let name = rest[..end].to_owned();
+                names.entry(name).or_insert_with(|| key.clone());
             }
         }
         if next == 0 {
@@ -866,10 +866,10 @@ async fn leader(
     };
     if !follow {
         let leader = election.leader().await?;
-        if leader.is_none() {
-            if let Some(code) = not_an_election(ctx, name, json).await? {
-                return Ok(code);
-            }
+        if leader.is_none()
+            && let Some(code) = not_an_election(ctx, name, json).await?
+        {
+            return Ok(code);
         }
         show(&leader);
         return Ok(if leader.is_some() {

@@ -633,12 +633,12 @@ impl HoldState {
             fx.push(Effect::Answer { caller, answer });
             return;
         }
-        if self.bugs.unordered_renewals {
-            if let Some(lease) = lease {
-                // The planted bug: sent at once beside whatever is in flight.
-                self.send_unordered(caller, lease, now, fx);
-                return;
-            }
+        if self.bugs.unordered_renewals
+            && let Some(lease) = lease
+        {
+            // The planted bug: sent at once beside whatever is in flight.
+            self.send_unordered(caller, lease, now, fx);
+            return;
         }
         self.queue.push_back(kind);
         if let Some(lease) = lease {
@@ -772,11 +772,11 @@ impl HoldState {
         // Any reply (an extend's, a downgrade's) that comes after the trust ran out finds the
         // guard lost: it is not revived, and its caller learns the lease was gone.
         self.ran_out(now, fx);
-        if let Kind::Downgrade(_) = req.kind {
-            if self.bugs.downgrade_ignores_loss {
-                self.validity.lost = false;
-                self.phase = Phase::Live;
-            }
+        if let Kind::Downgrade(_) = req.kind
+            && self.bugs.downgrade_ignores_loss
+        {
+            self.validity.lost = false;
+            self.phase = Phase::Live;
         }
         if self.validity.lost {
             // The server renewed it, but the guard trusts nothing any more: released or
@@ -799,10 +799,10 @@ impl HoldState {
             self.validity.until = until;
             self.validity.since = req.sent_at;
         }
-        if let Kind::Extend(_) = req.kind {
-            if self.bugs.unordered_renewals {
-                self.lease = req.lease;
-            }
+        if let Kind::Extend(_) = req.kind
+            && self.bugs.unordered_renewals
+        {
+            self.lease = req.lease;
         }
         match (req.kind, self.renew) {
             (Kind::Renewal, Renew::Due { once: true, .. }) => self.renew = Renew::Off,

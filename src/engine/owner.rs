@@ -529,15 +529,13 @@ impl Owner {
             return;
         };
         let waiting = std::mem::take(&mut entry.after_quiet);
-        if done {
-            if let Some(entry) = self.holds.remove(&id) {
-                if let Some(at) = entry.wake {
-                    self.timers.remove(&(at, id));
-                }
-                let key = key(&entry.lock, &entry.claim);
-                if self.by_key.get(&key) == Some(&id) {
-                    self.by_key.remove(&key);
-                }
+        if done && let Some(entry) = self.holds.remove(&id) {
+            if let Some(at) = entry.wake {
+                self.timers.remove(&(at, id));
+            }
+            let key = key(&entry.lock, &entry.claim);
+            if self.by_key.get(&key) == Some(&id) {
+                self.by_key.remove(&key);
             }
         }
         for cmd in waiting {

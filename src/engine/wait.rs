@@ -189,20 +189,20 @@ pub(crate) async fn pursue<P: Pursuit>(p: &mut P, w: &Waiting<'_>) -> Result<Opt
                 return Err(err);
             }
         }
-        if let (Deadline::At(_, waited), Some(end)) = (w.deadline, hard_end) {
-            if w.deadline.passed() {
-                drop(registration.take());
-                // Redis unreachable at the deadline: say so, not "the lock was busy".
-                if let Some((_, err)) = outage.since {
-                    return Err(err);
-                }
-                p.withdraw_within(end.saturating_duration_since(Instant::now()))
-                    .await;
-                return Err(Error::Timeout {
-                    name: p.name().to_owned(),
-                    waited,
-                });
+        if let (Deadline::At(_, waited), Some(end)) = (w.deadline, hard_end)
+            && w.deadline.passed()
+        {
+            drop(registration.take());
+            // Redis unreachable at the deadline: say so, not "the lock was busy".
+            if let Some((_, err)) = outage.since {
+                return Err(err);
             }
+            p.withdraw_within(end.saturating_duration_since(Instant::now()))
+                .await;
+            return Err(Error::Timeout {
+                name: p.name().to_owned(),
+                waited,
+            });
         }
     }
 }

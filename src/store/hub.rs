@@ -444,10 +444,10 @@ impl WakeHub {
         use redis::PushKind;
         match push.kind {
             PushKind::Message | PushKind::SMessage => {
-                if let [channel, message, ..] = push.data.as_slice() {
-                    if let (Some(c), Some(m)) = (as_text(channel), as_text(message)) {
-                        self.dispatch(&c, &m);
-                    }
+                if let [channel, message, ..] = push.data.as_slice()
+                    && let (Some(c), Some(m)) = (as_text(channel), as_text(message))
+                {
+                    self.dispatch(&c, &m);
                 }
             }
             PushKind::Disconnection => self.wake_all(),

@@ -175,10 +175,10 @@ fn join_failed() -> Error {
 /// (it is the likelier cause), otherwise [`Error::QuorumNotReached`].
 fn no_majority<T>(results: Vec<Result<T>>, granted: usize, required: usize) -> Error {
     for r in results {
-        if let Err(e) = r {
-            if !e.is_connection() {
-                return e;
-            }
+        if let Err(e) = r
+            && !e.is_connection()
+        {
+            return e;
         }
     }
     Error::QuorumNotReached { granted, required }

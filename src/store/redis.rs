@@ -476,17 +476,17 @@ impl RedisStore {
             Publish::Sharded => "SPUBLISH",
         });
         cmd.arg(channel).arg("");
-        if let Err(err) = self.raw::<i64>(&cmd).await {
-            if err.code() == Some("NOPERM") {
-                let reply = err.to_string();
-                tracing::warn!(
-                    %reply,
-                    "this Redis user may not use the lock channels, so waiters are not woken by \
-                     releases and only retry on their interval (`retry_interval`); grant them \
-                     with: ACL SETUSER <user> &{prefix}:* (and +subscribe +unsubscribe +publish, \
-                     or +ssubscribe +sunsubscribe +spublish on Cluster)"
-                );
-            }
+        if let Err(err) = self.raw::<i64>(&cmd).await
+            && err.code() == Some("NOPERM")
+        {
+            let reply = err.to_string();
+            tracing::warn!(
+                %reply,
+                "this Redis user may not use the lock channels, so waiters are not woken by \
+                 releases and only retry on their interval (`retry_interval`); grant them \
+                 with: ACL SETUSER <user> &{prefix}:* (and +subscribe +unsubscribe +publish, \
+                 or +ssubscribe +sunsubscribe +spublish on Cluster)"
+            );
         }
     }
 
@@ -587,14 +587,15 @@ impl RedisStore {
                 continue;
             };
             let found: redis::RedisResult<String> = self.raw(redis::cmd("TYPE").arg(key)).await;
-            if let Ok(found) = found {
-                if found != "none" && found != expected {
-                    return Error::WrongType {
-                        name,
-                        key: Some(key.clone()),
-                        detail: format!("it is a {found}, where redis-locks keeps a {expected}"),
-                    };
-                }
+            if let Ok(found) = found
+                && found != "none"
+                && found != expected
+            {
+                return Error::WrongType {
+                    name,
+                    key: Some(key.clone()),
+                    detail: format!("it is a {found}, where redis-locks keeps a {expected}"),
+                };
             }
         }
         let key = keys.iter().find(|k| detail.contains(k.as_str())).cloned();

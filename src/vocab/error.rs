@@ -610,10 +610,10 @@ impl Error {
     /// This error with `address` as its server's address, if it is a connection error that
     /// names none yet.
     pub(crate) fn at(mut self, at: &str) -> Self {
-        if let Error::Connection { address, .. } = &mut self {
-            if address.is_empty() {
-                *address = at.to_owned();
-            }
+        if let Error::Connection { address, .. } = &mut self
+            && address.is_empty()
+        {
+            *address = at.to_owned();
         }
         self
     }

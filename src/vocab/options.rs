@@ -111,24 +111,24 @@ impl Options {
                 "must be at most a year (zero gives up at the first failed attempt)",
             ));
         }
-        if let Some((n, timeout)) = self.wait_replicas {
-            if n == 0 || timeout.is_zero() || timeout > MAX_LEASE {
-                return Err(Error::invalid(
-                    "wait_replicas",
-                    "needs at least one replica and a timeout above zero",
-                ));
-            }
+        if let Some((n, timeout)) = self.wait_replicas
+            && (n == 0 || timeout.is_zero() || timeout > MAX_LEASE)
+        {
+            return Err(Error::invalid(
+                "wait_replicas",
+                "needs at least one replica and a timeout above zero",
+            ));
         }
         if let Some(bound) = self.max_hold {
             check_duration("max_hold", bound)?;
         }
-        if let Some(every) = self.renew_every {
-            if every.is_zero() || every >= self.lease {
-                return Err(Error::invalid(
+        if let Some(every) = self.renew_every
+            && (every.is_zero() || every >= self.lease)
+        {
+            return Err(Error::invalid(
                     "renew interval",
                     format!("{every:?} must be more than zero and shorter than the lease {:?} (a third of it is a good choice)", self.lease),
                 ));
-            }
         }
         Ok(())
     }

@@ -276,10 +276,10 @@ fn assemble(name: &str, flags: &str, common: Option<&str>, step: &str, variant: 
     loop {
         let before = needed.len();
         for p in &shared {
-            if let Some(f) = p.function {
-                if needed.contains(f) {
-                    needed.extend(identifiers(&p.text));
-                }
+            if let Some(f) = p.function
+                && needed.contains(f)
+            {
+                needed.extend(identifiers(&p.text));
             }
         }
         if needed.len() == before {
@@ -301,10 +301,10 @@ fn assemble(name: &str, flags: &str, common: Option<&str>, step: &str, variant: 
     out.push_str(fast);
     out.push('\n');
     for p in &shared {
-        if let Some(f) = p.function {
-            if needed.contains(f) {
-                out.push_str(&p.text);
-            }
+        if let Some(f) = p.function
+            && needed.contains(f)
+        {
+            out.push_str(&p.text);
         }
     }
     if variant == Variant::Probed {

@@ -354,10 +354,10 @@ impl Faulty {
             if rule.op != call.op || rule.times == Some(0) {
                 continue;
             }
-            if let Some(pred) = &rule.when {
-                if !pred(call) {
-                    continue;
-                }
+            if let Some(pred) = &rule.when
+                && !pred(call)
+            {
+                continue;
             }
             if let Some(n) = rule.times.as_mut() {
                 *n -= 1;

@@ -270,13 +270,13 @@ impl History {
         let mut problems = self.violations();
         let mut last: Option<(u64, String)> = None;
         for g in self.grants().iter().filter(|g| g.kind.is_exclusive()) {
-            if let Some((prev, who)) = &last {
-                if g.fence <= *prev {
-                    problems.push(format!(
-                        "exclusive fence {} of {} (event {}) does not exceed {prev} of {who}",
-                        g.fence, g.task, g.seq
-                    ));
-                }
+            if let Some((prev, who)) = &last
+                && g.fence <= *prev
+            {
+                problems.push(format!(
+                    "exclusive fence {} of {} (event {}) does not exceed {prev} of {who}",
+                    g.fence, g.task, g.seq
+                ));
             }
             last = Some((g.fence, g.task.clone()));
         }

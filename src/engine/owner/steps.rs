@@ -76,18 +76,18 @@ impl Owner {
     }
 
     pub(super) fn reserve(&mut self, key: Key, ticket: u64, reply: oneshot::Sender<Reserved>) {
-        if let Some(&id) = self.by_key.get(&key) {
-            if let Some(entry) = self.holds.get_mut(&id) {
-                if entry.state.phase() != Phase::Detached {
-                    let _ = reply.send(Reserved::InUse);
-                    return;
-                }
-                // A detached hold with something in flight: asked again once it is quiet.
-                entry
-                    .after_quiet
-                    .push(Command::Reserve { key, ticket, reply });
+        if let Some(&id) = self.by_key.get(&key)
+            && let Some(entry) = self.holds.get_mut(&id)
+        {
+            if entry.state.phase() != Phase::Detached {
+                let _ = reply.send(Reserved::InUse);
                 return;
             }
+            // A detached hold with something in flight: asked again once it is quiet.
+            entry
+                .after_quiet
+                .push(Command::Reserve { key, ticket, reply });
+            return;
         }
         if reply.is_closed() || self.reserved.contains_key(&key) {
             let _ = reply.send(Reserved::InUse);
@@ -129,10 +129,10 @@ impl Owner {
                     return;
                 }
                 (_, ById::Release) => {
-                    if let Some(n) = self.release_by_owner(id, now) {
-                        if let Some(entry) = self.holds.get_mut(&id) {
-                            entry.release_callers.insert(n, reply);
-                        }
+                    if let Some(n) = self.release_by_owner(id, now)
+                        && let Some(entry) = self.holds.get_mut(&id)
+                    {
+                        entry.release_callers.insert(n, reply);
                     }
                     return;
                 }

@@ -171,12 +171,12 @@ fn attempt(
     let lock = &mut state.lease;
     match claim.slot {
         Slot::Write => {
-            if let Some((tok, _)) = &live {
-                if *tok == claim.token {
-                    lock.writer = Some((claim.token.clone(), now + lease));
-                    state.keep_fence(now, now + lease);
-                    return Ok(granted(state.fence));
-                }
+            if let Some((tok, _)) = &live
+                && *tok == claim.token
+            {
+                lock.writer = Some((claim.token.clone(), now + lease));
+                state.keep_fence(now, now + lease);
+                return Ok(granted(state.fence));
             }
             let retry = match &live {
                 Some((_, dl)) => Some(dl - now),

@@ -177,10 +177,11 @@ impl TicketQueue {
             return Ok((n, None));
         }
         let mark = self.capacity_mark;
-        if let Some((_, n)) = mark {
-            if n != want && self.in_use(now) {
-                return Err(Refusal::capacity(n, want));
-            }
+        if let Some((_, n)) = mark
+            && n != want
+            && self.in_use(now)
+        {
+            return Err(Refusal::capacity(n, want));
         }
         let stale_or_upgrade = match mark {
             None => true,
@@ -463,10 +464,10 @@ pub(super) fn set_permits(
     };
     let q = &mut state.queue;
     q.prune(now);
-    if let Some((true, n)) = q.capacity_mark {
-        if q.in_use(now) {
-            return wakes.reply(Err(Refusal::capacity(format!("{n} (fixed)"), permits)));
-        }
+    if let Some((true, n)) = q.capacity_mark
+        && q.in_use(now)
+    {
+        return wakes.reply(Err(Refusal::capacity(format!("{n} (fixed)"), permits)));
     }
     q.permits = Some(permits);
     q.capacity_mark = None; // the stored count replaces the marker (one key in Redis)
