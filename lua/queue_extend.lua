@@ -1,13 +1,18 @@
 -- queue_extend.lua: renews a live hold to a fresh lease from the server's now.
 -- KEYS: see queue_common.lua.
 -- ARGV[1] now   ARGV[2] publish command   ARGV[3] token   ARGV[4] weight   ARGV[5] lease_ms
+-- ARGV[6] "set": the deadline becomes now + lease; "keep": the later of that and the
+--         deadline held (an automatic renewal: see rw_extend.lua)
 -- Reply: 1 if renewed; 0 if the token holds nothing live (the holder must treat it as lost).
 local member = member_of(ARGV[3], tonumber(ARGV[4]))
 local lease = tonumber(ARGV[5])
 
 prune()
-if not redis.call('ZSCORE', H, member) then return 0 end
-hold_until(member, NOW + lease)
+local held_until = redis.call('ZSCORE', H, member)
+if not held_until then return 0 end
+local deadline = NOW + lease
+if ARGV[6] == 'keep' and tonumber(held_until) > deadline then deadline = tonumber(held_until) end
+hold_until(member, deadline)
 -- A leader's value lives as long as its lease (no-op on a name that is not an election).
 redis.call('PEXPIRE', LV, math.max(1, lease) + TTL_PAD, 'GT')
 refresh_ttls()

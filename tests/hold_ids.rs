@@ -2108,3 +2108,67 @@ async fn a_resumed_hold_is_released_when_its_client_is_dropped() {
         "the resumed hold was released when its client was dropped"
     );
 }
+
+/// A (lease 1 s, auto-renewal) detaches its mutex guard while its automatic renewal is on its
+/// way to the server (held before the server, as a slow network would). B, another client
+/// whose handle has a 10 s lease, resumes the id: its guard trusts 10 s from its renewal's
+/// send. A's renewal then arrives, asking for 1 s. B's guard keeps saying
+/// `is_held()`: an automatic renewal never shortens a hold (`Store::renew`), so the server
+/// keeps B's lease and no third client is granted the mutex beside B.
+#[tokio::test]
+async fn a_late_renewal_of_the_detaching_client_cannot_cut_a_longer_resume() {
+    let backend = Backend::redis();
+    let name = "handover-late-renewal-beside-a-longer-resume";
+    let (fa, a) = support::faulty::faulty_client(&backend).await;
+    let b = backend.client().await;
+    let c = backend.client().await;
+    let direct = backend.client().await;
+
+    let gate = Gate::new();
+    // A's first automatic renewal (lease 1 s) is held before the server.
+    fa.add(
+        Rule::on(Op::Extend)
+            .when(|call| call.lease == Some(ms(1_000)))
+            .times(1)
+            .hold_request(gate.clone()),
+    );
+    let guard = a
+        .mutex(name)
+        .lease(ms(1_000))
+        .lock()
+        .await
+        .expect("A locks");
+    tokio::time::timeout(secs(5), gate.wait_entered(1))
+        .await
+        .expect("A's renewal reached the gate");
+    let id = guard.detach();
+
+    // B resumes with its own handle (lease 10 s).
+    let resumed = b
+        .mutex(name)
+        .lease(secs(10))
+        .resume(&id)
+        .await
+        .expect("B resumes");
+    assert!(resumed.is_held());
+    // A's renewal goes on to the server now.
+    gate.open();
+    tokio::time::sleep(ms(100)).await;
+
+    // The consequence: C takes the mutex while B still says it holds it.
+    tokio::time::sleep(ms(1_100)).await;
+    let other = c.mutex(name).try_lock().await;
+    let info = direct.mutex(name).inspect().await.expect("inspect");
+    assert!(
+        other.is_err(),
+        "a second holder beside B (server: {info:?})"
+    );
+    assert!(
+        !(other.is_ok() && resumed.is_held()),
+        "two holders of mutex {name}: C was granted it (server: {info:?}) while B's resumed \
+         guard says is_held() (B trusts until {:?} from now)",
+        resumed
+            .valid_until()
+            .saturating_duration_since(Instant::now())
+    );
+}

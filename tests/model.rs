@@ -114,6 +114,8 @@ enum Op {
         target: Target,
         who: Who,
         lease: Duration,
+        /// An automatic renewal (`Store::renew`, never shortens) rather than an extend.
+        renewal: bool,
     },
     Downgrade {
         target: Target,
@@ -333,8 +335,13 @@ fn op(primitive: Primitive) -> impl Strategy<Value = Op> {
         ),
         (
             2,
-            (target(2), who(), lease())
-                .prop_map(|(target, who, lease)| Op::Extend { target, who, lease })
+            (target(2), who(), lease(), any::<bool>())
+                .prop_map(|(target, who, lease, renewal)| Op::Extend {
+                    target,
+                    who,
+                    lease,
+                    renewal,
+                })
                 .boxed(),
         ),
         (
@@ -562,12 +569,26 @@ async fn run_program(
                 same(step, &what, r, m, g)?;
                 keys
             }
-            Op::Extend { target, who, lease } => {
+            Op::Extend {
+                target,
+                who,
+                lease,
+                renewal,
+            } => {
                 let (keys, claim) = keys_and_claim(target, who);
                 let lease = *lease;
-                let r = redis.extend(&keys, &claim, lease, at).await;
-                let g = general.extend(&keys, &claim, lease, at).await;
-                let m = model.extend(&keys, &claim, lease, at).await;
+                let (r, g, m) = match renewal {
+                    true => (
+                        redis.renew(&keys, &claim, lease, at).await,
+                        general.renew(&keys, &claim, lease, at).await,
+                        model.renew(&keys, &claim, lease, at).await,
+                    ),
+                    false => (
+                        redis.extend(&keys, &claim, lease, at).await,
+                        general.extend(&keys, &claim, lease, at).await,
+                        model.extend(&keys, &claim, lease, at).await,
+                    ),
+                };
                 same(step, &what, r, m, g)?;
                 keys
             }
@@ -929,6 +950,17 @@ impl Store for Planted {
     ) -> Result<bool> {
         let (claim, lease) = (self.claim(claim), self.longer(lease));
         self.inner.extend(lock, &claim, lease, now).await
+    }
+
+    async fn renew(
+        &self,
+        lock: &LockKeys,
+        claim: &Claim,
+        lease: Duration,
+        now: Option<u64>,
+    ) -> Result<bool> {
+        let (claim, lease) = (self.claim(claim), self.longer(lease));
+        self.inner.renew(lock, &claim, lease, now).await
     }
 
     async fn downgrade(

@@ -560,6 +560,16 @@ impl Store for Planted {
         self.inner.extend(lock, claim, lease, now).await
     }
 
+    async fn renew(
+        &self,
+        lock: &LockKeys,
+        claim: &Claim,
+        lease: Duration,
+        now: Option<u64>,
+    ) -> Result<bool> {
+        self.inner.renew(lock, claim, lease, now).await
+    }
+
     async fn downgrade(
         &self,
         lock: &LockKeys,

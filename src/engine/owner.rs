@@ -469,7 +469,12 @@ impl Owner {
                 claim.lease = lease;
                 let deadline = give_up_at.unwrap_or_else(|| Instant::now() + bound);
                 self.io.spawn(async move {
-                    let call = store.extend(&lock, &claim, lease, None);
+                    // An automatic renewal (it has a give-up instant) never shortens the hold;
+                    // an extend sets the lease asked.
+                    let call = match give_up_at {
+                        Some(_) => store.renew(&lock, &claim, lease, None),
+                        None => store.extend(&lock, &claim, lease, None),
+                    };
                     let reply = tokio::time::timeout_at(deadline, call)
                         .await
                         .unwrap_or_else(|_| Err(timed_out("renew", bound)));

@@ -99,6 +99,17 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         now: Option<u64>,
     ) -> Result<bool>;
 
+    /// An automatic renewal: as [`Store::extend`], but never shortens the hold (its deadline
+    /// becomes the later of now + `lease` and the one it has). One that reaches the server
+    /// late, after another client resumed the hold with a longer lease, cannot cut that lease.
+    async fn renew(
+        &self,
+        lock: &LockKeys,
+        claim: &Claim,
+        lease: Duration,
+        now: Option<u64>,
+    ) -> Result<bool>;
+
     /// Turns a live exclusive hold into a shared one atomically (`Write` -> `Read`, or an
     /// exclusive ticket -> one permit) with `claim.lease`; `Ok(Some(fence))` on success.
     async fn downgrade(

@@ -386,6 +386,42 @@ async fn split_vote_pause() {
     tokio::time::sleep(Duration::from_millis(1 + r)).await;
 }
 
+impl QuorumStore {
+    /// `extend` and (`keep`) `renew` on every server: renewed once a majority renewed.
+    async fn renew_as(
+        &self,
+        lock: &LockKeys,
+        claim: &Claim,
+        lease: Duration,
+        now: Option<u64>,
+        keep: bool,
+    ) -> Result<bool> {
+        reject_ticket(claim)?;
+        let results = self
+            .on_all(|node| {
+                let (lock, claim) = (lock.clone(), claim.clone());
+                async move {
+                    match keep {
+                        true => node.renew(&lock, &claim, lease, now).await,
+                        false => node.extend(&lock, &claim, lease, now).await,
+                    }
+                }
+            })
+            .await;
+        let renewed = results.iter().filter(|r| matches!(r, Ok(true))).count();
+        let unknown = results.iter().filter(|r| r.is_err()).count();
+        let required = self.required();
+        if renewed >= required {
+            // The holder trusts it from the send of the request, minus drift (lease.rs).
+            return Ok(true);
+        }
+        if renewed + unknown >= required {
+            return Err(no_majority(results, renewed, required));
+        }
+        Ok(false)
+    }
+}
+
 #[async_trait]
 impl Store for QuorumStore {
     async fn acquire(
@@ -493,24 +529,17 @@ impl Store for QuorumStore {
         lease: Duration,
         now: Option<u64>,
     ) -> Result<bool> {
-        reject_ticket(claim)?;
-        let results = self
-            .on_all(|node| {
-                let (lock, claim) = (lock.clone(), claim.clone());
-                async move { node.extend(&lock, &claim, lease, now).await }
-            })
-            .await;
-        let renewed = results.iter().filter(|r| matches!(r, Ok(true))).count();
-        let unknown = results.iter().filter(|r| r.is_err()).count();
-        let required = self.required();
-        if renewed >= required {
-            // The holder trusts it from the send of the request, minus drift (lease.rs).
-            return Ok(true);
-        }
-        if renewed + unknown >= required {
-            return Err(no_majority(results, renewed, required));
-        }
-        Ok(false)
+        self.renew_as(lock, claim, lease, now, false).await
+    }
+
+    async fn renew(
+        &self,
+        lock: &LockKeys,
+        claim: &Claim,
+        lease: Duration,
+        now: Option<u64>,
+    ) -> Result<bool> {
+        self.renew_as(lock, claim, lease, now, true).await
     }
 
     async fn downgrade(

@@ -24,8 +24,8 @@ use crate::wire::{
     AcquireReply, Argv, Change, DowngradeReply, Eviction, Fence, Flag, HandOver, LeaderView,
     LeaseLockView, Ms, MultiAcquireArgs, MultiAcquireReply, NoArgs, Now, Permits, PrefixArg,
     ProclaimArgs, Publish, QueueAcquireArgs, QueueDowngradeArgs, QueueExtendArgs, QueueReleaseArgs,
-    RaiseFenceArgs, RwAcquireArgs, RwDowngradeArgs, RwExtendArgs, RwReleaseArgs, SetPermitsArgs,
-    TicketQueueView,
+    RaiseFenceArgs, Renewal, RwAcquireArgs, RwDowngradeArgs, RwExtendArgs, RwReleaseArgs,
+    SetPermitsArgs, TicketQueueView,
 };
 
 /// When [`RedisStore::connect_to_hub`] opens the connection.
@@ -709,6 +709,34 @@ impl RedisStore {
     }
 }
 
+impl RedisStore {
+    /// `extend` (`Renewal::Set`) and `renew` (`Renewal::Keep`).
+    async fn renew_as(
+        &self,
+        lock: &LockKeys,
+        claim: &Claim,
+        lease: Duration,
+        now: Option<u64>,
+        renewal: Renewal,
+    ) -> Result<bool> {
+        claim.check()?;
+        let Flag(renewed) = match claim.slot {
+            Slot::Write | Slot::Read => {
+                let args = RwExtendArgs::new(claim, lease, renewal);
+                self.run(lock, &self.scripts.rw_extend, lock.lease_lock(), now, args)
+                    .await?
+            }
+            Slot::Ticket { .. } => {
+                let args = QueueExtendArgs::new(claim, lease, renewal);
+                let keys = lock.ticket_queue();
+                self.run(lock, &self.scripts.queue_extend, keys, now, args)
+                    .await?
+            }
+        };
+        Ok(renewed)
+    }
+}
+
 #[async_trait]
 impl Store for RedisStore {
     async fn acquire(
@@ -763,21 +791,17 @@ impl Store for RedisStore {
         lease: Duration,
         now: Option<u64>,
     ) -> Result<bool> {
-        claim.check()?;
-        let Flag(renewed) = match claim.slot {
-            Slot::Write | Slot::Read => {
-                let args = RwExtendArgs::new(claim, lease);
-                self.run(lock, &self.scripts.rw_extend, lock.lease_lock(), now, args)
-                    .await?
-            }
-            Slot::Ticket { .. } => {
-                let args = QueueExtendArgs::new(claim, lease);
-                let keys = lock.ticket_queue();
-                self.run(lock, &self.scripts.queue_extend, keys, now, args)
-                    .await?
-            }
-        };
-        Ok(renewed)
+        self.renew_as(lock, claim, lease, now, Renewal::Set).await
+    }
+
+    async fn renew(
+        &self,
+        lock: &LockKeys,
+        claim: &Claim,
+        lease: Duration,
+        now: Option<u64>,
+    ) -> Result<bool> {
+        self.renew_as(lock, claim, lease, now, Renewal::Keep).await
     }
 
     async fn downgrade(

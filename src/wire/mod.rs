@@ -285,6 +285,29 @@ impl Mode {
     }
 }
 
+/// Whether a renewal may shorten the hold: `set` (an `extend`: the deadline becomes now +
+/// lease) or `keep` (an automatic renewal: the later of that and the deadline the hold has).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Renewal {
+    /// An explicit `extend` (or a resume's renewal): sets the deadline, shorter or longer.
+    Set,
+    /// An automatic renewal: never shortens the deadline, so one that lands late (after
+    /// another client's resume set a longer lease) cannot cut it.
+    Keep,
+}
+
+impl ToRedisArgs for Renewal {
+    fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        write_text(
+            out,
+            match self {
+                Renewal::Set => "set",
+                Renewal::Keep => "keep",
+            },
+        )
+    }
+}
+
 impl ToRedisArgs for Mode {
     fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
         write_text(
@@ -509,16 +532,19 @@ script_args! {
         lease: Ms,
         /// `ARGV[5]`.
         mode: Mode,
+        /// `ARGV[6]`.
+        renewal: Renewal,
     }
 }
 
 impl<'a> RwExtendArgs<'a> {
     /// The arguments of a renewal of `claim` to `lease`.
-    pub fn new(claim: &'a Claim, lease: Duration) -> Self {
+    pub fn new(claim: &'a Claim, lease: Duration, renewal: Renewal) -> Self {
         RwExtendArgs {
             token: &claim.token,
             lease: Ms(lease),
             mode: Mode::of(claim.slot),
+            renewal,
         }
     }
 }
@@ -602,16 +628,19 @@ script_args! {
         weight: u32,
         /// `ARGV[5]`.
         lease: Ms,
+        /// `ARGV[6]`.
+        renewal: Renewal,
     }
 }
 
 impl<'a> QueueExtendArgs<'a> {
     /// The arguments of a renewal of `claim` to `lease`.
-    pub fn new(claim: &'a Claim, lease: Duration) -> Self {
+    pub fn new(claim: &'a Claim, lease: Duration, renewal: Renewal) -> Self {
         QueueExtendArgs {
             token: &claim.token,
             weight: ticket(claim.slot).0,
             lease: Ms(lease),
+            renewal,
         }
     }
 }
@@ -1706,8 +1735,12 @@ mod tests {
             ["tok-1", "r", "1500", "reader", "0", "250"]
         );
         assert_eq!(
-            args(RwExtendArgs::new(&reader, Duration::from_secs(2))),
-            ["tok-1", "2000", "r"]
+            args(RwExtendArgs::new(
+                &reader,
+                Duration::from_secs(2),
+                Renewal::Set
+            )),
+            ["tok-1", "2000", "r", "set"]
         );
         assert_eq!(
             args(RwReleaseArgs {
@@ -1740,8 +1773,12 @@ mod tests {
             ["tok-1", "2", "250", "5"]
         );
         assert_eq!(
-            args(QueueExtendArgs::new(&sem, Duration::from_millis(900))),
-            ["tok-1", "2", "900"]
+            args(QueueExtendArgs::new(
+                &sem,
+                Duration::from_millis(900),
+                Renewal::Keep
+            )),
+            ["tok-1", "2", "900", "keep"]
         );
         let fair_writer = claim(
             Slot::Ticket {

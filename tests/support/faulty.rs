@@ -474,6 +474,22 @@ impl Store for Faulty {
             .await
     }
 
+    /// An automatic renewal: an [`Op::Extend`] to the rules, as an extend is.
+    async fn renew(
+        &self,
+        lock: &LockKeys,
+        claim: &Claim,
+        lease: Duration,
+        now: Option<u64>,
+    ) -> redis_locks::Result<bool> {
+        let c = Call {
+            lease: Some(lease),
+            ..call(Op::Extend, lock, Some(claim))
+        };
+        self.run(c, self.inner.renew(lock, claim, lease, self.now(now)))
+            .await
+    }
+
     async fn downgrade(
         &self,
         lock: &LockKeys,

@@ -81,7 +81,8 @@ pub enum Call {
     Acquire(Claim, bool),
     AcquireAll(Vec<Part>, Claim),
     Release(Claim),
-    Extend(Claim, Duration),
+    /// An extend, or (`true`) an automatic renewal, which never shortens the hold.
+    Extend(Claim, Duration, bool),
     Downgrade(Claim),
     Inspect(Family),
     SetPermits(PermitChange, Duration),
@@ -114,7 +115,7 @@ impl Request {
             | Call::Release(claim)
             | Call::Downgrade(claim)
             | Call::Proclaim(claim, _) => Some((claim, claim.lease)),
-            Call::Extend(claim, lease) => Some((claim, *lease)),
+            Call::Extend(claim, lease, _) => Some((claim, *lease)),
             _ => None,
         }
     }
@@ -146,8 +147,11 @@ impl Request {
                 Reply::AcquireAll(ready(store.acquire_all(parts, claim, now)))
             }
             Call::Release(claim) => Reply::Bool(ready(store.release(lock, claim, now))),
-            Call::Extend(claim, lease) => {
+            Call::Extend(claim, lease, false) => {
                 Reply::Bool(ready(store.extend(lock, claim, *lease, now)))
+            }
+            Call::Extend(claim, lease, true) => {
+                Reply::Bool(ready(store.renew(lock, claim, *lease, now)))
             }
             Call::Downgrade(claim) => Reply::Fence(ready(store.downgrade(lock, claim, now))),
             Call::Inspect(family) => Reply::Snapshot(ready(store.inspect(lock, *family, now))),
@@ -439,7 +443,19 @@ impl<L: Link> Store for SimConn<L> {
         lease: Duration,
         _now: Option<u64>,
     ) -> Result<bool> {
-        self.ask(lock, Call::Extend(claim.clone(), lease)).await
+        self.ask(lock, Call::Extend(claim.clone(), lease, false))
+            .await
+    }
+
+    async fn renew(
+        &self,
+        lock: &LockKeys,
+        claim: &Claim,
+        lease: Duration,
+        _now: Option<u64>,
+    ) -> Result<bool> {
+        self.ask(lock, Call::Extend(claim.clone(), lease, true))
+            .await
     }
 
     async fn downgrade(

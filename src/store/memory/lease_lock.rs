@@ -251,22 +251,34 @@ pub(super) fn release(state: &mut LockState, now: u64, token: &str) -> Step<bool
 }
 
 /// rw_extend.lua: renews the token's hold of the claim's slot only, so a late renewal of a
-/// write hold never touches the read hold a downgrade made of it.
-pub(super) fn extend(state: &mut LockState, now: u64, claim: &Claim, lease: u64) -> Step<bool> {
+/// write hold never touches the read hold a downgrade made of it; with `keep` (an automatic
+/// renewal) the deadline never moves earlier.
+pub(super) fn extend(
+    state: &mut LockState,
+    now: u64,
+    claim: &Claim,
+    lease: u64,
+    keep: bool,
+) -> Step<bool> {
     let mut wakes = WakeUps::default();
     let token = claim.token.as_str();
     let lock = &mut state.lease;
     let live = lock.live_writer(now);
     lock.prune(now, &mut wakes);
+    let later = |held: u64| match keep {
+        true => held.max(now + lease),
+        false => now + lease,
+    };
     let renewed = if claim.slot == Slot::Write {
-        let mine = live.is_some_and(|(t, _)| t == token);
-        if mine {
-            lock.writer = Some((token.to_owned(), now + lease));
-            state.keep_fence(now, now + lease);
+        let mine = live.filter(|(t, _)| t == token);
+        if let Some((_, held)) = mine {
+            let deadline = later(held);
+            lock.writer = Some((token.to_owned(), deadline));
+            state.keep_fence(now, deadline);
         }
-        mine
-    } else if lock.readers.score(token).is_some() {
-        lock.readers.add(token, now + lease);
+        mine.is_some()
+    } else if let Some(held) = lock.readers.score(token) {
+        lock.readers.add(token, later(held));
         state.keep_fence(now, now + lease);
         true
     } else {

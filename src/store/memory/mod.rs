@@ -393,8 +393,22 @@ impl Store for MemoryStore {
     ) -> Result<bool> {
         claim.check()?;
         Ok(self.step(lock, now, |state, now| match claim.slot {
-            Slot::Write | Slot::Read => lease_lock::extend(state, now, claim, ms(lease)),
-            Slot::Ticket { .. } => ticket_queue::extend(state, now, claim, ms(lease)),
+            Slot::Write | Slot::Read => lease_lock::extend(state, now, claim, ms(lease), false),
+            Slot::Ticket { .. } => ticket_queue::extend(state, now, claim, ms(lease), false),
+        }))
+    }
+
+    async fn renew(
+        &self,
+        lock: &LockKeys,
+        claim: &Claim,
+        lease: Duration,
+        now: Option<u64>,
+    ) -> Result<bool> {
+        claim.check()?;
+        Ok(self.step(lock, now, |state, now| match claim.slot {
+            Slot::Write | Slot::Read => lease_lock::extend(state, now, claim, ms(lease), true),
+            Slot::Ticket { .. } => ticket_queue::extend(state, now, claim, ms(lease), true),
         }))
     }
 

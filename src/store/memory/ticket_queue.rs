@@ -408,14 +408,26 @@ pub(super) fn release(state: &mut LockState, now: u64, claim: &Claim) -> Step<bo
     wakes.reply(held)
 }
 
-/// queue_extend.lua: renews a live hold to `lease` ms from now.
-pub(super) fn extend(state: &mut LockState, now: u64, claim: &Claim, lease: u64) -> Step<bool> {
+/// queue_extend.lua: renews a live hold to `lease` ms from now (with `keep`, an automatic
+/// renewal, never earlier than the deadline it has).
+pub(super) fn extend(
+    state: &mut LockState,
+    now: u64,
+    claim: &Claim,
+    lease: u64,
+    keep: bool,
+) -> Step<bool> {
     let member = member_of(&claim.token, ticket(claim).0);
     let q = &mut state.queue;
     q.prune(now);
-    let renewed = q.holders.score(&member).is_some();
-    if renewed {
-        q.hold_until(&member, now + lease);
+    let held = q.holders.score(&member);
+    let renewed = held.is_some();
+    if let Some(held) = held {
+        let deadline = match keep {
+            true => held.max(now + lease),
+            false => now + lease,
+        };
+        q.hold_until(&member, deadline);
         q.refresh();
         // A leader's value lives as long as its lease.
         if state.leader.is_some() {
