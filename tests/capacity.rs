@@ -29,7 +29,7 @@ use support::time::{ms, secs};
 /// promote grants B beside A: two FairLock guards say `is_held()`.
 async fn set_permits_cannot_resize_a_fair_lock_in_use(backend: Backend) {
     let label = backend.kind;
-    let name = "adv-setpermits-fairlock";
+    let name = "capacity-setpermits-fairlock";
     let client = backend.client().await;
     let other = backend.client().await;
 
@@ -79,7 +79,7 @@ both_backends!(set_permits_cannot_resize_a_fair_lock_in_use);
 /// `set_permits(2)` (holds).
 async fn set_permits_refused_beside_a_fair_lock(backend: Backend) {
     let label = backend.kind;
-    let name = "adv-setpermits-fairlock-direct";
+    let name = "capacity-setpermits-fairlock-direct";
     let client = backend.client().await;
     let a = client.fair_lock(name).lock().await.expect("A locks");
     let second = client.semaphore(name, 1).set_permits(2).await;
@@ -168,7 +168,7 @@ both_backends!(set_permits_while_semaphore_keeps_queue_busy);
 /// name is granted a permit beside A's whole-capacity permit.
 async fn capacity_marker_outlives_its_holders(backend: Backend) {
     let label = backend.kind;
-    let name = "adv-marker-upgrade";
+    let name = "capacity-marker-upgrade";
     let direct = backend.client().await;
     let w_store = Faulty::new(backend.store().await);
     let w_client = LockClient::builder()

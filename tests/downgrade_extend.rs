@@ -176,7 +176,7 @@ impl Store for Detached {
 /// the downgrade.
 async fn downgrade_after_a_cancelled_shorter_extend(backend: Backend) {
     let label = backend.kind;
-    let name = "adv-downgrade-unknown-extend";
+    let name = "downgrade-extend-downgrade-unknown-extend";
     let other = backend.client().await;
     let detached = Detached::new(backend.store().await);
     let victim = LockClient::builder()
@@ -242,7 +242,7 @@ both_backends!(downgrade_after_a_cancelled_shorter_extend);
 /// honest. (Holds.)
 async fn fair_downgrade_after_a_cancelled_shorter_extend(backend: Backend) {
     let label = backend.kind;
-    let name = "adv-fair-downgrade-unknown-extend";
+    let name = "downgrade-extend-fair-downgrade-unknown-extend";
     let other = backend.client().await;
     let detached = Detached::new(backend.store().await);
     let victim = LockClient::builder()
@@ -292,7 +292,7 @@ async fn redis_fair_downgrade_after_a_cancelled_shorter_extend_stays_honest() {
 /// once the late request shortened it. (Holds.)
 async fn cancelled_shorter_extend_caps_a_mutex(backend: Backend) {
     let label = backend.kind;
-    let name = "adv-mutex-unknown-extend";
+    let name = "downgrade-extend-mutex-unknown-extend";
     let other = backend.client().await;
     let detached = Detached::new(backend.store().await);
     let victim = LockClient::builder()

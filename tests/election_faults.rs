@@ -141,7 +141,7 @@ async fn candidate_with(
 /// proclaimed that value. The observer's terms never go back and it ends on `None`, as the
 /// store does.
 async fn election_churn_one_leader_and_honest_reports(b: Backend) {
-    let name = "adv6-churn";
+    let name = "election-fault-churn";
     let board = Arc::new(Board::default());
     let until = Instant::now() + ms(3000);
     let watcher = b.client().await;
@@ -261,7 +261,7 @@ both_backends!(election_churn_one_leader_and_honest_reports);
 /// late and leaderships are lost) held longer than the lease: a checker samples every live
 /// leadership every millisecond and never sees two saying `is_held()`.
 async fn election_short_leases_never_two_held(b: Backend) {
-    let name = "adv6-short";
+    let name = "election-fault-short";
     let board = Arc::new(Board::default());
     let until = Instant::now() + ms(3000);
     let checker = {
@@ -314,7 +314,7 @@ both_backends!(election_short_leases_never_two_held);
 /// granted by the resign's promotion, or proclaiming) leaves no hold, queue place or value
 /// behind: the next candidate is not blocked for the 30 s lease.
 async fn campaign_cancelled_around_its_grant_leaves_nothing(b: Backend) {
-    let name = "adv6-cancel";
+    let name = "election-fault-cancel";
     let ca = b.client().await;
     let cb = b.client().await;
     for i in 0..16u64 {
@@ -359,7 +359,7 @@ both_backends!(campaign_cancelled_around_its_grant_leaves_nothing);
 /// A leader whose lease lapsed (renewal off) cannot proclaim, and neither its resign nor its
 /// drop retracts the value of the leader that took over.
 async fn lapsed_leader_never_touches_the_next_one(b: Backend) {
-    let name = "adv6-lapsed";
+    let name = "election-fault-lapsed";
     let lazy = b.client_with(LockClient::builder().auto_renew(false)).await;
     let other = b.client().await;
     for round in 0..2 {
@@ -401,7 +401,7 @@ both_backends!(lapsed_leader_never_touches_the_next_one);
 /// FIFO among candidates, with a queued candidate cancelled and a leader dropped (not
 /// resigned): the others win in arrival order.
 async fn fifo_with_cancelled_candidate_and_dropped_leader(b: Backend) {
-    let name = "adv6-fifo";
+    let name = "election-fault-fifo";
     let first = b.client().await;
     let leader = first.election(name).campaign("0").await.expect("campaign");
     let order = Arc::new(StdMutex::new(Vec::new()));
@@ -446,7 +446,7 @@ both_backends!(fifo_with_cancelled_candidate_and_dropped_leader);
 async fn leader_report_survives_foreign_attempts(b: Backend) {
     let c = b.client().await;
     let other = b.client().await;
-    let name = "adv7-leader-foreign";
+    let name = "election-fault-leader-foreign";
     let e = c.election(name);
     let a = e.campaign("a").await.expect("campaign");
     let term = a.term();
@@ -537,7 +537,7 @@ async fn election_bad_input_is_typed(b: Backend) {
         .into_iter()
         .enumerate()
     {
-        let name = format!("adv6-val{i}");
+        let name = format!("election-fault-val{i}");
         let election = c.election(&name);
         let l = election.campaign(value).await.expect("campaign");
         let info = election.leader().await.expect("leader").expect("a leader");
@@ -550,7 +550,7 @@ async fn election_bad_input_is_typed(b: Backend) {
     }
     let too_wide = "é".repeat(MAX_VALUE_LEN / 2 + 1);
     let err = c
-        .election("adv6-wide")
+        .election("election-fault-wide")
         .campaign(too_wide)
         .await
         .expect_err("too long");
@@ -594,7 +594,7 @@ async fn election_bad_input_is_typed(b: Backend) {
         );
     }
     // Zero and huge durations: refused with a typed error before anything is queued.
-    let name = "adv6-durations";
+    let name = "election-fault-durations";
     let cases: Vec<(&str, redis_locks::Election)> = vec![
         ("zero lease", c.election(name).lease(Duration::ZERO)),
         ("huge lease", c.election(name).lease(Duration::MAX)),
@@ -626,30 +626,30 @@ both_backends!(election_bad_input_is_typed);
 /// and a multi-lock over a leader's name is refused without holding its other parts.
 async fn election_and_lease_lock_families_exclude(b: Backend) {
     let c = b.client().await;
-    let held = c.mutex("adv6-fam-m").lock().await.expect("mutex");
+    let held = c.mutex("election-fault-fam-m").lock().await.expect("mutex");
     let err = c
-        .election("adv6-fam-m")
+        .election("election-fault-fam-m")
         .campaign("v")
         .await
         .expect_err("mixed");
     assert!(err.is_family_conflict(), "{err}");
-    assert!(queue_idle(&c, "adv6-fam-m").await);
+    assert!(queue_idle(&c, "election-fault-fam-m").await);
     held.release().await.expect("release");
     let l = c
-        .election("adv6-fam-e")
+        .election("election-fault-fam-e")
         .campaign("v")
         .await
         .expect("campaign");
     let err = c
-        .multi_lock(["adv6-fam-a", "adv6-fam-e", "adv6-fam-z"])
+        .multi_lock(["election-fault-fam-a", "election-fault-fam-e", "election-fault-fam-z"])
         .lock()
         .timeout(ms(300))
         .await
         .expect_err("a leader's name is not a lease lock");
     assert!(err.is_family_conflict() || err.is_timeout(), "{err}");
-    assert!(lease_free(&c, "adv6-fam-a").await && lease_free(&c, "adv6-fam-z").await);
+    assert!(lease_free(&c, "election-fault-fam-a").await && lease_free(&c, "election-fault-fam-z").await);
     let info = c
-        .election("adv6-fam-e")
+        .election("election-fault-fam-e")
         .leader()
         .await
         .expect("leader")
@@ -678,7 +678,7 @@ async fn redis_cut_off_leader_blocks_at_most_its_lease() {
         .await
         .expect("connect through the proxy");
     let standby_client = b.client().await;
-    let name = "adv6-cut";
+    let name = "election-fault-cut";
     let lease = ms(900);
     let old = cut_client
         .election(name)
@@ -764,7 +764,7 @@ async fn redis_slow_proclaim_reply_then_resign() {
         .await
         .expect("connect");
     let watcher = b.client().await;
-    let name = "adv6-slow";
+    let name = "election-fault-slow";
     let mut observer = watcher.election(name).retry_interval(ms(300)).observe();
     let mut l = slow.election(name).campaign("v1").await.expect("campaign");
     observe_until(&mut observer, Some("v1"), ms(3000)).await;
@@ -804,7 +804,7 @@ async fn redis_force_release_hands_over_cleanly() {
     let b = Backend::redis();
     let a_client = b.client().await;
     let b_client = b.client().await;
-    let name = "adv6-force";
+    let name = "election-fault-force";
     let mut observer = b_client.election(name).retry_interval(ms(300)).observe();
     let mut a = a_client
         .election(name)
@@ -835,7 +835,7 @@ async fn redis_force_release_hands_over_cleanly() {
 /// counter), B wins with a term above the forced fence, A's later proclaim is refused and
 /// does not change what leader() reports.
 async fn force_release_under_a_leader_never_reports_the_evicted_value(b: Backend) {
-    let name = "adv7-force-leader";
+    let name = "election-fault-force-leader";
     let c = b.client().await;
     let other = b.client().await;
     let mut a = c.election(name).campaign("a").await.expect("a");

@@ -22,7 +22,7 @@ use support::time::ms;
 /// An observer with a retry interval far longer than the test sees a leader's lapse (no
 /// message is published when a lease runs out) at the lease's end.
 async fn observer_sees_a_silent_lapse_at_the_lease_end(b: Backend) {
-    let name = "adv6-silent";
+    let name = "observer-silent";
     let lazy = b.client_with(LockClient::builder().auto_renew(false)).await;
     let watcher = b.client().await;
     let mut observer = watcher
@@ -51,7 +51,7 @@ both_backends!(observer_sees_a_silent_lapse_at_the_lease_end);
 /// before must settle on exactly C's latest value and term, and every state it yielded must
 /// have been a real (value, term) pair of one grant (never A's value with B's term).
 async fn observer_settles_on_the_last_grant_after_quick_handovers(b: Backend) {
-    let name = "adv7-observer-chain";
+    let name = "observer-observer-chain";
     let c = b.client().await;
     let mut observer = c.election(name).observe();
     type States = Vec<Option<(String, u64)>>;
@@ -136,7 +136,7 @@ both_backends!(observer_settles_on_the_last_grant_after_quick_handovers);
 async fn release_all_under_a_leadership(b: Backend) {
     let c = b.client().await;
     let watcher = b.client().await;
-    let name = "adv6-relall";
+    let name = "observer-relall";
     let interval = ms(1500);
     let mut observer = watcher.election(name).retry_interval(interval).observe();
     let mut l = c.election(name).campaign("a").await.expect("campaign");
@@ -162,7 +162,7 @@ async fn redis_observer_converges_through_kills_and_flushes() {
     let b = Backend::redis();
     let leader_client = b.client().await;
     let watcher = b.client().await;
-    let name = "adv6-kill";
+    let name = "observer-kill";
     let mut observer = watcher.election(name).retry_interval(ms(300)).observe();
     assert_eq!(next_within(&mut observer, ms(2000)).await, None);
     let mut l = leader_client
@@ -217,7 +217,7 @@ async fn redis_observer_converges_through_kills_and_flushes() {
 async fn redis_observer_with_zero_retry_interval_is_refused_or_paced() {
     let b = Backend::redis();
     let c = b.client().await;
-    let election = c.election("adv6-zero").retry_interval(Duration::ZERO);
+    let election = c.election("observer-zero").retry_interval(Duration::ZERO);
     assert!(election
         .campaign("v")
         .await

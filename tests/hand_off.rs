@@ -127,7 +127,7 @@ async fn redis_hand_off_push_before_the_refusal_reply_stays_honest() {
     let b_client = LockClient::builder()
         .store(b_store.clone())
         .expect("client");
-    let name = "adv-push-before-reply";
+    let name = "hand-off-push-before-reply";
 
     let a = direct.mutex(name).lock().await.expect("A locks");
     let renewals = Gate::new();
@@ -194,7 +194,7 @@ async fn redis_hand_off_push_before_the_refusal_reply_stays_honest() {
 /// caller gets the lock within about one lease of the death. (Holds.)
 async fn dead_waiter_handed_the_lock_blocks_at_most_a_lease(backend: Backend) {
     let label = backend.kind;
-    let name = "adv-dead-waiter-hand-off";
+    let name = "hand-off-dead-waiter-hand-off";
     let direct = backend.client().await;
     let d_store = Faulty::new(backend.store().await);
     let d_client = LockClient::builder()
@@ -353,7 +353,7 @@ async fn hand_off_with_auto_renew_off_is_claimed_in_full(b: Backend) {
         .await;
     let o = b.client().await;
     for fair in [false, true] {
-        let name = format!("adv5-handoff-{fair}");
+        let name = format!("hand-off-handoff-{fair}");
         macro_rules! run {
             ($lock:expr, $inspect:expr) => {{
                 let holder = $lock.await.expect("holder");
@@ -434,7 +434,7 @@ both_backends!(hand_off_with_auto_renew_off_is_claimed_in_full);
 /// whose head waiter needs two permits while two 1-permit holders (of 3) renew.
 async fn head_waiter_is_paced_by_a_renewing_holder(b: Backend) {
     for semaphore in [false, true] {
-        let name = format!("adv7-pace-{semaphore}");
+        let name = format!("hand-off-pace-{semaphore}");
         let holder = b.client_with(LockClient::builder().lease(ms(900))).await;
         let faulty = Faulty::new(b.store().await);
         let waiter = LockClient::builder()
@@ -490,7 +490,7 @@ both_backends!(head_waiter_is_paced_by_a_renewing_holder);
 /// holder's send + 1.5 s; and not much later: the hint), then the others in FIFO order as
 /// each releases.
 async fn dead_holder_head_waiter_at_the_lease_end_in_fifo(b: Backend) {
-    let name = "adv7-dead-holder";
+    let name = "hand-off-dead-holder";
     let holder = b
         .client_with(LockClient::builder().lease(ms(1_500)).auto_renew(false))
         .await;
@@ -552,7 +552,7 @@ both_backends!(dead_holder_head_waiter_at_the_lease_end_in_fifo);
 /// (it attempts often, and right at the lease end). FIFO: W1 must get the lock first,
 /// however eager W2 is.
 async fn eager_second_waiter_never_overtakes_the_hinted_head(b: Backend) {
-    let name = "adv7-eager-second";
+    let name = "hand-off-eager-second";
     let holder = b
         .client_with(LockClient::builder().lease(ms(1_000)).auto_renew(false))
         .await;

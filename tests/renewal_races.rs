@@ -44,10 +44,10 @@ async fn extend_then_queued_renewal_keeps_the_hold(b: Backend) {
     faulty.add(Rule::on(Op::Extend).delay_reply(ms(1_300)));
 
     // Control: plain renewals under the same slow replies keep a hold alive.
-    let control = c.mutex("adv5-ext-control").lock().await.expect("lock");
+    let control = c.mutex("renewal-race-ext-control").lock().await.expect("lock");
     // Under test.
     let t0 = Instant::now();
-    let mut g = c.mutex("adv5-ext").lock().await.expect("lock");
+    let mut g = c.mutex("renewal-race-ext").lock().await.expect("lock");
     sleep_until(t0 + ms(800)).await;
     assert!(
         g.extend(Duration::from_secs(30)).await.expect("extend"),
@@ -71,7 +71,7 @@ async fn extend_then_queued_renewal_keeps_the_hold(b: Backend) {
         .map(|()| Instant::now() - t0);
     sleep_until(t0 + ms(4_500)).await;
     let until = g.valid_until();
-    let info = observer.mutex("adv5-ext").inspect().await.expect("inspect");
+    let info = observer.mutex("renewal-race-ext").inspect().await.expect("inspect");
     let answered = Instant::now();
     assert_eq!(
         info.holders.len(),
@@ -113,7 +113,7 @@ async fn shorter_extend_behind_a_slow_renewal_stays_honest_and_held(b: Backend) 
         .expect("client");
     let observer = b.client().await;
     faulty.add(Rule::on(Op::Extend).delay_reply(ms(400)));
-    let name = "adv7-shorter";
+    let name = "renewal-race-shorter";
     let t0 = Instant::now();
     let mut g = c.mutex(name).lock().await.expect("lock");
     sleep_until(t0 + ms(720)).await;
@@ -218,7 +218,7 @@ async fn cancelled_extends_racing_renewals(b: Backend) {
         .expect("client");
     let observer = b.client().await;
     faulty.add(Rule::on(Op::Extend).delay_reply(ms(300)));
-    let name = "adv7-cancelled";
+    let name = "renewal-race-cancelled";
     let mut g = c.mutex(name).lock().await.expect("lock");
     let mut seed = 0x1234_5678_u64;
     let mut rnd = move |n: u64| {
@@ -292,13 +292,13 @@ async fn extend_churn_stays_honest(b: Backend) {
     let o = b.client().await;
     faulty.add(Rule::on(Op::Extend).delay_reply(ms(40)));
     let mut m = c
-        .mutex("adv5-churn-m")
+        .mutex("renewal-race-churn-m")
         .renew_every(ms(100))
         .lock()
         .await
         .expect("m");
     let mut f = c
-        .fair_lock("adv5-churn-f")
+        .fair_lock("renewal-race-churn-f")
         .renew_every(ms(100))
         .lock()
         .await
@@ -328,9 +328,9 @@ async fn extend_churn_stays_honest(b: Backend) {
                 (m.valid_until(), m.is_held())
             };
             let info = if fair {
-                o.fair_lock("adv5-churn-f").inspect().await.expect("i")
+                o.fair_lock("renewal-race-churn-f").inspect().await.expect("i")
             } else {
-                o.mutex("adv5-churn-m").inspect().await.expect("i")
+                o.mutex("renewal-race-churn-m").inspect().await.expect("i")
             };
             let answered = Instant::now();
             assert_honest(&what, until, &info, answered);
@@ -389,7 +389,7 @@ async fn many_holds_under_slow_replies_stay_held(b: Backend) {
     let mut reads = Vec::new();
     for i in 0..60 {
         mutexes.push(
-            c.mutex(&format!("adv5-many-m{i}"))
+            c.mutex(&format!("renewal-race-many-m{i}"))
                 .lock()
                 .await
                 .expect("mutex"),
@@ -397,19 +397,19 @@ async fn many_holds_under_slow_replies_stay_held(b: Backend) {
     }
     for i in 0..30 {
         fairs.push(
-            c.fair_lock(&format!("adv5-many-f{i}"))
+            c.fair_lock(&format!("renewal-race-many-f{i}"))
                 .lock()
                 .await
                 .expect("fair"),
         );
         permits.push(
-            c.semaphore(&format!("adv5-many-s{i}"), 3)
+            c.semaphore(&format!("renewal-race-many-s{i}"), 3)
                 .acquire()
                 .await
                 .expect("permit"),
         );
         reads.push(
-            c.rwlock(&format!("adv5-many-r{i}"))
+            c.rwlock(&format!("renewal-race-many-r{i}"))
                 .read()
                 .await
                 .expect("read"),
@@ -487,14 +487,14 @@ async fn one_lost_reply_delays_no_other_hold(b: Backend) {
     let gate = Gate::new();
     faulty.add(
         Rule::on(Op::Extend)
-            .when(|call| call.name == "adv5-lost-reply-0")
+            .when(|call| call.name == "renewal-race-lost-reply-0")
             .times(1)
             .hold_reply(gate.clone()),
     );
     let mut guards = Vec::new();
     for i in 0..30 {
         guards.push(
-            c.mutex(&format!("adv5-lost-reply-{i}"))
+            c.mutex(&format!("renewal-race-lost-reply-{i}"))
                 .lock()
                 .await
                 .expect("lock"),
@@ -558,7 +558,7 @@ async fn release_or_drop_racing_a_renewal_in_flight(b: Backend) {
     for held in [Held::Request, Held::Reply] {
         for end in [End::Release, End::Drop] {
             for fair in [false, true] {
-                let name = format!("adv5-race-{held:?}-{end:?}-{fair}");
+                let name = format!("renewal-race-race-{held:?}-{end:?}-{fair}");
                 let faulty = Faulty::new(b.store().await);
                 let c = LockClient::builder()
                     .lease(ms(600))
@@ -670,7 +670,7 @@ async fn redis_guard_dropped_while_its_renewal_is_stalled_on_the_wire() {
         .await
         .expect("connect");
     for fair in [false, true] {
-        let name = format!("adv5-wire-{fair}");
+        let name = format!("renewal-race-wire-{fair}");
         let g: Box<dyn Send> = if fair {
             Box::new(c.fair_lock(&name).lock().await.expect("lock"))
         } else {

@@ -24,15 +24,15 @@ use support::time::{current_thread, ms};
 async fn holds_outlive_their_dropped_client(b: Backend) {
     let c = b.client_with(LockClient::builder().lease(ms(600))).await;
     let observer = b.client().await;
-    let m = c.mutex("adv5-orphan-m").lock().await.expect("mutex");
-    let f = c.fair_lock("adv5-orphan-f").lock().await.expect("fair");
+    let m = c.mutex("renewal-shutdown-orphan-m").lock().await.expect("mutex");
+    let f = c.fair_lock("renewal-shutdown-orphan-f").lock().await.expect("fair");
     let p = c
-        .semaphore("adv5-orphan-s", 2)
+        .semaphore("renewal-shutdown-orphan-s", 2)
         .acquire()
         .await
         .expect("permit");
-    let r = c.rwlock("adv5-orphan-r").read().await.expect("read");
-    let w = c.rwlock("adv5-orphan-w").write().await.expect("write");
+    let r = c.rwlock("renewal-shutdown-orphan-r").read().await.expect("read");
+    let w = c.rwlock("renewal-shutdown-orphan-w").write().await.expect("write");
     drop(c);
     sleep(ms(2_500)).await;
     let held = [
@@ -49,35 +49,35 @@ async fn holds_outlive_their_dropped_client(b: Backend) {
     );
     let listed = [
         observer
-            .mutex("adv5-orphan-m")
+            .mutex("renewal-shutdown-orphan-m")
             .inspect()
             .await
             .expect("i")
             .holders
             .len(),
         observer
-            .fair_lock("adv5-orphan-f")
+            .fair_lock("renewal-shutdown-orphan-f")
             .inspect()
             .await
             .expect("i")
             .holders
             .len(),
         observer
-            .semaphore("adv5-orphan-s", 2)
+            .semaphore("renewal-shutdown-orphan-s", 2)
             .inspect()
             .await
             .expect("i")
             .holders
             .len(),
         observer
-            .rwlock("adv5-orphan-r")
+            .rwlock("renewal-shutdown-orphan-r")
             .inspect()
             .await
             .expect("i")
             .holders
             .len(),
         observer
-            .rwlock("adv5-orphan-w")
+            .rwlock("renewal-shutdown-orphan-w")
             .inspect()
             .await
             .expect("i")

@@ -53,7 +53,7 @@ async fn redis_fast_paths_against_stale_and_foreign_state() {
     let foreign = "f".repeat(32);
 
     // (a) An expired writer record and an expired reader entry, both still stored.
-    let name = "adv5-stale-w";
+    let name = "server-state-stale-w";
     let k = c.keys(name).expect("keys");
     let now = server_ms(&server);
     server.cli(&[
@@ -99,7 +99,7 @@ async fn redis_fast_paths_against_stale_and_foreign_state() {
     assert!(r.release().await.expect("release"));
 
     // (b) A live foreign writer record: nobody else gets in, of either family.
-    let name = "adv5-foreign-w";
+    let name = "server-state-foreign-w";
     let k = c.keys(name).expect("keys");
     let now = server_ms(&server);
     server.cli(&[
@@ -128,7 +128,7 @@ async fn redis_fast_paths_against_stale_and_foreign_state() {
 
     // (c) A fair queue whose only waiter's heartbeat lapsed, behind a `=1` marker left by an
     // earlier FairLock: the next FairLock is granted, exclusively.
-    let name = "adv5-lapsed-waiter";
+    let name = "server-state-lapsed-waiter";
     let k = c.keys(name).expect("keys");
     let g = c.fair_lock(name).lock().await.expect("fair");
     assert!(g.release().await.expect("release"));
@@ -185,7 +185,7 @@ async fn redis_fast_paths_against_stale_and_foreign_state() {
 
     // (e) An expired holder entry that outlives its deadline, under a `=1` marker: a FairLock
     // and a mutex see a free lock (one after the other), never both.
-    let name = "adv5-ghost-holder";
+    let name = "server-state-ghost-holder";
     let k = c.keys(name).expect("keys");
     let now = server_ms(&server);
     server.cli(&["ZADD", &k.key("h"), &(now - 100).to_string(), "ghost"]);
@@ -216,7 +216,7 @@ async fn redis_fast_paths_against_stale_and_foreign_state() {
 
     // (f) A Semaphore(2)'s `~2` marker left behind: a FairLock may take the name over when
     // the queue is idle; a Semaphore(2) permit is then refused (capacity), not granted.
-    let name = "adv5-sem-marker";
+    let name = "server-state-sem-marker";
     let p = c.semaphore(name, 2).acquire().await.expect("permit");
     assert!(p.release().await.expect("release"));
     let f = c
@@ -244,7 +244,7 @@ async fn redis_keys_of_the_wrong_type_never_grant_two_holders() {
         .expect("connect");
     let mut table = Vec::new();
     for suffix in ["w", "r", "wq", "h", "q", "hb", "tk", "cap", "fence"] {
-        let name = format!("adv5-type-{suffix}");
+        let name = format!("server-state-type-{suffix}");
         let k = c.keys(&name).expect("keys");
         server.cli(&["RPUSH", &k.key(suffix), "x"]);
         let m = c.mutex(&name).try_lock().await;
@@ -285,7 +285,7 @@ async fn counter_tokens_are_unique_across_clients() {
             for i in 0..500 {
                 let g = c
                     .clone()
-                    .mutex(&format!("adv5-tok-{t}-{i}"))
+                    .mutex(&format!("server-state-tok-{t}-{i}"))
                     .lock()
                     .await
                     .expect("lock");
@@ -319,7 +319,7 @@ async fn force_release_in_between_is_signalled(b: Backend) {
     let bc = b.client_with(LockClient::builder().lease(ms(900))).await;
     let op = b.client().await;
     for family in ["mutex", "fair", "sem1", "write"] {
-        let name = format!("adv5-force-{family}");
+        let name = format!("server-state-force-{family}");
         macro_rules! run {
             ($ga:expr, $gb:expr, $inspect:expr) => {{
                 let ga = $ga;
@@ -410,7 +410,7 @@ async fn redis_flushall_is_signalled_to_every_guard() {
     let mut fs = Vec::new();
     for i in 0..100 {
         ms_.push(
-            c.mutex(&format!("adv5-flush-m{i}"))
+            c.mutex(&format!("server-state-flush-m{i}"))
                 .lock()
                 .await
                 .expect("m"),
@@ -418,7 +418,7 @@ async fn redis_flushall_is_signalled_to_every_guard() {
     }
     for i in 0..20 {
         fs.push(
-            c.fair_lock(&format!("adv5-flush-f{i}"))
+            c.fair_lock(&format!("server-state-flush-f{i}"))
                 .lock()
                 .await
                 .expect("f"),
@@ -452,7 +452,7 @@ async fn redis_flushall_is_signalled_to_every_guard() {
         flushed.elapsed()
     );
     drop((ms_, fs));
-    let g = c.mutex("adv5-flush-after").lock().await.expect("lock");
+    let g = c.mutex("server-state-flush-after").lock().await.expect("lock");
     sleep(ms(2_500)).await;
     assert!(g.is_held(), "a hold made after the flush was not renewed");
     assert!(g.release().await.expect("release"));
@@ -478,7 +478,7 @@ async fn redis_script_flush_storm_keeps_exclusion() {
         let inside = inside.clone();
         tasks.push(tokio::spawn(async move {
             let mutex = client
-                .mutex("adv-script-flush")
+                .mutex("server-state-script-flush")
                 .lease(ms(300))
                 .renew_every(ms(100));
             let mut rounds = 0u32;
@@ -521,15 +521,15 @@ async fn redis_script_flush_during_renewals_and_fast_paths() {
         .connect(&url)
         .await
         .expect("connect");
-    let m = c.mutex("adv5-sf-m").lock().await.expect("m");
-    let f = c.fair_lock("adv5-sf-f").lock().await.expect("f");
+    let m = c.mutex("server-state-sf-m").lock().await.expect("m");
+    let f = c.fair_lock("server-state-sf-f").lock().await.expect("f");
     let p = c
-        .semaphore("adv5-sf-s", 2)
+        .semaphore("server-state-sf-s", 2)
         .acquire_many(2)
         .await
         .expect("s");
-    let r = c.rwlock("adv5-sf-r").read().await.expect("r");
-    let w = c.rwlock("adv5-sf-w").write().await.expect("w");
+    let r = c.rwlock("server-state-sf-r").read().await.expect("r");
+    let w = c.rwlock("server-state-sf-w").write().await.expect("w");
     let end = Instant::now() + ms(2_500);
     let fair_inside = Arc::new(AtomicUsize::new(0));
     let sem_inside = Arc::new(AtomicUsize::new(0));
@@ -542,8 +542,8 @@ async fn redis_script_flush_during_renewals_and_fast_paths() {
             .expect("connect");
         let (fi, si) = (fair_inside.clone(), sem_inside.clone());
         tasks.push(tokio::spawn(async move {
-            let fair = client.fair_lock("adv5-sf-contended");
-            let sem = client.semaphore("adv5-sf-contended-sem", 2);
+            let fair = client.fair_lock("server-state-sf-contended");
+            let sem = client.semaphore("server-state-sf-contended-sem", 2);
             let mut rounds = 0u32;
             while Instant::now() < end {
                 let g = fair.lock().await.expect("fair");
@@ -618,21 +618,21 @@ async fn redis_slow_server_keeps_holds_and_guards_honest() {
     let mut permits = Vec::new();
     let mut writes = Vec::new();
     for i in 0..15 {
-        mutexes.push(c.mutex(&format!("adv5-slow-m{i}")).lock().await.expect("m"));
+        mutexes.push(c.mutex(&format!("server-state-slow-m{i}")).lock().await.expect("m"));
         fairs.push(
-            c.fair_lock(&format!("adv5-slow-f{i}"))
+            c.fair_lock(&format!("server-state-slow-f{i}"))
                 .lock()
                 .await
                 .expect("f"),
         );
         permits.push(
-            c.semaphore(&format!("adv5-slow-s{i}"), 2)
+            c.semaphore(&format!("server-state-slow-s{i}"), 2)
                 .acquire()
                 .await
                 .expect("s"),
         );
         writes.push(
-            c.rwlock(&format!("adv5-slow-w{i}"))
+            c.rwlock(&format!("server-state-slow-w{i}"))
                 .write()
                 .await
                 .expect("w"),
@@ -690,12 +690,12 @@ async fn redis_client_pause_past_the_lease_keeps_guards_honest() {
         .await
         .expect("connect");
     let o = LockClient::connect(&server.url()).await.expect("connect");
-    let m = c.mutex("adv5-pause-m").lock().await.expect("m");
-    let f = c.fair_lock("adv5-pause-f").lock().await.expect("f");
+    let m = c.mutex("server-state-pause-m").lock().await.expect("m");
+    let f = c.fair_lock("server-state-pause-f").lock().await.expect("f");
     // Load the inspect scripts on the observer's connection first: a SCRIPT LOAD waits out a
     // write pause, and every later reply on that connection behind it.
-    o.mutex("adv5-pause-m").inspect().await.expect("inspect");
-    o.fair_lock("adv5-pause-f")
+    o.mutex("server-state-pause-m").inspect().await.expect("inspect");
+    o.fair_lock("server-state-pause-f")
         .inspect()
         .await
         .expect("inspect");
@@ -706,11 +706,11 @@ async fn redis_client_pause_past_the_lease_keeps_guards_honest() {
     let mut checks = 0;
     while paused.elapsed() < ms(1_400) {
         let (mu, fu) = (m.valid_until(), f.valid_until());
-        if let Ok(Ok(info)) = timeout(ms(300), o.mutex("adv5-pause-m").inspect()).await {
+        if let Ok(Ok(info)) = timeout(ms(300), o.mutex("server-state-pause-m").inspect()).await {
             assert_honest("mutex during the pause", mu, &info, Instant::now());
             checks += 1;
         }
-        if let Ok(Ok(info)) = timeout(ms(300), o.fair_lock("adv5-pause-f").inspect()).await {
+        if let Ok(Ok(info)) = timeout(ms(300), o.fair_lock("server-state-pause-f").inspect()).await {
             assert_honest("fair during the pause", fu, &info, Instant::now());
         }
         sleep(ms(20)).await;
@@ -732,11 +732,11 @@ async fn redis_client_pause_past_the_lease_keeps_guards_honest() {
         "a guard holds again after the pause"
     );
     assert!(
-        o.mutex("adv5-pause-m").try_lock().await.is_ok(),
+        o.mutex("server-state-pause-m").try_lock().await.is_ok(),
         "mutex name not free"
     );
     assert!(
-        o.fair_lock("adv5-pause-f").try_lock().await.is_ok(),
+        o.fair_lock("server-state-pause-f").try_lock().await.is_ok(),
         "fair name not free"
     );
 }
@@ -756,7 +756,7 @@ async fn redis_restart_empty_is_signalled_at_the_next_renewal() {
     let mut lost = Vec::new();
     for i in 0..10 {
         let g = Arc::new(
-            c.mutex(&format!("adv5-restart-m{i}"))
+            c.mutex(&format!("server-state-restart-m{i}"))
                 .lock()
                 .await
                 .expect("m"),
@@ -768,7 +768,7 @@ async fn redis_restart_empty_is_signalled_at_the_next_renewal() {
             Instant::now()
         }));
         let g = Arc::new(
-            c.fair_lock(&format!("adv5-restart-f{i}"))
+            c.fair_lock(&format!("server-state-restart-f{i}"))
                 .lock()
                 .await
                 .expect("f"),
@@ -796,7 +796,7 @@ async fn redis_restart_empty_is_signalled_at_the_next_renewal() {
     }
     assert!(guards.iter().all(|held| !held()), "a guard still held");
     let g = c
-        .mutex("adv5-restart-after")
+        .mutex("server-state-restart-after")
         .lease(ms(600))
         .lock()
         .await
