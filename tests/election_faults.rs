@@ -641,13 +641,20 @@ async fn election_and_lease_lock_families_exclude(b: Backend) {
         .await
         .expect("campaign");
     let err = c
-        .multi_lock(["election-fault-fam-a", "election-fault-fam-e", "election-fault-fam-z"])
+        .multi_lock([
+            "election-fault-fam-a",
+            "election-fault-fam-e",
+            "election-fault-fam-z",
+        ])
         .lock()
         .timeout(ms(300))
         .await
         .expect_err("a leader's name is not a lease lock");
     assert!(err.is_family_conflict() || err.is_timeout(), "{err}");
-    assert!(lease_free(&c, "election-fault-fam-a").await && lease_free(&c, "election-fault-fam-z").await);
+    assert!(
+        lease_free(&c, "election-fault-fam-a").await
+            && lease_free(&c, "election-fault-fam-z").await
+    );
     let info = c
         .election("election-fault-fam-e")
         .leader()

@@ -508,3 +508,125 @@ async fn subscriptions_missed_while_a_server_was_down_are_caught_up() {
         assert!(g.release().await.expect("release"));
     }
 }
+
+/// The id of `id` with its fence changed to `fence` (as an altered id would carry).
+fn with_fence(id: &redis_locks::HoldId, fence: u64) -> redis_locks::HoldId {
+    let text = id.to_string();
+    let parts: Vec<&str> = text.splitn(5, ':').collect();
+    format!(
+        "{}:{}:{fence}:{}:{}",
+        parts[0], parts[1], parts[3], parts[4]
+    )
+    .parse()
+    .expect("an id with another fence")
+}
+
+/// Resume in quorum mode compares the id's fence with the one a majority of the servers
+/// reports. Server 2 restarts empty (no persistence) under a held Mutex, and a contender's
+/// try there raises its fence counter (the try is refused: servers 0 and 1 hold): the id is
+/// untouched, and its resume in another client succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn resume_after_a_minority_restarted_empty_and_raised_by_a_contender() {
+    let mut q = Quorum::start();
+    let name = "quorum-resume-minority-restarted";
+    let holder = q.client().await;
+    let id = holder
+        .mutex(name)
+        .lease(Duration::from_secs(30))
+        .lock()
+        .await
+        .expect("lock")
+        .detach();
+    q.servers[2].restart();
+    let contender = q.client().await;
+    assert!(
+        contender.mutex(name).try_lock().await.is_err(),
+        "the majority still holds it"
+    );
+    let raised: u64 = q.servers[2]
+        .cli(&["GET", &format!("rl:{{{name}}}:fence")])
+        .parse()
+        .expect("the contender left a fence counter on the restarted server");
+    assert_ne!(
+        raised,
+        id.fencing_token(),
+        "the restarted server's fence differs"
+    );
+    let resumer = q.client().await;
+    let guard = resumer
+        .mutex(name)
+        .lease(Duration::from_secs(30))
+        .resume(&id)
+        .await
+        .expect("the untouched id resumes");
+    assert!(guard.is_held());
+    assert_eq!(guard.fencing_token(), id.fencing_token());
+    assert!(guard.release().await.expect("release"));
+}
+
+/// A server that ran the holder's acquire late (after the majority granted it) took its
+/// fence from its own, later clock: its counter is above the majority's. That state is made
+/// here directly (server 2's counter raised past the grant's fence, as a late acquire leaves
+/// it): the resume of the untouched id still succeeds, the majority's fence being the id's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn resume_beside_a_minority_whose_fence_ran_ahead() {
+    let q = Quorum::start();
+    let name = "quorum-resume-fence-ahead";
+    let holder = q.client().await;
+    let guard = holder
+        .mutex(name)
+        .lease(Duration::from_secs(30))
+        .lock()
+        .await
+        .expect("lock");
+    let fence = guard.fencing_token();
+    let id = guard.detach();
+    let key = format!("rl:{{{name}}}:fence");
+    let ahead = (fence + 5_000).to_string();
+    assert_eq!(q.servers[2].cli(&["SET", &key, &ahead, "KEEPTTL"]), "OK");
+    let resumer = q.client().await;
+    let resumed = resumer
+        .mutex(name)
+        .lease(Duration::from_secs(30))
+        .resume(&id)
+        .await
+        .expect("the untouched id resumes");
+    assert_eq!(resumed.fencing_token(), fence);
+    assert!(resumed.release().await.expect("release"));
+}
+
+/// A resume refused for an altered fence renews nothing: the hold keeps the lease it had
+/// (2 s), not the resuming handle's 30 s, on every server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refused_resume_renews_nothing() {
+    let q = Quorum::start();
+    let name = "quorum-refused-resume";
+    let holder = q.client().await;
+    let id = holder
+        .mutex(name)
+        .lease(Duration::from_secs(2))
+        .auto_renew(false)
+        .lock()
+        .await
+        .expect("lock")
+        .detach();
+    let altered = with_fence(&id, id.fencing_token() + 1);
+    let resumer = q.client().await;
+    let err = resumer
+        .mutex(name)
+        .lease(Duration::from_secs(30))
+        .resume(&altered)
+        .await
+        .expect_err("an altered fence");
+    assert!(matches!(err, Error::MalformedHoldId { .. }), "{err}");
+    for (i, server) in q.servers.iter().enumerate() {
+        let ttl: i64 = server
+            .cli(&["PTTL", &format!("rl:{{{name}}}:w")])
+            .parse()
+            .expect("pttl");
+        assert!(
+            (0..=3_000).contains(&ttl),
+            "server {i}: the writer record lives {ttl} ms: renewed by a refused resume"
+        );
+    }
+}

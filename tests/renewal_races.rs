@@ -44,7 +44,11 @@ async fn extend_then_queued_renewal_keeps_the_hold(b: Backend) {
     faulty.add(Rule::on(Op::Extend).delay_reply(ms(1_300)));
 
     // Control: plain renewals under the same slow replies keep a hold alive.
-    let control = c.mutex("renewal-race-ext-control").lock().await.expect("lock");
+    let control = c
+        .mutex("renewal-race-ext-control")
+        .lock()
+        .await
+        .expect("lock");
     // Under test.
     let t0 = Instant::now();
     let mut g = c.mutex("renewal-race-ext").lock().await.expect("lock");
@@ -71,7 +75,11 @@ async fn extend_then_queued_renewal_keeps_the_hold(b: Backend) {
         .map(|()| Instant::now() - t0);
     sleep_until(t0 + ms(4_500)).await;
     let until = g.valid_until();
-    let info = observer.mutex("renewal-race-ext").inspect().await.expect("inspect");
+    let info = observer
+        .mutex("renewal-race-ext")
+        .inspect()
+        .await
+        .expect("inspect");
     let answered = Instant::now();
     assert_eq!(
         info.holders.len(),
@@ -328,7 +336,10 @@ async fn extend_churn_stays_honest(b: Backend) {
                 (m.valid_until(), m.is_held())
             };
             let info = if fair {
-                o.fair_lock("renewal-race-churn-f").inspect().await.expect("i")
+                o.fair_lock("renewal-race-churn-f")
+                    .inspect()
+                    .await
+                    .expect("i")
             } else {
                 o.mutex("renewal-race-churn-m").inspect().await.expect("i")
             };

@@ -24,15 +24,31 @@ use support::time::{current_thread, ms};
 async fn holds_outlive_their_dropped_client(b: Backend) {
     let c = b.client_with(LockClient::builder().lease(ms(600))).await;
     let observer = b.client().await;
-    let m = c.mutex("renewal-shutdown-orphan-m").lock().await.expect("mutex");
-    let f = c.fair_lock("renewal-shutdown-orphan-f").lock().await.expect("fair");
+    let m = c
+        .mutex("renewal-shutdown-orphan-m")
+        .lock()
+        .await
+        .expect("mutex");
+    let f = c
+        .fair_lock("renewal-shutdown-orphan-f")
+        .lock()
+        .await
+        .expect("fair");
     let p = c
         .semaphore("renewal-shutdown-orphan-s", 2)
         .acquire()
         .await
         .expect("permit");
-    let r = c.rwlock("renewal-shutdown-orphan-r").read().await.expect("read");
-    let w = c.rwlock("renewal-shutdown-orphan-w").write().await.expect("write");
+    let r = c
+        .rwlock("renewal-shutdown-orphan-r")
+        .read()
+        .await
+        .expect("read");
+    let w = c
+        .rwlock("renewal-shutdown-orphan-w")
+        .write()
+        .await
+        .expect("write");
     drop(c);
     sleep(ms(2_500)).await;
     let held = [

@@ -452,7 +452,11 @@ async fn redis_flushall_is_signalled_to_every_guard() {
         flushed.elapsed()
     );
     drop((ms_, fs));
-    let g = c.mutex("server-state-flush-after").lock().await.expect("lock");
+    let g = c
+        .mutex("server-state-flush-after")
+        .lock()
+        .await
+        .expect("lock");
     sleep(ms(2_500)).await;
     assert!(g.is_held(), "a hold made after the flush was not renewed");
     assert!(g.release().await.expect("release"));
@@ -618,7 +622,12 @@ async fn redis_slow_server_keeps_holds_and_guards_honest() {
     let mut permits = Vec::new();
     let mut writes = Vec::new();
     for i in 0..15 {
-        mutexes.push(c.mutex(&format!("server-state-slow-m{i}")).lock().await.expect("m"));
+        mutexes.push(
+            c.mutex(&format!("server-state-slow-m{i}"))
+                .lock()
+                .await
+                .expect("m"),
+        );
         fairs.push(
             c.fair_lock(&format!("server-state-slow-f{i}"))
                 .lock()
@@ -694,7 +703,10 @@ async fn redis_client_pause_past_the_lease_keeps_guards_honest() {
     let f = c.fair_lock("server-state-pause-f").lock().await.expect("f");
     // Load the inspect scripts on the observer's connection first: a SCRIPT LOAD waits out a
     // write pause, and every later reply on that connection behind it.
-    o.mutex("server-state-pause-m").inspect().await.expect("inspect");
+    o.mutex("server-state-pause-m")
+        .inspect()
+        .await
+        .expect("inspect");
     o.fair_lock("server-state-pause-f")
         .inspect()
         .await
@@ -710,7 +722,8 @@ async fn redis_client_pause_past_the_lease_keeps_guards_honest() {
             assert_honest("mutex during the pause", mu, &info, Instant::now());
             checks += 1;
         }
-        if let Ok(Ok(info)) = timeout(ms(300), o.fair_lock("server-state-pause-f").inspect()).await {
+        if let Ok(Ok(info)) = timeout(ms(300), o.fair_lock("server-state-pause-f").inspect()).await
+        {
             assert_honest("fair during the pause", fu, &info, Instant::now());
         }
         sleep(ms(20)).await;
