@@ -301,8 +301,12 @@ impl Sim {
         };
         let held = self.until.is_some_and(|u| u > self.now);
         let outcome = match sent.ask {
-            Ask::Lease { lease, .. } if held => {
-                self.until = Some(self.now + lease);
+            Ask::Lease { lease, keep, .. } if held => {
+                let set = self.now + lease;
+                self.until = Some(match keep {
+                    true => self.until.map_or(set, |u| u.max(set)),
+                    false => set,
+                });
                 Outcome::Confirmed { fence: None }
             }
             Ask::Downgrade { lease } if held => {
@@ -790,4 +794,69 @@ fn a_reply_after_the_trust_ran_out_revives_nothing() {
         }]
     );
     assert!(!hold.is_trusted(t0 + ms(1_100)));
+}
+
+/// Automatic renewals never shorten the hold on the server (`keep`), so a late one of a
+/// detached hold cannot cut a lease another client's resume set; but the first request of a
+/// hold granted by a hand-off claims its lease, replacing the (possibly longer) hand-off
+/// window, and an `extend` sets the lease asked.
+#[test]
+fn renewals_keep_but_a_hand_off_claim_and_an_extend_set() {
+    let t0 = Instant::now();
+    let plan = Plan {
+        auto_renew: true,
+        renew_every: None,
+        max_hold: None,
+    };
+    let lease = ms(3_000);
+    let keep_of = |fx: &[Effect]| match fx {
+        [Effect::Send {
+            n,
+            ask: Ask::Lease { keep, .. },
+        }] => (*n, *keep),
+        other => panic!("expected one lease request, got {other:?}"),
+    };
+    let confirm = |hold: &mut HoldState, n: u64, at: Instant| {
+        hold.on(
+            Event::Reply {
+                n,
+                outcome: Outcome::Confirmed { fence: None },
+            },
+            at,
+        );
+    };
+    let mut handed = HoldState::new(
+        Start::HandedOver {
+            attempt_sent_at: t0,
+        },
+        lease,
+        ms(60_000),
+        plan,
+        t0,
+        Planted::default(),
+    );
+    let (n, keep) = keep_of(&handed.on(Event::Tick, t0));
+    assert!(!keep, "the hand-off's claim sets the lease");
+    confirm(&mut handed, n, t0 + ms(10));
+    let due = handed.next_wake().expect("renewal due");
+    let (_, keep) = keep_of(&handed.on(Event::Tick, due));
+    assert!(keep, "later renewals never shorten");
+
+    let mut granted = HoldState::new(
+        Start::Granted { sent_at: t0 },
+        lease,
+        lease,
+        plan,
+        t0,
+        Planted::default(),
+    );
+    let (n, keep) = keep_of(&granted.on(Event::Tick, t0 + ms(1_000)));
+    assert!(keep, "a granted hold's renewals never shorten");
+    confirm(&mut granted, n, t0 + ms(1_010));
+    let extend = Event::Extend {
+        caller: 1,
+        lease: ms(500),
+    };
+    let (_, keep) = keep_of(&granted.on(extend, t0 + ms(1_100)));
+    assert!(!keep, "an extend sets the lease asked");
 }

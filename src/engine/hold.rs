@@ -44,6 +44,9 @@ pub enum Ask {
         lease: Duration,
         /// A renewal's end of waiting.
         give_up_at: Option<Instant>,
+        /// Never shorten the hold (`Store::renew`): every automatic renewal but a hand-off's
+        /// claim, which replaces the hand-off window with the lease.
+        keep: bool,
     },
     /// Turn the exclusive hold into a shared one, for `lease` from its arrival.
     Downgrade {
@@ -292,6 +295,9 @@ pub struct HoldState {
     /// The number of the last request sent.
     next_n: u64,
     bugs: Planted,
+    /// Granted by a hand-off and its lease not claimed yet: the next renewal sets the
+    /// lease (the window may be longer), later ones only never shorten it.
+    claim_pending: bool,
 }
 
 /// The trust a request sent at `sent_at` for `lease` buys: the server applied it at or after
@@ -353,6 +359,7 @@ impl HoldState {
             ended_live: false,
             next_n: 0,
             bugs,
+            claim_pending: first.is_some(),
         };
         hold.renew = match (first, plan.auto_renew) {
             (None, false) => Renew::Off,
@@ -607,7 +614,16 @@ impl HoldState {
         }
         let ask = match kind {
             Kind::Downgrade(_) => Ask::Downgrade { lease },
-            _ => Ask::Lease { lease, give_up_at },
+            Kind::Renewal => Ask::Lease {
+                lease,
+                give_up_at,
+                keep: !self.claim_pending,
+            },
+            _ => Ask::Lease {
+                lease,
+                give_up_at,
+                keep: false,
+            },
         };
         self.in_flight.push(InFlight {
             n,
@@ -668,6 +684,7 @@ impl HoldState {
             ask: Ask::Lease {
                 lease,
                 give_up_at: None,
+                keep: false,
             },
         });
     }
@@ -790,6 +807,9 @@ impl HoldState {
                 fx,
             );
             return;
+        }
+        if !matches!(req.kind, Kind::Downgrade(_)) {
+            self.claim_pending = false;
         }
         let trusted = self.unknown_min.map_or(req.lease, |m| m.min(req.lease));
         let until = trusted_until(req.sent_at, trusted);

@@ -465,15 +465,19 @@ impl Owner {
         let bound = self.step_bound;
         let io = Io::Hold { id, n };
         match ask {
-            Ask::Lease { lease, give_up_at } => {
+            Ask::Lease {
+                lease,
+                give_up_at,
+                keep,
+            } => {
                 claim.lease = lease;
                 let deadline = give_up_at.unwrap_or_else(|| Instant::now() + bound);
                 self.io.spawn(async move {
-                    // An automatic renewal (it has a give-up instant) never shortens the hold;
+                    // An automatic renewal never shortens the hold (but a hand-off's claim);
                     // an extend sets the lease asked.
-                    let call = match give_up_at {
-                        Some(_) => store.renew(&lock, &claim, lease, None),
-                        None => store.extend(&lock, &claim, lease, None),
+                    let call = match keep {
+                        true => store.renew(&lock, &claim, lease, None),
+                        false => store.extend(&lock, &claim, lease, None),
                     };
                     let reply = tokio::time::timeout_at(deadline, call)
                         .await
