@@ -14,8 +14,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::vocab::bugs::Bug;
 use crate::vocab::options::Options;
+
+mod plan;
+pub use plan::{Plan, Planted};
 
 /// What a guard may trust: until `until` (local monotonic clock), counted from the send of
 /// the request that set it (`since`); `lost` once the hold was refused, released, or its
@@ -193,54 +195,6 @@ enum Renew {
         due: Instant,
         once: bool,
     },
-}
-
-/// The planted bugs a hold was made with (feature `testing`; read once, at the grant).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Planted {
-    /// [`Bug::HandOffTrustsHeartbeat`].
-    pub hand_off_trusts_heartbeat: bool,
-    /// [`Bug::UnorderedRenewals`].
-    pub unordered_renewals: bool,
-    /// [`Bug::StaleRenewalGiveUp`].
-    pub stale_renewal_give_up: bool,
-    /// [`Bug::DowngradeIgnoresLoss`].
-    pub downgrade_ignores_loss: bool,
-}
-
-/// How a hold is renewed (from the handle's options).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Plan {
-    /// Renewals run on their own.
-    pub auto_renew: bool,
-    /// The renewal interval set (else a third of the lease).
-    pub renew_every: Option<Duration>,
-    /// No renewal after this long from the grant.
-    pub max_hold: Option<Duration>,
-}
-
-impl Plan {
-    /// The plan of a handle's options.
-    pub(crate) fn of(opts: &Options) -> Plan {
-        Plan {
-            auto_renew: opts.auto_renew,
-            renew_every: opts.renew_every,
-            max_hold: opts.max_hold,
-        }
-    }
-}
-
-impl Planted {
-    /// The bugs planted in this process now.
-    pub(crate) fn now() -> Planted {
-        use crate::vocab::bugs::planted;
-        Planted {
-            hand_off_trusts_heartbeat: planted(Bug::HandOffTrustsHeartbeat),
-            unordered_renewals: planted(Bug::UnorderedRenewals),
-            stale_renewal_give_up: planted(Bug::StaleRenewalGiveUp),
-            downgrade_ignores_loss: planted(Bug::DowngradeIgnoresLoss),
-        }
-    }
 }
 
 /// How a hold starts.

@@ -23,6 +23,9 @@ use crate::vocab::error::{Error, Result};
 use crate::vocab::keys::LockKeys;
 use crate::vocab::options::Options;
 
+mod fence;
+use fence::{check_fence, FenceCheck};
+
 /// Where a client's engine runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) enum Placement {
@@ -606,58 +609,6 @@ impl Hold {
             true,
         )))
     }
-}
-
-/// What a resume's fence check found.
-enum FenceCheck {
-    /// The lease lapsed (or was released) since the renewal: gone, as a refusal.
-    Gone,
-    /// The fence is the id's (or the hold is not fenced); with the deadline read (from the
-    /// read's send), for the planted bug.
-    Matches { inspected: Option<Instant> },
-}
-
-/// For a Mutex, FairLock or write hold: the server's fence must be the id's. The fence
-/// counter is a live exclusive holder's fence (no grant takes one while it lives); a
-/// Semaphore's is left out (its count may change under its holds). In quorum mode the store
-/// reports the fence a majority agrees on.
-async fn check_fence(
-    store: &dyn Store,
-    lock: &LockKeys,
-    claim: &Claim,
-    fence: u64,
-) -> Result<FenceCheck> {
-    use crate::vocab::claim::Family;
-    let family = match claim.slot {
-        Slot::Write => Family::LeaseLock,
-        Slot::Ticket {
-            resizable: false, ..
-        } if claim.slot.is_exclusive() => Family::TicketQueue,
-        _ => return Ok(FenceCheck::Matches { inspected: None }),
-    };
-    let inspect_sent = Instant::now();
-    let snapshot = retrying(|| store.inspect(lock, family, None)).await.0?;
-    let ours = |token: &str| {
-        token == claim.token
-            || token
-                .strip_prefix(claim.token.as_str())
-                .is_some_and(|rest| rest.starts_with('#'))
-    };
-    let Some(holder) = snapshot.holders.iter().find(|h| ours(&h.token)) else {
-        return Ok(FenceCheck::Gone);
-    };
-    if snapshot.fence != fence {
-        return Err(Error::MalformedHoldId {
-            reason: format!(
-                "its fencing token is not the one the server granted the hold on lock `{}` \
-                 (the id was altered); the hold is left as it was",
-                lock.name()
-            ),
-        });
-    }
-    Ok(FenceCheck::Matches {
-        inspected: Some(inspect_sent + Duration::from_millis(holder.remaining_ms)),
-    })
 }
 
 /// The owner-checked renewal of a resume, sent again after a lost reply (it is idempotent:

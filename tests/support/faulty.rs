@@ -420,6 +420,14 @@ fn call(op: Op, lock: &LockKeys, claim: Option<&Claim>) -> Call {
     }
 }
 
+/// An extend's or a renewal's call, as the rules see it.
+fn extend_call(lock: &LockKeys, claim: &Claim, lease: Duration) -> Call {
+    Call {
+        lease: Some(lease),
+        ..call(Op::Extend, lock, Some(claim))
+    }
+}
+
 #[async_trait::async_trait]
 impl Store for Faulty {
     async fn acquire(
@@ -466,10 +474,7 @@ impl Store for Faulty {
         lease: Duration,
         now: Option<u64>,
     ) -> redis_locks::Result<bool> {
-        let c = Call {
-            lease: Some(lease),
-            ..call(Op::Extend, lock, Some(claim))
-        };
+        let c = extend_call(lock, claim, lease);
         self.run(c, self.inner.extend(lock, claim, lease, self.now(now)))
             .await
     }
@@ -482,10 +487,7 @@ impl Store for Faulty {
         lease: Duration,
         now: Option<u64>,
     ) -> redis_locks::Result<bool> {
-        let c = Call {
-            lease: Some(lease),
-            ..call(Op::Extend, lock, Some(claim))
-        };
+        let c = extend_call(lock, claim, lease);
         self.run(c, self.inner.renew(lock, claim, lease, self.now(now)))
             .await
     }

@@ -359,6 +359,24 @@ impl MemoryStore {
     }
 }
 
+impl MemoryStore {
+    /// `extend` and (`keep`: never shortening) `renew`.
+    fn renew_as(
+        &self,
+        lock: &LockKeys,
+        claim: &Claim,
+        lease: Duration,
+        now: Option<u64>,
+        keep: bool,
+    ) -> Result<bool> {
+        claim.check()?;
+        Ok(self.step(lock, now, |state, now| match claim.slot {
+            Slot::Write | Slot::Read => lease_lock::extend(state, now, claim, ms(lease), keep),
+            Slot::Ticket { .. } => ticket_queue::extend(state, now, claim, ms(lease), keep),
+        }))
+    }
+}
+
 #[async_trait]
 impl Store for MemoryStore {
     async fn acquire(
@@ -391,11 +409,7 @@ impl Store for MemoryStore {
         lease: Duration,
         now: Option<u64>,
     ) -> Result<bool> {
-        claim.check()?;
-        Ok(self.step(lock, now, |state, now| match claim.slot {
-            Slot::Write | Slot::Read => lease_lock::extend(state, now, claim, ms(lease), false),
-            Slot::Ticket { .. } => ticket_queue::extend(state, now, claim, ms(lease), false),
-        }))
+        self.renew_as(lock, claim, lease, now, false)
     }
 
     async fn renew(
@@ -405,11 +419,7 @@ impl Store for MemoryStore {
         lease: Duration,
         now: Option<u64>,
     ) -> Result<bool> {
-        claim.check()?;
-        Ok(self.step(lock, now, |state, now| match claim.slot {
-            Slot::Write | Slot::Read => lease_lock::extend(state, now, claim, ms(lease), true),
-            Slot::Ticket { .. } => ticket_queue::extend(state, now, claim, ms(lease), true),
-        }))
+        self.renew_as(lock, claim, lease, now, true)
     }
 
     async fn downgrade(
