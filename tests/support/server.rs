@@ -207,19 +207,26 @@ impl RedisServer {
     /// stdout. Panics (with stderr) if redis-cli fails. Note that redis-cli
     /// exits 0 on Redis error replies; those appear in the returned string.
     pub fn cli(&self, args: &[&str]) -> String {
+        self.try_cli(args).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`RedisServer::cli`] that returns redis-cli's failure instead of panicking: for
+    /// polling a node that may close its connections meanwhile (Valkey closes client
+    /// connections while a primary turns into a replica).
+    pub fn try_cli(&self, args: &[&str]) -> Result<String, String> {
         let port = self.port.to_string();
         let mut full = vec!["-h", "127.0.0.1", "-p", port.as_str()];
         full.extend_from_slice(args);
         let out = redis_cli(&full);
         if !out.status.success() {
-            panic!(
+            return Err(format!(
                 "redis-cli {full:?} failed ({}):\nstderr: {}\nstdout: {}",
                 out.status,
                 String::from_utf8_lossy(&out.stderr).trim(),
                 String::from_utf8_lossy(&out.stdout).trim()
-            );
+            ));
         }
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
     }
 
     fn log_path(&self) -> PathBuf {
@@ -464,7 +471,11 @@ impl RedisSentinels {
             "the old primary to become a replica",
             |a| {
                 let node = a.nodes.iter().find(|n| n.port() == port).expect("node");
-                let info = node.cli(&["INFO", "replication"]);
+                // A failed reply (the node closing connections as its role changes) is
+                // "not yet"; the deadline still bounds the wait.
+                let Ok(info) = node.try_cli(&["INFO", "replication"]) else {
+                    return false;
+                };
                 info.contains("role:slave")
                     && info.contains(&master_port)
                     && info.contains("master_link_status:up")
