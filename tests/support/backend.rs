@@ -143,22 +143,3 @@ pub async fn until_waiters(
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
-
-/// Generates `mod <name> { redis(), memory() }` tests calling `<name>(Backend)`.
-#[macro_export]
-macro_rules! both_backends {
-    ($($name:ident),+ $(,)?) => {
-        $(
-            mod $name {
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn redis() {
-                    super::$name($crate::support::backend::Backend::redis()).await
-                }
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn memory() {
-                    super::$name($crate::support::backend::Backend::memory()).await
-                }
-            }
-        )+
-    };
-}
