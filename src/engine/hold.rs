@@ -750,10 +750,11 @@ impl HoldState {
             self.phase = Phase::Live;
         }
         if self.validity.lost {
-            // The server renewed it, but the guard trusts nothing any more: released or
-            // detached meanwhile (the extend did renew), or lost (for the guard the lease was
-            // already gone); a downgrade reports the loss.
-            let renewed = self.phase != Phase::Live;
+            // The server renewed it, but the guard trusts nothing any more. Detached
+            // meanwhile: the extend did renew the hold, which runs on for its id. Released
+            // (by the guard, `release_all` or the drop) or lost: the lease is gone for the
+            // guard, so `false`. A downgrade reports the loss.
+            let renewed = self.phase == Phase::Detached;
             self.answer(
                 req.kind,
                 Answer::Extended(renewed),

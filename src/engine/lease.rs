@@ -404,7 +404,8 @@ impl Hold {
     }
 
     pub(crate) fn is_held(&self) -> bool {
-        let v = *self.validity.borrow();
+        // The instant is read under the validity's read lock (see `Owner::apply`).
+        let v = self.validity.borrow();
         !v.lost && Instant::now() < v.until
     }
 

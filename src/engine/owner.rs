@@ -393,12 +393,17 @@ impl Owner {
         let Some(entry) = self.holds.get_mut(&id) else {
             return Vec::new();
         };
-        let effects = entry.state.on(event, now);
-        // The guard sees the new validity before any caller is answered.
-        let validity = entry.state.validity();
-        entry.validity.send_if_modified(|v| {
-            let changed = *v != validity;
-            *v = validity;
+        // The machine decides at an instant read under the validity's write lock, and a
+        // guard's `is_held` reads its instant under the read lock: a guard that saw its trust
+        // run out cannot see it back, since a confirmation decided after that instant finds
+        // the trust run out too. The guard sees the new validity before any caller is answered.
+        let (state, validity) = (&mut entry.state, &entry.validity);
+        let mut effects = Vec::new();
+        validity.send_if_modified(|v| {
+            effects = state.on(event, Instant::now().max(now));
+            let new = state.validity();
+            let changed = *v != new;
+            *v = new;
             changed
         });
         for effect in &effects {
