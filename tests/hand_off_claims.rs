@@ -1,0 +1,569 @@
+//! A hand-off's claim and renewals beside a hand-over, through the public API:
+//!
+//! * an automatic renewal that lands late cannot cut a lease another client's resume set;
+//! * a hand-off's claim (the first request of a hold a release handed over) replaces the
+//!   hand-off window with the lease, but one that lands after another client's resume
+//!   cannot cut the resumed lease either;
+//! * a downgrade racing renewals, and an explicit shorter extend, stay honest.
+//!
+//! Each test asserts a promise of `docs/GUARANTEES.md` (quoted at the test).
+
+mod support;
+
+use std::time::Duration;
+
+use redis_locks::kind::Kind;
+use redis_locks::{Guard, HoldId, LockClient, LockInfo};
+use tokio::time::{timeout, Instant};
+
+use support::backend::{join, until_waiters, Backend};
+use support::faulty::{faulty_client, Gate, Op, Rule};
+use support::honest::server_deadline;
+use support::time::{ms, secs};
+
+/// The primitives a hand-off can grant.
+#[derive(Clone, Copy, Debug)]
+enum Prim {
+    Mutex,
+    Write,
+    Fair,
+    /// A Semaphore of 1 permit.
+    Sem,
+}
+
+/// Reads the lock `name` as the primitive `p` sees it.
+async fn inspect(c: &LockClient, p: Prim, name: &str) -> LockInfo {
+    match p {
+        Prim::Mutex => c.mutex(name).inspect().await,
+        Prim::Write => c.rwlock(name).inspect().await,
+        Prim::Fair => c.fair_lock(name).inspect().await,
+        Prim::Sem => c.semaphore(name, 1).inspect().await,
+    }
+    .expect("inspect")
+}
+
+/// Whether another client is granted the exclusive hold of `name` now (the guard it gets is
+/// dropped, released in the background).
+async fn other_granted(c: &LockClient, p: Prim, name: &str) -> bool {
+    match p {
+        Prim::Mutex => c.mutex(name).try_lock().await.is_ok(),
+        Prim::Write => c.rwlock(name).try_write().await.is_ok(),
+        Prim::Fair => c.fair_lock(name).try_lock().await.is_ok(),
+        Prim::Sem => c.semaphore(name, 1).try_acquire().await.is_ok(),
+    }
+}
+
+/// Locks `name` as `p` with `lease`, waiting as long as it takes; the guard is detached and
+/// its id returned with the instant `lock()` returned.
+async fn lock_then_detach(c: LockClient, p: Prim, name: String, lease: Duration) -> HoldId {
+    match p {
+        Prim::Mutex => c
+            .mutex(&name)
+            .lease(lease)
+            .lock()
+            .await
+            .expect("lock")
+            .detach(),
+        Prim::Write => c
+            .rwlock(&name)
+            .lease(lease)
+            .write()
+            .await
+            .expect("write")
+            .detach(),
+        Prim::Fair => c
+            .fair_lock(&name)
+            .lease(lease)
+            .lock()
+            .await
+            .expect("lock")
+            .detach(),
+        Prim::Sem => c
+            .semaphore(&name, 1)
+            .lease(lease)
+            .acquire()
+            .await
+            .expect("acquire")
+            .detach(),
+    }
+}
+
+/// Takes `name` as `p` (lease 30 s); the guard's `release()` is returned as a future.
+async fn take(
+    c: &LockClient,
+    p: Prim,
+    name: &str,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>> {
+    match p {
+        Prim::Mutex => {
+            let g = c.mutex(name).lease(secs(30)).lock().await.expect("lock");
+            Box::pin(async move { g.release().await.expect("release") })
+        }
+        Prim::Write => {
+            let g = c.rwlock(name).lease(secs(30)).write().await.expect("write");
+            Box::pin(async move { g.release().await.expect("release") })
+        }
+        Prim::Fair => {
+            let g = c
+                .fair_lock(name)
+                .lease(secs(30))
+                .lock()
+                .await
+                .expect("lock");
+            Box::pin(async move { g.release().await.expect("release") })
+        }
+        Prim::Sem => {
+            let g = c
+                .semaphore(name, 1)
+                .lease(secs(30))
+                .acquire()
+                .await
+                .expect("acquire");
+            Box::pin(async move { g.release().await.expect("release") })
+        }
+    }
+}
+
+/// For `span`, every 25 ms: `guard` (its trust read before each inspect) never trusts past
+/// the server's lease, and no other client is granted `name` while `guard` says `is_held()`.
+/// A dishonest trust is noted and the watch goes on, to see whether a second holder follows;
+/// the test fails at the end (or at once on a second holder) with what was seen.
+async fn watch_one_holder<K: Kind>(
+    what: &str,
+    p: Prim,
+    name: &str,
+    guard: &Guard<K>,
+    contender: &LockClient,
+    direct: &LockClient,
+    span: Duration,
+) {
+    let start = Instant::now();
+    let end = start + span;
+    let mut dishonest: Option<String> = None;
+    while Instant::now() < end {
+        let trusted = guard.valid_until();
+        let info = inspect(direct, p, name).await;
+        let answered = Instant::now();
+        if dishonest.is_none() {
+            // assert_honest's rule (support/honest.rs), without a panic: the guard trusts no
+            // later than the server's lease (or than now, if the server lists no holder).
+            let server = server_deadline(&info, answered).unwrap_or(answered);
+            if trusted > server + ms(5) {
+                dishonest = Some(format!(
+                    "at +{:?} the guard trusts {:?} past the server's lease (server: {info:?})",
+                    start.elapsed(),
+                    trusted.saturating_duration_since(server)
+                ));
+            }
+        }
+        let other = other_granted(contender, p, name).await;
+        let held = guard.is_held();
+        assert!(
+            !(other && held),
+            "{what}: at +{:?} a second client was granted {name} while the guard says \
+             is_held() (trusted {:?} more; server just before the attempt: {info:?}); \
+             first dishonest trust seen: {dishonest:?}",
+            start.elapsed(),
+            guard
+                .valid_until()
+                .saturating_duration_since(Instant::now())
+        );
+        tokio::time::sleep(ms(25)).await;
+    }
+    if let Some(d) = dishonest {
+        panic!("{what}: {d}");
+    }
+}
+
+/// GUARANTEES, "A hand-over to another client": "An automatic renewal never shortens a hold
+/// (...; only a hand-off's claim, the first request of a hold granted by a hand-off, sets the
+/// lease in place of the window), so a late one cannot cut the resumed guard's lease".
+///
+/// The race: A (lease 2 s) waits for `name`; the holder releases, `name` is handed to A,
+/// and A's claim (the one automatic request that SETS the lease) is held before the server,
+/// as a slow network would. A's `lock()` has returned; A detaches at once ("`detach()`
+/// returns at once"). B resumes the id with a 10 s lease. A's claim then lands and sets the
+/// server's lease to 2 s from its arrival, under B's guard that trusts ~10 s: a third client
+/// is granted `name` while B's guard says `is_held()`.
+async fn late_hand_off_claim_beside_a_resume(p: Prim, name: &str, resume_lease: Duration) {
+    late_hand_off_claim_on(Backend::redis(), p, name, resume_lease).await
+}
+
+async fn late_hand_off_claim_on(b: Backend, p: Prim, name: &str, resume_lease: Duration) {
+    let (fa, a) = faulty_client(&b).await;
+    let holder = b.client().await;
+    let resumer = b.client().await;
+    let contender = b.client().await;
+    let direct = b.client().await;
+
+    let release_first = take(&holder, p, name).await;
+    let gate = Gate::new();
+    fa.add(
+        Rule::on(Op::Extend)
+            .when(|call| call.lease == Some(ms(2_000)))
+            .times(1)
+            .hold_request(gate.clone()),
+    );
+    let waiting = tokio::spawn(lock_then_detach(a.clone(), p, name.to_owned(), ms(2_000)));
+    until_waiters(1, async || Ok(inspect(&direct, p, name).await)).await;
+    assert!(release_first.await, "the holder held");
+    timeout(secs(5), gate.wait_entered(1))
+        .await
+        .expect("A's hand-off claim reached the gate (the lock was handed over)");
+    let id = join("A's lock and detach", waiting).await;
+    let (r, l) = (&resumer, resume_lease);
+    match p {
+        Prim::Mutex => {
+            after_resume(
+                r.mutex(name).lease(l).resume(&id).await,
+                &gate,
+                p,
+                name,
+                &contender,
+                &direct,
+            )
+            .await
+        }
+        Prim::Fair => {
+            after_resume(
+                r.fair_lock(name).lease(l).resume(&id).await,
+                &gate,
+                p,
+                name,
+                &contender,
+                &direct,
+            )
+            .await
+        }
+        Prim::Write => {
+            after_resume(
+                r.rwlock(name).lease(l).resume_write(&id).await,
+                &gate,
+                p,
+                name,
+                &contender,
+                &direct,
+            )
+            .await
+        }
+        Prim::Sem => {
+            after_resume(
+                r.semaphore(name, 1).lease(l).resume(&id).await,
+                &gate,
+                p,
+                name,
+                &contender,
+                &direct,
+            )
+            .await
+        }
+    }
+}
+
+/// B resumed (`resumed`); A's held claim is let through; B's guard is watched for 3 s.
+async fn after_resume<K: Kind>(
+    resumed: redis_locks::Result<Guard<K>>,
+    gate: &Gate,
+    p: Prim,
+    name: &str,
+    contender: &LockClient,
+    direct: &LockClient,
+) {
+    let resumed = resumed.expect("B resumes");
+    assert!(resumed.is_held());
+    gate.open();
+    watch_one_holder(
+        "B's resumed guard after A's late hand-off claim",
+        p,
+        name,
+        &resumed,
+        contender,
+        direct,
+        ms(3_000),
+    )
+    .await;
+    assert!(resumed.is_held(), "B's guard is renewed throughout");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mutex_late_hand_off_claim_cannot_cut_a_longer_resume() {
+    late_hand_off_claim_beside_a_resume(Prim::Mutex, "claim-late-mutex", secs(10)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn write_late_hand_off_claim_cannot_cut_a_longer_resume() {
+    late_hand_off_claim_beside_a_resume(Prim::Write, "claim-late-write", secs(10)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fair_lock_late_hand_off_claim_cannot_cut_a_longer_resume() {
+    late_hand_off_claim_beside_a_resume(Prim::Fair, "claim-late-fair", secs(10)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn semaphore_late_hand_off_claim_cannot_cut_a_longer_resume() {
+    late_hand_off_claim_beside_a_resume(Prim::Sem, "claim-late-sem", secs(10)).await;
+}
+
+/// Control of the race above (expected to pass): B resumes with a lease no longer than
+/// A's (2 s), so A's late claim, landing after B's send, cannot end the server's hold before
+/// B's trust. Shows the harness itself (gate, resume, watch) is sound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn control_mutex_late_hand_off_claim_beside_an_equal_resume() {
+    late_hand_off_claim_beside_a_resume(Prim::Mutex, "claim-late-control", ms(2_000)).await;
+}
+
+/// The same race on the in-memory store (the engine decides the claim's `set`, so every
+/// store is open to it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn memory_mutex_late_hand_off_claim_cannot_cut_a_longer_resume() {
+    late_hand_off_claim_on(
+        Backend::memory(),
+        Prim::Mutex,
+        "claim-late-memory",
+        secs(10),
+    )
+    .await;
+}
+
+/// The same race on an election (a FairLock whose holder proclaimed): the leader resigns,
+/// the leadership is handed to A (lease 2 s), whose claim is held; A detaches, B resumes the
+/// leadership with a 10 s lease; A's claim lands. A third candidate must not be granted the
+/// leadership while B's `Leadership` says `is_held()`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn election_late_hand_off_claim_cannot_cut_a_longer_resume() {
+    let name = "claim-late-election";
+    let b = Backend::redis();
+    let (fa, a) = faulty_client(&b).await;
+    let holder = b.client().await;
+    let resumer = b.client().await;
+    let contender = b.client().await;
+    let direct = b.client().await;
+    let first = holder
+        .election(name)
+        .lease(secs(30))
+        .campaign("first")
+        .await
+        .expect("first leads");
+    let gate = Gate::new();
+    fa.add(
+        Rule::on(Op::Extend)
+            .when(|call| call.lease == Some(ms(2_000)))
+            .times(1)
+            .hold_request(gate.clone()),
+    );
+    let a2 = a.clone();
+    let waiting = tokio::spawn(async move {
+        a2.election(name)
+            .lease(ms(2_000))
+            .campaign("a")
+            .await
+            .expect("A leads")
+            .detach()
+    });
+    until_waiters(1, async || Ok(inspect(&direct, Prim::Fair, name).await)).await;
+    assert!(first.resign().await.expect("resign"), "first led");
+    timeout(secs(5), gate.wait_entered(1))
+        .await
+        .expect("A's hand-off claim reached the gate");
+    let id = join("A's campaign and detach", waiting).await;
+    let resumed = resumer
+        .election(name)
+        .lease(secs(10))
+        .resume(&id)
+        .await
+        .expect("B resumes");
+    assert!(resumed.is_held());
+    gate.open();
+    let start = Instant::now();
+    while start.elapsed() < ms(3_000) {
+        let other = contender.election(name).try_campaign("d").await;
+        let held = resumed.is_held();
+        let leader = direct.election(name).leader().await.expect("leader");
+        assert!(
+            !(other.is_ok() && held),
+            "at +{:?} a third candidate leads (leader() = {leader:?}) while B's resumed \
+             Leadership says is_held() (trusted {:?} more)",
+            start.elapsed(),
+            resumed
+                .valid_until()
+                .saturating_duration_since(Instant::now())
+        );
+        drop(other);
+        tokio::time::sleep(ms(25)).await;
+    }
+    assert!(resumed.is_held(), "B's leadership is renewed throughout");
+}
+
+/// GUARANTEES, "A downgrade is the same hold" and "Lease requests of one hold ... run one at a
+/// time": a write guard (lease 300 ms, renewed every ~100 ms, each renewal 40 ms on the way
+/// and 40 ms back, some replies lost) downgrades at a random instant, racing its renewals
+/// (keep) and its lost replies (which may have been applied). For 400 ms after each downgrade
+/// the read guard never trusts past the server's lease of its read hold, and no writer is
+/// granted while it says `is_held()`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_downgrade_racing_renewals_stays_honest() {
+    use redis_locks::WriteGuard;
+    let b = Backend::redis();
+    let (fa, a) = faulty_client(&b).await;
+    let contender = b.client().await;
+    let direct = b.client().await;
+    fa.add(Rule::on(Op::Extend).times(3).lose_reply());
+    fa.add(
+        Rule::on(Op::Extend)
+            .delay_request(ms(40))
+            .delay_reply(ms(40)),
+    );
+    fa.add(
+        Rule::on(Op::Downgrade)
+            .delay_request(ms(30))
+            .delay_reply(ms(30)),
+    );
+    let mut rng = support::rng::Rng::new(7);
+    for round in 0..12 {
+        let name = format!("downgrade-racing-renewals-{round}");
+        let w = a.rwlock(&name).lease(ms(300)).write().await.expect("write");
+        tokio::time::sleep(ms(rng.below(400))).await;
+        let r = match WriteGuard::downgrade(w).await {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("round {round}: downgrade failed ({e}); nothing to watch");
+                continue;
+            }
+        };
+        let start = Instant::now();
+        while start.elapsed() < ms(400) {
+            let trusted = r.valid_until();
+            let info = direct.rwlock(&name).inspect().await.expect("inspect");
+            let answered = Instant::now();
+            let server = server_deadline(&info, answered).unwrap_or(answered);
+            assert!(
+                trusted <= server + ms(5),
+                "round {round}: the read guard trusts {:?} past the server's lease ({info:?})",
+                trusted.saturating_duration_since(server)
+            );
+            let writer = contender.rwlock(&name).try_write().await.is_ok();
+            assert!(
+                !(writer && r.is_held()),
+                "round {round}: a writer was granted while the read guard says is_held()"
+            );
+            tokio::time::sleep(ms(20)).await;
+        }
+        drop(r);
+    }
+}
+
+/// "Explicit `extend(d)` sets the lease (can shorten)", and automatic renewals after it ask
+/// for the new length and never shorten. A mutex guard (lease 10 s) whose renewals are slow
+/// (60 ms each way), the first one's reply lost (applied), shortens its lease with
+/// `extend(1 s)` while a renewal may be on its way. For 2 s after: the guard never trusts past
+/// the server, and the server's lease never exceeds 1 s (+ one renewal's round trip): the
+/// shortening is not undone by a renewal carrying the old 10 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_shortening_extend_is_not_undone_by_renewals() {
+    let b = Backend::redis();
+    let name = "shortening-extend-not-undone";
+    let (fa, a) = faulty_client(&b).await;
+    let direct = b.client().await;
+    fa.add(
+        Rule::on(Op::Extend)
+            .when(|c| c.lease == Some(secs(10)))
+            .times(1)
+            .lose_reply(),
+    );
+    fa.add(
+        Rule::on(Op::Extend)
+            .delay_request(ms(60))
+            .delay_reply(ms(60)),
+    );
+    let mut g = a
+        .mutex(name)
+        .lease(secs(10))
+        .renew_every(ms(300))
+        .lock()
+        .await
+        .expect("lock");
+    tokio::time::sleep(ms(750)).await;
+    assert!(
+        g.extend(secs(1)).await.expect("extend"),
+        "extend(1 s) renewed"
+    );
+    let start = Instant::now();
+    while start.elapsed() < ms(2_000) {
+        let trusted = g.valid_until();
+        let info = direct.mutex(name).inspect().await.expect("inspect");
+        let answered = Instant::now();
+        let server = server_deadline(&info, answered).unwrap_or(answered);
+        assert!(
+            trusted <= server + ms(5),
+            "the guard trusts {:?} past the server's lease ({info:?})",
+            trusted.saturating_duration_since(server)
+        );
+        let left = info.holders.first().map(|h| h.lease_remaining);
+        assert!(
+            left.is_none_or(|l| l <= ms(1_150)),
+            "at +{:?} after extend(1 s) the server's lease is {left:?}: a renewal undid the \
+             shortening",
+            start.elapsed()
+        );
+        tokio::time::sleep(ms(20)).await;
+    }
+    assert!(g.is_held(), "renewed with the 1 s lease throughout");
+}
+
+/// The late claim again with no fault-injecting store: a real TCP proxy between A and the
+/// server holds A's requests from the claim's bytes on (a congested network), while B talks
+/// to the server directly. A detaches as soon as `lock()` returns; B resumes with 10 s; the
+/// proxy then lets A's bytes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mutex_late_hand_off_claim_through_a_slow_network_cannot_cut_a_longer_resume() {
+    use support::proxy::Proxy;
+    use support::RedisServer;
+    let name = "claim-late-proxy";
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port()).await;
+    let connect = async |url: String| LockClient::connect(&url).await.expect("connect");
+    let a = connect(proxy.url()).await;
+    let holder = connect(server.url()).await;
+    let resumer = connect(server.url()).await;
+    let contender = connect(server.url()).await;
+    let direct = connect(server.url()).await;
+    let first = holder
+        .mutex(name)
+        .lease(secs(30))
+        .lock()
+        .await
+        .expect("lock");
+    let a2 = a.clone();
+    let waiting = tokio::spawn(async move {
+        a2.mutex(name)
+            .lease(ms(2_000))
+            .lock()
+            .await
+            .expect("A locks")
+            .detach()
+    });
+    let handle = direct.mutex(name);
+    until_waiters(1, || handle.inspect()).await;
+    // rw_extend's arguments end with the mode and the renewal: a write hold's claim ("set").
+    proxy.stall_requests_from(b"\r\n$1\r\nw\r\n$3\r\nset\r\n");
+    assert!(first.release().await.expect("release"));
+    let id = join("A's lock and detach", waiting).await;
+    let resumed = resumer
+        .mutex(name)
+        .lease(secs(10))
+        .resume(&id)
+        .await
+        .expect("B resumes");
+    proxy.resume();
+    watch_one_holder(
+        "B's resumed guard after A's claim came through the slow network",
+        Prim::Mutex,
+        name,
+        &resumed,
+        &contender,
+        &direct,
+        ms(3_000),
+    )
+    .await;
+}
