@@ -25,6 +25,28 @@ else
 end
 local PUBLISH_CMD = ARGV[2]
 
+-- A waiter's heartbeat deadline (which a hand-off gives the hold it grants) is odd, and every
+-- deadline an extend or renewal writes is even: a hand-off's claim finds the deadline still
+-- equal to the hand-off's only if nothing extended the hold since (see renewed_until).
+local function odd(ms)
+  if ms % 2 == 0 then return ms + 1 end
+  return ms
+end
+
+-- The deadline an extend (ARGV "set"), an automatic renewal ("keep") or a hand-off's claim
+-- (the deadline the hand-off gave, in digits) gives a hold whose deadline is `held`: "set"
+-- now + lease; "keep" the later of that and `held`, so a renewal that lands late (after
+-- another client's resume set a longer lease) cannot cut it; a claim "set" while the hold
+-- still has the hand-off's deadline (the window, possibly longer than the lease), else
+-- "keep": a claim that lands after another client's resume cannot cut that resume's lease.
+local function renewed_until(held, lease, how)
+  local deadline = NOW + lease
+  if deadline % 2 == 1 then deadline = deadline + 1 end
+  if how == 'set' or (how ~= 'keep' and held == tonumber(how)) then return deadline end
+  if held > deadline then return held end
+  return deadline
+end
+
 -- Key types are not checked one by one (a TYPE call per key per script was a measurable part
 -- of the cost): every script reads or prunes each of its keys before it writes anything that
 -- matters, and Redis fails the script with WRONGTYPE at the first command on a key of another

@@ -128,7 +128,7 @@ if not queued then
   end
   redis.call('ZADD', Q, incr_counter(TK), member)
 end
-local heartbeat_until = NOW + heartbeat
+local heartbeat_until = odd(NOW + heartbeat)
 redis.call('ZADD', HB, heartbeat_until, member)
 QUEUE_GREW = true
 

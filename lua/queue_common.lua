@@ -238,7 +238,7 @@ local function promote(cap, claim_ms, self_member)
     free = free - w
     -- The grant lasts until the waiter's own heartbeat deadline: a live waiter attempts (and
     -- claims its full lease) before then; a dead one blocks no longer than its own window.
-    local claim_until = tonumber(redis.call('ZSCORE', HB, m) or (NOW + claim_ms))
+    local claim_until = tonumber(redis.call('ZSCORE', HB, m) or odd(NOW + claim_ms))
     if w >= cap then
       fence = next_fence(FENCE, claim_until)
       FENCE_UNTIL = claim_until

@@ -72,7 +72,7 @@ if mode == 'w' then
   if retry then
     local announced = -1
     if wait and policy == 'writer' then
-      announced = NOW + heartbeat
+      announced = odd(NOW + heartbeat)
       redis.call('ZADD', WQ, announced, token)
       expire_zset(WQ)
     end

@@ -5,29 +5,27 @@
 --               renewal of a write hold cannot touch the read hold a downgrade made of it)
 -- ARGV[6] "set": the deadline becomes now + lease (an extend, a resume); "keep": the later of
 --         that and the deadline held (an automatic renewal, which may land late: after
---         another client's resume set a longer lease, it must not cut that lease)
+--         another client's resume set a longer lease, it must not cut that lease); digits: a
+--         hand-off's claim, naming the deadline the hand-off gave (see renewed_until)
 -- Reply: 1 if renewed; 0 if the token holds nothing live (lease lapsed or released): the
 --        holder must then treat the lock as lost.
 local token, lease, mode = ARGV[3], tonumber(ARGV[4]), ARGV[5]
-local keep = ARGV[6] == 'keep'
 
 if mode == 'w' then
   local holder, held_until = live_writer()
   if holder ~= token then return 0 end
-  local deadline = NOW + lease
-  if keep and held_until > deadline then deadline = held_until end
+  local deadline = renewed_until(held_until, lease, ARGV[6])
   set_writer(token, deadline)
   keep_fence(FENCE, deadline)
   return 1
 end
-if live_reader(token) then
-  if keep then
-    redis.call('ZADD', R, 'XX', 'GT', NOW + lease, token)
-  else
-    redis.call('ZADD', R, 'XX', NOW + lease, token)
-  end
+local live, held_until = live_reader(token)
+if live then
+  -- Never handed over: a reader's claim keeps, as a renewal does.
+  local deadline = renewed_until(tonumber(held_until), lease, ARGV[6] == 'set' and 'set' or 'keep')
+  redis.call('ZADD', R, 'XX', deadline, token)
   expire_zset(R)
-  keep_fence(FENCE, NOW + lease)
+  keep_fence(FENCE, deadline)
   return 1
 end
 return 0

@@ -120,9 +120,12 @@ impl Store for Detached {
         lock: &LockKeys,
         claim: &Claim,
         lease: Duration,
+        handed_until: Option<u64>,
         now: Option<u64>,
     ) -> redis_locks::Result<bool> {
-        self.inner.renew(lock, claim, lease, now).await
+        self.inner
+            .renew(lock, claim, lease, handed_until, now)
+            .await
     }
 
     async fn downgrade(

@@ -210,11 +210,11 @@ async fn dead_waiter_at_the_head_is_dropped_after_its_own_heartbeat(b: Backend) 
     let fence = holder.fencing_token();
     assert!(holder.release().await.expect("release"));
     // If the release granted the dead head (it was still live), it holds for a claim window
-    // no longer than its own heartbeat window.
+    // no longer than its own heartbeat window (its deadline made odd: 1 ms more at most).
     let after = info(&lock).await;
     for h in after.holders.iter().filter(|h| is(&h.token_prefix, &dead)) {
         assert!(
-            h.lease_remaining <= window,
+            h.lease_remaining <= window + Duration::from_millis(1),
             "the dead head was granted for {:?}, past its own heartbeat window {window:?}",
             h.lease_remaining
         );

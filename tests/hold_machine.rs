@@ -166,7 +166,13 @@ struct Sim {
     unknown_min: Option<Duration>,
     /// The guard's trust ran out (or it was lost) at some event: it is never trusted again.
     gone: bool,
+    /// The server's deadline is still the one a hand-off gave (a claim naming it sets the
+    /// lease); any renewal or downgrade applied since writes another.
+    handed: Option<u64>,
 }
+
+/// The deadline a hand-off gave a hold, as its claim names it.
+const HANDED_UNTIL: u64 = 41;
 
 const BOUND: u64 = 600;
 
@@ -300,10 +306,17 @@ impl Sim {
             return Ok(());
         };
         let held = self.until.is_some_and(|u| u > self.now);
+        let handed = self.handed.take();
         let outcome = match sent.ask {
-            Ask::Lease { lease, keep, .. } if held => {
+            Ask::Lease {
+                lease,
+                keep,
+                handed_until,
+                ..
+            } if held => {
                 let set = self.now + lease;
-                self.until = Some(match keep {
+                let claim = handed_until.is_some() && handed_until == handed;
+                self.until = Some(match keep && !claim {
                     true => self.until.map_or(set, |u| u.max(set)),
                     false => set,
                 });
@@ -448,6 +461,7 @@ fn run(case: &Case, bugs: Planted) -> Result<(), TestCaseError> {
         (
             Start::HandedOver {
                 attempt_sent_at: sent_at,
+                until: HANDED_UNTIL,
             },
             applied + heartbeat,
         )
@@ -471,6 +485,7 @@ fn run(case: &Case, bugs: Planted) -> Result<(), TestCaseError> {
         unordered: bugs.unordered_renewals,
         unknown_min: None,
         gone: false,
+        handed: case.handed_over.then_some(HANDED_UNTIL),
     };
     sim.check()?;
     for op in &case.ops {
@@ -797,11 +812,12 @@ fn a_reply_after_the_trust_ran_out_revives_nothing() {
 }
 
 /// Automatic renewals never shorten the hold on the server (`keep`), so a late one of a
-/// detached hold cannot cut a lease another client's resume set; but the first request of a
-/// hold granted by a hand-off claims its lease, replacing the (possibly longer) hand-off
-/// window, and an `extend` sets the lease asked.
+/// detached hold cannot cut a lease another client's resume set; the first request of a
+/// hold granted by a hand-off names the hand-off's deadline (the server replaces that
+/// window with the lease as long as the hold still has it), and an `extend` sets the lease
+/// asked.
 #[test]
-fn renewals_keep_but_a_hand_off_claim_and_an_extend_set() {
+fn renewals_keep_but_a_hand_off_claim_names_its_deadline_and_an_extend_sets() {
     let t0 = Instant::now();
     let plan = Plan {
         auto_renew: true,
@@ -812,8 +828,10 @@ fn renewals_keep_but_a_hand_off_claim_and_an_extend_set() {
     let keep_of = |fx: &[Effect]| match fx {
         [Effect::Send {
             n,
-            ask: Ask::Lease { keep, .. },
-        }] => (*n, *keep),
+            ask: Ask::Lease {
+                keep, handed_until, ..
+            },
+        }] => (*n, *keep, *handed_until),
         other => panic!("expected one lease request, got {other:?}"),
     };
     let confirm = |hold: &mut HoldState, n: u64, at: Instant| {
@@ -828,6 +846,7 @@ fn renewals_keep_but_a_hand_off_claim_and_an_extend_set() {
     let mut handed = HoldState::new(
         Start::HandedOver {
             attempt_sent_at: t0,
+            until: 12_345,
         },
         lease,
         ms(60_000),
@@ -835,12 +854,20 @@ fn renewals_keep_but_a_hand_off_claim_and_an_extend_set() {
         t0,
         Planted::default(),
     );
-    let (n, keep) = keep_of(&handed.on(Event::Tick, t0));
-    assert!(!keep, "the hand-off's claim sets the lease");
+    let (n, keep, handed_until) = keep_of(&handed.on(Event::Tick, t0));
+    assert!(keep, "the hand-off's claim is a renewal");
+    assert_eq!(
+        handed_until,
+        Some(12_345),
+        "the claim names the hand-off's deadline"
+    );
     confirm(&mut handed, n, t0 + ms(10));
     let due = handed.next_wake().expect("renewal due");
-    let (_, keep) = keep_of(&handed.on(Event::Tick, due));
-    assert!(keep, "later renewals never shorten");
+    let (_, keep, handed_until) = keep_of(&handed.on(Event::Tick, due));
+    assert!(
+        keep && handed_until.is_none(),
+        "later renewals never shorten"
+    );
 
     let mut granted = HoldState::new(
         Start::Granted { sent_at: t0 },
@@ -850,13 +877,16 @@ fn renewals_keep_but_a_hand_off_claim_and_an_extend_set() {
         t0,
         Planted::default(),
     );
-    let (n, keep) = keep_of(&granted.on(Event::Tick, t0 + ms(1_000)));
-    assert!(keep, "a granted hold's renewals never shorten");
+    let (n, keep, handed_until) = keep_of(&granted.on(Event::Tick, t0 + ms(1_000)));
+    assert!(
+        keep && handed_until.is_none(),
+        "a granted hold's renewals never shorten"
+    );
     confirm(&mut granted, n, t0 + ms(1_010));
     let extend = Event::Extend {
         caller: 1,
         lease: ms(500),
     };
-    let (_, keep) = keep_of(&granted.on(extend, t0 + ms(1_100)));
+    let (_, keep, _) = keep_of(&granted.on(extend, t0 + ms(1_100)));
     assert!(!keep, "an extend sets the lease asked");
 }

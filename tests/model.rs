@@ -114,8 +114,8 @@ enum Op {
         target: Target,
         who: Who,
         lease: Duration,
-        /// An automatic renewal (`Store::renew`, never shortens) rather than an extend.
-        renewal: bool,
+        /// An extend, an automatic renewal, or a hand-off's claim.
+        renewal: Renewing,
     },
     Downgrade {
         target: Target,
@@ -197,6 +197,25 @@ fn lock_keys(lock: usize) -> LockKeys {
 }
 
 // ---- strategies ---------------------------------------------------------------------------
+
+/// How an [`Op::Extend`] sets the deadline.
+#[derive(Clone, Copy, Debug)]
+enum Renewing {
+    /// `Store::extend`: sets it.
+    Set,
+    /// `Store::renew`: never shortens it.
+    Keep,
+    /// `Store::renew` naming a hand-off's deadline: sets it while the hold has that deadline.
+    Claim,
+}
+
+fn renewing() -> impl Strategy<Value = Renewing> {
+    prop_oneof![
+        Just(Renewing::Set),
+        Just(Renewing::Keep),
+        Just(Renewing::Claim)
+    ]
+}
 
 /// Leases from a few round values (so clock advances land exactly on deadlines) or any
 /// value, now and then with a fraction of a millisecond (the API accepts any `Duration`).
@@ -335,7 +354,7 @@ fn op(primitive: Primitive) -> impl Strategy<Value = Op> {
         ),
         (
             2,
-            (target(2), who(), lease(), any::<bool>())
+            (target(2), who(), lease(), renewing())
                 .prop_map(|(target, who, lease, renewal)| Op::Extend {
                     target,
                     who,
@@ -540,6 +559,8 @@ async fn run_program(
     let mut now = START_MS;
     // (client, claim, lock) of every acquire step so far, for `Target::Recent`.
     let mut acquired = Vec::new();
+    // The heartbeat deadline of each token's latest refused attempt, which its claims name.
+    let mut refusals: std::collections::HashMap<String, u64> = Default::default();
     // The longest time from sending a step to the first store to the second's reply, in ms
     // (rounded up, plus the server's millisecond rounding of each expiry).
     let mut spread_ms: i64 = 0;
@@ -558,6 +579,11 @@ async fn run_program(
                 let r = redis.acquire(&keys, &claim, *wait, at).await;
                 let g = general.acquire(&keys, &claim, *wait, at).await;
                 let m = model.acquire(&keys, &claim, *wait, at).await;
+                if let Ok(Acquire::Busy(busy)) = &r
+                    && let Some(until) = busy.heartbeat_until
+                {
+                    refusals.insert(claim.token.clone(), until);
+                }
                 same::<Acquire>(step, &what, r, m, g)?;
                 keys
             }
@@ -577,13 +603,20 @@ async fn run_program(
             } => {
                 let (keys, claim) = keys_and_claim(target, who);
                 let lease = *lease;
+                // A claim names the heartbeat deadline of the claim's latest refused attempt,
+                // which a hand-off gives the hold it grants (or, with none, a deadline no
+                // hold has).
+                let handed = match renewal {
+                    Renewing::Claim => Some(refusals.get(&claim.token).copied().unwrap_or(1)),
+                    _ => None,
+                };
                 let (r, g, m) = match renewal {
-                    true => (
-                        redis.renew(&keys, &claim, lease, at).await,
-                        general.renew(&keys, &claim, lease, at).await,
-                        model.renew(&keys, &claim, lease, at).await,
+                    Renewing::Keep | Renewing::Claim => (
+                        redis.renew(&keys, &claim, lease, handed, at).await,
+                        general.renew(&keys, &claim, lease, handed, at).await,
+                        model.renew(&keys, &claim, lease, handed, at).await,
                     ),
-                    false => (
+                    Renewing::Set => (
                         redis.extend(&keys, &claim, lease, at).await,
                         general.extend(&keys, &claim, lease, at).await,
                         model.extend(&keys, &claim, lease, at).await,
@@ -957,10 +990,13 @@ impl Store for Planted {
         lock: &LockKeys,
         claim: &Claim,
         lease: Duration,
+        handed_until: Option<u64>,
         now: Option<u64>,
     ) -> Result<bool> {
         let (claim, lease) = (self.claim(claim), self.longer(lease));
-        self.inner.renew(lock, &claim, lease, now).await
+        self.inner
+            .renew(lock, &claim, lease, handed_until, now)
+            .await
     }
 
     async fn downgrade(

@@ -565,9 +565,12 @@ impl Store for Planted {
         lock: &LockKeys,
         claim: &Claim,
         lease: Duration,
+        handed_until: Option<u64>,
         now: Option<u64>,
     ) -> Result<bool> {
-        self.inner.renew(lock, claim, lease, now).await
+        self.inner
+            .renew(lock, claim, lease, handed_until, now)
+            .await
     }
 
     async fn downgrade(

@@ -150,8 +150,15 @@ impl Store for Server {
     async fn extend(&self, l: &LockKeys, c: &Claim, d: Duration, _: Option<u64>) -> Result<bool> {
         self.store.extend(l, c, d, Some(self.now())).await
     }
-    async fn renew(&self, l: &LockKeys, c: &Claim, d: Duration, _: Option<u64>) -> Result<bool> {
-        self.store.renew(l, c, d, Some(self.now())).await
+    async fn renew(
+        &self,
+        l: &LockKeys,
+        c: &Claim,
+        d: Duration,
+        handed: Option<u64>,
+        _: Option<u64>,
+    ) -> Result<bool> {
+        self.store.renew(l, c, d, handed, Some(self.now())).await
     }
     async fn downgrade(&self, l: &LockKeys, c: &Claim, _: Option<u64>) -> Result<Option<u64>> {
         self.store.downgrade(l, c, Some(self.now())).await

@@ -46,9 +46,13 @@ pub enum Ask {
         lease: Duration,
         /// A renewal's end of waiting.
         give_up_at: Option<Instant>,
-        /// Never shorten the hold (`Store::renew`): every automatic renewal but a hand-off's
-        /// claim, which replaces the hand-off window with the lease.
+        /// Never shorten the hold (`Store::renew`): every automatic renewal. An `extend`
+        /// sets the lease asked (`Store::extend`).
         keep: bool,
+        /// A hand-off's claim (the first renewal of a hold a release handed over): the
+        /// deadline the hand-off gave, which the claim replaces with the lease as long as the
+        /// hold still has it (see `Store::renew`).
+        handed_until: Option<u64>,
     },
     /// Turn the exclusive hold into a shared one, for `lease` from its arrival.
     Downgrade {
@@ -212,6 +216,8 @@ pub enum Start {
     HandedOver {
         /// The send of the waiter's latest refused attempt.
         attempt_sent_at: Instant,
+        /// The deadline the hand-off gave the hold (server ms), which its claim names.
+        until: u64,
     },
 }
 
@@ -249,9 +255,9 @@ pub struct HoldState {
     /// The number of the last request sent.
     next_n: u64,
     bugs: Planted,
-    /// Granted by a hand-off and its lease not claimed yet: the next renewal sets the
-    /// lease (the window may be longer), later ones only never shorten it.
-    claim_pending: bool,
+    /// Granted by a hand-off and its lease not claimed yet: the deadline the hand-off gave,
+    /// which the next renewal names (see [`Ask::Lease`]).
+    claim_pending: Option<u64>,
 }
 
 /// The trust a request sent at `sent_at` for `lease` buys: the server applied it at or after
@@ -283,10 +289,13 @@ impl HoldState {
     ) -> HoldState {
         let (from, window, first) = match start {
             Start::Granted { sent_at } => (sent_at, lease, None),
-            Start::HandedOver { attempt_sent_at } => (
+            Start::HandedOver {
+                attempt_sent_at,
+                until,
+            } => (
                 attempt_sent_at,
                 hand_off_window(heartbeat, lease, bugs),
-                Some(now),
+                Some((now, until)),
             ),
         };
         let validity = Validity {
@@ -313,7 +322,7 @@ impl HoldState {
             ended_live: false,
             next_n: 0,
             bugs,
-            claim_pending: first.is_some(),
+            claim_pending: first.map(|(_, until)| until),
         };
         hold.renew = match (first, plan.auto_renew) {
             (None, false) => Renew::Off,
@@ -321,7 +330,7 @@ impl HoldState {
                 due: hold.next_renewal(),
                 once: false,
             },
-            (Some(at), auto) => Renew::Due {
+            (Some((at, _)), auto) => Renew::Due {
                 due: at,
                 once: !auto,
             },
@@ -571,12 +580,14 @@ impl HoldState {
             Kind::Renewal => Ask::Lease {
                 lease,
                 give_up_at,
-                keep: !self.claim_pending,
+                keep: true,
+                handed_until: self.claim_pending,
             },
             _ => Ask::Lease {
                 lease,
                 give_up_at,
                 keep: false,
+                handed_until: None,
             },
         };
         self.in_flight.push(InFlight {
@@ -639,6 +650,7 @@ impl HoldState {
                 lease,
                 give_up_at: None,
                 keep: false,
+                handed_until: None,
             },
         });
     }
@@ -764,7 +776,7 @@ impl HoldState {
             return;
         }
         if !matches!(req.kind, Kind::Downgrade(_)) {
-            self.claim_pending = false;
+            self.claim_pending = None;
         }
         let trusted = self.unknown_min.map_or(req.lease, |m| m.min(req.lease));
         let until = trusted_until(req.sent_at, trusted);

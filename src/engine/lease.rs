@@ -309,10 +309,13 @@ impl Hold {
         lock: LockKeys,
         claim: Claim,
         fence: u64,
-        attempt_sent_at: Instant,
+        (attempt_sent_at, until): (Instant, u64),
         opts: Options,
     ) -> Self {
-        let start = Start::HandedOver { attempt_sent_at };
+        let start = Start::HandedOver {
+            attempt_sent_at,
+            until,
+        };
         Self::start(holds, lock, claim, fence, start, &opts, false)
     }
 

@@ -474,14 +474,16 @@ impl Owner {
                 lease,
                 give_up_at,
                 keep,
+                handed_until,
             } => {
                 claim.lease = lease;
                 let deadline = give_up_at.unwrap_or_else(|| Instant::now() + bound);
                 self.io.spawn(async move {
-                    // An automatic renewal never shortens the hold (but a hand-off's claim);
-                    // an extend sets the lease asked.
+                    // An automatic renewal never shortens the hold (a hand-off's claim sets
+                    // the lease while the hold has the hand-off's deadline); an extend sets
+                    // the lease asked.
                     let call = match keep {
-                        true => store.renew(&lock, &claim, lease, None),
+                        true => store.renew(&lock, &claim, lease, handed_until, None),
                         false => store.extend(&lock, &claim, lease, None),
                     };
                     let reply = tokio::time::timeout_at(deadline, call)

@@ -90,11 +90,12 @@ impl Pending {
             .collect()
     }
 
-    /// The grant a release handed to the (one) part after its attempt sent at `sent_at`.
+    /// The grant a release handed to the (one) part after its attempt sent at `sent_at`,
+    /// until `until` (server ms).
     pub(crate) fn handed_over(
         mut self,
         fence: u64,
-        sent_at: Instant,
+        (sent_at, until): (Instant, u64),
         opts: &Options,
     ) -> Option<Hold> {
         let (lock, claim) = self.parts.take()?.into_iter().next()?;
@@ -105,7 +106,7 @@ impl Pending {
             lock,
             claim,
             fence,
-            sent_at,
+            (sent_at, until),
             opts.clone(),
         ))
     }

@@ -455,9 +455,11 @@ impl LockCtx {
             Some(Won::Granted { fence, sent_at }) => {
                 self.confirm(pending, fence, sent_at).await.map(Some)
             }
-            Some(Won::HandedOver { fence, sent_at }) => {
-                Ok(pending.handed_over(fence, sent_at, &self.opts))
-            }
+            Some(Won::HandedOver {
+                fence,
+                sent_at,
+                until,
+            }) => Ok(pending.handed_over(fence, (sent_at, until), &self.opts)),
         }
     }
 
@@ -493,8 +495,13 @@ impl LockCtx {
 pub(crate) enum Won {
     /// By the reply to the attempt sent at `sent_at`.
     Granted { fence: u64, sent_at: Instant },
-    /// By a release that handed it over after the attempt sent at `sent_at`.
-    HandedOver { fence: u64, sent_at: Instant },
+    /// By a release that handed it over after the attempt sent at `sent_at`, until `until`
+    /// (server ms).
+    HandedOver {
+        fence: u64,
+        sent_at: Instant,
+        until: u64,
+    },
 }
 
 /// A single claim pursued by the acquire loop; what the server may hold for it is `pending`'s
@@ -561,9 +568,12 @@ impl Pursuit for OneClaim<'_, '_> {
         let trusted = wanted
             && (grant.names(busy.heartbeat_until) || planted(Bug::StaleGrant))
             && Hold::hand_off_is_fresh(&self.claim, sent_at);
+        // A grant that names the refusal has its deadline (`names`); a planted stale grant
+        // may not, and its claim then names none the server could have.
         trusted.then_some(Won::HandedOver {
             fence: grant.fence,
             sent_at,
+            until: grant.until.unwrap_or(0),
         })
     }
 

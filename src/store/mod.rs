@@ -102,11 +102,21 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// An automatic renewal: as [`Store::extend`], but never shortens the hold (its deadline
     /// becomes the later of now + `lease` and the one it has). One that reaches the server
     /// late, after another client resumed the hold with a longer lease, cannot cut that lease.
+    ///
+    /// `handed_until`: the first renewal of a hold a release handed over (its claim) names
+    /// the deadline the hand-off gave (the waiter's heartbeat deadline, a window that may be
+    /// longer than the lease). While the hold still has that deadline, the claim sets it to
+    /// now + `lease`, so a dead claimer blocks others no longer than its lease; once anything
+    /// renewed the hold (another client's resume), the claim keeps as any renewal does.
+    /// The store tells the two apart because every deadline an extend or renewal writes is
+    /// rounded up to an even millisecond and every waiter's heartbeat deadline (which a
+    /// hand-off gives the hold) is odd: no renewal can write the hand-off's deadline again.
     async fn renew(
         &self,
         lock: &LockKeys,
         claim: &Claim,
         lease: Duration,
+        handed_until: Option<u64>,
         now: Option<u64>,
     ) -> Result<bool>;
 

@@ -402,7 +402,8 @@ impl QuorumStore {
                 let (lock, claim) = (lock.clone(), claim.clone());
                 async move {
                     match keep {
-                        true => node.renew(&lock, &claim, lease, now).await,
+                        // Quorum mode never hands a lock over: no renewal is a claim.
+                        true => node.renew(&lock, &claim, lease, None, now).await,
                         false => node.extend(&lock, &claim, lease, now).await,
                     }
                 }
@@ -537,6 +538,7 @@ impl Store for QuorumStore {
         lock: &LockKeys,
         claim: &Claim,
         lease: Duration,
+        _handed_until: Option<u64>,
         now: Option<u64>,
     ) -> Result<bool> {
         self.renew_as(lock, claim, lease, now, true).await

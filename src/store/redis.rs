@@ -799,9 +799,11 @@ impl Store for RedisStore {
         lock: &LockKeys,
         claim: &Claim,
         lease: Duration,
+        handed_until: Option<u64>,
         now: Option<u64>,
     ) -> Result<bool> {
-        self.renew_as(lock, claim, lease, now, Renewal::Keep).await
+        let how = handed_until.map_or(Renewal::Keep, Renewal::Claim);
+        self.renew_as(lock, claim, lease, now, how).await
     }
 
     async fn downgrade(

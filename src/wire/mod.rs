@@ -286,7 +286,9 @@ impl Mode {
 }
 
 /// Whether a renewal may shorten the hold: `set` (an `extend`: the deadline becomes now +
-/// lease) or `keep` (an automatic renewal: the later of that and the deadline the hold has).
+/// lease), `keep` (an automatic renewal: the later of that and the deadline the hold has), or
+/// a hand-off's claim (`set` while the hold still has the hand-off's deadline, else `keep`).
+/// [`Renewal::deadline`] is the rule (`renewed_until` in `lua/prelude.lua`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Renewal {
     /// An explicit `extend` (or a resume's renewal): sets the deadline, shorter or longer.
@@ -294,17 +296,49 @@ pub(crate) enum Renewal {
     /// An automatic renewal: never shortens the deadline, so one that lands late (after
     /// another client's resume set a longer lease) cannot cut it.
     Keep,
+    /// The first renewal of a hold a release handed over, naming the deadline the hand-off
+    /// gave it (the waiter's heartbeat deadline: a window that may be longer than the lease).
+    /// It sets the lease while the hold still has that deadline, so a dead claimer blocks no
+    /// longer than its lease; once anything extended the hold (another client's resume), it
+    /// keeps, so a claim that lands late cannot cut a resumed lease.
+    Claim(u64),
+}
+
+impl Renewal {
+    /// The deadline (server ms) a hold whose deadline is `held` gets at `now` for `lease` ms.
+    /// Every deadline it writes is even and every hand-off's is odd ([`odd`]), so a claim
+    /// finds the hand-off's deadline only if nothing renewed the hold since.
+    pub(crate) fn deadline(self, held: u64, now: u64, lease: u64) -> u64 {
+        let set = (now + lease).next_multiple_of(2);
+        match self {
+            Renewal::Set => set,
+            Renewal::Claim(handed) if held == handed => set,
+            Renewal::Keep | Renewal::Claim(_) => held.max(set),
+        }
+    }
+
+    /// The same renewal for a read hold, which is never handed over: a claim keeps.
+    pub(crate) fn of_reader(self) -> Renewal {
+        match self {
+            Renewal::Claim(_) => Renewal::Keep,
+            other => other,
+        }
+    }
+}
+
+/// A waiter's heartbeat deadline, which a hand-off gives the hold it grants: made odd, so no
+/// renewal's deadline ([`Renewal::deadline`]) is ever equal to it (`odd` in prelude.lua).
+pub(crate) fn odd(ms: u64) -> u64 {
+    ms | 1
 }
 
 impl ToRedisArgs for Renewal {
     fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
-        write_text(
-            out,
-            match self {
-                Renewal::Set => "set",
-                Renewal::Keep => "keep",
-            },
-        )
+        match self {
+            Renewal::Set => write_text(out, "set"),
+            Renewal::Keep => write_text(out, "keep"),
+            Renewal::Claim(handed) => handed.write_redis_args(out),
+        }
     }
 }
 

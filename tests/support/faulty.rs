@@ -485,11 +485,14 @@ impl Store for Faulty {
         lock: &LockKeys,
         claim: &Claim,
         lease: Duration,
+        handed_until: Option<u64>,
         now: Option<u64>,
     ) -> redis_locks::Result<bool> {
         let c = extend_call(lock, claim, lease);
-        self.run(c, self.inner.renew(lock, claim, lease, self.now(now)))
-            .await
+        let call = self
+            .inner
+            .renew(lock, claim, lease, handed_until, self.now(now));
+        self.run(c, call).await
     }
 
     async fn downgrade(

@@ -81,8 +81,9 @@ pub enum Call {
     Acquire(Claim, bool),
     AcquireAll(Vec<Part>, Claim),
     Release(Claim),
-    /// An extend, or (`true`) an automatic renewal, which never shortens the hold.
-    Extend(Claim, Duration, bool),
+    /// An extend (`None`), or an automatic renewal, which never shortens the hold (`Some`,
+    /// with the deadline a hand-off gave when it is the hand-off's claim: see `Store::renew`).
+    Extend(Claim, Duration, Option<Option<u64>>),
     Downgrade(Claim),
     Inspect(Family),
     SetPermits(PermitChange, Duration),
@@ -147,11 +148,11 @@ impl Request {
                 Reply::AcquireAll(ready(store.acquire_all(parts, claim, now)))
             }
             Call::Release(claim) => Reply::Bool(ready(store.release(lock, claim, now))),
-            Call::Extend(claim, lease, false) => {
+            Call::Extend(claim, lease, None) => {
                 Reply::Bool(ready(store.extend(lock, claim, *lease, now)))
             }
-            Call::Extend(claim, lease, true) => {
-                Reply::Bool(ready(store.renew(lock, claim, *lease, now)))
+            Call::Extend(claim, lease, Some(handed_until)) => {
+                Reply::Bool(ready(store.renew(lock, claim, *lease, *handed_until, now)))
             }
             Call::Downgrade(claim) => Reply::Fence(ready(store.downgrade(lock, claim, now))),
             Call::Inspect(family) => Reply::Snapshot(ready(store.inspect(lock, *family, now))),
@@ -443,7 +444,7 @@ impl<L: Link> Store for SimConn<L> {
         lease: Duration,
         _now: Option<u64>,
     ) -> Result<bool> {
-        self.ask(lock, Call::Extend(claim.clone(), lease, false))
+        self.ask(lock, Call::Extend(claim.clone(), lease, None))
             .await
     }
 
@@ -452,9 +453,10 @@ impl<L: Link> Store for SimConn<L> {
         lock: &LockKeys,
         claim: &Claim,
         lease: Duration,
+        handed_until: Option<u64>,
         _now: Option<u64>,
     ) -> Result<bool> {
-        self.ask(lock, Call::Extend(claim.clone(), lease, true))
+        self.ask(lock, Call::Extend(claim.clone(), lease, Some(handed_until)))
             .await
     }
 

@@ -12,7 +12,7 @@ use crate::store::{
     ms, Acquire, Busy, Claim, Family, Grant, HoldKind, HolderState, Policy, Slot, Snapshot,
     WaiterState,
 };
-use crate::wire::{HandOff, Named, Refusal};
+use crate::wire::{odd, HandOff, Named, Refusal, Renewal};
 
 /// The keys `w`, `r` and `wq` of one lock.
 #[derive(Clone, Debug, Default)]
@@ -185,7 +185,7 @@ fn attempt(
             if retry.is_some() {
                 let mut announced = None;
                 if wait && claim.policy == Policy::Writer {
-                    let until = now + ms(claim.heartbeat);
+                    let until = odd(now + ms(claim.heartbeat));
                     lock.waiting_writers.add(&claim.token, until);
                     announced = Some(until);
                 }
@@ -251,35 +251,32 @@ pub(super) fn release(state: &mut LockState, now: u64, token: &str) -> Step<bool
 }
 
 /// rw_extend.lua: renews the token's hold of the claim's slot only, so a late renewal of a
-/// write hold never touches the read hold a downgrade made of it; with `keep` (an automatic
-/// renewal) the deadline never moves earlier.
+/// write hold never touches the read hold a downgrade made of it; the deadline as `how` says
+/// ([`Renewal::deadline`]).
 pub(super) fn extend(
     state: &mut LockState,
     now: u64,
     claim: &Claim,
     lease: u64,
-    keep: bool,
+    how: Renewal,
 ) -> Step<bool> {
     let mut wakes = WakeUps::default();
     let token = claim.token.as_str();
     let lock = &mut state.lease;
     let live = lock.live_writer(now);
     lock.prune(now, &mut wakes);
-    let later = |held: u64| match keep {
-        true => held.max(now + lease),
-        false => now + lease,
-    };
     let renewed = if claim.slot == Slot::Write {
         let mine = live.filter(|(t, _)| t == token);
         if let Some((_, held)) = mine {
-            let deadline = later(held);
+            let deadline = how.deadline(held, now, lease);
             lock.writer = Some((token.to_owned(), deadline));
             state.keep_fence(now, deadline);
         }
         mine.is_some()
     } else if let Some(held) = lock.readers.score(token) {
-        lock.readers.add(token, later(held));
-        state.keep_fence(now, now + lease);
+        let deadline = how.of_reader().deadline(held, now, lease);
+        lock.readers.add(token, deadline);
+        state.keep_fence(now, deadline);
         true
     } else {
         false

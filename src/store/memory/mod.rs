@@ -35,7 +35,7 @@ use crate::store::hub::WakeHub;
 use crate::vocab::claim::LeaderInfo;
 use crate::vocab::error::Result;
 use crate::vocab::keys::LockKeys;
-use crate::wire::{Named, Refusal, WakeUp};
+use crate::wire::{Named, Refusal, Renewal, WakeUp};
 
 /// How much longer a key lives under an explicit (virtual) clock: `TTL_PAD` in prelude.lua.
 const TTL_PAD_MS: u64 = 86_400_000;
@@ -360,19 +360,19 @@ impl MemoryStore {
 }
 
 impl MemoryStore {
-    /// `extend` and (`keep`: never shortening) `renew`.
+    /// `extend` and `renew` ([`Renewal`]).
     fn renew_as(
         &self,
         lock: &LockKeys,
         claim: &Claim,
         lease: Duration,
         now: Option<u64>,
-        keep: bool,
+        how: Renewal,
     ) -> Result<bool> {
         claim.check()?;
         Ok(self.step(lock, now, |state, now| match claim.slot {
-            Slot::Write | Slot::Read => lease_lock::extend(state, now, claim, ms(lease), keep),
-            Slot::Ticket { .. } => ticket_queue::extend(state, now, claim, ms(lease), keep),
+            Slot::Write | Slot::Read => lease_lock::extend(state, now, claim, ms(lease), how),
+            Slot::Ticket { .. } => ticket_queue::extend(state, now, claim, ms(lease), how),
         }))
     }
 }
@@ -409,7 +409,7 @@ impl Store for MemoryStore {
         lease: Duration,
         now: Option<u64>,
     ) -> Result<bool> {
-        self.renew_as(lock, claim, lease, now, false)
+        self.renew_as(lock, claim, lease, now, Renewal::Set)
     }
 
     async fn renew(
@@ -417,9 +417,11 @@ impl Store for MemoryStore {
         lock: &LockKeys,
         claim: &Claim,
         lease: Duration,
+        handed_until: Option<u64>,
         now: Option<u64>,
     ) -> Result<bool> {
-        self.renew_as(lock, claim, lease, now, true)
+        let how = handed_until.map_or(Renewal::Keep, Renewal::Claim);
+        self.renew_as(lock, claim, lease, now, how)
     }
 
     async fn downgrade(
@@ -633,15 +635,16 @@ mod tests {
         assert!(matches!(step.reply, Ok(Acquire::Busy(_))));
         let step = lease_lock::release(&mut state, 300, "a");
         assert!(step.reply);
+        // Until b's heartbeat deadline (200 + 300 ms), made odd (see `wire::odd`).
         let grant = HandOff {
             fence: 300_000,
-            until: Some(500),
+            until: Some(501),
         };
         assert_eq!(
             step.wake_ups,
             [WakeUp::Named(vec![Named::granted("b", grant)])]
         );
-        assert_eq!(step.wake_ups[0].to_string(), "b=300000@500");
+        assert_eq!(step.wake_ups[0].to_string(), "b=300000@501");
     }
 
     #[test]
@@ -661,8 +664,9 @@ mod tests {
         let step = ticket_queue::set_permits(&mut state, 150, add, 300);
         assert_eq!(step.reply, Ok(2));
         assert_eq!(step.wake_ups.len(), 1);
-        // A shared grant reports the last exclusive fence (a took all of 1 permit).
-        assert_eq!(step.wake_ups[0].to_string(), "b=100000@400");
+        // A shared grant reports the last exclusive fence (a took all of 1 permit); until b's
+        // heartbeat deadline (100 + 300 ms), made odd (see `wire::odd`).
+        assert_eq!(step.wake_ups[0].to_string(), "b=100000@401");
         // Out of range: refused, nothing changes, nobody is woken.
         let forget = PermitChange::Forget { by: 2, base: 1 };
         let step = ticket_queue::set_permits(&mut state, 160, forget, 300);

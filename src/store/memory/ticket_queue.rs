@@ -15,7 +15,7 @@ use crate::store::{
     WaiterState,
 };
 use crate::vocab::claim::MAX_PERMITS;
-use crate::wire::{HandOff, Member, Named, Refusal};
+use crate::wire::{odd, HandOff, Member, Named, Refusal, Renewal};
 
 /// The keys `h`, `q`, `hb`, `tk` and `cap` of one lock.
 #[derive(Clone, Debug, Default)]
@@ -232,7 +232,7 @@ fn promote(
             break;
         }
         free -= w;
-        let until = q.heartbeats.score(&m).unwrap_or(now + claim_ms);
+        let until = q.heartbeats.score(&m).unwrap_or(odd(now + claim_ms));
         q.queue.remove(&m);
         q.heartbeats.remove(&m);
         q.hold_until(&m, until);
@@ -362,7 +362,7 @@ fn heartbeat(
     (cap, hb, lease): (u64, u64, u64),
     wakes: &mut WakeUps,
 ) -> Result<Acquire, Refusal> {
-    let heartbeat_until = now + hb;
+    let heartbeat_until = odd(now + hb);
     state.queue.heartbeats.add(member, heartbeat_until);
     if promote(state, now, cap, hb, Some(member), wakes) {
         let q = &mut state.queue;
@@ -408,14 +408,14 @@ pub(super) fn release(state: &mut LockState, now: u64, claim: &Claim) -> Step<bo
     wakes.reply(held)
 }
 
-/// queue_extend.lua: renews a live hold to `lease` ms from now (with `keep`, an automatic
-/// renewal, never earlier than the deadline it has).
+/// queue_extend.lua: renews a live hold to `lease` ms from now, as `how` says
+/// ([`Renewal::deadline`]).
 pub(super) fn extend(
     state: &mut LockState,
     now: u64,
     claim: &Claim,
     lease: u64,
-    keep: bool,
+    how: Renewal,
 ) -> Step<bool> {
     let member = member_of(&claim.token, ticket(claim).0);
     let q = &mut state.queue;
@@ -423,11 +423,7 @@ pub(super) fn extend(
     let held = q.holders.score(&member);
     let renewed = held.is_some();
     if let Some(held) = held {
-        let deadline = match keep {
-            true => held.max(now + lease),
-            false => now + lease,
-        };
-        q.hold_until(&member, deadline);
+        q.hold_until(&member, how.deadline(held, now, lease));
         q.refresh();
         // A leader's value lives as long as its lease.
         if state.leader.is_some() {
