@@ -13,6 +13,7 @@ mod support;
 use std::time::Duration;
 
 use redis_locks::kind::Kind;
+use redis_locks::Preference::Fair;
 use redis_locks::{Guard, HoldId, LockClient, LockInfo};
 use tokio::time::{timeout, Instant};
 
@@ -29,6 +30,10 @@ enum Prim {
     Fair,
     /// A Semaphore of 1 permit.
     Sem,
+    /// A fair (ticket-queue) RwLock's write hold.
+    FairWrite,
+    /// A Semaphore of 3 permits taken 2 at a time (a second taker of 2 cannot fit).
+    TwoOfThree,
 }
 
 /// Reads the lock `name` as the primitive `p` sees it.
@@ -38,6 +43,8 @@ async fn inspect(c: &LockClient, p: Prim, name: &str) -> LockInfo {
         Prim::Write => c.rwlock(name).inspect().await,
         Prim::Fair => c.fair_lock(name).inspect().await,
         Prim::Sem => c.semaphore(name, 1).inspect().await,
+        Prim::FairWrite => c.rwlock(name).preference(Fair).inspect().await,
+        Prim::TwoOfThree => c.semaphore(name, 3).inspect().await,
     }
     .expect("inspect")
 }
@@ -50,6 +57,8 @@ async fn other_granted(c: &LockClient, p: Prim, name: &str) -> bool {
         Prim::Write => c.rwlock(name).try_write().await.is_ok(),
         Prim::Fair => c.fair_lock(name).try_lock().await.is_ok(),
         Prim::Sem => c.semaphore(name, 1).try_acquire().await.is_ok(),
+        Prim::FairWrite => c.rwlock(name).preference(Fair).try_write().await.is_ok(),
+        Prim::TwoOfThree => c.semaphore(name, 3).try_acquire_many(2).await.is_ok(),
     }
 }
 
@@ -85,6 +94,21 @@ async fn lock_then_detach(c: LockClient, p: Prim, name: String, lease: Duration)
             .await
             .expect("acquire")
             .detach(),
+        Prim::FairWrite => c
+            .rwlock(&name)
+            .preference(Fair)
+            .lease(lease)
+            .write()
+            .await
+            .expect("write")
+            .detach(),
+        Prim::TwoOfThree => c
+            .semaphore(&name, 3)
+            .lease(lease)
+            .acquire_many(2)
+            .await
+            .expect("acquire 2")
+            .detach(),
     }
 }
 
@@ -119,6 +143,16 @@ async fn take(
                 .acquire()
                 .await
                 .expect("acquire");
+            Box::pin(async move { g.release().await.expect("release") })
+        }
+        Prim::FairWrite => {
+            let lock = c.rwlock(name).preference(Fair).lease(secs(30));
+            let g = lock.write().await.expect("write");
+            Box::pin(async move { g.release().await.expect("release") })
+        }
+        Prim::TwoOfThree => {
+            let lock = c.semaphore(name, 3).lease(secs(30));
+            let g = lock.acquire_many(2).await.expect("acquire 2");
             Box::pin(async move { g.release().await.expect("release") })
         }
     }
@@ -257,6 +291,15 @@ async fn late_hand_off_claim_on(b: Backend, p: Prim, name: &str, resume_lease: D
             )
             .await
         }
+        Prim::FairWrite => {
+            let lock = r.rwlock(name).preference(Fair).lease(l);
+            let resumed = lock.resume_write(&id).await;
+            after_resume(resumed, &gate, p, name, &contender, &direct).await
+        }
+        Prim::TwoOfThree => {
+            let resumed = r.semaphore(name, 3).lease(l).resume(&id).await;
+            after_resume(resumed, &gate, p, name, &contender, &direct).await
+        }
     }
 }
 
@@ -308,6 +351,111 @@ async fn semaphore_late_hand_off_claim_cannot_cut_a_longer_resume() {
 /// Control of the race above (expected to pass): B resumes with a lease no longer than
 /// A's (2 s), so A's late claim, landing after B's send, cannot end the server's hold before
 /// B's trust. Shows the harness itself (gate, resume, watch) is sound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fair_rwlock_write_late_hand_off_claim_cannot_cut_a_longer_resume() {
+    let name = "claim-late-fair-write";
+    late_hand_off_claim_beside_a_resume(Prim::FairWrite, name, secs(10)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_of_three_permits_late_hand_off_claim_cannot_cut_a_longer_resume() {
+    let name = "claim-late-two-of-three";
+    late_hand_off_claim_beside_a_resume(Prim::TwoOfThree, name, secs(10)).await;
+    let name = "claim-late-two-of-three-memory";
+    late_hand_off_claim_on(Backend::memory(), Prim::TwoOfThree, name, secs(10)).await;
+}
+
+/// The claim is applied but its reply is lost; the engine sends it again (still naming the
+/// hand-off's deadline, since none was confirmed), and that one is held on its way while A
+/// detaches and B resumes with a longer lease; then it lands: it keeps, as any renewal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claim_sent_again_after_a_lost_reply_cannot_cut_a_longer_resume() {
+    let (b, p, name) = (Backend::redis(), Prim::Mutex, "claim-lost-reply-sent-again");
+    let (fa, a) = faulty_client(&b).await;
+    let holder = b.client().await;
+    let (resumer, contender, direct) = (b.client().await, b.client().await, b.client().await);
+    let release_first = take(&holder, p, name).await;
+    let gate = Gate::new();
+    let claim = |call: &support::faulty::Call| call.lease == Some(ms(2_000));
+    fa.add(Rule::on(Op::Extend).when(claim).times(1).lose_reply());
+    let held = Rule::on(Op::Extend).when(claim).times(1);
+    fa.add(held.hold_request(gate.clone()));
+    let (a2, name2) = (a.clone(), name.to_owned());
+    let waiting = tokio::spawn(async move {
+        a2.mutex(&name2)
+            .lease(ms(2_000))
+            .lock()
+            .await
+            .expect("lock")
+    });
+    until_waiters(1, async || Ok(inspect(&direct, p, name).await)).await;
+    assert!(release_first.await, "the holder held");
+    let guard = join("A's lock", waiting).await;
+    timeout(secs(5), gate.wait_entered(1))
+        .await
+        .expect("A's second claim reached the gate");
+    let id = guard.detach();
+    let resumed = resumer.mutex(name).lease(secs(10)).resume(&id).await;
+    after_resume(resumed, &gate, p, name, &contender, &direct).await;
+}
+
+/// A claim answered replaces the hand-off window (here a 5 s heartbeat) with the lease (1
+/// s), on every family that hands over (the Mutex: `tests/mutex.rs`), so a claimer that
+/// dies then blocks others for one lease at most.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claim_replaces_the_hand_off_window_with_the_lease() {
+    for b in [Backend::redis(), Backend::memory()] {
+        for (p, name) in [
+            (Prim::Fair, "claim-window-fair"),
+            (Prim::FairWrite, "claim-window-fair-write"),
+            (Prim::TwoOfThree, "claim-window-two-of-three"),
+        ] {
+            claim_replaces_the_window(&b, p, name).await;
+        }
+    }
+}
+
+async fn claim_replaces_the_window(b: &Backend, p: Prim, name: &str) {
+    let (fa, a) = faulty_client(b).await;
+    let (holder, direct) = (b.client().await, b.client().await);
+    let release_first = take(&holder, p, name).await;
+    let (lease, heartbeat) = (secs(1), secs(5));
+    let name2 = name.to_owned();
+    let waiting = tokio::spawn(async move {
+        match p {
+            Prim::Fair => {
+                let lock = a.fair_lock(&name2).lease(lease).heartbeat(heartbeat);
+                lock.lock().await.expect("lock").detach()
+            }
+            Prim::FairWrite => {
+                let lock = a.rwlock(&name2).preference(Fair);
+                let lock = lock.lease(lease).heartbeat(heartbeat);
+                lock.write().await.expect("write").detach()
+            }
+            _ => {
+                let lock = a.semaphore(&name2, 3).lease(lease).heartbeat(heartbeat);
+                lock.acquire_many(2).await.expect("acquire 2").detach()
+            }
+        }
+    });
+    until_waiters(1, async || Ok(inspect(&direct, p, name).await)).await;
+    assert!(release_first.await, "the holder held");
+    // The claim is sent before `lock()` returns; the detach waits for nothing, so wait for
+    // its answer here.
+    let _id = join("A's lock", waiting).await;
+    let give_up = Instant::now() + secs(5);
+    while fa.calls(Op::Extend).is_empty() {
+        assert!(Instant::now() < give_up, "{p:?}: no claim was answered");
+        tokio::time::sleep(ms(2)).await;
+    }
+    let info = inspect(&direct, p, name).await;
+    let left = info.holders[0].lease_remaining;
+    assert!(
+        left <= lease + ms(1),
+        "{p:?}: the claim left {left:?} of the hand-off window, not the 1 s lease: {info:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn control_mutex_late_hand_off_claim_beside_an_equal_resume() {
     late_hand_off_claim_beside_a_resume(Prim::Mutex, "claim-late-control", ms(2_000)).await;
