@@ -223,8 +223,27 @@ async fn late_hand_off_claim_beside_a_resume(p: Prim, name: &str, resume_lease: 
     late_hand_off_claim_on(Backend::redis(), p, name, resume_lease).await
 }
 
+/// The race needs a hand-off; a waiter whose own attempt was on its way as the holder
+/// released is granted by that attempt instead (no claim: about one run in six here), so
+/// the race is tried on up to three names and fails if no hand-off came in any.
 async fn late_hand_off_claim_on(b: Backend, p: Prim, name: &str, resume_lease: Duration) {
-    let (fa, a) = faulty_client(&b).await;
+    for attempt in 0..3 {
+        let name = format!("{name}-{attempt}");
+        if late_hand_off_claim_once(&b, p, &name, resume_lease).await {
+            return;
+        }
+    }
+    panic!("{name}: no hand-off in three tries (each waiter was granted by its own attempt)");
+}
+
+/// One try of [`late_hand_off_claim_on`]; false if the lock was not handed over.
+async fn late_hand_off_claim_once(
+    b: &Backend,
+    p: Prim,
+    name: &str,
+    resume_lease: Duration,
+) -> bool {
+    let (fa, a) = faulty_client(b).await;
     let holder = b.client().await;
     let resumer = b.client().await;
     let contender = b.client().await;
@@ -241,10 +260,12 @@ async fn late_hand_off_claim_on(b: Backend, p: Prim, name: &str, resume_lease: D
     let waiting = tokio::spawn(lock_then_detach(a.clone(), p, name.to_owned(), ms(2_000)));
     until_waiters(1, async || Ok(inspect(&direct, p, name).await)).await;
     assert!(release_first.await, "the holder held");
-    timeout(secs(5), gate.wait_entered(1))
-        .await
-        .expect("A's hand-off claim reached the gate (the lock was handed over)");
+    let handed = timeout(secs(2), gate.wait_entered(1)).await.is_ok();
     let id = join("A's lock and detach", waiting).await;
+    if !handed {
+        gate.open();
+        return false;
+    }
     let (r, l) = (&resumer, resume_lease);
     match p {
         Prim::Mutex => {
@@ -301,6 +322,7 @@ async fn late_hand_off_claim_on(b: Backend, p: Prim, name: &str, resume_lease: D
             after_resume(resumed, &gate, p, name, &contender, &direct).await
         }
     }
+    true
 }
 
 /// B resumed (`resumed`); A's held claim is let through; B's guard is watched for 3 s.
@@ -415,7 +437,19 @@ async fn a_claim_replaces_the_hand_off_window_with_the_lease() {
     }
 }
 
+/// Up to three tries, as [`late_hand_off_claim_on`]: a waiter granted by its own attempt
+/// sends no claim.
 async fn claim_replaces_the_window(b: &Backend, p: Prim, name: &str) {
+    for attempt in 0..3 {
+        if claim_replaces_the_window_once(b, p, &format!("{name}-{attempt}")).await {
+            return;
+        }
+    }
+    panic!("{p:?}: no hand-off in three tries (each waiter was granted by its own attempt)");
+}
+
+/// One try: false if the lock was not handed over (no claim was sent).
+async fn claim_replaces_the_window_once(b: &Backend, p: Prim, name: &str) -> bool {
     let (fa, a) = faulty_client(b).await;
     let (holder, direct) = (b.client().await, b.client().await);
     let release_first = take(&holder, p, name).await;
@@ -443,9 +477,11 @@ async fn claim_replaces_the_window(b: &Backend, p: Prim, name: &str) {
     // The claim is sent before `lock()` returns; the detach waits for nothing, so wait for
     // its answer here.
     let _id = join("A's lock", waiting).await;
-    let give_up = Instant::now() + secs(5);
+    let give_up = Instant::now() + secs(2);
     while fa.calls(Op::Extend).is_empty() {
-        assert!(Instant::now() < give_up, "{p:?}: no claim was answered");
+        if Instant::now() > give_up {
+            return false;
+        }
         tokio::time::sleep(ms(2)).await;
     }
     let info = inspect(&direct, p, name).await;
@@ -454,6 +490,7 @@ async fn claim_replaces_the_window(b: &Backend, p: Prim, name: &str) {
         left <= lease + ms(1),
         "{p:?}: the claim left {left:?} of the hand-off window, not the 1 s lease: {info:?}"
     );
+    true
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
