@@ -20,7 +20,7 @@ use support::backend::Backend;
 use support::faulty::{Faulty, Op, Rule};
 use support::honest::assert_honest;
 use support::time::ms;
-use support::waits::{lease_free, within};
+use support::waits::{lease_free, within, BEFORE_THE_HEARTBEAT};
 
 async fn all_free(c: &LockClient, names: &[&str]) -> bool {
     for n in names {
@@ -36,10 +36,10 @@ async fn all_free(c: &LockClient, names: &[&str]) -> bool {
 // ------------------------------------------------------------------------------------------
 
 /// Cancelled mutex acquisitions (dropped after 0..20 ms while another client holds the lock)
-/// leave nothing: once the holder releases, a third client gets the lock within 1 s (the lease
-/// and heartbeat are 30 s). A wait cancelled just before the release may still be announced
-/// when it comes, and be handed the lock; its withdrawal, sent in the background when the
-/// wait was dropped, then gives it back.
+/// leave nothing: once the holder releases, a third client gets the lock well before the
+/// hand-off window (the 5 s heartbeat) or the 30 s lease could free it. A wait cancelled just
+/// before the release may still be announced when it comes, and be handed the lock; its
+/// withdrawal, sent in the background when the wait was dropped, then gives it back.
 async fn cancelled_lock_waits_leave_nothing(b: Backend) {
     let holder = b.client().await;
     let waiter = b.client().await;
@@ -50,15 +50,19 @@ async fn cancelled_lock_waits_leave_nothing(b: Backend) {
         let _ = timeout(ms(i % 21), waiter.mutex(name).lock()).await;
     }
     g.release().await.expect("release");
-    within(ms(1_000), "mutex free for a third client", async || {
-        let got = other.mutex(name).try_lock().await.granted("try_lock");
-        if let Some(g) = got {
-            g.release().await.expect("release");
-            true
-        } else {
-            false
-        }
-    })
+    within(
+        BEFORE_THE_HEARTBEAT,
+        "mutex free for a third client",
+        async || {
+            let got = other.mutex(name).try_lock().await.granted("try_lock");
+            if let Some(g) = got {
+                g.release().await.expect("release");
+                true
+            } else {
+                false
+            }
+        },
+    )
     .await;
     let info = other.mutex(name).inspect().await.expect("inspect");
     assert!(
@@ -70,7 +74,7 @@ async fn cancelled_lock_waits_leave_nothing(b: Backend) {
 both_backends!(cancelled_lock_waits_leave_nothing);
 
 /// Cancelled FairLock and writer waits (queue places, writer announcements), dropped at
-/// 0..20 ms and timed out, leave nothing: a third client gets the lock within 1 s of the
+/// 0..20 ms and timed out, leave nothing: a third client gets the lock within half the heartbeat window of the
 /// holder's release (the lease and heartbeat are 30 s).
 async fn cancelled_fair_and_write_waits_leave_nothing(b: Backend) {
     let holder = b.client().await;
@@ -88,17 +92,21 @@ async fn cancelled_fair_and_write_waits_leave_nothing(b: Backend) {
     }
     g.release().await.expect("release");
     w.release().await.expect("release");
-    within(ms(1_000), "fair lock free for a third client", async || {
-        other
-            .fair_lock("ef-cf")
-            .try_lock()
-            .await
-            .granted("try")
-            .is_some()
-    })
+    within(
+        BEFORE_THE_HEARTBEAT,
+        "fair lock free for a third client",
+        async || {
+            other
+                .fair_lock("ef-cf")
+                .try_lock()
+                .await
+                .granted("try")
+                .is_some()
+        },
+    )
     .await;
     within(
-        ms(1_000),
+        BEFORE_THE_HEARTBEAT,
         "reader admitted (no writer announcement left)",
         async || {
             other
@@ -140,7 +148,7 @@ async fn multi_try_churn_leaves_nothing(b: Backend) {
             h.release().await.expect("release");
         }
     }
-    within(ms(1_000), "every part free", async || {
+    within(BEFORE_THE_HEARTBEAT, "every part free", async || {
         all_free(&a, &names).await
     })
     .await;
@@ -172,13 +180,17 @@ async fn multi_cancel_churn_leaves_nothing(b: Backend) {
         }
     }
     g.release().await.expect("release");
-    within(ms(1_000), "a third multi-lock granted", async || {
-        a.multi_lock(names)
-            .try_lock()
-            .await
-            .granted("try")
-            .is_some()
-    })
+    within(
+        BEFORE_THE_HEARTBEAT,
+        "a third multi-lock granted",
+        async || {
+            a.multi_lock(names)
+                .try_lock()
+                .await
+                .granted("try")
+                .is_some()
+        },
+    )
     .await;
 }
 both_backends!(multi_cancel_churn_leaves_nothing);
@@ -190,7 +202,7 @@ async fn multi_client(b: &Backend) -> (Arc<Faulty>, LockClient) {
 }
 
 /// A multi-lock try_lock whose grant's reply is lost fails, and leaves nothing: another
-/// client gets every part within 1 s (the lease is 30 s).
+/// client gets every part within half the 5 s heartbeat window (the lease is 30 s).
 async fn multi_try_lost_reply_leaves_nothing(b: Backend) {
     let (f, c) = multi_client(&b).await;
     let other = b.client().await;
@@ -199,16 +211,18 @@ async fn multi_try_lost_reply_leaves_nothing(b: Backend) {
         f.add(Rule::on(Op::AcquireAll).times(1).lose_reply());
         let r = c.multi_lock(names).try_lock().await;
         assert!(r.is_err(), "[{}] lost reply: try_lock succeeded?", b.kind);
-        within(ms(1_000), "parts free after a lost try reply", async || {
-            all_free(&other, &names).await
-        })
+        within(
+            BEFORE_THE_HEARTBEAT,
+            "parts free after a lost try reply",
+            async || all_free(&other, &names).await,
+        )
         .await;
     }
 }
 both_backends!(multi_try_lost_reply_leaves_nothing);
 
 /// A timed multi-lock wait whose every reply is lost ends by its deadline plus one response
-/// timeout, and leaves nothing behind (another client gets every part within 1 s).
+/// timeout, and leaves nothing behind (another client gets every part within half the heartbeat window).
 async fn multi_lost_replies_then_timeout_leaves_nothing(b: Backend) {
     let (f, c) = multi_client(&b).await;
     let other = b.client().await;
@@ -224,9 +238,11 @@ async fn multi_lost_replies_then_timeout_leaves_nothing(b: Backend) {
         b.kind
     );
     f.clear();
-    within(ms(1_000), "parts free after the failed wait", async || {
-        all_free(&other, &names).await
-    })
+    within(
+        BEFORE_THE_HEARTBEAT,
+        "parts free after the failed wait",
+        async || all_free(&other, &names).await,
+    )
     .await;
     // A lost grant reply while the wait goes on, then the lock is refused (a part taken by
     // someone else meanwhile is impossible: the lost grant holds it), then timeout.
@@ -239,9 +255,11 @@ async fn multi_lost_replies_then_timeout_leaves_nothing(b: Backend) {
         .expect("lost reply retried");
     assert!(g.is_held());
     g.release().await.expect("release");
-    within(ms(1_000), "parts free after release", async || {
-        all_free(&other, &names).await
-    })
+    within(
+        BEFORE_THE_HEARTBEAT,
+        "parts free after release",
+        async || all_free(&other, &names).await,
+    )
     .await;
 }
 both_backends!(multi_lost_replies_then_timeout_leaves_nothing);
@@ -610,7 +628,7 @@ async fn wait_replicas_on_standalone_fails_cleanly() {
     for _ in 0..10 {
         let _ = timeout(ms(30), c.mutex("ef-wr-c").wait_replicas(1, ms(500)).lock()).await;
     }
-    within(ms(500), "mutex free", async || {
+    within(BEFORE_THE_HEARTBEAT, "mutex free", async || {
         other
             .mutex("ef-wr-m")
             .try_lock()
@@ -619,7 +637,7 @@ async fn wait_replicas_on_standalone_fails_cleanly() {
             .is_some()
     })
     .await;
-    within(ms(500), "fair free", async || {
+    within(BEFORE_THE_HEARTBEAT, "fair free", async || {
         other
             .fair_lock("ef-wr-f")
             .try_lock()
@@ -628,7 +646,7 @@ async fn wait_replicas_on_standalone_fails_cleanly() {
             .is_some()
     })
     .await;
-    within(ms(500), "rw free", async || {
+    within(BEFORE_THE_HEARTBEAT, "rw free", async || {
         other
             .rwlock("ef-wr-w")
             .try_read()
@@ -637,7 +655,7 @@ async fn wait_replicas_on_standalone_fails_cleanly() {
             .is_some()
     })
     .await;
-    within(ms(500), "sem free", async || {
+    within(BEFORE_THE_HEARTBEAT, "sem free", async || {
         other
             .semaphore("ef-wr-s", 1)
             .try_acquire()
@@ -646,7 +664,7 @@ async fn wait_replicas_on_standalone_fails_cleanly() {
             .is_some()
     })
     .await;
-    within(ms(1_000), "cancelled free", async || {
+    within(BEFORE_THE_HEARTBEAT, "cancelled free", async || {
         other
             .mutex("ef-wr-c")
             .try_lock()
@@ -722,7 +740,7 @@ async fn fifo_with_cancel_churn(b: Backend) {
         for k in 0..5u64 {
             let _ = timeout(ms(k * 3), churn.fair_lock(name).lock()).await;
         }
-        within(ms(1_000), "cancelled waiters gone", async || {
+        within(BEFORE_THE_HEARTBEAT, "cancelled waiters gone", async || {
             holder
                 .fair_lock(name)
                 .inspect()
@@ -748,7 +766,8 @@ async fn fifo_with_cancel_churn(b: Backend) {
 both_backends!(fifo_with_cancel_churn);
 
 /// A FairLock waiter cancelled right as the holder's release hands it the lock: the next live
-/// waiter gets it within 1 s (heartbeat and lease are 30 s / 5 s), every round.
+/// waiter gets it before the first's hand-off window (its 5 s heartbeat) could end, every
+/// round.
 async fn cancelled_at_hand_off_passes_the_lock_on(b: Backend) {
     let holder = b.client().await;
     let first = b.client().await;
@@ -776,12 +795,12 @@ async fn cancelled_at_hand_off_passes_the_lock_on(b: Backend) {
         });
         r.expect("release");
         let t0 = Instant::now();
-        let got = timeout(ms(1_000), h2).await;
+        let got = timeout(BEFORE_THE_HEARTBEAT, h2).await;
         let Ok(Ok(Ok(g2))) = got else {
-            panic!("[{}] round {round}: second waiter not served within 1 s of the first's cancel ({:?} after)", b.kind, t0.elapsed());
+            panic!("[{}] round {round}: second waiter not served within {BEFORE_THE_HEARTBEAT:?} of the first's cancel ({:?} after)", b.kind, t0.elapsed());
         };
         g2.release().await.expect("release");
-        within(ms(1_000), "idle", async || {
+        within(BEFORE_THE_HEARTBEAT, "idle", async || {
             support::waits::queue_idle(&holder, name).await
         })
         .await;
@@ -790,7 +809,7 @@ async fn cancelled_at_hand_off_passes_the_lock_on(b: Backend) {
 both_backends!(cancelled_at_hand_off_passes_the_lock_on);
 
 /// Cancelled and timed-out campaigns (dropped at 0..20 ms) while someone leads leave
-/// nothing: once the leader resigns, a third candidate wins within 1 s.
+/// nothing: once the leader resigns, a third candidate wins within half the heartbeat window.
 async fn cancelled_campaigns_leave_nothing(b: Backend) {
     let leader = b.client().await;
     let candidate = b.client().await;
@@ -809,7 +828,7 @@ async fn cancelled_campaigns_leave_nothing(b: Backend) {
         }
     }
     assert!(l.resign().await.expect("resign"));
-    within(ms(1_000), "third candidate wins", async || {
+    within(BEFORE_THE_HEARTBEAT, "third candidate wins", async || {
         third.election(name).try_campaign("c").await.is_ok()
     })
     .await;
@@ -835,7 +854,7 @@ async fn cancelled_acquire_many_leaves_nothing(b: Backend) {
         .await;
     }
     p.release().await.expect("release");
-    within(ms(1_000), "all 4 permits free", async || {
+    within(BEFORE_THE_HEARTBEAT, "all 4 permits free", async || {
         other
             .semaphore(name, 4)
             .try_acquire_many(4)

@@ -20,16 +20,19 @@ fn named(name: &'static str) -> impl Fn(&support::faulty::Call) -> bool + Send +
     move |c| c.name == name
 }
 
-/// Free for a third client within ~1 s (generous: 3 s); the lease is the default 30 s.
+/// Free for a third client before the default 30 s lease could have freed it.
 async fn free_soon(other: &LockClient, name: &str, what: &str) {
-    support::waits::within(ms(3_000), what, async || {
-        match other.mutex(name).try_lock().await.granted("try_lock") {
-            Some(g) => {
-                g.release().await.expect("release");
-                true
-            }
-            None => false,
+    support::waits::within(support::waits::BEFORE_THE_LEASE, what, async || match other
+        .mutex(name)
+        .try_lock()
+        .await
+        .granted("try_lock")
+    {
+        Some(g) => {
+            g.release().await.expect("release");
+            true
         }
+        None => false,
     })
     .await;
 }
@@ -254,24 +257,28 @@ async fn dropped_release_every_kind(b: Backend) {
         f.add(rule(Rule::on(Op::Release)));
         let _ = timeout(cut, g.release()).await;
         f.clear();
-        support::waits::within(ms(3_000), &what("fair lock"), async || {
-            match other.fair_lock("ra-k-fair").try_lock().await.granted("try") {
+        support::waits::within(
+            support::waits::BEFORE_THE_LEASE,
+            &what("fair lock"),
+            async || match other.fair_lock("ra-k-fair").try_lock().await.granted("try") {
                 Some(g) => g.release().await.expect("release"),
                 None => false,
-            }
-        })
+            },
+        )
         .await;
 
         let g = c.rwlock("ra-k-w").write().await.expect("write");
         f.add(rule(Rule::on(Op::Release)));
         let _ = timeout(cut, g.release()).await;
         f.clear();
-        support::waits::within(ms(3_000), &what("write lock"), async || {
-            match other.rwlock("ra-k-w").try_write().await.granted("try") {
+        support::waits::within(
+            support::waits::BEFORE_THE_LEASE,
+            &what("write lock"),
+            async || match other.rwlock("ra-k-w").try_write().await.granted("try") {
                 Some(g) => g.release().await.expect("release"),
                 None => false,
-            }
-        })
+            },
+        )
         .await;
 
         let g = c.rwlock("ra-k-r").read().await.expect("read");
@@ -279,7 +286,7 @@ async fn dropped_release_every_kind(b: Backend) {
         let _ = timeout(cut, g.release()).await;
         f.clear();
         support::waits::within(
-            ms(3_000),
+            support::waits::BEFORE_THE_LEASE,
             &what("read lock (writer admitted)"),
             async || match other.rwlock("ra-k-r").try_write().await.granted("try") {
                 Some(g) => g.release().await.expect("release"),
@@ -293,8 +300,10 @@ async fn dropped_release_every_kind(b: Backend) {
         f.add(rule(Rule::on(Op::Release)));
         let _ = timeout(cut, p.release()).await;
         f.clear();
-        support::waits::within(ms(3_000), &what("semaphore"), async || {
-            match other
+        support::waits::within(
+            support::waits::BEFORE_THE_LEASE,
+            &what("semaphore"),
+            async || match other
                 .semaphore("ra-k-sem", 2)
                 .try_acquire_many(2)
                 .await
@@ -302,8 +311,8 @@ async fn dropped_release_every_kind(b: Backend) {
             {
                 Some(p) => p.release().await.expect("release"),
                 None => false,
-            }
-        })
+            },
+        )
         .await;
 
         let names = ["ra-k-m1", "ra-k-m2", "ra-k-m3"];
@@ -311,12 +320,14 @@ async fn dropped_release_every_kind(b: Backend) {
         f.add(rule(Rule::on(Op::Release)));
         let _ = timeout(cut, g.release()).await;
         f.clear();
-        support::waits::within(ms(3_000), &what("multi-lock"), async || {
-            match other.multi_lock(names).try_lock().await.granted("try") {
+        support::waits::within(
+            support::waits::BEFORE_THE_LEASE,
+            &what("multi-lock"),
+            async || match other.multi_lock(names).try_lock().await.granted("try") {
                 Some(g) => g.release().await.expect("release"),
                 None => false,
-            }
-        })
+            },
+        )
         .await;
     }
 }
@@ -357,14 +368,18 @@ async fn release_all_during_awaited_release(b: Backend) {
     gate.open();
     let _ = support::backend::join("the awaited release", pending).await;
     free_soon(&other, "ra-aw-x", &format!("[{}] x free", b.kind)).await;
-    support::waits::within(ms(3_000), "writer admitted", async || {
-        other
-            .rwlock("ra-aw-r")
-            .try_write()
-            .await
-            .granted("try")
-            .is_some()
-    })
+    support::waits::within(
+        support::waits::BEFORE_THE_LEASE,
+        "writer admitted",
+        async || {
+            other
+                .rwlock("ra-aw-r")
+                .try_write()
+                .await
+                .granted("try")
+                .is_some()
+        },
+    )
     .await;
     assert_eq!(
         other

@@ -8,6 +8,16 @@ use tokio::time::Instant;
 
 use super::time::ms;
 
+/// The bound of a check that a hold was freed by its release, not by its lease running out:
+/// a third of the default 30 s lease. Far above what a release takes (milliseconds) and far
+/// below the lease, so a loaded machine does not turn the verdict.
+pub const BEFORE_THE_LEASE: Duration = Duration::from_secs(10);
+
+/// The same for what a waiter leaves (a queue place, a writer's announcement, a grant handed
+/// to a waiter that gave up): half the default 5 s heartbeat window, after which the server
+/// would drop it by itself.
+pub const BEFORE_THE_HEARTBEAT: Duration = Duration::from_millis(2_500);
+
 /// Waits for `check` with a bound tighter than EVENTUALLY.
 pub async fn within(bound: Duration, what: &str, mut check: impl AsyncFnMut() -> bool) {
     let give_up = Instant::now() + bound;
