@@ -74,8 +74,8 @@ async fn cancelled_lock_waits_leave_nothing(b: Backend) {
 both_backends!(cancelled_lock_waits_leave_nothing);
 
 /// Cancelled FairLock and writer waits (queue places, writer announcements), dropped at
-/// 0..20 ms and timed out, leave nothing: a third client gets the lock within half the heartbeat window of the
-/// holder's release (the lease and heartbeat are 30 s).
+/// 0..20 ms and timed out, leave nothing: a third client gets the lock within half the
+/// heartbeat window of the holder's release.
 async fn cancelled_fair_and_write_waits_leave_nothing(b: Backend) {
     let holder = b.client().await;
     let waiter = b.client().await;
@@ -222,7 +222,8 @@ async fn multi_try_lost_reply_leaves_nothing(b: Backend) {
 both_backends!(multi_try_lost_reply_leaves_nothing);
 
 /// A timed multi-lock wait whose every reply is lost ends by its deadline plus one response
-/// timeout, and leaves nothing behind (another client gets every part within half the heartbeat window).
+/// timeout, and leaves nothing behind (another client gets every part within half the
+/// heartbeat window).
 async fn multi_lost_replies_then_timeout_leaves_nothing(b: Backend) {
     let (f, c) = multi_client(&b).await;
     let other = b.client().await;
