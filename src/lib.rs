@@ -68,7 +68,7 @@ pub use vocab::capability::Capability;
 pub use vocab::deployment::{Finding, Report, Verdict};
 pub use vocab::error::{BoxError, Error, Result};
 pub use vocab::hold_id::HoldId;
-pub use vocab::keys::{MAX_NAME_LEN, MAX_PREFIX_LEN};
+pub use vocab::keys::{key_type, MAX_NAME_LEN, MAX_PREFIX_LEN};
 pub use vocab::options::{
     DEFAULT_HEARTBEAT, DEFAULT_LEASE, DEFAULT_OUTAGE_BUDGET, DEFAULT_RETRY_INTERVAL, MAX_LEASE,
     MIN_LEASE,

@@ -1321,6 +1321,38 @@ async fn one_foreign_key_hides_nothing() {
         .expect_err("foreign data");
     assert!(err.is_wrong_type(), "{err:?}");
     assert!(err.to_string().contains("`rl:{app:wrongtype}:w`"), "{err}");
+
+    // Plain `list` (no state read) checks each key's type too: the names with foreign keys
+    // are shown with the key, the others as names alone.
+    let out = cli(&server, &["list"]);
+    assert_eq!(out.status.code(), Some(5), "{out:?}");
+    let text = stdout(&out);
+    assert!(text.lines().any(|l| l == "a"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("app:wrongtype\tforeign\trl:{app:wrongtype}:w (hash)")),
+        "{text}"
+    );
+
+    // A key of a suffix redis-locks never writes hides nothing: the lock's state is shown
+    // beside it, and the script's location is not in any detail.
+    server.cli(&["SET", "rl:{a}:notes", "ours"]);
+    let out = cli(&server, &["list", "--state"]);
+    assert_eq!(out.status.code(), Some(5), "{out:?}");
+    let text = stdout(&out);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("a\theld\trl:{a}:notes (string): not a key redis-locks")),
+        "{text}"
+    );
+    assert!(!text.contains("@user_script"), "{text}");
+    let out = cli(&server, &["inspect", "a"]);
+    assert_eq!(out.status.code(), Some(5), "{out:?}");
+    let text = stdout(&out);
+    assert!(text.starts_with("lock a  held"), "{text}");
+    assert!(text.contains("rl:{a}:notes (string)"), "{text}");
+    let out = cli(&server, &["inspect", "capped"]);
+    assert!(!stdout(&out).contains("@user_script"), "{out:?}");
     drop(queued);
     drop(guards);
 }

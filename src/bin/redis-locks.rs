@@ -38,11 +38,12 @@
 //! (2 for a malformed id, or one of another lock name); 3 `inspect` found no trace of the lock (nothing held,
 //! nobody waiting, no fence), and `leader` when nobody leads; 4 `leader` on a name held as
 //! something else than an election (a Mutex, an RwLock, a Semaphore, or a FairLock held for
-//! a second or more without a leader value); 5 `list --state` /
-//! `--held` or `inspect` found a key of foreign data (another type than redis-locks keeps
-//! there, a value its scripts cannot read, or a key no lock name could have made): the
-//! name is shown with state `foreign`, the key and its type, and everything else is shown
-//! as usual. Every error message ends with what to do about it.
+//! a second or more without a leader value); 5 `list` or `inspect` found a key of foreign
+//! data (another type than redis-locks keeps there, a value its scripts cannot read, a key
+//! of a suffix redis-locks never writes, or one no lock name could have made): the name is
+//! shown with the key and its type (with state `foreign` where the scripts cannot read
+//! what it hides), and everything else is shown as usual. Every error message ends with
+//! what to do about it.
 //!
 //! `list` leaves out the probe locks `doctor` makes (`redis-locks-doctor-...`).
 
@@ -136,7 +137,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Lock names with keys under the prefix (SCAN, never KEYS).
+    /// Lock names with keys under the prefix (SCAN, never KEYS), each key's type checked
+    /// (TYPE, one pipeline per scanned batch): a name with a key redis-locks did not write
+    /// is shown with that key and its type (exit 5).
     List {
         /// Redis glob on the lock name (the key prefix is matched literally).
         #[arg(default_value = "*")]
@@ -452,22 +455,52 @@ async fn list(
     targets: Vec<redis::ConnectionInfo>,
     prefix: &str,
     pattern: &str,
-) -> redis_locks::Result<Vec<(String, String)>> {
-    let mut names = std::collections::BTreeMap::new();
+) -> redis_locks::Result<Vec<(String, Listed)>> {
+    let mut names = std::collections::BTreeMap::<String, Listed>::new();
     for target in targets {
-        for (name, key) in list_one(target, prefix, pattern).await? {
-            names.entry(name).or_insert(key);
+        for (name, found) in list_one(target, prefix, pattern).await? {
+            match names.get_mut(&name) {
+                Some(seen) => seen.foreign.extend(found.foreign),
+                None => {
+                    names.insert(name, found);
+                }
+            }
         }
     }
     names.retain(|name: &String, _| !name.starts_with(DOCTOR_PROBE));
     Ok(names.into_iter().collect())
 }
 
+/// A name `list` found: one of its keys, and those of its keys redis-locks did not write (a
+/// suffix it never writes, or another type than it keeps there).
+struct Listed {
+    key: String,
+    foreign: Vec<Foreign>,
+}
+
+/// What is foreign about `key`, whose type is `found`: `None` for a key redis-locks writes,
+/// of the type it keeps there.
+fn foreign_key(key: &str, found: &str) -> Option<Foreign> {
+    let detail = match redis_locks::key_type(key) {
+        Some(expected) if expected == found => return None,
+        // Gone between the scan and the type (expired or deleted): nothing to report.
+        _ if found == "none" => return None,
+        Some(expected) => format!("it is a {found}, where redis-locks keeps a {expected}"),
+        None => "not a key redis-locks makes (it writes no key of that suffix)".to_owned(),
+    };
+    Some(Foreign {
+        key: Some(key.to_owned()),
+        key_type: Some(found.to_owned()),
+        detail,
+        hides: redis_locks::key_type(key).is_some(),
+    })
+}
+
 async fn list_one(
     target: redis::ConnectionInfo,
     prefix: &str,
     pattern: &str,
-) -> redis_locks::Result<std::collections::BTreeMap<String, String>> {
+) -> redis_locks::Result<std::collections::BTreeMap<String, Listed>> {
     let mut conn = connection(target).await?;
     // Keys are `<prefix>:{<name>}:<part>`: the prefix is literal, the pattern a glob on the
     // name.
@@ -485,12 +518,27 @@ async fn list_one(
             .query_async(&mut conn)
             .await
             .map_err(redis_error)?;
-        for key in keys {
+        // Each key's type, in one round trip per batch: a key of foreign data is reported
+        // under its name, whatever `list` was asked to show.
+        let mut types = redis::pipe();
+        for key in &keys {
+            types.cmd("TYPE").arg(key);
+        }
+        let types: Vec<String> = match keys.is_empty() {
+            true => Vec::new(),
+            false => types.query_async(&mut conn).await.map_err(redis_error)?,
+        };
+        for (key, found) in keys.into_iter().zip(types) {
             if let Some(rest) = key.strip_prefix(&head)
                 && let Some(end) = rest.rfind("}:")
             {
                 let name = rest[..end].to_owned();
-                names.entry(name).or_insert_with(|| key.clone());
+                let foreign = foreign_key(&key, &found);
+                let listed = names.entry(name).or_insert_with(|| Listed {
+                    key: key.clone(),
+                    foreign: Vec::new(),
+                });
+                listed.foreign.extend(foreign);
             }
         }
         if next == 0 {
@@ -692,7 +740,17 @@ async fn connect(cli: &Cli) -> Result<LockClient, Error> {
 
 /// `inspect NAME`: the lock's holders and waiters; exit 3 when it has no trace at all.
 async fn inspect(cli: &Cli, ctx: &Ctx, name: &str, json: bool) -> Result<ExitCode, Error> {
-    let v = view(ctx, name, true).await?;
+    let mut v = view(ctx, name, true).await?;
+    // The name's keys redis-locks did not write, which the scripts never read (a suffix it
+    // never writes): found by the same scan as `list`'s.
+    let scanned = list(scan_targets(cli).await?, &cli.prefix, &glob_escape(name)).await?;
+    for (_, listed) in scanned.into_iter().filter(|(n, _)| n == name) {
+        for found in listed.foreign {
+            if !v.foreign.iter().any(|f| f.key == found.key) {
+                v.foreign.push(found);
+            }
+        }
+    }
     if json {
         println!("{}", v.json());
     } else {
@@ -737,25 +795,35 @@ async fn list_names(
     let names = list(scan_targets(cli).await?, &cli.prefix, pattern).await?;
     let mut items = Vec::with_capacity(names.len());
     let mut odd = false;
-    for (name, key) in names {
+    for (name, listed) in names {
+        let Listed {
+            key,
+            foreign: found,
+        } = listed;
         let (state, foreign) = match with_state || held_only {
             true => match view(ctx, &name, false).await {
-                Ok(v) => (Some(v.state()), v.foreign.into_iter().next()),
+                // A key the scripts could not read (state `foreign`: what it hides is not
+                // shown), else one the scan found beside a state read in full.
+                Ok(v) => {
+                    let state = v.state();
+                    (Some(state), v.foreign.into_iter().chain(found).next())
+                }
                 // A key under the prefix that no lock name could have made.
                 Err(err @ Error::InvalidName { .. }) => {
                     let found = Foreign {
                         key_type: ctx.raw.key_type(&key).await,
                         key: Some(key),
                         detail: format!("not a key redis-locks makes ({err})"),
+                        hides: false,
                     };
                     (Some("foreign"), Some(found))
                 }
                 Err(err) => return Err(err),
             },
-            false => (None, None),
+            false => (None, found.into_iter().next()),
         };
         odd |= foreign.is_some();
-        if held_only && state == Some("idle") {
+        if held_only && state == Some("idle") && foreign.is_none() {
             continue;
         }
         items.push((name, state.filter(|_| with_state), foreign));
@@ -773,7 +841,10 @@ async fn list_names(
                 (Some(s), None) => {
                     format!("{{\"name\":{},\"state\":{}}}", json_str(name), json_str(s))
                 }
-                (None, _) => json_str(name),
+                (None, Some(f)) => {
+                    format!("{{\"name\":{},\"foreign\":{}}}", json_str(name), f.json())
+                }
+                (None, None) => json_str(name),
             })
             .collect();
         println!("[{}]", items.join(","));
@@ -782,23 +853,25 @@ async fn list_names(
             match (state, foreign) {
                 (Some(s), Some(f)) => println!("{name}\t{s}\t{}", f.text()),
                 (Some(s), None) => println!("{name}\t{s}"),
-                (None, _) => println!("{name}"),
+                (None, Some(f)) => println!("{name}\tforeign\t{}", f.text()),
+                (None, None) => println!("{name}"),
             }
         }
     }
     if odd {
         eprintln!(
-            "some names have keys of foreign data (state `foreign`, with the key and its \
-             type): redis-locks left them untouched and cannot show what they hide; delete \
-             them if nothing else uses them (`redis-locks inspect NAME` shows the rest)"
+            "some names have keys redis-locks did not write (shown with the key and its \
+             type; state `foreign` where the scripts cannot read what they hide): \
+             redis-locks left them untouched; delete them if nothing else uses them \
+             (`redis-locks inspect NAME` shows the rest)"
         );
         return Ok(ExitCode::from(FOREIGN_KEYS));
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// Exit code of `list --state`/`--held` and `inspect` when a key of foreign data was
-/// found (and reported), the rest shown.
+/// Exit code of `list` and `inspect` when a key of foreign data was found (and reported), the
+/// rest shown.
 const FOREIGN_KEYS: u8 = 5;
 
 /// `watch NAME`: the first view, then a line per change, reading every interval, `count`

@@ -161,9 +161,17 @@ impl LockKeys {
 }
 
 /// The type redis-locks keeps at `key` (as `TYPE` names it: `string` or `zset`), from the
-/// key's suffix after `}:`; `None` for a suffix it does not write (docs/ARCHITECTURE.md, "Two
-/// families of state", and the rate limiter's keys).
-pub(crate) fn key_type(key: &str) -> Option<&'static str> {
+/// key's suffix after `}:`; `None` for a suffix it never writes (docs/ARCHITECTURE.md, "Two
+/// families of state", and the rate limiter's keys). For tools that check a keyspace: a key
+/// under the prefix whose type differs, or that has no type here, was not written by
+/// redis-locks (the CLI's `list` reports both).
+///
+/// ```
+/// assert_eq!(redis_locks::key_type("rl:{jobs}:w"), Some("string"));
+/// assert_eq!(redis_locks::key_type("rl:{jobs}:h"), Some("zset"));
+/// assert_eq!(redis_locks::key_type("rl:{jobs}:notes"), None);
+/// ```
+pub fn key_type(key: &str) -> Option<&'static str> {
     let (_, suffix) = key.rsplit_once("}:")?;
     match suffix {
         "w" | "fence" | "tk" | "cap" | "lv" | "rt" | "rtk" => Some("string"),

@@ -199,10 +199,19 @@ impl ErrorReply {
     /// is not what the script writes.
     pub fn parse(code: &str, detail: &str) -> Option<ErrorReply> {
         match Code::parse(code)? {
-            Code::Corrupt => Some(ErrorReply::Corrupt(detail.to_owned())),
-            Code::Arg => Some(ErrorReply::Arg(detail.to_owned())),
+            Code::Corrupt => Some(ErrorReply::Corrupt(as_written(detail).to_owned())),
+            Code::Arg => Some(ErrorReply::Arg(as_written(detail).to_owned())),
             code => Refusal::parse(code, detail).map(ErrorReply::Refused),
         }
+    }
+}
+
+/// An error's detail as the script wrote it: the server appends where the error was raised
+/// (` script: <sha>, on @user_script:<line>.`), which tells a reader nothing.
+fn as_written(detail: &str) -> &str {
+    match detail.find(" script: ") {
+        Some(at) => detail[..at].trim_end(),
+        None => detail,
     }
 }
 

@@ -562,6 +562,12 @@ fn error_replies_round_trip() {
         ErrorReply::parse("RLCORRUPT", "key k does not hold a counter"),
         Some(ErrorReply::Corrupt("key k does not hold a counter".into()))
     );
+    // The server's note of where the script raised it is left out.
+    let located = "key k does not hold a counter script: 334a2028, on @user_script:115.";
+    assert_eq!(
+        ErrorReply::parse("RLCORRUPT", located),
+        Some(ErrorReply::Corrupt("key k does not hold a counter".into()))
+    );
     assert_eq!(
         ErrorReply::parse("RLARG", "bad"),
         Some(ErrorReply::Arg("bad".into()))

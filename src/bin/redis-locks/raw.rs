@@ -67,6 +67,7 @@ impl Raw {
                                 detail: format!("it is a {t}, where redis-locks keeps a string"),
                                 key: Some(key),
                                 key_type: Some(t),
+                                hides: true,
                             });
                         }
                     }

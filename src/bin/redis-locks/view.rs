@@ -42,6 +42,9 @@ pub struct Foreign {
     pub key_type: Option<String>,
     /// What is wrong with it.
     pub detail: String,
+    /// The scripts read this key, so what the name holds may be hidden behind it (false for
+    /// a key of a suffix redis-locks never writes, which hides nothing).
+    pub hides: bool,
 }
 
 impl Foreign {
@@ -190,7 +193,7 @@ impl View {
     /// hidden behind it), `held`, `waiting` (nobody holds it, waiters are queued or
     /// announced) or `idle` (only the fence counter is left, or nothing).
     pub fn state(&self) -> &'static str {
-        if !self.foreign.is_empty() {
+        if self.foreign.iter().any(|f| f.hides) {
             "foreign"
         } else if self.holders().next().is_some() {
             "held"
@@ -458,6 +461,7 @@ async fn foreign_of(ctx: &Ctx, err: Error) -> redis_locks::Result<Foreign> {
                 key,
                 key_type,
                 detail,
+                hides: true,
             })
         }
         other => Err(other),
