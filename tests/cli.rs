@@ -750,6 +750,7 @@ async fn leader_refuses_a_name_that_is_no_election() {
 /// the watch saw it held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn watch_prints_only_changes() {
+    watch_shows_a_foreign_key_come_and_go();
     let server = RedisServer::start();
     let client = LockClient::connect(&server.url()).await.expect("connect");
     let guard = client.mutex("w").lock().await.expect("lock");
@@ -1355,6 +1356,31 @@ async fn one_foreign_key_hides_nothing() {
     assert!(!stdout(&out).contains("@user_script"), "{out:?}");
     drop(queued);
     drop(guards);
+}
+
+/// A key of foreign data is a fact `watch` follows: shown in the first view, and its removal
+/// is a change (what it hid shows again).
+fn watch_shows_a_foreign_key_come_and_go() {
+    let server = RedisServer::start();
+    server.cli(&["HSET", "rl:{wf}:w", "not", "ours"]);
+    let url = server.url();
+    let watcher = std::thread::spawn(move || {
+        Command::new(env!("CARGO_BIN_EXE_redis-locks"))
+            .args(["--url", &url, "watch", "wf", "--count", "12"])
+            .args(["--interval-ms", "100"])
+            .output()
+            .expect("run")
+    });
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    server.cli(&["DEL", "rl:{wf}:w"]);
+    let out = watcher.join().expect("watcher");
+    let text = stdout(&out);
+    assert!(text.contains("rl:{wf}:w (hash)"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.contains(" - foreign key rl:{wf}:w: rl:{wf}:w (hash)")),
+        "{text}"
+    );
 }
 
 /// An HTTP service on the port: the CLI says it is not a Redis server and that it answered

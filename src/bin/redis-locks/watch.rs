@@ -1,7 +1,8 @@
 //! `watch`: the first view, then one line per change between two reads.
 //!
 //! A read is reduced to facts, each keyed by what it is about: the primitive, the fence, the
-//! leader, each holder, each waiting writer and each queued waiter (by token prefix). A fact
+//! leader, each holder, each waiting writer and each queued waiter (by token prefix), and
+//! each key of foreign data (by key: what it hides is not shown while it is there). A fact
 //! that appears is `added`, one that goes is `removed` (a holder's with how long this watch
 //! saw it held: from the first read that showed it to the last), one whose description
 //! differs is `changed`. Lease and heartbeat times left are not facts (they change on every
@@ -41,6 +42,10 @@ pub fn facts(v: &View) -> BTreeMap<Key, String> {
         let label = w.label.as_deref().unwrap_or("-");
         let desc = format!("#{} {label} weight {}", w.position, w.weight);
         out.insert(("queued", w.token_prefix.clone()), desc);
+    }
+    for f in &v.foreign {
+        let key = f.key.clone().unwrap_or_default();
+        out.insert(("foreign key", key), f.text());
     }
     out
 }
