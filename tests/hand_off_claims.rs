@@ -269,48 +269,20 @@ async fn late_hand_off_claim_once(
     let (r, l) = (&resumer, resume_lease);
     match p {
         Prim::Mutex => {
-            after_resume(
-                r.mutex(name).lease(l).resume(&id).await,
-                &gate,
-                p,
-                name,
-                &contender,
-                &direct,
-            )
-            .await
+            let resumed = r.mutex(name).lease(l).resume(&id).await;
+            after_resume(resumed, &gate, p, name, &contender, &direct).await
         }
         Prim::Fair => {
-            after_resume(
-                r.fair_lock(name).lease(l).resume(&id).await,
-                &gate,
-                p,
-                name,
-                &contender,
-                &direct,
-            )
-            .await
+            let resumed = r.fair_lock(name).lease(l).resume(&id).await;
+            after_resume(resumed, &gate, p, name, &contender, &direct).await
         }
         Prim::Write => {
-            after_resume(
-                r.rwlock(name).lease(l).resume_write(&id).await,
-                &gate,
-                p,
-                name,
-                &contender,
-                &direct,
-            )
-            .await
+            let resumed = r.rwlock(name).lease(l).resume_write(&id).await;
+            after_resume(resumed, &gate, p, name, &contender, &direct).await
         }
         Prim::Sem => {
-            after_resume(
-                r.semaphore(name, 1).lease(l).resume(&id).await,
-                &gate,
-                p,
-                name,
-                &contender,
-                &direct,
-            )
-            .await
+            let resumed = r.semaphore(name, 1).lease(l).resume(&id).await;
+            after_resume(resumed, &gate, p, name, &contender, &direct).await
         }
         Prim::FairWrite => {
             let lock = r.rwlock(name).preference(Fair).lease(l);
