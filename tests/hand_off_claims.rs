@@ -223,9 +223,21 @@ async fn late_hand_off_claim_beside_a_resume(p: Prim, name: &str, resume_lease: 
     late_hand_off_claim_on(Backend::redis(), p, name, resume_lease).await
 }
 
-/// The race needs a hand-off; a waiter whose own attempt was on its way as the holder
-/// released is granted by that attempt instead (no claim: about one run in six here), so
-/// the race is tried on up to three names and fails if no hand-off came in any.
+/// Waits until A's waiter made its second attempt: a refused waiter subscribes to the
+/// lock's channel and attempts again at once, and a release between the two would grant it
+/// by that attempt (no hand-off, no claim). Released after it, the lock is handed over.
+async fn settled(fa: &support::faulty::Faulty) {
+    let give_up = Instant::now() + secs(10);
+    while fa.calls(Op::Acquire).len() < 2 {
+        assert!(Instant::now() < give_up, "the waiter never attempted again");
+        tokio::time::sleep(ms(2)).await;
+    }
+}
+
+/// The race needs a hand-off. The holder releases once the waiter settled ([`settled`]);
+/// should an attempt of the waiter still cross the release (one due to its heartbeat, a
+/// slow machine), it is granted by that attempt instead, so the race is tried on up to
+/// three names and fails if no hand-off came in any.
 async fn late_hand_off_claim_on(b: Backend, p: Prim, name: &str, resume_lease: Duration) {
     for attempt in 0..3 {
         let name = format!("{name}-{attempt}");
@@ -259,6 +271,7 @@ async fn late_hand_off_claim_once(
     );
     let waiting = tokio::spawn(lock_then_detach(a.clone(), p, name.to_owned(), ms(2_000)));
     until_waiters(1, async || Ok(inspect(&direct, p, name).await)).await;
+    settled(&fa).await;
     assert!(release_first.await, "the holder held");
     let handed = timeout(secs(2), gate.wait_entered(1)).await.is_ok();
     let id = join("A's lock and detach", waiting).await;
@@ -383,6 +396,7 @@ async fn a_claim_sent_again_after_a_lost_reply_cannot_cut_a_longer_resume() {
             .expect("lock")
     });
     until_waiters(1, async || Ok(inspect(&direct, p, name).await)).await;
+    settled(&fa).await;
     assert!(release_first.await, "the holder held");
     let guard = join("A's lock", waiting).await;
     timeout(secs(5), gate.wait_entered(1))
@@ -445,6 +459,7 @@ async fn claim_replaces_the_window_once(b: &Backend, p: Prim, name: &str) -> boo
         }
     });
     until_waiters(1, async || Ok(inspect(&direct, p, name).await)).await;
+    settled(&fa).await;
     assert!(release_first.await, "the holder held");
     // The claim is sent before `lock()` returns; the detach waits for nothing, so wait for
     // its answer here.
