@@ -209,16 +209,16 @@ async fn watch_one_holder<K: Kind>(
     }
 }
 
-/// GUARANTEES, "A hand-over to another client": "An automatic renewal never shortens a hold
-/// (...; only a hand-off's claim, the first request of a hold granted by a hand-off, sets the
-/// lease in place of the window), so a late one cannot cut the resumed guard's lease".
+/// GUARANTEES, "A hand-over to another client": a hand-off's claim "sets the lease in place
+/// of that window only while the hold still has it ... a claim that lands late keeps as any
+/// renewal does".
 ///
 /// The race: A (lease 2 s) waits for `name`; the holder releases, `name` is handed to A,
-/// and A's claim (the one automatic request that SETS the lease) is held before the server,
-/// as a slow network would. A's `lock()` has returned; A detaches at once ("`detach()`
-/// returns at once"). B resumes the id with a 10 s lease. A's claim then lands and sets the
-/// server's lease to 2 s from its arrival, under B's guard that trusts ~10 s: a third client
-/// is granted `name` while B's guard says `is_held()`.
+/// and A's claim (which may replace the hand-off window with the lease) is held before the
+/// server, as a slow network would. A's `lock()` has returned; A detaches at once. B resumes
+/// the id with a 10 s lease. A's claim then lands: had it set the lease, the server's hold
+/// would end 2 s after it, under B's guard that trusts ~10 s, and a third client would be
+/// granted `name` while B's guard says `is_held()`.
 async fn late_hand_off_claim_beside_a_resume(p: Prim, name: &str, resume_lease: Duration) {
     late_hand_off_claim_on(Backend::redis(), p, name, resume_lease).await
 }
@@ -355,9 +355,6 @@ async fn semaphore_late_hand_off_claim_cannot_cut_a_longer_resume() {
     late_hand_off_claim_beside_a_resume(Prim::Sem, "claim-late-sem", secs(10)).await;
 }
 
-/// Control of the race above (expected to pass): B resumes with a lease no longer than
-/// A's (2 s), so A's late claim, landing after B's send, cannot end the server's hold before
-/// B's trust. Shows the harness itself (gate, resume, watch) is sound.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fair_rwlock_write_late_hand_off_claim_cannot_cut_a_longer_resume() {
     let name = "claim-late-fair-write";
@@ -480,6 +477,9 @@ async fn claim_replaces_the_window_once(b: &Backend, p: Prim, name: &str) -> boo
     true
 }
 
+/// Control of the race above (expected to pass): B resumes with a lease no longer than
+/// A's (2 s), so A's late claim, landing after B's send, cannot end the server's hold before
+/// B's trust. Shows the harness itself (gate, resume, watch) is sound.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn control_mutex_late_hand_off_claim_beside_an_equal_resume() {
     late_hand_off_claim_beside_a_resume(Prim::Mutex, "claim-late-control", ms(2_000)).await;

@@ -828,6 +828,22 @@ async fn list_names(
         }
         items.push((name, state.filter(|_| with_state), foreign));
     }
+    print_listed(&items, json);
+    if odd {
+        eprintln!(
+            "some names have keys redis-locks did not write (shown with the key and its \
+             type; state `foreign` where the scripts cannot read what they hide): \
+             redis-locks left them untouched; delete them if nothing else uses them \
+             (`redis-locks inspect NAME` shows the rest)"
+        );
+        return Ok(ExitCode::from(FOREIGN_KEYS));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Prints what `list` found: a name per line (with its state and a foreign key, when known),
+/// or one JSON array.
+fn print_listed(items: &[(String, Option<&str>, Option<Foreign>)], json: bool) {
     if json {
         let items: Vec<String> = items
             .iter()
@@ -849,7 +865,7 @@ async fn list_names(
             .collect();
         println!("[{}]", items.join(","));
     } else {
-        for (name, state, foreign) in &items {
+        for (name, state, foreign) in items {
             match (state, foreign) {
                 (Some(s), Some(f)) => println!("{name}\t{s}\t{}", f.text()),
                 (Some(s), None) => println!("{name}\t{s}"),
@@ -858,16 +874,6 @@ async fn list_names(
             }
         }
     }
-    if odd {
-        eprintln!(
-            "some names have keys redis-locks did not write (shown with the key and its \
-             type; state `foreign` where the scripts cannot read what they hide): \
-             redis-locks left them untouched; delete them if nothing else uses them \
-             (`redis-locks inspect NAME` shows the rest)"
-        );
-        return Ok(ExitCode::from(FOREIGN_KEYS));
-    }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// Exit code of `list` and `inspect` when a key of foreign data was found (and reported), the

@@ -14,10 +14,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::vocab::options::Options;
-
 mod plan;
-pub use plan::{Plan, Planted};
+pub use plan::{hand_off_window, trusted_until, Plan, Planted};
 
 /// What a guard may trust: until `until` (local monotonic clock), counted from the send of
 /// the request that set it (`since`); `lost` once the hold was refused, released, or its
@@ -258,23 +256,6 @@ pub struct HoldState {
     /// Granted by a hand-off and its lease not claimed yet: the deadline the hand-off gave,
     /// which the next renewal names (see [`Ask::Lease`]).
     claim_pending: Option<u64>,
-}
-
-/// The trust a request sent at `sent_at` for `lease` buys: the server applied it at or after
-/// the send, so its deadline is at least `sent_at + lease`; drift is kept off.
-pub fn trusted_until(sent_at: Instant, lease: Duration) -> Instant {
-    sent_at + lease.saturating_sub(Options::drift(lease))
-}
-
-/// How long a handed-over grant is trusted from the send of the waiter's latest refused
-/// attempt: the release granted it until that attempt's heartbeat deadline, and the claim
-/// that follows sets the server deadline to the lease from then, so never longer than either.
-pub fn hand_off_window(heartbeat: Duration, lease: Duration, bugs: Planted) -> Duration {
-    if bugs.hand_off_trusts_heartbeat {
-        heartbeat
-    } else {
-        heartbeat.min(lease)
-    }
 }
 
 impl HoldState {

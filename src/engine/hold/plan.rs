@@ -1,7 +1,9 @@
-//! What a hold is made with: its renewal plan (from the handle's options) and the planted
-//! bugs read once at the grant.
+//! What a hold is made with: its renewal plan (from the handle's options), the planted bugs
+//! read once at the grant, and the trust a request or a hand-off buys.
 
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::vocab::bugs::Bug;
 use crate::vocab::options::Options;
@@ -51,5 +53,22 @@ impl Planted {
             stale_renewal_give_up: planted(Bug::StaleRenewalGiveUp),
             downgrade_ignores_loss: planted(Bug::DowngradeIgnoresLoss),
         }
+    }
+}
+
+/// The trust a request sent at `sent_at` for `lease` buys: the server applied it at or after
+/// the send, so its deadline is at least `sent_at + lease`; drift is kept off.
+pub fn trusted_until(sent_at: Instant, lease: Duration) -> Instant {
+    sent_at + lease.saturating_sub(Options::drift(lease))
+}
+
+/// How long a handed-over grant is trusted from the send of the waiter's latest refused
+/// attempt: the release granted it until that attempt's heartbeat deadline, and the claim
+/// that follows sets the server deadline to the lease from then, so never longer than either.
+pub fn hand_off_window(heartbeat: Duration, lease: Duration, bugs: Planted) -> Duration {
+    if bugs.hand_off_trusts_heartbeat {
+        heartbeat
+    } else {
+        heartbeat.min(lease)
     }
 }
