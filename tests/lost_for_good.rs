@@ -269,3 +269,29 @@ async fn an_extend_answered_after_release_all_answers_false() {
          granted: {free})"
     );
 }
+
+/// A guard (lease 1 s, no auto-renewal) gets `extend_hold(id, 10 s)` through it, applied at
+/// once but answered 1.5 s late; its trust runs out at about 1 s (`lost()` resolves), and
+/// only then is it detached. The loss came first: the late reply answers false, though the
+/// hold is detached by the time it comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_late_extend_of_a_guard_lost_before_its_detach_answers_false() {
+    let b = Backend::redis();
+    let (fa, a) = faulty_client(&b).await;
+    let late = Rule::on(Op::Extend).when(|c| c.lease == Some(secs(10)));
+    fa.add(late.times(1).delay_reply(ms(1_500)));
+    let lock = a.mutex("lost-for-good-then-detached").lease(secs(1));
+    let guard = lock.auto_renew(false).lock().await.expect("lock");
+    let (c, id) = (a.clone(), guard.hold_id());
+    let extend = tokio::spawn(async move { c.extend_hold(&id, secs(10)).await });
+    timeout(secs(3), guard.lost()).await.expect("lost resolves");
+    assert!(!guard.is_held());
+    let id = guard.detach();
+    let answer = extend.await.expect("join");
+    let _ = a.release_hold(&id).await;
+    assert!(
+        !matches!(answer, Ok(true)),
+        "the guard was lost (trust ran out) before its detach and the extend's reply; the \
+         late reply answered {answer:?}"
+    );
+}

@@ -256,6 +256,9 @@ pub struct HoldState {
     /// Granted by a hand-off and its lease not claimed yet: the deadline the hand-off gave,
     /// which the next renewal names (see [`Ask::Lease`]).
     claim_pending: Option<u64>,
+    /// Detached while its guard still trusted it: a late `extend` of it answers `true` (the
+    /// hold runs on for its id). A guard lost first stays lost for that answer too.
+    detached_trusted: bool,
 }
 
 impl HoldState {
@@ -304,6 +307,7 @@ impl HoldState {
             next_n: 0,
             bugs,
             claim_pending: first.map(|(_, until)| until),
+            detached_trusted: false,
         };
         hold.renew = match (first, plan.auto_renew) {
             (None, false) => Renew::Off,
@@ -405,6 +409,7 @@ impl HoldState {
             Event::Detach => {
                 self.guard_gone = true;
                 if self.phase == Phase::Live {
+                    self.detached_trusted = self.is_trusted(now);
                     self.end(Phase::Detached, now, &mut fx);
                 }
             }
@@ -744,10 +749,11 @@ impl HoldState {
         }
         if self.validity.lost {
             // The server renewed it, but the guard trusts nothing any more. Detached
-            // meanwhile: the extend did renew the hold, which runs on for its id. Released
-            // (by the guard, `release_all` or the drop) or lost: the lease is gone for the
-            // guard, so `false`. A downgrade reports the loss.
-            let renewed = self.phase == Phase::Detached;
+            // meanwhile while trusted: the extend did renew the hold, which runs on for its
+            // id. Released (by the guard, `release_all` or the drop) or lost, even if
+            // detached after the loss: the lease is gone for the guard, so `false`. A
+            // downgrade reports the loss.
+            let renewed = self.phase == Phase::Detached && self.detached_trusted;
             self.answer(
                 req.kind,
                 Answer::Extended(renewed),
