@@ -421,10 +421,15 @@ impl Hold {
         let mut rx = self.validity.clone();
         let mut engine_gone = false;
         loop {
-            let v = *rx.borrow_and_update();
-            if v.lost || Instant::now() >= v.until {
-                return;
-            }
+            // The instant is read under the validity's read lock, as `is_held` reads it: a
+            // `lost()` that resolved is never followed by `is_held()` true.
+            let v = {
+                let v = rx.borrow_and_update();
+                if v.lost || Instant::now() >= v.until {
+                    return;
+                }
+                *v
+            };
             if engine_gone {
                 tokio::time::sleep_until(v.until).await;
                 return;
