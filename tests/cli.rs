@@ -23,6 +23,56 @@ fn cli_with_prefix(server: &RedisServer, prefix: &str, args: &[&str]) -> Output 
     cli(server, &with_prefix)
 }
 
+/// A `watch` running in the background, read line by line: a test changes the server only
+/// once the first view is printed (a fixed sleep raced the CLI's start on a loaded machine,
+/// and the change then landed before the first view).
+struct Watch {
+    child: std::process::Child,
+    lines: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+    seen: Vec<String>,
+}
+
+impl Watch {
+    fn start(server: &RedisServer, args: &[&str]) -> Watch {
+        use std::io::BufRead;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_redis-locks"))
+            .arg("--url")
+            .arg(server.url())
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("run the redis-locks binary");
+        let out = child.stdout.take().expect("piped stdout");
+        Watch {
+            child,
+            lines: std::io::BufReader::new(out).lines(),
+            seen: Vec::new(),
+        }
+    }
+
+    /// Reads until a line satisfies `shown`; panics with what was read if the watch ends first.
+    fn until(&mut self, shown: impl Fn(&str) -> bool) {
+        for line in self.lines.by_ref() {
+            let line = line.expect("read the watch's output");
+            let done = shown(&line);
+            self.seen.push(line);
+            if done {
+                return;
+            }
+        }
+        panic!("the watch ended first:\n{}", self.seen.join("\n"));
+    }
+
+    /// Waits for the watch to end: its exit status and its whole output.
+    fn finish(mut self) -> (std::process::ExitStatus, String) {
+        for line in self.lines.by_ref() {
+            self.seen.push(line.expect("read the watch's output"));
+        }
+        let status = self.child.wait().expect("wait for the watch");
+        (status, self.seen.join("\n"))
+    }
+}
+
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
@@ -768,28 +818,22 @@ async fn watch_prints_only_changes() {
         "{text}"
     );
 
-    let url = server.url();
-    let watcher = std::thread::spawn(move || {
-        Command::new(env!("CARGO_BIN_EXE_redis-locks"))
-            .args([
-                "--url",
-                &url,
-                "watch",
-                "w",
-                "--count",
-                "12",
-                "--interval-ms",
-                "100",
-            ])
-            .arg("--json")
-            .output()
-            .expect("run")
-    });
-    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    let mut watch = Watch::start(
+        &server,
+        &[
+            "watch",
+            "w",
+            "--count",
+            "30",
+            "--interval-ms",
+            "100",
+            "--json",
+        ],
+    );
+    watch.until(|l| l.starts_with("{\"at\":\""));
     guard.release().await.expect("release");
-    let out = watcher.join().expect("watcher");
-    assert!(out.status.success(), "{out:?}");
-    let json = stdout(&out);
+    let (status, json) = watch.finish();
+    assert!(status.success(), "{json}");
     let lines: Vec<&str> = json.lines().collect();
     assert!(
         lines[0].starts_with("{\"at\":\"") && lines[0].contains("\"holders\":[{"),
@@ -1363,18 +1407,13 @@ async fn one_foreign_key_hides_nothing() {
 fn watch_shows_a_foreign_key_come_and_go() {
     let server = RedisServer::start();
     server.cli(&["HSET", "rl:{wf}:w", "not", "ours"]);
-    let url = server.url();
-    let watcher = std::thread::spawn(move || {
-        Command::new(env!("CARGO_BIN_EXE_redis-locks"))
-            .args(["--url", &url, "watch", "wf", "--count", "12"])
-            .args(["--interval-ms", "100"])
-            .output()
-            .expect("run")
-    });
-    std::thread::sleep(std::time::Duration::from_millis(400));
+    let mut watch = Watch::start(
+        &server,
+        &["watch", "wf", "--count", "30", "--interval-ms", "100"],
+    );
+    watch.until(|l| l.contains("rl:{wf}:w (hash)"));
     server.cli(&["DEL", "rl:{wf}:w"]);
-    let out = watcher.join().expect("watcher");
-    let text = stdout(&out);
+    let (_, text) = watch.finish();
     assert!(text.contains("rl:{wf}:w (hash)"), "{text}");
     assert!(
         text.lines()
