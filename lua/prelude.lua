@@ -33,16 +33,16 @@ local function odd(ms)
   return ms
 end
 
--- The deadline an extend (ARGV "set"), an automatic renewal ("keep") or a hand-off's claim
--- (the deadline the hand-off gave, in digits) gives a hold whose deadline is `held`: "set"
--- now + lease; "keep" the later of that and `held`, so a renewal that lands late (after
--- another client's resume set a longer lease) cannot cut it; a claim "set" while the hold
--- still has the hand-off's deadline (the window, possibly longer than the lease), else
--- "keep": a claim that lands after another client's resume cannot cut that resume's lease.
+-- The deadline an extend or a renewal ("keep") or a hand-off's claim (the deadline the
+-- hand-off gave, in digits) gives a hold whose deadline is `held`: "keep" the later of now +
+-- lease and `held`, so no request that lands late (after another client's resume set a
+-- longer lease) can cut it; a claim now + lease while the hold still has the hand-off's
+-- deadline (the window, possibly longer than the lease), else "keep": a claim that lands
+-- after another client's resume cannot cut that resume's lease either.
 local function renewed_until(held, lease, how)
   local deadline = NOW + lease
   if deadline % 2 == 1 then deadline = deadline + 1 end
-  if how == 'set' or (how ~= 'keep' and held == tonumber(how)) then return deadline end
+  if how ~= 'keep' and held == tonumber(how) then return deadline end
   if held > deadline then return held end
   return deadline
 end

@@ -1,8 +1,8 @@
 -- queue_extend.lua: renews a live hold to a fresh lease from the server's now.
 -- KEYS: see queue_common.lua.
 -- ARGV[1] now   ARGV[2] publish command   ARGV[3] token   ARGV[4] weight   ARGV[5] lease_ms
--- ARGV[6] "set": the deadline becomes now + lease; "keep": the later of that and the
---         deadline held (an automatic renewal); digits: a hand-off's claim (see renewed_until)
+-- ARGV[6] "keep": the later of now + lease and the deadline held (an extend or a renewal:
+--         never shorter); digits: a hand-off's claim (see renewed_until)
 -- Reply: 1 if renewed; 0 if the token holds nothing live (the holder must treat it as lost).
 local member = member_of(ARGV[3], tonumber(ARGV[4]))
 local lease = tonumber(ARGV[5])

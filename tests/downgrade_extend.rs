@@ -83,11 +83,14 @@ impl Store for Detached {
         self.inner.release(lock, claim, now).await
     }
 
-    async fn extend(
+    /// An extend or renewal for a lease a rule names is detached (applied after the rule's
+    /// delay, its reply then lost for the caller that stopped waiting); others go through.
+    async fn renew(
         &self,
         lock: &LockKeys,
         claim: &Claim,
         lease: Duration,
+        handed_until: Option<u64>,
         now: Option<u64>,
     ) -> redis_locks::Result<bool> {
         let delay = {
@@ -98,7 +101,10 @@ impl Store for Detached {
                 .map(|i| rules.remove(i).1)
         };
         let Some(delay) = delay else {
-            return self.inner.extend(lock, claim, lease, now).await;
+            return self
+                .inner
+                .renew(lock, claim, lease, handed_until, now)
+                .await;
         };
         let (inner, lock, claim) = (self.inner.clone(), lock.clone(), claim.clone());
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -106,26 +112,12 @@ impl Store for Detached {
         tokio::spawn(async move {
             sleep(delay).await;
             let at = Instant::now();
-            let result = inner.extend(&lock, &claim, lease, now).await;
+            let result = inner.renew(&lock, &claim, lease, handed_until, now).await;
             record.lock().unwrap().push((at, format!("{result:?}")));
             let _ = tx.send(result);
         });
         let outcome = rx.await;
         outcome.unwrap_or_else(|_| Ok(false))
-    }
-
-    /// Automatic renewals go straight through (the rules detach explicit extends).
-    async fn renew(
-        &self,
-        lock: &LockKeys,
-        claim: &Claim,
-        lease: Duration,
-        handed_until: Option<u64>,
-        now: Option<u64>,
-    ) -> redis_locks::Result<bool> {
-        self.inner
-            .renew(lock, claim, lease, handed_until, now)
-            .await
     }
 
     async fn downgrade(

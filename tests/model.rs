@@ -201,8 +201,8 @@ fn lock_keys(lock: usize) -> LockKeys {
 /// How an [`Op::Extend`] sets the deadline.
 #[derive(Clone, Copy, Debug)]
 enum Renewing {
-    /// `Store::extend`: sets it.
-    Set,
+    /// `Store::extend` (a renewal with no hand-off, through the trait's own method).
+    Extend,
     /// `Store::renew`: never shortens it.
     Keep,
     /// `Store::renew` naming a hand-off's deadline: sets it while the hold has that deadline.
@@ -211,7 +211,7 @@ enum Renewing {
 
 fn renewing() -> impl Strategy<Value = Renewing> {
     prop_oneof![
-        Just(Renewing::Set),
+        Just(Renewing::Extend),
         Just(Renewing::Keep),
         Just(Renewing::Claim)
     ]
@@ -616,7 +616,7 @@ async fn run_program(
                         general.renew(&keys, &claim, lease, handed, at).await,
                         model.renew(&keys, &claim, lease, handed, at).await,
                     ),
-                    Renewing::Set => (
+                    Renewing::Extend => (
                         redis.extend(&keys, &claim, lease, at).await,
                         general.extend(&keys, &claim, lease, at).await,
                         model.extend(&keys, &claim, lease, at).await,
@@ -972,17 +972,6 @@ impl Store for Planted {
 
     async fn release(&self, lock: &LockKeys, claim: &Claim, now: Option<u64>) -> Result<bool> {
         self.inner.release(lock, &self.claim(claim), now).await
-    }
-
-    async fn extend(
-        &self,
-        lock: &LockKeys,
-        claim: &Claim,
-        lease: Duration,
-        now: Option<u64>,
-    ) -> Result<bool> {
-        let (claim, lease) = (self.claim(claim), self.longer(lease));
-        self.inner.extend(lock, &claim, lease, now).await
     }
 
     async fn renew(

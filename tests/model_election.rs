@@ -550,16 +550,6 @@ impl Store for Planted {
         self.inner.release(lock, claim, now).await
     }
 
-    async fn extend(
-        &self,
-        lock: &LockKeys,
-        claim: &Claim,
-        lease: Duration,
-        now: Option<u64>,
-    ) -> Result<bool> {
-        self.inner.extend(lock, claim, lease, now).await
-    }
-
     async fn renew(
         &self,
         lock: &LockKeys,

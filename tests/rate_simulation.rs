@@ -147,9 +147,6 @@ impl Store for Server {
     async fn release(&self, l: &LockKeys, c: &Claim, _: Option<u64>) -> Result<bool> {
         self.store.release(l, c, Some(self.now())).await
     }
-    async fn extend(&self, l: &LockKeys, c: &Claim, d: Duration, _: Option<u64>) -> Result<bool> {
-        self.store.extend(l, c, d, Some(self.now())).await
-    }
     async fn renew(
         &self,
         l: &LockKeys,

@@ -437,30 +437,6 @@ impl Profile {
         }
     }
 
-    /// Exclusive holds renewed by two clients at once: ids given with the guard kept, adopted
-    /// with late requests and replies, leases of every length; no waits, no crashes.
-    fn shared_guards() -> Profile {
-        Profile {
-            prims: vec![Prim::Mutex, Prim::RwWriter, Prim::FairLock, Prim::RwFair],
-            lease_heartbeat: pairs(|l, _| l <= 1_000),
-            manual_renew: false,
-            waits: false,
-            extends: false,
-            downgrades: false,
-            release_all: false,
-            subscribe_stalls: false,
-            helper_runtimes: false,
-            request_faults: true,
-            reply_faults: true,
-            lost_replies: false,
-            push_faults: false,
-            crashes: false,
-            hold_ids: false,
-            shared_ids: true,
-            keeps: 0.8,
-        }
-    }
-
     /// Everything: the main check.
     fn full() -> Profile {
         Profile {
@@ -3022,19 +2998,6 @@ fn finds_planted_resume_trusts_reply_across_clients() {
         .flat_map(|c| &c.ops)
         .any(|op| matches!(op, Op::Adopt { .. }));
     assert!(adopts, "found without an adopt: {why}");
-}
-
-/// A bug only a hold shared across clients shows: the counterexample is an adopted guard
-/// trusting a renewal another client's guard made (the deadline its fence check read).
-#[test]
-fn finds_planted_resume_trusts_inspected_lease() {
-    let (_schedule, why) = finds(
-        Bug::ResumeTrustsInspectedLease,
-        Profile::shared_guards(),
-        SAFETY,
-        11,
-    );
-    assert!(why.contains("Adopt"), "not an adopted guard: {why}");
 }
 
 #[test]

@@ -136,7 +136,9 @@ impl<K: Kind> Guard<K> {
     }
 
     /// Renews the lease to `lease` from now (and keeps that length for later automatic
-    /// renewals). `Ok(false)`: the lease was already gone.
+    /// renewals). `Ok(false)`: the lease was already gone. A shorter lease shortens how long
+    /// the guard trusts the hold, not the server's deadline: no request shortens a hold on
+    /// the server, so none that lands late can end it under another guard's trust.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

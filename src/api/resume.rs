@@ -198,11 +198,11 @@ macro_rules! resume_method {
                      one hold: use the guard it has, or detach (or drop, and let its release \
                      finish) before resuming again. Resuming an id whose hold still has a \
                      guard in *another* client (process) makes a second guard of the same \
-                     hold there: a release (or drop) through either ends it for both, a shorter \
-                     lease through either (an `extend`, a resume with a shorter lease) \
-                     shortens it for both, and the other learns it at its next renewal (its \
-                     `lost()` fires then), until then trusting a lease that was released or \
-                     shortened under it. Hand a hold over with \
+                     hold there: a release (or drop) through either ends it for both, and the \
+                     other learns it at its next renewal (its `lost()` fires then), until \
+                     then trusting a lease that was released under it (a shorter lease \
+                     through either, an `extend` or a resume, shortens only that guard's \
+                     trust: no request shortens a hold on the server). Hand a hold over with \
                      `detach()` when only one process should hold it."]
             #[doc = ""]
             #[doc = "```"]

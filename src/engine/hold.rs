@@ -37,16 +37,14 @@ pub type Caller = u64;
 /// [`Event::Reply`] with the same number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ask {
-    /// Renew the hold to `lease` from its arrival; a renewal (not an `extend`) is given up at
-    /// `give_up_at` (the trust it was sent under ends then).
+    /// Renew the hold to `lease` from its arrival, never shortening it on the server
+    /// (`Store::renew`); a renewal (not an `extend`) is given up at `give_up_at` (the trust
+    /// it was sent under ends then).
     Lease {
         /// The lease asked.
         lease: Duration,
         /// A renewal's end of waiting.
         give_up_at: Option<Instant>,
-        /// Never shorten the hold (`Store::renew`): every automatic renewal. An `extend`
-        /// sets the lease asked (`Store::extend`).
-        keep: bool,
         /// A hand-off's claim (the first renewal of a hold a release handed over): the
         /// deadline the hand-off gave, which the claim replaces with the lease as long as the
         /// hold still has it (see `Store::renew`).
@@ -566,13 +564,11 @@ impl HoldState {
             Kind::Renewal => Ask::Lease {
                 lease,
                 give_up_at,
-                keep: true,
                 handed_until: self.claim_pending,
             },
             _ => Ask::Lease {
                 lease,
                 give_up_at,
-                keep: false,
                 handed_until: None,
             },
         };
@@ -635,7 +631,6 @@ impl HoldState {
             ask: Ask::Lease {
                 lease,
                 give_up_at: None,
-                keep: false,
                 handed_until: None,
             },
         });

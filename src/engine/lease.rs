@@ -24,7 +24,7 @@ use crate::vocab::keys::LockKeys;
 use crate::vocab::options::Options;
 
 mod fence;
-use fence::{check_fence, FenceCheck};
+use fence::check_fence;
 
 /// Where a client's engine runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -568,10 +568,9 @@ impl Hold {
         let steps = async move {
             let (lock, claim) = (lock2, claim2);
             // The fence first: an altered id is refused before anything is renewed.
-            let inspected = match check_fence(&*store, &lock, &claim, fence).await? {
-                FenceCheck::Gone => return Ok(None),
-                FenceCheck::Matches { inspected } => inspected,
-            };
+            if !check_fence(&*store, &lock, &claim, fence).await? {
+                return Ok(None);
+            }
             let (renewed, sent_at) = renew_for_resume(&*store, &lock, &claim).await;
             if !renewed? {
                 return Ok(None);
@@ -587,22 +586,16 @@ impl Hold {
                     });
                 }
             }
-            Ok(Some((inspected, sent_at)))
+            Ok(Some(sent_at))
         };
-        let Some((inspected, sent_at)) = holds.on_engine(steps).await? else {
+        let Some(sent_at) = holds.on_engine(steps).await? else {
             return Ok(None);
         };
-        let mut trusted_from = if planted(Bug::ResumeTrustsReply) {
+        let trusted_from = if planted(Bug::ResumeTrustsReply) {
             Instant::now()
         } else {
             sent_at
         };
-        if planted(Bug::ResumeTrustsInspectedLease) {
-            // The planted bug: whatever renewed the hold last counts as this resume's renewal.
-            if let Some(from) = inspected.and_then(|until| until.checked_sub(claim.lease)) {
-                trusted_from = trusted_from.max(from);
-            }
-        }
         // The new hold takes the reservation over.
         reservation.key = None;
         let start = Start::Granted {

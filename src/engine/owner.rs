@@ -473,19 +473,14 @@ impl Owner {
             Ask::Lease {
                 lease,
                 give_up_at,
-                keep,
                 handed_until,
             } => {
                 claim.lease = lease;
                 let deadline = give_up_at.unwrap_or_else(|| Instant::now() + bound);
                 self.io.spawn(async move {
-                    // An automatic renewal never shortens the hold (a hand-off's claim sets
-                    // the lease while the hold has the hand-off's deadline); an extend sets
-                    // the lease asked.
-                    let call = match keep {
-                        true => store.renew(&lock, &claim, lease, handed_until, None),
-                        false => store.extend(&lock, &claim, lease, None),
-                    };
+                    // No renewal or extend shortens the hold (a hand-off's claim sets the
+                    // lease while the hold has the hand-off's deadline).
+                    let call = store.renew(&lock, &claim, lease, handed_until, None);
                     let reply = tokio::time::timeout_at(deadline, call)
                         .await
                         .unwrap_or_else(|_| Err(timed_out("renew", bound)));

@@ -90,18 +90,22 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// Removes every trace of the claim; `Ok(true)` if it held a live lease until now.
     async fn release(&self, lock: &LockKeys, claim: &Claim, now: Option<u64>) -> Result<bool>;
 
-    /// Renews a live hold to `lease` from now; `Ok(false)` if the claim holds nothing live.
+    /// Renews a live hold to `lease` from now, never shortening it (its deadline becomes the
+    /// later of now + `lease` and the one it has); `Ok(false)` if the claim holds nothing
+    /// live. A request that reaches the server late (an `extend` whose caller stopped
+    /// waiting, a renewal of a detached hold), after another client resumed the hold with a
+    /// longer lease, cannot cut that lease. The same as [`Store::renew`] with no hand-off.
     async fn extend(
         &self,
         lock: &LockKeys,
         claim: &Claim,
         lease: Duration,
         now: Option<u64>,
-    ) -> Result<bool>;
+    ) -> Result<bool> {
+        self.renew(lock, claim, lease, None, now).await
+    }
 
-    /// An automatic renewal: as [`Store::extend`], but never shortens the hold (its deadline
-    /// becomes the later of now + `lease` and the one it has). One that reaches the server
-    /// late, after another client resumed the hold with a longer lease, cannot cut that lease.
+    /// An automatic renewal: as [`Store::extend`].
     ///
     /// `handed_until`: the first renewal of a hold a release handed over (its claim) names
     /// the deadline the hand-off gave (the waiter's heartbeat deadline, a window that may be

@@ -387,26 +387,20 @@ async fn split_vote_pause() {
 }
 
 impl QuorumStore {
-    /// `extend` and (`keep`) `renew` on every server: renewed once a majority renewed.
-    async fn renew_as(
+    /// `renew` on every server: renewed once a majority renewed.
+    async fn renew_on_all(
         &self,
         lock: &LockKeys,
         claim: &Claim,
         lease: Duration,
         now: Option<u64>,
-        keep: bool,
     ) -> Result<bool> {
         reject_ticket(claim)?;
         let results = self
             .on_all(|node| {
                 let (lock, claim) = (lock.clone(), claim.clone());
-                async move {
-                    match keep {
-                        // Quorum mode never hands a lock over: no renewal is a claim.
-                        true => node.renew(&lock, &claim, lease, None, now).await,
-                        false => node.extend(&lock, &claim, lease, now).await,
-                    }
-                }
+                // Quorum mode never hands a lock over: no renewal is a claim.
+                async move { node.renew(&lock, &claim, lease, None, now).await }
             })
             .await;
         let renewed = results.iter().filter(|r| matches!(r, Ok(true))).count();
@@ -523,16 +517,6 @@ impl Store for QuorumStore {
         Ok(false)
     }
 
-    async fn extend(
-        &self,
-        lock: &LockKeys,
-        claim: &Claim,
-        lease: Duration,
-        now: Option<u64>,
-    ) -> Result<bool> {
-        self.renew_as(lock, claim, lease, now, false).await
-    }
-
     async fn renew(
         &self,
         lock: &LockKeys,
@@ -541,7 +525,7 @@ impl Store for QuorumStore {
         _handed_until: Option<u64>,
         now: Option<u64>,
     ) -> Result<bool> {
-        self.renew_as(lock, claim, lease, now, true).await
+        self.renew_on_all(lock, claim, lease, now).await
     }
 
     async fn downgrade(

@@ -710,7 +710,7 @@ impl RedisStore {
 }
 
 impl RedisStore {
-    /// `extend` (`Renewal::Set`) and `renew` (`Renewal::Keep`).
+    /// `renew`: an extend or renewal (`Renewal::Keep`) or a hand-off's claim.
     async fn renew_as(
         &self,
         lock: &LockKeys,
@@ -782,16 +782,6 @@ impl Store for RedisStore {
             }
         };
         Ok(held)
-    }
-
-    async fn extend(
-        &self,
-        lock: &LockKeys,
-        claim: &Claim,
-        lease: Duration,
-        now: Option<u64>,
-    ) -> Result<bool> {
-        self.renew_as(lock, claim, lease, now, Renewal::Set).await
     }
 
     async fn renew(

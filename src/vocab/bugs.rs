@@ -37,10 +37,6 @@ pub enum Bug {
     /// A resumed hold is trusted from the reply to the renewal that resumed it, not from its
     /// send.
     ResumeTrustsReply,
-    /// A resume of an exclusive hold trusts the deadline its fence check reads on the server
-    /// (from that read's send) when it is later than its own renewal's: a renewal of the same
-    /// hold by another client's guard counts as its own.
-    ResumeTrustsInspectedLease,
     /// The in-memory rate limiter keeps a queue member without a heartbeat entry at the
     /// head, where it holds back every waiter behind it (a lost `rhb` entry wedged the
     /// limiter).

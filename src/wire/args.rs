@@ -72,16 +72,15 @@ impl Mode {
     }
 }
 
-/// Whether a renewal may shorten the hold: `set` (an `extend`: the deadline becomes now +
-/// lease), `keep` (an automatic renewal: the later of that and the deadline the hold has), or
-/// a hand-off's claim (`set` while the hold still has the hand-off's deadline, else `keep`).
+/// How a renewal sets the hold's deadline: `keep` (an `extend`, a resume's or an automatic
+/// renewal: the later of now + lease and the deadline the hold has, never shorter), or a
+/// hand-off's claim (now + lease while the hold still has the hand-off's deadline, else
+/// `keep`). No request but a claim shortens a hold, so none that lands late (after another
+/// client resumed the hold) can cut the lease the resumed guard trusts.
 /// [`Renewal::deadline`] is the rule (`renewed_until` in `lua/prelude.lua`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Renewal {
-    /// An explicit `extend` (or a resume's renewal): sets the deadline, shorter or longer.
-    Set,
-    /// An automatic renewal: never shortens the deadline, so one that lands late (after
-    /// another client's resume set a longer lease) cannot cut it.
+    /// An `extend`, a resume's or an automatic renewal: never shortens the deadline.
     Keep,
     /// The first renewal of a hold a release handed over, naming the deadline the hand-off
     /// gave it (the waiter's heartbeat deadline: a window that may be longer than the lease).
@@ -98,7 +97,6 @@ impl Renewal {
     pub(crate) fn deadline(self, held: u64, now: u64, lease: u64) -> u64 {
         let set = (now + lease).next_multiple_of(2);
         match self {
-            Renewal::Set => set,
             Renewal::Claim(handed) if held == handed => set,
             Renewal::Keep | Renewal::Claim(_) => held.max(set),
         }
@@ -106,10 +104,7 @@ impl Renewal {
 
     /// The same renewal for a read hold, which is never handed over: a claim keeps.
     pub(crate) fn of_reader(self) -> Renewal {
-        match self {
-            Renewal::Claim(_) => Renewal::Keep,
-            other => other,
-        }
+        Renewal::Keep
     }
 }
 
@@ -122,7 +117,6 @@ pub(crate) fn odd(ms: u64) -> u64 {
 impl ToRedisArgs for Renewal {
     fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
         match self {
-            Renewal::Set => write_text(out, "set"),
             Renewal::Keep => write_text(out, "keep"),
             Renewal::Claim(handed) => handed.write_redis_args(out),
         }

@@ -309,9 +309,9 @@ fn script_arguments_in_argv_order() {
         args(RwExtendArgs::new(
             &reader,
             Duration::from_secs(2),
-            Renewal::Set
+            Renewal::Keep
         )),
-        ["tok-1", "2000", "r", "set"]
+        ["tok-1", "2000", "r", "keep"]
     );
     assert_eq!(
         args(RwReleaseArgs {

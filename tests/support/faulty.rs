@@ -467,19 +467,7 @@ impl Store for Faulty {
             .await
     }
 
-    async fn extend(
-        &self,
-        lock: &LockKeys,
-        claim: &Claim,
-        lease: Duration,
-        now: Option<u64>,
-    ) -> redis_locks::Result<bool> {
-        let c = extend_call(lock, claim, lease);
-        self.run(c, self.inner.extend(lock, claim, lease, self.now(now)))
-            .await
-    }
-
-    /// An automatic renewal: an [`Op::Extend`] to the rules, as an extend is.
+    /// An extend or an automatic renewal: an [`Op::Extend`] to the rules.
     async fn renew(
         &self,
         lock: &LockKeys,

@@ -81,9 +81,9 @@ pub enum Call {
     Acquire(Claim, bool),
     AcquireAll(Vec<Part>, Claim),
     Release(Claim),
-    /// An extend (`None`), or an automatic renewal, which never shortens the hold (`Some`,
-    /// with the deadline a hand-off gave when it is the hand-off's claim: see `Store::renew`).
-    Extend(Claim, Duration, Option<Option<u64>>),
+    /// An extend or an automatic renewal, which never shortens the hold, with the deadline a
+    /// hand-off gave when it is the hand-off's claim (see `Store::renew`).
+    Extend(Claim, Duration, Option<u64>),
     Downgrade(Claim),
     Inspect(Family),
     SetPermits(PermitChange, Duration),
@@ -148,10 +148,7 @@ impl Request {
                 Reply::AcquireAll(ready(store.acquire_all(parts, claim, now)))
             }
             Call::Release(claim) => Reply::Bool(ready(store.release(lock, claim, now))),
-            Call::Extend(claim, lease, None) => {
-                Reply::Bool(ready(store.extend(lock, claim, *lease, now)))
-            }
-            Call::Extend(claim, lease, Some(handed_until)) => {
+            Call::Extend(claim, lease, handed_until) => {
                 Reply::Bool(ready(store.renew(lock, claim, *lease, *handed_until, now)))
             }
             Call::Downgrade(claim) => Reply::Fence(ready(store.downgrade(lock, claim, now))),
@@ -437,17 +434,6 @@ impl<L: Link> Store for SimConn<L> {
         self.ask(lock, Call::Release(claim.clone())).await
     }
 
-    async fn extend(
-        &self,
-        lock: &LockKeys,
-        claim: &Claim,
-        lease: Duration,
-        _now: Option<u64>,
-    ) -> Result<bool> {
-        self.ask(lock, Call::Extend(claim.clone(), lease, None))
-            .await
-    }
-
     async fn renew(
         &self,
         lock: &LockKeys,
@@ -456,7 +442,7 @@ impl<L: Link> Store for SimConn<L> {
         handed_until: Option<u64>,
         _now: Option<u64>,
     ) -> Result<bool> {
-        self.ask(lock, Call::Extend(claim.clone(), lease, Some(handed_until)))
+        self.ask(lock, Call::Extend(claim.clone(), lease, handed_until))
             .await
     }
 

@@ -2,34 +2,25 @@
 
 use super::*;
 
-/// What a resume's fence check found.
-pub(super) enum FenceCheck {
-    /// The lease lapsed (or was released) since the renewal: gone, as a refusal.
-    Gone,
-    /// The fence is the id's (or the hold is not fenced); with the deadline read (from the
-    /// read's send), for the planted bug.
-    Matches { inspected: Option<Instant> },
-}
-
 /// For a Mutex, FairLock or write hold: the server's fence must be the id's. The fence
 /// counter is a live exclusive holder's fence (no grant takes one while it lives); a
 /// Semaphore's is left out (its count may change under its holds). In quorum mode the store
-/// reports the fence a majority agrees on.
+/// reports the fence a majority agrees on. `Ok(true)`: the fence is the id's (or the hold is
+/// not fenced); `Ok(false)`: the hold is gone (lapsed or released), as a refusal.
 pub(super) async fn check_fence(
     store: &dyn Store,
     lock: &LockKeys,
     claim: &Claim,
     fence: u64,
-) -> Result<FenceCheck> {
+) -> Result<bool> {
     use crate::vocab::claim::Family;
     let family = match claim.slot {
         Slot::Write => Family::LeaseLock,
         Slot::Ticket {
             resizable: false, ..
         } if claim.slot.is_exclusive() => Family::TicketQueue,
-        _ => return Ok(FenceCheck::Matches { inspected: None }),
+        _ => return Ok(true),
     };
-    let inspect_sent = Instant::now();
     let snapshot = retrying(|| store.inspect(lock, family, None)).await.0?;
     let ours = |token: &str| {
         token == claim.token
@@ -37,9 +28,9 @@ pub(super) async fn check_fence(
                 .strip_prefix(claim.token.as_str())
                 .is_some_and(|rest| rest.starts_with('#'))
     };
-    let Some(holder) = snapshot.holders.iter().find(|h| ours(&h.token)) else {
-        return Ok(FenceCheck::Gone);
-    };
+    if !snapshot.holders.iter().any(|h| ours(&h.token)) {
+        return Ok(false);
+    }
     if snapshot.fence != fence {
         return Err(Error::MalformedHoldId {
             reason: format!(
@@ -49,7 +40,5 @@ pub(super) async fn check_fence(
             ),
         });
     }
-    Ok(FenceCheck::Matches {
-        inspected: Some(inspect_sent + Duration::from_millis(holder.remaining_ms)),
-    })
+    Ok(true)
 }

@@ -360,7 +360,7 @@ impl MemoryStore {
 }
 
 impl MemoryStore {
-    /// `extend` and `renew` ([`Renewal`]).
+    /// `renew` ([`Renewal`]).
     fn renew_as(
         &self,
         lock: &LockKeys,
@@ -400,16 +400,6 @@ impl Store for MemoryStore {
             Slot::Write | Slot::Read => lease_lock::release(state, now, &claim.token),
             Slot::Ticket { .. } => ticket_queue::release(state, now, claim),
         }))
-    }
-
-    async fn extend(
-        &self,
-        lock: &LockKeys,
-        claim: &Claim,
-        lease: Duration,
-        now: Option<u64>,
-    ) -> Result<bool> {
-        self.renew_as(lock, claim, lease, now, Renewal::Set)
     }
 
     async fn renew(
