@@ -62,7 +62,10 @@ end
 -- The first waiter's member at the start of a step, or nil. A queue in use has a ticket
 -- counter, which the step deletes if it leaves the queue empty: the counter is read first, so
 -- a foreign value there fails the step (RLCORRUPT, WRONGTYPE) before anything is written, and
--- is kept. An empty queue's step never deletes it (settle_queue).
+-- is kept. A step that begins on an empty queue touches neither the counter nor `rhb` unless
+-- its caller joins the queue (there is nobody to remove or prune), and a joining caller
+-- writes its `rhb` entry before its place and takes it back if the counter's INCR fails
+-- (rate_acquire.lua): a foreign value at either fails that step with nothing written.
 local function head_at_start()
   local h = head()
   if h then read_counter(RTK) end

@@ -117,8 +117,12 @@ impl RateLimit {
     }
 
     /// Drops the waiters whose heartbeat lapsed, wherever they stand, and the members without
-    /// a heartbeat entry at the head.
-    fn prune(&mut self, now: u64) {
+    /// a heartbeat entry at the head. A queue empty when the step began (`head_before`) has
+    /// nothing to prune, and its `rhb` is not touched.
+    fn prune(&mut self, head_before: Option<&str>, now: u64) {
+        if head_before.is_none() {
+            return;
+        }
         for member in self.heartbeats.remove_up_to(now) {
             self.queue.remove(&member);
         }
@@ -128,6 +132,25 @@ impl RateLimit {
     fn leave(&mut self, member: &str) -> bool {
         self.heartbeats.remove(member);
         self.queue.remove(member)
+    }
+
+    /// `leave` in rate_acquire.lua: the caller leaves the queue (`in_queue`: it may stand in
+    /// it) and the queue settles; nothing is touched on a queue that was empty when the step
+    /// began.
+    fn leave_and_settle(
+        &mut self,
+        head_before: Option<String>,
+        member: &str,
+        in_queue: bool,
+        wakes: &mut WakeUps,
+    ) {
+        if head_before.is_none() {
+            return;
+        }
+        if in_queue {
+            self.leave(member);
+        }
+        self.settle(head_before, member, wakes);
     }
 
     /// `settle_queue`: the ticket counter goes with the last waiter (a queue empty when the
@@ -186,19 +209,18 @@ pub(super) fn acquire(
     let rate = &claim.rate;
     let member = rate_member(&claim.token, claim.permits);
     let head_before = state.head();
-    state.prune(now);
+    state.prune(head_before.as_deref(), now);
     let heartbeat = super::ms(claim.heartbeat);
     state.admitted.remove_up_to(now);
     let tat = state.tat(now, rate);
     if claim.permits < 1 || claim.permits > rate.burst_size() {
-        state.leave(&member);
-        state.settle(head_before, &member, &mut wakes);
+        state.leave_and_settle(head_before, &member, true, &mut wakes);
         return wakes.reply(Err(claim.permits));
     }
     // A retry of an admitted request (its reply was lost): the same admission, nothing more.
     if let Some(until) = state.admitted.score(&member) {
         let at = until.saturating_sub(heartbeat);
-        state.settle(head_before, &member, &mut wakes);
+        state.leave_and_settle(head_before, &member, false, &mut wakes);
         return wakes.reply(Ok(RateDecision::Admitted { at }));
     }
     let position = state.queue.rank(&member);
@@ -208,8 +230,7 @@ pub(super) fn acquire(
         if next.wait_for(now, rate) <= 0 {
             state.tat = Some((next.ms, next.frac, rate.count()));
             state.admitted.add(&member, now + heartbeat);
-            state.leave(&member);
-            state.settle(head_before, &member, &mut wakes);
+            state.leave_and_settle(head_before, &member, true, &mut wakes);
             return wakes.reply(Ok(RateDecision::Admitted { at: now }));
         }
     }
@@ -217,10 +238,7 @@ pub(super) fn acquire(
     let weights = (claim.permits + state.weights_ahead(ahead)).min(MAX_ESTIMATE_WEIGHTS);
     let retry = tat.advance(weights, rate).wait_for(now, rate).max(1) as u64;
     if !wait {
-        if position.is_some() {
-            state.leave(&member);
-        }
-        state.settle(head_before, &member, &mut wakes);
+        state.leave_and_settle(head_before, &member, position.is_some(), &mut wakes);
         return wakes.reply(Ok(refused(Some(retry), None, None)));
     }
     if position.is_none() {
@@ -255,7 +273,11 @@ pub(super) fn cancel(state: &mut RateLimit, now: u64, claim: &RateClaim) -> Step
     let mut wakes = WakeUps::default();
     let member = rate_member(&claim.token, claim.permits);
     let head_before = state.head();
-    state.prune(now);
+    if head_before.is_none() {
+        // An empty queue holds no place: nothing to remove or prune.
+        return wakes.reply(false);
+    }
+    state.prune(head_before.as_deref(), now);
     let had = state.leave(&member);
     state.settle(head_before, &member, &mut wakes);
     wakes.reply(had)
