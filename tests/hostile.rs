@@ -594,7 +594,9 @@ both_backends!(a_timeout_at_the_clocks_limit_waits_without_panicking);
 /// place or ticket counter left behind without a TTL). A step that begins on an empty queue
 /// reads the ticket counter and the heartbeats only to join the queue, so the hour's one
 /// admission (a try on an empty queue) is made beside a foreign value there, which it leaves
-/// alone; the wait that follows must join, and fails. Inspect reads the counter too.
+/// alone; the wait that follows must join, and fails. Inspect reads the counter too. Each
+/// error names the foreign key (`rl:{n}:rt` is a prefix of `rl:{n}:rtk`: the error about the
+/// counter must not name the state).
 #[test]
 fn rate_limiter_foreign_values_are_reported_and_kept() {
     let w = World::new();
@@ -644,6 +646,11 @@ fn rate_limiter_foreign_values_are_reported_and_kept() {
                     Err(e) if e.is_wrong_type() => {
                         if w.dump_matching(pattern.as_bytes()).await != keys_before {
                             failures.push(format!("{key} ({what}): failed, yet wrote keys"));
+                        }
+                        // The error names the key to delete, and no other.
+                        if !matches!(&e, redis_locks::Error::WrongType { key: Some(k), .. } if k == key)
+                        {
+                            failures.push(format!("{key} ({what}): names another key: {e}"));
                         }
                     }
                     other => failures.push(format!("{key} ({what}): {other:?}")),
