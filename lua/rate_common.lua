@@ -78,8 +78,13 @@ local LIVE_HEAD = nil
 -- The first waiter with a heartbeat entry, dropping the members before it that have none (a
 -- lost `rhb` entry or key, a member someone else added): no deadline says they are alive, and
 -- only at the head could they hold anyone back (only the head is admitted), so they go when
--- they reach it. `h`: the head, if known; `known`: a member known to have an entry (a step
--- removes a waiter's entry only with its place, and adds the caller's own before settling).
+-- they reach it. The lock queue treats such a head as lapsing too, by another road: it grants
+-- it a hold for one claim window (queue_common.lua, promote), which ends as a lapsed
+-- heartbeat does. A limiter cannot grant on trust: an admission is charged to the rate for
+-- good, so the member is dropped, as a waiter whose heartbeat lapsed is; a typed error would
+-- instead stop every step of the name until someone deleted the member by hand. `h`: the
+-- head, if known; `known`: a member known to have an entry (a step removes a waiter's entry
+-- only with its place, and adds the caller's own before settling).
 local function live_head(h, known)
   if h == nil then h = head() end
   while h and h ~= LIVE_HEAD and h ~= known and not redis.call('ZSCORE', RHB, h) do

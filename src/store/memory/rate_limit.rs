@@ -190,7 +190,9 @@ impl RateLimit {
 
     /// `live_head`: the first waiter with a heartbeat entry, dropping the members before it
     /// that have none (only the head is admitted, so only there could they hold anyone
-    /// back).
+    /// back). The lock queue grants such a head for one claim window instead, which lapses
+    /// as its heartbeat would; an admission cannot be given on trust (it is charged to the
+    /// rate for good), so the limiter drops the member as a lapsed waiter.
     fn live_head(&mut self) -> Option<String> {
         while let Some(head) = self.head() {
             if self.heartbeats.score(&head).is_some()
