@@ -30,10 +30,21 @@ local head_before = head_at_start()
 prune(head_before)
 redis.call('ZREMRANGEBYSCORE', RA, '-inf', NOW)
 local tat_ms, tat_frac = read_tat(count)
-if permits < 1 or permits > burst then
-  redis.call('ZREM', RQ, member)
-  redis.call('ZREM', RHB, member)
+
+-- The caller leaves the queue (`in_queue`: it may stand in it) and the queue settles. A
+-- queue that was empty when the step began holds nobody, so its keys are not touched: a step
+-- that begins on an empty queue uses `rhb` and `rtk` only to join (see rate_common.lua).
+local function leave(in_queue)
+  if not head_before then return end
+  if in_queue then
+    redis.call('ZREM', RQ, member)
+    redis.call('ZREM', RHB, member)
+  end
   settle_queue(head_before, member)
+end
+
+if permits < 1 or permits > burst then
+  leave(true)
   return redis.error_reply('RLPERMITS asked for ' .. permits .. ' permits of ' .. burst)
 end
 
@@ -42,13 +53,16 @@ end
 -- same heartbeat: the admission time is that end minus it).
 local admitted_until = redis.call('ZSCORE', RA, member)
 if admitted_until then
-  settle_queue(head_before, member)
+  leave(false)
   return { 1, tonumber(admitted_until) - heartbeat }
 end
 
-local position = redis.call('ZRANK', RQ, member)
-if not position then position = nil end
-local ahead = position or redis.call('ZCARD', RQ)
+local position, ahead = nil, 0
+if head_before then
+  position = redis.call('ZRANK', RQ, member)
+  if not position then position = nil end
+  ahead = position or redis.call('ZCARD', RQ)
+end
 
 if ahead == 0 then
   local ms, frac = advance(tat_ms, tat_frac, permits, count, period)
@@ -56,9 +70,7 @@ if ahead == 0 then
     write_tat(ms, frac, count)
     redis.call('ZADD', RA, NOW + heartbeat, member)
     extend_ttl(RA, NOW + heartbeat)
-    redis.call('ZREM', RQ, member)
-    redis.call('ZREM', RHB, member)
-    settle_queue(head_before, member)
+    leave(true)
     return { 1, NOW }
   end
 end
@@ -74,20 +86,26 @@ local ms, frac = advance(tat_ms, tat_frac, weights, count, period)
 local retry = math.max(1, wait_for(ms, frac, count, period, burst))
 
 if not wait then
-  if position then
-    redis.call('ZREM', RQ, member)
-    redis.call('ZREM', RHB, member)
-  end
-  settle_queue(head_before, member)
+  leave(position ~= nil)
   return { 0, retry, -1, -1 }
 end
 
-if not position then
-  redis.call('ZADD', RQ, incr_counter(RTK), member)
-  position = ahead
-end
+-- The caller's heartbeat entry is written before its place: on a queue that was empty, this
+-- is the step's first use of `rhb`, so a foreign value there fails the step before it wrote
+-- anything. Its ticket is then taken from the counter, whose INCR fails on a foreign value
+-- (only a queue that was empty has not had it read already): the entry is taken back, and
+-- the step leaves nothing either.
 local heartbeat_until = NOW + heartbeat
 redis.call('ZADD', RHB, heartbeat_until, member)
+if not position then
+  local ticket = redis.pcall('INCR', RTK)
+  if type(ticket) == 'table' then
+    redis.call('ZREM', RHB, member)
+    corrupt_counter(RTK)
+  end
+  redis.call('ZADD', RQ, ticket, member)
+  position = ahead
+end
 settle_queue(head_before, member)
 if position > 0 then retry = -1 end
 return { 0, retry, position, heartbeat_until }

@@ -6,6 +6,8 @@
 
 local member = member_of(ARGV[3], tonumber(ARGV[4]))
 local head_before = head_at_start()
+-- An empty queue holds no place: nothing to remove, nothing to prune (rate_common.lua).
+if not head_before then return 0 end
 prune(head_before)
 local had = redis.call('ZREM', RQ, member)
 redis.call('ZREM', RHB, member)

@@ -62,7 +62,10 @@ end
 -- The first waiter's member at the start of a step, or nil. A queue in use has a ticket
 -- counter, which the step deletes if it leaves the queue empty: the counter is read first, so
 -- a foreign value there fails the step (RLCORRUPT, WRONGTYPE) before anything is written, and
--- is kept. An empty queue's step never deletes it (settle_queue).
+-- is kept. A step that begins on an empty queue touches neither the counter nor `rhb` unless
+-- its caller joins the queue (there is nobody to remove or prune), and a joining caller
+-- writes its `rhb` entry before its place and takes it back if the counter's INCR fails
+-- (rate_acquire.lua): a foreign value at either fails that step with nothing written.
 local function head_at_start()
   local h = head()
   if h then read_counter(RTK) end
@@ -75,8 +78,13 @@ local LIVE_HEAD = nil
 -- The first waiter with a heartbeat entry, dropping the members before it that have none (a
 -- lost `rhb` entry or key, a member someone else added): no deadline says they are alive, and
 -- only at the head could they hold anyone back (only the head is admitted), so they go when
--- they reach it. `h`: the head, if known; `known`: a member known to have an entry (a step
--- removes a waiter's entry only with its place, and adds the caller's own before settling).
+-- they reach it. The lock queue treats such a head as lapsing too, by another road: it grants
+-- it a hold for one claim window (queue_common.lua, promote), which ends as a lapsed
+-- heartbeat does. A limiter cannot grant on trust: an admission is charged to the rate for
+-- good, so the member is dropped, as a waiter whose heartbeat lapsed is; a typed error would
+-- instead stop every step of the name until someone deleted the member by hand. `h`: the
+-- head, if known; `known`: a member known to have an entry (a step removes a waiter's entry
+-- only with its place, and adds the caller's own before settling).
 local function live_head(h, known)
   if h == nil then h = head() end
   while h and h ~= LIVE_HEAD and h ~= known and not redis.call('ZSCORE', RHB, h) do

@@ -589,9 +589,14 @@ async fn a_timeout_at_the_clocks_limit_waits_without_panicking(b: support::backe
 both_backends!(a_timeout_at_the_clocks_limit_waits_without_panicking);
 
 /// Foreign data at each key of a rate limiter (the wrong type, or a ticket counter that is no
-/// number): every step that reads the key fails with `is_wrong_type()`, and the key is left as
-/// it was. The ticket counter is read only when a waiter joins (a try admitted on an empty
-/// queue never does; it must not delete it either) and by inspect.
+/// number): every step that reads the key fails with `is_wrong_type()`, and a step that fails
+/// writes nothing: every key of the limiter is left as it was (no admission charged, no queue
+/// place or ticket counter left behind without a TTL). A step that begins on an empty queue
+/// reads the ticket counter and the heartbeats only to join the queue, so the hour's one
+/// admission (a try on an empty queue) is made beside a foreign value there, which it leaves
+/// alone; the wait that follows must join, and fails. Inspect reads the counter too. Each
+/// error names the foreign key (`rl:{n}:rt` is a prefix of `rl:{n}:rtk`: the error about the
+/// counter must not name the state).
 #[test]
 fn rate_limiter_foreign_values_are_reported_and_kept() {
     let w = World::new();
@@ -600,6 +605,7 @@ fn rate_limiter_foreign_values_are_reported_and_kept() {
         let mut failures = Vec::new();
         let cases: &[(&str, &[&str])] = &[
             ("rate-rt", &["RPUSH", "rl:{rate-rt}:rt", "foreign"]),
+            ("rate-rt2", &["SET", "rl:{rate-rt2}:rt", "foreign"]),
             ("rate-rq", &["SET", "rl:{rate-rq}:rq", "foreign"]),
             ("rate-rhb", &["SET", "rl:{rate-rhb}:rhb", "foreign"]),
             ("rate-rtk", &["RPUSH", "rl:{rate-rtk}:rtk", "foreign"]),
@@ -610,33 +616,43 @@ fn rate_limiter_foreign_values_are_reported_and_kept() {
             w.raw_cmd(set).await;
             let key = set[1];
             let kept = w.dump(key).await;
+            let pattern = format!("rl:{{{name}}}:*");
             let limiter = w.c.rate_limiter(name, redis_locks::Rate::per_hour(1));
-            let counter = key.ends_with(":rtk");
-            let mut outcomes = Vec::new();
-            // The hour's one admission (the counter is not read for it), then a wait that
-            // must join the queue.
+            let unread_by_a_try = key.ends_with(":rtk") || key.ends_with(":rhb");
+            let keys_before = w.dump_matching(pattern.as_bytes()).await;
             let first = limiter.try_acquire(1).await;
-            if counter {
+            let mut outcomes = Vec::new();
+            if unread_by_a_try {
                 if let Err(e) = first {
                     failures.push(format!("{key} (first try): {e:?}"));
                 }
             } else {
-                outcomes.push(("try", first.map(|_| ())));
+                outcomes.push(("try", first.map(|_| ()), keys_before));
             }
-            outcomes.push((
-                "wait",
-                limiter
-                    .acquire(1)
-                    .timeout(Duration::from_millis(200))
-                    .await
-                    .map(|_| ()),
-            ));
+            let keys_before = w.dump_matching(pattern.as_bytes()).await;
+            let wait = limiter
+                .acquire(1)
+                .timeout(Duration::from_millis(200))
+                .await
+                .map(|_| ());
+            outcomes.push(("wait", wait, keys_before));
             if !key.ends_with(":ra") && !key.ends_with(":rhb") {
-                outcomes.push(("inspect", limiter.inspect().await.map(|_| ())));
+                let keys_before = w.dump_matching(pattern.as_bytes()).await;
+                let inspect = limiter.inspect().await.map(|_| ());
+                outcomes.push(("inspect", inspect, keys_before));
             }
-            for (what, outcome) in outcomes {
+            for (what, outcome, keys_before) in outcomes {
                 match outcome {
-                    Err(e) if e.is_wrong_type() => {}
+                    Err(e) if e.is_wrong_type() => {
+                        if w.dump_matching(pattern.as_bytes()).await != keys_before {
+                            failures.push(format!("{key} ({what}): failed, yet wrote keys"));
+                        }
+                        // The error names the key to delete, and no other.
+                        if !matches!(&e, redis_locks::Error::WrongType { key: Some(k), .. } if k == key)
+                        {
+                            failures.push(format!("{key} ({what}): names another key: {e}"));
+                        }
+                    }
                     other => failures.push(format!("{key} ({what}): {other:?}")),
                 }
             }
@@ -644,7 +660,7 @@ fn rate_limiter_foreign_values_are_reported_and_kept() {
         }
         assert!(
             failures.is_empty(),
-            "not reported as wrong type: {failures:#?}"
+            "not reported as wrong type, or written: {failures:#?}"
         );
     });
     assert_eq!(w.rt.block_on(w.sentinel_keys()), before);

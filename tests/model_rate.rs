@@ -7,14 +7,20 @@
 //! Claims use rates whose period is not a whole multiple of their count (the exact fraction
 //! of the theoretical arrival time), requests from 1 to past the burst, heartbeats shorter
 //! and longer than the advances (so waiters die in the queue), the same name under two rates
-//! (a changed rate rounds the stored fraction up), and now and then heartbeat entries lost by
-//! someone else's write to `rhb` (one member's, or the whole key), so the queue holds members
-//! without one (`MemoryStore::lose_rate_heartbeats` does the same to the model). The test
-//! fails if its programs never reached one of the reply kinds (admitted, refused at the head
-//! with a retry, refused behind others, refused try, waiter dropped for a lapsed heartbeat,
-//! cancel of a live and of no place, a token admitted earlier in its heartbeat window answered
-//! with that admission, heartbeat entries lost, a member without one dropped), so it cannot
-//! pass on easy programs. The same test then plants bugs in the model, which it must find.
+//! (a changed rate rounds the stored fraction up), and now and then someone else's writes:
+//! heartbeat entries lost from `rhb` (one member's, or the whole key), so the queue holds
+//! members without one; members added to `rq` (a token's own or a foreign one, at any ticket,
+//! with a heartbeat entry, a lapsed one or none); a foreign value at one of the limiter's keys
+//! (a list, or a string: where the limiter keeps a string, one it did not write), deleted
+//! later. `MemoryStore::lose_rate_heartbeats`, `plant_rate_member`, `plant_rate_foreign` and
+//! `delete_rate_foreign` do the same to the model, whose steps must then fail as the scripts
+//! do (the same wrong-type error, naming the key) and change what they change. The test fails
+//! if its programs never reached one of the reply kinds (admitted, refused at the head with a
+//! retry, refused behind others, refused try, waiter dropped for a lapsed heartbeat, cancel of
+//! a live and of no place, a token admitted earlier in its heartbeat window answered with that
+//! admission, heartbeat entries lost, a member without one dropped, members planted, a step
+//! refused for a foreign value and one answered beside it), so it cannot pass on easy
+//! programs. The same test then plants bugs in the model, which it must find.
 //! `MODEL_CASES` raises the number of programs (docs/MODEL_CHECKS.md).
 
 mod support;
@@ -72,8 +78,30 @@ enum Op {
         token: Option<usize>,
         permits: u64,
     },
+    /// Someone else adds `member` to the limiter's queue at `ticket` (`ZADD rq`), with a
+    /// heartbeat entry `heartbeat_ms` from now (0: lapsed) or none.
+    PlantMember {
+        limiter: usize,
+        member: String,
+        ticket: u64,
+        heartbeat_ms: Option<u64>,
+    },
+    /// Someone else's value replaces the limiter's key `key` (`SET`, or `DEL` and `RPUSH`
+    /// for a list); the limiter's earlier foreign value, if any, is deleted first.
+    PlantForeign {
+        limiter: usize,
+        key: &'static str,
+        list: bool,
+    },
+    /// The limiter's foreign value, if any, is deleted (`DEL`).
+    DeleteForeign {
+        limiter: usize,
+    },
     Advance(u64),
 }
+
+/// The limiter's keys a foreign value may be planted at.
+const RATE_KEYS: [&str; 5] = ["rt", "rq", "rhb", "rtk", "ra"];
 
 fn op() -> impl Strategy<Value = Op> {
     let limiter = prop_oneof![4 => Just(0usize), 1 => Just(1usize)];
@@ -85,8 +113,23 @@ fn op() -> impl Strategy<Value = Op> {
             }),
         1 => (limiter.clone(), 0..TOKENS, rate, 1..=4u64)
             .prop_map(|(limiter, token, rate, permits)| Op::Cancel { limiter, token, rate, permits }),
-        1 => (limiter, prop::option::weighted(0.8, 0..TOKENS), 1..=2u64)
+        1 => (limiter.clone(), prop::option::weighted(0.8, 0..TOKENS), 1..=2u64)
             .prop_map(|(limiter, token, permits)| Op::LoseHeartbeat { limiter, token, permits }),
+        1 => (
+            limiter.clone(),
+            prop_oneof![
+                3 => (0..TOKENS, 1..=2u64).prop_map(|(t, p)| member(t, p)),
+                1 => prop::sample::select(vec!["foreign", "foreign#3", "a"]).prop_map(String::from),
+            ],
+            prop_oneof![0..4u64, Just(100u64)],
+            prop::option::weighted(0.6, prop::sample::select(vec![0u64, 300, 10_000])),
+        )
+            .prop_map(|(limiter, member, ticket, heartbeat_ms)| Op::PlantMember {
+                limiter, member, ticket, heartbeat_ms,
+            }),
+        1 => (limiter.clone(), prop::sample::select(RATE_KEYS.to_vec()), any::<bool>())
+            .prop_map(|(limiter, key, list)| Op::PlantForeign { limiter, key, list }),
+        1 => limiter.prop_map(|limiter| Op::DeleteForeign { limiter }),
         3 => prop_oneof![0..5u64, 5..400u64, Just(1_000u64), 1_000..5_000u64].prop_map(Op::Advance),
     ]
 }
@@ -151,6 +194,79 @@ async fn head_without_heartbeat(redis: &RedisStore, limiter: usize) -> Option<St
     score.is_none().then_some(head)
 }
 
+/// Plants `member` on both stores (Op::PlantMember).
+async fn plant_member(
+    redis: &RedisStore,
+    model: &MemoryStore,
+    limiter: usize,
+    member: &str,
+    ticket: u64,
+    heartbeat_until: Option<u64>,
+) -> Result<(), String> {
+    let k = keys(limiter);
+    model.plant_rate_member(&k, member, ticket, heartbeat_until);
+    let _: i64 = redis
+        .query(redis::cmd("ZADD").arg(k.key("rq")).arg(ticket).arg(member))
+        .await
+        .map_err(|e| format!("ZADD rq: {e}"))?;
+    if let Some(deadline) = heartbeat_until {
+        let _: i64 = redis
+            .query(
+                redis::cmd("ZADD")
+                    .arg(k.key("rhb"))
+                    .arg(deadline)
+                    .arg(member),
+            )
+            .await
+            .map_err(|e| format!("ZADD rhb: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Deletes the limiter's foreign value at `key` on both stores.
+async fn delete_foreign(
+    redis: &RedisStore,
+    model: &MemoryStore,
+    limiter: usize,
+    key: &str,
+) -> Result<(), String> {
+    let k = keys(limiter);
+    model.delete_rate_foreign(&k);
+    let _: i64 = redis
+        .query(redis::cmd("DEL").arg(k.key(key)))
+        .await
+        .map_err(|e| format!("DEL: {e}"))?;
+    Ok(())
+}
+
+/// Plants a foreign value at the limiter's `key` on both stores: a list, or a string.
+async fn plant_foreign(
+    redis: &RedisStore,
+    model: &MemoryStore,
+    limiter: usize,
+    key: &str,
+    list: bool,
+) -> Result<(), String> {
+    let k = keys(limiter);
+    let full = k.key(key);
+    model.plant_rate_foreign(&k, key, if list { "list" } else { "string" });
+    let _: i64 = redis
+        .query(redis::cmd("DEL").arg(&full))
+        .await
+        .map_err(|e| format!("DEL: {e}"))?;
+    let planted: redis_locks::Result<redis::Value> = if list {
+        redis
+            .query(redis::cmd("RPUSH").arg(&full).arg("foreign"))
+            .await
+    } else {
+        redis
+            .query(redis::cmd("SET").arg(&full).arg("foreign"))
+            .await
+    };
+    planted.map_err(|e| format!("plant at {full}: {e}"))?;
+    Ok(())
+}
+
 /// Loses heartbeat entries on both stores (Op::LoseHeartbeat); true if Redis lost any.
 async fn lose_heartbeat(
     redis: &RedisStore,
@@ -181,11 +297,20 @@ async fn run_program(
     reached: &Reached,
 ) -> Result<(), String> {
     let mut now = START_MS;
+    // The key of each limiter holding a foreign value, if any.
+    let mut foreign: [Option<&'static str>; LIMITERS] = [None; LIMITERS];
+    // Whether the queue's sorted sets can be read directly (no foreign value there).
+    let queue_readable =
+        |foreign: &[Option<&str>; LIMITERS], l: usize| !matches!(foreign[l], Some("rq" | "rhb"));
     for (i, op) in ops.iter().enumerate() {
         let waiters_before = waiters(model, now).await;
         let mut heads_without_heartbeat = Vec::new();
         for limiter in 0..LIMITERS {
-            heads_without_heartbeat.push(head_without_heartbeat(redis, limiter).await);
+            heads_without_heartbeat.push(if queue_readable(&foreign, limiter) {
+                head_without_heartbeat(redis, limiter).await
+            } else {
+                None
+            });
         }
         match op {
             Op::Acquire {
@@ -206,6 +331,7 @@ async fn run_program(
                     ));
                 }
                 reach(reached, kind_of(&a, *wait, now));
+                reach_foreign(reached, &a, foreign[*limiter]);
             }
             Op::Cancel {
                 limiter,
@@ -224,26 +350,55 @@ async fn run_program(
                 }
                 reach(
                     reached,
-                    if matches!(a, Ok(true)) {
-                        "cancel of a live place"
-                    } else {
-                        "cancel of nothing"
+                    match a {
+                        Ok(true) => "cancel of a live place",
+                        Ok(false) => "cancel of nothing",
+                        Err(_) => "cancel failed",
                     },
                 );
+                reach_foreign(reached, &a, foreign[*limiter]);
             }
+            // Someone else's writes to the queue's sorted sets, when they hold no foreign
+            // value (a write there would fail, or delete it).
             Op::LoseHeartbeat {
                 limiter,
                 token,
                 permits,
-            } => {
+            } if queue_readable(&foreign, *limiter) => {
                 if lose_heartbeat(redis, model, *limiter, *token, *permits).await {
                     reach(reached, "heartbeat entries lost");
+                }
+            }
+            Op::PlantMember {
+                limiter,
+                member,
+                ticket,
+                heartbeat_ms,
+            } if queue_readable(&foreign, *limiter) => {
+                let until = heartbeat_ms.map(|ms| now + ms);
+                plant_member(redis, model, *limiter, member, *ticket, until).await?;
+                reach(reached, "members planted");
+            }
+            Op::LoseHeartbeat { .. } | Op::PlantMember { .. } => {}
+            Op::PlantForeign { limiter, key, list } => {
+                if let Some(old) = foreign[*limiter].take() {
+                    delete_foreign(redis, model, *limiter, old).await?;
+                }
+                plant_foreign(redis, model, *limiter, key, *list).await?;
+                foreign[*limiter] = Some(key);
+            }
+            Op::DeleteForeign { limiter } => {
+                if let Some(old) = foreign[*limiter].take() {
+                    delete_foreign(redis, model, *limiter, old).await?;
                 }
             }
             Op::Advance(ms) => now += ms,
         }
         for (limiter, head) in heads_without_heartbeat.into_iter().enumerate() {
             let Some(head) = head else { continue };
+            if !queue_readable(&foreign, limiter) {
+                continue;
+            }
             let rank: Option<i64> = redis
                 .query(redis::cmd("ZRANK").arg(keys(limiter).key("rq")).arg(&head))
                 .await
@@ -256,6 +411,49 @@ async fn run_program(
             reach(reached, "waiters left");
         }
         same_state(redis, model, now, i, op).await?;
+        for (limiter, key) in foreign.iter().enumerate() {
+            if let Some(key) = key {
+                foreign_kept(redis, limiter, key).await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What a step's reply shows of a foreign value in its limiter.
+fn reach_foreign<T>(reached: &Reached, reply: &redis_locks::Result<T>, foreign: Option<&str>) {
+    match (reply, foreign) {
+        (Err(e), Some(_)) if e.is_wrong_type() => reach(reached, "refused for a foreign value"),
+        (Ok(_), Some(_)) => reach(reached, "answered beside a foreign value"),
+        _ => {}
+    }
+}
+
+/// The foreign value at the limiter's `key` is still there, as planted (no step overwrote
+/// or deleted it).
+async fn foreign_kept(redis: &RedisStore, limiter: usize, key: &str) -> Result<(), String> {
+    let full = keys(limiter).key(key);
+    let kind: String = redis
+        .query(redis::cmd("TYPE").arg(&full))
+        .await
+        .map_err(|e| format!("TYPE: {e}"))?;
+    let value: Vec<String> = match kind.as_str() {
+        "list" => {
+            redis
+                .query(redis::cmd("LRANGE").arg(&full).arg(0).arg(-1))
+                .await
+        }
+        "string" => redis
+            .query(redis::cmd("GET").arg(&full))
+            .await
+            .map(|v: String| vec![v]),
+        other => return Err(format!("the foreign value at {full} is gone ({other})")),
+    }
+    .map_err(|e| format!("read {full}: {e}"))?;
+    if value != ["foreign"] {
+        return Err(format!(
+            "the foreign value at {full} was changed: {value:?}"
+        ));
     }
     Ok(())
 }
@@ -377,6 +575,9 @@ fn rate_scripts_match_model_and_planted_bugs_are_found() {
         "cancel of nothing",
         "heartbeat entries lost",
         "a member without a heartbeat dropped",
+        "members planted",
+        "refused for a foreign value",
+        "answered beside a foreign value",
     ] {
         assert!(
             !full_run() || reached.contains(kind),
@@ -388,6 +589,7 @@ fn rate_scripts_match_model_and_planted_bugs_are_found() {
         Bug::RateBurstOffByOne,
         Bug::RateOvertakes,
         Bug::RateKeepsMembersWithoutHeartbeat,
+        Bug::RateDeletesForeignQueueKeys,
     ] {
         plant(bug);
         let config = Config {

@@ -534,3 +534,30 @@ async fn a_member_whose_heartbeat_entry_was_lost_is_dropped() {
 async fn members_of_a_lost_heartbeat_key_are_dropped() {
     a_member_without_a_heartbeat_entry("key").await;
 }
+
+/// A member someone else added to the queue, with no heartbeat entry, ahead of every ticket:
+/// dropped when it is the head, as a waiter whose heartbeat lapsed (the lock queue would grant
+/// it one claim window; a limiter cannot admit on trust). A try answers, a wait is admitted,
+/// and the member is gone from `rq`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_someone_else_queued_is_dropped() {
+    let b = Backend::redis();
+    let limiter = b
+        .client()
+        .await
+        .rate_limiter("foreign-member", Rate::per_second(50).burst(1));
+    let rq = "rl:{foreign-member}:rq";
+    b.cli(&["ZADD", rq, "0", "intruder"]);
+    match limiter.try_acquire(1).await {
+        Ok(_) => {}
+        Err(e) if e.is_rate_limited() => {}
+        Err(e) => panic!("a try failed on a foreign queue member: {e:?}"),
+    }
+    b.cli(&["ZADD", rq, "0", "intruder#2"]);
+    limiter
+        .acquire(1)
+        .timeout(Duration::from_secs(600))
+        .await
+        .expect("admitted past the foreign member");
+    assert_eq!(b.cli(&["ZCARD", rq]).trim(), "0");
+}

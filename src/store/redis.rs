@@ -598,7 +598,13 @@ impl RedisStore {
                 };
             }
         }
-        let key = keys.iter().find(|k| detail.contains(k.as_str())).cloned();
+        // The longest key the message names: one key can be the start of another
+        // (`rl:{n}:rt` of `rl:{n}:rtk`), and a message about the longer names both.
+        let key = keys
+            .iter()
+            .filter(|k| detail.contains(k.as_str()))
+            .max_by_key(|k| k.len())
+            .cloned();
         Error::WrongType { name, key, detail }
     }
 }

@@ -41,6 +41,10 @@ pub enum Bug {
     /// head, where it holds back every waiter behind it (a lost `rhb` entry wedged the
     /// limiter).
     RateKeepsMembersWithoutHeartbeat,
+    /// The in-memory rate limiter deletes the queue's keys (`rq`, `rhb`, `rtk`) after a step
+    /// that began on an empty queue, a foreign value there included, instead of leaving keys
+    /// it did not use alone.
+    RateDeletesForeignQueueKeys,
 }
 
 impl Bug {

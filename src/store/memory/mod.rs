@@ -26,6 +26,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 
 use self::lease_lock::LeaseLock;
+use self::rate_limit::{Foreign, RateError};
 use self::ticket_queue::TicketQueue;
 use super::{
     ms, Acquire, AcquireAll, Busy, Claim, Family, Grant, HolderEviction, Part, PermitChange, Rate,
@@ -33,8 +34,8 @@ use super::{
 };
 use crate::store::hub::WakeHub;
 use crate::vocab::claim::LeaderInfo;
-use crate::vocab::error::Result;
-use crate::vocab::keys::LockKeys;
+use crate::vocab::error::{Error, Result};
+use crate::vocab::keys::{key_type, LockKeys};
 use crate::wire::{Named, Refusal, Renewal, WakeUp};
 
 /// How much longer a key lives under an explicit (virtual) clock: `TTL_PAD` in prelude.lua.
@@ -88,7 +89,9 @@ impl LockState {
         .flatten()
         .max();
         if last.is_some_and(|last| now >= last.saturating_add(self.pad)) {
+            let foreign = self.rate.take_foreign();
             *self = LockState::default();
+            self.rate.put_foreign(foreign);
         }
         if self.fence != 0 && now >= self.fence_until {
             self.fence = 0;
@@ -177,6 +180,44 @@ impl WakeUps {
             reply,
             wake_ups: self.0,
         }
+    }
+}
+
+#[cfg(feature = "testing")]
+/// The state of `lock` for someone else's write. A name with no state yet gets one whose keys
+/// have no TTL (someone else's keys have none), so nothing of it expires before the next step
+/// (which sets the TTL pad of its own).
+fn planted_state<'a>(
+    locks: &'a mut HashMap<String, LockState>,
+    lock: &LockKeys,
+) -> &'a mut LockState {
+    locks.entry(lock.channel()).or_insert_with(|| LockState {
+        pad: u64::MAX,
+        ..LockState::default()
+    })
+}
+
+/// The error of a step that met a foreign value at a rate limiter's key, as the Redis store
+/// reports the script's: a value of another type is named with its type; a string where the
+/// limiter keeps one is a state or counter the scripts did not write (their `RLCORRUPT`
+/// message).
+fn foreign_error(lock: &LockKeys, foreign: &Foreign) -> Error {
+    let key = lock.key(&foreign.key);
+    let expected = key_type(&key).unwrap_or("string");
+    let detail = if foreign.found != expected {
+        format!(
+            "it is a {}, where redis-locks keeps a {expected}",
+            foreign.found
+        )
+    } else if foreign.key == "rt" {
+        format!("key {key} does not hold a rate limiter state")
+    } else {
+        format!("key {key} does not hold a redis-locks counter")
+    };
+    Error::WrongType {
+        name: lock.name().to_owned(),
+        key: Some(key),
+        detail,
     }
 }
 
@@ -309,6 +350,49 @@ impl MemoryStore {
         if let Some(state) = locks.get_mut(&lock.channel()) {
             state.rate.lose_heartbeats(member);
         }
+    }
+
+    #[cfg(feature = "testing")]
+    /// Plants someone else's value at the key `rl:{name}:<key>` of the rate limiter `lock`
+    /// (`key`: `rt`, `rq`, `rhb`, `rtk` or `ra`), of the Redis type `found` (`"string"`,
+    /// `"list"`), replacing what the key held, as a `SET` (or `DEL` and `RPUSH`) by someone
+    /// else does on Redis. Until [`MemoryStore::delete_rate_foreign`], a step that uses the
+    /// key fails with the wrong-type error the scripts give, naming it (a string where
+    /// the limiter keeps one is a state or counter the scripts did not write). One key of a
+    /// limiter at a time. For the model check of foreign values (`tests/model_rate.rs`).
+    pub fn plant_rate_foreign(&self, lock: &LockKeys, key: &str, found: &str) {
+        let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+        planted_state(&mut locks, lock)
+            .rate
+            .plant_foreign(key, found);
+    }
+
+    #[cfg(feature = "testing")]
+    /// Deletes the foreign value [`MemoryStore::plant_rate_foreign`] planted (`DEL` of its
+    /// key on Redis).
+    pub fn delete_rate_foreign(&self, lock: &LockKeys) {
+        let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(state) = locks.get_mut(&lock.channel()) {
+            state.rate.delete_foreign();
+        }
+    }
+
+    #[cfg(feature = "testing")]
+    /// Adds `member` to the queue of the rate limiter `lock` at `ticket`, with a heartbeat
+    /// entry until `heartbeat_until` (ms) or none, as someone else's `ZADD` to
+    /// `rl:{name}:rq` (and `rl:{name}:rhb`) does on Redis. For the model check of foreign
+    /// queue members (`tests/model_rate.rs`).
+    pub fn plant_rate_member(
+        &self,
+        lock: &LockKeys,
+        member: &str,
+        ticket: u64,
+        heartbeat_until: Option<u64>,
+    ) {
+        let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+        planted_state(&mut locks, lock)
+            .rate
+            .plant_member(member, ticket, heartbeat_until);
     }
 
     /// Runs one step on the lock's state at `now` (the wall clock unless given), then
@@ -494,12 +578,13 @@ impl Store for MemoryStore {
         self.step(lock, now, |state, now| {
             rate_limit::acquire(&mut state.rate, now, claim, wait)
         })
-        .map_err(|asked| {
-            Refusal::TooManyPermits {
+        .map_err(|e| match e {
+            RateError::Permits(asked) => Refusal::TooManyPermits {
                 asked,
                 capacity: claim.rate.burst_size(),
             }
-            .into_error(lock.name())
+            .into_error(lock.name()),
+            RateError::Foreign(foreign) => foreign_error(lock, &foreign),
         })
     }
 
@@ -510,9 +595,13 @@ impl Store for MemoryStore {
         now: Option<u64>,
     ) -> Result<bool> {
         claim.check()?;
-        Ok(self.step(lock, now, |state, now| {
+        self.step(lock, now, |state, now| {
             rate_limit::cancel(&mut state.rate, now, claim)
-        }))
+        })
+        .map_err(|e| match e {
+            RateError::Foreign(foreign) => foreign_error(lock, &foreign),
+            RateError::Permits(_) => unreachable!("a cancel asks for no admission"),
+        })
     }
 
     async fn rate_inspect(
@@ -522,9 +611,10 @@ impl Store for MemoryStore {
         now: Option<u64>,
     ) -> Result<RateSnapshot> {
         rate.check()?;
-        Ok(self.read(lock, now, |state, now| {
+        self.read(lock, now, |state, now| {
             rate_limit::inspect(&state.rate, now, rate)
-        }))
+        })
+        .map_err(|foreign| foreign_error(lock, &foreign))
     }
 
     async fn acquire_all(

@@ -14,6 +14,26 @@ use crate::wire::{Named, WakeUp};
 /// The most admissions a refusal's estimate counts ahead of a request (`rate_acquire.lua`).
 const MAX_ESTIMATE_WEIGHTS: u64 = 64_000_000;
 
+/// Someone else's value at one key of a limiter (`MemoryStore::plant_rate_foreign`, as a
+/// write by someone else plants it on Redis): the key's suffix (`rt`, `rq`, `rhb`, `rtk`,
+/// `ra`) and the Redis type of the value (`string`, `list`). A step fails with it where its
+/// script first uses that key; the scripts read or prune every key before they write it, so
+/// what the step did before is at most a prune.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Foreign {
+    pub key: String,
+    pub found: String,
+}
+
+/// Why a step of the limiter failed.
+#[derive(Debug)]
+pub(super) enum RateError {
+    /// `RLPERMITS`: the permits asked for (`1 ..= burst` is allowed).
+    Permits(u64),
+    /// `WRONGTYPE` or `RLCORRUPT`: a foreign value at a key the step used.
+    Foreign(Foreign),
+}
+
 /// The keys of one limiter: `rt`, `rq`, `rhb`, `rtk`, `ra`.
 #[derive(Clone, Debug, Default)]
 pub(super) struct RateLimit {
@@ -28,6 +48,18 @@ pub(super) struct RateLimit {
     /// `ra`: admitted member -> the end of its heartbeat window after the admission, for a
     /// retry after a lost reply.
     admitted: ZSet,
+    /// A key holding someone else's value (one at a time), which no step writes or deletes.
+    foreign: Option<Foreign>,
+}
+
+/// Returns the step's failure if `$state` holds a foreign value at `$key` (the script's first
+/// use of that key fails the step there, and the step publishes nothing).
+macro_rules! uses {
+    ($state:expr, $key:literal) => {
+        if let Some(foreign) = $state.foreign_at($key) {
+            return WakeUps::default().reply(Err(RateError::Foreign(foreign)));
+        }
+    };
 }
 
 /// A theoretical arrival time: `ms + frac/count` (`0 <= frac < count`).
@@ -59,7 +91,6 @@ impl Tat {
 }
 
 impl RateLimit {
-    /// True when only what key TTLs would clean up is left.
     /// The latest deadline the limiter's keys live to, if any exists: the theoretical arrival
     /// time and the waiters' heartbeats. (An admission kept for a retry is kept no longer
     /// here once the rest expired.)
@@ -71,8 +102,64 @@ impl RateLimit {
             .max()
     }
 
+    /// True when no key is left (a foreign value has no TTL: it stays; heartbeat entries
+    /// outlive their queue when someone else deleted `rq`).
     pub(super) fn is_idle(&self) -> bool {
-        self.tat.is_none() && self.queue.is_empty() && self.tickets == 0 && self.admitted.is_empty()
+        self.tat.is_none()
+            && self.queue.is_empty()
+            && self.heartbeats.is_empty()
+            && self.tickets == 0
+            && self.admitted.is_empty()
+            && self.foreign.is_none()
+    }
+
+    /// The foreign value, which outlives every key TTL (taken before the lock's state is
+    /// dropped for its expired keys, and put back after).
+    pub(super) fn take_foreign(&mut self) -> Option<Foreign> {
+        self.foreign.take()
+    }
+
+    pub(super) fn put_foreign(&mut self, foreign: Option<Foreign>) {
+        self.foreign = foreign;
+    }
+
+    /// The foreign value at `key`, if the limiter holds one there.
+    fn foreign_at(&self, key: &str) -> Option<Foreign> {
+        self.foreign.clone().filter(|f| f.key == key)
+    }
+
+    #[cfg(feature = "testing")]
+    /// Someone else's value replaces the key `key` (its content is gone, as after a `SET` on
+    /// Redis) and stays until [`RateLimit::delete_foreign`]; one key at a time.
+    pub(super) fn plant_foreign(&mut self, key: &str, found: &str) {
+        match key {
+            "rt" => self.tat = None,
+            "rq" => self.queue = ZSet::default(),
+            "rhb" => self.heartbeats = ZSet::default(),
+            "rtk" => self.tickets = 0,
+            "ra" => self.admitted = ZSet::default(),
+            _ => panic!("no rate limiter key `{key}`"),
+        }
+        self.foreign = Some(Foreign {
+            key: key.to_owned(),
+            found: found.to_owned(),
+        });
+    }
+
+    #[cfg(feature = "testing")]
+    /// The foreign value is deleted (`DEL`): its key is absent.
+    pub(super) fn delete_foreign(&mut self) {
+        self.foreign = None;
+    }
+
+    #[cfg(feature = "testing")]
+    /// Someone else adds `member` to the queue at `ticket` (`ZADD rq`), with a heartbeat
+    /// entry until `heartbeat_until` (`ZADD rhb`) or none.
+    pub(super) fn plant_member(&mut self, member: &str, ticket: u64, heartbeat_until: Option<u64>) {
+        self.queue.add(member, ticket);
+        if let Some(deadline) = heartbeat_until {
+            self.heartbeats.add(member, deadline);
+        }
     }
 
     /// `read_tat`: the stored tat for `rate`, never before `now` (a stale one is forgotten,
@@ -103,7 +190,9 @@ impl RateLimit {
 
     /// `live_head`: the first waiter with a heartbeat entry, dropping the members before it
     /// that have none (only the head is admitted, so only there could they hold anyone
-    /// back).
+    /// back). The lock queue grants such a head for one claim window instead, which lapses
+    /// as its heartbeat would; an admission cannot be given on trust (it is charged to the
+    /// rate for good), so the limiter drops the member as a lapsed waiter.
     fn live_head(&mut self) -> Option<String> {
         while let Some(head) = self.head() {
             if self.heartbeats.score(&head).is_some()
@@ -117,8 +206,12 @@ impl RateLimit {
     }
 
     /// Drops the waiters whose heartbeat lapsed, wherever they stand, and the members without
-    /// a heartbeat entry at the head.
-    fn prune(&mut self, now: u64) {
+    /// a heartbeat entry at the head. A queue empty when the step began (`head_before`) has
+    /// nothing to prune, and its `rhb` is not touched.
+    fn prune(&mut self, head_before: Option<&str>, now: u64) {
+        if head_before.is_none() {
+            return;
+        }
         for member in self.heartbeats.remove_up_to(now) {
             self.queue.remove(&member);
         }
@@ -128,6 +221,37 @@ impl RateLimit {
     fn leave(&mut self, member: &str) -> bool {
         self.heartbeats.remove(member);
         self.queue.remove(member)
+    }
+
+    /// `leave` in rate_acquire.lua: the caller leaves the queue (`in_queue`: it may stand in
+    /// it) and the queue settles; nothing is touched on a queue that was empty when the step
+    /// began.
+    fn leave_and_settle(
+        &mut self,
+        head_before: Option<String>,
+        member: &str,
+        in_queue: bool,
+        wakes: &mut WakeUps,
+    ) {
+        if head_before.is_none() {
+            if planted(Bug::RateDeletesForeignQueueKeys) {
+                self.queue = ZSet::default();
+                self.heartbeats = ZSet::default();
+                self.tickets = 0;
+                if self
+                    .foreign
+                    .as_ref()
+                    .is_some_and(|f| f.key != "rt" && f.key != "ra")
+                {
+                    self.foreign = None;
+                }
+            }
+            return;
+        }
+        if in_queue {
+            self.leave(member);
+        }
+        self.settle(head_before, member, wakes);
     }
 
     /// `settle_queue`: the ticket counter goes with the last waiter (a queue empty when the
@@ -175,30 +299,36 @@ fn read_tat(stored: Option<(u64, u64, u64)>, now: u64, rate: &Rate) -> Tat {
     Tat { ms, frac }
 }
 
-/// rate_acquire.lua.
+/// rate_acquire.lua. A foreign value fails the step where the script first uses its key.
 pub(super) fn acquire(
     state: &mut RateLimit,
     now: u64,
     claim: &RateClaim,
     wait: bool,
-) -> Step<Result<RateDecision, u64>> {
+) -> Step<Result<RateDecision, RateError>> {
     let mut wakes = WakeUps::default();
     let rate = &claim.rate;
     let member = rate_member(&claim.token, claim.permits);
+    uses!(state, "rq");
     let head_before = state.head();
-    state.prune(now);
+    if head_before.is_some() {
+        uses!(state, "rtk");
+        uses!(state, "rhb");
+    }
+    state.prune(head_before.as_deref(), now);
     let heartbeat = super::ms(claim.heartbeat);
+    uses!(state, "ra");
     state.admitted.remove_up_to(now);
+    uses!(state, "rt");
     let tat = state.tat(now, rate);
     if claim.permits < 1 || claim.permits > rate.burst_size() {
-        state.leave(&member);
-        state.settle(head_before, &member, &mut wakes);
-        return wakes.reply(Err(claim.permits));
+        state.leave_and_settle(head_before, &member, true, &mut wakes);
+        return wakes.reply(Err(RateError::Permits(claim.permits)));
     }
     // A retry of an admitted request (its reply was lost): the same admission, nothing more.
     if let Some(until) = state.admitted.score(&member) {
         let at = until.saturating_sub(heartbeat);
-        state.settle(head_before, &member, &mut wakes);
+        state.leave_and_settle(head_before, &member, false, &mut wakes);
         return wakes.reply(Ok(RateDecision::Admitted { at }));
     }
     let position = state.queue.rank(&member);
@@ -208,8 +338,7 @@ pub(super) fn acquire(
         if next.wait_for(now, rate) <= 0 {
             state.tat = Some((next.ms, next.frac, rate.count()));
             state.admitted.add(&member, now + heartbeat);
-            state.leave(&member);
-            state.settle(head_before, &member, &mut wakes);
+            state.leave_and_settle(head_before, &member, true, &mut wakes);
             return wakes.reply(Ok(RateDecision::Admitted { at: now }));
         }
     }
@@ -217,18 +346,24 @@ pub(super) fn acquire(
     let weights = (claim.permits + state.weights_ahead(ahead)).min(MAX_ESTIMATE_WEIGHTS);
     let retry = tat.advance(weights, rate).wait_for(now, rate).max(1) as u64;
     if !wait {
-        if position.is_some() {
-            state.leave(&member);
-        }
-        state.settle(head_before, &member, &mut wakes);
+        state.leave_and_settle(head_before, &member, position.is_some(), &mut wakes);
         return wakes.reply(Ok(refused(Some(retry), None, None)));
     }
-    if position.is_none() {
-        state.tickets += 1;
-        state.queue.add(&member, state.tickets);
+    // The entry first, then the place (a queue that was empty uses `rhb` and `rtk` here
+    // first; the entry is taken back when the counter is foreign).
+    if head_before.is_none() {
+        uses!(state, "rhb");
     }
     let heartbeat_until = now + heartbeat;
     state.heartbeats.add(&member, heartbeat_until);
+    if position.is_none() {
+        if let Some(foreign) = state.foreign_at("rtk") {
+            state.heartbeats.remove(&member);
+            return wakes.reply(Err(RateError::Foreign(foreign)));
+        }
+        state.tickets += 1;
+        state.queue.add(&member, state.tickets);
+    }
     state.settle(head_before, &member, &mut wakes);
     let retry = (ahead == 0).then_some(retry);
     wakes.reply(Ok(refused(
@@ -251,18 +386,39 @@ fn refused(
 }
 
 /// rate_cancel.lua.
-pub(super) fn cancel(state: &mut RateLimit, now: u64, claim: &RateClaim) -> Step<bool> {
+pub(super) fn cancel(
+    state: &mut RateLimit,
+    now: u64,
+    claim: &RateClaim,
+) -> Step<Result<bool, RateError>> {
     let mut wakes = WakeUps::default();
     let member = rate_member(&claim.token, claim.permits);
+    uses!(state, "rq");
     let head_before = state.head();
-    state.prune(now);
+    if head_before.is_none() {
+        // An empty queue holds no place: nothing to remove or prune.
+        return wakes.reply(Ok(false));
+    }
+    uses!(state, "rtk");
+    uses!(state, "rhb");
+    state.prune(head_before.as_deref(), now);
     let had = state.leave(&member);
     state.settle(head_before, &member, &mut wakes);
-    wakes.reply(had)
+    wakes.reply(Ok(had))
 }
 
 /// rate_inspect.lua (reads only: the stale tat is not forgotten here).
-pub(super) fn inspect(state: &RateLimit, now: u64, rate: &Rate) -> RateSnapshot {
+pub(super) fn inspect(state: &RateLimit, now: u64, rate: &Rate) -> Result<RateSnapshot, Foreign> {
+    for key in ["rt", "rtk", "rq"] {
+        if let Some(foreign) = state.foreign_at(key) {
+            return Err(foreign);
+        }
+    }
+    if !state.queue.is_empty()
+        && let Some(foreign) = state.foreign_at("rhb")
+    {
+        return Err(foreign);
+    }
     let tat = read_tat(state.tat, now, rate);
     let used = (tat.ms - now) * rate.count() + tat.frac;
     let room = (rate.burst_size() * rate.period_ms()).saturating_sub(used);
@@ -281,10 +437,10 @@ pub(super) fn inspect(state: &RateLimit, now: u64, rate: &Rate) -> RateSnapshot 
             })
         })
         .collect();
-    RateSnapshot {
+    Ok(RateSnapshot {
         now,
         available,
         next_in_ms,
         waiters,
-    }
+    })
 }
