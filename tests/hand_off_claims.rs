@@ -504,15 +504,26 @@ async fn memory_mutex_late_hand_off_claim_cannot_cut_a_longer_resume() {
 /// leadership while B's `Leadership` says `is_held()`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn election_late_hand_off_claim_cannot_cut_a_longer_resume() {
-    let name = "claim-late-election";
     let b = Backend::redis();
-    let (fa, a) = faulty_client(&b).await;
+    for attempt in 0..3 {
+        if election_late_hand_off_claim_once(&b, &format!("claim-late-election-{attempt}")).await {
+            return;
+        }
+    }
+    panic!("no hand-off in three tries (each candidate was granted by its own attempt)");
+}
+
+/// One try of the election's race (as [`late_hand_off_claim_once`]); false if the
+/// leadership was not handed over.
+async fn election_late_hand_off_claim_once(b: &Backend, name: &str) -> bool {
+    let name = name.to_owned();
+    let (fa, a) = faulty_client(b).await;
     let holder = b.client().await;
     let resumer = b.client().await;
     let contender = b.client().await;
     let direct = b.client().await;
     let first = holder
-        .election(name)
+        .election(&name)
         .lease(secs(30))
         .campaign("first")
         .await
@@ -524,23 +535,26 @@ async fn election_late_hand_off_claim_cannot_cut_a_longer_resume() {
             .times(1)
             .hold_request(gate.clone()),
     );
-    let a2 = a.clone();
+    let (a2, name2) = (a.clone(), name.clone());
     let waiting = tokio::spawn(async move {
-        a2.election(name)
+        a2.election(&name2)
             .lease(ms(2_000))
             .campaign("a")
             .await
             .expect("A leads")
             .detach()
     });
-    until_waiters(1, async || Ok(inspect(&direct, Prim::Fair, name).await)).await;
+    until_waiters(1, async || Ok(inspect(&direct, Prim::Fair, &name).await)).await;
+    settled(&fa).await;
     assert!(first.resign().await.expect("resign"), "first led");
-    timeout(secs(20), gate.wait_entered(1))
-        .await
-        .expect("A's hand-off claim reached the gate");
+    let handed = timeout(secs(2), gate.wait_entered(1)).await.is_ok();
     let id = join("A's campaign and detach", waiting).await;
+    if !handed {
+        gate.open();
+        return false;
+    }
     let resumed = resumer
-        .election(name)
+        .election(&name)
         .lease(secs(10))
         .resume(&id)
         .await
@@ -549,9 +563,9 @@ async fn election_late_hand_off_claim_cannot_cut_a_longer_resume() {
     gate.open();
     let start = Instant::now();
     while start.elapsed() < ms(3_000) {
-        let other = contender.election(name).try_campaign("d").await;
+        let other = contender.election(&name).try_campaign("d").await;
         let held = resumed.is_held();
-        let leader = direct.election(name).leader().await.expect("leader");
+        let leader = direct.election(&name).leader().await.expect("leader");
         assert!(
             !(other.is_ok() && held),
             "at +{:?} a third candidate leads (leader() = {leader:?}) while B's resumed \
@@ -565,6 +579,7 @@ async fn election_late_hand_off_claim_cannot_cut_a_longer_resume() {
         tokio::time::sleep(ms(25)).await;
     }
     assert!(resumed.is_held(), "B's leadership is renewed throughout");
+    true
 }
 
 /// GUARANTEES, "A downgrade is the same hold" and "Lease requests of one hold ... run one at a
