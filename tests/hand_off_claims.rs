@@ -700,13 +700,22 @@ async fn a_shorter_extend_shortens_the_trust_not_the_server_lease() {
 /// The late claim again with no fault-injecting store: a real TCP proxy between A and the
 /// server holds A's requests from the claim's bytes on (a congested network), while B talks
 /// to the server directly. A detaches as soon as `lock()` returns; B resumes with 10 s; the
-/// proxy then lets A's bytes through.
+/// proxy then lets A's bytes through. A waiter granted by its own attempt sends no claim:
+/// then the race is tried again on another name, up to three.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mutex_late_hand_off_claim_through_a_slow_network_cannot_cut_a_longer_resume() {
+    let server = support::RedisServer::start();
+    for attempt in 0..3 {
+        if slow_network_claim_once(&server, &format!("claim-late-proxy-{attempt}")).await {
+            return;
+        }
+    }
+    panic!("no hand-off in three tries (each waiter was granted by its own attempt)");
+}
+
+/// One try of the slow network's race; false if A sent no claim (no hand-off).
+async fn slow_network_claim_once(server: &support::RedisServer, name: &str) -> bool {
     use support::proxy::Proxy;
-    use support::RedisServer;
-    let name = "claim-late-proxy";
-    let server = RedisServer::start();
     let proxy = Proxy::start(server.port()).await;
     let connect = async |url: String| LockClient::connect(&url).await.expect("connect");
     let a = connect(proxy.url()).await;
@@ -720,9 +729,9 @@ async fn mutex_late_hand_off_claim_through_a_slow_network_cannot_cut_a_longer_re
         .lock()
         .await
         .expect("lock");
-    let a2 = a.clone();
+    let (a2, name2) = (a.clone(), name.to_owned());
     let waiting = tokio::spawn(async move {
-        a2.mutex(name)
+        a2.mutex(&name2)
             .lease(ms(2_000))
             .lock()
             .await
@@ -731,10 +740,19 @@ async fn mutex_late_hand_off_claim_through_a_slow_network_cannot_cut_a_longer_re
     });
     let handle = direct.mutex(name);
     until_waiters(1, || handle.inspect()).await;
-    // rw_extend's arguments end with the mode and the renewal: a write hold's claim ("set").
-    proxy.stall_requests_from(b"\r\n$1\r\nw\r\n$3\r\nset\r\n");
+    // rw_extend's arguments end with the mode and the renewal: a write hold's claim names
+    // the hand-off's deadline (13 digits of server ms), a renewal says "keep".
+    proxy.stall_requests_from(b"\r\n$1\r\nw\r\n$13\r\n");
     assert!(first.release().await.expect("release"));
     let id = join("A's lock and detach", waiting).await;
+    // The claim leaves on the engine's connection just after the grant: wait for its bytes.
+    let give_up = Instant::now() + secs(2);
+    while !proxy.requests_stalled() && Instant::now() < give_up {
+        tokio::time::sleep(ms(5)).await;
+    }
+    if !proxy.requests_stalled() {
+        return false;
+    }
     let resumed = resumer
         .mutex(name)
         .lease(secs(10))
@@ -752,4 +770,5 @@ async fn mutex_late_hand_off_claim_through_a_slow_network_cannot_cut_a_longer_re
         ms(3_000),
     )
     .await;
+    true
 }

@@ -108,6 +108,11 @@ impl Proxy {
         *self.state.trigger.lock().unwrap() = Some(command.to_ascii_uppercase());
     }
 
+    /// Whether requests are held back now (by [`Proxy::stall`] or a trigger that fired).
+    pub fn requests_stalled(&self) -> bool {
+        self.state.stall.borrow().up
+    }
+
     fn set(&self, up: bool, down: bool) {
         self.state.stall.send_replace(Stall { up, down });
     }
