@@ -23,7 +23,7 @@ use support::faulty::{Faulty, Op, Rule};
 use support::proxy::{quick, Proxy};
 use support::rng::Rng;
 use support::time::{ms, secs};
-use support::waits::{lease_free, within};
+use support::waits::{lease_free, within, BEFORE_THE_LEASE};
 
 // ------------------------------------------------------------------------------------------
 // churn over overlapping names
@@ -200,8 +200,9 @@ async fn multi_churn_exclusion_fences_no_deadlock(b: Backend) {
         "only {wins} grants in 3 s: starved or deadlocked"
     );
     let c = b.client().await;
+    // Dropped and cancelled holds are released at once, not after their 30 s lease.
     for name in NAMES {
-        within(ms(3000), "every name free at the end", async || {
+        within(BEFORE_THE_LEASE, "every name free at the end", async || {
             lease_free(&c, name).await
         })
         .await;
@@ -446,9 +447,11 @@ async fn a_timed_out_slot_by_slot_multi_lock_gives_back_what_it_took(b: Backend)
             tokio::time::sleep(ms(20)).await;
         }
     };
-    let g = tokio::time::timeout(secs(10), freed)
+    let g = tokio::time::timeout(BEFORE_THE_LEASE, freed)
         .await
-        .unwrap_or_else(|_| panic!("{first} still held 10 s after the timeout (lease 30 s)"));
+        .unwrap_or_else(|_| {
+            panic!("{first} still held {BEFORE_THE_LEASE:?} after the timeout (lease 30 s)")
+        });
     g.release().await.expect("release");
     held.release().await.expect("release");
 }
@@ -480,7 +483,7 @@ async fn redis_multi_lost_replies_leave_all_or_nothing() {
     proxy.resume();
     for n in names {
         within(
-            ms(3000),
+            BEFORE_THE_LEASE,
             "a lost grant is given back (lease 30 s)",
             async || lease_free(&direct, n).await,
         )
@@ -590,7 +593,11 @@ async fn multi_fences_are_per_name(b: Backend) {
     let a2 = g.fencing_token("fz:a").expect("a");
     assert!(a2 > a1, "each name's fences rise on their own");
     drop(g);
-    within(ms(2000), "released", async || lease_free(&c, "fz:z").await).await;
+    // A dropped guard is released at once, not after its 30 s lease.
+    within(BEFORE_THE_LEASE, "released", async || {
+        lease_free(&c, "fz:z").await
+    })
+    .await;
     let m = c.mutex("fz:z").lock().await.expect("mutex");
     assert!(m.fencing_token() > z1);
 }

@@ -7,7 +7,7 @@
 
 mod support;
 use support::faulty::faulty_client;
-use support::waits::holders;
+use support::waits::{holders, BEFORE_THE_LEASE};
 
 use std::sync::Arc;
 
@@ -300,6 +300,8 @@ both_backends!(detach_outside_a_runtime_during_an_extend_then_resume);
 /// wrapper's) that is idle now.
 async fn a_detach_in_an_idle_runtime_does_not_leave_the_hold_in_use(b: Backend) {
     let name = "race-detach-idle-runtime";
+    // The extend gives the hold 30 s: a resume is refused only while the client still counts
+    // the hold in use, never because the lease ran out.
     let ExtendAtGate {
         c,
         guard,
@@ -307,7 +309,7 @@ async fn a_detach_in_an_idle_runtime_does_not_leave_the_hold_in_use(b: Backend) 
         gate,
         extending,
         ..
-    } = extend_at_gate(&b, name, secs(5)).await;
+    } = extend_at_gate(&b, name, secs(30)).await;
     let idle = tokio::task::spawn_blocking(move || {
         let rt = current_thread();
         rt.block_on(async move {
@@ -322,7 +324,7 @@ async fn a_detach_in_an_idle_runtime_does_not_leave_the_hold_in_use(b: Backend) 
         join("extend_hold", extending).await.expect("extend_hold"),
         "the extend found the hold"
     );
-    let give_up = Instant::now() + ms(3_000);
+    let give_up = Instant::now() + BEFORE_THE_LEASE;
     let outcome = loop {
         match c
             .mutex(name)
@@ -339,9 +341,9 @@ async fn a_detach_in_an_idle_runtime_does_not_leave_the_hold_in_use(b: Backend) 
     match outcome {
         Ok(g) => drop(g),
         Err(err) => panic!(
-            "[{}] 3 s after the extend in flight at the detach was answered, a resume of the \
-             detached id in the same client is still refused: {err} (the detach ran in a \
-             runtime that is idle now)",
+            "[{}] {BEFORE_THE_LEASE:?} after the extend in flight at the detach was answered, \
+             a resume of the detached id in the same client is still refused: {err} (the \
+             detach ran in a runtime that is idle now)",
             b.kind
         ),
     }
@@ -429,10 +431,11 @@ async fn mixed_releases_race_a_release_all_that_gave_up_first(b: Backend) {
         let round_start = Instant::now();
         f.clear();
         let mut guards = Vec::new();
+        // The default 30 s lease: each name is free at the end because a release applied,
+        // long before a lease would run out.
         for i in 0..N {
             let g = c
                 .mutex(&format!("race-mix-{i}"))
-                .lease(secs(10))
                 .lock()
                 .await
                 .expect("lock");
@@ -515,7 +518,7 @@ async fn mixed_releases_race_a_release_all_that_gave_up_first(b: Backend) {
         for i in 0..N {
             let name = format!("race-mix-{i}");
             support::waits::within(
-                ms(3_000),
+                BEFORE_THE_LEASE,
                 &format!("[{}] {name} free", b.kind),
                 async || holders(&other, &name).await == 0,
             )

@@ -184,7 +184,7 @@ impl<K: Kind> Lock<K> {
     pub(crate) async fn inspect_family(&self, request: Request) -> Result<LockInfo> {
         let keys = self.ctx.keys()?;
         let snapshot = self.ctx.store.inspect(keys, request.family(), None).await?;
-        Ok(LockInfo::from_snapshot(keys.name(), snapshot))
+        Ok(LockInfo::from_snapshot(keys, snapshot))
     }
 
     /// An acquisition of `request` that yields a guard of kind `G`.

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::store::{HoldKind, Snapshot};
+use crate::vocab::keys::LockKeys;
 
 /// Tokens are shown shortened to this many characters: the first [`PROCESS_PREFIX_LEN`]
 /// are the same for every acquisition of one process (tell clients apart by them), the rest
@@ -71,6 +72,13 @@ pub struct LockInfo {
     pub holders: Vec<HolderInfo>,
     /// Live waiters, in order.
     pub waiters: Vec<WaiterInfo>,
+    /// The ticket queue's capacity key (`<prefix>:{<name>}:cap`), when it holds data
+    /// redis-locks did not write (another type, or a string that is no capacity): the holders
+    /// and waiters are read beside it, but the capacity is not known
+    /// ([`permits`](Self::permits) is `None`), and the queue's steps that read it fail with
+    /// [`Error::WrongType`](crate::Error::WrongType) until it is deleted. Always `None` for
+    /// the lease lock (Mutex, RwLock with writer or reader preference) and in memory.
+    pub foreign_capacity: Option<String>,
 }
 
 pub(crate) fn short(token: &str) -> String {
@@ -78,9 +86,11 @@ pub(crate) fn short(token: &str) -> String {
 }
 
 impl LockInfo {
-    pub(crate) fn from_snapshot(name: &str, s: Snapshot) -> Self {
+    /// The snapshot of `keys`' lock, read in one step.
+    pub(crate) fn from_snapshot(keys: &LockKeys, s: Snapshot) -> Self {
         LockInfo {
-            name: name.to_owned(),
+            name: keys.name().to_owned(),
+            foreign_capacity: s.foreign_capacity.then(|| keys.key("cap")),
             fence: s.fence,
             permits: s.permits,
             holders: s

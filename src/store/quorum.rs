@@ -367,6 +367,8 @@ fn majority_view(snapshots: &[Snapshot], required: usize) -> Snapshot {
         now_ms: snapshots.first().map_or(0, |s| s.now_ms),
         fence: majority_fence(snapshots, required),
         permits: None,
+        // Only the lease lock runs in quorum mode.
+        foreign_capacity: false,
         holders: holders
             .into_iter()
             .filter(|(_, n)| *n >= required)

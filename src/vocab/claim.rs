@@ -343,6 +343,10 @@ pub struct Snapshot {
     pub holders: Vec<HolderState>,
     /// Live waiters: waiting writers (by heartbeat deadline), or the queue in ticket order.
     pub waiters: Vec<WaiterState>,
+    /// The ticket queue's capacity key holds data redis-locks did not write (another type, or
+    /// a string that is no capacity): the capacity is not known. Always false for the lease
+    /// lock, and in memory (which holds no foreign data).
+    pub foreign_capacity: bool,
 }
 
 /// A change of a ticket queue's permit count (a Semaphore's), made atomically by

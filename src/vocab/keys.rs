@@ -114,7 +114,6 @@ impl LockKeys {
     }
 
     /// `<prefix>:{<name>}:<suffix>`.
-    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     pub fn key(&self, suffix: &str) -> String {
         format!("{}{suffix}", self.inner.base)
     }

@@ -248,6 +248,7 @@ from_value_ref!(LeaseLockView, |v| {
         permits: None,
         holders,
         waiters,
+        foreign_capacity: false,
     }))
 });
 
@@ -259,13 +260,14 @@ pub(super) fn member(v: &Value, what: &str) -> Result<(String, u32), ParsingErro
 }
 
 /// The reply of `queue_inspect.lua`: `{now, fence, permits or -1, {holder_member,
-/// remaining_ms, ...}, {waiter_member, ticket, heartbeat_remaining_ms, ...}}`.
+/// remaining_ms, ...}, {waiter_member, ticket, heartbeat_remaining_ms, ...}, cap_foreign}`
+/// (`cap_foreign` 1 when the capacity key holds foreign data, else 0).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct TicketQueueView(pub Snapshot);
 
 from_value_ref!(TicketQueueView, |v| {
     const WHAT: &str = "ticket queue inspect reply";
-    let [now, fence, permits, holders, waiters] = items(v, WHAT)? else {
+    let [now, fence, permits, holders, waiters, cap_foreign] = items(v, WHAT)? else {
         return Err(malformed(WHAT, v));
     };
     let holders = rows(holders, 2, "holders")?
@@ -293,12 +295,18 @@ from_value_ref!(TicketQueueView, |v| {
         None => None,
         Some(n) => Some(u32::try_from(n).map_err(|_| malformed("permits", permits))?),
     };
+    let foreign_capacity = match natural(cap_foreign, "cap_foreign")? {
+        0 => false,
+        1 => true,
+        _ => return Err(malformed("cap_foreign", cap_foreign)),
+    };
     Ok(TicketQueueView(Snapshot {
         now_ms: natural(now, "now")?,
         fence: natural(fence, "fence")?,
         permits,
         holders,
         waiters,
+        foreign_capacity,
     }))
 });
 

@@ -94,6 +94,7 @@ fn queue_view_value(s: &Snapshot) -> Value {
         opt_v(s.permits.map(u64::from)),
         Value::Array(holders),
         Value::Array(waiters),
+        int_v(i64::from(s.foreign_capacity)),
     ])
 }
 
@@ -446,6 +447,7 @@ fn inspect_replies_round_trip() {
             permits: None,
             holders: vec![holder("w1", HoldKind::Write, 30)],
             waiters: vec![waiter("w2", 1, 0, 5), waiter("w3", 1, 0, 6)],
+            foreign_capacity: false,
         },
         Snapshot {
             now_ms: 5,
@@ -456,6 +458,7 @@ fn inspect_replies_round_trip() {
                 holder("r2", HoldKind::Read, 2),
             ],
             waiters: vec![],
+            foreign_capacity: false,
         },
     ];
     for s in lease {
@@ -472,6 +475,7 @@ fn inspect_replies_round_trip() {
                 holder("b", HoldKind::Permits(3), 20),
             ],
             waiters: vec![waiter("c", 2, 1, 7), waiter("d", 1, 2, 8)],
+            foreign_capacity: false,
         },
         Snapshot {
             now_ms: 0,
@@ -479,6 +483,16 @@ fn inspect_replies_round_trip() {
             permits: None,
             holders: vec![],
             waiters: vec![],
+            foreign_capacity: false,
+        },
+        // A foreign `cap`: the holders are read beside it, the capacity unknown.
+        Snapshot {
+            now_ms: 7,
+            fence: 3,
+            permits: None,
+            holders: vec![holder("e", HoldKind::Permits(2), 9)],
+            waiters: vec![],
+            foreign_capacity: true,
         },
     ];
     for s in queue {
@@ -523,8 +537,24 @@ fn malformed_replies_are_errors() {
         int_v(-1),
         Value::Array(vec![text_v("a#99999999999"), int_v(1)]),
         Value::Array(vec![]),
+        int_v(0),
     ]);
     assert!(TicketQueueView::from_redis_value(big).is_err());
+    // `cap_foreign` is 0 or 1, and the reply of five elements (without it) is not this one's.
+    let queue_reply = |tail: Vec<Value>| {
+        let mut items = vec![
+            int_v(1),
+            int_v(0),
+            int_v(-1),
+            Value::Array(vec![]),
+            Value::Array(vec![]),
+        ];
+        items.extend(tail);
+        Value::Array(items)
+    };
+    assert!(TicketQueueView::from_redis_value(queue_reply(vec![int_v(1)])).is_ok());
+    assert!(TicketQueueView::from_redis_value(queue_reply(vec![int_v(2)])).is_err());
+    assert!(TicketQueueView::from_redis_value(queue_reply(vec![])).is_err());
 }
 
 #[test]

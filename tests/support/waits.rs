@@ -18,6 +18,12 @@ pub const BEFORE_THE_LEASE: Duration = Duration::from_secs(10);
 /// would drop it by itself.
 pub const BEFORE_THE_HEARTBEAT: Duration = Duration::from_millis(2_500);
 
+/// The margin a check "within its bound" (a lease's end, an observer's retry interval) allows
+/// a loaded machine: a step due at an instant may run this much later on a shared 2-core
+/// runner. Far above what a step takes (milliseconds); use it only where the bug the check
+/// guards would take far longer than the bound plus this margin.
+pub const LOAD_MARGIN: Duration = Duration::from_millis(2_500);
+
 /// Waits for `check` with a bound tighter than EVENTUALLY.
 pub async fn within(bound: Duration, what: &str, mut check: impl AsyncFnMut() -> bool) {
     let give_up = Instant::now() + bound;

@@ -28,7 +28,7 @@ pub struct View {
     /// The election's live leader, when `lv` is set and its writer still holds.
     pub leader: Option<LeaderInfo>,
     /// Keys of the name that hold data redis-locks did not write (the family they belong to
-    /// is shown as empty).
+    /// is shown as empty; a foreign `cap` only hides the ticket queue's capacity).
     pub foreign: Vec<Foreign>,
 }
 
@@ -388,7 +388,8 @@ pub async fn view(ctx: &Ctx, name: &str, full: bool) -> redis_locks::Result<View
     let mut foreign = Vec::new();
     // `inspect` only reads, whatever the handle's options: a FairLock handle reads the ticket
     // queue whichever ticket-queue primitive (FairLock, Semaphore, fair RwLock) made it. A
-    // family with a foreign key is shown empty, the key reported.
+    // family with a foreign key is shown empty, the key reported; a foreign `cap` is reported
+    // beside the queue's holders and waiters (the library reads them past it).
     let lease = match client.mutex(name).inspect().await {
         Ok(info) => Some(info),
         Err(err) => {
@@ -397,7 +398,13 @@ pub async fn view(ctx: &Ctx, name: &str, full: bool) -> redis_locks::Result<View
         }
     };
     let queue = match client.fair_lock(name).inspect().await {
-        Ok(info) => Some(info),
+        // A foreign capacity key hides no holder or waiter: they are shown beside it.
+        Ok(info) => {
+            if let Some(key) = &info.foreign_capacity {
+                foreign.push(foreign_capacity(ctx, key).await);
+            }
+            Some(info)
+        }
         // Quorum mode has no ticket queue: nothing can be held or queued there.
         Err(Error::Unsupported { .. }) => None,
         Err(err) => {
@@ -418,7 +425,11 @@ pub async fn view(ctx: &Ctx, name: &str, full: bool) -> redis_locks::Result<View
         true => ctx.raw.read(&ctx.prefix, name).await,
         false => RawKeys::default(),
     };
-    foreign.extend(raw.foreign.iter().cloned());
+    for found in &raw.foreign {
+        if !foreign.iter().any(|f| f.key == found.key) {
+            foreign.push(found.clone());
+        }
+    }
     let leader = match raw.lv {
         Some(_) => client.election(name).leader().await.ok().flatten(),
         None => None,
@@ -433,12 +444,13 @@ pub async fn view(ctx: &Ctx, name: &str, full: bool) -> redis_locks::Result<View
     })
 }
 
-/// `info` without holders, waiters or stored permits (the fence kept: both families share
-/// it).
+/// `info` without holders, waiters, stored permits or a foreign capacity (the fence kept:
+/// both families share it).
 fn empty(mut info: LockInfo) -> LockInfo {
     info.holders.clear();
     info.waiters.clear();
     info.permits = None;
+    info.foreign_capacity = None;
     info
 }
 
@@ -446,6 +458,24 @@ fn empty(mut info: LockInfo) -> LockInfo {
 /// the in-memory backend's view of a name never used.
 async fn empty_info(name: &str) -> redis_locks::Result<LockInfo> {
     LockClient::in_memory().mutex(name).inspect().await
+}
+
+/// The ticket queue's capacity key `key`, which holds foreign data (with its type): what else
+/// the queue holds is read beside it, but not its capacity.
+async fn foreign_capacity(ctx: &Ctx, key: &str) -> Foreign {
+    let key_type = ctx.raw.key_type(key).await;
+    let detail = match key_type.as_deref() {
+        Some(t) if t != "string" => format!("it is a {t}, where redis-locks keeps a string"),
+        _ => "it does not hold a capacity redis-locks writes (`<n>`, `~<n>` or `=<n>`): the \
+              capacity is not known"
+            .to_owned(),
+    };
+    Foreign {
+        key: Some(key.to_owned()),
+        key_type,
+        detail,
+        hides: true,
+    }
 }
 
 /// The foreign key `err` reports (with its type), or `err` itself when it is not about a

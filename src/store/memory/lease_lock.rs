@@ -335,6 +335,7 @@ pub(super) fn inspect(state: &LockState, now: u64) -> Snapshot {
         permits: None,
         holders,
         waiters,
+        foreign_capacity: false,
     }
 }
 

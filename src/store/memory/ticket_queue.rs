@@ -516,5 +516,7 @@ pub(super) fn inspect(state: &LockState, now: u64) -> Snapshot {
         permits: q.permits,
         holders,
         waiters,
+        // What `queue_inspect.lua` reports of a foreign `cap`: memory holds no foreign data.
+        foreign_capacity: false,
     }
 }
