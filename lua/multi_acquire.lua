@@ -57,18 +57,25 @@ local fences = {}
 for i = 1, n do
   part(i)
   if string.sub(modes, i, i) == 'w' then
-    if live_writer() == token then
+    local holder, held = live_writer()
+    local deadline = NOW + lease
+    if holder == token then
+      -- Already ours (a retry after a lost reply): renewed (regranted_until).
+      deadline = regranted_until(held, lease)
       fences[i] = counters[i]
-      keep_fence(FENCE, NOW + lease)
+      keep_fence(FENCE, deadline)
     else
-      fences[i] = next_fence(FENCE, NOW + lease)
+      fences[i] = next_fence(FENCE, deadline)
     end
-    set_writer(token, NOW + lease)
+    set_writer(token, deadline)
   else
     fences[i] = counters[i]
-    redis.call('ZADD', R, NOW + lease, token)
+    local deadline = NOW + lease
+    local held = redis.call('ZSCORE', R, token)
+    if held then deadline = renewed_until(tonumber(held), lease, 'keep') end
+    redis.call('ZADD', R, deadline, token)
     expire_zset(R)
-    keep_fence(FENCE, NOW + lease)
+    keep_fence(FENCE, deadline)
   end
 end
 return fences

@@ -43,8 +43,22 @@ local function renewed_until(held, lease, how)
   local deadline = NOW + lease
   if deadline % 2 == 1 then deadline = deadline + 1 end
   if how ~= 'keep' and held == tonumber(how) then return deadline end
-  if held > deadline then return held end
+  if held > deadline then
+    -- Kept, but even as every renewal's deadline: a hand-off's (odd) window kept past a
+    -- renewal, another client's resume, must no longer match that hand-off's late claim.
+    if held % 2 == 1 then return held + 1 end
+    return held
+  end
   return deadline
+end
+
+-- The deadline a retried grant gives a hold its token already has (an acquire by that token:
+-- its earlier reply was lost, or a promoted waiter confirms its hand-off): as a claim naming
+-- the deadline held while it is odd (nothing renewed the hold since it was granted), else as
+-- a renewal, so a retry that lands after another client's resume cannot cut its lease.
+local function regranted_until(held, lease)
+  if held % 2 == 1 then return renewed_until(held, lease, held) end
+  return renewed_until(held, lease, 'keep')
 end
 
 -- Key types are not checked one by one (a TYPE call per key per script was a measurable part

@@ -89,10 +89,11 @@ if weight < 1 or weight > cap then
 end
 
 -- Already granted (a retry after a lost reply, or a grant made by promote while we waited):
--- claim it with the full lease.
-if holder_deadline(member) then
+-- claim it with the full lease (regranted_until).
+local granted_until = holder_deadline(member)
+if granted_until then
   local fence = read_counter(FENCE)
-  hold_until(member, NOW + lease)
+  hold_until(member, regranted_until(granted_until, lease))
   refresh_ttls()
   return fence
 end

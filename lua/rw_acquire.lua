@@ -54,10 +54,11 @@ local wtok, wdl = live_writer()
 
 if mode == 'w' then
   if wtok == token then
-    -- Already ours (a retry after a lost reply): renew from now, same fence.
+    -- Already ours (a retry after a lost reply): renewed (regranted_until), same fence.
     local fence = read_counter(FENCE)
-    set_writer(token, NOW + lease)
-    keep_fence(FENCE, NOW + lease)
+    local deadline = regranted_until(wdl, lease)
+    set_writer(token, deadline)
+    keep_fence(FENCE, deadline)
     return fence
   end
   local retry = nil
@@ -105,9 +106,12 @@ if mode == 'r' then
   end
   if not mine and queue_held() then return mixed_reply() end
   local fence = read_counter(FENCE)
-  redis.call('ZADD', R, NOW + lease, token)
+  -- A reader already (a retry after a lost reply): renewed, never shortened.
+  local deadline = NOW + lease
+  if mine then deadline = renewed_until(tonumber(mine), lease, 'keep') end
+  redis.call('ZADD', R, deadline, token)
   expire_zset(R)
-  keep_fence(FENCE, NOW + lease)
+  keep_fence(FENCE, deadline)
   return fence
 end
 

@@ -282,9 +282,8 @@ async fn redis_fair_downgrade_after_a_cancelled_shorter_extend_stays_honest() {
 // A cancelled shorter extend on a mutex
 // ------------------------------------------------------------------------------------------
 
-/// The same cancelled `extend(400 ms)` on a mutex (no downgrade): the rule "a request of
-/// unknown outcome caps later trust" holds, the guard never trusts beyond the server deadline
-/// once the late request shortened it. (Holds.)
+/// The same cancelled `extend(400 ms)` on a mutex (no downgrade): applied late, it cannot
+/// shorten the hold, and the guard never trusts beyond the server deadline.
 async fn cancelled_shorter_extend_caps_a_mutex(backend: Backend) {
     let label = backend.kind;
     let name = "downgrade-extend-mutex-unknown-extend";

@@ -162,8 +162,6 @@ struct Sim {
     /// The guard's own release: its answer once applied.
     guard_release: Option<Option<bool>>,
     unordered: bool,
-    /// The shortest lease of the requests whose outcome stayed unknown.
-    unknown_min: Option<Duration>,
     /// The guard's trust ran out (or it was lost) at some event: it is never trusted again.
     gone: bool,
     /// The server's deadline is still the one a hand-off gave (a claim naming it sets the
@@ -186,15 +184,13 @@ impl Sim {
     fn on(&mut self, event: Event) -> Result<(), TestCaseError> {
         let before = self.hold.validity();
         self.gone |= before.lost || before.until <= self.now;
-        // The trust a confirmed lease request delivered now buys: from its send, capped by
-        // every request whose outcome stayed unknown.
+        // The trust a confirmed lease request delivered now buys: from its send.
         let bought = match event {
             Event::Reply {
                 n,
                 outcome: Outcome::Confirmed { .. },
             } => self.sent.get(&n).and_then(|s| match s.ask {
                 Ask::Lease { lease, .. } | Ask::Downgrade { lease } => {
-                    let lease = self.unknown_min.map_or(lease, |m| m.min(lease));
                     Some(trusted_until(s.sent_at, lease))
                 }
                 _ => None,
@@ -355,9 +351,6 @@ impl Sim {
             (false, Some(outcome)) => outcome,
             _ => Outcome::Unknown,
         };
-        if let (Outcome::Unknown, Ask::Lease { lease, .. }) = (outcome, sent.ask) {
-            self.unknown_min = Some(self.unknown_min.map_or(lease, |m| m.min(lease)));
-        }
         self.on(Event::Reply { n, outcome })
     }
 
@@ -482,7 +475,6 @@ fn run(case: &Case, bugs: Planted) -> Result<(), TestCaseError> {
         detached: false,
         guard_release: None,
         unordered: bugs.unordered_renewals,
-        unknown_min: None,
         gone: false,
         handed: case.handed_over.then_some(HANDED_UNTIL),
     };
@@ -574,9 +566,12 @@ fn finds_planted_unordered_renewals() {
         },
         20_000,
     );
-    // No request shortens the server's hold, so the trust stays within it; the guard's own
-    // bookkeeping breaks: it gives up on a lease it still trusts.
-    assert!(why.contains("before its trust ran out"), "{why}");
+    // Two requests of the hold in flight: the minimal case found is a guard that gives up on
+    // a lease it still trusts, or one whose trust (only ever raised) outruns the server's.
+    assert!(
+        why.contains("before its trust ran out") || dishonest(&why),
+        "{why}"
+    );
 }
 
 #[test]
@@ -604,8 +599,8 @@ fn finds_planted_downgrade_ignoring_a_loss() {
 }
 
 /// A table of single transitions: a confirmed renewal trusts from its send, never from its
-/// reply; a request for a shorter lease lowers the trust before it is sent; a refused one
-/// loses the hold; an unknown one caps later trust.
+/// reply; a request for a shorter lease lowers the trust before it is sent; one of unknown
+/// outcome does not cap later trust (no request shortens a hold); a refused one loses it.
 #[test]
 fn transitions_table() {
     let t0 = Instant::now();
@@ -656,7 +651,7 @@ fn transitions_table() {
         hold.validity().until,
         t0 + ms(1_400) + ms(500) - drift(ms(500))
     );
-    // Its reply is lost: the caller learns of the failure, later trust is capped by 500 ms.
+    // Its reply is lost: the caller learns of the failure.
     let n = n + 1;
     let fx = hold.on(
         Event::Reply {
@@ -692,8 +687,8 @@ fn transitions_table() {
     );
     assert_eq!(
         hold.validity().until,
-        t0 + ms(1_600) + ms(500) - drift(ms(500)),
-        "capped by the request of unknown outcome"
+        t0 + ms(1_600) + ms(5_000) - drift(ms(5_000)),
+        "a request of unknown outcome cannot shorten the hold: no cap"
     );
     // A refusal loses the hold; a release then ends it.
     let n = match hold

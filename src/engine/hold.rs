@@ -224,9 +224,6 @@ pub struct HoldState {
     lease: Duration,
     opts_renew_every: Option<Duration>,
     validity: Validity,
-    /// The shortest lease among requests whose outcome stayed unknown: such a request may
-    /// still be applied after a confirmed one, so later confirmations trust at most it.
-    unknown_min: Option<Duration>,
     /// At most one, but under the planted bug `UnorderedRenewals`.
     in_flight: Vec<InFlight>,
     /// Releases the owner sent, by number.
@@ -289,7 +286,6 @@ impl HoldState {
             lease,
             opts_renew_every: plan.renew_every,
             validity,
-            unknown_min: None,
             in_flight: Vec::new(),
             owner_releases: Vec::new(),
             queue: VecDeque::new(),
@@ -690,7 +686,6 @@ impl HoldState {
                 self.answer(req.kind, Answer::Extended(false), Answer::DowngradeLost, fx);
             }
             Outcome::Unknown => {
-                self.unknown_min = Some(self.unknown_min.map_or(req.lease, |m| m.min(req.lease)));
                 match req.kind {
                     Kind::Renewal => {
                         if req.give_up_at.is_some_and(|at| now >= at) {
@@ -760,8 +755,9 @@ impl HoldState {
         if !matches!(req.kind, Kind::Downgrade(_)) {
             self.claim_pending = None;
         }
-        let trusted = self.unknown_min.map_or(req.lease, |m| m.min(req.lease));
-        let until = trusted_until(req.sent_at, trusted);
+        // A request whose outcome stayed unknown may still be applied after this one, but
+        // cannot shorten the hold (no request does; a claim only while nothing renewed it).
+        let until = trusted_until(req.sent_at, req.lease);
         let raise_only = self.bugs.hand_off_trusts_heartbeat
             || (self.bugs.unordered_renewals && req.kind == Kind::Renewal);
         if !raise_only || until > self.validity.until {

@@ -94,11 +94,24 @@ impl Renewal {
     /// The deadline (server ms) a hold whose deadline is `held` gets at `now` for `lease` ms.
     /// Every deadline it writes is even and every hand-off's is odd ([`odd`]), so a claim
     /// finds the hand-off's deadline only if nothing renewed the hold since.
+    /// A deadline kept is made even too, so a hand-off's window kept past a renewal (another
+    /// client's resume) no longer matches that hand-off's late claim.
     pub(crate) fn deadline(self, held: u64, now: u64, lease: u64) -> u64 {
         let set = (now + lease).next_multiple_of(2);
         match self {
             Renewal::Claim(handed) if held == handed => set,
-            Renewal::Keep | Renewal::Claim(_) => held.max(set),
+            Renewal::Keep | Renewal::Claim(_) => held.max(set).next_multiple_of(2),
+        }
+    }
+
+    /// How a retried grant renews a hold its token already has (an acquire by that token:
+    /// its reply was lost, or a promoted waiter confirms its hand-off): as a claim naming the
+    /// deadline held while it is odd (nothing renewed the hold since its grant), else as a
+    /// renewal (`regranted_until` in `lua/prelude.lua`).
+    pub(crate) fn regrant(held: u64) -> Renewal {
+        match held % 2 {
+            1 => Renewal::Claim(held),
+            _ => Renewal::Keep,
         }
     }
 

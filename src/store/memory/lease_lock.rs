@@ -171,11 +171,12 @@ fn attempt(
     let lock = &mut state.lease;
     match claim.slot {
         Slot::Write => {
-            if let Some((tok, _)) = &live
+            if let Some((tok, held)) = &live
                 && *tok == claim.token
             {
-                lock.writer = Some((claim.token.clone(), now + lease));
-                state.keep_fence(now, now + lease);
+                let until = Renewal::regrant(*held).deadline(*held, now, lease);
+                lock.writer = Some((claim.token.clone(), until));
+                state.keep_fence(now, until);
                 return Ok(granted(state.fence));
             }
             let retry = match &live {
@@ -208,15 +209,18 @@ fn attempt(
             if let Some((_, dl)) = live {
                 return Ok(busy(Some(dl - now), None));
             }
-            let mine = lock.readers.score(&claim.token).is_some();
-            if !mine && claim.policy == Policy::Writer && !lock.waiting_writers.is_empty() {
+            let mine = lock.readers.score(&claim.token);
+            if mine.is_none() && claim.policy == Policy::Writer && !lock.waiting_writers.is_empty()
+            {
                 return Ok(busy(None, None));
             }
-            if !mine && state.queue.held(now) {
+            if mine.is_none() && state.queue.held(now) {
                 return Err(queue_held);
             }
-            state.lease.readers.add(&claim.token, now + lease);
-            state.keep_fence(now, now + lease);
+            // A reader already (a retry): renewed, never shortened.
+            let until = mine.map_or(now + lease, |held| Renewal::Keep.deadline(held, now, lease));
+            state.lease.readers.add(&claim.token, until);
+            state.keep_fence(now, until);
             Ok(granted(state.fence))
         }
     }
@@ -397,21 +401,34 @@ pub(super) fn part_refusal(
 /// (renews it with the same fence when the token holds it already); the fence.
 pub(super) fn grant_part(state: &mut LockState, now: u64, claim: &Claim, slot: Slot) -> u64 {
     let token = claim.token.as_str();
-    let deadline = now + ms(claim.lease);
+    let lease = ms(claim.lease);
+    let deadline = now + lease;
     if slot == Slot::Write {
         let mine = state
             .lease
             .live_writer(now)
-            .is_some_and(|(t, _)| t == token);
-        if mine {
-            state.keep_fence(now, deadline);
-        } else {
-            state.next_fence(now, deadline);
-        }
+            .filter(|(t, _)| t == token)
+            .map(|(_, held)| held);
+        let deadline = match mine {
+            // Already ours (a retry): renewed as rw_acquire's retry is.
+            Some(held) => {
+                let until = Renewal::regrant(held).deadline(held, now, lease);
+                state.keep_fence(now, until);
+                until
+            }
+            None => {
+                state.next_fence(now, deadline);
+                deadline
+            }
+        };
         state.lease.writer = Some((token.to_owned(), deadline));
     } else {
-        state.lease.readers.add(token, deadline);
-        state.keep_fence(now, deadline);
+        let until = match state.lease.readers.score(token) {
+            Some(held) => Renewal::Keep.deadline(held, now, lease),
+            None => deadline,
+        };
+        state.lease.readers.add(token, until);
+        state.keep_fence(now, until);
     }
     state.fence
 }

@@ -313,9 +313,9 @@ fn attempt(
             lease: Duration::from_millis(lease),
         }))
     };
-    if q.holders.score(&member).is_some() {
+    if let Some(held) = q.holders.score(&member) {
         q.mark_capacity(mark);
-        q.hold_until(&member, now + lease);
+        q.hold_until(&member, Renewal::regrant(held).deadline(held, now, lease));
         q.refresh();
         return granted(state.fence);
     }

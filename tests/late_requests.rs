@@ -1,0 +1,926 @@
+//! Requests that reach the server late (a lost reply, a cancelled call, a slow network, a
+//! retry by the same token), through the public API only: none may end a hold under a guard
+//! that trusts it (docs/decisions/no-request-shortens-a-hold.md). Each test fails if a promise
+//! of `docs/GUARANTEES.md` breaks: never two holders of an exclusive lock while both guards say
+//! `is_held()`, a guard never trusts past the server's lease, a dead holder blocks others at
+//! most one lease.
+
+mod support;
+
+use std::time::Duration;
+
+use redis_locks::{LockClient, LockInfo};
+use tokio::time::Instant;
+
+use support::backend::{until_waiters, Backend};
+use support::faulty::{faulty_client, Gate, Op, Rule};
+use support::honest::assert_honest;
+use support::time::{ms, secs};
+use support::Granted;
+
+/// Watches a guard for `how_long`: its trust (`trusted()`, read before each `inspect`) must
+/// stay within the server's lease, and `contend` (another client's try, which releases what
+/// it got and returns its fence) must never be granted while the guard says `is_held()`. A
+/// trust past the server's lease is reported at the end (or with the second holder it lets
+/// in).
+async fn watch(
+    what: &str,
+    held: impl Fn() -> bool,
+    trusted: impl Fn() -> Instant,
+    mut inspect: impl AsyncFnMut() -> LockInfo,
+    mut contend: impl AsyncFnMut() -> Option<u64>,
+    how_long: Duration,
+) {
+    let end = Instant::now() + how_long;
+    let mut dishonest: Option<String> = None;
+    while Instant::now() < end {
+        let valid_until = trusted();
+        let info = inspect().await;
+        let answered = Instant::now();
+        let was_held = held();
+        if was_held && dishonest.is_none() {
+            let check =
+                std::panic::catch_unwind(|| assert_honest(what, valid_until, &info, answered));
+            if let Err(e) = check {
+                let text = e
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .unwrap_or_else(|| "dishonest".into());
+                dishonest = Some(format!("{text} (server: {info:?})"));
+            }
+        }
+        if let Some(fence) = contend().await {
+            assert!(
+                !(was_held && held()),
+                "{what}: another client was granted the lock (fence {fence}) while the guard \
+                 says is_held(); earlier: {dishonest:?}"
+            );
+        }
+        tokio::time::sleep(ms(40)).await;
+    }
+    if let Some(text) = dishonest {
+        panic!("{text}");
+    }
+}
+
+/// [`watch`] for a Mutex guard.
+async fn watch_mutex(
+    what: &str,
+    guard: &redis_locks::Guard<redis_locks::kind::Mutex>,
+    observer: &LockClient,
+    contender: &LockClient,
+    name: &str,
+    how_long: Duration,
+) {
+    let (probe, rival) = (observer.mutex(name), contender.mutex(name));
+    watch(
+        what,
+        || guard.is_held(),
+        || guard.valid_until(),
+        async || probe.inspect().await.expect("inspect"),
+        async || took(rival.try_lock().await).await,
+        how_long,
+    )
+    .await;
+}
+
+/// A try's outcome: the fence granted (released again at once), `None` when refused.
+async fn took<K: redis_locks::kind::Kind>(
+    tried: redis_locks::Result<redis_locks::Guard<K>>,
+) -> Option<u64> {
+    let g = tried.granted("contender's try")?;
+    let fence = g.fencing_token();
+    let _ = g.release().await;
+    Some(fence)
+}
+
+/// A hold granted by a hand-off (a release handed the Mutex to waiter A, whose heartbeat
+/// window, set explicitly, is longer than its lease): A's claim (its first renewal, which
+/// replaces the hand-off's window with A's lease while the hold still has that window) is
+/// delayed on the network. A detaches at once and B resumes the id with a lease shorter
+/// than what is left of the window: B's resume keeps the window (no request shortens a
+/// hold), made even as every renewal's deadline, so A's late claim no longer finds the
+/// hand-off's (odd) deadline and keeps too: B's trust stands.
+async fn a_late_claim_cannot_cut_a_resume_that_kept_the_hand_off_window(b: Backend) {
+    let name = "late-claim-after-keeping-resume";
+    let holder = b.client().await;
+    let (fa, a) = faulty_client(&b).await;
+    let resumer = b.client().await;
+    let observer = b.client().await;
+    let contender = b.client().await;
+
+    let x = holder.mutex(name).lock().await.expect("X locks");
+    // A's first renewal (the claim) is held before it reaches the server.
+    let gate = Gate::new();
+    fa.add(Rule::on(Op::Extend).times(1).hold_request(gate.clone()));
+    let a_handle = a.mutex(name).lease(ms(500)).heartbeat(secs(20));
+    let waiting = tokio::spawn(async move { a_handle.lock().await });
+    let probe = observer.mutex(name);
+    until_waiters(1, || probe.inspect()).await;
+    assert!(x.release().await.expect("X releases"));
+    let a_guard = tokio::time::timeout(secs(20), waiting)
+        .await
+        .expect("A granted")
+        .expect("task")
+        .expect("A locks");
+    tokio::time::timeout(secs(20), gate.wait_entered(1))
+        .await
+        .expect("A's claim reached the gate");
+    let id = a_guard.detach();
+    let b_guard = resumer
+        .mutex(name)
+        .lease(secs(9))
+        .resume(&id)
+        .await
+        .expect("B resumes");
+    assert!(b_guard.is_held());
+    gate.open();
+    // Give the claim time to land.
+    tokio::time::sleep(ms(100)).await;
+    watch_mutex(
+        "B's resumed guard after A's late claim",
+        &b_guard,
+        &observer,
+        &contender,
+        name,
+        secs(2),
+    )
+    .await;
+}
+
+both_backends!(a_late_claim_cannot_cut_a_resume_that_kept_the_hand_off_window);
+
+/// The same late claim through two guards of one hold, on a
+/// FairLock (a ticket queue: a release promotes waiter A, whose hold then has A's heartbeat
+/// deadline): A keeps its guard and hands its id to B (`hold_id`), B resumes with a 9 s lease
+/// (which keeps the hand-off's deadline), then A's delayed claim lands and sets A's 500 ms
+/// lease, and A's process stops. As GUARANTEES ("Several guards of one hold") says, only a
+/// release or a downgrade by the other guard can end the hold under B; A's claim cannot.
+async fn a_late_claim_of_a_second_guard_cannot_cut_a_fair_lock_resume(b: Backend) {
+    let name = "late-claim-second-guard-fair";
+    let holder = b.client().await;
+    let (fa, a) = faulty_client(&b).await;
+    let resumer = b.client().await;
+    let observer = b.client().await;
+    let contender = b.client().await;
+
+    let x = holder.fair_lock(name).lock().await.expect("X locks");
+    let gate = Gate::new();
+    fa.add(Rule::on(Op::Extend).times(1).hold_request(gate.clone()));
+    let a_handle = a.fair_lock(name).lease(ms(500)).heartbeat(secs(20));
+    let waiting = tokio::spawn(async move { a_handle.lock().await });
+    let probe = observer.fair_lock(name);
+    until_waiters(1, || probe.inspect()).await;
+    assert!(x.release().await.expect("X releases"));
+    let a_guard = tokio::time::timeout(secs(20), waiting)
+        .await
+        .expect("A granted")
+        .expect("task")
+        .expect("A locks");
+    tokio::time::timeout(secs(20), gate.wait_entered(1))
+        .await
+        .expect("A's claim reached the gate");
+    let id = a_guard.hold_id();
+    let b_guard = resumer
+        .fair_lock(name)
+        .lease(secs(9))
+        .resume(&id)
+        .await
+        .expect("B resumes");
+    assert!(b_guard.is_held());
+    gate.open();
+    tokio::time::sleep(ms(100)).await;
+    // A's process stops (its guard is never released).
+    fa.freeze().await;
+    let rival = contender.fair_lock(name);
+    watch(
+        "B's resumed fair-lock guard after A's late claim",
+        || b_guard.is_held(),
+        || b_guard.valid_until(),
+        async || probe.inspect().await.expect("inspect"),
+        async || took(rival.try_lock().await).await,
+        secs(2),
+    )
+    .await;
+    drop(a_guard);
+}
+
+both_backends!(a_late_claim_of_a_second_guard_cannot_cut_a_fair_lock_resume);
+
+/// A TCP proxy that can hold a connection's requests and cut its client side while keeping
+/// the server side: the held requests then reach the server later, after the client gave the
+/// connection up and reconnected (a slow network: bytes a client sent before its connection
+/// broke still arrive).
+mod late_proxy {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+    use tokio::sync::{mpsc, watch};
+    use tokio::task::AbortHandle;
+
+    struct Conn {
+        held: watch::Sender<bool>,
+        client_side: Mutex<Vec<AbortHandle>>,
+    }
+
+    pub struct LateProxy {
+        port: u16,
+        conns: Arc<Mutex<Vec<Arc<Conn>>>>,
+        queued: Arc<AtomicUsize>,
+        accept: AbortHandle,
+    }
+
+    impl LateProxy {
+        pub async fn start(upstream: u16) -> LateProxy {
+            let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+            let port = listener.local_addr().expect("addr").port();
+            let conns: Arc<Mutex<Vec<Arc<Conn>>>> = Arc::default();
+            let queued = Arc::new(AtomicUsize::new(0));
+            let (c2, q2) = (conns.clone(), queued.clone());
+            let accept = tokio::spawn(async move {
+                loop {
+                    let Ok((client, _)) = listener.accept().await else {
+                        continue;
+                    };
+                    let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)).await else {
+                        continue;
+                    };
+                    let _ = client.set_nodelay(true);
+                    let _ = server.set_nodelay(true);
+                    let (mut cr, mut cw) = client.into_split();
+                    let (mut sr, mut sw) = server.into_split();
+                    let conn = Arc::new(Conn {
+                        held: watch::channel(false).0,
+                        client_side: Mutex::default(),
+                    });
+                    let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
+                    let q = q2.clone();
+                    let reader = tokio::spawn(async move {
+                        let mut buf = vec![0u8; 16 * 1024];
+                        loop {
+                            match cr.read(&mut buf).await {
+                                Ok(0) | Err(_) => break,
+                                Ok(n) => {
+                                    q.fetch_add(n, Ordering::SeqCst);
+                                    if tx.send(buf[..n].to_vec()).is_err() {
+                                        break;
+                                    }
+                                }
+                            }
+                        }
+                    });
+                    let mut held = conn.held.subscribe();
+                    let q = q2.clone();
+                    // The server side: lives on (and delivers what was held) after the client
+                    // side is cut.
+                    tokio::spawn(async move {
+                        while let Some(bytes) = rx.recv().await {
+                            if held.wait_for(|h| !*h).await.is_err() {
+                                break;
+                            }
+                            if sw.write_all(&bytes).await.is_err() {
+                                break;
+                            }
+                            q.fetch_sub(bytes.len(), Ordering::SeqCst);
+                        }
+                        // Keep the server side open a while, so what was sent runs.
+                        tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+                        drop(sw);
+                    });
+                    let writer = tokio::spawn(async move {
+                        let mut buf = vec![0u8; 16 * 1024];
+                        loop {
+                            match sr.read(&mut buf).await {
+                                Ok(0) | Err(_) => break,
+                                Ok(n) => {
+                                    if cw.write_all(&buf[..n]).await.is_err() {
+                                        break;
+                                    }
+                                }
+                            }
+                        }
+                    });
+                    conn.client_side
+                        .lock()
+                        .unwrap()
+                        .extend([reader.abort_handle(), writer.abort_handle()]);
+                    c2.lock().unwrap().push(conn);
+                }
+            })
+            .abort_handle();
+            LateProxy {
+                port,
+                conns,
+                queued,
+                accept,
+            }
+        }
+
+        pub fn url(&self) -> String {
+            format!("redis://127.0.0.1:{}/", self.port)
+        }
+
+        /// Holds the requests of every connection open now (later ones flow).
+        pub fn hold_existing(&self) {
+            for c in self.conns.lock().unwrap().iter() {
+                c.held.send_replace(true);
+            }
+        }
+
+        /// Bytes read from clients and not yet delivered to the server.
+        pub fn queued(&self) -> usize {
+            self.queued.load(Ordering::SeqCst)
+        }
+
+        /// Cuts the client side of every connection open now; their held requests stay.
+        pub fn cut_clients(&self) {
+            for c in self.conns.lock().unwrap().iter() {
+                for h in c.client_side.lock().unwrap().drain(..) {
+                    h.abort();
+                }
+            }
+        }
+
+        /// Delivers everything held.
+        pub fn deliver(&self) {
+            for c in self.conns.lock().unwrap().iter() {
+                c.held.send_replace(false);
+            }
+        }
+    }
+
+    impl Drop for LateProxy {
+        fn drop(&mut self) {
+            self.accept.abort();
+            self.cut_clients();
+        }
+    }
+}
+
+/// The acquire attempt `lock()`
+/// sent first is held on a slow network; the client's connection
+/// breaks, it reconnects and retries by the same token (a lost reply is not a failure), and is
+/// granted. A detaches the hold and B resumes it with a 9 s lease. Then A's first attempt
+/// reaches the server: for a lock its token already holds, an acquire renews as a renewal
+/// does once anything renewed the hold since its grant (`regranted_until` in
+/// `lua/prelude.lua`), so it cannot set A's 500 ms lease under B's trust.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_late_duplicate_acquire_cannot_cut_a_resumed_mutex() {
+    let name = "late-duplicate-acquire";
+    let b = Backend::redis();
+    let port = b.server.as_ref().expect("server").port();
+    let proxy = late_proxy::LateProxy::start(port).await;
+    let a = LockClient::builder()
+        .redis_config(redis_locks::RedisConfig {
+            response_timeout: ms(300),
+            connect_timeout: ms(500),
+            ..redis_locks::RedisConfig::default()
+        })
+        .connect(&proxy.url())
+        .await
+        .expect("A connects through the proxy");
+    let resumer = b.client().await;
+    let observer = b.client().await;
+    let contender = b.client().await;
+    // Warm-up: the scripts are on the server.
+    a.mutex("warm-up")
+        .lock()
+        .await
+        .expect("warm-up")
+        .release()
+        .await
+        .expect("release");
+    proxy.hold_existing();
+    let a_handle = a.mutex(name).lease(ms(500));
+    let locking = tokio::spawn(async move { a_handle.lock().await });
+    let give_up = Instant::now() + secs(10);
+    while proxy.queued() == 0 {
+        assert!(
+            Instant::now() < give_up,
+            "A's attempt never reached the proxy"
+        );
+        tokio::time::sleep(ms(5)).await;
+    }
+    tokio::time::sleep(ms(50)).await;
+    proxy.cut_clients();
+    let a_guard = tokio::time::timeout(secs(20), locking)
+        .await
+        .expect("A granted after reconnecting")
+        .expect("task")
+        .expect("A locks");
+    let id = a_guard.detach();
+    let b_guard = resumer
+        .mutex(name)
+        .lease(secs(9))
+        .resume(&id)
+        .await
+        .expect("B resumes");
+    assert!(b_guard.is_held());
+    proxy.deliver();
+    let give_up = Instant::now() + secs(10);
+    while proxy.queued() > 0 {
+        assert!(
+            Instant::now() < give_up,
+            "the held attempt was never delivered"
+        );
+        tokio::time::sleep(ms(5)).await;
+    }
+    tokio::time::sleep(ms(50)).await;
+    watch_mutex(
+        "B's resumed guard after A's late first attempt",
+        &b_guard,
+        &observer,
+        &contender,
+        name,
+        secs(2),
+    )
+    .await;
+}
+
+/// The documented cost, checked for its bound: a holder with a
+/// 3 s lease (renewed every second) asks `extend(300 ms)` and its process stops at once. Its
+/// guard trusts at most 300 ms from the extend's send; the server keeps the later deadline
+/// its last 3 s renewal gave. Nobody may take the lock while the guard trusts it, and others
+/// must get it within the longest lease the holder had (3 s) of that extend, plus slack.
+async fn a_shorter_extend_then_a_crash_blocks_at_most_the_longer_lease(b: Backend) {
+    let name = "shorter-extend-then-crash";
+    let (fa, a) = faulty_client(&b).await;
+    let contender = b.client().await;
+    let observer = b.client().await;
+    let mut guard = a.mutex(name).lease(secs(3)).lock().await.expect("A locks");
+    tokio::time::sleep(ms(1_200)).await;
+    let sent = Instant::now();
+    assert!(guard.extend(ms(300)).await.expect("extend"), "extend");
+    assert!(
+        guard.valid_until() <= sent + ms(300) + ms(5),
+        "the guard trusts {:?} past its shorter lease",
+        guard
+            .valid_until()
+            .saturating_duration_since(sent + ms(300))
+    );
+    let info = observer.mutex(name).inspect().await.expect("inspect");
+    let remaining = info.holders[0].lease_remaining;
+    assert!(
+        remaining <= secs(3),
+        "the server's lease ({remaining:?}) is longer than any lease asked"
+    );
+    // The process stops: nothing more reaches the server.
+    fa.freeze().await;
+    let trusted = guard.valid_until();
+    let rival = contender.mutex(name);
+    let freed = loop {
+        if let Some(g) = rival.try_lock().await.granted("contender") {
+            let at = Instant::now();
+            let _ = g.release().await;
+            break at;
+        }
+        assert!(
+            Instant::now() < sent + secs(3) + ms(700),
+            "the stopped holder blocked others past its longest lease (3 s) from its extend"
+        );
+        tokio::time::sleep(ms(20)).await;
+    };
+    assert!(
+        freed >= trusted,
+        "another client was granted {:?} before the stopped guard's trust ended",
+        trusted.saturating_duration_since(freed)
+    );
+    eprintln!(
+        "blocked {:?} after the extend to 300 ms (server lease then {remaining:?})",
+        freed.duration_since(sent)
+    );
+    drop(guard);
+}
+
+both_backends!(a_shorter_extend_then_a_crash_blocks_at_most_the_longer_lease);
+
+/// Without a resume in between, a hand-off's claim still cuts
+/// the hand-off's window to the claimer's lease: waiter A (lease 300 ms, heartbeat 8 s) is
+/// handed the Mutex, its claim is confirmed, and its process stops. Others must get the
+/// lock within A's lease of the claim, not at the end of A's 8 s heartbeat window.
+async fn a_dead_claimer_blocks_at_most_its_lease(b: Backend) {
+    let name = "dead-claimer";
+    let holder = b.client().await;
+    let (fa, a) = faulty_client(&b).await;
+    let observer = b.client().await;
+    let contender = b.client().await;
+    let x = holder.mutex(name).lock().await.expect("X locks");
+    let a_handle = a.mutex(name).lease(ms(300)).heartbeat(secs(8));
+    let waiting = tokio::spawn(async move { a_handle.lock().await });
+    let probe = observer.mutex(name);
+    until_waiters(1, || probe.inspect()).await;
+    assert!(x.release().await.expect("X releases"));
+    let a_guard = tokio::time::timeout(secs(20), waiting)
+        .await
+        .expect("A granted")
+        .expect("task")
+        .expect("A locks");
+    // The claim is A's first renewal: wait until it was answered.
+    let give_up = Instant::now() + secs(10);
+    while fa.count(Op::Extend) == 0 {
+        assert!(Instant::now() < give_up, "A never claimed");
+        tokio::time::sleep(ms(5)).await;
+    }
+    fa.freeze().await;
+    let frozen = Instant::now();
+    let info = probe.inspect().await.expect("inspect");
+    let remaining = info.holders.first().map(|h| h.lease_remaining);
+    assert!(
+        // +2 ms: deadlines are rounded up to an even millisecond.
+        remaining.is_none_or(|r| r <= ms(302)),
+        "after A's claim the server's hold has {remaining:?} left, past A's 300 ms lease: {info:?}"
+    );
+    let rival = contender.mutex(name);
+    loop {
+        if let Some(g) = rival.try_lock().await.granted("contender") {
+            let _ = g.release().await;
+            break;
+        }
+        assert!(
+            frozen.elapsed() < ms(300) + ms(700),
+            "the dead claimer blocked others past its lease"
+        );
+        tokio::time::sleep(ms(20)).await;
+    }
+    drop(a_guard);
+}
+
+both_backends!(a_dead_claimer_blocks_at_most_its_lease);
+
+/// Cancellation at every await of a third client's `extend_hold`
+/// by id with a shorter lease: the request is held on the network, the caller stops waiting
+/// (`timeout`), B resumes the detached hold with a 9 s lease, and then the cancelled request
+/// lands. No request shortens a hold, so B's trust stays within the server's lease and no
+/// one else is granted beside B.
+async fn a_cancelled_shorter_extend_hold_of_a_third_client_cannot_cut_a_resume(b: Backend) {
+    let name = "cancelled-extend-hold-third-client";
+    let a = b.client().await;
+    let (fc, c) = faulty_client(&b).await;
+    let resumer = b.client().await;
+    let observer = b.client().await;
+    let contender = b.client().await;
+    let gate = Gate::new();
+    fc.add(
+        Rule::on(Op::Extend)
+            .when(|call| call.lease == Some(ms(300)))
+            .times(1)
+            .hold_request(gate.clone()),
+    );
+    let id = a
+        .mutex(name)
+        .lease(secs(10))
+        .lock()
+        .await
+        .expect("A locks")
+        .detach();
+    let cancelled = tokio::time::timeout(ms(200), c.extend_hold(&id, ms(300))).await;
+    assert!(
+        cancelled.is_err(),
+        "the held extend_hold answered: {cancelled:?}"
+    );
+    let b_guard = resumer
+        .mutex(name)
+        .lease(secs(9))
+        .resume(&id)
+        .await
+        .expect("B resumes");
+    gate.open();
+    tokio::time::sleep(ms(100)).await;
+    watch_mutex(
+        "B's resumed guard after C's cancelled extend_hold",
+        &b_guard,
+        &observer,
+        &contender,
+        name,
+        secs(1),
+    )
+    .await;
+}
+
+both_backends!(a_cancelled_shorter_extend_hold_of_a_third_client_cannot_cut_a_resume);
+
+/// Two guards of one *read* hold in different clients: A asks
+/// `extend(300 ms)` and its process stops; B resumed the read id with a 9 s lease before. A
+/// writer must not be granted while B's read guard says `is_held()`, and B's trust stays
+/// within the server's lease.
+async fn a_shorter_extend_by_one_read_guard_cannot_let_a_writer_beside_the_other(b: Backend) {
+    let name = "two-read-guards-shorter-extend";
+    let (fa, a) = faulty_client(&b).await;
+    let resumer = b.client().await;
+    let observer = b.client().await;
+    let contender = b.client().await;
+    let mut a_guard = a.rwlock(name).lease(secs(2)).read().await.expect("A reads");
+    let id = a_guard.hold_id();
+    let b_guard = resumer
+        .rwlock(name)
+        .lease(secs(9))
+        .resume_read(&id)
+        .await
+        .expect("B resumes the read hold");
+    assert!(a_guard.extend(ms(300)).await.expect("extend"));
+    fa.freeze().await;
+    let (probe, rival) = (observer.rwlock(name), contender.rwlock(name));
+    watch(
+        "B's read guard after A's shorter extend and stop",
+        || b_guard.is_held(),
+        || b_guard.valid_until(),
+        async || probe.inspect().await.expect("inspect"),
+        async || took(rival.try_write().await).await,
+        secs(3),
+    )
+    .await;
+    drop(a_guard);
+}
+
+both_backends!(a_shorter_extend_by_one_read_guard_cannot_let_a_writer_beside_the_other);
+
+/// In quorum mode (three redis-servers), the late duplicate acquire of [`a_late_duplicate_acquire_cannot_cut_a_resumed_mutex`] on a majority:
+/// A's first quorum attempt is held on the network to servers 0 and 1 (granted on 2), its
+/// connections there break, the attempt fails without a majority (released where unsure)
+/// and is retried by the same token, granted on all three. A detaches, B resumes with a 9 s
+/// lease (renewed on all three), then A's first attempt reaches servers 0 and 1, where
+/// "already ours" keeps B's lease: no contender takes the Mutex by quorum while B's guard
+/// says `is_held()`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_late_duplicate_acquire_cannot_cut_a_resumed_quorum_mutex() {
+    use support::RedisServer;
+    let name = "late-duplicate-acquire-quorum";
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let p0 = late_proxy::LateProxy::start(servers[0].port()).await;
+    let p1 = late_proxy::LateProxy::start(servers[1].port()).await;
+    let direct: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let direct: Vec<&str> = direct.iter().map(String::as_str).collect();
+    let via = [p0.url(), p1.url(), servers[2].url()];
+    let via: Vec<&str> = via.iter().map(String::as_str).collect();
+    let a = LockClient::builder()
+        .redis_config(redis_locks::RedisConfig {
+            response_timeout: ms(300),
+            connect_timeout: ms(500),
+            ..redis_locks::RedisConfig::default()
+        })
+        .quorum(&via)
+        .await
+        .expect("A connects (two servers through proxies)");
+    let resumer = LockClient::builder().quorum(&direct).await.expect("B");
+    let observer = LockClient::builder()
+        .quorum(&direct)
+        .await
+        .expect("observer");
+    let contender = LockClient::builder()
+        .quorum(&direct)
+        .await
+        .expect("contender");
+    a.mutex("warm-up")
+        .lock()
+        .await
+        .expect("warm-up")
+        .release()
+        .await
+        .expect("release");
+    p0.hold_existing();
+    p1.hold_existing();
+    let a_handle = a.mutex(name).lease(ms(500));
+    let locking = tokio::spawn(async move { a_handle.lock().await });
+    let give_up = Instant::now() + secs(10);
+    while p0.queued() == 0 || p1.queued() == 0 {
+        assert!(
+            Instant::now() < give_up,
+            "A's attempt never reached the proxies"
+        );
+        tokio::time::sleep(ms(5)).await;
+    }
+    tokio::time::sleep(ms(50)).await;
+    p0.cut_clients();
+    p1.cut_clients();
+    let a_guard = tokio::time::timeout(secs(20), locking)
+        .await
+        .expect("A granted after reconnecting")
+        .expect("task")
+        .expect("A locks");
+    let id = a_guard.detach();
+    let b_guard = resumer
+        .mutex(name)
+        .lease(secs(9))
+        .resume(&id)
+        .await
+        .expect("B resumes");
+    assert!(b_guard.is_held());
+    p0.deliver();
+    p1.deliver();
+    let give_up = Instant::now() + secs(10);
+    while p0.queued() > 0 || p1.queued() > 0 {
+        assert!(
+            Instant::now() < give_up,
+            "the held attempts were never delivered"
+        );
+        tokio::time::sleep(ms(5)).await;
+    }
+    tokio::time::sleep(ms(50)).await;
+    watch_mutex(
+        "B's resumed quorum guard after A's late first attempt",
+        &b_guard,
+        &observer,
+        &contender,
+        name,
+        secs(2),
+    )
+    .await;
+}
+
+/// The late duplicate acquire of
+/// [`a_late_duplicate_acquire_cannot_cut_a_resumed_mutex`] for a *read* hold: a reader's acquire by
+/// a token that already reads keeps the later deadline, so A's first attempt, landing after B
+/// resumed the read id with a 9 s lease, cannot cut it to A's 500 ms and let a writer in
+/// beside B's read guard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_late_duplicate_read_acquire_cannot_let_a_writer_beside_a_resumed_reader() {
+    let name = "late-duplicate-read-acquire";
+    let b = Backend::redis();
+    let port = b.server.as_ref().expect("server").port();
+    let proxy = late_proxy::LateProxy::start(port).await;
+    let a = LockClient::builder()
+        .redis_config(redis_locks::RedisConfig {
+            response_timeout: ms(300),
+            connect_timeout: ms(500),
+            ..redis_locks::RedisConfig::default()
+        })
+        .connect(&proxy.url())
+        .await
+        .expect("A connects through the proxy");
+    let resumer = b.client().await;
+    let observer = b.client().await;
+    let contender = b.client().await;
+    a.rwlock("warm-up")
+        .read()
+        .await
+        .expect("warm-up")
+        .release()
+        .await
+        .expect("release");
+    proxy.hold_existing();
+    let a_handle = a.rwlock(name).lease(ms(500));
+    let locking = tokio::spawn(async move { a_handle.read().await });
+    let give_up = Instant::now() + secs(10);
+    while proxy.queued() == 0 {
+        assert!(
+            Instant::now() < give_up,
+            "A's attempt never reached the proxy"
+        );
+        tokio::time::sleep(ms(5)).await;
+    }
+    tokio::time::sleep(ms(50)).await;
+    proxy.cut_clients();
+    let a_guard = tokio::time::timeout(secs(20), locking)
+        .await
+        .expect("A granted after reconnecting")
+        .expect("task")
+        .expect("A reads");
+    let id = a_guard.detach();
+    let b_guard = resumer
+        .rwlock(name)
+        .lease(secs(9))
+        .resume_read(&id)
+        .await
+        .expect("B resumes");
+    assert!(b_guard.is_held());
+    proxy.deliver();
+    let give_up = Instant::now() + secs(10);
+    while proxy.queued() > 0 {
+        assert!(
+            Instant::now() < give_up,
+            "the held attempt was never delivered"
+        );
+        tokio::time::sleep(ms(5)).await;
+    }
+    tokio::time::sleep(ms(50)).await;
+    let (probe, rival) = (observer.rwlock(name), contender.rwlock(name));
+    watch(
+        "B's resumed read guard after A's late first attempt",
+        || b_guard.is_held(),
+        || b_guard.valid_until(),
+        async || probe.inspect().await.expect("inspect"),
+        async || took(rival.try_write().await).await,
+        secs(2),
+    )
+    .await;
+}
+
+/// A guard (lease 10 s) asks `extend(200 ms)`; the server applies it and the reply is lost.
+/// The guard then asks `extend(10 s)`, confirmed. The lost request cannot shorten the hold
+/// when it lands (no request does), so the confirmation trusts its own 10 s: the guard
+/// renews every ~3.3 s ("the renewal schedule follows the current lease"), not every
+/// ~100 ms, and a 300 ms slow reply to one renewal does not lose the hold.
+async fn a_lost_shorter_extend_does_not_cap_later_trust(b: Backend) {
+    let name = "lost-shorter-extend-caps-trust";
+    let (fa, a) = faulty_client(&b).await;
+    let observer = b.client().await;
+    fa.add(
+        Rule::on(Op::Extend)
+            .when(|call| call.lease == Some(ms(200)))
+            .times(1)
+            .lose_reply(),
+    );
+    let mut guard = a.mutex(name).lease(secs(10)).lock().await.expect("lock");
+    let lost = guard.extend(ms(200)).await;
+    assert!(lost.is_err(), "the lost reply answered: {lost:?}");
+    let sent = Instant::now();
+    assert!(
+        guard.extend(secs(10)).await.expect("extend"),
+        "extend(10 s)"
+    );
+    let trust = guard.valid_until().saturating_duration_since(sent);
+    let before = fa.count(Op::Extend);
+    tokio::time::sleep(secs(2)).await;
+    let renewals = fa.count(Op::Extend) - before;
+    let info = observer.mutex(name).inspect().await.expect("inspect");
+    // One slow reply (300 ms) to the next renewal.
+    fa.add(Rule::on(Op::Extend).times(1).delay_reply(ms(300)));
+    tokio::time::sleep(ms(600)).await;
+    let held = guard.is_held();
+    assert!(
+        trust >= secs(9) && renewals <= 2 && held,
+        "after a lost extend(200 ms) reply, a confirmed extend(10 s) is trusted for {trust:?}; \
+         {renewals} renewals in 2 s with a 10 s lease; after one 300 ms slow renewal reply \
+         is_held() = {held} (server: {info:?})"
+    );
+}
+
+both_backends!(a_lost_shorter_extend_does_not_cap_later_trust);
+
+/// Cancellation at many points of a shorter `extend`: A's lease
+/// requests are 30 ms slow on the network; `extend(300 ms)` is dropped after 0..40 ms
+/// (before it leaves, on its way, after it was applied), A detaches, B resumes with a 9 s
+/// lease. Whenever the cancelled request lands, B's trust stays within the server's lease and
+/// nobody else is granted beside B.
+async fn cancelled_shorter_extends_at_every_point_cannot_cut_a_resume(b: Backend) {
+    let (fa, a) = faulty_client(&b).await;
+    let resumer = b.client().await;
+    let observer = b.client().await;
+    let contender = b.client().await;
+    fa.add(Rule::on(Op::Extend).delay_request(ms(30)));
+    for (i, after) in [0u64, 1, 5, 15, 29, 31, 40].into_iter().enumerate() {
+        let name = format!("cancelled-extend-sweep-{i}");
+        let mut guard = a.mutex(&name).lease(secs(10)).lock().await.expect("lock");
+        let _ = tokio::time::timeout(ms(after), guard.extend(ms(300))).await;
+        let id = guard.detach();
+        let b_guard = resumer
+            .mutex(&name)
+            .lease(secs(9))
+            .resume(&id)
+            .await
+            .expect("B resumes");
+        tokio::time::sleep(ms(100)).await;
+        watch_mutex(
+            &format!("B's guard, A's extend dropped after {after} ms"),
+            &b_guard,
+            &observer,
+            &contender,
+            &name,
+            ms(700),
+        )
+        .await;
+        b_guard.release().await.expect("release");
+    }
+}
+
+both_backends!(cancelled_shorter_extends_at_every_point_cannot_cut_a_resume);
+
+/// Two guards of one hold: A (9 s lease, no automatic renewal)
+/// keeps its guard and gives its id to B, which resumes with a 300 ms lease and stops. The
+/// resume's renewal keeps the later deadline, so nobody else is granted while A's guard says
+/// `is_held()`.
+async fn a_shorter_resume_by_a_second_guard_cannot_cut_the_first(b: Backend) {
+    let name = "shorter-resume-second-guard";
+    let a = b.client().await;
+    let (fb, resumer) = faulty_client(&b).await;
+    let observer = b.client().await;
+    let contender = b.client().await;
+    let a_guard = a
+        .mutex(name)
+        .lease(secs(9))
+        .auto_renew(false)
+        .lock()
+        .await
+        .expect("A locks");
+    let b_guard = resumer
+        .mutex(name)
+        .lease(ms(300))
+        .resume(&a_guard.hold_id())
+        .await
+        .expect("B resumes");
+    fb.freeze().await;
+    watch_mutex(
+        "A's guard after B's shorter resume",
+        &a_guard,
+        &observer,
+        &contender,
+        name,
+        secs(2),
+    )
+    .await;
+    drop(b_guard);
+}
+
+both_backends!(a_shorter_resume_by_a_second_guard_cannot_cut_the_first);
