@@ -2171,17 +2171,7 @@ async fn a_cancelled_shorter_extend_of_the_detaching_client_cannot_cut_a_resume(
         .expect("B resumes");
     assert!(resumed.is_held());
     gate.open();
-    let end = Instant::now() + ms(2_500);
-    while Instant::now() < end {
-        let trusted = resumed.valid_until();
-        let info = direct.mutex(name).inspect().await.expect("inspect");
-        assert_honest("B's resumed guard", trusted, &info, Instant::now());
-        let other = contender.mutex(name).try_lock().await;
-        assert!(
-            !(other.is_ok() && resumed.is_held()),
-            "a second holder beside B's resumed guard (server: {info:?})"
-        );
-        tokio::time::sleep(ms(50)).await;
-    }
+    let what = "B's resumed guard after A's late extend";
+    support::late::watch_mutex(what, &resumed, &direct, &contender, name, ms(2_500)).await;
     assert!(resumed.is_held(), "B's guard is renewed throughout");
 }

@@ -7,92 +7,14 @@
 
 mod support;
 
-use std::time::Duration;
-
-use redis_locks::{LockClient, LockInfo};
+use redis_locks::LockClient;
 use tokio::time::Instant;
 
 use support::backend::{until_waiters, Backend};
 use support::faulty::{faulty_client, Gate, Op, Rule};
-use support::honest::assert_honest;
+use support::late::{late_proxy, took, until, watch, watch_mutex};
 use support::time::{ms, secs};
 use support::Granted;
-
-/// Watches a guard for `how_long`: its trust (`trusted()`, read before each `inspect`) must
-/// stay within the server's lease, and `contend` (another client's try, which releases what
-/// it got and returns its fence) must never be granted while the guard says `is_held()`. A
-/// trust past the server's lease is reported at the end (or with the second holder it lets
-/// in).
-async fn watch(
-    what: &str,
-    held: impl Fn() -> bool,
-    trusted: impl Fn() -> Instant,
-    mut inspect: impl AsyncFnMut() -> LockInfo,
-    mut contend: impl AsyncFnMut() -> Option<u64>,
-    how_long: Duration,
-) {
-    let end = Instant::now() + how_long;
-    let mut dishonest: Option<String> = None;
-    while Instant::now() < end {
-        let valid_until = trusted();
-        let info = inspect().await;
-        let answered = Instant::now();
-        let was_held = held();
-        if was_held && dishonest.is_none() {
-            let check =
-                std::panic::catch_unwind(|| assert_honest(what, valid_until, &info, answered));
-            if let Err(e) = check {
-                let text = e
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .unwrap_or_else(|| "dishonest".into());
-                dishonest = Some(format!("{text} (server: {info:?})"));
-            }
-        }
-        if let Some(fence) = contend().await {
-            assert!(
-                !(was_held && held()),
-                "{what}: another client was granted the lock (fence {fence}) while the guard \
-                 says is_held(); earlier: {dishonest:?}"
-            );
-        }
-        tokio::time::sleep(ms(40)).await;
-    }
-    if let Some(text) = dishonest {
-        panic!("{text}");
-    }
-}
-
-/// [`watch`] for a Mutex guard.
-async fn watch_mutex(
-    what: &str,
-    guard: &redis_locks::Guard<redis_locks::kind::Mutex>,
-    observer: &LockClient,
-    contender: &LockClient,
-    name: &str,
-    how_long: Duration,
-) {
-    let (probe, rival) = (observer.mutex(name), contender.mutex(name));
-    watch(
-        what,
-        || guard.is_held(),
-        || guard.valid_until(),
-        async || probe.inspect().await.expect("inspect"),
-        async || took(rival.try_lock().await).await,
-        how_long,
-    )
-    .await;
-}
-
-/// A try's outcome: the fence granted (released again at once), `None` when refused.
-async fn took<K: redis_locks::kind::Kind>(
-    tried: redis_locks::Result<redis_locks::Guard<K>>,
-) -> Option<u64> {
-    let g = tried.granted("contender's try")?;
-    let fence = g.fencing_token();
-    let _ = g.release().await;
-    Some(fence)
-}
 
 /// A hold granted by a hand-off (a release handed the Mutex to waiter A, whose heartbeat
 /// window, set explicitly, is longer than its lease): A's claim (its first renewal, which
@@ -207,158 +129,6 @@ async fn a_late_claim_of_a_second_guard_cannot_cut_a_fair_lock_resume(b: Backend
 
 both_backends!(a_late_claim_of_a_second_guard_cannot_cut_a_fair_lock_resume);
 
-/// A TCP proxy that can hold a connection's requests and cut its client side while keeping
-/// the server side: the held requests then reach the server later, after the client gave the
-/// connection up and reconnected (a slow network: bytes a client sent before its connection
-/// broke still arrive).
-mod late_proxy {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::{Arc, Mutex};
-
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use tokio::net::{TcpListener, TcpStream};
-    use tokio::sync::{mpsc, watch};
-    use tokio::task::AbortHandle;
-
-    struct Conn {
-        held: watch::Sender<bool>,
-        client_side: Mutex<Vec<AbortHandle>>,
-    }
-
-    pub struct LateProxy {
-        port: u16,
-        conns: Arc<Mutex<Vec<Arc<Conn>>>>,
-        queued: Arc<AtomicUsize>,
-        accept: AbortHandle,
-    }
-
-    impl LateProxy {
-        pub async fn start(upstream: u16) -> LateProxy {
-            let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-            let port = listener.local_addr().expect("addr").port();
-            let conns: Arc<Mutex<Vec<Arc<Conn>>>> = Arc::default();
-            let queued = Arc::new(AtomicUsize::new(0));
-            let (c2, q2) = (conns.clone(), queued.clone());
-            let accept = tokio::spawn(async move {
-                loop {
-                    let Ok((client, _)) = listener.accept().await else {
-                        continue;
-                    };
-                    let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)).await else {
-                        continue;
-                    };
-                    let _ = client.set_nodelay(true);
-                    let _ = server.set_nodelay(true);
-                    let (mut cr, mut cw) = client.into_split();
-                    let (mut sr, mut sw) = server.into_split();
-                    let conn = Arc::new(Conn {
-                        held: watch::channel(false).0,
-                        client_side: Mutex::default(),
-                    });
-                    let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
-                    let q = q2.clone();
-                    let reader = tokio::spawn(async move {
-                        let mut buf = vec![0u8; 16 * 1024];
-                        loop {
-                            match cr.read(&mut buf).await {
-                                Ok(0) | Err(_) => break,
-                                Ok(n) => {
-                                    q.fetch_add(n, Ordering::SeqCst);
-                                    if tx.send(buf[..n].to_vec()).is_err() {
-                                        break;
-                                    }
-                                }
-                            }
-                        }
-                    });
-                    let mut held = conn.held.subscribe();
-                    let q = q2.clone();
-                    // The server side: lives on (and delivers what was held) after the client
-                    // side is cut.
-                    tokio::spawn(async move {
-                        while let Some(bytes) = rx.recv().await {
-                            if held.wait_for(|h| !*h).await.is_err() {
-                                break;
-                            }
-                            if sw.write_all(&bytes).await.is_err() {
-                                break;
-                            }
-                            q.fetch_sub(bytes.len(), Ordering::SeqCst);
-                        }
-                        // Keep the server side open a while, so what was sent runs.
-                        tokio::time::sleep(std::time::Duration::from_secs(30)).await;
-                        drop(sw);
-                    });
-                    let writer = tokio::spawn(async move {
-                        let mut buf = vec![0u8; 16 * 1024];
-                        loop {
-                            match sr.read(&mut buf).await {
-                                Ok(0) | Err(_) => break,
-                                Ok(n) => {
-                                    if cw.write_all(&buf[..n]).await.is_err() {
-                                        break;
-                                    }
-                                }
-                            }
-                        }
-                    });
-                    conn.client_side
-                        .lock()
-                        .unwrap()
-                        .extend([reader.abort_handle(), writer.abort_handle()]);
-                    c2.lock().unwrap().push(conn);
-                }
-            })
-            .abort_handle();
-            LateProxy {
-                port,
-                conns,
-                queued,
-                accept,
-            }
-        }
-
-        pub fn url(&self) -> String {
-            format!("redis://127.0.0.1:{}/", self.port)
-        }
-
-        /// Holds the requests of every connection open now (later ones flow).
-        pub fn hold_existing(&self) {
-            for c in self.conns.lock().unwrap().iter() {
-                c.held.send_replace(true);
-            }
-        }
-
-        /// Bytes read from clients and not yet delivered to the server.
-        pub fn queued(&self) -> usize {
-            self.queued.load(Ordering::SeqCst)
-        }
-
-        /// Cuts the client side of every connection open now; their held requests stay.
-        pub fn cut_clients(&self) {
-            for c in self.conns.lock().unwrap().iter() {
-                for h in c.client_side.lock().unwrap().drain(..) {
-                    h.abort();
-                }
-            }
-        }
-
-        /// Delivers everything held.
-        pub fn deliver(&self) {
-            for c in self.conns.lock().unwrap().iter() {
-                c.held.send_replace(false);
-            }
-        }
-    }
-
-    impl Drop for LateProxy {
-        fn drop(&mut self) {
-            self.accept.abort();
-            self.cut_clients();
-        }
-    }
-}
-
 /// The acquire attempt `lock()`
 /// sent first is held on a slow network; the client's connection
 /// breaks, it reconnects and retries by the same token (a lost reply is not a failure), and is
@@ -370,17 +140,7 @@ mod late_proxy {
 async fn a_late_duplicate_acquire_cannot_cut_a_resumed_mutex() {
     let name = "late-duplicate-acquire";
     let b = Backend::redis();
-    let port = b.server.as_ref().expect("server").port();
-    let proxy = late_proxy::LateProxy::start(port).await;
-    let a = LockClient::builder()
-        .redis_config(redis_locks::RedisConfig {
-            response_timeout: ms(300),
-            connect_timeout: ms(500),
-            ..redis_locks::RedisConfig::default()
-        })
-        .connect(&proxy.url())
-        .await
-        .expect("A connects through the proxy");
+    let (proxy, a) = proxied_client(&b).await;
     let resumer = b.client().await;
     let observer = b.client().await;
     let contender = b.client().await;
@@ -395,16 +155,7 @@ async fn a_late_duplicate_acquire_cannot_cut_a_resumed_mutex() {
     proxy.hold_existing();
     let a_handle = a.mutex(name).lease(ms(500));
     let locking = tokio::spawn(async move { a_handle.lock().await });
-    let give_up = Instant::now() + secs(10);
-    while proxy.queued() == 0 {
-        assert!(
-            Instant::now() < give_up,
-            "A's attempt never reached the proxy"
-        );
-        tokio::time::sleep(ms(5)).await;
-    }
-    tokio::time::sleep(ms(50)).await;
-    proxy.cut_clients();
+    cut_behind_the_first_attempt(&proxy).await;
     let a_guard = tokio::time::timeout(secs(20), locking)
         .await
         .expect("A granted after reconnecting")
@@ -738,17 +489,7 @@ async fn a_late_duplicate_acquire_cannot_cut_a_resumed_quorum_mutex() {
 async fn a_late_duplicate_read_acquire_cannot_let_a_writer_beside_a_resumed_reader() {
     let name = "late-duplicate-read-acquire";
     let b = Backend::redis();
-    let port = b.server.as_ref().expect("server").port();
-    let proxy = late_proxy::LateProxy::start(port).await;
-    let a = LockClient::builder()
-        .redis_config(redis_locks::RedisConfig {
-            response_timeout: ms(300),
-            connect_timeout: ms(500),
-            ..redis_locks::RedisConfig::default()
-        })
-        .connect(&proxy.url())
-        .await
-        .expect("A connects through the proxy");
+    let (proxy, a) = proxied_client(&b).await;
     let resumer = b.client().await;
     let observer = b.client().await;
     let contender = b.client().await;
@@ -762,16 +503,7 @@ async fn a_late_duplicate_read_acquire_cannot_let_a_writer_beside_a_resumed_read
     proxy.hold_existing();
     let a_handle = a.rwlock(name).lease(ms(500));
     let locking = tokio::spawn(async move { a_handle.read().await });
-    let give_up = Instant::now() + secs(10);
-    while proxy.queued() == 0 {
-        assert!(
-            Instant::now() < give_up,
-            "A's attempt never reached the proxy"
-        );
-        tokio::time::sleep(ms(5)).await;
-    }
-    tokio::time::sleep(ms(50)).await;
-    proxy.cut_clients();
+    cut_behind_the_first_attempt(&proxy).await;
     let a_guard = tokio::time::timeout(secs(20), locking)
         .await
         .expect("A granted after reconnecting")
@@ -924,3 +656,337 @@ async fn a_shorter_resume_by_a_second_guard_cannot_cut_the_first(b: Backend) {
 }
 
 both_backends!(a_shorter_resume_by_a_second_guard_cannot_cut_the_first);
+
+/// A client of a (fresh) redis-server `b` through a new [`late_proxy::LateProxy`], wrapped
+/// in a [`Faulty`](support::faulty::Faulty) (to stop its process), with 300 ms response
+/// timeouts.
+async fn proxied_faulty_client(
+    b: &Backend,
+) -> (
+    late_proxy::LateProxy,
+    std::sync::Arc<support::faulty::Faulty>,
+    LockClient,
+) {
+    use redis_locks::testing::store::RedisStore;
+    let port = b.server.as_ref().expect("server").port();
+    let proxy = late_proxy::LateProxy::start(port).await;
+    let store = RedisStore::connect_with(
+        &proxy.url(),
+        redis_locks::RedisConfig {
+            response_timeout: ms(300),
+            connect_timeout: ms(500),
+            ..redis_locks::RedisConfig::default()
+        },
+    )
+    .await
+    .expect("a store through the proxy");
+    let f = support::faulty::Faulty::new(std::sync::Arc::new(store));
+    let c = LockClient::builder().store(f.clone()).expect("client");
+    (proxy, f, c)
+}
+
+/// A hand-off's claim whose outcome stays unknown, then an `extend`: waiter A (lease 300 ms,
+/// heartbeat 8 s) is handed the Mutex; its claim (which would replace the 8 s window with
+/// A's 300 ms lease) is held on the network and A's connection breaks, so the claim's
+/// outcome is unknown; A's `extend(300 ms)`, queued meanwhile, goes next and is the claim
+/// too (every lease request is, until one is confirmed): it replaces the 8 s window with
+/// A's lease. A's process then stops (and the held claim lands, finding nothing to replace).
+/// A dead holder whose every lease was 300 ms must not block others for the waiter's 8 s
+/// heartbeat window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_extend_after_an_unknown_claim_cannot_keep_the_hand_off_window_for_a_dead_holder() {
+    let b = Backend::redis();
+    let (proxy, fa, a) = proxied_faulty_client(&b).await;
+    let holder = b.client().await;
+    let observer = b.client().await;
+    let contender = b.client().await;
+    a.mutex("claim-then-extend-warm-up")
+        .lock()
+        .await
+        .expect("warm-up")
+        .release()
+        .await
+        .expect("release");
+    let mut tried = Vec::new();
+    for round in 0..3 {
+        let name = format!("claim-then-extend-{round}");
+        // A's claim (a renewal naming the hand-off's deadline, not "keep") holds its
+        // connection.
+        let n2 = name.clone();
+        proxy.hold_when(move |chunk| {
+            chunk.starts_with("*15\r\n$7\r\nEVALSHA")
+                && chunk.contains(&format!("{{{n2}}}"))
+                && !chunk.ends_with("keep\r\n")
+        });
+        let x = holder.mutex(&name).lock().await.expect("X locks");
+        let a_handle = a.mutex(&name).lease(ms(300)).heartbeat(secs(8));
+        let waiting = tokio::spawn(async move { a_handle.lock().await });
+        let probe = observer.mutex(&name);
+        until_waiters(1, || probe.inspect()).await;
+        assert!(x.release().await.expect("X releases"));
+        let mut a_guard = tokio::time::timeout(secs(20), waiting)
+            .await
+            .expect("A granted")
+            .expect("task")
+            .expect("A locks");
+        let give_up = Instant::now() + secs(2);
+        while proxy.held_log().is_empty() && Instant::now() < give_up {
+            tokio::time::sleep(ms(1)).await;
+        }
+        if proxy.held_log().is_empty() {
+            // Granted by its own attempt: no claim to hold. Another name.
+            proxy.hold_when_off();
+            tried.push(name);
+            a_guard.release().await.expect("release");
+            continue;
+        }
+        proxy.hold_when_off();
+        eprintln!("held claim: {:?}", proxy.held_log());
+        let (extended, ()) = tokio::join!(a_guard.extend(ms(300)), async {
+            tokio::time::sleep(ms(20)).await;
+            proxy.cut_clients();
+        });
+        assert!(
+            extended.expect("extend"),
+            "extend(300 ms) after the unknown claim"
+        );
+        fa.freeze().await;
+        let frozen = Instant::now();
+        proxy.deliver();
+        until("the held claim was never delivered", secs(10), || {
+            proxy.queued() == 0
+        })
+        .await;
+        let info = probe.inspect().await.expect("inspect");
+        let rival = contender.mutex(&name);
+        loop {
+            if let Some(g) = rival.try_lock().await.granted("contender") {
+                let _ = g.release().await;
+                break;
+            }
+            assert!(
+                frozen.elapsed() < ms(300) + ms(700),
+                "the dead holder (every lease 300 ms) blocked others for {:?} and more: the \
+                 extend after its unknown claim kept the hand-off's 8 s window (server after \
+                 the late claim: {info:?})",
+                frozen.elapsed()
+            );
+            tokio::time::sleep(ms(20)).await;
+        }
+        eprintln!("freed {:?} after the stop", frozen.elapsed());
+        drop(a_guard);
+        return;
+    }
+    panic!("every waiter was granted by its own attempt: {tried:?}");
+}
+
+/// A downgrade writes now + lease with no rounding (of either parity), the one write besides
+/// a grant that can leave an odd deadline: waiter A (fair RwLock, lease 500 ms, heartbeat
+/// 20 s) is handed the write hold; its claim is held on the network and its connection
+/// breaks (outcome unknown); A downgrades next (the read hold gets now + 500 ms, the pending
+/// claim is kept for the read hold's renewals), detaches the read hold, and B resumes it
+/// with a 9 s lease. Then A's claim of the write hold lands. Neither it nor A's later
+/// renewals (none: A detached) may cut B's read hold: no writer is granted while B's read
+/// guard says `is_held()`, and B trusts within the server's lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_late_claim_after_a_fair_downgrade_cannot_cut_a_resumed_read_hold() {
+    use redis_locks::Preference::Fair;
+    let b = Backend::redis();
+    let (proxy, _fa, a) = proxied_faulty_client(&b).await;
+    let holder = b.client().await;
+    let resumer = b.client().await;
+    let observer = b.client().await;
+    let contender = b.client().await;
+    a.rwlock("fair-downgrade-warm-up")
+        .preference(Fair)
+        .write()
+        .await
+        .expect("warm-up")
+        .release()
+        .await
+        .expect("release");
+    for round in 0..3 {
+        let name = format!("fair-downgrade-late-claim-{round}");
+        let n2 = name.clone();
+        proxy.hold_when(move |chunk| {
+            chunk.starts_with("*19\r\n$7\r\nEVALSHA")
+                && chunk.contains(&format!("{{{n2}}}"))
+                && !chunk.ends_with("keep\r\n")
+        });
+        let x = holder
+            .rwlock(&name)
+            .preference(Fair)
+            .write()
+            .await
+            .expect("X writes");
+        let a_handle = a
+            .rwlock(&name)
+            .preference(Fair)
+            .lease(ms(500))
+            .heartbeat(secs(20));
+        let waiting = tokio::spawn(async move { a_handle.write().await });
+        let probe = observer.rwlock(&name).preference(Fair);
+        until_waiters(1, || probe.inspect()).await;
+        assert!(x.release().await.expect("X releases"));
+        let a_guard = tokio::time::timeout(secs(20), waiting)
+            .await
+            .expect("A granted")
+            .expect("task")
+            .expect("A writes");
+        let give_up = Instant::now() + secs(2);
+        while proxy.held_log().is_empty() && Instant::now() < give_up {
+            tokio::time::sleep(ms(1)).await;
+        }
+        proxy.hold_when_off();
+        if proxy.held_log().is_empty() {
+            a_guard.release().await.expect("release");
+            continue;
+        }
+        let (read, ()) = tokio::join!(redis_locks::WriteGuard::downgrade(a_guard), async {
+            tokio::time::sleep(ms(20)).await;
+            proxy.cut_clients();
+        });
+        let read = read.expect("A downgrades");
+        let before = probe.inspect().await.expect("inspect");
+        let id = read.detach();
+        let b_guard = resumer
+            .rwlock(&name)
+            .preference(Fair)
+            .lease(secs(9))
+            .resume_read(&id)
+            .await
+            .expect("B resumes the read hold");
+        proxy.deliver();
+        until("the held claim was never delivered", secs(10), || {
+            proxy.queued() == 0
+        })
+        .await;
+        tokio::time::sleep(ms(50)).await;
+        eprintln!("after the downgrade: {before:?}");
+        let rival = contender.rwlock(&name).preference(Fair);
+        watch(
+            "B's resumed fair read guard after A's late claim",
+            || b_guard.is_held(),
+            || b_guard.valid_until(),
+            async || probe.inspect().await.expect("inspect"),
+            async || took(rival.try_write().await).await,
+            secs(2),
+        )
+        .await;
+        return;
+    }
+    panic!("every waiter was granted by its own attempt");
+}
+
+/// Another party's downgrade leaves an odd deadline behind a late claim: waiter A (RwLock,
+/// writer preference, lease 500 ms, heartbeat 20 s) is handed the write hold; its claim is
+/// held on the network and its connection breaks; A detaches, B resumes the write hold with
+/// a 9 s lease (which keeps the window, even) and downgrades it (the read hold gets now +
+/// 9 s, of either parity). Then A's claim lands. It names the write hold, which is gone: B's
+/// read hold stands, and no writer is granted beside B's read guard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_late_claim_after_anothers_downgrade_cannot_let_a_writer_beside_the_reader() {
+    let b = Backend::redis();
+    let (proxy, _fa, a) = proxied_faulty_client(&b).await;
+    let holder = b.client().await;
+    let resumer = b.client().await;
+    let observer = b.client().await;
+    let contender = b.client().await;
+    a.rwlock("others-downgrade-warm-up")
+        .write()
+        .await
+        .expect("warm-up")
+        .release()
+        .await
+        .expect("release");
+    for round in 0..3 {
+        let name = format!("others-downgrade-late-claim-{round}");
+        let n2 = name.clone();
+        proxy.hold_when(move |chunk| {
+            chunk.starts_with("*15\r\n$7\r\nEVALSHA")
+                && chunk.contains(&format!("{{{n2}}}"))
+                && !chunk.ends_with("keep\r\n")
+        });
+        let x = holder.rwlock(&name).write().await.expect("X writes");
+        let a_handle = a.rwlock(&name).lease(ms(500)).heartbeat(secs(20));
+        let waiting = tokio::spawn(async move { a_handle.write().await });
+        let probe = observer.rwlock(&name);
+        until_waiters(1, || probe.inspect()).await;
+        assert!(x.release().await.expect("X releases"));
+        let a_guard = tokio::time::timeout(secs(20), waiting)
+            .await
+            .expect("A granted")
+            .expect("task")
+            .expect("A writes");
+        let give_up = Instant::now() + secs(2);
+        while proxy.held_log().is_empty() && Instant::now() < give_up {
+            tokio::time::sleep(ms(1)).await;
+        }
+        proxy.hold_when_off();
+        if proxy.held_log().is_empty() {
+            a_guard.release().await.expect("release");
+            continue;
+        }
+        let id = a_guard.detach();
+        proxy.cut_clients();
+        let b_write = resumer
+            .rwlock(&name)
+            .lease(secs(9))
+            .resume_write(&id)
+            .await
+            .expect("B resumes the write hold");
+        let b_guard = redis_locks::WriteGuard::downgrade(b_write)
+            .await
+            .expect("B downgrades");
+        proxy.deliver();
+        until("the held claim was never delivered", secs(10), || {
+            proxy.queued() == 0
+        })
+        .await;
+        tokio::time::sleep(ms(50)).await;
+        let rival = contender.rwlock(&name);
+        watch(
+            "B's read guard (downgraded) after A's late claim",
+            || b_guard.is_held(),
+            || b_guard.valid_until(),
+            async || probe.inspect().await.expect("inspect"),
+            async || took(rival.try_write().await).await,
+            secs(2),
+        )
+        .await;
+        return;
+    }
+    panic!("every waiter was granted by its own attempt");
+}
+
+/// A client of redis-server `b` through a new [`late_proxy::LateProxy`], with 300 ms response
+/// timeouts (a held request soon counts as lost, and the client reconnects).
+async fn proxied_client(b: &Backend) -> (late_proxy::LateProxy, LockClient) {
+    let port = b.server.as_ref().expect("server").port();
+    let proxy = late_proxy::LateProxy::start(port).await;
+    let a = LockClient::builder()
+        .redis_config(redis_locks::RedisConfig {
+            response_timeout: ms(300),
+            connect_timeout: ms(500),
+            ..redis_locks::RedisConfig::default()
+        })
+        .connect(&proxy.url())
+        .await
+        .expect("A connects through the proxy");
+    (proxy, a)
+}
+
+/// Once the proxy holds a request (the first attempt), cuts the client side of every
+/// connection: the client reconnects and retries, the held request reaches the server later.
+async fn cut_behind_the_first_attempt(proxy: &late_proxy::LateProxy) {
+    let give_up = Instant::now() + secs(10);
+    while proxy.queued() == 0 {
+        assert!(
+            Instant::now() < give_up,
+            "A's attempt never reached the proxy"
+        );
+        tokio::time::sleep(ms(5)).await;
+    }
+    tokio::time::sleep(ms(50)).await;
+    proxy.cut_clients();
+}

@@ -557,15 +557,13 @@ impl HoldState {
         }
         let ask = match kind {
             Kind::Downgrade(_) => Ask::Downgrade { lease },
-            Kind::Renewal => Ask::Lease {
+            // Until a claim is confirmed, every lease request is the claim (an extend too): one
+            // sent after a claim of unknown outcome must still replace the hand-off's window
+            // with the lease, or a holder that dies then blocks others for the whole window.
+            Kind::Renewal | Kind::Extend(_) => Ask::Lease {
                 lease,
                 give_up_at,
                 handed_until: self.claim_pending,
-            },
-            _ => Ask::Lease {
-                lease,
-                give_up_at,
-                handed_until: None,
             },
         };
         self.in_flight.push(InFlight {

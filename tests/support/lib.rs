@@ -31,6 +31,7 @@ pub mod faulty;
 pub mod fenced;
 pub mod history;
 pub mod honest;
+pub mod late;
 pub mod model_rig;
 pub mod observe;
 pub mod proxy;
