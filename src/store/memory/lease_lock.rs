@@ -142,6 +142,11 @@ pub(super) fn acquire(
     wakes.reply(reply)
 }
 
+/// The refusal of a lease-lock claim on a name held through the ticket queue.
+const QUEUE_HELD: Refusal = Refusal::Mixed {
+    held_by: Family::TicketQueue,
+};
+
 fn attempt(
     state: &mut LockState,
     now: u64,
@@ -165,9 +170,6 @@ fn attempt(
             heartbeat_until,
         })
     };
-    let queue_held = Refusal::Mixed {
-        held_by: Family::TicketQueue,
-    };
     let lock = &mut state.lease;
     match claim.slot {
         Slot::Write => {
@@ -184,17 +186,16 @@ fn attempt(
                 None => lock.readers.max_score().map(|m| m - now),
             };
             if retry.is_some() {
-                let mut announced = None;
-                if wait && claim.policy == Policy::Writer {
-                    let until = odd(now + ms(claim.heartbeat));
+                let announce = wait && claim.policy == Policy::Writer;
+                let announced = announce.then(|| odd(now + ms(claim.heartbeat)));
+                if let Some(until) = announced {
                     lock.waiting_writers.add(&claim.token, until);
-                    announced = Some(until);
                 }
                 return Ok(busy(retry, announced));
             }
             if state.queue.held(now) {
                 state.lease.leave_waiting(&claim.token, wakes);
-                return Err(queue_held);
+                return Err(QUEUE_HELD);
             }
             state.next_fence(now, now + lease);
             let lock = &mut state.lease;
@@ -209,16 +210,15 @@ fn attempt(
             if let Some((_, dl)) = live {
                 return Ok(busy(Some(dl - now), None));
             }
-            let mine = lock.readers.score(&claim.token);
-            if mine.is_none() && claim.policy == Policy::Writer && !lock.waiting_writers.is_empty()
-            {
-                return Ok(busy(None, None));
-            }
-            if mine.is_none() && state.queue.held(now) {
-                return Err(queue_held);
-            }
             // A reader already (a retry): renewed, never shortened.
-            let until = mine.map_or(now + lease, |held| Renewal::Keep.deadline(held, now, lease));
+            let until = match lock.readers.score(&claim.token) {
+                Some(held) => Renewal::Keep.deadline(held, now, lease),
+                None if claim.policy == Policy::Writer && !lock.waiting_writers.is_empty() => {
+                    return Ok(busy(None, None));
+                }
+                None if state.queue.held(now) => return Err(QUEUE_HELD),
+                None => now + lease,
+            };
             state.lease.readers.add(&claim.token, until);
             state.keep_fence(now, until);
             Ok(granted(state.fence))
