@@ -302,13 +302,15 @@ fn multi_lock_script_matches_model() {
         }
     };
     check(&mut TestRunner::new(config.clone()));
-    // Random programs rarely miss an outcome; the same number of programs from a fixed seed
-    // then makes sure every outcome was compared.
-    if full_run() && kinds.iter().any(|k| !reached.lock().unwrap().contains(k)) {
-        check(&mut TestRunner::new_with_rng(
-            config,
-            TestRng::deterministic_rng(RngAlgorithm::ChaCha),
-        ));
+    // Random programs sometimes miss an outcome (a grant again to its own token needs a
+    // retry of a live grant); as many programs from fixed seeds, up to four, then make sure
+    // every outcome was compared.
+    for seed in 0..4u8 {
+        if !full_run() || kinds.iter().all(|k| reached.lock().unwrap().contains(k)) {
+            break;
+        }
+        let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &[seed; 32]);
+        check(&mut TestRunner::new_with_rng(config.clone(), rng));
     }
     let reached = reached.lock().unwrap().clone();
     for kind in kinds {
