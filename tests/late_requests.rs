@@ -169,16 +169,7 @@ async fn a_late_duplicate_acquire_cannot_cut_a_resumed_mutex() {
         .await
         .expect("B resumes");
     assert!(b_guard.is_held());
-    proxy.deliver();
-    let give_up = Instant::now() + secs(10);
-    while proxy.queued() > 0 {
-        assert!(
-            Instant::now() < give_up,
-            "the held attempt was never delivered"
-        );
-        tokio::time::sleep(ms(5)).await;
-    }
-    tokio::time::sleep(ms(50)).await;
+    deliver_the_held(&proxy).await;
     watch_mutex(
         "B's resumed guard after A's late first attempt",
         &b_guard,
@@ -517,16 +508,7 @@ async fn a_late_duplicate_read_acquire_cannot_let_a_writer_beside_a_resumed_read
         .await
         .expect("B resumes");
     assert!(b_guard.is_held());
-    proxy.deliver();
-    let give_up = Instant::now() + secs(10);
-    while proxy.queued() > 0 {
-        assert!(
-            Instant::now() < give_up,
-            "the held attempt was never delivered"
-        );
-        tokio::time::sleep(ms(5)).await;
-    }
-    tokio::time::sleep(ms(50)).await;
+    deliver_the_held(&proxy).await;
     let (probe, rival) = (observer.rwlock(name), contender.rwlock(name));
     watch(
         "B's resumed read guard after A's late first attempt",
@@ -989,4 +971,19 @@ async fn cut_behind_the_first_attempt(proxy: &late_proxy::LateProxy) {
     }
     tokio::time::sleep(ms(50)).await;
     proxy.cut_clients();
+}
+
+/// Lets the proxy's held requests through and waits until they left (plus 50 ms for the
+/// server to run them).
+async fn deliver_the_held(proxy: &late_proxy::LateProxy) {
+    proxy.deliver();
+    let give_up = Instant::now() + secs(10);
+    while proxy.queued() > 0 {
+        assert!(
+            Instant::now() < give_up,
+            "the held attempt was never delivered"
+        );
+        tokio::time::sleep(ms(5)).await;
+    }
+    tokio::time::sleep(ms(50)).await;
 }
