@@ -154,8 +154,8 @@ async fn a_longer_extend_during_an_unknown_claim_then_a_resume_then_the_late_cla
     panic!("every waiter was granted by its own attempt");
 }
 
-/// The late claim and the late extend in the other order. The claim's outcome is unknown (held on the proxy, connection
-/// cut); A's extend (9 s, longer than the window) is held in A's store and its call
+/// The late claim and the late extend in the other order. The claim's outcome is unknown
+/// (held on the proxy, connection cut); A's extend (9 s, longer than the window) is held in A's store and its call
 /// cancelled; A detaches, B resumes with 400 ms; then the late CLAIM lands first, then the
 /// late EXTEND (which names the same hand-off deadline). B must not be cut, and B's trust
 /// stays within the server's lease; also a dead B afterwards... is not this test's business.
