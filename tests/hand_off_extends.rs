@@ -155,10 +155,10 @@ async fn a_longer_extend_during_an_unknown_claim_then_a_resume_then_the_late_cla
 }
 
 /// The late claim and the late extend in the other order. The claim's outcome is unknown
-/// (held on the proxy, connection cut); A's extend (9 s, longer than the window) is held in A's store and its call
-/// cancelled; A detaches, B resumes with 400 ms; then the late CLAIM lands first, then the
-/// late EXTEND (which names the same hand-off deadline). B must not be cut, and B's trust
-/// stays within the server's lease; also a dead B afterwards... is not this test's business.
+/// (held on the proxy, connection cut); A's extend (9 s, longer than the window) is held in
+/// A's store and its call cancelled; A detaches, B resumes with 400 ms; then the late claim
+/// lands first, then the late extend (which names the same hand-off deadline). B's hold is
+/// not cut, and B's trust stays within the server's lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_late_claim_then_the_late_extend_after_a_resume_cannot_cut_it() {
     let b = Backend::redis();
