@@ -987,3 +987,187 @@ async fn deliver_the_held(proxy: &late_proxy::LateProxy) {
     }
     tokio::time::sleep(ms(50)).await;
 }
+
+/// Quorum mode (three redis-servers): a quorum acquire that gets no majority releases its
+/// claim by token on every server where it is unsure, then the wait attempts again. Here A's
+/// first attempt is held on the network to servers 0 and 1 (granted on 2): it times out
+/// there, so the client releases the token on all three; those releases to 0 and 1 are held
+/// behind the attempt. A's connections there then break, and the retry is granted on all
+/// three servers: A has a guard (lease 9 s). The held attempt and the held *release* then
+/// reach servers 0 and 1. The retry must not be a claim those late requests name (a retry
+/// by the same token would be ended by the late release on a majority, and a contender
+/// granted beside A's guard): no contender is granted while A's guard says `is_held()`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_late_release_of_a_failed_quorum_attempt_cannot_end_its_retry() {
+    use support::RedisServer;
+    let name = "late-release-of-quorum-attempt";
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let p0 = late_proxy::LateProxy::start(servers[0].port()).await;
+    let p1 = late_proxy::LateProxy::start(servers[1].port()).await;
+    let direct: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let direct: Vec<&str> = direct.iter().map(String::as_str).collect();
+    let via = [p0.url(), p1.url(), servers[2].url()];
+    let via: Vec<&str> = via.iter().map(String::as_str).collect();
+    let a = LockClient::builder()
+        .redis_config(redis_locks::RedisConfig {
+            response_timeout: ms(300),
+            connect_timeout: ms(500),
+            ..redis_locks::RedisConfig::default()
+        })
+        .quorum(&via)
+        .await
+        .expect("A connects (two servers through proxies)");
+    let observer = LockClient::builder()
+        .quorum(&direct)
+        .await
+        .expect("observer");
+    let contender = LockClient::builder()
+        .quorum(&direct)
+        .await
+        .expect("contender");
+    a.mutex("warm-up")
+        .lock()
+        .await
+        .expect("warm-up")
+        .release()
+        .await
+        .expect("release");
+    p0.hold_existing();
+    p1.hold_existing();
+    // A reconnect after the attempt's timeout is held too, until the cut.
+    p0.hold_new(true);
+    p1.hold_new(true);
+    let a_handle = a.mutex(name).lease(secs(9));
+    let locking = tokio::spawn(async move { a_handle.lock().await });
+    // Two requests held on each proxy: the attempt, then the release of its token.
+    let both = || {
+        [&p0, &p1].iter().all(|p| {
+            let log = p.held_log();
+            log.len() >= 2
+        })
+    };
+    until(
+        "the attempt and its release never both reached the proxies",
+        secs(10),
+        both,
+    )
+    .await;
+    eprintln!("p0 held: {:?}", p0.held_log());
+    eprintln!("p1 held: {:?}", p1.held_log());
+    p0.hold_new(false);
+    p1.hold_new(false);
+    p0.cut_clients();
+    p1.cut_clients();
+    let a_guard = tokio::time::timeout(secs(20), locking)
+        .await
+        .expect("A granted after reconnecting")
+        .expect("task")
+        .expect("A locks");
+    assert!(a_guard.is_held());
+    p0.deliver();
+    p1.deliver();
+    until(
+        "the held requests were never delivered",
+        secs(10),
+        || p0.queued() == 0 && p1.queued() == 0,
+    )
+    .await;
+    tokio::time::sleep(ms(50)).await;
+    watch_mutex(
+        "A's quorum guard after its failed attempt's late release",
+        &a_guard,
+        &observer,
+        &contender,
+        name,
+        secs(2),
+    )
+    .await;
+}
+
+/// A multi-lock's wait gives back what an attempt of unknown outcome may have granted
+/// (`Group::refused` withdraws: a release of its token on every part), then attempts again.
+/// Here: C holds X; A's first multi-lock attempt on [X, Y] is refused but its reply is lost
+/// (unknown), its next attempt is refused, and the withdraw's releases are held on a slow
+/// network: A's connection breaks, the releases are retried on a new one, C releases X and A
+/// is granted [X, Y] (lease 9 s). Then the held releases reach the server: they must not end
+/// A's holds (a retry by the withdrawn token would be ended by them, and a contender would
+/// take Y beside A's MultiGuard): no contender is granted while the MultiGuard says
+/// `is_held()`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_late_withdraw_of_a_multi_lock_cannot_end_its_later_grant() {
+    use redis_locks::testing::store::RedisStore;
+    use support::faulty::Faulty;
+    let (x, y) = ("late-withdraw-multi:x", "late-withdraw-multi:y");
+    let b = Backend::redis();
+    let port = b.server.as_ref().expect("server").port();
+    let proxy = late_proxy::LateProxy::start(port).await;
+    let store = RedisStore::connect_with(
+        &proxy.url(),
+        redis_locks::RedisConfig {
+            response_timeout: ms(300),
+            connect_timeout: ms(500),
+            ..redis_locks::RedisConfig::default()
+        },
+    )
+    .await
+    .expect("A's store through the proxy");
+    let fa = Faulty::new(std::sync::Arc::new(store));
+    let a = LockClient::builder().store(fa.clone()).expect("A");
+    let c = b.client().await;
+    let observer = b.client().await;
+    let contender = b.client().await;
+    // Warm-up: the scripts are on the server.
+    a.multi_lock(["late-withdraw-multi:w1", "late-withdraw-multi:w2"])
+        .lock()
+        .await
+        .expect("warm-up")
+        .release()
+        .await
+        .expect("release");
+    let c_guard = c.mutex(x).lease(secs(30)).lock().await.expect("C locks X");
+    // The first attempt's reply is lost (the server refused it: C holds X).
+    fa.add(Rule::on(Op::AcquireAll).times(1).lose_reply());
+    // The first release of the test's names (the withdraw) holds A's connection.
+    proxy.hold_when(|chunk| {
+        chunk.starts_with("*13\r\n$7\r\nEVALSHA") && chunk.contains("late-withdraw-multi:")
+    });
+    let m = a.multi_lock([x, y]).lease(secs(9));
+    let locking = tokio::spawn(async move { m.lock().await });
+    until(
+        "the withdraw's release never reached the proxy",
+        secs(10),
+        || !proxy.held_log().is_empty(),
+    )
+    .await;
+    proxy.hold_when_off();
+    proxy.cut_clients();
+    eprintln!("held: {:?}", proxy.held_log());
+    tokio::time::sleep(ms(300)).await;
+    assert!(c_guard.release().await.expect("C releases X"));
+    let a_guard = tokio::time::timeout(secs(20), locking)
+        .await
+        .expect("A granted")
+        .expect("task")
+        .expect("A locks [X, Y]");
+    assert!(a_guard.is_held());
+    proxy.deliver();
+    until("the held releases were never delivered", secs(10), || {
+        proxy.queued() == 0
+    })
+    .await;
+    tokio::time::sleep(ms(50)).await;
+    let (probe, rival) = (observer.mutex(y), contender.mutex(y));
+    let rival_x = contender.mutex(x);
+    watch(
+        "A's multi-lock guard (part Y) after its withdraw's late release",
+        || a_guard.is_held(),
+        || a_guard.valid_until(),
+        async || probe.inspect().await.expect("inspect"),
+        async || match took(rival.try_lock().await).await {
+            Some(f) => Some(f),
+            None => took(rival_x.try_lock().await).await,
+        },
+        secs(2),
+    )
+    .await;
+}
