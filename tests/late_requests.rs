@@ -1066,11 +1066,9 @@ async fn a_late_release_of_a_failed_quorum_attempt_cannot_end_its_retry() {
     assert!(a_guard.is_held());
     p0.deliver();
     p1.deliver();
-    until(
-        "the held requests were never delivered",
-        secs(10),
-        || p0.queued() == 0 && p1.queued() == 0,
-    )
+    until("the held requests were never delivered", secs(10), || {
+        p0.queued() == 0 && p1.queued() == 0
+    })
     .await;
     tokio::time::sleep(ms(50)).await;
     watch_mutex(

@@ -20,8 +20,10 @@
 //!   hold is short and every wait is eventually served, so a script that does not finish
 //!   is stuck);
 //! - `Orphan`: no claim is held on the server without a guard while its client has sent
-//!   nothing for it for [`ORPHAN_AFTER`] (a cancelled or failed acquisition releases what it
-//!   may have been granted; a multi-lock waiting for a later slot renews the earlier ones);
+//!   nothing for it for [`ORPHAN_AFTER`] or half its lease, whichever is longer (a cancelled
+//!   or failed acquisition releases what it may have been granted; a multi-lock waiting for
+//!   a later slot renews the earlier ones, a third of a lease apart, under the token of
+//!   their grant while the later slot may be pursued by a new one);
 //! - `Leak`: once every script finished and the faults ended (releases whose reply was lost
 //!   are retried by token), no name is held: no part of a multi-lock was left behind by a
 //!   timeout, a cancellation or a lost reply, even one whose lease has not lapsed yet.
@@ -145,8 +147,11 @@ fn schedule() -> impl Strategy<Value = Schedule> {
 trait Claimed: Send + Sync {
     fn is_held(&self) -> bool;
     fn valid_until(&self) -> Instant;
-    fn token(&self) -> String;
-    fn parts(&self) -> Vec<(String, Slot)>;
+    /// The tokens the store knows its parts by (a multi-lock's differ between Cluster slots
+    /// when a wait withdrew an attempt and went on by a new token).
+    fn tokens(&self) -> Vec<String>;
+    /// Each part's name, slot and token.
+    fn parts(&self) -> Vec<(String, Slot, String)>;
 }
 
 struct MultiEntry(redis_locks::MultiGuard, Vec<(String, Slot)>);
@@ -158,11 +163,16 @@ impl Claimed for MultiEntry {
     fn valid_until(&self) -> Instant {
         self.0.valid_until()
     }
-    fn token(&self) -> String {
-        self.0.token()
+    fn tokens(&self) -> Vec<String> {
+        let names = self.1.iter().map(|(name, _)| name);
+        names.filter_map(|name| self.0.token_of(name)).collect()
     }
-    fn parts(&self) -> Vec<(String, Slot)> {
-        self.1.clone()
+    fn parts(&self) -> Vec<(String, Slot, String)> {
+        let token = |name: &str| self.0.token_of(name).unwrap_or_default();
+        let parts = self.1.iter();
+        parts
+            .map(|(name, slot)| (name.clone(), *slot, token(name)))
+            .collect()
     }
 }
 
@@ -175,19 +185,19 @@ impl<K: redis_locks::kind::Kind> Claimed for SingleEntry<K> {
     fn valid_until(&self) -> Instant {
         self.0.valid_until()
     }
-    fn token(&self) -> String {
-        self.0.token()
+    fn tokens(&self) -> Vec<String> {
+        vec![self.0.token()]
     }
-    fn parts(&self) -> Vec<(String, Slot)> {
-        vec![(self.0.name().to_owned(), self.1)]
+    fn parts(&self) -> Vec<(String, Slot, String)> {
+        vec![(self.0.name().to_owned(), self.1, self.0.token())]
     }
 }
 
 #[derive(Default)]
 struct World {
     guards: StdMutex<Vec<Weak<dyn Claimed>>>,
-    /// The last instant each token's client sent anything for it.
-    last_seen: StdMutex<std::collections::HashMap<String, Instant>>,
+    /// The last instant each token's client sent anything for it, and the lease it asked for.
+    last_seen: StdMutex<std::collections::HashMap<String, (Instant, Duration)>>,
     violations: StdMutex<Vec<String>>,
     lost_replies: StdMutex<u64>,
 }
@@ -209,7 +219,8 @@ impl World {
             guards.retain(|g| g.strong_count() > 0);
             guards.iter().filter_map(Weak::upgrade).collect()
         };
-        let live: std::collections::HashSet<String> = guards.iter().map(|g| g.token()).collect();
+        let live: std::collections::HashSet<String> =
+            guards.iter().flat_map(|g| g.tokens()).collect();
         for name in NAMES {
             let keys = LockKeys::new("rl", name).expect("name");
             let snap: Snapshot =
@@ -220,10 +231,10 @@ impl World {
                     .lock()
                     .unwrap()
                     .get(&h.token)
-                    .is_none_or(|seen| seen.elapsed() > ORPHAN_AFTER);
+                    .is_none_or(|(seen, lease)| seen.elapsed() > ORPHAN_AFTER.max(*lease / 2));
                 if quiet && !live.contains(&h.token) {
                     self.violation(format!(
-                        "Orphan: {} holds {name} ({} ms left) at t+{} with no guard and nothing sent for it in {ORPHAN_AFTER:?}",
+                        "Orphan: {} holds {name} ({} ms left) at t+{} with no guard and nothing sent for it in {ORPHAN_AFTER:?} (or half its lease)",
                         h.token,
                         h.remaining_ms,
                         now - START_MS
@@ -235,8 +246,7 @@ impl World {
             if !g.is_held() {
                 continue;
             }
-            let token = g.token();
-            for (name, slot) in g.parts() {
+            for (name, slot, token) in g.parts() {
                 let keys = LockKeys::new("rl", &name).expect("name");
                 let snap: Snapshot =
                     ready(store.inspect(&keys, Family::LeaseLock, Some(now))).expect("inspect");
@@ -301,12 +311,14 @@ impl sim_store::Link for Link {
         if matches!(request.call, Call::Inspect(_)) {
             return Some(Fault::None);
         }
-        let token = request.claim().map_or("", |(c, _)| c.token.as_str());
+        let (token, lease) = request
+            .claim()
+            .map_or(("", Duration::ZERO), |(c, lease)| (c.token.as_str(), lease));
         self.world
             .last_seen
             .lock()
             .unwrap()
-            .insert(token.to_owned(), Instant::now());
+            .insert(token.to_owned(), (Instant::now(), lease));
         let faults = self.faulty && virtual_now(self.start) - START_MS < FAULTS_UNTIL;
         let roll = if faults { self.next() % 100 } else { 100 };
         Some(match roll {

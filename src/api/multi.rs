@@ -242,7 +242,7 @@ impl MultiLock {
                 rest.len()
             };
             let (group, later) = rest.split_at(len);
-            match self.acquire_group(group, &claim, deadline).await {
+            match self.acquire_group(group, &mut claim, deadline).await {
                 Ok(granted) => holds.extend(granted),
                 Err(err) => {
                     // Let go of the slots already taken, in reverse order, now; what Redis
@@ -258,11 +258,12 @@ impl MultiLock {
     }
 
     /// Takes every part of `group` (one step's worth), waiting as `deadline` allows, in the
-    /// one acquire loop; the holds of the grants.
+    /// one acquire loop; the holds of the grants. A wait that withdrew an attempt goes on
+    /// under a new token, which `claim` then carries to the later groups.
     async fn acquire_group(
         &self,
         group: &[Part],
-        claim: &Claim,
+        claim: &mut Claim,
         deadline: Deadline,
     ) -> Result<Vec<Hold>> {
         let parts = group
@@ -276,7 +277,7 @@ impl MultiLock {
         let mut pursuit = Group {
             ctx: &self.ctx,
             group,
-            claim,
+            claim: claim.clone(),
             pending: Pending::new(self.ctx.store.clone(), self.ctx.holds.clone(), parts),
             unknown: false,
             busy_part: 0,
@@ -287,7 +288,9 @@ impl MultiLock {
             response_timeout: self.ctx.response_timeout,
             outage_budget: self.ctx.opts.outage_budget,
         };
-        match pursue(&mut pursuit, &waiting).await? {
+        let won = pursue(&mut pursuit, &waiting).await;
+        claim.token = std::mem::take(&mut pursuit.claim.token);
+        match won? {
             Some((fences, sent_at)) => {
                 Ok(pursuit.pending.granted(&fences, sent_at, &self.ctx.opts))
             }
@@ -308,7 +311,8 @@ impl MultiLock {
 struct Group<'a> {
     ctx: &'a LockCtx,
     group: &'a [Part],
-    claim: &'a Claim,
+    /// Its token is new after every withdraw ([`Pending::retoken`]).
+    claim: Claim,
     /// What a grant whose reply was lost (or whose future was dropped in flight) may have
     /// left: released when the group is refused, when the wait ends without a grant, or in
     /// the background when the acquisition is dropped.
@@ -327,7 +331,7 @@ impl Pursuit for Group<'_> {
         match self
             .ctx
             .store
-            .acquire_all(self.group, self.claim, None)
+            .acquire_all(self.group, &self.claim, None)
             .await
         {
             Ok(AcquireAll::Granted(grants)) => {
@@ -357,9 +361,13 @@ impl Pursuit for Group<'_> {
                     .unwrap_or(false),
                 None => withdraw.await,
             };
-            if done {
-                self.unknown = false;
-            }
+            // The withdraw's releases may still reach the server later (one retried on a
+            // new connection, the first copy delayed): the next attempts go by a new token,
+            // which those releases cannot end. What was not confirmed stays released in the
+            // background.
+            self.claim.token = crate::vocab::token::next();
+            self.pending.retoken(&self.claim.token, done);
+            self.unknown = false;
         }
         if !wait && !self.unknown {
             // A refused try leaves nothing: no queue place, no announcement.
@@ -588,10 +596,21 @@ impl MultiGuard {
         self.holds.iter().map(|h| (h.name(), h.fencing_token()))
     }
 
-    /// The claim token the store knows every part by (feature `testing`).
+    /// The claim token the store knows the first part by (feature `testing`): every part's,
+    /// unless on Redis Cluster a wait withdrew an attempt after an earlier slot's grant (the
+    /// later slots then have the new token).
     #[cfg(feature = "testing")]
     pub fn token(&self) -> String {
         self.holds.first().map(|h| h.token()).unwrap_or_default()
+    }
+
+    /// The claim token the store knows the part `name` by (feature `testing`).
+    #[cfg(feature = "testing")]
+    pub fn token_of(&self, name: &str) -> Option<String> {
+        self.holds
+            .iter()
+            .find(|h| h.name() == name)
+            .map(|h| h.token())
     }
 
     /// True while every part's lease can be trusted (see [`Guard::is_held`](crate::Guard)):

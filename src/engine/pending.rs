@@ -67,6 +67,28 @@ impl Pending {
         join_all(releases).await.iter().all(Result::is_ok)
     }
 
+    /// Gives every part the new `token` for the attempts to come. What the old token may hold
+    /// is released in the background unless `released` (Redis confirmed its release). A
+    /// request by the old token that reaches the server late (a release retried on another
+    /// connection, or sent where an attempt's outcome was unsure) then names no grant of
+    /// this acquisition: a late release cannot end a later grant, and a late attempt can
+    /// only make a hold nobody renews, which ends with its lease.
+    pub(crate) fn retoken(&mut self, token: &str, released: bool) {
+        let Some(parts) = self.parts.as_mut() else {
+            return;
+        };
+        let mut old = Vec::with_capacity(parts.len());
+        for (lock, claim) in parts.iter_mut() {
+            old.push((lock.clone(), claim.clone()));
+            claim.token = token.to_owned();
+        }
+        if !released {
+            for (lock, claim) in old.into_iter().rev() {
+                release_in_background(self.store.clone(), lock, claim);
+            }
+        }
+    }
+
     /// [`Pending::withdraw`], waiting at most `bound`, then forgotten if every release was
     /// confirmed: what is not done by then goes on in the background when this is dropped.
     pub(crate) async fn withdraw_within(&mut self, bound: Duration) {

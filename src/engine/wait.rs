@@ -11,7 +11,8 @@
 //!    queue place, or a grant that may have been made while the reply was in flight).
 //!
 //! A lost reply is not a failure: the attempt is retried with the same token, which the
-//! scripts treat idempotently.
+//! scripts treat idempotently; unless the claim's token was released in between (a
+//! multi-lock's withdraw, quorum mode's release where unsure): then by a new token.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -136,7 +137,7 @@ pub(crate) async fn pursue<P: Pursuit>(p: &mut P, w: &Waiting<'_>) -> Result<Opt
         Deadline::At(limit, _) => Some(crate::vocab::options::later(limit, w.response_timeout)),
         Deadline::Try | Deadline::Never => None,
     };
-    let mut registration: Option<(String, Registration)> = None;
+    let mut registration: Option<(String, String, Registration)> = None;
     let mut outage = Outage {
         since: None,
         backoff: FIRST_BACKOFF,
@@ -160,18 +161,28 @@ pub(crate) async fn pursue<P: Pursuit>(p: &mut P, w: &Waiting<'_>) -> Result<Opt
                 // A refusal that came at or after the deadline ends the wait below.
                 if !w.deadline.passed() {
                     let reg = match registration.take() {
-                        Some((c, reg)) if c == channel => reg,
+                        Some((c, token, reg)) if c == channel => {
+                            if token == p.token() {
+                                reg
+                            } else {
+                                // Wake-ups name the token: a pursuit with a new one registers
+                                // again on the channel it is already subscribed to.
+                                let new = w.hub.register(&channel, p.token());
+                                drop(reg);
+                                new
+                            }
+                        }
                         _ => {
                             let mut reg = w.hub.register(&channel, p.token());
                             let bound =
                                 subscribe_bound(w.deadline, w.response_timeout, p.interval());
                             reg.subscribed(bound).await;
-                            registration = Some((channel, reg));
+                            registration = Some((channel, p.token().to_owned(), reg));
                             continue;
                         }
                     };
                     let won = sleep(p, &reg, &busy, sent_at, w.deadline).await;
-                    registration = Some((channel, reg));
+                    registration = Some((channel, p.token().to_owned(), reg));
                     if let Some(won) = won {
                         return Ok(Some(won));
                     }
@@ -516,6 +527,19 @@ struct OneClaim<'a, 'p> {
     on_position: Option<&'p mut (dyn FnMut(u64) + Send)>,
 }
 
+impl OneClaim<'_, '_> {
+    /// After an attempt the store may have answered by releasing the token where unsure
+    /// ([`Store::releases_where_unsure`]): the next attempt goes by a new token, so that
+    /// release, if it reaches a server late, names no later grant. (The store released
+    /// what it was unsure of; nothing more is sent for the old token.)
+    fn new_token_if_released(&mut self) {
+        if self.ctx.store.releases_where_unsure() {
+            self.claim.token = crate::vocab::token::next();
+            self.pending.retoken(&self.claim.token, true);
+        }
+    }
+}
+
 impl Pursuit for OneClaim<'_, '_> {
     type Won = Won;
 
@@ -541,6 +565,7 @@ impl Pursuit for OneClaim<'_, '_> {
     }
 
     async fn refused(&mut self, busy: &Busy, wait: bool, _until: Option<Instant>) {
+        self.new_token_if_released();
         if !wait {
             // A refused try never stays queued.
             self.pending.forget();
@@ -575,6 +600,10 @@ impl Pursuit for OneClaim<'_, '_> {
             sent_at,
             until: grant.until.unwrap_or(0),
         })
+    }
+
+    fn unknown(&mut self) {
+        self.new_token_if_released();
     }
 
     fn interval(&self) -> Duration {

@@ -317,6 +317,14 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         Ok(Vec::new())
     }
 
+    /// True when a refused `acquire`, or one that fails, may have released the claim's token
+    /// where its outcome was unsure (quorum mode releases what a minority granted). The next
+    /// attempt then goes by a new token: that release may reach a server late, after a
+    /// retry by the same token was granted there, and end it.
+    fn releases_where_unsure(&self) -> bool {
+        false
+    }
+
     /// True when one `acquire_all` may only touch the keys of one Redis Cluster hash slot:
     /// a multi-lock then sends one per slot, in slot order.
     fn one_slot_per_step(&self) -> bool {

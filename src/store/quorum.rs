@@ -497,6 +497,10 @@ impl Store for QuorumStore {
         }))
     }
 
+    fn releases_where_unsure(&self) -> bool {
+        true
+    }
+
     async fn release(&self, lock: &LockKeys, claim: &Claim, now: Option<u64>) -> Result<bool> {
         reject_ticket(claim)?;
         let results = self
