@@ -25,6 +25,10 @@ pub(crate) struct Pending {
     holds: Arc<Holds>,
     /// `None` once consumed or forgotten.
     parts: Option<Vec<(LockKeys, Claim)>>,
+    /// Parts under tokens given up for new ones ([`Pending::retoken`]) whose release Redis
+    /// has not confirmed: released again with every withdraw and at every refusal
+    /// ([`Pending::release_retired`]), and in the background when this is dropped.
+    retired: Vec<(LockKeys, Claim)>,
 }
 
 impl Pending {
@@ -37,6 +41,7 @@ impl Pending {
             store,
             holds,
             parts: Some(parts),
+            retired: Vec::new(),
         }
     }
 
@@ -51,24 +56,62 @@ impl Pending {
         self.parts = None;
     }
 
-    /// Removes every part's traces now, last part first, the requests sent together; true
-    /// when Redis confirmed every release. The parts stay pending either way (what an attempt
-    /// made after this leaves is released on drop).
-    pub(crate) async fn withdraw(&self) -> bool {
+    /// Removes every part's traces now (and those of retired tokens), last part first, the
+    /// requests sent together; true when Redis confirmed every release. The parts stay
+    /// pending either way (what an attempt made after this leaves is released on drop).
+    pub(crate) async fn withdraw(&mut self) -> bool {
         let store = &*self.store;
         let releases = self
-            .parts()
+            .parts
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .chain(&self.retired)
+            .rev()
+            .map(|(lock, claim)| {
+                Box::pin(release_with_retry(store, lock, claim)) as BoxFuture<'_, Result<bool>>
+            })
+            .collect();
+        let done = join_all(releases).await;
+        // The retired parts' outcomes come first (the list was reversed).
+        let mut confirmed = done.iter().map(Result::is_ok);
+        let retired: Vec<bool> = confirmed.by_ref().take(self.retired.len()).collect();
+        let parts_done = confirmed.all(|ok| ok);
+        let mut keep = retired.iter().rev();
+        self.retired
+            .retain(|_| !keep.next().copied().unwrap_or(false));
+        parts_done && self.retired.is_empty()
+    }
+
+    /// Releases the parts of retired tokens again, waiting at most until `until`; those Redis
+    /// confirmed are forgotten. Nothing is sent when there are none.
+    pub(crate) async fn release_retired(&mut self, until: Option<Instant>) {
+        if self.retired.is_empty() {
+            return;
+        }
+        let store = &*self.store;
+        let releases = self
+            .retired
             .iter()
             .rev()
             .map(|(lock, claim)| {
                 Box::pin(release_with_retry(store, lock, claim)) as BoxFuture<'_, Result<bool>>
             })
             .collect();
-        join_all(releases).await.iter().all(Result::is_ok)
+        let done = match until {
+            Some(until) => tokio::time::timeout_at(until, join_all(releases)).await,
+            None => Ok(join_all(releases).await),
+        };
+        if let Ok(done) = done {
+            let mut keep = done.iter().rev();
+            self.retired
+                .retain(|_| keep.next().is_none_or(|outcome| outcome.is_err()));
+        }
     }
 
-    /// Gives every part the new `token` for the attempts to come. What the old token may hold
-    /// is released in the background unless `released` (Redis confirmed its release). A
+    /// Gives every part the new `token` for the attempts to come. Unless `released` (Redis
+    /// confirmed the old token's release), the parts under the old token are retired: released
+    /// again until Redis confirms it. A
     /// request by the old token that reaches the server late (a release retried on another
     /// connection, or sent where an attempt's outcome was unsure) then names no grant of
     /// this acquisition: a late release cannot end a later grant, and a late attempt can
@@ -77,15 +120,11 @@ impl Pending {
         let Some(parts) = self.parts.as_mut() else {
             return;
         };
-        let mut old = Vec::with_capacity(parts.len());
         for (lock, claim) in parts.iter_mut() {
-            old.push((lock.clone(), claim.clone()));
-            claim.token = token.to_owned();
-        }
-        if !released {
-            for (lock, claim) in old.into_iter().rev() {
-                release_in_background(self.store.clone(), lock, claim);
+            if !released {
+                self.retired.push((lock.clone(), claim.clone()));
             }
+            claim.token = token.to_owned();
         }
     }
 
@@ -136,7 +175,9 @@ impl Pending {
 
 impl Drop for Pending {
     fn drop(&mut self) {
-        for (lock, claim) in self.parts.take().unwrap_or_default().into_iter().rev() {
+        let retired = std::mem::take(&mut self.retired);
+        let parts = self.parts.take().unwrap_or_default();
+        for (lock, claim) in retired.into_iter().chain(parts).rev() {
             release_in_background(self.store.clone(), lock, claim);
         }
     }

@@ -162,15 +162,12 @@ pub(crate) async fn pursue<P: Pursuit>(p: &mut P, w: &Waiting<'_>) -> Result<Opt
                 if !w.deadline.passed() {
                     let reg = match registration.take() {
                         Some((c, token, reg)) if c == channel => {
-                            if token == p.token() {
-                                reg
-                            } else {
-                                // Wake-ups name the token: a pursuit with a new one registers
-                                // again on the channel it is already subscribed to.
-                                let new = w.hub.register(&channel, p.token());
-                                drop(reg);
-                                new
+                            if token != p.token() {
+                                // Wake-ups name the token: the registration follows a new one
+                                // (keeping a wake-up already delivered).
+                                reg.set_token(p.token());
                             }
+                            reg
                         }
                         _ => {
                             let mut reg = w.hub.register(&channel, p.token());
@@ -347,10 +344,21 @@ impl LockCtx {
 
     pub(crate) fn claim(&self, request: Request) -> Claim {
         let mut claim = request.claim(self.opts.lease, self.opts.heartbeat());
-        claim.token.reserve_exact(1 + self.opts.label.len());
-        claim.token.push('-');
-        claim.token.push_str(&self.opts.label);
+        self.label(&mut claim.token);
         claim
+    }
+
+    /// A fresh claim token carrying the client's label.
+    pub(crate) fn new_token(&self) -> String {
+        let mut token = crate::vocab::token::next();
+        self.label(&mut token);
+        token
+    }
+
+    fn label(&self, token: &mut String) {
+        token.reserve_exact(1 + self.opts.label.len());
+        token.push('-');
+        token.push_str(&self.opts.label);
     }
 
     /// The longest a waiter sleeps between attempts.
@@ -528,15 +536,16 @@ struct OneClaim<'a, 'p> {
 }
 
 impl OneClaim<'_, '_> {
-    /// After an attempt the store may have answered by releasing the token where unsure
-    /// ([`Store::releases_where_unsure`]): the next attempt goes by a new token, so that
-    /// release, if it reaches a server late, names no later grant. (The store released
-    /// what it was unsure of; nothing more is sent for the old token.)
-    fn new_token_if_released(&mut self) {
-        if self.ctx.store.releases_where_unsure() {
-            self.claim.token = crate::vocab::token::next();
-            self.pending.retoken(&self.claim.token, true);
-        }
+    /// After an attempt the store answered by releasing the token where unsure
+    /// ([`Busy::token_released`], or a failure of a store that
+    /// [`releases_where_unsure`](Store::releases_where_unsure)): the next attempt goes by a
+    /// new token, so that release, if it reaches a server late, names no later grant. The
+    /// old token is retired: released again at each later refusal until Redis confirms it,
+    /// so what it may still hold (a grant whose release did not get through, a waiting-writer
+    /// announcement) does not hold the new one back for long.
+    fn new_token(&mut self) {
+        self.claim.token = self.ctx.new_token();
+        self.pending.retoken(&self.claim.token, false);
     }
 }
 
@@ -564,8 +573,13 @@ impl Pursuit for OneClaim<'_, '_> {
         }
     }
 
-    async fn refused(&mut self, busy: &Busy, wait: bool, _until: Option<Instant>) {
-        self.new_token_if_released();
+    async fn refused(&mut self, busy: &Busy, wait: bool, until: Option<Instant>) {
+        // Tokens retired at an earlier refusal go first: the current one has been refused
+        // (and, as a waiting writer, announced) since, so no reader slips in between.
+        self.pending.release_retired(until).await;
+        if busy.token_released {
+            self.new_token();
+        }
         if !wait {
             // A refused try never stays queued.
             self.pending.forget();
@@ -603,7 +617,9 @@ impl Pursuit for OneClaim<'_, '_> {
     }
 
     fn unknown(&mut self) {
-        self.new_token_if_released();
+        if self.ctx.store.releases_where_unsure() {
+            self.new_token();
+        }
     }
 
     fn interval(&self) -> Duration {

@@ -480,7 +480,8 @@ impl Store for QuorumStore {
                 lease: claim.lease,
             }));
         }
-        if unsure.iter().any(|u| *u) {
+        let token_released = unsure.iter().any(|u| *u);
+        if token_released {
             self.release_on(lock, claim, &unsure).await;
         }
         if answered < required {
@@ -494,6 +495,7 @@ impl Store for QuorumStore {
             retry_after,
             position: None,
             heartbeat_until: None,
+            token_released,
         }))
     }
 

@@ -274,6 +274,10 @@ pub struct Busy {
     /// the same instant in its wake-up, which tells the waiter the grant came after this
     /// attempt.
     pub heartbeat_until: Option<u64>,
+    /// The store released the claim's token where this attempt's outcome was unsure
+    /// (quorum mode, where a minority granted or did not answer): the next attempt goes by a
+    /// new token, since a copy of that release may still reach a server after it.
+    pub token_released: bool,
 }
 
 /// Outcome of one acquire attempt.

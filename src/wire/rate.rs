@@ -111,6 +111,7 @@ from_value_ref!(RateReply, |v| {
                 retry_after: optional(retry, "retry")?.map(Duration::from_millis),
                 position: optional(position, "position")?,
                 heartbeat_until: optional(heartbeat_until, "heartbeat deadline")?,
+                token_released: false,
             })))
         }
         _ => Err(malformed(WHAT, v)),
@@ -184,6 +185,7 @@ mod tests {
                 retry_after: Some(Duration::from_millis(7)),
                 position: None,
                 heartbeat_until: None,
+                token_released: false,
             })
         );
         assert!(RateReply::from_redis_value_ref(&Value::Int(1)).is_err());

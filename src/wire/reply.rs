@@ -102,6 +102,7 @@ from_value_ref!(AcquireReply, |v| {
                 retry_after: optional(retry, "retry")?.map(Duration::from_millis),
                 position: optional(position, "position")?,
                 heartbeat_until: optional(heartbeat_until, "heartbeat deadline")?,
+                token_released: false,
             }))
         }
         _ => Err(malformed(WHAT, v)),
@@ -375,6 +376,7 @@ impl MultiAcquireReply {
                         retry_after: retry.map(Duration::from_millis),
                         position: None,
                         heartbeat_until: None,
+                        token_released: false,
                     },
                 })
             }

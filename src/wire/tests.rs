@@ -388,11 +388,13 @@ fn acquire_reply_round_trip() {
             retry_after: Some(Duration::from_millis(120)),
             position: None,
             heartbeat_until: Some(1_000_250),
+            token_released: false,
         }),
         Acquire::Busy(Busy {
             retry_after: None,
             position: Some(0),
             heartbeat_until: None,
+            token_released: false,
         }),
     ];
     for reply in replies {

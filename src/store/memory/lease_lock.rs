@@ -168,6 +168,7 @@ fn attempt(
             retry_after: retry.map(Duration::from_millis),
             position: None,
             heartbeat_until,
+            token_released: false,
         })
     };
     let lock = &mut state.lease;

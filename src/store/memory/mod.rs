@@ -649,6 +649,7 @@ impl Store for MemoryStore {
                         retry_after: retry.map(Duration::from_millis),
                         position: None,
                         heartbeat_until: None,
+                        token_released: false,
                     },
                 }),
                 Some((part, Err(refusal))) => Err(refusal.into_error(parts[part].lock.name())),

@@ -382,6 +382,7 @@ fn refused(
         retry_after: retry.map(std::time::Duration::from_millis),
         position,
         heartbeat_until,
+        token_released: false,
     })
 }
 

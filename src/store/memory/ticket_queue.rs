@@ -344,6 +344,7 @@ fn attempt(
                 retry_after: None,
                 position: None,
                 heartbeat_until: None,
+                token_released: false,
             }));
         }
         q.tickets += 1;
@@ -387,6 +388,7 @@ fn heartbeat(
         retry_after,
         position,
         heartbeat_until: Some(heartbeat_until),
+        token_released: false,
     }))
 }
 
