@@ -26,7 +26,8 @@
 -- without the helpers below, leaving what the general logic would (a new marker with the
 -- lease's TTL, or the same marker's TTL lengthened only). The same as the general logic from
 -- that state.
-if redis.call('EXISTS', H, Q, HB, TK, LW, LR) == 0 then
+local EXISTING = redis.call('EXISTS', H, Q, HB, TK, LW, LR)
+if EXISTING == 0 then
   local weight, want = tonumber(ARGV[4]), tonumber(string.match(ARGV[7], '%d+$'))
   local mark = (string.sub(ARGV[7], 1, 1) == '=' and '=' or '~') .. (want or '')
   local cap = redis.call('GET', CAP)
@@ -60,6 +61,93 @@ if redis.call('EXISTS', H, Q, HB, TK, LW, LR) == 0 then
     end
     return fence
   end
+end
+-- Fast path: a claim on a queue in use, from a holder (a promoted waiter claiming its grant,
+-- or a retry), or from a waiting claim refused (joining the queue or heartbeating its place
+-- there), when no holder's lease and no waiter's heartbeat lapsed, the capacity is settled (the
+-- marker this claim would leave, or a Semaphore's stored count) and, for a waiter, the lease
+-- lock does not use the name and no permit is free (so no one can be promoted). Decided on
+-- reads only, then answered with the writes and the reply of the general logic from that state
+-- (its prune, capacity_for and promote change nothing there), without its helpers; anything
+-- else falls through to it before any write.
+if EXISTING > 0 then
+  repeat
+    local weight, want = tonumber(ARGV[4]), tonumber(string.match(ARGV[7], '%d+$'))
+    local lease, heartbeat = tonumber(ARGV[5]), tonumber(ARGV[6])
+    if not (weight and want and lease and heartbeat) or weight < 1 or weight % 1 ~= 0 then
+      break
+    end
+    local rows = redis.call('ZRANGE', H, 0, -1, 'WITHSCORES')
+    local member = ARGV[3]
+    if weight ~= 1 then member = member .. '#' .. weight end
+    local used, first, held, lapsed = 0, nil, nil, false
+    for i = 1, #rows, 2 do
+      local dl = tonumber(rows[i + 1])
+      if dl <= NOW then lapsed = true end
+      if rows[i] == member then held = dl end
+      used = used + tonumber(string.match(rows[i], '#(%d+)$') or 1)
+      if not first or dl < first then first = dl end
+    end
+    if lapsed or #redis.call('ZRANGEBYSCORE', HB, '-inf', NOW) > 0 then break end
+    -- The capacity, as capacity_for finds it when it leaves no new marker.
+    local fixed = string.sub(ARGV[7], 1, 1) == '='
+    local c = redis.call('GET', CAP)
+    local cap = nil
+    if c == (fixed and '=' or '~') .. want then
+      cap = want
+    elseif not fixed and c and string.match(c, '^%d+$') then
+      cap = tonumber(c)
+    end
+    if not cap or weight > cap then break end
+    if held then
+      -- @fast claim
+      -- Already granted: claimed with the full lease (read_counter, regranted_until,
+      -- hold_until and refresh_ttls, inline).
+      local fence = redis.call('GET', FENCE) or '0'
+      if not string.match(fence, '^%-?%d+$') then
+        error({ err = 'RLCORRUPT key ' .. FENCE .. ' does not hold a redis-locks counter' })
+      end
+      -- A claim of the window the grant gave (odd, as a waiter's heartbeat deadline) takes
+      -- now + lease; a hold renewed since (even) keeps the later deadline.
+      local deadline = NOW + lease
+      if deadline % 2 == 1 then deadline = deadline + 1 end
+      if held % 2 == 0 and held > deadline then deadline = held end
+      redis.call('ZADD', H, deadline, member)
+      local ttl = math.max(1, math.floor(deadline - NOW)) + TTL_PAD
+      if redis.call('PEXPIRE', H, ttl, 'NX') == 0 then redis.call('PEXPIRE', H, ttl, 'GT') end
+      if redis.call('PEXPIRE', FENCE, ttl, 'GT') == 0 then
+        redis.call('PEXPIRE', FENCE, ttl, 'NX')
+      end
+      redis.call('PEXPIRE', CAP, ttl, 'GT')
+      return tonumber(fence)
+    end
+    if ARGV[8] ~= '1' or used < cap then break end
+    local rank = redis.call('ZRANK', Q, member)
+    local ahead = nil
+    if not rank then ahead = redis.call('ZCARD', Q) end
+    if redis.call('EXISTS', LW, LR) > 0 then break end
+    -- @fast waiter
+    if not rank then
+      local ticket = redis.pcall('INCR', TK)
+      if type(ticket) == 'table' then break end -- the general logic reports the foreign value
+      redis.call('ZADD', Q, ticket, member)
+      rank = ahead -- every ticket queued is below the new one
+    end
+    local until_ms = NOW + heartbeat
+    if until_ms % 2 == 0 then until_ms = until_ms + 1 end
+    redis.call('ZADD', HB, until_ms, member)
+    -- refresh_ttls after a queue that only grew: the waiters' keys live until the latest
+    -- heartbeat deadline, and the capacity marker at least as long.
+    local top = tonumber(redis.call('ZRANGE', HB, -1, -1, 'WITHSCORES')[2])
+    local ttl = math.max(1, math.floor(top - NOW)) + TTL_PAD
+    redis.call('PEXPIRE', HB, ttl)
+    redis.call('PEXPIRE', Q, ttl)
+    redis.call('PEXPIRE', TK, ttl)
+    redis.call('PEXPIRE', CAP, ttl, 'GT')
+    local retry = -1
+    if rank == 0 and first then retry = first - NOW end
+    return { 0, retry, rank, until_ms }
+  until true
 end
 -- @general
 local token, weight = ARGV[3], tonumber(ARGV[4])

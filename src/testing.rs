@@ -18,7 +18,8 @@ use std::sync::Arc;
 
 pub use crate::store::hub::WakeHub;
 pub use crate::wire::scripts::{
-    sources as script_sources, sources_of_variant, Variant as ScriptVariant, PROBE_CHANNEL,
+    fast_paths_of, sources as script_sources, sources_of_variant, Variant as ScriptVariant,
+    PROBE_CHANNEL,
 };
 
 /// The store contract: one method per protocol step, and its implementations.

@@ -30,7 +30,7 @@ use redis_locks::testing::store::{
     Store,
 };
 use redis_locks::testing::{
-    script_sources, sources_of_variant, ScriptVariant, WakeHub, PROBE_CHANNEL,
+    fast_paths_of, script_sources, sources_of_variant, ScriptVariant, WakeHub, PROBE_CHANNEL,
 };
 use redis_locks::MAX_PERMITS;
 use redis_locks::{Preference, Result};
@@ -845,6 +845,23 @@ fn check_paths_taken(primitive: Primitive, counts: &BTreeMap<String, u64>) {
              of {step}: {calls} calls, {general} reached the general logic (all probes: \
              {counts:?})"
         );
+        // A step with several fast paths names each (`-- @fast <name>`): every one is taken.
+        let source = &script_sources()
+            .iter()
+            .find(|(name, _)| name == step)
+            .expect("the step's script")
+            .1;
+        for path in fast_paths_of(source) {
+            let taken = counts
+                .get(&format!("{step}:fast:{path}"))
+                .copied()
+                .unwrap_or(0);
+            assert!(
+                taken > 0,
+                "{primitive:?}: the programs never took the fast path {path} of {step} (all \
+                 probes: {counts:?})"
+            );
+        }
     }
 }
 

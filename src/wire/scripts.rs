@@ -18,7 +18,9 @@
 //! general logic would from the same state: the model check (`tests/model.rs`) runs both
 //! side by side on every program, comparing replies and every key (the [`Variant::General`]
 //! scripts have no fast path), and counts, through [`Variant::Probed`], that its runs take
-//! every fast path and every general one.
+//! every fast path and every general one. A step with several fast paths marks where each
+//! decides to answer with a `-- @fast <name>` line (a comment in production; in the probed
+//! form, followed by a publish of `<step>:fast:<name>`), so each is counted on its own.
 //!
 //! Under an explicit clock (tests only) the scripts send the same commands as under the
 //! server clock; key TTLs are a day longer, so no key expires under a virtual clock.
@@ -259,11 +261,12 @@ fn assemble(name: &str, flags: &str, common: Option<&str>, step: &str, variant: 
         Some((fast, general)) => (fast, general),
         None => ("", step),
     };
-    let fast = if variant == Variant::General {
-        ""
-    } else {
-        fast
+    let fast = match variant {
+        Variant::General => String::new(),
+        Variant::Probed => probe_fast_paths(name, fast),
+        Variant::Production => fast.to_owned(),
     };
+    let fast = fast.as_str();
 
     // The helpers the script calls, directly or through each other.
     let mut needed: BTreeSet<&str> = identifiers(fast)
@@ -314,6 +317,37 @@ fn assemble(name: &str, flags: &str, common: Option<&str>, step: &str, variant: 
     }
     out.push_str(general);
     out
+}
+
+/// The line that marks where a fast path has decided to answer: `-- @fast <name>`.
+const FAST: &str = "-- @fast ";
+
+/// `fast` with each `-- @fast <name>` line followed by a publish of `<step>:fast:<name>` on
+/// [`PROBE_CHANNEL`] (the [`Variant::Probed`] scripts), so tests can tell a step's fast paths
+/// apart.
+fn probe_fast_paths(step: &str, fast: &str) -> String {
+    let mut out = String::new();
+    for line in fast.lines() {
+        out.push_str(line);
+        out.push('\n');
+        if let Some(path) = line.trim_start().strip_prefix(FAST) {
+            out.push_str(&format!(
+                "redis.pcall('PUBLISH', '{PROBE_CHANNEL}', '{step}:fast:{}')\n",
+                path.trim()
+            ));
+        }
+    }
+    out
+}
+
+/// The names of the fast paths of a step's production script (its `-- @fast <name>` lines).
+#[cfg_attr(not(feature = "testing"), allow(dead_code))]
+pub fn fast_paths_of(source: &str) -> Vec<&str> {
+    source
+        .lines()
+        .filter_map(|line| line.trim_start().strip_prefix(FAST))
+        .map(str::trim)
+        .collect()
 }
 
 /// Every script of `variant`, by step name.
@@ -494,6 +528,21 @@ mod tests {
                 "{variant:?}"
             );
         }
+    }
+
+    #[test]
+    fn named_fast_paths_publish_their_probe_only_when_probed() {
+        let of = |variant| {
+            &sources_of_variant(variant)
+                .iter()
+                .find(|(n, _)| *n == "queue_acquire")
+                .expect("queue_acquire")
+                .1
+        };
+        assert_eq!(fast_paths_of(of(Variant::Production)), ["claim", "waiter"]);
+        assert!(of(Variant::Probed).contains("'queue_acquire:fast:waiter')"));
+        assert!(!of(Variant::Production).contains("queue_acquire:fast:"));
+        assert!(fast_paths_of(of(Variant::General)).is_empty());
     }
 
     #[test]
