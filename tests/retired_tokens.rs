@@ -702,3 +702,236 @@ async fn a_multi_lock_granted_after_a_withdraw_keeps_its_label() {
     }
     drop(g);
 }
+
+/// Quorum mode, three servers; writer W reaches server 2 through a proxy that stalls (a
+/// minority down: quorum mode is meant to go on). Response timeout 1.5 s, the default lease
+/// (30 s: heartbeat 5 s, W's interval 1 s). Reader R1 holds a read (lease 60 s); W waits
+/// for the write. Every attempt of W is refused by 0 and 1 (which record its waiting-writer
+/// announcement, heartbeat 5 s) and unanswered by 2: the store releases the token on 2
+/// (where unsure) and W goes on under a new token, retiring the old one; at the next
+/// refusal it releases the retired token again.
+///
+/// Promise (GUARANTEES, "RwLock, writer preference"): once a waiting writer has announced
+/// itself, no new reader is admitted while it keeps attempting. W keeps attempting the whole
+/// time (it is a live `write()` wait); a late reader polling `try_read` must never be
+/// admitted while W waits. The release of a retired token must not make W wait for server 2: if
+/// it did, W's attempts would come more than a heartbeat apart and each new token's
+/// announcement would lapse before the next.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_quorum_writer_with_a_stalled_minority_keeps_readers_out() {
+    let name = "writer-pref-with-a-stalled-minority";
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let p2 = Proxy::start(servers[2].port()).await;
+    let direct: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let via = vec![servers[0].url(), servers[1].url(), p2.url()];
+    let w = LockClient::builder()
+        .redis_config(config(ms(1500)))
+        .quorum(&strs(&via))
+        .await
+        .expect("W connects");
+    let r1 = LockClient::builder()
+        .quorum(&strs(&direct))
+        .await
+        .expect("R1");
+    let late = LockClient::builder()
+        .quorum(&strs(&direct))
+        .await
+        .expect("late reader");
+    let on0 = LockClient::connect(&servers[0].url()).await.expect("on 0");
+    w.mutex("stalled-minority-warm-up")
+        .lock()
+        .await
+        .expect("warm-up")
+        .release()
+        .await
+        .expect("release");
+    let held = r1
+        .rwlock(name)
+        .lease(secs(60))
+        .read()
+        .await
+        .expect("R1 reads");
+    p2.stall();
+    let handle = w.rwlock(name);
+    let writing = tokio::spawn(async move { handle.write().await });
+    // W's first announcement on server 0.
+    let give_up = Instant::now() + secs(10);
+    loop {
+        let info = on0.rwlock(name).inspect().await.expect("inspect 0");
+        if !info.waiters.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < give_up,
+            "W never announced itself on server 0"
+        );
+        tokio::time::sleep(ms(10)).await;
+    }
+    let announced = Instant::now();
+    // Watch for 25 s: W keeps waiting (R1 holds), and no new reader may get in.
+    let mut admitted = Vec::new();
+    let mut gaps = Vec::new();
+    let mut last_seen = Instant::now();
+    let mut tokens: Vec<String> = Vec::new();
+    while announced.elapsed() < secs(25) {
+        let info = on0.rwlock(name).inspect().await.expect("inspect 0");
+        let now: Vec<String> = info
+            .waiters
+            .iter()
+            .map(|w| w.token_prefix.clone())
+            .collect();
+        if now != tokens {
+            eprintln!(
+                "{:>8.2?} server 0's waiting writers: {now:?}",
+                announced.elapsed()
+            );
+            tokens = now;
+        }
+        if info.waiters.is_empty() {
+            gaps.push(announced.elapsed());
+        } else {
+            last_seen = Instant::now();
+        }
+        if let Some(g) = late
+            .rwlock(name)
+            .lease(secs(5))
+            .try_read()
+            .await
+            .granted("late reader's try")
+        {
+            admitted.push((announced.elapsed(), last_seen.elapsed(), info.clone()));
+            let _ = g.release().await;
+        }
+        assert!(!writing.is_finished(), "W's wait ended while R1 holds");
+        tokio::time::sleep(ms(50)).await;
+    }
+    writing.abort();
+    drop(held);
+    eprintln!(
+        "server 0 showed no waiting writer at {} polls (first: {:?}, last: {:?})",
+        gaps.len(),
+        gaps.first(),
+        gaps.last()
+    );
+    assert!(
+        admitted.is_empty(),
+        "a new reader was admitted {} times while writer W kept waiting (writer preference); \
+         first at {:?} after W's first announcement ({:?} after server 0 last showed W's \
+         announcement), server 0 then: {:?}",
+        admitted.len(),
+        admitted[0].0,
+        admitted[0].1,
+        admitted[0].2
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Fences in quorum mode after a minority grant
+// ---------------------------------------------------------------------------------------
+
+/// One redis-server. C holds X (lease 30 s). A's multi-lock on [X, Y] waits (retry interval
+/// 5 s, so polling cannot explain a prompt grant). A's store loses the replies of its first
+/// eight multi-acquires (each ran: refused, C holds X) and of its first forty releases (each
+/// ran): every refusal after a lost reply withdraws, the withdraw is not confirmed, the token
+/// is retired and the wait goes on under a new one; retired tokens pile up and are released
+/// again at every refusal. Then C releases X.
+///
+/// Promises: waits are woken by Redis (A is granted within 1 s of C's release, well within
+/// its 5 s interval); no leak (A's release leaves nothing: a contender takes X and Y at
+/// once, and the server shows no holder or waiter of either).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_multi_lock_with_many_retired_tokens_is_woken_and_leaves_nothing() {
+    use support::backend::Backend;
+    use support::faulty::{Faulty, Op, Rule};
+    let (x, y) = ("many-retired-multi:x", "many-retired-multi:y");
+    let b = Backend::redis();
+    let fa = Faulty::new(b.store().await);
+    let a = LockClient::builder()
+        .retry_interval(secs(5))
+        .store(fa.clone())
+        .expect("A");
+    let c = b.client().await;
+    let contender = b.client().await;
+    a.multi_lock(["many-retired-multi:w1", "many-retired-multi:w2"])
+        .lock()
+        .await
+        .expect("warm-up")
+        .release()
+        .await
+        .expect("release");
+    let c_guard = c.mutex(x).lease(secs(30)).lock().await.expect("C locks X");
+    fa.add(Rule::on(Op::AcquireAll).times(8).lose_reply());
+    fa.add(Rule::on(Op::Release).times(40).lose_reply());
+    let acquires_before = fa.count(Op::AcquireAll);
+    let m = a.multi_lock([x, y]).lease(secs(10));
+    let started = Instant::now();
+    let locking = tokio::spawn(async move { m.lock().await });
+    // Every lost reply is retried (back-off), then withdrawn: wait until the eight were used
+    // and the wait sleeps refused.
+    let give_up = Instant::now() + secs(30);
+    while fa.count(Op::AcquireAll) < acquires_before + 10 {
+        assert!(Instant::now() < give_up, "A's wait stopped attempting");
+        assert!(!locking.is_finished(), "A's wait ended while C holds X");
+        tokio::time::sleep(ms(20)).await;
+    }
+    tokio::time::sleep(ms(300)).await;
+    let releases_sent = fa.count(Op::Release);
+    eprintln!(
+        "after {:?}: {} multi-acquires, {releases_sent} releases sent",
+        started.elapsed(),
+        fa.count(Op::AcquireAll) - acquires_before
+    );
+    let released = Instant::now();
+    assert!(c_guard.release().await.expect("C releases X"));
+    let g = tokio::time::timeout(secs(20), locking)
+        .await
+        .expect("A granted")
+        .expect("task")
+        .expect("A locks [X, Y]");
+    let woke = released.elapsed();
+    assert!(g.is_held());
+    assert!(
+        woke < secs(1),
+        "A's multi-lock was granted {woke:?} after C released X (interval 5 s): not woken"
+    );
+    // The faults are over: A's own release is answered.
+    let releases_at_grant = fa.count(Op::Release);
+    fa.clear();
+    tokio::time::sleep(ms(200)).await;
+    assert!(
+        g.release().await.expect("A releases"),
+        "A's multi-guard lost"
+    );
+    let start = Instant::now();
+    let mut both = None;
+    while start.elapsed() < secs(2) {
+        let gx = contender.mutex(x).try_lock().await.granted("contender X");
+        let gy = contender.mutex(y).try_lock().await.granted("contender Y");
+        if let (Some(gx), Some(gy)) = (gx, gy) {
+            both = Some(start.elapsed());
+            let _ = gx.release().await;
+            let _ = gy.release().await;
+            break;
+        }
+        tokio::time::sleep(ms(20)).await;
+    }
+    let ix = contender.mutex(x).inspect().await.expect("inspect X");
+    let iy = contender.mutex(y).inspect().await.expect("inspect Y");
+    assert!(
+        both.is_some_and(|d| d < ms(500)),
+        "after A's release a contender could not take X and Y (took {both:?}); X: {ix:?}, \
+         Y: {iy:?}"
+    );
+    assert!(
+        ix.holders.is_empty()
+            && ix.waiters.is_empty()
+            && iy.holders.is_empty()
+            && iy.waiters.is_empty(),
+        "left behind: X: {ix:?}, Y: {iy:?}"
+    );
+    eprintln!(
+        "releases sent in all: {} (before C's release: {releases_sent}, at the grant: \
+         {releases_at_grant})",
+        fa.count(Op::Release)
+    );
+}

@@ -364,12 +364,12 @@ impl Pursuit for Group<'_> {
             // The withdraw's releases may still reach the server later (one retried on a
             // new connection, the first copy delayed): the next attempts go by a new token,
             // which those releases cannot end. What was not confirmed is retired: released
-            // again at each refusal until Redis confirms it.
+            // again, in the background, at the next refusal.
             self.claim.token = self.ctx.new_token();
             self.pending.retoken(&self.claim.token, done);
             self.unknown = false;
         } else {
-            self.pending.release_retired(until).await;
+            self.pending.release_retired();
         }
         if !wait && !self.unknown {
             // A refused try leaves nothing: no queue place, no announcement.

@@ -26,8 +26,8 @@ pub(crate) struct Pending {
     /// `None` once consumed or forgotten.
     parts: Option<Vec<(LockKeys, Claim)>>,
     /// Parts under tokens given up for new ones ([`Pending::retoken`]) whose release Redis
-    /// has not confirmed: released again with every withdraw and at every refusal
-    /// ([`Pending::release_retired`]), and in the background when this is dropped.
+    /// has not confirmed: released again with a withdraw, or in the background at the next
+    /// refusal ([`Pending::release_retired`]) or when this is dropped.
     retired: Vec<(LockKeys, Claim)>,
 }
 
@@ -83,35 +83,18 @@ impl Pending {
         parts_done && self.retired.is_empty()
     }
 
-    /// Releases the parts of retired tokens again, waiting at most until `until`; those Redis
-    /// confirmed are forgotten. Nothing is sent when there are none.
-    pub(crate) async fn release_retired(&mut self, until: Option<Instant>) {
-        if self.retired.is_empty() {
-            return;
-        }
-        let store = &*self.store;
-        let releases = self
-            .retired
-            .iter()
-            .rev()
-            .map(|(lock, claim)| {
-                Box::pin(release_with_retry(store, lock, claim)) as BoxFuture<'_, Result<bool>>
-            })
-            .collect();
-        let done = match until {
-            Some(until) => tokio::time::timeout_at(until, join_all(releases)).await,
-            None => Ok(join_all(releases).await),
-        };
-        if let Ok(done) = done {
-            let mut keep = done.iter().rev();
-            self.retired
-                .retain(|_| keep.next().is_none_or(|outcome| outcome.is_err()));
+    /// Releases the parts of retired tokens in the background (with the usual retries) and
+    /// forgets them: the wait does not wait for a server that does not answer. Nothing is
+    /// sent when there are none.
+    pub(crate) fn release_retired(&mut self) {
+        for (lock, claim) in std::mem::take(&mut self.retired).into_iter().rev() {
+            release_in_background(self.store.clone(), lock, claim);
         }
     }
 
     /// Gives every part the new `token` for the attempts to come. Unless `released` (Redis
     /// confirmed the old token's release), the parts under the old token are retired: released
-    /// again until Redis confirms it. A
+    /// again later. A
     /// request by the old token that reaches the server late (a release retried on another
     /// connection, or sent where an attempt's outcome was unsure) then names no grant of
     /// this acquisition: a late release cannot end a later grant, and a late attempt can

@@ -540,8 +540,8 @@ impl OneClaim<'_, '_> {
     /// ([`Busy::token_released`], or a failure of a store that
     /// [`releases_where_unsure`](Store::releases_where_unsure)): the next attempt goes by a
     /// new token, so that release, if it reaches a server late, names no later grant. The
-    /// old token is retired: released again at each later refusal until Redis confirms it,
-    /// so what it may still hold (a grant whose release did not get through, a waiting-writer
+    /// old token is retired: released again, in the background, at the next refusal, so
+    /// what it may still hold (a grant whose release did not get through, a waiting-writer
     /// announcement) does not hold the new one back for long.
     fn new_token(&mut self) {
         self.claim.token = self.ctx.new_token();
@@ -573,10 +573,11 @@ impl Pursuit for OneClaim<'_, '_> {
         }
     }
 
-    async fn refused(&mut self, busy: &Busy, wait: bool, until: Option<Instant>) {
-        // Tokens retired at an earlier refusal go first: the current one has been refused
-        // (and, as a waiting writer, announced) since, so no reader slips in between.
-        self.pending.release_retired(until).await;
+    async fn refused(&mut self, busy: &Busy, wait: bool, _until: Option<Instant>) {
+        // Tokens retired at an earlier refusal go now, in the background: the current one has
+        // been refused (and, as a waiting writer, announced) since, so no reader slips in
+        // between, and the wait does not wait for a server that does not answer.
+        self.pending.release_retired();
         if busy.token_released {
             self.new_token();
         }
