@@ -1,6 +1,7 @@
 //! The `redis-locks` CLI end to end against a real redis-server (feature `cli`).
 
 mod support;
+use support::fake_server::closed_port;
 
 use std::process::{Command, Output};
 
@@ -1220,12 +1221,6 @@ fn cli_env(url: &str, args: &[&str]) -> Output {
         .args(args)
         .output()
         .expect("run the redis-locks binary")
-}
-
-/// A loopback port nothing listens on.
-fn closed_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("addr").port()
 }
 
 /// The password of a URL never shows: not in `--help` with `REDIS_URL` set, not in the hint

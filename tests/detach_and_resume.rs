@@ -6,10 +6,9 @@
 
 mod support;
 use support::faulty::faulty_client;
+use support::poll_once;
 
 use std::future::Future;
-use std::pin::Pin;
-use std::task::Poll;
 
 use redis_locks::LockClient;
 use tokio::time::{timeout, Instant};
@@ -20,11 +19,6 @@ use support::backend::{eventually, join};
 use support::faulty::{Gate, Op, Rule};
 use support::honest::server_deadline;
 use support::time::{current_thread, ms, secs};
-
-/// Polls `fut` once; `true` if it completed.
-async fn poll_once<F: Future>(fut: &mut Pin<Box<F>>) -> bool {
-    std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx).is_ready())).await
-}
 
 /// How far `valid_until` (read before the inspect) trusts past the server's lease in `info`
 /// (answered at `answered`), beyond 5 ms of slack; `None` when it does not.

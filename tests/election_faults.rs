@@ -21,7 +21,7 @@ use tokio::time::{sleep, Instant};
 
 use support::backend::{eventually, join, until_waiters, Backend, EVENTUALLY};
 use support::observe::{observe_until, settled};
-use support::proxy::{quick, Proxy};
+use support::proxy::slow_client;
 use support::rng::Rng;
 use support::time::ms;
 use support::waits::{
@@ -688,13 +688,7 @@ both_backends!(election_and_lease_lock_families_exclude);
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_cut_off_leader_blocks_at_most_its_lease() {
     let b = Backend::redis();
-    let server_port = b.server.as_ref().expect("private server").port();
-    let proxy = Proxy::start(server_port).await;
-    let cut_client = LockClient::builder()
-        .redis_config(quick())
-        .connect(&proxy.url())
-        .await
-        .expect("connect through the proxy");
+    let (proxy, cut_client) = slow_client(&b).await;
     let standby_client = b.client().await;
     let name = "election-fault-cut";
     let lease = ms(900);
@@ -778,12 +772,7 @@ async fn redis_cut_off_leader_blocks_at_most_its_lease() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_slow_proclaim_reply_then_resign() {
     let b = Backend::redis();
-    let proxy = Proxy::start(b.server.as_ref().expect("server").port()).await;
-    let slow = LockClient::builder()
-        .redis_config(quick())
-        .connect(&proxy.url())
-        .await
-        .expect("connect");
+    let (proxy, slow) = slow_client(&b).await;
     let watcher = b.client().await;
     let name = "election-fault-slow";
     let mut observer = watcher.election(name).retry_interval(ms(300)).observe();

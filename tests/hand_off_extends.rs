@@ -13,33 +13,8 @@ use tokio::time::Instant;
 
 use support::backend::{until_waiters, Backend};
 use support::faulty::{Gate, Op, Rule};
-use support::late::{late_proxy, until, watch_mutex};
+use support::late::{late_proxy, proxied_faulty_client, until, watch_mutex};
 use support::time::{ms, secs};
-
-async fn proxied_faulty_client(
-    b: &Backend,
-) -> (
-    late_proxy::LateProxy,
-    std::sync::Arc<support::faulty::Faulty>,
-    LockClient,
-) {
-    use redis_locks::testing::store::RedisStore;
-    let port = b.server.as_ref().expect("server").port();
-    let proxy = late_proxy::LateProxy::start(port).await;
-    let store = RedisStore::connect_with(
-        &proxy.url(),
-        redis_locks::RedisConfig {
-            response_timeout: ms(300),
-            connect_timeout: ms(500),
-            ..redis_locks::RedisConfig::default()
-        },
-    )
-    .await
-    .expect("a store through the proxy");
-    let f = support::faulty::Faulty::new(std::sync::Arc::new(store));
-    let c = LockClient::builder().store(f.clone()).expect("client");
-    (proxy, f, c)
-}
 
 fn is_lease_request(chunk: &str, name: &str) -> bool {
     chunk.starts_with("*15\r\n$7\r\nEVALSHA") && chunk.contains(&format!("{{{name}}}"))

@@ -5,10 +5,8 @@
 //! Each test names the documented claim it checks (tests/hold_ids.rs has the main cases).
 
 mod support;
+use support::poll_once;
 
-use std::future::Future;
-use std::pin::Pin;
-use std::task::Poll;
 use std::time::Duration;
 
 use redis_locks::{HoldId, LockClient, Preference};
@@ -28,11 +26,6 @@ async fn detached_mutex(c: &LockClient, name: &str, lease: Duration) -> HoldId {
         .await
         .expect("lock")
         .detach()
-}
-
-/// Polls `fut` once; `true` if it completed.
-async fn poll_once<F: Future>(fut: &mut Pin<Box<F>>) -> bool {
-    std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx).is_ready())).await
 }
 
 // ---------------------------------------------------------------------------------------

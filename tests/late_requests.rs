@@ -12,7 +12,9 @@ use tokio::time::Instant;
 
 use support::backend::{until_waiters, Backend};
 use support::faulty::{faulty_client, Gate, Op, Rule};
-use support::late::{late_proxy, took, until, watch, watch_mutex};
+use support::late::{
+    late_proxy, proxied_client, proxied_faulty_client, took, until, watch, watch_mutex,
+};
 use support::time::{ms, secs};
 use support::Granted;
 
@@ -639,34 +641,6 @@ async fn a_shorter_resume_by_a_second_guard_cannot_cut_the_first(b: Backend) {
 
 both_backends!(a_shorter_resume_by_a_second_guard_cannot_cut_the_first);
 
-/// A client of a (fresh) redis-server `b` through a new [`late_proxy::LateProxy`], wrapped
-/// in a [`Faulty`](support::faulty::Faulty) (to stop its process), with 300 ms response
-/// timeouts.
-async fn proxied_faulty_client(
-    b: &Backend,
-) -> (
-    late_proxy::LateProxy,
-    std::sync::Arc<support::faulty::Faulty>,
-    LockClient,
-) {
-    use redis_locks::testing::store::RedisStore;
-    let port = b.server.as_ref().expect("server").port();
-    let proxy = late_proxy::LateProxy::start(port).await;
-    let store = RedisStore::connect_with(
-        &proxy.url(),
-        redis_locks::RedisConfig {
-            response_timeout: ms(300),
-            connect_timeout: ms(500),
-            ..redis_locks::RedisConfig::default()
-        },
-    )
-    .await
-    .expect("a store through the proxy");
-    let f = support::faulty::Faulty::new(std::sync::Arc::new(store));
-    let c = LockClient::builder().store(f.clone()).expect("client");
-    (proxy, f, c)
-}
-
 /// A hand-off's claim whose outcome stays unknown, then an `extend`: waiter A (lease 300 ms,
 /// heartbeat 8 s) is handed the Mutex; its claim (which would replace the 8 s window with
 /// A's 300 ms lease) is held on the network and A's connection breaks, so the claim's
@@ -939,23 +913,6 @@ async fn a_late_claim_after_anothers_downgrade_cannot_let_a_writer_beside_the_re
         return;
     }
     panic!("every waiter was granted by its own attempt");
-}
-
-/// A client of redis-server `b` through a new [`late_proxy::LateProxy`], with 300 ms response
-/// timeouts (a held request soon counts as lost, and the client reconnects).
-async fn proxied_client(b: &Backend) -> (late_proxy::LateProxy, LockClient) {
-    let port = b.server.as_ref().expect("server").port();
-    let proxy = late_proxy::LateProxy::start(port).await;
-    let a = LockClient::builder()
-        .redis_config(redis_locks::RedisConfig {
-            response_timeout: ms(300),
-            connect_timeout: ms(500),
-            ..redis_locks::RedisConfig::default()
-        })
-        .connect(&proxy.url())
-        .await
-        .expect("A connects through the proxy");
-    (proxy, a)
 }
 
 /// Once the proxy holds a request (the first attempt), cuts the client side of every

@@ -23,6 +23,7 @@
 
 mod support;
 use support::model_rig::ModelRig;
+use support::model_rig::{cases, full_run};
 use support::replies::{class, equal_with_message};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -410,17 +411,6 @@ async fn run_program(
     Ok(())
 }
 
-fn cases() -> u32 {
-    support::env_u32("MODEL_CASES", DEFAULT_CASES)
-}
-
-/// Whether this run checks coverage (every outcome reached): at the default number of
-/// programs or more. A run with fewer (`.ci/run`'s Valkey step: the same scripts on another
-/// server) compares the stores on programs that need not reach every outcome.
-fn full_run() -> bool {
-    cases() >= DEFAULT_CASES
-}
-
 /// One redis-server and a runtime to drive it (`support::model_rig`).
 struct Rig(ModelRig);
 
@@ -463,7 +453,7 @@ fn election_scripts_match_model() {
     let rig = Rig::start();
     let reached = Reached::default();
     let config = Config {
-        cases: cases(),
+        cases: cases(DEFAULT_CASES),
         failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
             "proptest-regressions/model-election.txt",
         ))),
@@ -496,7 +486,7 @@ fn election_scripts_match_model() {
         "leader none: the value is of an earlier grant of the holder's token",
     ] {
         assert!(
-            !full_run() || reached.contains_key(kind),
+            !full_run(DEFAULT_CASES) || reached.contains_key(kind),
             "no program reached `{kind}`; reached {reached:#?}"
         );
     }

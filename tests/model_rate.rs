@@ -25,6 +25,7 @@
 
 mod support;
 use support::model_rig::ModelRig;
+use support::model_rig::{cases, full_run};
 use support::replies::equal_with_message;
 
 use std::collections::BTreeSet;
@@ -490,17 +491,6 @@ async fn same_state(
     Ok(())
 }
 
-fn cases() -> u32 {
-    support::env_u32("MODEL_CASES", DEFAULT_CASES)
-}
-
-/// Whether this run checks coverage (every outcome reached): at the default number of
-/// programs or more. A run with fewer (`.ci/run`'s Valkey step: the same scripts on another
-/// server) compares the stores on programs that need not reach every outcome.
-fn full_run() -> bool {
-    cases() >= DEFAULT_CASES
-}
-
 /// One redis-server and a runtime to drive it (`support::model_rig`).
 struct Rig(ModelRig);
 
@@ -554,7 +544,7 @@ fn rate_scripts_match_model_and_planted_bugs_are_found() {
     let rig = Rig::start();
     let reached = Reached::default();
     let config = Config {
-        cases: cases(),
+        cases: cases(DEFAULT_CASES),
         failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
             "proptest-regressions/model-rate.txt",
         ))),
@@ -580,7 +570,7 @@ fn rate_scripts_match_model_and_planted_bugs_are_found() {
         "answered beside a foreign value",
     ] {
         assert!(
-            !full_run() || reached.contains(kind),
+            !full_run(DEFAULT_CASES) || reached.contains(kind),
             "no program reached {kind}: {reached:?}"
         );
     }
@@ -593,7 +583,7 @@ fn rate_scripts_match_model_and_planted_bugs_are_found() {
     ] {
         plant(bug);
         let config = Config {
-            cases: cases().max(256),
+            cases: cases(DEFAULT_CASES).max(256),
             failure_persistence: None,
             ..Config::default()
         };

@@ -11,14 +11,13 @@ use support::waits::holders;
 
 use std::sync::Arc;
 
-use redis_locks::LockClient;
 use tokio::time::{sleep, timeout, Instant};
 
 use support::backend::Backend;
-use support::faulty::{Gate, Op, Rule};
+use support::faulty::{parked_renewal, Gate, Op, Rule};
 use support::honest::{assert_honest, server_deadline};
-use support::proxy::{quick, Proxy};
-use support::time::{current_thread, ms, secs};
+use support::proxy::slow_client;
+use support::time::{ms, secs};
 
 /// Claim: never a resumed guard trusting past the server's lease. A guard's
 /// `release()` fails (proxy stalled, then resumed without a cut: the release's bytes arrive
@@ -27,12 +26,7 @@ use support::time::{current_thread, ms, secs};
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_failed_release_delivered_late_under_a_resume() {
     let b = Backend::redis();
-    let proxy = Proxy::start(b.server.as_ref().expect("server").port()).await;
-    let slow = LockClient::builder()
-        .redis_config(quick())
-        .connect(&proxy.url())
-        .await
-        .expect("connect");
+    let (proxy, slow) = slow_client(&b).await;
     let other = b.client().await;
     let name = "edge-failed-release-late";
     let g = slow.mutex(name).lease(secs(10)).lock().await.expect("lock");
@@ -490,27 +484,7 @@ both_backends!(multi_release_all_then_drop_then_resume);
 async fn an_extend_hold_of_a_live_guards_id_beside_a_parked_renewal(b: Backend) {
     let name = "edge-extend-live-parked";
     let (f, c) = faulty_client(&b).await;
-    let gate = Gate::new();
-    f.add(
-        Rule::on(Op::Extend)
-            .when(|call| call.lease == Some(secs(3)))
-            .times(1)
-            .hold_request(gate.clone()),
-    );
-    let (c2, gate2) = (c.clone(), gate.clone());
-    let (idle, guard) = tokio::task::spawn_blocking(move || {
-        let rt = current_thread();
-        let guard = rt.block_on(async move {
-            let guard = c2.mutex(name).lease(secs(3)).lock().await.expect("lock");
-            timeout(ms(5_000), gate2.wait_entered(1))
-                .await
-                .expect("the renewal at the gate");
-            guard
-        });
-        (rt, guard)
-    })
-    .await
-    .expect("runtime A");
+    let (idle, guard, gate) = parked_renewal(&c, &f, name).await;
     gate.open();
     let id = guard.hold_id();
     let started = Instant::now();
@@ -537,27 +511,7 @@ async fn a_release_beside_a_parked_renewal_does_not_hang(b: Backend) {
     let name = "edge-release-live-parked";
     let (f, c) = faulty_client(&b).await;
     let other = b.client().await;
-    let gate = Gate::new();
-    f.add(
-        Rule::on(Op::Extend)
-            .when(|call| call.lease == Some(secs(3)))
-            .times(1)
-            .hold_request(gate.clone()),
-    );
-    let (c2, gate2) = (c.clone(), gate.clone());
-    let (idle, guard) = tokio::task::spawn_blocking(move || {
-        let rt = current_thread();
-        let guard = rt.block_on(async move {
-            let guard = c2.mutex(name).lease(secs(3)).lock().await.expect("lock");
-            timeout(ms(5_000), gate2.wait_entered(1))
-                .await
-                .expect("the renewal at the gate");
-            guard
-        });
-        (rt, guard)
-    })
-    .await
-    .expect("runtime A");
+    let (idle, guard, gate) = parked_renewal(&c, &f, name).await;
     gate.open();
     let id = guard.hold_id();
     let by_id = timeout(ms(12_000), c.release_hold(&id)).await;

@@ -618,3 +618,41 @@ pub async fn faulty_client(b: &super::backend::Backend) -> (Arc<Faulty>, redis_l
         .expect("client");
     (f, c)
 }
+
+/// A Mutex guard of `name` in `c` (lease 3 s), granted on current-thread runtime A, whose
+/// first renewal (lease 3 s) is held at the returned gate (rule added to `f`, `c`'s store);
+/// A is returned idle, as a sync wrapper's runtime between calls, so the renewal stays parked
+/// there until A runs again. Drop A with `tokio::task::spawn_blocking`.
+pub async fn parked_renewal(
+    c: &redis_locks::LockClient,
+    f: &Faulty,
+    name: &str,
+) -> (
+    tokio::runtime::Runtime,
+    redis_locks::Guard<redis_locks::kind::Mutex>,
+    Arc<Gate>,
+) {
+    let gate = Gate::new();
+    f.add(
+        Rule::on(Op::Extend)
+            .when(|call| call.lease == Some(super::time::secs(3)))
+            .times(1)
+            .hold_request(gate.clone()),
+    );
+    let (c2, gate2, name) = (c.clone(), gate.clone(), name.to_owned());
+    let (idle, guard) = tokio::task::spawn_blocking(move || {
+        let rt = super::time::current_thread();
+        let guard = rt.block_on(async move {
+            let guard = c2.mutex(&name).lease(super::time::secs(3)).lock().await;
+            let guard = guard.expect("lock");
+            tokio::time::timeout(super::time::ms(5_000), gate2.wait_entered(1))
+                .await
+                .expect("the renewal at the gate");
+            guard
+        });
+        (rt, guard)
+    })
+    .await
+    .expect("runtime A");
+    (idle, guard, gate)
+}

@@ -3,11 +3,16 @@
 //! connection's requests and cuts its client side while the server side lives on, so held
 //! requests reach the server after the client reconnected.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis_locks::{LockClient, LockInfo};
 use tokio::time::Instant;
 
+use redis_locks::testing::store::RedisStore;
+
+use crate::backend::Backend;
+use crate::faulty::Faulty;
 use crate::honest::assert_honest;
 use crate::time::ms;
 use crate::Granted;
@@ -282,6 +287,35 @@ pub mod late_proxy {
             self.cut_clients();
         }
     }
+}
+
+/// A client of redis-server `b` through a new [`late_proxy::LateProxy`], with 300 ms response
+/// timeouts ([`crate::proxy::quick`]: a held request soon counts as lost, and the client
+/// reconnects).
+pub async fn proxied_client(b: &Backend) -> (late_proxy::LateProxy, LockClient) {
+    let port = b.server.as_ref().expect("server").port();
+    let proxy = late_proxy::LateProxy::start(port).await;
+    let a = LockClient::builder()
+        .redis_config(crate::proxy::quick())
+        .connect(&proxy.url())
+        .await
+        .expect("A connects through the proxy");
+    (proxy, a)
+}
+
+/// A client of (fresh) redis-server `b` through a new [`late_proxy::LateProxy`], wrapped in
+/// a [`Faulty`] (to stop its process), with 300 ms response timeouts.
+pub async fn proxied_faulty_client(
+    b: &Backend,
+) -> (late_proxy::LateProxy, Arc<Faulty>, LockClient) {
+    let port = b.server.as_ref().expect("server").port();
+    let proxy = late_proxy::LateProxy::start(port).await;
+    let store = RedisStore::connect_with(&proxy.url(), crate::proxy::quick())
+        .await
+        .expect("a store through the proxy");
+    let f = Faulty::new(Arc::new(store));
+    let c = LockClient::builder().store(f.clone()).expect("client");
+    (proxy, f, c)
 }
 
 /// Polls `cond` every ms for up to `limit`; panics with `what` if it never holds.

@@ -20,7 +20,8 @@
 //! * [`rng`]: a small deterministic generator for randomized workloads.
 //! * [`warnings`]: capturing the library's warnings.
 //! * [`model_rig`]: a redis-server and a runtime for the model checks.
-//! * [`env_u32`], [`serial`]: case counts from the environment; one test at a time.
+//! * [`env_u32`], [`serial`], [`poll_once`]: case counts from the environment; one test at
+//!   a time; one poll of a future.
 //! * [`sim_store`]: the fault-injecting connection of the client-side simulations.
 
 #![allow(dead_code)]
@@ -81,4 +82,9 @@ impl<G> Granted<G> for redis_locks::Result<G> {
             Err(e) => panic!("{what}: {e}"),
         }
     }
+}
+
+/// Polls `fut` once; `true` if it completed.
+pub async fn poll_once<F: std::future::Future>(fut: &mut std::pin::Pin<Box<F>>) -> bool {
+    std::future::poll_fn(|cx| std::task::Poll::Ready(fut.as_mut().poll(cx).is_ready())).await
 }
