@@ -17,20 +17,8 @@ use support::backend::Backend;
 #[allow(unused_imports)]
 use support::backend::{eventually, join};
 use support::faulty::{Gate, Op, Rule};
-use support::honest::server_deadline;
+use support::honest::trusts_past;
 use support::time::{current_thread, ms, secs};
-
-/// How far `valid_until` (read before the inspect) trusts past the server's lease in `info`
-/// (answered at `answered`), beyond 5 ms of slack; `None` when it does not.
-fn trusts_past(
-    valid_until: Instant,
-    info: &redis_locks::LockInfo,
-    answered: Instant,
-) -> Option<std::time::Duration> {
-    let server = server_deadline(info, answered).unwrap_or(answered);
-    let over = valid_until.saturating_duration_since(server);
-    (over > ms(5)).then_some(over)
-}
 
 /// Runs `f` to completion on a current-thread runtime of its own, on a blocking thread (so a
 /// task spawned by `f` runs only when `f` yields).
