@@ -11,6 +11,7 @@
 //! the end of its lease.
 
 mod support;
+use support::faulty::faulty_client_with;
 
 use std::time::Duration;
 
@@ -28,12 +29,7 @@ const LEASE: Duration = Duration::from_secs(30);
 const PROMPTLY: Duration = Duration::from_secs(3);
 
 async fn faulty_client(b: &Backend) -> (std::sync::Arc<Faulty>, LockClient) {
-    let store = Faulty::new(b.store().await);
-    let client = LockClient::builder()
-        .lease(LEASE)
-        .store(store.clone())
-        .expect("client");
-    (store, client)
+    faulty_client_with(b, LockClient::builder().lease(LEASE)).await
 }
 
 /// `client`'s write guard on `name` under `policy`.
@@ -202,11 +198,8 @@ async fn assert_no_overtrust(
 async fn downgrade_behind_a_renewal_keeps_renewing(b: Backend) {
     for policy in POLICIES {
         let name = format!("atk-dg-renew-{policy:?}");
-        let store = Faulty::new(b.store().await);
-        let client = LockClient::builder()
-            .lease(Duration::from_millis(300))
-            .store(store.clone())
-            .expect("client");
+        let (store, client) =
+            faulty_client_with(&b, LockClient::builder().lease(Duration::from_millis(300))).await;
         let other = b.client().await;
         let w = write(&client, &name, policy).await;
         let gate = Gate::new();
@@ -269,11 +262,9 @@ async fn downgrade_reply_slower_than_the_lease(b: Backend) {
     for policy in POLICIES {
         for delay_ms in [150u64, 250, 400] {
             let name = format!("atk-dg-slow-{policy:?}-{delay_ms}");
-            let store = Faulty::new(b.store().await);
-            let client = LockClient::builder()
-                .lease(Duration::from_millis(200))
-                .store(store.clone())
-                .expect("client");
+            let (store, client) =
+                faulty_client_with(&b, LockClient::builder().lease(Duration::from_millis(200)))
+                    .await;
             let other = b.client().await;
             let w = write(&client, &name, policy).await;
             store.add(
@@ -387,11 +378,8 @@ async fn downgrade_stress_with_short_leases(b: Backend) {
     for i in 0..40u64 {
         let policy = POLICIES[(i % 3) as usize];
         let name = format!("atk-dg-stress-{i}");
-        let store = Faulty::new(b.store().await);
-        let client = LockClient::builder()
-            .lease(Duration::from_millis(60))
-            .store(store.clone())
-            .expect("client");
+        let (store, client) =
+            faulty_client_with(&b, LockClient::builder().lease(Duration::from_millis(60))).await;
         let w = write(&client, &name, policy).await;
         let jitter = Duration::from_millis((i * 7) % 45);
         store.add(Rule::on(Op::Extend).delay_reply(Duration::from_millis((i * 3) % 17)));

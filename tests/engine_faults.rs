@@ -8,6 +8,8 @@
 //! a server without replicas fails cleanly.
 
 mod support;
+use support::faulty::faulty_client;
+use support::faulty::faulty_client_with;
 use support::Granted;
 
 use std::sync::{Arc, Mutex as StdMutex};
@@ -195,16 +197,10 @@ async fn multi_cancel_churn_leaves_nothing(b: Backend) {
 }
 both_backends!(multi_cancel_churn_leaves_nothing);
 
-async fn multi_client(b: &Backend) -> (Arc<Faulty>, LockClient) {
-    let f = Faulty::new(b.store().await);
-    let c = LockClient::builder().store(f.clone()).expect("client");
-    (f, c)
-}
-
 /// A multi-lock try_lock whose grant's reply is lost fails, and leaves nothing: another
 /// client gets every part within half the 5 s heartbeat window (the lease is 30 s).
 async fn multi_try_lost_reply_leaves_nothing(b: Backend) {
-    let (f, c) = multi_client(&b).await;
+    let (f, c) = faulty_client(&b).await;
     let other = b.client().await;
     let names = ["ef-ml1", "ef-ml2", "ef-ml3"];
     for _ in 0..20 {
@@ -225,7 +221,7 @@ both_backends!(multi_try_lost_reply_leaves_nothing);
 /// timeout, and leaves nothing behind (another client gets every part within half the
 /// heartbeat window).
 async fn multi_lost_replies_then_timeout_leaves_nothing(b: Backend) {
-    let (f, c) = multi_client(&b).await;
+    let (f, c) = faulty_client(&b).await;
     let other = b.client().await;
     let names = ["ef-mt1", "ef-mt2"];
     f.add(Rule::on(Op::AcquireAll).lose_reply());
@@ -268,7 +264,7 @@ both_backends!(multi_lost_replies_then_timeout_leaves_nothing);
 /// Many refused multi-lock try_locks and timed waits with a lost reply each, interleaved
 /// with grants: the background releases of failed attempts never remove a later guard.
 async fn multi_failed_attempts_never_remove_later_grants(b: Backend) {
-    let (f, c) = multi_client(&b).await;
+    let (f, c) = faulty_client(&b).await;
     let a = b.client().await;
     let names = ["ef-mg1", "ef-mg2"];
     let mut kept = Vec::new();
@@ -535,11 +531,7 @@ mod extend_churn_stays_honest_and_held {
 /// Downgrade while a renewal is in flight (reply slowed), then release: the lock is free at
 /// once for a writer of another client.
 async fn downgrade_during_renewal_then_release(b: Backend) {
-    let faulty = Faulty::new(b.store().await);
-    let c = LockClient::builder()
-        .lease(ms(600))
-        .store(faulty.clone())
-        .expect("client");
+    let (faulty, c) = faulty_client_with(&b, LockClient::builder().lease(ms(600))).await;
     let other = b.client().await;
     for i in 0..5 {
         let name = format!("ef-dg-{i}");
@@ -885,11 +877,7 @@ fn extend_after_runtime_shutdown_with_renewals_in_flight() {
         .expect("runtime");
     let b = Backend::memory();
     let (faulty, c, observer) = main.block_on(async {
-        let faulty = Faulty::new(b.store().await);
-        let c = LockClient::builder()
-            .lease(ms(400))
-            .store(faulty.clone())
-            .expect("client");
+        let (faulty, c) = faulty_client_with(&b, LockClient::builder().lease(ms(400))).await;
         (faulty, c, b.client().await)
     });
     let gate = support::faulty::Gate::new();

@@ -8,6 +8,7 @@
 //! the API docs breaks.
 
 mod support;
+use support::faulty::faulty_client;
 
 use std::time::Duration;
 
@@ -546,8 +547,7 @@ async fn max_hold_bound_on_a_paused_clock() {
 /// applied: the releasing guard's entry stays until its release is answered, so the resume
 /// is refused (`HoldInUse`, nothing sent).
 async fn resume_racing_the_release_of_the_same_hold(b: Backend) {
-    let faulty = Faulty::new(b.store().await);
-    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let (faulty, c) = faulty_client(&b).await;
     let g = c.mutex("resume-vs-release").lock().await.expect("lock");
     let id = g.hold_id();
     let gate = Gate::new();
@@ -770,8 +770,7 @@ fn finds_planted_resume_trusts_reply() {
 /// the id resumes, and an extend by id goes through the live guard, whose trust follows the
 /// new lease.
 async fn resume_after_a_local_loss_and_extend_by_id(b: Backend) {
-    let faulty = Faulty::new(b.store().await);
-    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let (faulty, c) = faulty_client(&b).await;
     let mutex = c.mutex("lost-locally").lease(ms(600));
     let lost = mutex.lock().await.expect("lock");
     let id = lost.hold_id();
@@ -914,8 +913,7 @@ both_backends!(release_by_id_racing_a_resume_in_one_client);
 /// the live guard keeps its hold (a cancelled or failed co-guard resume cannot touch it).
 async fn cancelled_co_guard_resume_leaves_the_hold_as_before(b: Backend) {
     let name = "cancelled-co-guard-resume";
-    let faulty = Faulty::new(b.store().await);
-    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let (faulty, c) = faulty_client(&b).await;
     let mutex = c.mutex(name).lease(secs(3));
     let g = mutex.lock().await.expect("lock");
     let id = g.hold_id();
@@ -1286,8 +1284,7 @@ both_backends!(a_shorter_extend_by_id_lowers_every_co_guard);
 /// release is done; the lock must end up free.
 async fn resume_racing_release_all(b: Backend) {
     let name = "resume-racing-release-all";
-    let faulty = Faulty::new(b.store().await);
-    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let (faulty, c) = faulty_client(&b).await;
     let g = c.mutex(name).lock().await.expect("lock");
     let id = g.hold_id();
     let gate = Gate::new();
@@ -1512,8 +1509,7 @@ fn resumed_on_a_runtime_that_shuts_down() {
 /// guard be lost once the release lands; the lock must end up free.
 async fn resume_racing_the_drop_of_its_guard(b: Backend) {
     let name = "resume-racing-its-guards-drop";
-    let faulty = Faulty::new(b.store().await);
-    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let (faulty, c) = faulty_client(&b).await;
     let g = c.mutex(name).lock().await.expect("lock");
     let id = g.hold_id();
     let gate = Gate::new();
@@ -1547,8 +1543,7 @@ both_backends!(resume_racing_the_drop_of_its_guard);
 /// ended the server's hold, the id is gone.
 async fn lost_guard_ended_after_a_resume(b: Backend, how: &str) {
     let name = format!("lost-guard-ended-after-resume-{how}");
-    let faulty = Faulty::new(b.store().await);
-    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let (faulty, c) = faulty_client(&b).await;
     let mutex = c.mutex(&name).lease(secs(3));
     let lost = mutex.lock().await.expect("lock");
     let id = lost.hold_id();

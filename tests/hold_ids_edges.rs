@@ -5,6 +5,7 @@
 //! Each test names the documented claim it checks (tests/hold_ids.rs has the main cases).
 
 mod support;
+use support::faulty::faulty_client;
 use support::poll_once;
 
 use std::time::Duration;
@@ -44,8 +45,7 @@ async fn detached_mutex(c: &LockClient, name: &str, lease: Duration) -> HoldId {
 /// `is_held()` for a hold the server no longer has.
 async fn detach_during_a_release_by_id_then_resume_in_one_client(b: Backend) {
     let name = "edge-detach-vs-release-by-id";
-    let faulty = Faulty::new(b.store().await);
-    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let (faulty, c) = faulty_client(&b).await;
     let guard = c.mutex(name).lease(secs(10)).lock().await.expect("lock");
     let id = guard.hold_id();
     let gate = Gate::new();
@@ -92,8 +92,7 @@ both_backends!(detach_during_a_release_by_id_then_resume_in_one_client);
 /// `release_all`'s "Every guard of this client reports itself lost afterwards".
 async fn detach_during_release_all_then_resume_in_one_client(b: Backend) {
     let name = "edge-detach-vs-release-all";
-    let faulty = Faulty::new(b.store().await);
-    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let (faulty, c) = faulty_client(&b).await;
     let guard = c.mutex(name).lease(secs(10)).lock().await.expect("lock");
     let gate = Gate::new();
     faulty.add(Rule::on(Op::Release).times(1).hold_request(gate.clone()));
@@ -136,8 +135,7 @@ both_backends!(detach_during_release_all_then_resume_in_one_client);
 /// holder ("`valid_until()` never exceeds the server deadline of the hold").
 async fn detach_during_an_extend_by_id_then_resume_in_one_client(b: Backend) {
     let name = "edge-detach-vs-extend-by-id";
-    let faulty = Faulty::new(b.store().await);
-    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let (faulty, c) = faulty_client(&b).await;
     let guard = c
         .mutex(name)
         .lease(secs(10))

@@ -8,7 +8,8 @@ use redis_locks::LockClient;
 
 mod support;
 use support::backend::Backend;
-use support::faulty::{Faulty, Op, Rule};
+use support::faulty::faulty_client_with;
+use support::faulty::{Op, Rule};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -193,11 +194,7 @@ const LEASE: Duration = Duration::from_millis(300);
 /// Extends from a series of helper runtimes, each sent while a (slowed) renewal may be in
 /// flight: the granting runtime keeps renewing the hold after every helper ended.
 async fn extends_from_helpers_racing_slow_renewals(b: Backend) {
-    let store = Faulty::new(b.store().await);
-    let client = LockClient::builder()
-        .lease(LEASE)
-        .store(store.clone())
-        .expect("client");
+    let (store, client) = faulty_client_with(&b, LockClient::builder().lease(LEASE)).await;
     let other = b.client().await;
     store.add(Rule::on(Op::Extend).delay_reply(Duration::from_millis(40)));
     let mut guard = client.mutex("atk-rt-helpers").lock().await.expect("lock");

@@ -619,6 +619,16 @@ pub async fn faulty_client(b: &super::backend::Backend) -> (Arc<Faulty>, redis_l
     (f, c)
 }
 
+/// As [`faulty_client`], the client built from `builder` (its lease, heartbeat, ...).
+pub async fn faulty_client_with(
+    b: &super::backend::Backend,
+    builder: redis_locks::LockClientBuilder,
+) -> (Arc<Faulty>, redis_locks::LockClient) {
+    let f = Faulty::new(b.store().await);
+    let c = builder.store(f.clone()).expect("client");
+    (f, c)
+}
+
 /// A Mutex guard of `name` in `c` (lease 3 s), granted on current-thread runtime A, whose
 /// first renewal (lease 3 s) is held at the returned gate (rule added to `f`, `c`'s store);
 /// A is returned idle, as a sync wrapper's runtime between calls, so the renewal stays parked
