@@ -5,7 +5,9 @@
 //! public API on both backends; each test names the claim it checks.
 
 mod support;
+use support::faulty::extend_at_gate;
 use support::faulty::faulty_client;
+
 use support::poll_once;
 
 use std::future::Future;
@@ -232,13 +234,7 @@ both_backends!(an_election_resume_after_a_detach_beside_a_release_all_not_yet_se
 async fn a_renewal_aborted_by_the_detach_on_an_idle_runtime_leaves_no_hold_in_use(b: Backend) {
     let name = "detach-idle-renewal";
     let (f, c) = faulty_client(&b).await;
-    let gate = Gate::new();
-    f.add(
-        Rule::on(Op::Extend)
-            .when(|call| call.lease == Some(secs(5)))
-            .times(1)
-            .hold_request(gate.clone()),
-    );
+    let gate = f.hold_extend(secs(5));
     let main = tokio::runtime::Handle::current();
     let (c2, gate2) = (c.clone(), gate.clone());
     let (idle, guard, extending) = tokio::task::spawn_blocking(move || {
@@ -294,29 +290,7 @@ both_backends!(a_renewal_aborted_by_the_detach_on_an_idle_runtime_leaves_no_hold
 /// through.
 async fn two_resumes_waiting_on_one_detached_entry_give_one_guard(b: Backend) {
     let name = "detach-two-resumes";
-    let (f, c) = faulty_client(&b).await;
-    let guard = c
-        .mutex(name)
-        .lease(secs(10))
-        .auto_renew(false)
-        .lock()
-        .await
-        .expect("lock");
-    let id = guard.hold_id();
-    let gate = Gate::new();
-    f.add(
-        Rule::on(Op::Extend)
-            .when(|call| call.lease == Some(secs(5)))
-            .times(1)
-            .hold_request(gate.clone()),
-    );
-    let extending = {
-        let (c, id) = (c.clone(), id.clone());
-        tokio::spawn(async move { c.extend_hold(&id, secs(5)).await })
-    };
-    timeout(ms(5_000), gate.wait_entered(1))
-        .await
-        .expect("extend at the gate");
+    let (c, guard, id, gate, extending) = extend_at_gate(&b, name, secs(5)).await;
     let _ = guard.detach();
     let resume = |c: LockClient, id: redis_locks::HoldId| {
         tokio::spawn(async move { c.mutex(name).lease(secs(10)).resume(&id).await })

@@ -262,13 +262,7 @@ async fn late_hand_off_claim_once(
     let direct = b.client().await;
 
     let release_first = take(&holder, p, name).await;
-    let gate = Gate::new();
-    fa.add(
-        Rule::on(Op::Extend)
-            .when(|call| call.lease == Some(ms(2_000)))
-            .times(1)
-            .hold_request(gate.clone()),
-    );
+    let gate = fa.hold_extend(ms(2_000));
     let waiting = tokio::spawn(lock_then_detach(a.clone(), p, name.to_owned(), ms(2_000)));
     until_waiters(1, async || Ok(inspect(&direct, p, name).await)).await;
     settled(&fa).await;
@@ -528,13 +522,7 @@ async fn election_late_hand_off_claim_once(b: &Backend, name: &str) -> bool {
         .campaign("first")
         .await
         .expect("first leads");
-    let gate = Gate::new();
-    fa.add(
-        Rule::on(Op::Extend)
-            .when(|call| call.lease == Some(ms(2_000)))
-            .times(1)
-            .hold_request(gate.clone()),
-    );
+    let gate = fa.hold_extend(ms(2_000));
     let (a2, name2) = (a.clone(), name.clone());
     let waiting = tokio::spawn(async move {
         a2.election(&name2)

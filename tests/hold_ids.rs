@@ -9,6 +9,7 @@
 
 mod support;
 use support::faulty::faulty_client;
+use support::faulty::spawn_extend_hold;
 
 use std::time::Duration;
 
@@ -1954,18 +1955,9 @@ async fn resume_racing_an_extend_by_id_in_one_client(b: Backend) {
     let owner = b.client().await;
     let id = detached_mutex(&owner, name, secs(10)).await;
     let faulty = Faulty::new(b.store().await);
-    let gate = Gate::new();
-    faulty.add(
-        Rule::on(Op::Extend)
-            .when(|call| call.lease == Some(ms(800)))
-            .times(1)
-            .hold_request(gate.clone()),
-    );
+    let gate = faulty.hold_extend(ms(800));
     let c = LockClient::builder().store(faulty.clone()).expect("client");
-    let extending = {
-        let (c, id) = (c.clone(), id.clone());
-        tokio::spawn(async move { c.extend_hold(&id, ms(800)).await })
-    };
+    let extending = spawn_extend_hold(&c, &id, ms(800));
     gate.wait_entered(1).await;
     let before = faulty.count(Op::Extend);
     let resumed = c.mutex(name).lease(secs(10)).resume(&id).await;
@@ -2004,13 +1996,7 @@ async fn late_renewal_beside_a_resume(name: &str, resume_lease: Duration) {
     let resumer = b.client().await;
     let contender = b.client().await;
     let direct = b.client().await;
-    let gate = Gate::new();
-    fa.add(
-        Rule::on(Op::Extend)
-            .when(|call| call.lease == Some(ms(1_000)))
-            .times(1)
-            .hold_request(gate.clone()),
-    );
+    let gate = fa.hold_extend(ms(1_000));
     let guard = a
         .mutex(name)
         .lease(ms(1_000))
@@ -2103,13 +2089,7 @@ async fn a_cancelled_shorter_extend_of_the_detaching_client_cannot_cut_a_resume(
     let resumer = b.client().await;
     let contender = b.client().await;
     let direct = b.client().await;
-    let gate = Gate::new();
-    fa.add(
-        Rule::on(Op::Extend)
-            .when(|call| call.lease == Some(ms(1_000)))
-            .times(1)
-            .hold_request(gate.clone()),
-    );
+    let gate = fa.hold_extend(ms(1_000));
     let mut guard = a.mutex(name).lease(secs(10)).lock().await.expect("A locks");
     tokio::select! {
         answered = guard.extend(ms(1_000)) => panic!("the held extend was answered: {answered:?}"),

@@ -5,7 +5,9 @@
 //! Each test names the documented claim it checks (tests/hold_ids.rs has the main cases).
 
 mod support;
+use support::faulty::extend_at_gate;
 use support::faulty::faulty_client;
+
 use support::poll_once;
 
 use std::time::Duration;
@@ -135,27 +137,7 @@ both_backends!(detach_during_release_all_then_resume_in_one_client);
 /// holder ("`valid_until()` never exceeds the server deadline of the hold").
 async fn detach_during_an_extend_by_id_then_resume_in_one_client(b: Backend) {
     let name = "edge-detach-vs-extend-by-id";
-    let (faulty, c) = faulty_client(&b).await;
-    let guard = c
-        .mutex(name)
-        .lease(secs(10))
-        .auto_renew(false)
-        .lock()
-        .await
-        .expect("lock");
-    let id = guard.hold_id();
-    let gate = Gate::new();
-    faulty.add(
-        Rule::on(Op::Extend)
-            .when(|call| call.lease == Some(ms(800)))
-            .times(1)
-            .hold_request(gate.clone()),
-    );
-    let extending = {
-        let (c, id) = (c.clone(), id.clone());
-        tokio::spawn(async move { c.extend_hold(&id, ms(800)).await })
-    };
-    gate.wait_entered(1).await;
+    let (c, guard, id, gate, extending) = extend_at_gate(&b, name, ms(800)).await;
     let _ = guard.detach();
     let resumed = c
         .mutex(name)

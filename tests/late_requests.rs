@@ -305,13 +305,7 @@ async fn a_cancelled_shorter_extend_hold_of_a_third_client_cannot_cut_a_resume(b
     let resumer = b.client().await;
     let observer = b.client().await;
     let contender = b.client().await;
-    let gate = Gate::new();
-    fc.add(
-        Rule::on(Op::Extend)
-            .when(|call| call.lease == Some(ms(300)))
-            .times(1)
-            .hold_request(gate.clone()),
-    );
+    let gate = fc.hold_extend(ms(300));
     let id = a
         .mutex(name)
         .lease(secs(10))

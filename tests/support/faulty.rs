@@ -323,6 +323,18 @@ impl Faulty {
         self.rules.lock().unwrap().push(rule);
     }
 
+    /// Holds the next `extend` asking `lease` before the server, at the returned gate.
+    pub fn hold_extend(&self, lease: Duration) -> Arc<Gate> {
+        let gate = Gate::new();
+        self.add(
+            Rule::on(Op::Extend)
+                .when(move |call| call.lease == Some(lease))
+                .times(1)
+                .hold_request(gate.clone()),
+        );
+        gate
+    }
+
     /// Removes every rule (calls already waiting at a gate keep waiting for it).
     pub fn clear(&self) {
         self.rules.lock().unwrap().clear();
@@ -665,4 +677,40 @@ pub async fn parked_renewal(
     .await
     .expect("runtime A");
     (idle, guard, gate)
+}
+
+/// `c.extend_hold(id, lease)` on a task of its own.
+pub fn spawn_extend_hold(
+    c: &redis_locks::LockClient,
+    id: &redis_locks::HoldId,
+    lease: Duration,
+) -> tokio::task::JoinHandle<redis_locks::Result<bool>> {
+    let (c, id) = (c.clone(), id.clone());
+    tokio::spawn(async move { c.extend_hold(&id, lease).await })
+}
+
+/// A 10 s Mutex hold of `name` on a fault-injecting client (no auto-renewal), with an
+/// `extend_hold(id, lease)` of it on its way, held at `gate` before the server: the client,
+/// the guard, its id, the gate and the extend's task.
+pub async fn extend_at_gate(
+    b: &super::backend::Backend,
+    name: &str,
+    lease: Duration,
+) -> (
+    redis_locks::LockClient,
+    redis_locks::MutexGuard,
+    redis_locks::HoldId,
+    Arc<Gate>,
+    tokio::task::JoinHandle<redis_locks::Result<bool>>,
+) {
+    let (f, c) = faulty_client(b).await;
+    let lock = c.mutex(name).lease(super::time::secs(10)).auto_renew(false);
+    let guard = lock.lock().await.expect("lock");
+    let id = guard.hold_id();
+    let gate = f.hold_extend(lease);
+    let extending = spawn_extend_hold(&c, &id, lease);
+    tokio::time::timeout(super::time::ms(5_000), gate.wait_entered(1))
+        .await
+        .expect("extend at the gate");
+    (c, guard, id, gate, extending)
 }
