@@ -62,6 +62,68 @@ pub async fn watch(
     }
 }
 
+/// [`watch`] of `guard` (a read hold, or any hold beside which no writer may be let in):
+/// `probe` inspects the lock, `rival` tries to write.
+pub async fn watch_writers<K: redis_locks::kind::Kind>(
+    what: &str,
+    guard: &redis_locks::Guard<K>,
+    probe: &redis_locks::RwLock,
+    rival: &redis_locks::RwLock,
+    how_long: Duration,
+) {
+    watch(
+        what,
+        || guard.is_held(),
+        || guard.valid_until(),
+        async || probe.inspect().await.expect("inspect"),
+        async || took(rival.try_write().await).await,
+        how_long,
+    )
+    .await;
+}
+
+/// A's guard from its spawned acquire (`lock()`, `read()`, ...), within 20 s.
+pub async fn a_granted<G>(task: tokio::task::JoinHandle<redis_locks::Result<G>>) -> G {
+    tokio::time::timeout(crate::time::secs(20), task)
+        .await
+        .expect("A granted within 20 s")
+        .expect("task")
+        .expect("A's acquire")
+}
+
+/// One lock and release of the Mutex `name` by `a` (the scripts are on the server then).
+pub async fn warm_up(a: &LockClient, name: &str) {
+    let g = a.mutex(name).lock().await.expect("warm-up");
+    g.release().await.expect("release");
+}
+
+/// The clients of a watch: one reads the server (`observer`), one contends (`contender`).
+pub struct Watchers {
+    pub observer: LockClient,
+    pub contender: LockClient,
+}
+
+impl Watchers {
+    /// Two new clients of `b`.
+    pub async fn on(b: &Backend) -> Watchers {
+        Watchers {
+            observer: b.client().await,
+            contender: b.client().await,
+        }
+    }
+
+    /// [`watch_mutex`] of `guard` on `name` with these clients.
+    pub async fn mutex(
+        &self,
+        what: &str,
+        guard: &redis_locks::Guard<redis_locks::kind::Mutex>,
+        name: &str,
+        how_long: Duration,
+    ) {
+        watch_mutex(what, guard, &self.observer, &self.contender, name, how_long).await
+    }
+}
+
 /// [`watch`] of a Mutex guard, `contender` trying the lock.
 pub async fn watch_mutex(
     what: &str,
