@@ -22,7 +22,7 @@ use support::backend::{eventually, Backend};
 use support::faulty::{Faulty, Op, Rule};
 use support::honest::assert_honest;
 use support::time::ms;
-use support::waits::{lease_free, within, BEFORE_THE_HEARTBEAT, LOAD_MARGIN};
+use support::waits::{grantable, lease_free, within, BEFORE_THE_HEARTBEAT, LOAD_MARGIN};
 
 async fn all_free(c: &LockClient, names: &[&str]) -> bool {
     for n in names {
@@ -573,48 +573,21 @@ async fn wait_replicas_on_standalone_fails_cleanly() {
     let b = Backend::redis();
     let c = b.client().await;
     let other = b.client().await;
+    let no_replica = |e: redis_locks::Error| {
+        assert!(
+            matches!(e, redis_locks::Error::ReplicasNotReached { .. }),
+            "{e}"
+        )
+    };
     let t0 = Instant::now();
-    let e = c
-        .mutex("ef-wr-m")
-        .wait_replicas(1, ms(100))
-        .lock()
-        .await
-        .expect_err("no replica");
-    assert!(
-        matches!(e, redis_locks::Error::ReplicasNotReached { .. }),
-        "{e}"
-    );
-    let e = c
-        .fair_lock("ef-wr-f")
-        .wait_replicas(1, ms(100))
-        .try_lock()
-        .await
-        .expect_err("no replica");
-    assert!(
-        matches!(e, redis_locks::Error::ReplicasNotReached { .. }),
-        "{e}"
-    );
-    let e = c
-        .rwlock("ef-wr-w")
-        .wait_replicas(1, ms(100))
-        .write()
-        .timeout(ms(500))
-        .await
-        .expect_err("no replica");
-    assert!(
-        matches!(e, redis_locks::Error::ReplicasNotReached { .. }),
-        "{e}"
-    );
-    let e = c
-        .semaphore("ef-wr-s", 1)
-        .wait_replicas(1, ms(100))
-        .acquire()
-        .await
-        .expect_err("no replica");
-    assert!(
-        matches!(e, redis_locks::Error::ReplicasNotReached { .. }),
-        "{e}"
-    );
+    let m = c.mutex("ef-wr-m").wait_replicas(1, ms(100));
+    no_replica(m.lock().await.expect_err("no replica"));
+    let f = c.fair_lock("ef-wr-f").wait_replicas(1, ms(100));
+    no_replica(f.try_lock().await.expect_err("no replica"));
+    let w = c.rwlock("ef-wr-w").wait_replicas(1, ms(100));
+    no_replica(w.write().timeout(ms(500)).await.expect_err("no replica"));
+    let s = c.semaphore("ef-wr-s", 1).wait_replicas(1, ms(100));
+    no_replica(s.acquire().await.expect_err("no replica"));
     // Four WAITs of 100 ms each, and a margin for a loaded machine: each acquisition fails at
     // its first WAIT's end (one that attempted again after its 1 s retry interval would take
     // 4.4 s at least).
@@ -627,51 +600,18 @@ async fn wait_replicas_on_standalone_fails_cleanly() {
     for _ in 0..10 {
         let _ = timeout(ms(30), c.mutex("ef-wr-c").wait_replicas(1, ms(500)).lock()).await;
     }
-    within(BEFORE_THE_HEARTBEAT, "mutex free", async || {
-        other
-            .mutex("ef-wr-m")
-            .try_lock()
-            .await
-            .granted("t")
-            .is_some()
-    })
-    .await;
-    within(BEFORE_THE_HEARTBEAT, "fair free", async || {
-        other
-            .fair_lock("ef-wr-f")
-            .try_lock()
-            .await
-            .granted("t")
-            .is_some()
-    })
-    .await;
-    within(BEFORE_THE_HEARTBEAT, "rw free", async || {
-        other
-            .rwlock("ef-wr-w")
-            .try_read()
-            .await
-            .granted("t")
-            .is_some()
-    })
-    .await;
-    within(BEFORE_THE_HEARTBEAT, "sem free", async || {
-        other
-            .semaphore("ef-wr-s", 1)
-            .try_acquire()
-            .await
-            .granted("t")
-            .is_some()
-    })
-    .await;
-    within(BEFORE_THE_HEARTBEAT, "cancelled free", async || {
-        other
-            .mutex("ef-wr-c")
-            .try_lock()
-            .await
-            .granted("t")
-            .is_some()
-    })
-    .await;
+    for (what, kind, name) in [
+        ("mutex free", "mutex", "ef-wr-m"),
+        ("fair free", "fair", "ef-wr-f"),
+        ("rw free", "read", "ef-wr-w"),
+        ("sem free", "sem", "ef-wr-s"),
+        ("cancelled free", "mutex", "ef-wr-c"),
+    ] {
+        within(BEFORE_THE_HEARTBEAT, what, async || {
+            grantable(&other, kind, name).await
+        })
+        .await;
+    }
     // wait_replicas(0) is refused as an invalid argument (documented), holding nothing.
     let e = c
         .mutex("ef-wr-0")
