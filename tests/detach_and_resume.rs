@@ -5,6 +5,7 @@
 //! public API on both backends; each test names the claim it checks.
 
 mod support;
+use support::faulty::at_gate;
 use support::faulty::extend_at_gate;
 use support::faulty::faulty_client;
 
@@ -243,9 +244,7 @@ async fn a_renewal_aborted_by_the_detach_on_an_idle_runtime_leaves_no_hold_in_us
             let guard = c2.mutex(name).lease(secs(3)).lock().await.expect("lock");
             let id = guard.hold_id();
             let extending = main.spawn(async move { c2.extend_hold(&id, secs(5)).await });
-            timeout(ms(5_000), gate2.wait_entered(1))
-                .await
-                .expect("extend at the gate");
+            at_gate(&gate2, 1, "extend at the gate").await;
             // The renewal falls due (a third of 3 s after the grant) and queues behind it.
             tokio::time::sleep(ms(1_500)).await;
             (guard, extending)

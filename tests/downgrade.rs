@@ -130,7 +130,7 @@ async fn a_cancelled_downgrade_leaves_nothing(b: Backend) {
 /// After `release_all()` a guard says nothing about the future: `valid_until()` is not later
 /// than the instant it was found lost.
 async fn a_lost_guard_claims_no_validity(b: Backend) {
-    let client = b.client_with(LockClient::builder().lease(LEASE)).await;
+    let client = b.leased(LEASE).await;
     let w = client
         .rwlock("dg-valid-until")
         .write()
@@ -294,8 +294,8 @@ async fn downgrade_reply_slower_than_the_lease(b: Backend) {
 /// waits behind that writer; never a writer beside a reader.
 async fn fair_downgrade_with_a_mixed_queue(b: Backend) {
     let name = "atk-dg-fair-queue";
-    let a = b.client_with(LockClient::builder().lease(LEASE)).await;
-    let q = b.client_with(LockClient::builder().lease(LEASE)).await;
+    let a = b.leased(LEASE).await;
+    let q = b.leased(LEASE).await;
     let lock = |c: &LockClient| c.rwlock(name).preference(Preference::Fair);
     let w = lock(&a).write().await.expect("write");
     let (c1, c2, c3) = (q.clone(), q.clone(), q.clone());

@@ -630,7 +630,7 @@ async fn wait_replicas_on_standalone_fails_cleanly() {
 /// of the same client: after the churn, lock() and keep it for 1 s with a short lease.
 async fn refused_tries_never_remove_a_later_grant(b: Backend) {
     let holder = b.client().await;
-    let c = b.client_with(LockClient::builder().lease(ms(300))).await;
+    let c = b.leased(ms(300)).await;
     let name = "ef-refused";
     let g = holder.fair_lock(name).lock().await.expect("lock");
     for _ in 0..300 {

@@ -10,6 +10,7 @@
 //!   holder's lease.
 
 mod support;
+use support::faulty::at_gate;
 use support::Granted;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -141,9 +142,7 @@ async fn redis_hand_off_push_before_the_refusal_reply_stays_honest() {
     .await;
     let reply = Gate::new();
     b_store.add(Rule::on(Op::Acquire).times(1).hold_reply(reply.clone()));
-    timeout(secs(5), reply.wait_entered(1))
-        .await
-        .expect("setup: B's next attempt applied");
+    at_gate(&reply, 1, "setup: B's next attempt applied").await;
     assert!(a.release().await.expect("A releases"));
     sleep(ms(100)).await;
     reply.open();
@@ -435,7 +434,7 @@ both_backends!(hand_off_with_auto_renew_off_is_claimed_in_full);
 async fn head_waiter_is_paced_by_a_renewing_holder(b: Backend) {
     for semaphore in [false, true] {
         let name = format!("hand-off-pace-{semaphore}");
-        let holder = b.client_with(LockClient::builder().lease(ms(900))).await;
+        let holder = b.leased(ms(900)).await;
         let faulty = Faulty::new(b.store().await);
         let waiter = LockClient::builder()
             .retry_interval(ms(3_000))

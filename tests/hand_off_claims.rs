@@ -390,9 +390,8 @@ async fn a_claim_sent_again_after_a_lost_reply_cannot_cut_a_longer_resume() {
     settled(&fa).await;
     assert!(release_first.await, "the holder held");
     let guard = join("A's lock", waiting).await;
-    timeout(secs(20), gate.wait_entered(1))
-        .await
-        .expect("A's second claim reached the gate");
+    gate.entered_within(1, secs(20), "A's second claim reached the gate")
+        .await;
     let id = guard.detach();
     let resumed = resumer.mutex(name).lease(secs(10)).resume(&id).await;
     after_resume(resumed, &gate, p, name, &contender, &direct).await;

@@ -5,6 +5,7 @@
 //! trusts past the server's lease, a dead holder blocks others at most one lease.
 
 mod support;
+use support::faulty::at_gate;
 
 use std::sync::{Arc, Mutex};
 
@@ -127,9 +128,7 @@ async fn the_late_claim_then_the_late_extend_after_a_resume_cannot_cut_it() {
         fa.add(Rule::on(Op::Extend).times(1).hold_request(gate.clone()));
         proxy.cut_clients();
         let _ = tokio::time::timeout(ms(150), a_guard.extend(secs(9))).await;
-        tokio::time::timeout(secs(5), gate.wait_entered(1))
-            .await
-            .expect("A's next lease request reached the gate");
+        at_gate(&gate, 1, "A's next lease request reached the gate").await;
         let id = a_guard.detach();
         let b_lock = resumer.mutex(&name).lease(ms(400));
         let b_guard = b_lock.resume(&id).await.expect("B resumes");

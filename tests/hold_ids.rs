@@ -2003,9 +2003,8 @@ async fn late_renewal_beside_a_resume(name: &str, resume_lease: Duration) {
         .lock()
         .await
         .expect("A locks");
-    tokio::time::timeout(secs(20), gate.wait_entered(1))
-        .await
-        .expect("A's renewal reached the gate");
+    gate.entered_within(1, secs(20), "A's renewal reached the gate")
+        .await;
     let id = guard.detach();
     let resumed = resumer
         .mutex(name)

@@ -8,6 +8,7 @@
 //! mutex say `is_held()` at once.
 
 mod support;
+use support::faulty::at_gate;
 use support::Granted;
 
 use std::sync::Arc;
@@ -187,9 +188,7 @@ async fn a_refused_waiter_never_uses_a_stale_hand_off_grant() {
     // B's next heartbeat attempt (about 1 s later) is held before it reaches Redis.
     let attempt = Gate::new();
     b_store.add(Rule::on(Op::Acquire).hold_request(attempt.clone()));
-    timeout(secs(5), attempt.wait_entered(1))
-        .await
-        .expect("setup: B's next attempt within 5 s");
+    at_gate(&attempt, 1, "setup: B's next attempt within 5 s").await;
 
     // Meanwhile A releases: the lock is handed to B (until B's heartbeat deadline, at most
     // 3 s after B's previous attempt) and the wake-up carries the grant.
@@ -288,9 +287,12 @@ async fn extend_racing_a_renewal_trusts_no_longer_than_the_server_deadline() {
         let renewed = g.extend(longer).await;
         (g, renewed)
     });
-    timeout(secs(5), extend_reply.wait_entered(1))
-        .await
-        .expect("setup: the extend reached Redis within 5 s");
+    at_gate(
+        &extend_reply,
+        1,
+        "setup: the extend reached Redis within 5 s",
+    )
+    .await;
     let extend_applied = g_store
         .calls(Op::Extend)
         .iter()

@@ -43,9 +43,8 @@ async fn a_late_claim_cannot_cut_a_resume_that_kept_the_hand_off_window(b: Backe
     until_waiters(1, || probe.inspect()).await;
     assert!(x.release().await.expect("X releases"));
     let a_guard = a_granted(waiting).await;
-    tokio::time::timeout(secs(20), gate.wait_entered(1))
-        .await
-        .expect("A's claim reached the gate");
+    gate.entered_within(1, secs(20), "A's claim reached the gate")
+        .await;
     let id = a_guard.detach();
     let b_lock = resumer.mutex(name).lease(secs(9));
     let b_guard = b_lock.resume(&id).await.expect("B resumes");
@@ -82,9 +81,8 @@ async fn a_late_claim_of_a_second_guard_cannot_cut_a_fair_lock_resume(b: Backend
     until_waiters(1, || probe.inspect()).await;
     assert!(x.release().await.expect("X releases"));
     let a_guard = a_granted(waiting).await;
-    tokio::time::timeout(secs(20), gate.wait_entered(1))
-        .await
-        .expect("A's claim reached the gate");
+    gate.entered_within(1, secs(20), "A's claim reached the gate")
+        .await;
     let id = a_guard.hold_id();
     let b_lock = resumer.fair_lock(name).lease(secs(9));
     let b_guard = b_lock.resume(&id).await.expect("B resumes");

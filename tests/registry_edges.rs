@@ -6,6 +6,7 @@
 //! claim it checks.
 
 mod support;
+use support::faulty::at_gate;
 use support::faulty::faulty_client;
 use support::waits::holders;
 
@@ -97,9 +98,7 @@ async fn a_cancelled_release_then_resume(b: Backend) {
     f.add(Rule::on(Op::Release).times(2).hold_request(gate.clone()));
     let cancelled = timeout(ms(200), g.release()).await;
     assert!(cancelled.is_err(), "release returned through a gate");
-    timeout(ms(5_000), gate.wait_entered(2))
-        .await
-        .expect("the drop's background release at the gate");
+    at_gate(&gate, 2, "the drop's background release at the gate").await;
     let during = timeout(ms(15_000), c.mutex(name).lease(secs(10)).resume(&id))
         .await
         .expect("resume answers");
@@ -269,13 +268,9 @@ async fn election_release_all_then_drop_then_resume(b: Backend) {
     f.add(Rule::on(Op::Release).hold_request(gate.clone()));
     let c2 = c.clone();
     let all = tokio::spawn(async move { c2.release_all().await });
-    timeout(ms(5_000), gate.wait_entered(1))
-        .await
-        .expect("at gate");
+    at_gate(&gate, 1, "at gate").await;
     drop(l);
-    timeout(ms(5_000), gate.wait_entered(2))
-        .await
-        .expect("drop at gate");
+    at_gate(&gate, 2, "drop at gate").await;
     let during = timeout(ms(15_000), c.election(name).lease(secs(10)).resume(&id))
         .await
         .expect("resume answers");
@@ -435,9 +430,7 @@ async fn multi_release_all_then_drop_then_resume(b: Backend) {
     f.add(Rule::on(Op::Release).hold_request(gate.clone()));
     let c2 = c.clone();
     let all = tokio::spawn(async move { c2.release_all().await });
-    timeout(ms(5_000), gate.wait_entered(2))
-        .await
-        .expect("at gate");
+    at_gate(&gate, 2, "at gate").await;
     drop(g);
     sleep(ms(100)).await;
     let during = timeout(ms(15_000), c.multi_lock(names).lease(secs(10)).resume(&ids))

@@ -6,6 +6,7 @@
 //! test names the claim it checks.
 
 mod support;
+use support::faulty::at_gate;
 use support::faulty::spawn_extend_hold;
 use support::faulty::{extend_at_gate, faulty_client};
 use support::waits::{holders, BEFORE_THE_LEASE};
@@ -88,9 +89,7 @@ async fn a_resume_after_a_detach_waits_for_a_step_queued_behind_it(b: Backend) {
             .hold_request(gate2.clone()),
     );
     let e1 = spawn_extend_hold(&c, &id, secs(5));
-    timeout(ms(5_000), gate1.wait_entered(1))
-        .await
-        .expect("E1 at the gate");
+    at_gate(&gate1, 1, "E1 at the gate").await;
     let _ = guard.detach();
     sleep(ms(200)).await; // the detach is done while E1 is in flight
     let e2 = spawn_extend_hold(&c, &id, ms(800));
@@ -152,9 +151,7 @@ async fn a_resume_after_a_detach_waits_for_an_extend_beside_a_lapsed_guard(b: Ba
     assert!(!guard.is_held(), "the guard's trust ran out");
     let gate = f.hold_extend(ms(800));
     let extending = spawn_extend_hold(&c, &id, ms(800));
-    timeout(ms(5_000), gate.wait_entered(1))
-        .await
-        .expect("the extend beside the lapsed guard at the gate");
+    at_gate(&gate, 1, "the extend beside the lapsed guard at the gate").await;
     let _ = guard.detach();
     let resumed = c
         .mutex(name)
@@ -294,9 +291,7 @@ async fn release_all_does_not_wait_for_a_release_parked_in_an_idle_runtime(b: Ba
         let c = c.clone();
         tokio::spawn(async move { c.release_all().await })
     };
-    timeout(ms(5_000), gate_all.wait_entered(1))
-        .await
-        .expect("release_all's release at the gate");
+    at_gate(&gate_all, 1, "release_all's release at the gate").await;
     f.add(Rule::on(Op::Release).times(1).delay_reply(ms(100)));
     let idle = {
         let f = f.clone();
@@ -383,9 +378,7 @@ async fn mixed_releases_race_a_release_all_that_gave_up_first(b: Backend) {
             let c = c.clone();
             tokio::spawn(async move { c.release_all().await })
         };
-        timeout(ms(5_000), gate.wait_entered(N))
-            .await
-            .expect("A's releases at the gate");
+        at_gate(&gate, N, "A's releases at the gate").await;
         let bc: Vec<_> = (0..2)
             .map(|_| {
                 let c = c.clone();

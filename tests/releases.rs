@@ -4,6 +4,7 @@
 //! and the warning of a background release cut by its runtime's shutdown.
 
 mod support;
+use support::faulty::at_gate;
 use support::faulty::faulty_client;
 use support::Granted;
 
@@ -154,9 +155,7 @@ async fn release_all_counts_only_live_held(b: Backend) {
     let _ = timeout(ms(100), ga.release()).await;
     let _ = timeout(ms(100), gb.release()).await;
     // the drops' background releases arrive at the gate too
-    timeout(ms(5_000), gate.wait_entered(4))
-        .await
-        .expect("4 releases at the gate");
+    at_gate(&gate, 4, "4 releases at the gate").await;
     other
         .force_release("ra-all-d")
         .await
@@ -205,9 +204,7 @@ async fn stale_renewal_after_dropped_release(b: Backend) {
         .lock()
         .await
         .expect("lock");
-    timeout(ms(5_000), gate.wait_entered(1))
-        .await
-        .expect("a renewal at the gate");
+    at_gate(&gate, 1, "a renewal at the gate").await;
     let _ = timeout(ms(30), g.release()).await;
     let mut later = None;
     eventually("a later holder gets the lock", async || {
@@ -317,9 +314,7 @@ async fn release_all_during_awaited_release(b: Backend) {
             .hold_request(gate.clone()),
     );
     let pending = tokio::spawn(g.release());
-    timeout(ms(5_000), gate.wait_entered(1))
-        .await
-        .expect("release at the gate");
+    at_gate(&gate, 1, "release at the gate").await;
     let n = timeout(ms(10_000), c.release_all())
         .await
         .expect("release_all returns")
@@ -443,9 +438,7 @@ async fn ten_releases_at_a_gate(
     }
     let c1 = c.clone();
     let all = tokio::spawn(async move { c1.release_all().await });
-    timeout(ms(5_000), gate.wait_entered(10))
-        .await
-        .expect("release_all's 10 releases at the gate");
+    at_gate(&gate, 10, "release_all's 10 releases at the gate").await;
     (c, guards, gate, all)
 }
 

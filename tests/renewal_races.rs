@@ -485,9 +485,8 @@ async fn one_lost_reply_delays_no_other_hold(b: Backend) {
         );
     }
     let trust_end = guards[0].valid_until();
-    timeout(ms(2_000), gate.wait_entered(1))
-        .await
-        .expect("its renewal was sent");
+    gate.entered_within(1, ms(2_000), "its renewal was sent")
+        .await;
     tokio::time::timeout_at(trust_end + ms(100), guards[0].lost())
         .await
         .unwrap_or_else(|_| {
@@ -546,7 +545,7 @@ async fn release_or_drop_racing_a_renewal_in_flight(b: Backend) {
                 let name = format!("renewal-race-race-{held:?}-{end:?}-{fair}");
                 let (faulty, c) =
                     faulty_client_with(&b, LockClient::builder().lease(ms(600))).await;
-                let other = b.client_with(LockClient::builder().lease(ms(600))).await;
+                let other = b.leased(ms(600)).await;
                 let gate = Gate::new();
                 let rule = Rule::on(Op::Extend).times(1);
                 faulty.add(match held {
@@ -557,9 +556,8 @@ async fn release_or_drop_racing_a_renewal_in_flight(b: Backend) {
                 // Take it, wait for the renewal to be in flight, end the hold.
                 let (token, fence) = if fair {
                     let g = c.fair_lock(&name).lock().await.expect("lock");
-                    timeout(ms(3_000), gate.wait_entered(1))
-                        .await
-                        .expect("the renewal was sent");
+                    gate.entered_within(1, ms(3_000), "the renewal was sent")
+                        .await;
                     let (t, f) = (g.token(), g.fencing_token());
                     match end {
                         End::Release => assert!(g.release().await.expect("release"), "{label}"),
@@ -568,9 +566,8 @@ async fn release_or_drop_racing_a_renewal_in_flight(b: Backend) {
                     (t, f)
                 } else {
                     let g = c.mutex(&name).lock().await.expect("lock");
-                    timeout(ms(3_000), gate.wait_entered(1))
-                        .await
-                        .expect("the renewal was sent");
+                    gate.entered_within(1, ms(3_000), "the renewal was sent")
+                        .await;
                     let (t, f) = (g.token(), g.fencing_token());
                     match end {
                         End::Release => assert!(g.release().await.expect("release"), "{label}"),

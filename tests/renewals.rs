@@ -154,9 +154,7 @@ fn long_holds_are_renewed_without_a_task_each() {
 /// Extends a hold of a 600 ms lease from a helper runtime that then ends, waits four leases,
 /// and tells whether the hold was still renewed: its guard held, the lock busy for others.
 async fn renewed_after_an_extend_from_a_runtime_that_ended(b: &Backend) -> bool {
-    let client = b
-        .client_with(LockClient::builder().lease(Duration::from_millis(600)))
-        .await;
+    let client = b.leased(Duration::from_millis(600)).await;
     let other = b.client().await;
     let mut guard = client.mutex("helper-extend").lock().await.expect("lock");
     let guard = tokio::task::spawn_blocking(move || {
@@ -224,7 +222,7 @@ async fn extends_from_helpers_racing_slow_renewals(b: Backend) {
 /// A hold granted on a helper runtime that ends, then extended from the main runtime: its
 /// renewals move to the main runtime and go on.
 async fn granted_on_a_helper_then_extended_on_main(b: Backend) {
-    let client = b.client_with(LockClient::builder().lease(LEASE)).await;
+    let client = b.leased(LEASE).await;
     let other = b.client().await;
     let c = client.clone();
     let mut guard = tokio::task::spawn_blocking(move || {
@@ -249,7 +247,7 @@ async fn granted_on_a_helper_then_extended_on_main(b: Backend) {
 /// A hold granted on a helper runtime that ends and is never extended: it may lapse, but
 /// then the guard must not say it is held.
 async fn granted_on_a_helper_never_extended_is_honest(b: Backend) {
-    let client = b.client_with(LockClient::builder().lease(LEASE)).await;
+    let client = b.leased(LEASE).await;
     let other = b.client().await;
     let c = client.clone();
     let guard = tokio::task::spawn_blocking(move || {

@@ -315,8 +315,8 @@ async fn counter_tokens_are_unique_across_clients() {
 /// name on the fast path. A must signal the loss at its next renewal (within ~300 ms), its
 /// release must say it held nothing, and B must stay the only holder, with a larger fence.
 async fn force_release_in_between_is_signalled(b: Backend) {
-    let a = b.client_with(LockClient::builder().lease(ms(900))).await;
-    let bc = b.client_with(LockClient::builder().lease(ms(900))).await;
+    let a = b.leased(ms(900)).await;
+    let bc = b.leased(ms(900)).await;
     let op = b.client().await;
     for family in ["mutex", "fair", "sem1", "write"] {
         let name = format!("server-state-force-{family}");

@@ -52,6 +52,11 @@ impl Backend {
         self.client_with(LockClient::builder()).await
     }
 
+    /// A new client whose holds take `lease` (otherwise default settings).
+    pub async fn leased(&self, lease: Duration) -> LockClient {
+        self.client_with(LockClient::builder().lease(lease)).await
+    }
+
     /// A new client from `builder`.
     pub async fn client_with(&self, builder: redis_locks::LockClientBuilder) -> LockClient {
         match (&self.url, &self.memory) {

@@ -111,6 +111,16 @@ impl Gate {
         let _ = rx.wait_for(|&e| e >= n).await;
     }
 
+    /// [`Gate::wait_entered`] within `limit`; panics with `what` past it.
+    pub async fn entered_within(&self, n: usize, limit: Duration, what: &str) {
+        if tokio::time::timeout(limit, self.wait_entered(n))
+            .await
+            .is_err()
+        {
+            panic!("{what}: not within {limit:?}");
+        }
+    }
+
     async fn pass(&self) {
         let mut rx = self.open.subscribe();
         self.entered.send_modify(|e| *e += 1);
@@ -713,4 +723,9 @@ pub async fn extend_at_gate(
         .await
         .expect("extend at the gate");
     (c, guard, id, gate, extending)
+}
+
+/// [`Gate::entered_within`] 5 s: `n` calls arrived at `gate`.
+pub async fn at_gate(gate: &Gate, n: usize, what: &str) {
+    gate.entered_within(n, Duration::from_secs(5), what).await
 }
