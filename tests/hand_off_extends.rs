@@ -30,8 +30,7 @@ async fn handed_with_held_claim(
     observer: &LockClient,
     name: &str,
 ) -> Option<redis_locks::Guard<redis_locks::kind::Mutex>> {
-    let n2 = name.to_string();
-    proxy.hold_when(move |chunk| is_lease_request(chunk, &n2) && !chunk.ends_with("keep\r\n"));
+    proxy.hold_claim(15, name);
     let x = holder.mutex(name).lock().await.expect("X locks");
     let a_handle = a.mutex(name).lease(ms(300)).heartbeat(secs(2));
     let waiting = tokio::spawn(async move { a_handle.lock().await });
@@ -39,12 +38,7 @@ async fn handed_with_held_claim(
     until_waiters(1, || probe.inspect()).await;
     assert!(x.release().await.expect("X releases"));
     let a_guard = a_granted(waiting).await;
-    let give_up = Instant::now() + secs(2);
-    while proxy.held_log().is_empty() && Instant::now() < give_up {
-        tokio::time::sleep(ms(1)).await;
-    }
-    proxy.hold_when_off();
-    if proxy.held_log().is_empty() {
+    if !proxy.held_within(secs(2)).await {
         a_guard.release().await.expect("release");
         return None;
     }
@@ -88,11 +82,7 @@ async fn a_longer_extend_during_an_unknown_claim_then_a_resume_then_the_late_cla
         let b_lock = resumer.mutex(&name).lease(ms(400));
         let b_guard = b_lock.resume(&id).await.expect("B resumes");
         assert!(b_guard.is_held());
-        proxy.deliver();
-        until("the held claim was never delivered", secs(10), || {
-            proxy.queued() == 0
-        })
-        .await;
+        proxy.deliver_all().await;
         let info = w.observer.mutex(&name).inspect().await.expect("inspect");
         eprintln!("after late claim: {info:?}");
         w.mutex("B after A's late claim", &b_guard, &name, secs(2))
@@ -133,11 +123,7 @@ async fn the_late_claim_then_the_late_extend_after_a_resume_cannot_cut_it() {
         let b_lock = resumer.mutex(&name).lease(ms(400));
         let b_guard = b_lock.resume(&id).await.expect("B resumes");
         assert!(b_guard.is_held());
-        proxy.deliver();
-        until("the held claim was never delivered", secs(10), || {
-            proxy.queued() == 0
-        })
-        .await;
+        proxy.deliver_all().await;
         tokio::time::sleep(ms(30)).await;
         eprintln!(
             "after late claim: {:?}",

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use support::backend::{until_waiters, Backend};
 use support::faulty::{faulty_client, Gate, Op, Rule};
 use support::late::{
-    a_granted, late_proxy, proxied_client, proxied_faulty_client, took, until, warm_up, watch,
+    a_granted, late_proxy, proxied_client, proxied_faulty_client, took, warm_up, watch,
     watch_mutex, watch_writers, Watchers,
 };
 use support::time::{ms, secs};
@@ -532,12 +532,7 @@ async fn an_extend_after_an_unknown_claim_cannot_keep_the_hand_off_window_for_a_
         let name = format!("claim-then-extend-{round}");
         // A's claim (a renewal naming the hand-off's deadline, not "keep") holds its
         // connection.
-        let n2 = name.clone();
-        proxy.hold_when(move |chunk| {
-            chunk.starts_with("*15\r\n$7\r\nEVALSHA")
-                && chunk.contains(&format!("{{{n2}}}"))
-                && !chunk.ends_with("keep\r\n")
-        });
+        proxy.hold_claim(15, &name);
         let x = holder.mutex(&name).lock().await.expect("X locks");
         let a_handle = a.mutex(&name).lease(ms(300)).heartbeat(secs(8));
         let waiting = tokio::spawn(async move { a_handle.lock().await });
@@ -545,18 +540,12 @@ async fn an_extend_after_an_unknown_claim_cannot_keep_the_hand_off_window_for_a_
         until_waiters(1, || probe.inspect()).await;
         assert!(x.release().await.expect("X releases"));
         let mut a_guard = a_granted(waiting).await;
-        let give_up = Instant::now() + secs(2);
-        while proxy.held_log().is_empty() && Instant::now() < give_up {
-            tokio::time::sleep(ms(1)).await;
-        }
-        if proxy.held_log().is_empty() {
+        if !proxy.held_within(secs(2)).await {
             // Granted by its own attempt: no claim to hold. Another name.
-            proxy.hold_when_off();
             tried.push(name);
             a_guard.release().await.expect("release");
             continue;
         }
-        proxy.hold_when_off();
         eprintln!("held claim: {:?}", proxy.held_log());
         let (extended, ()) = tokio::join!(a_guard.extend(ms(300)), async {
             tokio::time::sleep(ms(20)).await;
@@ -568,11 +557,7 @@ async fn an_extend_after_an_unknown_claim_cannot_keep_the_hand_off_window_for_a_
         );
         fa.freeze().await;
         let frozen = Instant::now();
-        proxy.deliver();
-        until("the held claim was never delivered", secs(10), || {
-            proxy.queued() == 0
-        })
-        .await;
+        proxy.deliver_all().await;
         let info = probe.inspect().await.expect("inspect");
         let rival = contender.mutex(&name);
         loop {
@@ -623,12 +608,7 @@ async fn a_late_claim_after_a_fair_downgrade_cannot_cut_a_resumed_read_hold() {
         .expect("release");
     for round in 0..3 {
         let name = format!("fair-downgrade-late-claim-{round}");
-        let n2 = name.clone();
-        proxy.hold_when(move |chunk| {
-            chunk.starts_with("*19\r\n$7\r\nEVALSHA")
-                && chunk.contains(&format!("{{{n2}}}"))
-                && !chunk.ends_with("keep\r\n")
-        });
+        proxy.hold_claim(19, &name);
         let x = holder
             .rwlock(&name)
             .preference(Fair)
@@ -645,12 +625,7 @@ async fn a_late_claim_after_a_fair_downgrade_cannot_cut_a_resumed_read_hold() {
         until_waiters(1, || probe.inspect()).await;
         assert!(x.release().await.expect("X releases"));
         let a_guard = a_granted(waiting).await;
-        let give_up = Instant::now() + secs(2);
-        while proxy.held_log().is_empty() && Instant::now() < give_up {
-            tokio::time::sleep(ms(1)).await;
-        }
-        proxy.hold_when_off();
-        if proxy.held_log().is_empty() {
+        if !proxy.held_within(secs(2)).await {
             a_guard.release().await.expect("release");
             continue;
         }
@@ -668,11 +643,7 @@ async fn a_late_claim_after_a_fair_downgrade_cannot_cut_a_resumed_read_hold() {
             .resume_read(&id)
             .await
             .expect("B resumes the read hold");
-        proxy.deliver();
-        until("the held claim was never delivered", secs(10), || {
-            proxy.queued() == 0
-        })
-        .await;
+        proxy.deliver_all().await;
         tokio::time::sleep(ms(50)).await;
         eprintln!("after the downgrade: {before:?}");
         let rival = contender.rwlock(&name).preference(Fair);
@@ -706,12 +677,7 @@ async fn a_late_claim_after_anothers_downgrade_cannot_let_a_writer_beside_the_re
         .expect("release");
     for round in 0..3 {
         let name = format!("others-downgrade-late-claim-{round}");
-        let n2 = name.clone();
-        proxy.hold_when(move |chunk| {
-            chunk.starts_with("*15\r\n$7\r\nEVALSHA")
-                && chunk.contains(&format!("{{{n2}}}"))
-                && !chunk.ends_with("keep\r\n")
-        });
+        proxy.hold_claim(15, &name);
         let x = holder.rwlock(&name).write().await.expect("X writes");
         let a_handle = a.rwlock(&name).lease(ms(500)).heartbeat(secs(20));
         let waiting = tokio::spawn(async move { a_handle.write().await });
@@ -719,12 +685,7 @@ async fn a_late_claim_after_anothers_downgrade_cannot_let_a_writer_beside_the_re
         until_waiters(1, || probe.inspect()).await;
         assert!(x.release().await.expect("X releases"));
         let a_guard = a_granted(waiting).await;
-        let give_up = Instant::now() + secs(2);
-        while proxy.held_log().is_empty() && Instant::now() < give_up {
-            tokio::time::sleep(ms(1)).await;
-        }
-        proxy.hold_when_off();
-        if proxy.held_log().is_empty() {
+        if !proxy.held_within(secs(2)).await {
             a_guard.release().await.expect("release");
             continue;
         }
@@ -738,11 +699,7 @@ async fn a_late_claim_after_anothers_downgrade_cannot_let_a_writer_beside_the_re
         let b_guard = redis_locks::WriteGuard::downgrade(b_write)
             .await
             .expect("B downgrades");
-        proxy.deliver();
-        until("the held claim was never delivered", secs(10), || {
-            proxy.queued() == 0
-        })
-        .await;
+        proxy.deliver_all().await;
         tokio::time::sleep(ms(50)).await;
         let rival = contender.rwlock(&name);
         let what = "B's read guard (downgraded) after A's late claim";
@@ -770,14 +727,6 @@ async fn cut_behind_the_first_attempt(proxy: &late_proxy::LateProxy) {
 /// Lets the proxy's held requests through and waits until they left (plus 50 ms for the
 /// server to run them).
 async fn deliver_the_held(proxy: &late_proxy::LateProxy) {
-    proxy.deliver();
-    let give_up = Instant::now() + secs(10);
-    while proxy.queued() > 0 {
-        assert!(
-            Instant::now() < give_up,
-            "the held attempt was never delivered"
-        );
-        tokio::time::sleep(ms(5)).await;
-    }
+    proxy.deliver_all().await;
     tokio::time::sleep(ms(50)).await;
 }

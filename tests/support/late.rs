@@ -341,6 +341,34 @@ pub mod late_proxy {
                 c.held.send_replace(false);
             }
         }
+
+        /// Delivers everything held and waits (10 s at most) until it left.
+        pub async fn deliver_all(&self) {
+            self.deliver();
+            let (limit, what) = (crate::time::secs(10), "the held claim was never delivered");
+            super::until(what, limit, || self.queued() == 0).await;
+        }
+
+        /// Waits up to `limit` for a held request (the [`LateProxy::hold_when`] match), then
+        /// stops holding on a match; whether one was held.
+        pub async fn held_within(&self, limit: std::time::Duration) -> bool {
+            let give_up = tokio::time::Instant::now() + limit;
+            while self.held_log().is_empty() && tokio::time::Instant::now() < give_up {
+                tokio::time::sleep(crate::time::ms(1)).await;
+            }
+            self.hold_when_off();
+            !self.held_log().is_empty()
+        }
+
+        /// Holds a connection from its first lease request (`arity` RESP words: 15 for a
+        /// Mutex's or writer's, 19 for a fair RwLock's) of `name` that names a hand-off
+        /// deadline (not "keep"): a hand-off's claim.
+        pub fn hold_claim(&self, arity: usize, name: &str) {
+            let (start, tag) = (format!("*{arity}\r\n$7\r\nEVALSHA"), format!("{{{name}}}"));
+            self.hold_when(move |chunk| {
+                chunk.starts_with(&start) && chunk.contains(&tag) && !chunk.ends_with("keep\r\n")
+            });
+        }
     }
 
     impl Drop for LateProxy {
