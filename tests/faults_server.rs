@@ -296,45 +296,12 @@ async fn maxmemory_refuses_writes_with_a_typed_error() {
     server.cli(&["CONFIG", "SET", "maxmemory", "1"]);
     // Each attempt: granted (Ok(true)), refused (Ok(false)) or the error.
     let outcomes = [
-        (
-            "mutex",
-            c.mutex("oom").try_lock().await.map_or_else(
-                |e| {
-                    if e.is_would_block() {
-                        Ok(false)
-                    } else {
-                        Err(e)
-                    }
-                },
-                |_| Ok(true),
-            ),
-        ),
+        ("mutex", support::tried(c.mutex("oom").try_lock().await)),
         (
             "fair lock",
-            c.fair_lock("oom-fair").try_lock().await.map_or_else(
-                |e| {
-                    if e.is_would_block() {
-                        Ok(false)
-                    } else {
-                        Err(e)
-                    }
-                },
-                |_| Ok(true),
-            ),
+            support::tried(c.fair_lock("oom-fair").try_lock().await),
         ),
-        (
-            "read",
-            c.rwlock("oom-rw").try_read().await.map_or_else(
-                |e| {
-                    if e.is_would_block() {
-                        Ok(false)
-                    } else {
-                        Err(e)
-                    }
-                },
-                |_| Ok(true),
-            ),
-        ),
+        ("read", support::tried(c.rwlock("oom-rw").try_read().await)),
     ];
     let wrong: Vec<String> = outcomes
         .iter()

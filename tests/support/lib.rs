@@ -88,3 +88,13 @@ impl<G> Granted<G> for redis_locks::Result<G> {
 pub async fn poll_once<F: std::future::Future>(fut: &mut std::pin::Pin<Box<F>>) -> bool {
     std::future::poll_fn(|cx| std::task::Poll::Ready(fut.as_mut().poll(cx).is_ready())).await
 }
+
+/// A try's outcome as `Ok(true)` (granted; the guard dropped at once), `Ok(false)` (held,
+/// [`redis_locks::Error::is_would_block`]) or the error.
+pub fn tried<G>(outcome: redis_locks::Result<G>) -> redis_locks::Result<bool> {
+    match outcome {
+        Ok(_) => Ok(true),
+        Err(e) if e.is_would_block() => Ok(false),
+        Err(e) => Err(e),
+    }
+}
