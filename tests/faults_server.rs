@@ -11,6 +11,7 @@ use tokio::time::{sleep, timeout};
 
 use support::backend::EVENTUALLY;
 use support::fenced::Fenced;
+use support::waits::holders;
 use support::RedisServer;
 
 async fn connect(url: &str) -> LockClient {
@@ -23,15 +24,6 @@ async fn connect(url: &str) -> LockClient {
         .connect(url)
         .await
         .expect("connect")
-}
-
-async fn holder_count(c: &LockClient, name: &str) -> usize {
-    c.mutex(name)
-        .inspect()
-        .await
-        .expect("inspect")
-        .holders
-        .len()
 }
 
 /// The server sleeps longer than the lease: the holder is told, a new holder takes over, and
@@ -77,7 +69,7 @@ async fn debug_sleep_longer_than_the_lease() {
     assert!(fenced.write(new.fencing_token(), "new").await);
     assert!(!fenced.write(old.fencing_token(), "old").await);
     assert!(!old.release().await.expect("stale release"));
-    assert_eq!(holder_count(&b, "sleepy").await, 1, "stale release deleted");
+    assert_eq!(holders(&b, "sleepy").await, 1, "stale release deleted");
     assert!(new.release().await.expect("release"));
     fenced.check().await;
 }

@@ -20,20 +20,13 @@ use tokio::time::{sleep, timeout, Instant};
 
 use support::backend::eventually;
 use support::faulty::{Faulty, Gate, Op, Rule};
+use support::time::{ms, secs};
 use support::RedisServer;
 
 /// Slack for comparing a local deadline with the server's: the server reports whole
 /// milliseconds, and the inspect round trip on a busy machine takes a while. The races below
 /// overshoot by seconds.
 const MARGIN: Duration = Duration::from_millis(250);
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
-}
 
 async fn connect(url: &str) -> LockClient {
     LockClient::connect(url).await.expect("connect")
