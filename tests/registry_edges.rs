@@ -250,6 +250,50 @@ async fn downgrade_then_detach_then_resume_both_ids(b: Backend) {
 }
 both_backends!(downgrade_then_detach_then_resume_both_ids);
 
+/// The end of a case whose `release_all` (`all`) and guard drop have their releases held at
+/// `gate`: a resume (`resume`, the resumed guard's `is_held()`) meanwhile gives no `what`;
+/// then the releases are let through, `release_all` counts `count`, and 300 ms later a
+/// resume is not `HoldInUse` and gives no guard of the released hold.
+async fn around_held_releases(
+    b: &Backend,
+    f: &support::faulty::Faulty,
+    gate: &Gate,
+    all: tokio::task::JoinHandle<redis_locks::Result<usize>>,
+    count: usize,
+    what: &str,
+    resume: impl AsyncFn() -> redis_locks::Result<bool>,
+) {
+    let during = timeout(ms(15_000), resume()).await.expect("resume answers");
+    if let Ok(held) = &during {
+        panic!(
+            "[{}] a {what} resumed while its releases were in flight (is_held {held})",
+            b.kind
+        );
+    }
+    f.clear();
+    gate.open();
+    let n = timeout(ms(15_000), all)
+        .await
+        .expect("release_all")
+        .expect("join");
+    assert!(
+        matches!(n, Ok(c) if c == count),
+        "[{}] release_all said {n:?}",
+        b.kind
+    );
+    sleep(ms(300)).await;
+    match timeout(ms(15_000), resume()).await.expect("resume answers") {
+        Err(e) => assert!(
+            !e.is_hold_in_use(),
+            "[{}] after every release was answered a resume of the {what} is still `{e}` \
+             (during: {:?})",
+            b.kind,
+            during.err()
+        ),
+        Ok(held) => panic!("[{}] resumed a released {what} (is_held {held})", b.kind),
+    }
+}
+
 /// Claim: never two leaderships of one hold in one client; `HoldInUse` does not
 /// stick. `release_all` gives the leadership up; then it is dropped while `release_all`'s
 /// release and the drop's are held; a resume meanwhile is refused; once they are answered a
@@ -271,39 +315,11 @@ async fn election_release_all_then_drop_then_resume(b: Backend) {
     at_gate(&gate, 1, "at gate").await;
     drop(l);
     at_gate(&gate, 2, "drop at gate").await;
-    let during = timeout(ms(15_000), c.election(name).lease(secs(10)).resume(&id))
-        .await
-        .expect("resume answers");
-    if let Ok(r) = &during {
-        panic!(
-            "[{}] a leadership resumed while its releases were in flight (is_held {})",
-            b.kind,
-            r.is_held()
-        );
-    }
-    f.clear();
-    gate.open();
-    let n = timeout(ms(15_000), all)
-        .await
-        .expect("release_all")
-        .expect("join");
-    assert!(matches!(n, Ok(1)), "[{}] release_all said {n:?}", b.kind);
-    sleep(ms(300)).await;
-    let after = timeout(ms(15_000), c.election(name).lease(secs(10)).resume(&id))
-        .await
-        .expect("resume answers");
-    match after {
-        Err(e) => assert!(
-            !e.is_hold_in_use(),
-            "[{}] after every release was answered a resume is still `{e}`",
-            b.kind
-        ),
-        Ok(r) => panic!(
-            "[{}] resumed a released leadership (is_held {})",
-            b.kind,
-            r.is_held()
-        ),
-    }
+    let resume = async || {
+        let l = c.election(name).lease(secs(10)).resume(&id).await;
+        l.map(|l| l.is_held())
+    };
+    around_held_releases(&b, &f, &gate, all, 1, "leadership", resume).await;
 }
 both_backends!(election_release_all_then_drop_then_resume);
 
@@ -433,40 +449,11 @@ async fn multi_release_all_then_drop_then_resume(b: Backend) {
     at_gate(&gate, 2, "at gate").await;
     drop(g);
     sleep(ms(100)).await;
-    let during = timeout(ms(15_000), c.multi_lock(names).lease(secs(10)).resume(&ids))
-        .await
-        .expect("resume answers");
-    if let Ok(r) = &during {
-        panic!(
-            "[{}] a multi-guard resumed while its releases were in flight (is_held {})",
-            b.kind,
-            r.is_held()
-        );
-    }
-    f.clear();
-    gate.open();
-    let n = timeout(ms(15_000), all)
-        .await
-        .expect("release_all")
-        .expect("join");
-    assert!(matches!(n, Ok(2)), "[{}] release_all said {n:?}", b.kind);
-    sleep(ms(300)).await;
-    let after = timeout(ms(15_000), c.multi_lock(names).lease(secs(10)).resume(&ids))
-        .await
-        .expect("resume answers");
-    match after {
-        Err(e) => assert!(
-            !e.is_hold_in_use(),
-            "[{}] after every release was answered a multi-resume is still `{e}` (during: {:?})",
-            b.kind,
-            during.err()
-        ),
-        Ok(r) => panic!(
-            "[{}] resumed released parts (is_held {})",
-            b.kind,
-            r.is_held()
-        ),
-    }
+    let resume = async || {
+        let g = c.multi_lock(names).lease(secs(10)).resume(&ids).await;
+        g.map(|g| g.is_held())
+    };
+    around_held_releases(&b, &f, &gate, all, 2, "multi-guard", resume).await;
 }
 both_backends!(multi_release_all_then_drop_then_resume);
 
