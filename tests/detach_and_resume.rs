@@ -264,9 +264,7 @@ async fn a_renewal_aborted_by_the_detach_on_an_idle_runtime_leaves_no_hold_in_us
         .await
         .expect("resume returns");
     let took = started.elapsed();
-    tokio::task::spawn_blocking(move || drop(idle))
-        .await
-        .expect("drop runtime A");
+    support::time::drop_runtime(idle).await;
     match resumed {
         Ok(g) => drop(g.detach()),
         Err(err) => panic!(

@@ -411,46 +411,30 @@ async fn run_program(
     Ok(())
 }
 
-/// One redis-server and a runtime to drive it (`support::model_rig`).
-struct Rig(ModelRig);
-
-impl std::ops::Deref for Rig {
-    type Target = ModelRig;
-    fn deref(&self) -> &ModelRig {
-        &self.0
-    }
+/// Runs `ops` on an empty server of `rig` (`support::model_rig`) against `model`.
+fn check(
+    rig: &ModelRig,
+    ops: &[Op],
+    model: &dyn Store,
+    reached: &Reached,
+) -> std::result::Result<(), String> {
+    rig.on_empty_server(run_program(&rig.redis, model, ops, reached))
 }
 
-impl Rig {
-    fn start() -> Rig {
-        Rig(ModelRig::start())
-    }
-
-    /// Runs `ops` on an empty server against `model`.
-    fn check(
-        &self,
-        ops: &[Op],
-        model: &dyn Store,
-        reached: &Reached,
-    ) -> std::result::Result<(), String> {
-        self.on_empty_server(run_program(&self.redis, model, ops, reached))
-    }
-
-    fn run(
-        &self,
-        config: Config,
-        check: impl Fn(&[Op]) -> std::result::Result<(), String>,
-    ) -> std::result::Result<(), TestError<Vec<Op>>> {
-        let mut runner = TestRunner::new(config);
-        runner.run(&prop::collection::vec(op(), 1..60), |ops| {
-            check(&ops).map_err(TestCaseError::fail)
-        })
-    }
+/// Runs `check` on random programs.
+fn run(
+    config: Config,
+    check: impl Fn(&[Op]) -> std::result::Result<(), String>,
+) -> std::result::Result<(), TestError<Vec<Op>>> {
+    let mut runner = TestRunner::new(config);
+    runner.run(&prop::collection::vec(op(), 1..60), |ops| {
+        check(&ops).map_err(TestCaseError::fail)
+    })
 }
 
 #[test]
 fn election_scripts_match_model() {
-    let rig = Rig::start();
+    let rig = ModelRig::start();
     let reached = Reached::default();
     let config = Config {
         cases: cases(DEFAULT_CASES),
@@ -460,7 +444,9 @@ fn election_scripts_match_model() {
         source_file: Some(file!()),
         ..Config::default()
     };
-    if let Err(e) = rig.run(config, |ops| rig.check(ops, &MemoryStore::new(), &reached)) {
+    if let Err(e) = run(config, |ops| {
+        check(&rig, ops, &MemoryStore::new(), &reached)
+    }) {
         panic!("the stores disagree: {e}");
     }
     let reached = reached.lock().unwrap().clone();
@@ -638,7 +624,7 @@ impl Store for Planted {
 
 /// Runs the model check against a model with `bug`; true if it found a program on which the
 /// planted model and Redis disagree while the real model agrees with Redis.
-fn finds(rig: &Rig, bug: Bug) -> bool {
+fn finds(rig: &ModelRig, bug: Bug) -> bool {
     let config = Config {
         cases: 2_000,
         // The counterexample only has to exist; a short shrink keeps the test quick.
@@ -647,9 +633,9 @@ fn finds(rig: &Rig, bug: Bug) -> bool {
         ..Config::default()
     };
     let ignored = Reached::default();
-    let result = rig.run(config, |ops| {
-        match rig.check(ops, &Planted::new(bug), &ignored) {
-            Err(e) if rig.check(ops, &MemoryStore::new(), &ignored).is_ok() => Err(e),
+    let result = run(config, |ops| {
+        match check(rig, ops, &Planted::new(bug), &ignored) {
+            Err(e) if check(rig, ops, &MemoryStore::new(), &ignored).is_ok() => Err(e),
             _ => Ok(()),
         }
     });
@@ -664,7 +650,7 @@ fn finds(rig: &Rig, bug: Bug) -> bool {
 
 #[test]
 fn model_check_finds_planted_election_bugs() {
-    let rig = Rig::start();
+    let rig = ModelRig::start();
     assert!(
         finds(&rig, Bug::LeaderWithoutLiveness),
         "a leader reported without its token holding went unnoticed"
@@ -684,7 +670,7 @@ fn model_check_finds_planted_election_bugs() {
 // also requires the stored fence to be the counter (the live one-permit holder's fence).
 #[test]
 fn leader_term_is_the_holders_fence_after_a_token_is_granted_again() {
-    let rig = Rig::start();
+    let rig = ModelRig::start();
     let reached = Reached::default();
     let regrant = |evict: bool| {
         let mut ops = vec![

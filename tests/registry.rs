@@ -260,9 +260,7 @@ async fn an_extend_hold_of_a_detached_id_ends_within_its_bound(b: Backend) {
     };
     let extended = timeout(ms(15_000).saturating_sub(started.elapsed()), extending).await;
     let took = started.elapsed();
-    tokio::task::spawn_blocking(move || drop(idle))
-        .await
-        .expect("drop runtime A");
+    support::time::drop_runtime(idle).await;
     if extended.is_err() {
         panic!(
             "[{}] extend_hold of a detached hold (same client) still waits after {took:?} \

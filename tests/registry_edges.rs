@@ -472,9 +472,7 @@ async fn an_extend_hold_of_a_live_guards_id_beside_a_parked_renewal(b: Backend) 
     let took = started.elapsed();
     let held = guard.is_held();
     drop(guard.detach());
-    tokio::task::spawn_blocking(move || drop(idle))
-        .await
-        .expect("drop runtime A");
+    support::time::drop_runtime(idle).await;
     assert!(
         extended.is_ok(),
         "[{}] extend_hold of a live guard's id (same client) still waits after {took:?}: it \
@@ -498,9 +496,7 @@ async fn a_release_beside_a_parked_renewal_does_not_hang(b: Backend) {
     let all = timeout(ms(12_000), c.release_all()).await;
     let own = timeout(ms(12_000), guard.release()).await;
     let still = holders(&other, name).await;
-    tokio::task::spawn_blocking(move || drop(idle))
-        .await
-        .expect("drop runtime A");
+    support::time::drop_runtime(idle).await;
     assert!(
         by_id.is_ok() && all.is_ok() && own.is_ok(),
         "[{}] beside a renewal parked on idle runtime A: release_hold {by_id:?}, release_all \

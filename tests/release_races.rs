@@ -18,14 +18,7 @@ use tokio::time::{sleep, timeout, Instant};
 use support::backend::{join, Backend};
 use support::faulty::{Gate, Op, Rule};
 use support::honest::assert_honest;
-use support::time::{current_thread, ms, secs};
-
-/// Drops a runtime on a plain thread (a runtime cannot be dropped inside another's context).
-async fn drop_runtime(rt: tokio::runtime::Runtime) {
-    tokio::task::spawn_blocking(move || drop(rt))
-        .await
-        .expect("drop runtime");
-}
+use support::time::{current_thread, drop_runtime, ms, secs};
 
 // ---------------------------------------------------------------------------------------
 // A detached hold and release_all.

@@ -536,9 +536,7 @@ async fn release_all_does_not_wait_for_a_guard_release_parked_on_an_idle_runtime
     let started = Instant::now();
     let outcome = timeout(secs(10), client.release_all()).await;
     let took = started.elapsed();
-    tokio::task::spawn_blocking(move || drop(idle))
-        .await
-        .expect("drop runtime");
+    support::time::drop_runtime(idle).await;
     assert!(
         outcome.is_ok(),
         "release_all() did not return within {took:?}: it waits for a guard's release() \

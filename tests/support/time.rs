@@ -31,3 +31,10 @@ pub fn current_thread() -> tokio::runtime::Runtime {
         .build()
         .expect("runtime")
 }
+
+/// Drops a runtime on a plain thread (a runtime cannot be dropped inside another's context).
+pub async fn drop_runtime(rt: tokio::runtime::Runtime) {
+    tokio::task::spawn_blocking(move || drop(rt))
+        .await
+        .expect("drop runtime");
+}
