@@ -154,11 +154,8 @@ async fn fair_lock_holder_refuses_fair_rwlock_with_capacity_conflict(b: Backend)
     .await;
     let got = rw.try_write().await;
     let state = queue_info(&c, name).await;
-    assert_capacity_conflict(
-        "Fair RwLock try_write beside a FairLock holder",
-        got,
-        &state,
-    );
+    let what = "Fair RwLock try_write beside a FairLock holder";
+    assert_capacity_conflict(what, got, &state);
     assert_waiting_capacity_conflict(
         "Fair RwLock write() beside a FairLock holder",
         &c,
@@ -182,11 +179,8 @@ async fn fair_lock_holder_refuses_semaphore_of_five_with_capacity_conflict(b: Ba
 
     let got = sem.try_acquire().await;
     let state = queue_info(&c, name).await;
-    assert_capacity_conflict(
-        "Semaphore(5) try_acquire beside a FairLock holder",
-        got,
-        &state,
-    );
+    let what = "Semaphore(5) try_acquire beside a FairLock holder";
+    assert_capacity_conflict(what, got, &state);
     assert_waiting_capacity_conflict(
         "Semaphore(5) acquire() beside a FairLock holder",
         &c,
@@ -238,18 +232,12 @@ async fn fair_lock_holder_refuses_semaphore_of_three(b: Backend) {
 
     let got = sem.try_acquire_many(2).await;
     let state = queue_info(&c, name).await;
-    assert_capacity_conflict(
-        "Semaphore(3) try_acquire_many(2) beside a FairLock holder",
-        got,
-        &state,
-    );
+    let what = "Semaphore(3) try_acquire_many(2) beside a FairLock holder";
+    assert_capacity_conflict(what, got, &state);
     let got = sem.try_acquire_many(3).await;
     let state = queue_info(&c, name).await;
-    assert_capacity_conflict(
-        "Semaphore(3) try_acquire_many(3) beside a FairLock holder",
-        got,
-        &state,
-    );
+    let what = "Semaphore(3) try_acquire_many(3) beside a FairLock holder";
+    assert_capacity_conflict(what, got, &state);
     assert_waiting_capacity_conflict(
         "Semaphore(3) acquire_many(3) beside a FairLock holder",
         &c,
@@ -274,11 +262,8 @@ async fn full_semaphore_of_two_refuses_semaphore_of_five(b: Backend) {
 
     let got = five.try_acquire().await;
     let state = queue_info(&c, name).await;
-    assert_capacity_conflict(
-        "Semaphore(5) try_acquire beside a full Semaphore(2)",
-        got,
-        &state,
-    );
+    let what = "Semaphore(5) try_acquire beside a full Semaphore(2)";
+    assert_capacity_conflict(what, got, &state);
     assert_waiting_capacity_conflict(
         "Semaphore(5) acquire() beside a full Semaphore(2)",
         &c,
@@ -308,11 +293,8 @@ async fn stored_permit_count_refuses_fair_lock_and_fair_rwlock(b: Backend) {
 
     let got = fair.try_lock().await;
     let state = queue_info(&c, name).await;
-    assert_capacity_conflict(
-        "FairLock try_lock on a name with 4 stored permits",
-        got,
-        &state,
-    );
+    let what = "FairLock try_lock on a name with 4 stored permits";
+    assert_capacity_conflict(what, got, &state);
     assert_waiting_capacity_conflict(
         "FairLock lock() on a name with 4 stored permits",
         &c,
@@ -323,28 +305,19 @@ async fn stored_permit_count_refuses_fair_lock_and_fair_rwlock(b: Backend) {
     .await;
     let got = rw.try_read().await;
     let state = queue_info(&c, name).await;
-    assert_capacity_conflict(
-        "Fair RwLock try_read on a name with 4 stored permits",
-        got,
-        &state,
-    );
+    let what = "Fair RwLock try_read on a name with 4 stored permits";
+    assert_capacity_conflict(what, got, &state);
     let got = rw.try_write().await;
     let state = queue_info(&c, name).await;
-    assert_capacity_conflict(
-        "Fair RwLock try_write on a name with 4 stored permits",
-        got,
-        &state,
-    );
+    let what = "Fair RwLock try_write on a name with 4 stored permits";
+    assert_capacity_conflict(what, got, &state);
     assert!(permit.release().await.expect("release"));
 
     // Nobody holds now; the stored count still disagrees with the FairLock's.
     let got = fair.try_lock().await;
     let state = queue_info(&c, name).await;
-    assert_capacity_conflict(
-        "FairLock try_lock on an idle name with 4 stored permits",
-        got,
-        &state,
-    );
+    let what = "FairLock try_lock on an idle name with 4 stored permits";
+    assert_capacity_conflict(what, got, &state);
     // Semaphore handles follow the stored count whatever their own (existing behaviour).
     let any = other.semaphore(name, 9);
     let four = any.try_acquire_many(4).await.expect("all 4 free");
