@@ -98,3 +98,11 @@ pub fn tried<G>(outcome: redis_locks::Result<G>) -> redis_locks::Result<bool> {
         Err(e) => Err(e),
     }
 }
+
+/// Whether a `try_*` was refused because the lock is held
+/// ([`redis_locks::Error::is_would_block`]); a grant panics.
+pub fn would_block<G: std::fmt::Debug>(tried: redis_locks::Result<G>) -> bool {
+    tried
+        .expect_err("a try that must be refused")
+        .is_would_block()
+}
