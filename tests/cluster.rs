@@ -3,6 +3,7 @@
 #![cfg(feature = "cluster")]
 
 mod support;
+use support::backend::within_ok;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -253,10 +254,7 @@ async fn fair_lock_grants_in_arrival_order(a: &LockClient, b: &LockClient) {
     }
     first.release().await.expect("release");
     for w in waiters {
-        tokio::time::timeout(EVENTUALLY, w)
-            .await
-            .expect("served")
-            .expect("join");
+        within_ok(EVENTUALLY, "served", w).await;
     }
     assert_eq!(*order.lock().expect("order"), vec![0, 1, 2]);
 }
@@ -271,10 +269,7 @@ async fn semaphore_counts_permits(a: &LockClient, b: &LockClient) {
     let waiter = tokio::spawn(async move { sem.acquire().await.expect("queued permit") });
     tokio::time::sleep(Duration::from_millis(200)).await;
     p1.release().await.expect("release");
-    let p3 = tokio::time::timeout(Duration::from_secs(5), waiter)
-        .await
-        .expect("woken within 5 s")
-        .expect("join");
+    let p3 = within_ok(Duration::from_secs(5), "woken within 5 s", waiter).await;
     p2.release().await.expect("release");
     p3.release().await.expect("release");
 }

@@ -5,6 +5,7 @@
 //! public API on both backends; each test names the claim it checks.
 
 mod support;
+use support::backend::within_ok;
 use support::faulty::at_gate;
 use support::faulty::extend_at_gate;
 use support::faulty::faulty_client;
@@ -70,10 +71,7 @@ async fn a_resume_after_a_detach_beside_a_release_all_not_yet_sent(b: Backend) {
             .await
             .expect("resume returns");
         gate.open();
-        let n = timeout(ms(10_000), all)
-            .await
-            .expect("release_all returns")
-            .expect("release_all");
+        let n = within_ok(ms(10_000), "release_all returns", all).await;
         match resumed {
             Err(err) => {
                 assert!(err.is_hold_in_use(), "{err}");
@@ -131,10 +129,7 @@ async fn a_multi_resume_after_a_detach_beside_a_release_all_not_yet_sent(b: Back
             .await
             .expect("resume returns");
         gate.open();
-        let n = timeout(ms(10_000), all)
-            .await
-            .expect("release_all returns")
-            .expect("release_all");
+        let n = within_ok(ms(10_000), "release_all returns", all).await;
         let g = match resumed {
             Err(err) => {
                 assert!(err.is_hold_in_use(), "{err}");
@@ -191,10 +186,7 @@ async fn an_election_resume_after_a_detach_beside_a_release_all_not_yet_sent(b: 
             .await
             .expect("resume returns");
         gate.open();
-        let n = timeout(ms(10_000), all)
-            .await
-            .expect("release_all returns")
-            .expect("release_all");
+        let n = within_ok(ms(10_000), "release_all returns", all).await;
         let l = match resumed {
             Err(err) => {
                 assert!(err.is_hold_in_use(), "{err}");

@@ -5,6 +5,7 @@
 //! `inspect` shows it in the queue before starting the next.
 
 mod support;
+use support::backend::within_ok;
 
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
@@ -472,10 +473,7 @@ async fn ten_thousand_queued_waiters(b: Backend) {
         assert!(guard.release().await.expect("release"));
         fence
     });
-    let ahead = tokio::time::timeout(EVENTUALLY, queued_rx)
-        .await
-        .expect("the last waiter queued")
-        .expect("position");
+    let ahead = within_ok(EVENTUALLY, "the last waiter queued", queued_rx).await;
     assert_eq!(
         ahead,
         N as u64 + 1,

@@ -3,6 +3,7 @@
 //! a separate server show that no stale write is accepted and no fence is granted twice.
 
 mod support;
+use support::backend::within_ok;
 
 use std::time::Duration;
 
@@ -162,10 +163,7 @@ async fn waiters_survive_a_three_second_outage() {
     server.kill();
     sleep(Duration::from_secs(3)).await;
     server.restart();
-    let got = timeout(Duration::from_secs(30), w)
-        .await
-        .expect("waiter returned")
-        .expect("task");
+    let got = within_ok(Duration::from_secs(30), "waiter returned", w).await;
     let got = got.expect("the waiter failed during the outage instead of waiting");
     assert!(got.release().await.expect("release"));
     drop(g);
@@ -252,10 +250,7 @@ async fn script_flush_mid_run() {
         }));
     }
     for t in tasks {
-        timeout(Duration::from_secs(60), t)
-            .await
-            .expect("done")
-            .expect("task");
+        within_ok(Duration::from_secs(60), "done", t).await;
     }
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     assert!(flusher.await.expect("flusher") > 3);

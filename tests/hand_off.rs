@@ -10,6 +10,7 @@
 //!   holder's lease.
 
 mod support;
+use support::backend::within_ok;
 use support::faulty::at_gate;
 use support::Granted;
 
@@ -372,10 +373,7 @@ async fn hand_off_with_auto_renew_off_is_claimed_in_full(b: Backend) {
                 support::backend::until_waiters(1, async || $inspect).await;
                 sleep(ms(50)).await;
                 assert!(holder.release().await.expect("release"));
-                let got = timeout(ms(1_000), waiter)
-                    .await
-                    .expect("the waiter was granted")
-                    .expect("task");
+                let got = within_ok(ms(1_000), "the waiter was granted", waiter).await;
                 let granted = Instant::now();
                 sleep(ms(800)).await;
                 let info = $inspect.expect("inspect");
@@ -521,10 +519,7 @@ async fn dead_holder_head_waiter_at_the_lease_end_in_fifo(b: Backend) {
         "setup: waiters queued before the lease end"
     );
     for t in tasks {
-        tokio::time::timeout(ms(6_000), t)
-            .await
-            .expect("every waiter served within 6 s")
-            .expect("task");
+        within_ok(ms(6_000), "every waiter served within 6 s", t).await;
     }
     let order = order.lock().unwrap().clone();
     let ids: Vec<usize> = order.iter().map(|(i, _)| *i).collect();
@@ -577,10 +572,7 @@ async fn eager_second_waiter_never_overtakes_the_hinted_head(b: Backend) {
         until_waiters(i + 1, async || observer.fair_lock(name).inspect().await).await;
     }
     for t in tasks {
-        tokio::time::timeout(ms(5_000), t)
-            .await
-            .expect("both served within 5 s")
-            .expect("task");
+        within_ok(ms(5_000), "both served within 5 s", t).await;
     }
     assert_eq!(*order.lock().unwrap(), [0, 1], "[{}] FIFO", b.kind);
 }

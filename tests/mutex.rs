@@ -1,6 +1,7 @@
 //! Mutex behaviour, on a real redis-server and on the in-memory store.
 
 mod support;
+use support::backend::within_ok;
 use support::Granted;
 
 use std::time::Duration;
@@ -269,10 +270,7 @@ async fn waiter_is_woken_by_notification(b: Backend) {
     assert!(!task.is_finished(), "the waiter got a held lock");
     let released_at = Instant::now();
     assert!(g.release().await.expect("release"));
-    let granted_at = timeout(Duration::from_secs(20), task)
-        .await
-        .expect("the waiter was never woken")
-        .expect("task");
+    let granted_at = within_ok(Duration::from_secs(20), "the waiter was never woken", task).await;
     let delay = granted_at.saturating_duration_since(released_at);
     assert!(
         delay < Duration::from_secs(5),

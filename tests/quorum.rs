@@ -1,6 +1,7 @@
 //! Quorum (Redlock) mode on three real, independent redis-servers.
 
 mod support;
+use support::backend::within_ok;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -103,10 +104,7 @@ async fn mutex_rounds(q: &mut Quorum, h: &History, rounds: usize, kill_after: Op
         q.servers[2].kill();
     }
     for t in tasks {
-        tokio::time::timeout(EVENTUALLY, t)
-            .await
-            .expect("all tasks finish")
-            .expect("task");
+        within_ok(EVENTUALLY, "all tasks finish", t).await;
     }
     assert_eq!(done.load(Ordering::SeqCst), 16 * rounds);
 }
@@ -160,10 +158,7 @@ async fn sixteen_rwlock_tasks_share_reads_and_exclude_writes() {
         }));
     }
     for t in tasks {
-        tokio::time::timeout(EVENTUALLY, t)
-            .await
-            .expect("all tasks finish")
-            .expect("task");
+        within_ok(EVENTUALLY, "all tasks finish", t).await;
     }
     h.check_exclusion();
     // Each read reports the fence of the write before it (the largest among its granters).

@@ -6,6 +6,7 @@
 //! claim it checks.
 
 mod support;
+use support::backend::within_ok;
 use support::faulty::at_gate;
 use support::faulty::faulty_client;
 use support::waits::holders;
@@ -53,10 +54,7 @@ async fn a_failed_release_delivered_late_under_a_resume() {
     });
     sleep(ms(100)).await;
     proxy.resume();
-    let r = timeout(ms(20_000), resuming)
-        .await
-        .expect("resume ends")
-        .expect("join");
+    let r = within_ok(ms(20_000), "resume ends", resuming).await;
     eprintln!(
         "check 3: resume said {:?}",
         r.as_ref().map(|g| g.is_held()).map_err(|e| e.to_string())
@@ -166,10 +164,7 @@ async fn release_all_counts_a_raced_hold_at_most_once(b: Backend) {
     gate.open();
     let n1 = timeout(ms(15_000), a1).await.expect("a1").expect("join");
     let n2 = timeout(ms(15_000), a2).await.expect("a2").expect("join");
-    let r_id = timeout(ms(15_000), by_id)
-        .await
-        .expect("by id")
-        .expect("join");
+    let r_id = within_ok(ms(15_000), "by id", by_id).await;
     let r_own = timeout(ms(15_000), own).await.expect("own").expect("join");
     let total = n1.as_ref().copied().unwrap_or(0) + n2.as_ref().copied().unwrap_or(0);
     assert!(
@@ -272,10 +267,7 @@ async fn around_held_releases(
     }
     f.clear();
     gate.open();
-    let n = timeout(ms(15_000), all)
-        .await
-        .expect("release_all")
-        .expect("join");
+    let n = within_ok(ms(15_000), "release_all", all).await;
     assert!(
         matches!(n, Ok(c) if c == count),
         "[{}] release_all said {n:?}",

@@ -6,6 +6,7 @@
 //! test names the claim it checks.
 
 mod support;
+use support::backend::within_ok;
 use support::faulty::at_gate;
 use support::faulty::spawn_extend_hold;
 use support::faulty::{extend_at_gate, faulty_client};
@@ -32,10 +33,7 @@ async fn release_all_spares_a_hold_detached_while_its_extend_is_in_flight(b: Bac
     let other = b.client().await;
     let (c, guard, _, gate, extending) = extend_at_gate(&b, name, secs(5)).await;
     let _handed_over = guard.detach();
-    let n = timeout(ms(10_000), c.release_all())
-        .await
-        .expect("release_all returns")
-        .expect("release_all");
+    let n = within_ok(ms(10_000), "release_all returns", c.release_all()).await;
     let left = holders(&other, name).await;
     gate.open();
     let _ = join("extend_hold", extending).await;

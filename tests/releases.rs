@@ -4,6 +4,7 @@
 //! and the warning of a background release cut by its runtime's shutdown.
 
 mod support;
+use support::backend::within_ok;
 use support::faulty::at_gate;
 use support::faulty::faulty_client;
 use support::Granted;
@@ -160,10 +161,7 @@ async fn release_all_counts_only_live_held(b: Backend) {
         .force_release("ra-all-d")
         .await
         .expect("force_release");
-    let n = timeout(ms(10_000), c.release_all())
-        .await
-        .expect("release_all returns")
-        .expect("release_all");
+    let n = within_ok(ms(10_000), "release_all returns", c.release_all()).await;
     assert_eq!(
         n, 1,
         "[{}] release_all counted {n}, not 1 (only c was live and held)",
@@ -315,10 +313,7 @@ async fn release_all_during_awaited_release(b: Backend) {
     );
     let pending = tokio::spawn(g.release());
     at_gate(&gate, 1, "release at the gate").await;
-    let n = timeout(ms(10_000), c.release_all())
-        .await
-        .expect("release_all returns")
-        .expect("release_all");
+    let n = within_ok(ms(10_000), "release_all returns", c.release_all()).await;
     assert_eq!(
         n, 3,
         "[{}] release_all counted {n}, not the 3 live holds",
@@ -474,10 +469,7 @@ both_backends!(release_all_overtaken_by_guard_drops);
 async fn second_release_all_overtakes_first(b: Backend) {
     let other = b.client().await;
     let (c, guards, gate, first) = ten_releases_at_a_gate(&b, "ra-ot").await;
-    let n2 = timeout(ms(10_000), c.release_all())
-        .await
-        .expect("B returns")
-        .expect("release_all B");
+    let n2 = within_ok(ms(10_000), "B returns", c.release_all()).await;
     gate.open();
     let n1 = support::backend::join("release_all A", first)
         .await

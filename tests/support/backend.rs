@@ -126,6 +126,20 @@ pub async fn join<T>(what: &str, task: tokio::task::JoinHandle<T>) -> T {
         .unwrap_or_else(|e| panic!("{what}: task failed: {e}"))
 }
 
+/// `fut` (a task, or a call that returns a `Result`) within `limit`, unwrapped: panics with
+/// `what` on a timeout, an error or the task's panic.
+pub async fn within_ok<T, E: std::fmt::Debug>(
+    limit: Duration,
+    what: &str,
+    fut: impl std::future::IntoFuture<Output = Result<T, E>>,
+) -> T {
+    match tokio::time::timeout(limit, fut).await {
+        Err(_) => panic!("not within {limit:?}: {what}"),
+        Ok(Err(e)) => panic!("{what}: {e:?}"),
+        Ok(Ok(value)) => value,
+    }
+}
+
 /// Polls `inspect` until the lock shows exactly `n` live waiters, and returns that state.
 ///
 /// `inspect` is any inspection of the lock, e.g. `|| lock.inspect()` for any handle kind, or
