@@ -15,7 +15,7 @@ use redis_locks::LockClient;
 use tokio::time::{sleep, timeout, Instant};
 
 use support::backend::{eventually, Backend};
-use support::faulty::{Faulty, Gate, Op, Rule};
+use support::faulty::{Faulty, Op, Rule};
 use support::time::{ms, secs};
 
 // ------------------------------------------------------------------------------------------
@@ -175,8 +175,7 @@ async fn capacity_marker_outlives_its_holders(backend: Backend) {
         .store(w_store.clone())
         .expect("client");
     // W "dies": none of its releases ever reaches the store.
-    let never = Gate::new();
-    w_store.add(Rule::on(Op::Release).hold_request(never.clone()));
+    let _never = w_store.hold_requests(Rule::on(Op::Release));
 
     let a = direct
         .semaphore(name, 1)

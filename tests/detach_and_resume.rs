@@ -20,7 +20,7 @@ use tokio::time::{timeout, Instant};
 use support::backend::Backend;
 #[allow(unused_imports)]
 use support::backend::{eventually, join};
-use support::faulty::{Gate, Op, Rule};
+use support::faulty::{Op, Rule};
 use support::honest::trusts_past;
 use support::time::{current_thread, ms, secs};
 
@@ -59,8 +59,7 @@ async fn a_resume_after_a_detach_beside_a_release_all_not_yet_sent(b: Backend) {
     let kind = b.kind;
     let (resumed_ok, honest, n) = on_current_thread(move || async move {
         let guard = c.mutex(name).lease(secs(10)).lock().await.expect("lock");
-        let gate = Gate::new();
-        f.add(Rule::on(Op::Release).times(1).hold_request(gate.clone()));
+        let gate = f.hold_requests(Rule::on(Op::Release).times(1));
         let mut all = Box::pin(c.release_all());
         assert!(
             !poll_once(&mut all).await,
@@ -117,8 +116,7 @@ async fn a_multi_resume_after_a_detach_beside_a_release_all_not_yet_sent(b: Back
             .lock()
             .await
             .expect("lock");
-        let gate = Gate::new();
-        f.add(Rule::on(Op::Release).hold_request(gate.clone()));
+        let gate = f.hold_requests(Rule::on(Op::Release));
         let mut all = Box::pin(c.release_all());
         assert!(
             !poll_once(&mut all).await,
@@ -174,8 +172,7 @@ async fn an_election_resume_after_a_detach_beside_a_release_all_not_yet_sent(b: 
             .campaign("v1")
             .await
             .expect("campaign");
-        let gate = Gate::new();
-        f.add(Rule::on(Op::Release).hold_request(gate.clone()));
+        let gate = f.hold_requests(Rule::on(Op::Release));
         let mut all = Box::pin(c.release_all());
         assert!(
             !poll_once(&mut all).await,

@@ -19,7 +19,7 @@ use redis_locks::{LockClient, Preference, WriteGuard};
 use tokio::time::Instant;
 
 use support::backend::{join, Backend};
-use support::faulty::{Faulty, Gate, Op, Rule};
+use support::faulty::{Faulty, Op, Rule};
 
 const POLICIES: [Preference; 3] = [Preference::Writer, Preference::Reader, Preference::Fair];
 
@@ -64,8 +64,7 @@ async fn downgrade_racing_release_all(b: Backend) {
         let (store, client) = faulty_client(&b).await;
         let other = b.client().await;
         let w = write(&client, &name, policy).await;
-        let gate = Gate::new();
-        store.add(Rule::on(Op::Downgrade).times(1).hold_reply(gate.clone()));
+        let gate = store.hold_replies(Rule::on(Op::Downgrade).times(1));
         let downgrade = tokio::spawn(WriteGuard::downgrade(w));
         // The server has applied the downgrade; its reply is held back.
         gate.wait_entered(1).await;
@@ -114,8 +113,7 @@ async fn a_cancelled_downgrade_leaves_nothing(b: Backend) {
         let (store, client) = faulty_client(&b).await;
         let other = b.client().await;
         let w = write(&client, &name, policy).await;
-        let never = Gate::new();
-        store.add(Rule::on(Op::Downgrade).times(1).hold_reply(never.clone()));
+        let never = store.hold_replies(Rule::on(Op::Downgrade).times(1));
         let downgrade = tokio::spawn(WriteGuard::downgrade(w));
         never.wait_entered(1).await;
         downgrade.abort();
@@ -160,8 +158,7 @@ async fn delayed_downgrade_then_release_leaves_nothing(b: Backend) {
         let (store, client) = faulty_client(&b).await;
         let other = b.client().await;
         let w = write(&client, &name, policy).await;
-        let gate = Gate::new();
-        store.add(Rule::on(Op::Downgrade).times(1).hold_reply(gate.clone()));
+        let gate = store.hold_replies(Rule::on(Op::Downgrade).times(1));
         let downgrade = tokio::spawn(WriteGuard::downgrade(w));
         gate.wait_entered(1).await;
         gate.open();
@@ -202,8 +199,7 @@ async fn downgrade_behind_a_renewal_keeps_renewing(b: Backend) {
             faulty_client_with(&b, LockClient::builder().lease(Duration::from_millis(300))).await;
         let other = b.client().await;
         let w = write(&client, &name, policy).await;
-        let gate = Gate::new();
-        store.add(Rule::on(Op::Extend).times(1).hold_reply(gate.clone()));
+        let gate = store.hold_replies(Rule::on(Op::Extend).times(1));
         gate.wait_entered(1).await;
         let downgrade = tokio::spawn(WriteGuard::downgrade(w));
         tokio::time::sleep(Duration::from_millis(30)).await;
@@ -244,8 +240,7 @@ async fn downgrade_cancelled_behind_a_renewal_leaves_nothing(b: Backend) {
             .write()
             .await
             .expect("write");
-        let never = Gate::new();
-        store.add(Rule::on(Op::Extend).times(1).hold_reply(never.clone()));
+        let never = store.hold_replies(Rule::on(Op::Extend).times(1));
         never.wait_entered(1).await;
         let downgrade = tokio::spawn(WriteGuard::downgrade(w));
         tokio::time::sleep(Duration::from_millis(30)).await;

@@ -162,11 +162,7 @@ async fn a_dead_leader_is_replaced(b: Backend) {
     };
     let url = b.server.as_ref().map(|s| s.url());
     let thread = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("runtime");
+        let rt = support::time::multi_thread(1);
         rt.block_on(async move {
             let c = match (doomed_client, url) {
                 (Some(c), _) => c,

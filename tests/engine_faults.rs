@@ -810,11 +810,7 @@ both_backends!(cancelled_acquire_many_leaves_nothing);
 /// then on (held and listed 3 s later, lease 400 ms).
 #[test]
 fn extend_after_runtime_shutdown_with_renewals_in_flight() {
-    let main = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let main = support::time::multi_thread(2);
     let b = Backend::memory();
     let (faulty, c, observer) = main.block_on(async {
         let (faulty, c) = faulty_client_with(&b, LockClient::builder().lease(ms(400))).await;

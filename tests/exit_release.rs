@@ -117,10 +117,7 @@ fn ends_without_keeping_the_lock(test: &str, mode: Mode) {
         _ => 1,
     };
     assert_eq!(output.status.code(), Some(expected), "the child's exit");
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = support::time::current_thread();
     runtime.block_on(async {
         let client = LockClient::connect(&url).await.expect("connect");
         let held = client.mutex(&name).inspect().await.expect("inspect");

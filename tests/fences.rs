@@ -165,10 +165,7 @@ async fn use_every_kind_and_abandon_some(c: &LockClient, name: &str) {
     // A leader whose runtime ends: its renewals end with it, its lease (and value) lapse.
     let (c, election) = (c.clone(), format!("{name}:election"));
     let leader = tokio::task::spawn_blocking(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
+        let runtime = support::time::current_thread();
         let leader = runtime.block_on(async {
             let election = c.election(&election).lease(Duration::from_millis(300));
             election.campaign("x").await.expect("campaign")

@@ -22,7 +22,7 @@ use redis_locks::{testing, LockClient};
 use tokio::time::{sleep, sleep_until, timeout, Instant};
 
 use support::backend::{eventually, until_waiters, Backend};
-use support::faulty::{Faulty, Gate, Op, Rule};
+use support::faulty::{Faulty, Op, Rule};
 use support::time::{ms, secs};
 use support::RedisServer;
 
@@ -132,8 +132,7 @@ async fn redis_hand_off_push_before_the_refusal_reply_stays_honest() {
     let name = "hand-off-push-before-reply";
 
     let a = direct.mutex(name).lock().await.expect("A locks");
-    let renewals = Gate::new();
-    b_store.add(Rule::on(Op::Extend).hold_request(renewals.clone()));
+    let renewals = b_store.hold_requests(Rule::on(Op::Extend));
     let b_mutex = b_client.mutex(name).lease(secs(1));
     let b_task = tokio::spawn(async move { b_mutex.lock().await });
     eventually("B waits, subscribed", || {
@@ -141,8 +140,7 @@ async fn redis_hand_off_push_before_the_refusal_reply_stays_honest() {
         async move { n >= 2 }
     })
     .await;
-    let reply = Gate::new();
-    b_store.add(Rule::on(Op::Acquire).times(1).hold_reply(reply.clone()));
+    let reply = b_store.hold_replies(Rule::on(Op::Acquire).times(1));
     at_gate(&reply, 1, "setup: B's next attempt applied").await;
     assert!(a.release().await.expect("A releases"));
     sleep(ms(100)).await;
@@ -200,8 +198,7 @@ async fn dead_waiter_handed_the_lock_blocks_at_most_a_lease(backend: Backend) {
     let d_client = LockClient::builder()
         .store(d_store.clone())
         .expect("client");
-    let never = Gate::new();
-    d_store.add(Rule::on(Op::Release).hold_request(never.clone()));
+    let _never = d_store.hold_requests(Rule::on(Op::Release));
     let lease = secs(1);
 
     let a = direct

@@ -13,7 +13,7 @@ use redis_locks::LockClient;
 use tokio::time::Instant;
 
 use support::backend::{until_waiters, Backend};
-use support::faulty::{Gate, Op, Rule};
+use support::faulty::{Op, Rule};
 use support::late::{a_granted, late_proxy, proxied_faulty_client, until, warm_up, Watchers};
 use support::time::{ms, secs};
 
@@ -114,8 +114,7 @@ async fn the_late_claim_then_the_late_extend_after_a_resume_cannot_cut_it() {
         };
         // The next lease request of A (a renewal or the extend; either carries the claim)
         // is held in A's store.
-        let gate = Gate::new();
-        fa.add(Rule::on(Op::Extend).times(1).hold_request(gate.clone()));
+        let gate = fa.hold_requests(Rule::on(Op::Extend).times(1));
         proxy.cut_clients();
         let _ = tokio::time::timeout(ms(150), a_guard.extend(secs(9))).await;
         at_gate(&gate, 1, "A's next lease request reached the gate").await;

@@ -551,8 +551,7 @@ async fn resume_racing_the_release_of_the_same_hold(b: Backend) {
     let (faulty, c) = faulty_client(&b).await;
     let g = c.mutex("resume-vs-release").lock().await.expect("lock");
     let id = g.hold_id();
-    let gate = Gate::new();
-    faulty.add(Rule::on(Op::Release).times(1).hold_request(gate.clone()));
+    let gate = faulty.hold_requests(Rule::on(Op::Release).times(1));
     let releasing = tokio::spawn(async move { g.release().await });
     gate.wait_entered(1).await;
     let resumed = c.mutex("resume-vs-release").resume(&id).await;
@@ -751,12 +750,8 @@ both_backends!(a_resumed_guard_trusts_from_the_send);
 #[test]
 fn finds_planted_resume_trusts_reply() {
     redis_locks::testing::plant(redis_locks::testing::Bug::ResumeTrustsReply);
-    let honest = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-        .block_on(resumed_trust_is_honest(&Backend::memory()));
+    let honest =
+        support::time::multi_thread(2).block_on(resumed_trust_is_honest(&Backend::memory()));
     redis_locks::testing::unplant_all();
     assert!(!honest, "the planted bug went unnoticed");
 }
@@ -882,8 +877,7 @@ async fn release_by_id_racing_a_resume_in_one_client(b: Backend) {
     let owner = b.client().await;
     let id = detached_mutex(&owner, name, secs(5)).await;
     let faulty = Faulty::new(b.store().await);
-    let gate = Gate::new();
-    faulty.add(Rule::on(Op::Extend).times(1).hold_reply(gate.clone()));
+    let gate = faulty.hold_replies(Rule::on(Op::Extend).times(1));
     let c = LockClient::builder().store(faulty.clone()).expect("client");
     let resuming = {
         let (c, id) = (c.clone(), id.clone());
@@ -1027,8 +1021,7 @@ async fn cancelled_resume_leaves_nothing_renewing(b: Backend) {
     let lease = ms(800);
     let id = detached_mutex(&owner, name, lease).await;
     let faulty = Faulty::new(b.store().await);
-    let gate = Gate::new();
-    faulty.add(Rule::on(Op::Extend).times(1).hold_reply(gate.clone()));
+    let gate = faulty.hold_replies(Rule::on(Op::Extend).times(1));
     let c = LockClient::builder().store(faulty.clone()).expect("client");
     let resuming = {
         let (c, id) = (c.clone(), id.clone());
@@ -1285,8 +1278,7 @@ async fn resume_racing_release_all(b: Backend) {
     let (faulty, c) = faulty_client(&b).await;
     let g = c.mutex(name).lock().await.expect("lock");
     let id = g.hold_id();
-    let gate = Gate::new();
-    faulty.add(Rule::on(Op::Release).times(1).hold_request(gate.clone()));
+    let gate = faulty.hold_requests(Rule::on(Op::Release).times(1));
     let releasing = {
         let c = c.clone();
         tokio::spawn(async move { c.release_all().await })
@@ -1391,12 +1383,10 @@ async fn extend_by_id_racing_a_resume_in_one_client(b: Backend) {
     let owner = b.client().await;
     let id = detached_mutex(&owner, name, secs(10)).await;
     let faulty = Faulty::new(b.store().await);
-    let gate = Gate::new();
-    faulty.add(
+    let gate = faulty.hold_replies(
         Rule::on(Op::Extend)
             .when(|call| call.lease == Some(secs(10)))
-            .times(1)
-            .hold_reply(gate.clone()),
+            .times(1),
     );
     let c = LockClient::builder().store(faulty.clone()).expect("client");
     let resuming = {
@@ -1473,11 +1463,7 @@ fn resumed_on_a_runtime_that_shuts_down() {
             let id = detached_mutex(&owner, name, ms(800)).await;
             (owner, id)
         });
-        let helper = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("runtime");
+        let helper = support::time::multi_thread(1);
         let g = helper.block_on(async {
             let c = b.client().await;
             c.mutex(name)
@@ -1510,8 +1496,7 @@ async fn resume_racing_the_drop_of_its_guard(b: Backend) {
     let (faulty, c) = faulty_client(&b).await;
     let g = c.mutex(name).lock().await.expect("lock");
     let id = g.hold_id();
-    let gate = Gate::new();
-    faulty.add(Rule::on(Op::Release).times(1).hold_request(gate.clone()));
+    let gate = faulty.hold_requests(Rule::on(Op::Release).times(1));
     drop(g);
     gate.wait_entered(1).await;
     let resumed = c.mutex(name).resume(&id).await;
@@ -1657,8 +1642,7 @@ async fn cancelled_election_resume_keeps_the_leadership(b: Backend) {
         .expect("campaign")
         .detach();
     let faulty = Faulty::new(b.store().await);
-    let gate = Gate::new();
-    faulty.add(Rule::on(Op::Leader).times(1).hold_request(gate.clone()));
+    let gate = faulty.hold_requests(Rule::on(Op::Leader).times(1));
     let c = LockClient::builder().store(faulty.clone()).expect("client");
     let resuming = {
         let (c, id) = (c.clone(), id.clone());
@@ -1921,8 +1905,7 @@ async fn resume_racing_a_release_by_id_in_one_client(b: Backend) {
     let owner = b.client().await;
     let id = detached_mutex(&owner, name, secs(5)).await;
     let faulty = Faulty::new(b.store().await);
-    let gate = Gate::new();
-    faulty.add(Rule::on(Op::Release).times(1).hold_request(gate.clone()));
+    let gate = faulty.hold_requests(Rule::on(Op::Release).times(1));
     let c = LockClient::builder().store(faulty.clone()).expect("client");
     let releasing = {
         let (c, id) = (c.clone(), id.clone());

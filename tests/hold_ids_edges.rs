@@ -16,7 +16,7 @@ use redis_locks::{HoldId, LockClient, Preference};
 use tokio::time::Instant;
 
 use support::backend::{eventually, join, Backend, EVENTUALLY};
-use support::faulty::{Faulty, Gate, Op, Rule};
+use support::faulty::{Faulty, Op, Rule};
 use support::honest::{assert_honest, server_deadline};
 use support::time::{ms, secs};
 use support::waits::lease_free;
@@ -50,8 +50,7 @@ async fn detach_during_a_release_by_id_then_resume_in_one_client(b: Backend) {
     let (faulty, c) = faulty_client(&b).await;
     let guard = c.mutex(name).lease(secs(10)).lock().await.expect("lock");
     let id = guard.hold_id();
-    let gate = Gate::new();
-    faulty.add(Rule::on(Op::Release).times(1).hold_request(gate.clone()));
+    let gate = faulty.hold_requests(Rule::on(Op::Release).times(1));
     let releasing = {
         let (c, id) = (c.clone(), id.clone());
         tokio::spawn(async move { c.release_hold(&id).await })
@@ -96,8 +95,7 @@ async fn detach_during_release_all_then_resume_in_one_client(b: Backend) {
     let name = "edge-detach-vs-release-all";
     let (faulty, c) = faulty_client(&b).await;
     let guard = c.mutex(name).lease(secs(10)).lock().await.expect("lock");
-    let gate = Gate::new();
-    faulty.add(Rule::on(Op::Release).times(1).hold_request(gate.clone()));
+    let gate = faulty.hold_requests(Rule::on(Op::Release).times(1));
     let releasing = {
         let c = c.clone();
         tokio::spawn(async move { c.release_all().await })
@@ -678,22 +676,14 @@ fn a_guard_resumed_on_a_dead_runtime_is_released_from_another() {
     for b in [Backend::memory(), Backend::redis()] {
         // Multi-threaded, so the clients' connections (made here) are driven while the
         // helper runtime blocks this thread.
-        let main = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("runtime");
+        let main = support::time::multi_thread(1);
         let (owner, c, id) = main.block_on(async {
             let owner = b.client().await;
             let c = b.client().await;
             let id = detached_mutex(&owner, "edge-dead-runtime", secs(10)).await;
             (owner, c, id)
         });
-        let helper = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("runtime");
+        let helper = support::time::multi_thread(1);
         let g = helper.block_on(async {
             c.mutex("edge-dead-runtime")
                 .lease(secs(10))

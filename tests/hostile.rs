@@ -34,11 +34,7 @@ const SENTINEL_FAIR: &str = "sentinel-fair";
 impl World {
     fn new() -> World {
         let server = RedisServer::start();
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("runtime");
+        let rt = support::time::multi_thread(2);
         let (c, raw, sentinel, sentinel_fair) = rt.block_on(async {
             let c = LockClient::connect(&server.url()).await.expect("connect");
             let other = LockClient::connect(&server.url()).await.expect("connect");

@@ -11,7 +11,7 @@ use redis_locks::LockClient;
 use tokio::time::Instant;
 
 use support::backend::{until_waiters, Backend};
-use support::faulty::{faulty_client, Gate, Op, Rule};
+use support::faulty::{faulty_client, Op, Rule};
 use support::late::{
     a_granted, late_proxy, proxied_client, proxied_faulty_client, took, warm_up, watch,
     watch_mutex, watch_writers, Watchers,
@@ -35,8 +35,7 @@ async fn a_late_claim_cannot_cut_a_resume_that_kept_the_hand_off_window(b: Backe
 
     let x = holder.mutex(name).lock().await.expect("X locks");
     // A's first renewal (the claim) is held before it reaches the server.
-    let gate = Gate::new();
-    fa.add(Rule::on(Op::Extend).times(1).hold_request(gate.clone()));
+    let gate = fa.hold_requests(Rule::on(Op::Extend).times(1));
     let a_handle = a.mutex(name).lease(ms(500)).heartbeat(secs(20));
     let waiting = tokio::spawn(async move { a_handle.lock().await });
     let probe = w.observer.mutex(name);
@@ -73,8 +72,7 @@ async fn a_late_claim_of_a_second_guard_cannot_cut_a_fair_lock_resume(b: Backend
     let contender = b.client().await;
 
     let x = holder.fair_lock(name).lock().await.expect("X locks");
-    let gate = Gate::new();
-    fa.add(Rule::on(Op::Extend).times(1).hold_request(gate.clone()));
+    let gate = fa.hold_requests(Rule::on(Op::Extend).times(1));
     let a_handle = a.fair_lock(name).lease(ms(500)).heartbeat(secs(20));
     let waiting = tokio::spawn(async move { a_handle.lock().await });
     let probe = observer.fair_lock(name);

@@ -689,10 +689,7 @@ struct Rig {
 impl Rig {
     fn start() -> Rig {
         let server = RedisServer::start();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("tokio runtime");
+        let runtime = support::time::current_thread();
         let connect = |url: String, variant| {
             runtime
                 .block_on(RedisStore::connect(&url))

@@ -251,10 +251,7 @@ async fn run_program(
 #[test]
 fn multi_lock_script_matches_model() {
     let server = RedisServer::start();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = support::time::current_thread();
     let redis = runtime
         .block_on(RedisStore::connect(&server.url()))
         .expect("connect");

@@ -209,8 +209,7 @@ async fn a_cancelled_release_all_still_releases(b: Backend) {
     let (f, c) = faulty_client(&b).await;
     let other = b.client().await;
     let g = c.mutex(name).lease(secs(10)).lock().await.expect("lock");
-    let gate = Gate::new();
-    f.add(Rule::on(Op::Release).times(1).hold_request(gate.clone()));
+    let gate = f.hold_requests(Rule::on(Op::Release).times(1));
     let cancelled = timeout(ms(300), c.release_all()).await;
     assert!(
         cancelled.is_err(),

@@ -92,8 +92,7 @@ async fn a_cancelled_release_then_resume(b: Backend) {
     let other = b.client().await;
     let g = c.mutex(name).lease(secs(10)).lock().await.expect("lock");
     let id = g.hold_id();
-    let gate = Gate::new();
-    f.add(Rule::on(Op::Release).times(2).hold_request(gate.clone()));
+    let gate = f.hold_requests(Rule::on(Op::Release).times(2));
     let cancelled = timeout(ms(200), g.release()).await;
     assert!(cancelled.is_err(), "release returned through a gate");
     at_gate(&gate, 2, "the drop's background release at the gate").await;
@@ -153,8 +152,7 @@ async fn release_all_counts_a_raced_hold_at_most_once(b: Backend) {
     let (f, c) = faulty_client(&b).await;
     let g = c.mutex(name).lease(secs(10)).lock().await.expect("lock");
     let id = g.hold_id();
-    let gate = Gate::new();
-    f.add(Rule::on(Op::Release).times(4).hold_request(gate.clone()));
+    let gate = f.hold_requests(Rule::on(Op::Release).times(4));
     let (c1, c2, c3, id3) = (c.clone(), c.clone(), c.clone(), id.clone());
     let a1 = tokio::spawn(async move { c1.release_all().await });
     let by_id = tokio::spawn(async move { c3.release_hold(&id3).await });
@@ -182,8 +180,7 @@ async fn release_all_does_not_count_a_lapsed_hold(b: Backend) {
     let name = "edge-count-lapsed";
     let (f, c) = faulty_client(&b).await;
     let other = b.client().await;
-    let gate = Gate::new();
-    f.add(Rule::on(Op::Extend).hold_request(gate.clone()));
+    let gate = f.hold_requests(Rule::on(Op::Extend));
     let g = c.mutex(name).lease(ms(600)).lock().await.expect("lock");
     sleep(ms(1_200)).await;
     assert_eq!(holders(&other, name).await, 0, "lapsed");
@@ -300,8 +297,7 @@ async fn election_release_all_then_drop_then_resume(b: Backend) {
         .await
         .expect("campaign");
     let id = l.hold_id();
-    let gate = Gate::new();
-    f.add(Rule::on(Op::Release).hold_request(gate.clone()));
+    let gate = f.hold_requests(Rule::on(Op::Release));
     let c2 = c.clone();
     let all = tokio::spawn(async move { c2.release_all().await });
     at_gate(&gate, 1, "at gate").await;
@@ -434,8 +430,7 @@ async fn multi_release_all_then_drop_then_resume(b: Backend) {
         .await
         .expect("lock");
     let ids = g.hold_ids();
-    let gate = Gate::new();
-    f.add(Rule::on(Op::Release).hold_request(gate.clone()));
+    let gate = f.hold_requests(Rule::on(Op::Release));
     let c2 = c.clone();
     let all = tokio::spawn(async move { c2.release_all().await });
     at_gate(&gate, 2, "at gate").await;

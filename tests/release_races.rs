@@ -272,12 +272,7 @@ async fn release_all_does_not_wait_for_a_release_parked_in_an_idle_runtime(b: Ba
     let name = "race-ra-idle-runtime";
     let (f, c) = faulty_client(&b).await;
     let guard = c.mutex(name).lease(secs(10)).lock().await.expect("lock");
-    let gate_all = Gate::new();
-    f.add(
-        Rule::on(Op::Release)
-            .times(1)
-            .hold_request(gate_all.clone()),
-    );
+    let gate_all = f.hold_requests(Rule::on(Op::Release).times(1));
     let all = {
         let c = c.clone();
         tokio::spawn(async move { c.release_all().await })
@@ -349,12 +344,10 @@ async fn mixed_releases_race_a_release_all_that_gave_up_first(b: Backend) {
                 .expect("lock");
             guards.push(g);
         }
-        let gate = Gate::new();
-        f.add(
+        let gate = f.hold_requests(
             Rule::on(Op::Release)
                 .when(|call| call.name.starts_with("race-mix-"))
-                .times(N)
-                .hold_request(gate.clone()),
+                .times(N),
         );
         for i in 0..N {
             let name = format!("race-mix-{i}");

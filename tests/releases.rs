@@ -88,13 +88,7 @@ async fn stale_release_spares_later_grant(b: Backend) {
             "ra-stale-other"
         };
         let g = c.mutex(name).lock().await.expect("lock");
-        let gate = Gate::new();
-        f.add(
-            Rule::on(Op::Release)
-                .when(named(name))
-                .times(1)
-                .hold_request(gate.clone()),
-        );
+        let gate = f.hold_requests(Rule::on(Op::Release).when(named(name)).times(1));
         let _ = timeout(ms(100), g.release()).await;
         assert_eq!(gate.entered(), 1, "the first release is held at the gate");
         let later_client = if same_client { &c } else { &other };
@@ -140,13 +134,7 @@ async fn release_all_counts_only_live_held(b: Backend) {
     let gb = c.mutex("ra-all-b").lock().await.expect("b");
     let gc = c.mutex("ra-all-c").lock().await.expect("c");
     let gd = c.mutex("ra-all-d").lock().await.expect("d");
-    let gate = Gate::new();
-    f.add(
-        Rule::on(Op::Release)
-            .when(named("ra-all-a"))
-            .times(2)
-            .hold_reply(gate.clone()),
-    );
+    let gate = f.hold_replies(Rule::on(Op::Release).when(named("ra-all-a")).times(2));
     f.add(
         Rule::on(Op::Release)
             .when(named("ra-all-b"))
@@ -188,13 +176,7 @@ async fn stale_renewal_after_dropped_release(b: Backend) {
     let other = b.client().await;
     let third = b.client().await;
     let name = "ra-renew";
-    let gate = Gate::new();
-    f.add(
-        Rule::on(Op::Extend)
-            .when(named(name))
-            .times(1)
-            .hold_request(gate.clone()),
-    );
+    let gate = f.hold_requests(Rule::on(Op::Extend).when(named(name)).times(1));
     let g = c
         .mutex(name)
         .lease(ms(3_000))
@@ -304,13 +286,7 @@ async fn release_all_during_awaited_release(b: Backend) {
     let r1 = c.rwlock("ra-aw-r").read().await.expect("r1");
     let r2 = c.rwlock("ra-aw-r").read().await.expect("r2");
     let p = c.semaphore("ra-aw-s", 3).acquire().await.expect("permit");
-    let gate = Gate::new();
-    f.add(
-        Rule::on(Op::Release)
-            .when(named("ra-aw-x"))
-            .times(1)
-            .hold_request(gate.clone()),
-    );
+    let gate = f.hold_requests(Rule::on(Op::Release).when(named("ra-aw-x")).times(1));
     let pending = tokio::spawn(g.release());
     at_gate(&gate, 1, "release at the gate").await;
     let n = within_ok(ms(10_000), "release_all returns", c.release_all()).await;

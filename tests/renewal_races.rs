@@ -468,12 +468,10 @@ both_backends!(many_holds_under_slow_replies_stay_held);
 /// renewal gives up then), and the other 29 must be renewed as usual for 2 s.
 async fn one_lost_reply_delays_no_other_hold(b: Backend) {
     let (faulty, c) = faulty_client_with(&b, LockClient::builder().lease(ms(600))).await;
-    let gate = Gate::new();
-    faulty.add(
+    let gate = faulty.hold_replies(
         Rule::on(Op::Extend)
             .when(|call| call.name == "renewal-race-lost-reply-0")
-            .times(1)
-            .hold_reply(gate.clone()),
+            .times(1),
     );
     let mut guards = Vec::new();
     for i in 0..30 {
@@ -641,11 +639,7 @@ async fn redis_guard_dropped_while_its_renewal_is_stalled_on_the_wire() {
         .connect(&proxy.url())
         .await
         .expect("connect via proxy");
-    let other = LockClient::builder()
-        .lease(lease)
-        .connect(&server.url())
-        .await
-        .expect("connect");
+    let other = server.leased(lease).await;
     for fair in [false, true] {
         let name = format!("renewal-race-wire-{fair}");
         let g: Box<dyn Send> = if fair {

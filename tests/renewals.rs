@@ -12,10 +12,7 @@ use support::faulty::faulty_client_with;
 use support::faulty::{Op, Rule};
 
 fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
+    support::time::current_thread()
 }
 
 /// A client first used on a runtime that then shut down (its renewal driver went with it)

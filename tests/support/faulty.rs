@@ -333,6 +333,20 @@ impl Faulty {
         self.rules.lock().unwrap().push(rule);
     }
 
+    /// Adds `rule`, its calls' requests held before the store at the returned (new) gate.
+    pub fn hold_requests(&self, rule: Rule) -> Arc<Gate> {
+        let gate = Gate::new();
+        self.add(rule.hold_request(gate.clone()));
+        gate
+    }
+
+    /// Adds `rule`, its calls' replies held (the call applied) at the returned (new) gate.
+    pub fn hold_replies(&self, rule: Rule) -> Arc<Gate> {
+        let gate = Gate::new();
+        self.add(rule.hold_reply(gate.clone()));
+        gate
+    }
+
     /// Holds the next `extend` asking `lease` before the server, at the returned gate.
     pub fn hold_extend(&self, lease: Duration) -> Arc<Gate> {
         let gate = Gate::new();
