@@ -8,6 +8,7 @@
 //! the API docs breaks.
 
 mod support;
+use support::detached_mutex;
 use support::faulty::faulty_client;
 use support::faulty::spawn_extend_hold;
 
@@ -821,16 +822,6 @@ both_backends!(a_downgrade_with_a_second_write_guard_keeps_it_honest);
 
 // Attacks: adversarial tests of hold ids (resume, detach, release and extend by id, one guard
 // per hold per client, `max_hold`, the fence), on both backends.
-
-/// A detached mutex hold of `name` in `c` with `lease`.
-async fn detached_mutex(c: &LockClient, name: &str, lease: Duration) -> HoldId {
-    c.mutex(name)
-        .lease(lease)
-        .lock()
-        .await
-        .expect("lock")
-        .detach()
-}
 
 /// Attack: two resumes of one detached id run concurrently in ONE client (their renewals'
 /// replies are slow, so neither finds a guard of the token in the client's registry yet). A

@@ -5,6 +5,7 @@
 //! Each test names the documented claim it checks (tests/hold_ids.rs has the main cases).
 
 mod support;
+use support::detached_mutex;
 use support::faulty::extend_at_gate;
 use support::faulty::faulty_client;
 
@@ -20,16 +21,6 @@ use support::faulty::{Faulty, Op, Rule};
 use support::honest::{assert_honest, server_deadline};
 use support::time::{ms, secs};
 use support::waits::lease_free;
-
-/// A detached mutex hold of `name` in `c` with `lease`.
-async fn detached_mutex(c: &LockClient, name: &str, lease: Duration) -> HoldId {
-    c.mutex(name)
-        .lease(lease)
-        .lock()
-        .await
-        .expect("lock")
-        .detach()
-}
 
 // ---------------------------------------------------------------------------------------
 // 1. A detach while a release or extend of the same hold is in flight in the same client.

@@ -106,3 +106,13 @@ pub fn would_block<G: std::fmt::Debug>(tried: redis_locks::Result<G>) -> bool {
         .expect_err("a try that must be refused")
         .is_would_block()
 }
+
+/// A detached Mutex hold of `name` in `c` with `lease`.
+pub async fn detached_mutex(
+    c: &redis_locks::LockClient,
+    name: &str,
+    lease: std::time::Duration,
+) -> redis_locks::HoldId {
+    let guard = c.mutex(name).lease(lease).lock().await.expect("lock");
+    guard.detach()
+}
