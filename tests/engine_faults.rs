@@ -499,12 +499,8 @@ async fn extend_churn_stays_honest_and_held(b: Backend, k: u64) {
             let held = g.is_held();
             let info = observer.mutex(name).inspect().await.expect("inspect");
             let answered = Instant::now();
-            assert_honest(
-                &format!("[{}] round {i} lease {lease:?}", b.kind),
-                until,
-                &info,
-                answered,
-            );
+            let what = format!("[{}] round {i} lease {lease:?}", b.kind);
+            assert_honest(&what, until, &info, answered);
             assert!(
                 held,
                 "[{}] round {i}: a renewed hold reported not held",
@@ -886,12 +882,8 @@ async fn extend_churn(c: LockClient, observer: LockClient, k: u64) {
                 let held = g.is_held();
                 let info = observer.mutex(&name).inspect().await.expect("inspect");
                 let answered = Instant::now();
-                assert_honest(
-                    &format!("{name} round {round} lease {lease:?}"),
-                    until,
-                    &info,
-                    answered,
-                );
+                let what = format!("{name} round {round} lease {lease:?}");
+                assert_honest(&what, until, &info, answered);
                 assert!(held, "{name} round {round} (lease {lease:?}): not held");
             }
             assert!(

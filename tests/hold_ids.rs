@@ -1400,12 +1400,8 @@ async fn extend_by_id_racing_a_resume_in_one_client(b: Backend) {
     assert_eq!(sent, 1, "the refused extend by id was sent");
     let before = g.valid_until();
     let info = owner.mutex(name).inspect().await.expect("inspect");
-    assert_honest(
-        "a guard resumed while its own client tried to extend the hold by id",
-        before,
-        &info,
-        Instant::now(),
-    );
+    let what = "a guard resumed while its own client tried to extend the hold by id";
+    assert_honest(what, before, &info, Instant::now());
     drop(g);
 }
 

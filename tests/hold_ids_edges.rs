@@ -145,16 +145,12 @@ async fn detach_during_an_extend_by_id_then_resume_in_one_client(b: Backend) {
             }
             let before = g.valid_until();
             let info = c.mutex(name).inspect().await.expect("inspect");
-            assert_honest(
-                &format!(
-                    "{}: a guard resumed while an extend_hold of the hold ran in the same \
-                     client (its guard detached meanwhile)",
-                    b.kind
-                ),
-                before,
-                &info,
-                Instant::now(),
+            let what = format!(
+                "{}: a guard resumed while an extend_hold of the hold ran in the same \
+                 client (its guard detached meanwhile)",
+                b.kind
             );
+            assert_honest(&what, before, &info, Instant::now());
             drop(g);
         }
     }

@@ -73,12 +73,8 @@ async fn a_failed_release_delivered_late_under_a_resume() {
     let until = r.valid_until();
     drop(r.detach());
     if held {
-        assert_honest(
-            "[redis] resume after a failed release() whose bytes arrived late",
-            until,
-            &info,
-            answered,
-        );
+        let what = "[redis] resume after a failed release() whose bytes arrived late";
+        assert_honest(what, until, &info, answered);
     }
 }
 
@@ -111,12 +107,8 @@ async fn a_cancelled_release_then_resume(b: Backend) {
         let (held, until) = (r.is_held(), r.valid_until());
         drop(r.detach());
         if held {
-            assert_honest(
-                &format!("[{}] resume beside a drop's background release", b.kind),
-                until,
-                &info,
-                answered,
-            );
+            let what = format!("[{}] resume beside a drop's background release", b.kind);
+            assert_honest(&what, until, &info, answered);
         }
     }
     assert_eq!(
@@ -232,12 +224,8 @@ async fn downgrade_then_detach_then_resume_both_ids(b: Backend) {
         r2.as_ref().map(|g| g.is_held())
     );
     let info = other.rwlock(name).inspect().await.expect("inspect");
-    assert_honest(
-        &format!("[{}] resumed read guard", b.kind),
-        r1.valid_until(),
-        &info,
-        Instant::now(),
-    );
+    let what = format!("[{}] resumed read guard", b.kind);
+    assert_honest(&what, r1.valid_until(), &info, Instant::now());
     assert!(r1.release().await.expect("release"));
 }
 both_backends!(downgrade_then_detach_then_resume_both_ids);

@@ -102,17 +102,13 @@ async fn a_resume_after_a_detach_waits_for_a_step_queued_behind_it(b: Backend) {
         Ok(g) => {
             let before = g.valid_until();
             let info = c.mutex(name).inspect().await.expect("inspect");
-            assert_honest(
-                &format!(
-                    "[{}] a guard resumed after a detach while an extend_hold(800 ms) that \
-                     found the detached entry was still to be applied (sent {e2_sent}, \
-                     answered {extended:?})",
-                    b.kind
-                ),
-                before,
-                &info,
-                Instant::now(),
+            let what = format!(
+                "[{}] a guard resumed after a detach while an extend_hold(800 ms) that \
+                 found the detached entry was still to be applied (sent {e2_sent}, \
+                 answered {extended:?})",
+                b.kind
             );
+            assert_honest(&what, before, &info, Instant::now());
         }
     }
 }
@@ -157,16 +153,12 @@ async fn a_resume_after_a_detach_waits_for_an_extend_beside_a_lapsed_guard(b: Ba
         Ok(g) => {
             let before = g.valid_until();
             let info = c.mutex(name).inspect().await.expect("inspect");
-            assert_honest(
-                &format!(
-                    "[{}] a guard resumed after detaching a lapsed guard while an \
-                     extend_hold(800 ms) beside it was in flight (answered {extended:?})",
-                    b.kind
-                ),
-                before,
-                &info,
-                Instant::now(),
+            let what = format!(
+                "[{}] a guard resumed after detaching a lapsed guard while an \
+                 extend_hold(800 ms) beside it was in flight (answered {extended:?})",
+                b.kind
             );
+            assert_honest(&what, before, &info, Instant::now());
         }
     }
 }
@@ -196,17 +188,13 @@ async fn detach_outside_a_runtime_during_an_extend_then_resume(b: Backend) {
         Ok(g) => {
             let before = g.valid_until();
             let info = c.mutex(name).inspect().await.expect("inspect");
-            assert_honest(
-                &format!(
-                    "[{}] a guard resumed after a detach outside a runtime while an \
-                     extend_hold(800 ms) through the detached guard was in flight \
-                     (answered {extended:?})",
-                    b.kind
-                ),
-                before,
-                &info,
-                Instant::now(),
+            let what = format!(
+                "[{}] a guard resumed after a detach outside a runtime while an \
+                 extend_hold(800 ms) through the detached guard was in flight \
+                 (answered {extended:?})",
+                b.kind
             );
+            assert_honest(&what, before, &info, Instant::now());
         }
     }
 }
@@ -515,15 +503,11 @@ async fn detach_in_a_runtime_that_shuts_down_then_resume(b: Backend) {
     let g = resumed.unwrap_or_else(|e| panic!("[{}] resume after the extend: {e}", b.kind));
     let until = g.valid_until();
     let info = c.mutex(name).inspect().await.expect("inspect");
-    assert_honest(
-        &format!(
-            "[{}] resumed after an extend in flight at the detach",
-            b.kind
-        ),
-        until,
-        &info,
-        Instant::now(),
+    let what = format!(
+        "[{}] resumed after an extend in flight at the detach",
+        b.kind
     );
+    assert_honest(&what, until, &info, Instant::now());
     g.release().await.expect("release");
 }
 both_backends!(detach_in_a_runtime_that_shuts_down_then_resume);
