@@ -470,45 +470,33 @@ async fn leader_report_survives_foreign_attempts(b: Backend) {
             b.kind
         );
     };
-    expect_a(
-        "after the grant",
-        other.election(name).leader().await.expect("leader"),
-    );
+    let what = "after the grant";
+    expect_a(what, other.election(name).leader().await.expect("leader"));
     let r = other.mutex(name).try_lock().await;
     assert!(r.is_err(), "[{}] mutex granted beside a leader", b.kind);
-    expect_a(
-        "after a mutex try_lock",
-        other.election(name).leader().await.expect("leader"),
-    );
+    let what = "after a mutex try_lock";
+    expect_a(what, other.election(name).leader().await.expect("leader"));
     let r = other.fair_lock(name).try_lock().await;
     assert!(r.is_err(), "[{}] fair lock granted beside a leader", b.kind);
-    expect_a(
-        "after a fair try_lock",
-        other.election(name).leader().await.expect("leader"),
-    );
+    let what = "after a fair try_lock";
+    expect_a(what, other.election(name).leader().await.expect("leader"));
     let r = other.semaphore(name, 1).try_acquire().await;
     assert!(
         r.is_err(),
         "[{}] 1-permit semaphore granted beside a leader",
         b.kind
     );
-    expect_a(
-        "after a semaphore try",
-        other.election(name).leader().await.expect("leader"),
-    );
+    let what = "after a semaphore try";
+    expect_a(what, other.election(name).leader().await.expect("leader"));
     let r = other.election(name).try_campaign("x").await;
     assert!(r.is_err(), "[{}] second leader", b.kind);
-    expect_a(
-        "after a try_campaign",
-        other.election(name).leader().await.expect("leader"),
-    );
+    let what = "after a try_campaign";
+    expect_a(what, other.election(name).leader().await.expect("leader"));
     // A waiting candidate that gives up.
     let r = other.election(name).campaign("y").timeout(ms(150)).await;
     assert!(r.is_err(), "[{}] second leader", b.kind);
-    expect_a(
-        "after a timed-out campaign",
-        other.election(name).leader().await.expect("leader"),
-    );
+    let what = "after a timed-out campaign";
+    expect_a(what, other.election(name).leader().await.expect("leader"));
     // Handover to B.
     let e2 = other.election(name);
     let b_task = tokio::spawn(async move { e2.campaign("b").await.expect("campaign b") });

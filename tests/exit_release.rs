@@ -137,26 +137,20 @@ fn ends_without_keeping_the_lock(test: &str, mode: Mode) {
 
 #[test]
 fn error_from_main_on_a_multi_thread_runtime_releases() {
-    ends_without_keeping_the_lock(
-        "error_from_main_on_a_multi_thread_runtime_releases",
-        Mode::ErrorMultiThread,
-    );
+    let test = "error_from_main_on_a_multi_thread_runtime_releases";
+    ends_without_keeping_the_lock(test, Mode::ErrorMultiThread);
 }
 
 #[test]
 fn error_from_main_on_a_current_thread_runtime_releases() {
-    ends_without_keeping_the_lock(
-        "error_from_main_on_a_current_thread_runtime_releases",
-        Mode::ErrorCurrentThread,
-    );
+    let test = "error_from_main_on_a_current_thread_runtime_releases";
+    ends_without_keeping_the_lock(test, Mode::ErrorCurrentThread);
 }
 
 #[test]
 fn error_from_main_with_the_client_dropped_first_releases() {
-    ends_without_keeping_the_lock(
-        "error_from_main_with_the_client_dropped_first_releases",
-        Mode::ClientDroppedFirst,
-    );
+    let test = "error_from_main_with_the_client_dropped_first_releases";
+    ends_without_keeping_the_lock(test, Mode::ClientDroppedFirst);
 }
 
 #[test]

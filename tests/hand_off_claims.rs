@@ -316,16 +316,8 @@ async fn after_resume<K: Kind>(
     let resumed = resumed.expect("B resumes");
     assert!(resumed.is_held());
     gate.open();
-    watch_one_holder(
-        "B's resumed guard after A's late hand-off claim",
-        p,
-        name,
-        &resumed,
-        contender,
-        direct,
-        ms(3_000),
-    )
-    .await;
+    let what = "B's resumed guard after A's late hand-off claim";
+    watch_one_holder(what, p, name, &resumed, contender, direct, ms(3_000)).await;
     assert!(resumed.is_held(), "B's guard is renewed throughout");
 }
 

@@ -369,15 +369,8 @@ async fn a_late_duplicate_acquire_cannot_cut_a_resumed_quorum_mutex() {
         tokio::time::sleep(ms(5)).await;
     }
     tokio::time::sleep(ms(50)).await;
-    watch_mutex(
-        "B's resumed quorum guard after A's late first attempt",
-        &b_guard,
-        &observer,
-        &contender,
-        name,
-        secs(2),
-    )
-    .await;
+    let what = "B's resumed quorum guard after A's late first attempt";
+    watch_mutex(what, &b_guard, &observer, &contender, name, secs(2)).await;
 }
 
 /// The late duplicate acquire of

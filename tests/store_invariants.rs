@@ -144,26 +144,14 @@ async fn fair_lock_holder_refuses_fair_rwlock_with_capacity_conflict(b: Backend)
     let got = rw.try_read().await;
     let state = queue_info(&c, name).await;
     assert_capacity_conflict("Fair RwLock try_read beside a FairLock holder", got, &state);
-    assert_waiting_capacity_conflict(
-        "Fair RwLock read() beside a FairLock holder",
-        &c,
-        name,
-        1,
-        rw.read(),
-    )
-    .await;
+    let what = "Fair RwLock read() beside a FairLock holder";
+    assert_waiting_capacity_conflict(what, &c, name, 1, rw.read()).await;
     let got = rw.try_write().await;
     let state = queue_info(&c, name).await;
     let what = "Fair RwLock try_write beside a FairLock holder";
     assert_capacity_conflict(what, got, &state);
-    assert_waiting_capacity_conflict(
-        "Fair RwLock write() beside a FairLock holder",
-        &c,
-        name,
-        1,
-        rw.write(),
-    )
-    .await;
+    let what = "Fair RwLock write() beside a FairLock holder";
+    assert_waiting_capacity_conflict(what, &c, name, 1, rw.write()).await;
     assert!(holder.is_held());
     assert!(holder.release().await.expect("release"));
 }
@@ -181,14 +169,8 @@ async fn fair_lock_holder_refuses_semaphore_of_five_with_capacity_conflict(b: Ba
     let state = queue_info(&c, name).await;
     let what = "Semaphore(5) try_acquire beside a FairLock holder";
     assert_capacity_conflict(what, got, &state);
-    assert_waiting_capacity_conflict(
-        "Semaphore(5) acquire() beside a FairLock holder",
-        &c,
-        name,
-        1,
-        sem.acquire(),
-    )
-    .await;
+    let what = "Semaphore(5) acquire() beside a FairLock holder";
+    assert_waiting_capacity_conflict(what, &c, name, 1, sem.acquire()).await;
     assert!(holder.release().await.expect("release"));
 }
 
@@ -209,14 +191,8 @@ async fn full_semaphore_of_three_refuses_fair_lock_with_capacity_conflict(b: Bac
     let got = fair.try_lock().await;
     let state = queue_info(&c, name).await;
     assert_capacity_conflict("FairLock try_lock beside Semaphore(3) 3-of-3", got, &state);
-    assert_waiting_capacity_conflict(
-        "FairLock lock() beside Semaphore(3) 3-of-3",
-        &c,
-        name,
-        1,
-        fair.lock(),
-    )
-    .await;
+    let what = "FairLock lock() beside Semaphore(3) 3-of-3";
+    assert_waiting_capacity_conflict(what, &c, name, 1, fair.lock()).await;
     assert!(all.release().await.expect("release"));
 }
 
@@ -238,14 +214,8 @@ async fn fair_lock_holder_refuses_semaphore_of_three(b: Backend) {
     let state = queue_info(&c, name).await;
     let what = "Semaphore(3) try_acquire_many(3) beside a FairLock holder";
     assert_capacity_conflict(what, got, &state);
-    assert_waiting_capacity_conflict(
-        "Semaphore(3) acquire_many(3) beside a FairLock holder",
-        &c,
-        name,
-        1,
-        sem.acquire_many(3),
-    )
-    .await;
+    let what = "Semaphore(3) acquire_many(3) beside a FairLock holder";
+    assert_waiting_capacity_conflict(what, &c, name, 1, sem.acquire_many(3)).await;
     assert!(holder.release().await.expect("release"));
 }
 
@@ -264,14 +234,8 @@ async fn full_semaphore_of_two_refuses_semaphore_of_five(b: Backend) {
     let state = queue_info(&c, name).await;
     let what = "Semaphore(5) try_acquire beside a full Semaphore(2)";
     assert_capacity_conflict(what, got, &state);
-    assert_waiting_capacity_conflict(
-        "Semaphore(5) acquire() beside a full Semaphore(2)",
-        &c,
-        name,
-        2,
-        five.acquire(),
-    )
-    .await;
+    let what = "Semaphore(5) acquire() beside a full Semaphore(2)";
+    assert_waiting_capacity_conflict(what, &c, name, 2, five.acquire()).await;
     assert!(p1.release().await.expect("release"));
     assert!(p2.release().await.expect("release"));
 }
@@ -295,14 +259,8 @@ async fn stored_permit_count_refuses_fair_lock_and_fair_rwlock(b: Backend) {
     let state = queue_info(&c, name).await;
     let what = "FairLock try_lock on a name with 4 stored permits";
     assert_capacity_conflict(what, got, &state);
-    assert_waiting_capacity_conflict(
-        "FairLock lock() on a name with 4 stored permits",
-        &c,
-        name,
-        1,
-        fair.lock(),
-    )
-    .await;
+    let what = "FairLock lock() on a name with 4 stored permits";
+    assert_waiting_capacity_conflict(what, &c, name, 1, fair.lock()).await;
     let got = rw.try_read().await;
     let state = queue_info(&c, name).await;
     let what = "Fair RwLock try_read on a name with 4 stored permits";
