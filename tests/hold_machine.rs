@@ -531,6 +531,13 @@ fn dishonest(why: &str) -> bool {
         || why.contains("trusted again")
 }
 
+/// The planted bugs `set` turns on.
+fn planted(set: impl FnOnce(&mut Planted)) -> Planted {
+    let mut bugs = Planted::default();
+    set(&mut bugs);
+    bugs
+}
+
 /// The checker finds `bugs` within `budget` cases.
 fn finds(bugs: Planted, budget: u32) -> String {
     let mut runner = TestRunner::new(Config {
@@ -547,25 +554,13 @@ fn finds(bugs: Planted, budget: u32) -> String {
 
 #[test]
 fn finds_planted_hand_off_trusting_the_heartbeat() {
-    let why = finds(
-        Planted {
-            hand_off_trusts_heartbeat: true,
-            ..Planted::default()
-        },
-        20_000,
-    );
+    let why = finds(planted(|p| p.hand_off_trusts_heartbeat = true), 20_000);
     assert!(dishonest(&why), "{why}");
 }
 
 #[test]
 fn finds_planted_unordered_renewals() {
-    let why = finds(
-        Planted {
-            unordered_renewals: true,
-            ..Planted::default()
-        },
-        20_000,
-    );
+    let why = finds(planted(|p| p.unordered_renewals = true), 20_000);
     // Two requests of the hold in flight: the minimal case found is a guard that gives up on
     // a lease it still trusts, or one whose trust (only ever raised) outruns the server's.
     assert!(
@@ -576,25 +571,13 @@ fn finds_planted_unordered_renewals() {
 
 #[test]
 fn finds_planted_stale_renewal_give_up() {
-    let why = finds(
-        Planted {
-            stale_renewal_give_up: true,
-            ..Planted::default()
-        },
-        20_000,
-    );
+    let why = finds(planted(|p| p.stale_renewal_give_up = true), 20_000);
     assert!(why.contains("before its trust ran out"), "{why}");
 }
 
 #[test]
 fn finds_planted_downgrade_ignoring_a_loss() {
-    let why = finds(
-        Planted {
-            downgrade_ignores_loss: true,
-            ..Planted::default()
-        },
-        20_000,
-    );
+    let why = finds(planted(|p| p.downgrade_ignores_loss = true), 20_000);
     assert!(dishonest(&why), "{why}");
 }
 
