@@ -6,22 +6,14 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
-use redis_locks::{Capability, Error, LockClient, RedisConfig, Verdict};
+use redis_locks::{Capability, Error, Verdict};
 
 mod support;
 
-use support::fake_server::{self, FakeServer};
+use support::fake_server::{self, quick, FakeServer};
 use support::RedisServer;
-
-fn quick() -> redis_locks::LockClientBuilder {
-    LockClient::builder().redis_config(RedisConfig {
-        connect_timeout: Duration::from_secs(2),
-        response_timeout: Duration::from_secs(2),
-        reconnect_retries: 0,
-    })
-}
 
 /// The capability a refused connect names, with the text checked to say what to do.
 fn missing(err: &Error) -> Capability {

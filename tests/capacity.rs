@@ -15,7 +15,7 @@ use redis_locks::LockClient;
 use tokio::time::{sleep, timeout, Instant};
 
 use support::backend::{eventually, Backend};
-use support::faulty::{Faulty, Gate, Op, Rule};
+use support::faulty::{Faulty, Op, Rule};
 use support::time::{ms, secs};
 
 // ------------------------------------------------------------------------------------------
@@ -97,7 +97,7 @@ both_backends!(set_permits_refused_beside_a_fair_lock);
 /// now. `set_permits` is documented to be refused only "while a FairLock/fair RwLock uses the
 /// queue": here none does, so it must succeed.
 async fn set_permits_after_fair_lock_left(b: Backend) {
-    let c = b.client_with(LockClient::builder().lease(ms(2_000))).await;
+    let c = b.leased(ms(2_000)).await;
     let g = c.fair_lock("cap-a").lock().await.unwrap();
     assert!(g.release().await.unwrap());
     let sem = c.semaphore("cap-a", 1);
@@ -116,7 +116,7 @@ both_backends!(set_permits_after_fair_lock_left);
 /// Same, but the FairLock's lease has fully lapsed too (so on Redis its marker's TTL is
 /// over). Redis and memory must agree.
 async fn set_permits_after_fair_lock_lapsed(b: Backend) {
-    let c = b.client_with(LockClient::builder().lease(ms(300))).await;
+    let c = b.leased(ms(300)).await;
     let g = c.fair_lock("cap-b").lock().await.unwrap();
     assert!(g.release().await.unwrap());
     sleep(ms(700)).await;
@@ -137,7 +137,7 @@ both_backends!(set_permits_after_fair_lock_lapsed);
 /// Semaphore(1) permits (renewed) use the queue, for 1.5 s: far beyond anything the
 /// FairLock's marker had to cover. `set_permits(5)` must be accepted.
 async fn set_permits_while_semaphore_keeps_queue_busy(b: Backend) {
-    let c = b.client_with(LockClient::builder().lease(ms(300))).await;
+    let c = b.leased(ms(300)).await;
     let g = c.fair_lock("cap-c").lock().await.unwrap();
     assert!(g.release().await.unwrap());
     let sem = c.semaphore("cap-c", 1).lease(ms(400));
@@ -175,8 +175,7 @@ async fn capacity_marker_outlives_its_holders(backend: Backend) {
         .store(w_store.clone())
         .expect("client");
     // W "dies": none of its releases ever reaches the store.
-    let never = Gate::new();
-    w_store.add(Rule::on(Op::Release).hold_request(never.clone()));
+    let _never = w_store.hold_requests(Rule::on(Op::Release));
 
     let a = direct
         .semaphore(name, 1)
@@ -238,8 +237,8 @@ both_backends!(capacity_marker_outlives_its_holders);
 /// permit + FairLock waiting -> set_permits(5) refused (else the waiter would be granted next
 /// to 4 more permits).
 async fn fair_lock_and_semaphore_never_coexist(b: Backend) {
-    let c = b.client_with(LockClient::builder().lease(ms(2_000))).await;
-    let d = b.client_with(LockClient::builder().lease(ms(2_000))).await;
+    let c = b.leased(ms(2_000)).await;
+    let d = b.leased(ms(2_000)).await;
     // a. FairLock holds.
     let g = c.fair_lock("mix").lock().await.unwrap();
     let r = d.semaphore("mix", 5).try_acquire().await;

@@ -1,6 +1,7 @@
 //! The `redis-locks` CLI end to end against a real redis-server (feature `cli`).
 
 mod support;
+use support::fake_server::closed_port;
 
 use std::process::{Command, Output};
 
@@ -220,12 +221,7 @@ async fn list_force_release_and_exit_codes() {
     let out = cli(&server, &["force-release", "alpha"]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(stderr(&out).contains("--yes"), "{out:?}");
-    assert!(client
-        .mutex("alpha")
-        .try_lock()
-        .await
-        .expect_err("try")
-        .is_would_block());
+    assert!(support::would_block(client.mutex("alpha").try_lock().await));
 
     // A name that never existed: nothing to release, and no fence key is left behind.
     let out = cli(&server, &["force-release", "never-was", "--yes"]);
@@ -1220,12 +1216,6 @@ fn cli_env(url: &str, args: &[&str]) -> Output {
         .args(args)
         .output()
         .expect("run the redis-locks binary")
-}
-
-/// A loopback port nothing listens on.
-fn closed_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("addr").port()
 }
 
 /// The password of a URL never shows: not in `--help` with `REDIS_URL` set, not in the hint

@@ -3,6 +3,7 @@
 #![cfg(feature = "cluster")]
 
 mod support;
+use support::backend::within_ok;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -205,12 +206,7 @@ async fn waiter_is_woken_by_sharded_pubsub(a: &LockClient, b: &LockClient) {
 
 async fn mutex_excludes(a: &LockClient, b: &LockClient) {
     let g = a.mutex("m").lock().await.expect("lock");
-    assert!(b
-        .mutex("m")
-        .try_lock()
-        .await
-        .expect_err("try")
-        .is_would_block());
+    assert!(support::would_block(b.mutex("m").try_lock().await));
     let fence = g.fencing_token();
     assert!(g.release().await.expect("release"));
     let g = b.mutex("m").try_lock().await.expect("free");
@@ -221,21 +217,11 @@ async fn mutex_excludes(a: &LockClient, b: &LockClient) {
 async fn rwlock_shares_reads_and_excludes_writes(a: &LockClient, b: &LockClient) {
     let r1 = a.rwlock("rw").read().await.expect("read");
     let r2 = b.rwlock("rw").read().await.expect("read");
-    assert!(b
-        .rwlock("rw")
-        .try_write()
-        .await
-        .expect_err("try")
-        .is_would_block());
+    assert!(support::would_block(b.rwlock("rw").try_write().await));
     r1.release().await.expect("release");
     r2.release().await.expect("release");
     let w = b.rwlock("rw").write().await.expect("write");
-    assert!(a
-        .rwlock("rw")
-        .try_read()
-        .await
-        .expect_err("try")
-        .is_would_block());
+    assert!(support::would_block(a.rwlock("rw").try_read().await));
     w.release().await.expect("release");
 }
 
@@ -268,10 +254,7 @@ async fn fair_lock_grants_in_arrival_order(a: &LockClient, b: &LockClient) {
     }
     first.release().await.expect("release");
     for w in waiters {
-        tokio::time::timeout(EVENTUALLY, w)
-            .await
-            .expect("served")
-            .expect("join");
+        within_ok(EVENTUALLY, "served", w).await;
     }
     assert_eq!(*order.lock().expect("order"), vec![0, 1, 2]);
 }
@@ -279,20 +262,14 @@ async fn fair_lock_grants_in_arrival_order(a: &LockClient, b: &LockClient) {
 async fn semaphore_counts_permits(a: &LockClient, b: &LockClient) {
     let p1 = a.semaphore("sem", 2).acquire().await.expect("permit 1");
     let p2 = b.semaphore("sem", 2).acquire().await.expect("permit 2");
-    assert!(b
-        .semaphore("sem", 2)
-        .try_acquire()
-        .await
-        .expect_err("try")
-        .is_would_block());
+    assert!(support::would_block(
+        b.semaphore("sem", 2).try_acquire().await
+    ));
     let sem = b.semaphore("sem", 2);
     let waiter = tokio::spawn(async move { sem.acquire().await.expect("queued permit") });
     tokio::time::sleep(Duration::from_millis(200)).await;
     p1.release().await.expect("release");
-    let p3 = tokio::time::timeout(Duration::from_secs(5), waiter)
-        .await
-        .expect("woken within 5 s")
-        .expect("join");
+    let p3 = within_ok(Duration::from_secs(5), "woken within 5 s", waiter).await;
     p2.release().await.expect("release");
     p3.release().await.expect("release");
 }
@@ -570,12 +547,7 @@ async fn a_slot_migrated_while_held_and_waited_on() {
     // The hold moved with its keys: a fresh client and the waiters are refused, and the
     // holder renews on the new master.
     let c = client_with(&cluster, builder()).await;
-    assert!(c
-        .mutex(name)
-        .try_lock()
-        .await
-        .expect_err("try")
-        .is_would_block());
+    assert!(support::would_block(c.mutex(name).try_lock().await));
     assert!(g
         .extend(Duration::from_secs(6))
         .await

@@ -257,10 +257,7 @@ mod worker {
             // Stdin closed: the test is gone or done. Never outlive it.
             std::process::exit(0);
         });
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("worker runtime");
+        let rt = support::time::current_thread();
         rt.block_on(work(kind, &url, &name, index, rx));
         std::process::exit(1);
     }
@@ -471,10 +468,7 @@ impl Monitor {
         let stop = Arc::new(AtomicBool::new(false));
         let (s, f, st) = (samples.clone(), failures.clone(), stop.clone());
         let thread = thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("monitor runtime");
+            let rt = support::time::current_thread();
             rt.block_on(async move {
                 let client = match LockClient::connect(&url).await {
                     Ok(c) => c,

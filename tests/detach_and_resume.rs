@@ -5,11 +5,14 @@
 //! public API on both backends; each test names the claim it checks.
 
 mod support;
+use support::backend::within_ok;
+use support::faulty::at_gate;
+use support::faulty::extend_at_gate;
 use support::faulty::faulty_client;
 
+use support::poll_once;
+
 use std::future::Future;
-use std::pin::Pin;
-use std::task::Poll;
 
 use redis_locks::LockClient;
 use tokio::time::{timeout, Instant};
@@ -17,26 +20,9 @@ use tokio::time::{timeout, Instant};
 use support::backend::Backend;
 #[allow(unused_imports)]
 use support::backend::{eventually, join};
-use support::faulty::{Gate, Op, Rule};
-use support::honest::server_deadline;
+use support::faulty::{Op, Rule};
+use support::honest::trusts_past;
 use support::time::{current_thread, ms, secs};
-
-/// Polls `fut` once; `true` if it completed.
-async fn poll_once<F: Future>(fut: &mut Pin<Box<F>>) -> bool {
-    std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx).is_ready())).await
-}
-
-/// How far `valid_until` (read before the inspect) trusts past the server's lease in `info`
-/// (answered at `answered`), beyond 5 ms of slack; `None` when it does not.
-fn trusts_past(
-    valid_until: Instant,
-    info: &redis_locks::LockInfo,
-    answered: Instant,
-) -> Option<std::time::Duration> {
-    let server = server_deadline(info, answered).unwrap_or(answered);
-    let over = valid_until.saturating_duration_since(server);
-    (over > ms(5)).then_some(over)
-}
 
 /// Runs `f` to completion on a current-thread runtime of its own, on a blocking thread (so a
 /// task spawned by `f` runs only when `f` yields).
@@ -73,8 +59,7 @@ async fn a_resume_after_a_detach_beside_a_release_all_not_yet_sent(b: Backend) {
     let kind = b.kind;
     let (resumed_ok, honest, n) = on_current_thread(move || async move {
         let guard = c.mutex(name).lease(secs(10)).lock().await.expect("lock");
-        let gate = Gate::new();
-        f.add(Rule::on(Op::Release).times(1).hold_request(gate.clone()));
+        let gate = f.hold_requests(Rule::on(Op::Release).times(1));
         let mut all = Box::pin(c.release_all());
         assert!(
             !poll_once(&mut all).await,
@@ -85,10 +70,7 @@ async fn a_resume_after_a_detach_beside_a_release_all_not_yet_sent(b: Backend) {
             .await
             .expect("resume returns");
         gate.open();
-        let n = timeout(ms(10_000), all)
-            .await
-            .expect("release_all returns")
-            .expect("release_all");
+        let n = within_ok(ms(10_000), "release_all returns", all).await;
         match resumed {
             Err(err) => {
                 assert!(err.is_hold_in_use(), "{err}");
@@ -134,8 +116,7 @@ async fn a_multi_resume_after_a_detach_beside_a_release_all_not_yet_sent(b: Back
             .lock()
             .await
             .expect("lock");
-        let gate = Gate::new();
-        f.add(Rule::on(Op::Release).hold_request(gate.clone()));
+        let gate = f.hold_requests(Rule::on(Op::Release));
         let mut all = Box::pin(c.release_all());
         assert!(
             !poll_once(&mut all).await,
@@ -146,10 +127,7 @@ async fn a_multi_resume_after_a_detach_beside_a_release_all_not_yet_sent(b: Back
             .await
             .expect("resume returns");
         gate.open();
-        let n = timeout(ms(10_000), all)
-            .await
-            .expect("release_all returns")
-            .expect("release_all");
+        let n = within_ok(ms(10_000), "release_all returns", all).await;
         let g = match resumed {
             Err(err) => {
                 assert!(err.is_hold_in_use(), "{err}");
@@ -194,8 +172,7 @@ async fn an_election_resume_after_a_detach_beside_a_release_all_not_yet_sent(b: 
             .campaign("v1")
             .await
             .expect("campaign");
-        let gate = Gate::new();
-        f.add(Rule::on(Op::Release).hold_request(gate.clone()));
+        let gate = f.hold_requests(Rule::on(Op::Release));
         let mut all = Box::pin(c.release_all());
         assert!(
             !poll_once(&mut all).await,
@@ -206,10 +183,7 @@ async fn an_election_resume_after_a_detach_beside_a_release_all_not_yet_sent(b: 
             .await
             .expect("resume returns");
         gate.open();
-        let n = timeout(ms(10_000), all)
-            .await
-            .expect("release_all returns")
-            .expect("release_all");
+        let n = within_ok(ms(10_000), "release_all returns", all).await;
         let l = match resumed {
             Err(err) => {
                 assert!(err.is_hold_in_use(), "{err}");
@@ -250,13 +224,7 @@ both_backends!(an_election_resume_after_a_detach_beside_a_release_all_not_yet_se
 async fn a_renewal_aborted_by_the_detach_on_an_idle_runtime_leaves_no_hold_in_use(b: Backend) {
     let name = "detach-idle-renewal";
     let (f, c) = faulty_client(&b).await;
-    let gate = Gate::new();
-    f.add(
-        Rule::on(Op::Extend)
-            .when(|call| call.lease == Some(secs(5)))
-            .times(1)
-            .hold_request(gate.clone()),
-    );
+    let gate = f.hold_extend(secs(5));
     let main = tokio::runtime::Handle::current();
     let (c2, gate2) = (c.clone(), gate.clone());
     let (idle, guard, extending) = tokio::task::spawn_blocking(move || {
@@ -265,9 +233,7 @@ async fn a_renewal_aborted_by_the_detach_on_an_idle_runtime_leaves_no_hold_in_us
             let guard = c2.mutex(name).lease(secs(3)).lock().await.expect("lock");
             let id = guard.hold_id();
             let extending = main.spawn(async move { c2.extend_hold(&id, secs(5)).await });
-            timeout(ms(5_000), gate2.wait_entered(1))
-                .await
-                .expect("extend at the gate");
+            at_gate(&gate2, 1, "extend at the gate").await;
             // The renewal falls due (a third of 3 s after the grant) and queues behind it.
             tokio::time::sleep(ms(1_500)).await;
             (guard, extending)
@@ -287,9 +253,7 @@ async fn a_renewal_aborted_by_the_detach_on_an_idle_runtime_leaves_no_hold_in_us
         .await
         .expect("resume returns");
     let took = started.elapsed();
-    tokio::task::spawn_blocking(move || drop(idle))
-        .await
-        .expect("drop runtime A");
+    support::time::drop_runtime(idle).await;
     match resumed {
         Ok(g) => drop(g.detach()),
         Err(err) => panic!(
@@ -312,29 +276,7 @@ both_backends!(a_renewal_aborted_by_the_detach_on_an_idle_runtime_leaves_no_hold
 /// through.
 async fn two_resumes_waiting_on_one_detached_entry_give_one_guard(b: Backend) {
     let name = "detach-two-resumes";
-    let (f, c) = faulty_client(&b).await;
-    let guard = c
-        .mutex(name)
-        .lease(secs(10))
-        .auto_renew(false)
-        .lock()
-        .await
-        .expect("lock");
-    let id = guard.hold_id();
-    let gate = Gate::new();
-    f.add(
-        Rule::on(Op::Extend)
-            .when(|call| call.lease == Some(secs(5)))
-            .times(1)
-            .hold_request(gate.clone()),
-    );
-    let extending = {
-        let (c, id) = (c.clone(), id.clone());
-        tokio::spawn(async move { c.extend_hold(&id, secs(5)).await })
-    };
-    timeout(ms(5_000), gate.wait_entered(1))
-        .await
-        .expect("extend at the gate");
+    let (c, guard, id, gate, extending) = extend_at_gate(&b, name, secs(5)).await;
     let _ = guard.detach();
     let resume = |c: LockClient, id: redis_locks::HoldId| {
         tokio::spawn(async move { c.mutex(name).lease(secs(10)).resume(&id).await })

@@ -11,6 +11,7 @@
 //! the end of its lease.
 
 mod support;
+use support::faulty::faulty_client_with;
 
 use std::time::Duration;
 
@@ -18,7 +19,7 @@ use redis_locks::{LockClient, Preference, WriteGuard};
 use tokio::time::Instant;
 
 use support::backend::{join, Backend};
-use support::faulty::{Faulty, Gate, Op, Rule};
+use support::faulty::{Faulty, Op, Rule};
 
 const POLICIES: [Preference; 3] = [Preference::Writer, Preference::Reader, Preference::Fair];
 
@@ -28,12 +29,7 @@ const LEASE: Duration = Duration::from_secs(30);
 const PROMPTLY: Duration = Duration::from_secs(3);
 
 async fn faulty_client(b: &Backend) -> (std::sync::Arc<Faulty>, LockClient) {
-    let store = Faulty::new(b.store().await);
-    let client = LockClient::builder()
-        .lease(LEASE)
-        .store(store.clone())
-        .expect("client");
-    (store, client)
+    faulty_client_with(b, LockClient::builder().lease(LEASE)).await
 }
 
 /// `client`'s write guard on `name` under `policy`.
@@ -68,8 +64,7 @@ async fn downgrade_racing_release_all(b: Backend) {
         let (store, client) = faulty_client(&b).await;
         let other = b.client().await;
         let w = write(&client, &name, policy).await;
-        let gate = Gate::new();
-        store.add(Rule::on(Op::Downgrade).times(1).hold_reply(gate.clone()));
+        let gate = store.hold_replies(Rule::on(Op::Downgrade).times(1));
         let downgrade = tokio::spawn(WriteGuard::downgrade(w));
         // The server has applied the downgrade; its reply is held back.
         gate.wait_entered(1).await;
@@ -118,8 +113,7 @@ async fn a_cancelled_downgrade_leaves_nothing(b: Backend) {
         let (store, client) = faulty_client(&b).await;
         let other = b.client().await;
         let w = write(&client, &name, policy).await;
-        let never = Gate::new();
-        store.add(Rule::on(Op::Downgrade).times(1).hold_reply(never.clone()));
+        let never = store.hold_replies(Rule::on(Op::Downgrade).times(1));
         let downgrade = tokio::spawn(WriteGuard::downgrade(w));
         never.wait_entered(1).await;
         downgrade.abort();
@@ -134,7 +128,7 @@ async fn a_cancelled_downgrade_leaves_nothing(b: Backend) {
 /// After `release_all()` a guard says nothing about the future: `valid_until()` is not later
 /// than the instant it was found lost.
 async fn a_lost_guard_claims_no_validity(b: Backend) {
-    let client = b.client_with(LockClient::builder().lease(LEASE)).await;
+    let client = b.leased(LEASE).await;
     let w = client
         .rwlock("dg-valid-until")
         .write()
@@ -164,8 +158,7 @@ async fn delayed_downgrade_then_release_leaves_nothing(b: Backend) {
         let (store, client) = faulty_client(&b).await;
         let other = b.client().await;
         let w = write(&client, &name, policy).await;
-        let gate = Gate::new();
-        store.add(Rule::on(Op::Downgrade).times(1).hold_reply(gate.clone()));
+        let gate = store.hold_replies(Rule::on(Op::Downgrade).times(1));
         let downgrade = tokio::spawn(WriteGuard::downgrade(w));
         gate.wait_entered(1).await;
         gate.open();
@@ -202,15 +195,11 @@ async fn assert_no_overtrust(
 async fn downgrade_behind_a_renewal_keeps_renewing(b: Backend) {
     for policy in POLICIES {
         let name = format!("atk-dg-renew-{policy:?}");
-        let store = Faulty::new(b.store().await);
-        let client = LockClient::builder()
-            .lease(Duration::from_millis(300))
-            .store(store.clone())
-            .expect("client");
+        let (store, client) =
+            faulty_client_with(&b, LockClient::builder().lease(Duration::from_millis(300))).await;
         let other = b.client().await;
         let w = write(&client, &name, policy).await;
-        let gate = Gate::new();
-        store.add(Rule::on(Op::Extend).times(1).hold_reply(gate.clone()));
+        let gate = store.hold_replies(Rule::on(Op::Extend).times(1));
         gate.wait_entered(1).await;
         let downgrade = tokio::spawn(WriteGuard::downgrade(w));
         tokio::time::sleep(Duration::from_millis(30)).await;
@@ -251,8 +240,7 @@ async fn downgrade_cancelled_behind_a_renewal_leaves_nothing(b: Backend) {
             .write()
             .await
             .expect("write");
-        let never = Gate::new();
-        store.add(Rule::on(Op::Extend).times(1).hold_reply(never.clone()));
+        let never = store.hold_replies(Rule::on(Op::Extend).times(1));
         never.wait_entered(1).await;
         let downgrade = tokio::spawn(WriteGuard::downgrade(w));
         tokio::time::sleep(Duration::from_millis(30)).await;
@@ -269,11 +257,9 @@ async fn downgrade_reply_slower_than_the_lease(b: Backend) {
     for policy in POLICIES {
         for delay_ms in [150u64, 250, 400] {
             let name = format!("atk-dg-slow-{policy:?}-{delay_ms}");
-            let store = Faulty::new(b.store().await);
-            let client = LockClient::builder()
-                .lease(Duration::from_millis(200))
-                .store(store.clone())
-                .expect("client");
+            let (store, client) =
+                faulty_client_with(&b, LockClient::builder().lease(Duration::from_millis(200)))
+                    .await;
             let other = b.client().await;
             let w = write(&client, &name, policy).await;
             store.add(
@@ -303,8 +289,8 @@ async fn downgrade_reply_slower_than_the_lease(b: Backend) {
 /// waits behind that writer; never a writer beside a reader.
 async fn fair_downgrade_with_a_mixed_queue(b: Backend) {
     let name = "atk-dg-fair-queue";
-    let a = b.client_with(LockClient::builder().lease(LEASE)).await;
-    let q = b.client_with(LockClient::builder().lease(LEASE)).await;
+    let a = b.leased(LEASE).await;
+    let q = b.leased(LEASE).await;
     let lock = |c: &LockClient| c.rwlock(name).preference(Preference::Fair);
     let w = lock(&a).write().await.expect("write");
     let (c1, c2, c3) = (q.clone(), q.clone(), q.clone());
@@ -387,11 +373,8 @@ async fn downgrade_stress_with_short_leases(b: Backend) {
     for i in 0..40u64 {
         let policy = POLICIES[(i % 3) as usize];
         let name = format!("atk-dg-stress-{i}");
-        let store = Faulty::new(b.store().await);
-        let client = LockClient::builder()
-            .lease(Duration::from_millis(60))
-            .store(store.clone())
-            .expect("client");
+        let (store, client) =
+            faulty_client_with(&b, LockClient::builder().lease(Duration::from_millis(60))).await;
         let w = write(&client, &name, policy).await;
         let jitter = Duration::from_millis((i * 7) % 45);
         store.add(Rule::on(Op::Extend).delay_reply(Duration::from_millis((i * 3) % 17)));

@@ -5,18 +5,12 @@
 //! (`engine_on_current_runtime`) cannot be released: that one warns once per lock name.
 
 mod support;
+use support::time::current_thread;
 
 use std::time::Duration;
 
 use redis_locks::{InMemory, LockClient, MutexGuard};
 use support::warnings::Warnings;
-
-fn current_thread() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
 
 /// A guard of `name` taken on a runtime that has ended by the time it is returned.
 fn guard_outliving_its_runtime(client: &LockClient, name: &str, lease: Duration) -> MutexGuard {

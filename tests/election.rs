@@ -3,13 +3,14 @@
 //! `leader()` and `observe()` converging to the store's leader, bad input, quorum refusal.
 
 mod support;
+use support::faulty::faulty_client;
 
 use std::time::Duration;
 
 use redis_locks::{Error, LeaderInfo, LockClient, Observer, MAX_VALUE_LEN};
 
 use support::backend::{eventually, join, until_waiters, Backend, EVENTUALLY};
-use support::faulty::{Faulty, Op, Rule};
+use support::faulty::{Op, Rule};
 
 /// The next state the observer yields, within the generous bound.
 async fn next_state(observer: &mut Observer) -> Option<LeaderInfo> {
@@ -161,11 +162,7 @@ async fn a_dead_leader_is_replaced(b: Backend) {
     };
     let url = b.server.as_ref().map(|s| s.url());
     let thread = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("runtime");
+        let rt = support::time::multi_thread(1);
         rt.block_on(async move {
             let c = match (doomed_client, url) {
                 (Some(c), _) => c,
@@ -270,8 +267,7 @@ async fn observers_converge_without_messages(b: Backend) {
 /// A proclaim or retract whose reply is lost was applied anyway; it is sent again (the step is
 /// idempotent), so the campaign, the new value and the resign all still succeed.
 async fn lost_proclaim_replies_are_retried(b: Backend) {
-    let faulty = Faulty::new(b.store().await);
-    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let (faulty, c) = faulty_client(&b).await;
     faulty.add(Rule::on(Op::Proclaim).times(1).lose_reply());
     let mut leadership = c.election("e12").campaign("a").await.expect("campaign");
     assert_eq!(

@@ -21,7 +21,7 @@ use tokio::time::{sleep, Instant};
 
 use support::backend::{eventually, join, until_waiters, Backend, EVENTUALLY};
 use support::observe::{observe_until, settled};
-use support::proxy::{quick, Proxy};
+use support::proxy::slow_client;
 use support::rng::Rng;
 use support::time::ms;
 use support::waits::{
@@ -470,45 +470,33 @@ async fn leader_report_survives_foreign_attempts(b: Backend) {
             b.kind
         );
     };
-    expect_a(
-        "after the grant",
-        other.election(name).leader().await.expect("leader"),
-    );
+    let what = "after the grant";
+    expect_a(what, other.election(name).leader().await.expect("leader"));
     let r = other.mutex(name).try_lock().await;
     assert!(r.is_err(), "[{}] mutex granted beside a leader", b.kind);
-    expect_a(
-        "after a mutex try_lock",
-        other.election(name).leader().await.expect("leader"),
-    );
+    let what = "after a mutex try_lock";
+    expect_a(what, other.election(name).leader().await.expect("leader"));
     let r = other.fair_lock(name).try_lock().await;
     assert!(r.is_err(), "[{}] fair lock granted beside a leader", b.kind);
-    expect_a(
-        "after a fair try_lock",
-        other.election(name).leader().await.expect("leader"),
-    );
+    let what = "after a fair try_lock";
+    expect_a(what, other.election(name).leader().await.expect("leader"));
     let r = other.semaphore(name, 1).try_acquire().await;
     assert!(
         r.is_err(),
         "[{}] 1-permit semaphore granted beside a leader",
         b.kind
     );
-    expect_a(
-        "after a semaphore try",
-        other.election(name).leader().await.expect("leader"),
-    );
+    let what = "after a semaphore try";
+    expect_a(what, other.election(name).leader().await.expect("leader"));
     let r = other.election(name).try_campaign("x").await;
     assert!(r.is_err(), "[{}] second leader", b.kind);
-    expect_a(
-        "after a try_campaign",
-        other.election(name).leader().await.expect("leader"),
-    );
+    let what = "after a try_campaign";
+    expect_a(what, other.election(name).leader().await.expect("leader"));
     // A waiting candidate that gives up.
     let r = other.election(name).campaign("y").timeout(ms(150)).await;
     assert!(r.is_err(), "[{}] second leader", b.kind);
-    expect_a(
-        "after a timed-out campaign",
-        other.election(name).leader().await.expect("leader"),
-    );
+    let what = "after a timed-out campaign";
+    expect_a(what, other.election(name).leader().await.expect("leader"));
     // Handover to B.
     let e2 = other.election(name);
     let b_task = tokio::spawn(async move { e2.campaign("b").await.expect("campaign b") });
@@ -688,13 +676,7 @@ both_backends!(election_and_lease_lock_families_exclude);
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_cut_off_leader_blocks_at_most_its_lease() {
     let b = Backend::redis();
-    let server_port = b.server.as_ref().expect("private server").port();
-    let proxy = Proxy::start(server_port).await;
-    let cut_client = LockClient::builder()
-        .redis_config(quick())
-        .connect(&proxy.url())
-        .await
-        .expect("connect through the proxy");
+    let (proxy, cut_client) = slow_client(&b).await;
     let standby_client = b.client().await;
     let name = "election-fault-cut";
     let lease = ms(900);
@@ -778,12 +760,7 @@ async fn redis_cut_off_leader_blocks_at_most_its_lease() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_slow_proclaim_reply_then_resign() {
     let b = Backend::redis();
-    let proxy = Proxy::start(b.server.as_ref().expect("server").port()).await;
-    let slow = LockClient::builder()
-        .redis_config(quick())
-        .connect(&proxy.url())
-        .await
-        .expect("connect");
+    let (proxy, slow) = slow_client(&b).await;
     let watcher = b.client().await;
     let name = "election-fault-slow";
     let mut observer = watcher.election(name).retry_interval(ms(300)).observe();

@@ -8,6 +8,8 @@
 //! a server without replicas fails cleanly.
 
 mod support;
+use support::faulty::faulty_client;
+use support::faulty::faulty_client_with;
 use support::Granted;
 
 use std::sync::{Arc, Mutex as StdMutex};
@@ -20,7 +22,7 @@ use support::backend::{eventually, Backend};
 use support::faulty::{Faulty, Op, Rule};
 use support::honest::assert_honest;
 use support::time::ms;
-use support::waits::{lease_free, within, BEFORE_THE_HEARTBEAT, LOAD_MARGIN};
+use support::waits::{grantable, lease_free, within, BEFORE_THE_HEARTBEAT, LOAD_MARGIN};
 
 async fn all_free(c: &LockClient, names: &[&str]) -> bool {
     for n in names {
@@ -195,16 +197,10 @@ async fn multi_cancel_churn_leaves_nothing(b: Backend) {
 }
 both_backends!(multi_cancel_churn_leaves_nothing);
 
-async fn multi_client(b: &Backend) -> (Arc<Faulty>, LockClient) {
-    let f = Faulty::new(b.store().await);
-    let c = LockClient::builder().store(f.clone()).expect("client");
-    (f, c)
-}
-
 /// A multi-lock try_lock whose grant's reply is lost fails, and leaves nothing: another
 /// client gets every part within half the 5 s heartbeat window (the lease is 30 s).
 async fn multi_try_lost_reply_leaves_nothing(b: Backend) {
-    let (f, c) = multi_client(&b).await;
+    let (f, c) = faulty_client(&b).await;
     let other = b.client().await;
     let names = ["ef-ml1", "ef-ml2", "ef-ml3"];
     for _ in 0..20 {
@@ -225,7 +221,7 @@ both_backends!(multi_try_lost_reply_leaves_nothing);
 /// timeout, and leaves nothing behind (another client gets every part within half the
 /// heartbeat window).
 async fn multi_lost_replies_then_timeout_leaves_nothing(b: Backend) {
-    let (f, c) = multi_client(&b).await;
+    let (f, c) = faulty_client(&b).await;
     let other = b.client().await;
     let names = ["ef-mt1", "ef-mt2"];
     f.add(Rule::on(Op::AcquireAll).lose_reply());
@@ -268,7 +264,7 @@ both_backends!(multi_lost_replies_then_timeout_leaves_nothing);
 /// Many refused multi-lock try_locks and timed waits with a lost reply each, interleaved
 /// with grants: the background releases of failed attempts never remove a later guard.
 async fn multi_failed_attempts_never_remove_later_grants(b: Backend) {
-    let (f, c) = multi_client(&b).await;
+    let (f, c) = faulty_client(&b).await;
     let a = b.client().await;
     let names = ["ef-mg1", "ef-mg2"];
     let mut kept = Vec::new();
@@ -503,12 +499,8 @@ async fn extend_churn_stays_honest_and_held(b: Backend, k: u64) {
             let held = g.is_held();
             let info = observer.mutex(name).inspect().await.expect("inspect");
             let answered = Instant::now();
-            assert_honest(
-                &format!("[{}] round {i} lease {lease:?}", b.kind),
-                until,
-                &info,
-                answered,
-            );
+            let what = format!("[{}] round {i} lease {lease:?}", b.kind);
+            assert_honest(&what, until, &info, answered);
             assert!(
                 held,
                 "[{}] round {i}: a renewed hold reported not held",
@@ -535,11 +527,7 @@ mod extend_churn_stays_honest_and_held {
 /// Downgrade while a renewal is in flight (reply slowed), then release: the lock is free at
 /// once for a writer of another client.
 async fn downgrade_during_renewal_then_release(b: Backend) {
-    let faulty = Faulty::new(b.store().await);
-    let c = LockClient::builder()
-        .lease(ms(600))
-        .store(faulty.clone())
-        .expect("client");
+    let (faulty, c) = faulty_client_with(&b, LockClient::builder().lease(ms(600))).await;
     let other = b.client().await;
     for i in 0..5 {
         let name = format!("ef-dg-{i}");
@@ -581,48 +569,21 @@ async fn wait_replicas_on_standalone_fails_cleanly() {
     let b = Backend::redis();
     let c = b.client().await;
     let other = b.client().await;
+    let no_replica = |e: redis_locks::Error| {
+        assert!(
+            matches!(e, redis_locks::Error::ReplicasNotReached { .. }),
+            "{e}"
+        )
+    };
     let t0 = Instant::now();
-    let e = c
-        .mutex("ef-wr-m")
-        .wait_replicas(1, ms(100))
-        .lock()
-        .await
-        .expect_err("no replica");
-    assert!(
-        matches!(e, redis_locks::Error::ReplicasNotReached { .. }),
-        "{e}"
-    );
-    let e = c
-        .fair_lock("ef-wr-f")
-        .wait_replicas(1, ms(100))
-        .try_lock()
-        .await
-        .expect_err("no replica");
-    assert!(
-        matches!(e, redis_locks::Error::ReplicasNotReached { .. }),
-        "{e}"
-    );
-    let e = c
-        .rwlock("ef-wr-w")
-        .wait_replicas(1, ms(100))
-        .write()
-        .timeout(ms(500))
-        .await
-        .expect_err("no replica");
-    assert!(
-        matches!(e, redis_locks::Error::ReplicasNotReached { .. }),
-        "{e}"
-    );
-    let e = c
-        .semaphore("ef-wr-s", 1)
-        .wait_replicas(1, ms(100))
-        .acquire()
-        .await
-        .expect_err("no replica");
-    assert!(
-        matches!(e, redis_locks::Error::ReplicasNotReached { .. }),
-        "{e}"
-    );
+    let m = c.mutex("ef-wr-m").wait_replicas(1, ms(100));
+    no_replica(m.lock().await.expect_err("no replica"));
+    let f = c.fair_lock("ef-wr-f").wait_replicas(1, ms(100));
+    no_replica(f.try_lock().await.expect_err("no replica"));
+    let w = c.rwlock("ef-wr-w").wait_replicas(1, ms(100));
+    no_replica(w.write().timeout(ms(500)).await.expect_err("no replica"));
+    let s = c.semaphore("ef-wr-s", 1).wait_replicas(1, ms(100));
+    no_replica(s.acquire().await.expect_err("no replica"));
     // Four WAITs of 100 ms each, and a margin for a loaded machine: each acquisition fails at
     // its first WAIT's end (one that attempted again after its 1 s retry interval would take
     // 4.4 s at least).
@@ -635,51 +596,18 @@ async fn wait_replicas_on_standalone_fails_cleanly() {
     for _ in 0..10 {
         let _ = timeout(ms(30), c.mutex("ef-wr-c").wait_replicas(1, ms(500)).lock()).await;
     }
-    within(BEFORE_THE_HEARTBEAT, "mutex free", async || {
-        other
-            .mutex("ef-wr-m")
-            .try_lock()
-            .await
-            .granted("t")
-            .is_some()
-    })
-    .await;
-    within(BEFORE_THE_HEARTBEAT, "fair free", async || {
-        other
-            .fair_lock("ef-wr-f")
-            .try_lock()
-            .await
-            .granted("t")
-            .is_some()
-    })
-    .await;
-    within(BEFORE_THE_HEARTBEAT, "rw free", async || {
-        other
-            .rwlock("ef-wr-w")
-            .try_read()
-            .await
-            .granted("t")
-            .is_some()
-    })
-    .await;
-    within(BEFORE_THE_HEARTBEAT, "sem free", async || {
-        other
-            .semaphore("ef-wr-s", 1)
-            .try_acquire()
-            .await
-            .granted("t")
-            .is_some()
-    })
-    .await;
-    within(BEFORE_THE_HEARTBEAT, "cancelled free", async || {
-        other
-            .mutex("ef-wr-c")
-            .try_lock()
-            .await
-            .granted("t")
-            .is_some()
-    })
-    .await;
+    for (what, kind, name) in [
+        ("mutex free", "mutex", "ef-wr-m"),
+        ("fair free", "fair", "ef-wr-f"),
+        ("rw free", "read", "ef-wr-w"),
+        ("sem free", "sem", "ef-wr-s"),
+        ("cancelled free", "mutex", "ef-wr-c"),
+    ] {
+        within(BEFORE_THE_HEARTBEAT, what, async || {
+            grantable(&other, kind, name).await
+        })
+        .await;
+    }
     // wait_replicas(0) is refused as an invalid argument (documented), holding nothing.
     let e = c
         .mutex("ef-wr-0")
@@ -698,7 +626,7 @@ async fn wait_replicas_on_standalone_fails_cleanly() {
 /// of the same client: after the churn, lock() and keep it for 1 s with a short lease.
 async fn refused_tries_never_remove_a_later_grant(b: Backend) {
     let holder = b.client().await;
-    let c = b.client_with(LockClient::builder().lease(ms(300))).await;
+    let c = b.leased(ms(300)).await;
     let name = "ef-refused";
     let g = holder.fair_lock(name).lock().await.expect("lock");
     for _ in 0..300 {
@@ -878,18 +806,10 @@ both_backends!(cancelled_acquire_many_leaves_nothing);
 /// then on (held and listed 3 s later, lease 400 ms).
 #[test]
 fn extend_after_runtime_shutdown_with_renewals_in_flight() {
-    let main = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let main = support::time::multi_thread(2);
     let b = Backend::memory();
     let (faulty, c, observer) = main.block_on(async {
-        let faulty = Faulty::new(b.store().await);
-        let c = LockClient::builder()
-            .lease(ms(400))
-            .store(faulty.clone())
-            .expect("client");
+        let (faulty, c) = faulty_client_with(&b, LockClient::builder().lease(ms(400))).await;
         (faulty, c, b.client().await)
     });
     let gate = support::faulty::Gate::new();
@@ -962,12 +882,8 @@ async fn extend_churn(c: LockClient, observer: LockClient, k: u64) {
                 let held = g.is_held();
                 let info = observer.mutex(&name).inspect().await.expect("inspect");
                 let answered = Instant::now();
-                assert_honest(
-                    &format!("{name} round {round} lease {lease:?}"),
-                    until,
-                    &info,
-                    answered,
-                );
+                let what = format!("{name} round {round} lease {lease:?}");
+                assert_honest(&what, until, &info, answered);
                 assert!(held, "{name} round {round} (lease {lease:?}): not held");
             }
             assert!(

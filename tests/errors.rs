@@ -6,9 +6,8 @@ use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::time::Duration;
 
-use redis_locks::{LockClient, RedisConfig};
-
 mod support;
+use support::fake_server::{closed_port, quick};
 
 /// The error and all its sources, one per line, as an error reporter prints them.
 fn chain(err: &redis_locks::Error) -> String {
@@ -19,20 +18,6 @@ fn chain(err: &redis_locks::Error) -> String {
         source = s.source();
     }
     lines.join("\n")
-}
-
-/// A loopback port with nothing listening on it.
-fn closed_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("addr").port()
-}
-
-fn quick() -> redis_locks::LockClientBuilder {
-    LockClient::builder().redis_config(RedisConfig {
-        connect_timeout: Duration::from_secs(2),
-        response_timeout: Duration::from_secs(2),
-        reconnect_retries: 0,
-    })
 }
 
 #[tokio::test]

@@ -117,10 +117,7 @@ fn ends_without_keeping_the_lock(test: &str, mode: Mode) {
         _ => 1,
     };
     assert_eq!(output.status.code(), Some(expected), "the child's exit");
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = support::time::current_thread();
     runtime.block_on(async {
         let client = LockClient::connect(&url).await.expect("connect");
         let held = client.mutex(&name).inspect().await.expect("inspect");
@@ -140,26 +137,20 @@ fn ends_without_keeping_the_lock(test: &str, mode: Mode) {
 
 #[test]
 fn error_from_main_on_a_multi_thread_runtime_releases() {
-    ends_without_keeping_the_lock(
-        "error_from_main_on_a_multi_thread_runtime_releases",
-        Mode::ErrorMultiThread,
-    );
+    let test = "error_from_main_on_a_multi_thread_runtime_releases";
+    ends_without_keeping_the_lock(test, Mode::ErrorMultiThread);
 }
 
 #[test]
 fn error_from_main_on_a_current_thread_runtime_releases() {
-    ends_without_keeping_the_lock(
-        "error_from_main_on_a_current_thread_runtime_releases",
-        Mode::ErrorCurrentThread,
-    );
+    let test = "error_from_main_on_a_current_thread_runtime_releases";
+    ends_without_keeping_the_lock(test, Mode::ErrorCurrentThread);
 }
 
 #[test]
 fn error_from_main_with_the_client_dropped_first_releases() {
-    ends_without_keeping_the_lock(
-        "error_from_main_with_the_client_dropped_first_releases",
-        Mode::ClientDroppedFirst,
-    );
+    let test = "error_from_main_with_the_client_dropped_first_releases";
+    ends_without_keeping_the_lock(test, Mode::ClientDroppedFirst);
 }
 
 #[test]

@@ -5,6 +5,7 @@
 //! `inspect` shows it in the queue before starting the next.
 
 mod support;
+use support::backend::within_ok;
 
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
@@ -337,17 +338,14 @@ async fn try_lock_never_jumps_the_queue(b: Backend) {
         guard.release().await.expect("release")
     });
     until_waiters(1, || owner.inspect()).await;
-    assert!(
-        third.try_lock().await.expect_err("try").is_would_block(),
-        "held"
-    );
+    assert!(support::would_block(third.try_lock().await), "held");
     // try_lock never stays queued.
     assert_eq!(info(&owner).await.waiters.len(), 1);
 
     assert!(holder.release().await.expect("release"));
     // The release handed the lock to the waiter: a third party arriving now is refused.
     assert!(
-        third.try_lock().await.expect_err("try").is_would_block(),
+        support::would_block(third.try_lock().await),
         "try_lock jumped the queue right after the release"
     );
     eventually("the waiter holds", || {
@@ -355,10 +353,7 @@ async fn try_lock_never_jumps_the_queue(b: Backend) {
         async move { !h.grants().is_empty() }
     })
     .await;
-    assert!(
-        third.try_lock().await.expect_err("try").is_would_block(),
-        "waiter holds"
-    );
+    assert!(support::would_block(third.try_lock().await), "waiter holds");
     go.send(()).expect("waiter listens");
     assert!(join("waiter", waiter).await);
     let free = third.try_lock().await.expect("free and nobody waits");
@@ -478,10 +473,7 @@ async fn ten_thousand_queued_waiters(b: Backend) {
         assert!(guard.release().await.expect("release"));
         fence
     });
-    let ahead = tokio::time::timeout(EVENTUALLY, queued_rx)
-        .await
-        .expect("the last waiter queued")
-        .expect("position");
+    let ahead = within_ok(EVENTUALLY, "the last waiter queued", queued_rx).await;
     assert_eq!(
         ahead,
         N as u64 + 1,
@@ -613,7 +605,7 @@ async fn handed_off_waiter_claims_its_full_lease(b: Backend) {
             "auto_renew={auto_renew}: lost after the claim window"
         );
         assert_eq!(info(&fair).await.holders.len(), 1);
-        assert!(fair.try_lock().await.expect_err("try").is_would_block());
+        assert!(support::would_block(fair.try_lock().await));
         assert!(guard.release().await.expect("release"));
     }
 }

@@ -4,6 +4,7 @@
 //! accepted and no fence was granted twice.
 
 mod support;
+use support::backend::within_ok;
 
 use std::time::Duration;
 
@@ -78,12 +79,9 @@ async fn client_kill_while_holding_keeps_the_lease() {
     }
     assert!(killed >= 4, "CLIENT KILL found no connection to kill");
     let other = connect(&server.url()).await;
-    assert!(other
-        .mutex("kill-hold")
-        .try_lock()
-        .await
-        .expect_err("try")
-        .is_would_block());
+    assert!(support::would_block(
+        other.mutex("kill-hold").try_lock().await
+    ));
     assert!(g.release().await.expect("release"), "still held at release");
     fenced.check().await;
 }
@@ -360,12 +358,9 @@ async fn short_stall_while_holding_keeps_the_lease() {
         .expect("lock");
     proxy.stall();
     sleep(Duration::from_millis(1200)).await;
-    assert!(direct
-        .mutex("short-stall")
-        .try_lock()
-        .await
-        .expect_err("try")
-        .is_would_block());
+    assert!(support::would_block(
+        direct.mutex("short-stall").try_lock().await
+    ));
     proxy.resume();
     // Two more leases' worth of renewals.
     sleep(Duration::from_secs(5)).await;
@@ -441,10 +436,7 @@ async fn lost_release_reply_still_frees_the_lock() {
     .await;
     sleep(Duration::from_millis(500)).await;
     proxy.resume();
-    let released = timeout(EVENTUALLY, releasing)
-        .await
-        .expect("release returned")
-        .expect("task");
+    let released = within_ok(EVENTUALLY, "release returned", releasing).await;
     // The first attempt ran; a retry finds nothing left, so the reply may be false or an
     // error (documented in docs/RELIABILITY.md); the lock is free in every case.
     eprintln!("release after a lost reply returned {released:?}");

@@ -3,6 +3,7 @@
 //! a separate server show that no stale write is accepted and no fence is granted twice.
 
 mod support;
+use support::backend::within_ok;
 
 use std::time::Duration;
 
@@ -11,6 +12,7 @@ use tokio::time::{sleep, timeout};
 
 use support::backend::EVENTUALLY;
 use support::fenced::Fenced;
+use support::waits::holders;
 use support::RedisServer;
 
 async fn connect(url: &str) -> LockClient {
@@ -23,15 +25,6 @@ async fn connect(url: &str) -> LockClient {
         .connect(url)
         .await
         .expect("connect")
-}
-
-async fn holder_count(c: &LockClient, name: &str) -> usize {
-    c.mutex(name)
-        .inspect()
-        .await
-        .expect("inspect")
-        .holders
-        .len()
 }
 
 /// The server sleeps longer than the lease: the holder is told, a new holder takes over, and
@@ -77,7 +70,7 @@ async fn debug_sleep_longer_than_the_lease() {
     assert!(fenced.write(new.fencing_token(), "new").await);
     assert!(!fenced.write(old.fencing_token(), "old").await);
     assert!(!old.release().await.expect("stale release"));
-    assert_eq!(holder_count(&b, "sleepy").await, 1, "stale release deleted");
+    assert_eq!(holders(&b, "sleepy").await, 1, "stale release deleted");
     assert!(new.release().await.expect("release"));
     fenced.check().await;
 }
@@ -170,10 +163,7 @@ async fn waiters_survive_a_three_second_outage() {
     server.kill();
     sleep(Duration::from_secs(3)).await;
     server.restart();
-    let got = timeout(Duration::from_secs(30), w)
-        .await
-        .expect("waiter returned")
-        .expect("task");
+    let got = within_ok(Duration::from_secs(30), "waiter returned", w).await;
     let got = got.expect("the waiter failed during the outage instead of waiting");
     assert!(got.release().await.expect("release"));
     drop(g);
@@ -198,12 +188,7 @@ async fn kill_and_restart_with_persistence_keeps_fences() {
     assert!(fenced.write(old.fencing_token(), "old").await);
     server.restart();
     // The state came back: another client is refused while the lease lives.
-    assert!(b
-        .mutex("aof")
-        .try_lock()
-        .await
-        .expect_err("try")
-        .is_would_block());
+    assert!(support::would_block(b.mutex("aof").try_lock().await));
     assert!(fenced.write(old.fencing_token(), "old").await);
     let old_fence = old.fencing_token();
     assert!(old.release().await.expect("release"));
@@ -265,10 +250,7 @@ async fn script_flush_mid_run() {
         }));
     }
     for t in tasks {
-        timeout(Duration::from_secs(60), t)
-            .await
-            .expect("done")
-            .expect("task");
+        within_ok(Duration::from_secs(60), "done", t).await;
     }
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     assert!(flusher.await.expect("flusher") > 3);
@@ -296,45 +278,12 @@ async fn maxmemory_refuses_writes_with_a_typed_error() {
     server.cli(&["CONFIG", "SET", "maxmemory", "1"]);
     // Each attempt: granted (Ok(true)), refused (Ok(false)) or the error.
     let outcomes = [
-        (
-            "mutex",
-            c.mutex("oom").try_lock().await.map_or_else(
-                |e| {
-                    if e.is_would_block() {
-                        Ok(false)
-                    } else {
-                        Err(e)
-                    }
-                },
-                |_| Ok(true),
-            ),
-        ),
+        ("mutex", support::tried(c.mutex("oom").try_lock().await)),
         (
             "fair lock",
-            c.fair_lock("oom-fair").try_lock().await.map_or_else(
-                |e| {
-                    if e.is_would_block() {
-                        Ok(false)
-                    } else {
-                        Err(e)
-                    }
-                },
-                |_| Ok(true),
-            ),
+            support::tried(c.fair_lock("oom-fair").try_lock().await),
         ),
-        (
-            "read",
-            c.rwlock("oom-rw").try_read().await.map_or_else(
-                |e| {
-                    if e.is_would_block() {
-                        Ok(false)
-                    } else {
-                        Err(e)
-                    }
-                },
-                |_| Ok(true),
-            ),
-        ),
+        ("read", support::tried(c.rwlock("oom-rw").try_read().await)),
     ];
     let wrong: Vec<String> = outcomes
         .iter()

@@ -137,9 +137,7 @@ async fn fences_rise_across_flushall() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fences_rise_after_the_counter_expired() {
     let b = Backend::redis();
-    let c = b
-        .client_with(LockClient::builder().lease(Duration::from_millis(200)))
-        .await;
+    let c = b.leased(Duration::from_millis(200)).await;
     let first = one_grant_of_each_kind(&c, "expiring").await;
     let fence_key = c.keys("expiring").expect("keys").fence();
     eventually("the fence counter expires", async || {
@@ -167,10 +165,7 @@ async fn use_every_kind_and_abandon_some(c: &LockClient, name: &str) {
     // A leader whose runtime ends: its renewals end with it, its lease (and value) lapse.
     let (c, election) = (c.clone(), format!("{name}:election"));
     let leader = tokio::task::spawn_blocking(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
+        let runtime = support::time::current_thread();
         let leader = runtime.block_on(async {
             let election = c.election(&election).lease(Duration::from_millis(300));
             election.campaign("x").await.expect("campaign")
@@ -282,9 +277,7 @@ async fn a_mutex_after_force_release_of_an_idle_name_takes_a_higher_fence() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_renewed_write_hold_keeps_its_fence_counter_for_the_downgrade() {
     for b in backends() {
-        let c = b
-            .client_with(LockClient::builder().lease(Duration::from_millis(300)))
-            .await;
+        let c = b.leased(Duration::from_millis(300)).await;
         for pref in [Preference::Writer, Preference::Reader, Preference::Fair] {
             let name = format!("downgrade:{pref:?}");
             let w = c
@@ -438,9 +431,7 @@ async fn a_renewing_leader_with_a_short_lease_stays_visible() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_live_exclusive_holder_keeps_a_fence_counter_at_least_its_fence() {
     let b = Backend::redis();
-    let c = b
-        .client_with(LockClient::builder().lease(Duration::from_millis(300)))
-        .await;
+    let c = b.leased(Duration::from_millis(300)).await;
     let check = |name: &str, kind: &str, fence: u64, held: &dyn Fn() -> bool| {
         let key = c.keys(name).expect("keys").fence();
         let value = b.cli(&["GET", &key]);
@@ -571,9 +562,7 @@ async fn fences_rise_across_set_permits() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_keeps_the_fence_counter_and_fences_rise_after_it_lapsed() {
     for b in backends() {
-        let c = b
-            .client_with(LockClient::builder().lease(Duration::from_millis(300)))
-            .await;
+        let c = b.leased(Duration::from_millis(300)).await;
         let w = c.rwlock("reader-left").write().await.expect("write");
         let f1 = w.fencing_token();
         let r = WriteGuard::downgrade(w).await.expect("downgrade");
@@ -723,9 +712,7 @@ async fn a_grant_after_evicting_the_last_reader_takes_a_fence_above_the_eviction
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_counter_left_by_the_previous_release_gets_a_ttl_once_touched() {
     let b = Backend::redis();
-    let c = b
-        .client_with(LockClient::builder().lease(Duration::from_millis(200)))
-        .await;
+    let c = b.leased(Duration::from_millis(200)).await;
     let mut permanent = Vec::new();
     for (name, touch) in [("old:read", 0), ("old:permit", 1), ("old:forced", 2)] {
         let key = c.keys(name).expect("keys").fence();

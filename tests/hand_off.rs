@@ -10,6 +10,8 @@
 //!   holder's lease.
 
 mod support;
+use support::backend::within_ok;
+use support::faulty::at_gate;
 use support::Granted;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -20,7 +22,7 @@ use redis_locks::{testing, LockClient};
 use tokio::time::{sleep, sleep_until, timeout, Instant};
 
 use support::backend::{eventually, until_waiters, Backend};
-use support::faulty::{Faulty, Gate, Op, Rule};
+use support::faulty::{Faulty, Op, Rule};
 use support::time::{ms, secs};
 use support::RedisServer;
 
@@ -130,8 +132,7 @@ async fn redis_hand_off_push_before_the_refusal_reply_stays_honest() {
     let name = "hand-off-push-before-reply";
 
     let a = direct.mutex(name).lock().await.expect("A locks");
-    let renewals = Gate::new();
-    b_store.add(Rule::on(Op::Extend).hold_request(renewals.clone()));
+    let renewals = b_store.hold_requests(Rule::on(Op::Extend));
     let b_mutex = b_client.mutex(name).lease(secs(1));
     let b_task = tokio::spawn(async move { b_mutex.lock().await });
     eventually("B waits, subscribed", || {
@@ -139,11 +140,8 @@ async fn redis_hand_off_push_before_the_refusal_reply_stays_honest() {
         async move { n >= 2 }
     })
     .await;
-    let reply = Gate::new();
-    b_store.add(Rule::on(Op::Acquire).times(1).hold_reply(reply.clone()));
-    timeout(secs(5), reply.wait_entered(1))
-        .await
-        .expect("setup: B's next attempt applied");
+    let reply = b_store.hold_replies(Rule::on(Op::Acquire).times(1));
+    at_gate(&reply, 1, "setup: B's next attempt applied").await;
     assert!(a.release().await.expect("A releases"));
     sleep(ms(100)).await;
     reply.open();
@@ -200,8 +198,7 @@ async fn dead_waiter_handed_the_lock_blocks_at_most_a_lease(backend: Backend) {
     let d_client = LockClient::builder()
         .store(d_store.clone())
         .expect("client");
-    let never = Gate::new();
-    d_store.add(Rule::on(Op::Release).hold_request(never.clone()));
+    let _never = d_store.hold_requests(Rule::on(Op::Release));
     let lease = secs(1);
 
     let a = direct
@@ -373,10 +370,7 @@ async fn hand_off_with_auto_renew_off_is_claimed_in_full(b: Backend) {
                 support::backend::until_waiters(1, async || $inspect).await;
                 sleep(ms(50)).await;
                 assert!(holder.release().await.expect("release"));
-                let got = timeout(ms(1_000), waiter)
-                    .await
-                    .expect("the waiter was granted")
-                    .expect("task");
+                let got = within_ok(ms(1_000), "the waiter was granted", waiter).await;
                 let granted = Instant::now();
                 sleep(ms(800)).await;
                 let info = $inspect.expect("inspect");
@@ -435,7 +429,7 @@ both_backends!(hand_off_with_auto_renew_off_is_claimed_in_full);
 async fn head_waiter_is_paced_by_a_renewing_holder(b: Backend) {
     for semaphore in [false, true] {
         let name = format!("hand-off-pace-{semaphore}");
-        let holder = b.client_with(LockClient::builder().lease(ms(900))).await;
+        let holder = b.leased(ms(900)).await;
         let faulty = Faulty::new(b.store().await);
         let waiter = LockClient::builder()
             .retry_interval(ms(3_000))
@@ -522,10 +516,7 @@ async fn dead_holder_head_waiter_at_the_lease_end_in_fifo(b: Backend) {
         "setup: waiters queued before the lease end"
     );
     for t in tasks {
-        tokio::time::timeout(ms(6_000), t)
-            .await
-            .expect("every waiter served within 6 s")
-            .expect("task");
+        within_ok(ms(6_000), "every waiter served within 6 s", t).await;
     }
     let order = order.lock().unwrap().clone();
     let ids: Vec<usize> = order.iter().map(|(i, _)| *i).collect();
@@ -578,10 +569,7 @@ async fn eager_second_waiter_never_overtakes_the_hinted_head(b: Backend) {
         until_waiters(i + 1, async || observer.fair_lock(name).inspect().await).await;
     }
     for t in tasks {
-        tokio::time::timeout(ms(5_000), t)
-            .await
-            .expect("both served within 5 s")
-            .expect("task");
+        within_ok(ms(5_000), "both served within 5 s", t).await;
     }
     assert_eq!(*order.lock().unwrap(), [0, 1], "[{}] FIFO", b.kind);
 }

@@ -262,13 +262,7 @@ async fn late_hand_off_claim_once(
     let direct = b.client().await;
 
     let release_first = take(&holder, p, name).await;
-    let gate = Gate::new();
-    fa.add(
-        Rule::on(Op::Extend)
-            .when(|call| call.lease == Some(ms(2_000)))
-            .times(1)
-            .hold_request(gate.clone()),
-    );
+    let gate = fa.hold_extend(ms(2_000));
     let waiting = tokio::spawn(lock_then_detach(a.clone(), p, name.to_owned(), ms(2_000)));
     until_waiters(1, async || Ok(inspect(&direct, p, name).await)).await;
     settled(&fa).await;
@@ -322,16 +316,8 @@ async fn after_resume<K: Kind>(
     let resumed = resumed.expect("B resumes");
     assert!(resumed.is_held());
     gate.open();
-    watch_one_holder(
-        "B's resumed guard after A's late hand-off claim",
-        p,
-        name,
-        &resumed,
-        contender,
-        direct,
-        ms(3_000),
-    )
-    .await;
+    let what = "B's resumed guard after A's late hand-off claim";
+    watch_one_holder(what, p, name, &resumed, contender, direct, ms(3_000)).await;
     assert!(resumed.is_held(), "B's guard is renewed throughout");
 }
 
@@ -396,9 +382,8 @@ async fn a_claim_sent_again_after_a_lost_reply_cannot_cut_a_longer_resume() {
     settled(&fa).await;
     assert!(release_first.await, "the holder held");
     let guard = join("A's lock", waiting).await;
-    timeout(secs(20), gate.wait_entered(1))
-        .await
-        .expect("A's second claim reached the gate");
+    gate.entered_within(1, secs(20), "A's second claim reached the gate")
+        .await;
     let id = guard.detach();
     let resumed = resumer.mutex(name).lease(secs(10)).resume(&id).await;
     after_resume(resumed, &gate, p, name, &contender, &direct).await;
@@ -528,13 +513,7 @@ async fn election_late_hand_off_claim_once(b: &Backend, name: &str) -> bool {
         .campaign("first")
         .await
         .expect("first leads");
-    let gate = Gate::new();
-    fa.add(
-        Rule::on(Op::Extend)
-            .when(|call| call.lease == Some(ms(2_000)))
-            .times(1)
-            .hold_request(gate.clone()),
-    );
+    let gate = fa.hold_extend(ms(2_000));
     let (a2, name2) = (a.clone(), name.clone());
     let waiting = tokio::spawn(async move {
         a2.election(&name2)

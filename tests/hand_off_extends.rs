@@ -5,6 +5,7 @@
 //! trusts past the server's lease, a dead holder blocks others at most one lease.
 
 mod support;
+use support::faulty::at_gate;
 
 use std::sync::{Arc, Mutex};
 
@@ -12,34 +13,9 @@ use redis_locks::LockClient;
 use tokio::time::Instant;
 
 use support::backend::{until_waiters, Backend};
-use support::faulty::{Gate, Op, Rule};
-use support::late::{late_proxy, until, watch_mutex};
+use support::faulty::{Op, Rule};
+use support::late::{a_granted, late_proxy, proxied_faulty_client, until, warm_up, Watchers};
 use support::time::{ms, secs};
-
-async fn proxied_faulty_client(
-    b: &Backend,
-) -> (
-    late_proxy::LateProxy,
-    std::sync::Arc<support::faulty::Faulty>,
-    LockClient,
-) {
-    use redis_locks::testing::store::RedisStore;
-    let port = b.server.as_ref().expect("server").port();
-    let proxy = late_proxy::LateProxy::start(port).await;
-    let store = RedisStore::connect_with(
-        &proxy.url(),
-        redis_locks::RedisConfig {
-            response_timeout: ms(300),
-            connect_timeout: ms(500),
-            ..redis_locks::RedisConfig::default()
-        },
-    )
-    .await
-    .expect("a store through the proxy");
-    let f = support::faulty::Faulty::new(std::sync::Arc::new(store));
-    let c = LockClient::builder().store(f.clone()).expect("client");
-    (proxy, f, c)
-}
 
 fn is_lease_request(chunk: &str, name: &str) -> bool {
     chunk.starts_with("*15\r\n$7\r\nEVALSHA") && chunk.contains(&format!("{{{name}}}"))
@@ -54,25 +30,15 @@ async fn handed_with_held_claim(
     observer: &LockClient,
     name: &str,
 ) -> Option<redis_locks::Guard<redis_locks::kind::Mutex>> {
-    let n2 = name.to_string();
-    proxy.hold_when(move |chunk| is_lease_request(chunk, &n2) && !chunk.ends_with("keep\r\n"));
+    proxy.hold_claim(15, name);
     let x = holder.mutex(name).lock().await.expect("X locks");
     let a_handle = a.mutex(name).lease(ms(300)).heartbeat(secs(2));
     let waiting = tokio::spawn(async move { a_handle.lock().await });
     let probe = observer.mutex(name);
     until_waiters(1, || probe.inspect()).await;
     assert!(x.release().await.expect("X releases"));
-    let a_guard = tokio::time::timeout(secs(20), waiting)
-        .await
-        .expect("A granted")
-        .expect("task")
-        .expect("A locks");
-    let give_up = Instant::now() + secs(2);
-    while proxy.held_log().is_empty() && Instant::now() < give_up {
-        tokio::time::sleep(ms(1)).await;
-    }
-    proxy.hold_when_off();
-    if proxy.held_log().is_empty() {
+    let a_guard = a_granted(waiting).await;
+    if !proxy.held_within(secs(2)).await {
         a_guard.release().await.expect("release");
         return None;
     }
@@ -89,18 +55,12 @@ async fn a_longer_extend_during_an_unknown_claim_then_a_resume_then_the_late_cla
     let (proxy, _fa, a) = proxied_faulty_client(&b).await;
     let holder = b.client().await;
     let resumer = b.client().await;
-    let observer = b.client().await;
-    let contender = b.client().await;
-    a.mutex("ext-claim-1-warm")
-        .lock()
-        .await
-        .expect("warm")
-        .release()
-        .await
-        .expect("rel");
+    let w = Watchers::on(&b).await;
+    warm_up(&a, "ext-claim-1-warm").await;
     for round in 0..4 {
         let name = format!("ext-claim-longer-{round}");
-        let Some(mut a_guard) = handed_with_held_claim(&proxy, &a, &holder, &observer, &name).await
+        let Some(mut a_guard) =
+            handed_with_held_claim(&proxy, &a, &holder, &w.observer, &name).await
         else {
             continue;
         };
@@ -113,42 +73,20 @@ async fn a_longer_extend_during_an_unknown_claim_then_a_resume_then_the_late_cla
             extended.expect("extend"),
             "extend(5 s) after the unknown claim"
         );
-        let info = observer.mutex(&name).inspect().await.expect("inspect");
+        let info = w.observer.mutex(&name).inspect().await.expect("inspect");
         eprintln!("after extend: {info:?}");
         // A's own trust against the server while the claim is still in limbo.
-        watch_mutex(
-            "A after its extend-as-claim",
-            &a_guard,
-            &observer,
-            &contender,
-            &name,
-            ms(400),
-        )
-        .await;
+        w.mutex("A after its extend-as-claim", &a_guard, &name, ms(400))
+            .await;
         let id = a_guard.detach();
-        let b_guard = resumer
-            .mutex(&name)
-            .lease(ms(400))
-            .resume(&id)
-            .await
-            .expect("B resumes");
+        let b_lock = resumer.mutex(&name).lease(ms(400));
+        let b_guard = b_lock.resume(&id).await.expect("B resumes");
         assert!(b_guard.is_held());
-        proxy.deliver();
-        until("the held claim was never delivered", secs(10), || {
-            proxy.queued() == 0
-        })
-        .await;
-        let info = observer.mutex(&name).inspect().await.expect("inspect");
+        proxy.deliver_all().await;
+        let info = w.observer.mutex(&name).inspect().await.expect("inspect");
         eprintln!("after late claim: {info:?}");
-        watch_mutex(
-            "B after A's late claim",
-            &b_guard,
-            &observer,
-            &contender,
-            &name,
-            secs(2),
-        )
-        .await;
+        w.mutex("B after A's late claim", &b_guard, &name, secs(2))
+            .await;
         return;
     }
     panic!("every waiter was granted by its own attempt");
@@ -165,63 +103,39 @@ async fn the_late_claim_then_the_late_extend_after_a_resume_cannot_cut_it() {
     let (proxy, fa, a) = proxied_faulty_client(&b).await;
     let holder = b.client().await;
     let resumer = b.client().await;
-    let observer = b.client().await;
-    let contender = b.client().await;
-    a.mutex("ext-claim-2-warm")
-        .lock()
-        .await
-        .expect("warm")
-        .release()
-        .await
-        .expect("rel");
+    let w = Watchers::on(&b).await;
+    warm_up(&a, "ext-claim-2-warm").await;
     for round in 0..4 {
         let name = format!("ext-claim-order-{round}");
-        let Some(mut a_guard) = handed_with_held_claim(&proxy, &a, &holder, &observer, &name).await
+        let Some(mut a_guard) =
+            handed_with_held_claim(&proxy, &a, &holder, &w.observer, &name).await
         else {
             continue;
         };
         // The next lease request of A (a renewal or the extend; either carries the claim)
         // is held in A's store.
-        let gate = Gate::new();
-        fa.add(Rule::on(Op::Extend).times(1).hold_request(gate.clone()));
+        let gate = fa.hold_requests(Rule::on(Op::Extend).times(1));
         proxy.cut_clients();
         let _ = tokio::time::timeout(ms(150), a_guard.extend(secs(9))).await;
-        tokio::time::timeout(secs(5), gate.wait_entered(1))
-            .await
-            .expect("A's next lease request reached the gate");
+        at_gate(&gate, 1, "A's next lease request reached the gate").await;
         let id = a_guard.detach();
-        let b_guard = resumer
-            .mutex(&name)
-            .lease(ms(400))
-            .resume(&id)
-            .await
-            .expect("B resumes");
+        let b_lock = resumer.mutex(&name).lease(ms(400));
+        let b_guard = b_lock.resume(&id).await.expect("B resumes");
         assert!(b_guard.is_held());
-        proxy.deliver();
-        until("the held claim was never delivered", secs(10), || {
-            proxy.queued() == 0
-        })
-        .await;
+        proxy.deliver_all().await;
         tokio::time::sleep(ms(30)).await;
         eprintln!(
             "after late claim: {:?}",
-            observer.mutex(&name).inspect().await
+            w.observer.mutex(&name).inspect().await
         );
         gate.open();
         tokio::time::sleep(ms(100)).await;
         eprintln!(
             "after late extend: {:?}",
-            observer.mutex(&name).inspect().await
+            w.observer.mutex(&name).inspect().await
         );
-        watch_mutex(
-            "B after the late claim and extend",
-            &b_guard,
-            &observer,
-            &contender,
-            &name,
-            secs(2),
-        )
-        .await;
+        let what = "B after the late claim and extend";
+        w.mutex(what, &b_guard, &name, secs(2)).await;
         return;
     }
     panic!("every waiter was granted by its own attempt");
@@ -235,8 +149,7 @@ async fn an_extend_after_a_confirmed_claim_carries_no_stale_deadline() {
     let b = Backend::redis();
     let (proxy, fa, a) = proxied_faulty_client(&b).await;
     let holder = b.client().await;
-    let observer = b.client().await;
-    let contender = b.client().await;
+    let w = Watchers::on(&b).await;
     let name = "ext-claim-confirmed";
     let tap: Arc<Mutex<Vec<String>>> = Arc::default();
     let (t2, n2) = (tap.clone(), name.to_string());
@@ -249,14 +162,10 @@ async fn an_extend_after_a_confirmed_claim_carries_no_stale_deadline() {
     let x = holder.mutex(name).lock().await.expect("X locks");
     let a_handle = a.mutex(name).lease(ms(300)).heartbeat(secs(2));
     let waiting = tokio::spawn(async move { a_handle.lock().await });
-    let probe = observer.mutex(name);
+    let probe = w.observer.mutex(name);
     until_waiters(1, || probe.inspect()).await;
     assert!(x.release().await.expect("X releases"));
-    let mut a_guard = tokio::time::timeout(secs(20), waiting)
-        .await
-        .expect("A granted")
-        .expect("task")
-        .expect("A locks");
+    let mut a_guard = a_granted(waiting).await;
     until("no claim sent", secs(3), || {
         tap.lock().unwrap().iter().any(|c| !c.ends_with("keep\r\n"))
     })
@@ -273,18 +182,10 @@ async fn an_extend_after_a_confirmed_claim_carries_no_stale_deadline() {
         after.iter().all(|c| c.ends_with("keep\r\n")),
         "a lease request after the confirmed claim still names a hand-off deadline: {after:?}"
     );
-    watch_mutex(
-        "A after extend",
-        &a_guard,
-        &observer,
-        &contender,
-        name,
-        ms(500),
-    )
-    .await;
+    w.mutex("A after extend", &a_guard, name, ms(500)).await;
     fa.freeze().await;
     let frozen = Instant::now();
-    let rival = contender.mutex(name);
+    let rival = w.contender.mutex(name);
     loop {
         if let Ok(g) = rival.try_lock().await {
             let _ = g.release().await;

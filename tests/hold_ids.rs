@@ -8,6 +8,9 @@
 //! the API docs breaks.
 
 mod support;
+use support::detached_mutex;
+use support::faulty::faulty_client;
+use support::faulty::spawn_extend_hold;
 
 use std::time::Duration;
 
@@ -546,12 +549,10 @@ async fn max_hold_bound_on_a_paused_clock() {
 /// applied: the releasing guard's entry stays until its release is answered, so the resume
 /// is refused (`HoldInUse`, nothing sent).
 async fn resume_racing_the_release_of_the_same_hold(b: Backend) {
-    let faulty = Faulty::new(b.store().await);
-    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let (faulty, c) = faulty_client(&b).await;
     let g = c.mutex("resume-vs-release").lock().await.expect("lock");
     let id = g.hold_id();
-    let gate = Gate::new();
-    faulty.add(Rule::on(Op::Release).times(1).hold_request(gate.clone()));
+    let gate = faulty.hold_requests(Rule::on(Op::Release).times(1));
     let releasing = tokio::spawn(async move { g.release().await });
     gate.wait_entered(1).await;
     let resumed = c.mutex("resume-vs-release").resume(&id).await;
@@ -639,7 +640,7 @@ async fn fair_rwlock_holds_resume(b: Backend) {
         .await
         .expect("resume write");
     assert_eq!(w.fencing_token(), write.fencing_token());
-    assert!(fair.try_read().await.expect_err("held").is_would_block());
+    assert!(support::would_block(fair.try_read().await));
     assert!(w.release().await.expect("release"));
 }
 
@@ -659,12 +660,9 @@ async fn multi_lock_holds_resume(b: Backend) {
         .collect();
     let ids = guard.detach();
     assert_eq!(ids.len(), 2);
-    assert!(other
-        .rwlock("mr-report")
-        .try_read()
-        .await
-        .expect_err("held")
-        .is_would_block());
+    assert!(support::would_block(
+        other.rwlock("mr-report").try_read().await
+    ));
     let texts: Vec<String> = ids.iter().map(ToString::to_string).collect();
     let parsed: Vec<HoldId> = texts.iter().map(|t| t.parse().expect("id")).collect();
 
@@ -753,12 +751,8 @@ both_backends!(a_resumed_guard_trusts_from_the_send);
 #[test]
 fn finds_planted_resume_trusts_reply() {
     redis_locks::testing::plant(redis_locks::testing::Bug::ResumeTrustsReply);
-    let honest = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-        .block_on(resumed_trust_is_honest(&Backend::memory()));
+    let honest =
+        support::time::multi_thread(2).block_on(resumed_trust_is_honest(&Backend::memory()));
     redis_locks::testing::unplant_all();
     assert!(!honest, "the planted bug went unnoticed");
 }
@@ -770,8 +764,7 @@ fn finds_planted_resume_trusts_reply() {
 /// the id resumes, and an extend by id goes through the live guard, whose trust follows the
 /// new lease.
 async fn resume_after_a_local_loss_and_extend_by_id(b: Backend) {
-    let faulty = Faulty::new(b.store().await);
-    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let (faulty, c) = faulty_client(&b).await;
     let mutex = c.mutex("lost-locally").lease(ms(600));
     let lost = mutex.lock().await.expect("lock");
     let id = lost.hold_id();
@@ -830,28 +823,19 @@ both_backends!(a_downgrade_with_a_second_write_guard_keeps_it_honest);
 // Attacks: adversarial tests of hold ids (resume, detach, release and extend by id, one guard
 // per hold per client, `max_hold`, the fence), on both backends.
 
-/// A detached mutex hold of `name` in `c` with `lease`.
-async fn detached_mutex(c: &LockClient, name: &str, lease: Duration) -> HoldId {
-    c.mutex(name)
-        .lease(lease)
-        .lock()
-        .await
-        .expect("lock")
-        .detach()
-}
-
 /// Attack: two resumes of one detached id run concurrently in ONE client (their renewals'
 /// replies are slow, so neither finds a guard of the token in the client's registry yet). A
 /// client keeps at most one guard per hold: exactly one resume gives a guard, the other is
 /// refused (`HoldInUse`) without sending anything, and a release through the one guard frees
 /// the lock with no other guard of it left saying `is_held()`.
 async fn concurrent_resumes_in_one_client_share_one_owner(b: Backend) {
+    let name = "concurrent-resumes-one-client";
     let owner = b.client().await;
-    let id = detached_mutex(&owner, "att-concurrent-resumes", secs(5)).await;
+    let id = detached_mutex(&owner, name, secs(5)).await;
     let faulty = Faulty::new(b.store().await);
     faulty.add(Rule::on(Op::Extend).times(2).delay_reply(ms(300)));
     let c = LockClient::builder().store(faulty.clone()).expect("client");
-    let m = c.mutex("att-concurrent-resumes").lease(secs(5));
+    let m = c.mutex(name).lease(secs(5));
     let (a, bb) = tokio::join!(m.resume(&id), m.resume(&id));
     let sent = faulty.count(Op::Extend);
     let (guard, refused) = match (a, bb) {
@@ -868,7 +852,7 @@ async fn concurrent_resumes_in_one_client_share_one_owner(b: Backend) {
     assert!(guard.is_held());
     assert!(guard.release().await.expect("release"));
     assert!(
-        lease_free(&owner, "att-concurrent-resumes").await,
+        lease_free(&owner, name).await,
         "the release did not release"
     );
 }
@@ -880,20 +864,15 @@ both_backends!(concurrent_resumes_in_one_client_share_one_owner);
 /// be trusted from a renewal the release follows: the release by id is refused (`HoldInUse`,
 /// nothing sent) while the resume is under way, and the resumed guard is honest.
 async fn release_by_id_racing_a_resume_in_one_client(b: Backend) {
+    let name = "release-by-id-racing-a-resume";
     let owner = b.client().await;
-    let id = detached_mutex(&owner, "att-release-vs-resume", secs(5)).await;
+    let id = detached_mutex(&owner, name, secs(5)).await;
     let faulty = Faulty::new(b.store().await);
-    let gate = Gate::new();
-    faulty.add(Rule::on(Op::Extend).times(1).hold_reply(gate.clone()));
+    let gate = faulty.hold_replies(Rule::on(Op::Extend).times(1));
     let c = LockClient::builder().store(faulty.clone()).expect("client");
     let resuming = {
         let (c, id) = (c.clone(), id.clone());
-        tokio::spawn(async move {
-            c.mutex("att-release-vs-resume")
-                .lease(secs(5))
-                .resume(&id)
-                .await
-        })
+        tokio::spawn(async move { c.mutex(name).lease(secs(5)).resume(&id).await })
     };
     gate.wait_entered(1).await;
     let released = c.release_hold(&id).await;
@@ -903,15 +882,11 @@ async fn release_by_id_racing_a_resume_in_one_client(b: Backend) {
     assert!(err.is_hold_in_use(), "{err}");
     assert_eq!(faulty.count(Op::Release), 0, "the refused release was sent");
     let before = g.valid_until();
-    let info = owner
-        .mutex("att-release-vs-resume")
-        .inspect()
-        .await
-        .expect("inspect");
+    let info = owner.mutex(name).inspect().await.expect("inspect");
     assert!(g.is_held(), "the resumed guard lost a hold nobody released");
     assert_honest("resume vs release_hold", before, &info, Instant::now());
     assert!(g.release().await.expect("release"));
-    assert!(lease_free(&owner, "att-release-vs-resume").await);
+    assert!(lease_free(&owner, name).await);
 }
 
 both_backends!(release_by_id_racing_a_resume_in_one_client);
@@ -920,14 +895,14 @@ both_backends!(release_by_id_racing_a_resume_in_one_client);
 /// keeps at most one guard per hold: the resume is refused (`HoldInUse`) and sends nothing, and
 /// the live guard keeps its hold (a cancelled or failed co-guard resume cannot touch it).
 async fn cancelled_co_guard_resume_leaves_the_hold_as_before(b: Backend) {
-    let faulty = Faulty::new(b.store().await);
-    let c = LockClient::builder().store(faulty.clone()).expect("client");
-    let mutex = c.mutex("att-cancel-co-guard").lease(secs(3));
+    let name = "cancelled-co-guard-resume";
+    let (faulty, c) = faulty_client(&b).await;
+    let mutex = c.mutex(name).lease(secs(3));
     let g = mutex.lock().await.expect("lock");
     let id = g.hold_id();
     // The first renewal is due in 1 s: any extend before it is the resume's.
     let err = c
-        .mutex("att-cancel-co-guard")
+        .mutex(name)
         .lease(secs(3))
         .resume(&id)
         .await
@@ -940,7 +915,7 @@ async fn cancelled_co_guard_resume_leaves_the_hold_as_before(b: Backend) {
     );
     let other = b.client().await;
     assert!(
-        !lease_free(&other, "att-cancel-co-guard").await,
+        !lease_free(&other, name).await,
         "a refused co-guard resume released the hold under the live guard"
     );
     assert!(
@@ -958,16 +933,12 @@ both_backends!(cancelled_co_guard_resume_leaves_the_hold_as_before);
 /// GUARANTEES: "no automatic renewal is sent once d has passed since the grant (or the
 /// resume)".
 async fn co_guard_resume_keeps_the_handles_max_hold(b: Backend) {
+    let name = "co-guard-keeps-max-hold";
     let c = b.client().await;
     let lease = ms(400);
     let bound = ms(1_200);
-    let first = c
-        .mutex("att-co-max-hold")
-        .lease(lease)
-        .lock()
-        .await
-        .expect("lock");
-    let bounded_handle = c.mutex("att-co-max-hold").lease(lease).max_hold(bound);
+    let first = c.mutex(name).lease(lease).lock().await.expect("lock");
+    let bounded_handle = c.mutex(name).lease(lease).max_hold(bound);
     let err = bounded_handle
         .resume(&first.hold_id())
         .await
@@ -985,7 +956,7 @@ async fn co_guard_resume_keeps_the_handles_max_hold(b: Backend) {
     );
     // No renewal after the bound: the server's lease lapses within one lease of the last.
     eventually("the bounded hold lapses on the server", async || {
-        lease_free(&c, "att-co-max-hold").await
+        lease_free(&c, name).await
     })
     .await;
     drop(bounded);
@@ -997,10 +968,11 @@ both_backends!(co_guard_resume_keeps_the_handles_max_hold);
 /// ("`extend` still renews"), but automatic renewals must not restart; `lost()` fires and the
 /// server frees the lock by itself (no release).
 async fn max_hold_is_not_reset_by_an_extend(b: Backend) {
+    let name = "max-hold-not-reset-by-extend";
     let c = b.client().await;
     let lease = ms(400);
     let mut g = c
-        .mutex("att-max-hold-extend")
+        .mutex(name)
         .lease(lease)
         .max_hold(ms(800))
         .lock()
@@ -1023,7 +995,7 @@ async fn max_hold_is_not_reset_by_an_extend(b: Backend) {
             )
         });
     eventually("the bounded hold lapses on the server", async || {
-        lease_free(&c, "att-max-hold-extend").await
+        lease_free(&c, name).await
     })
     .await;
     drop(g);
@@ -1035,17 +1007,17 @@ both_backends!(max_hold_is_not_reset_by_an_extend);
 /// its way. Nothing may be left renewed beyond that one step: no further renewal is sent, and
 /// the hold lapses within one lease of it.
 async fn cancelled_resume_leaves_nothing_renewing(b: Backend) {
+    let name = "cancelled-resume-renews-nothing";
     let owner = b.client().await;
     let lease = ms(800);
-    let id = detached_mutex(&owner, "att-cancel-resume", lease).await;
+    let id = detached_mutex(&owner, name, lease).await;
     let faulty = Faulty::new(b.store().await);
-    let gate = Gate::new();
-    faulty.add(Rule::on(Op::Extend).times(1).hold_reply(gate.clone()));
+    let gate = faulty.hold_replies(Rule::on(Op::Extend).times(1));
     let c = LockClient::builder().store(faulty.clone()).expect("client");
     let resuming = {
         let (c, id) = (c.clone(), id.clone());
         tokio::spawn(async move {
-            c.mutex("att-cancel-resume")
+            c.mutex(name)
                 .lease(lease)
                 .resume(&id)
                 .await
@@ -1056,11 +1028,7 @@ async fn cancelled_resume_leaves_nothing_renewing(b: Backend) {
     resuming.abort();
     let _ = resuming.await;
     gate.open();
-    let info = owner
-        .mutex("att-cancel-resume")
-        .inspect()
-        .await
-        .expect("inspect");
+    let info = owner.mutex(name).inspect().await.expect("inspect");
     if let Some(h) = info.holders.first() {
         // A renewal's deadline is rounded up to an even millisecond (see `Store::renew`).
         assert!(
@@ -1069,7 +1037,7 @@ async fn cancelled_resume_leaves_nothing_renewing(b: Backend) {
         );
     }
     eventually("the hold lapses after a cancelled resume", async || {
-        lease_free(&owner, "att-cancel-resume").await
+        lease_free(&owner, name).await
     })
     .await;
     tokio::time::sleep(lease * 2).await;
@@ -1079,11 +1047,7 @@ async fn cancelled_resume_leaves_nothing_renewing(b: Backend) {
         "a cancelled resume left renewals running: {extends} extends sent"
     );
     // The id is gone now.
-    let err = c
-        .mutex("att-cancel-resume")
-        .resume(&id)
-        .await
-        .expect_err("gone");
+    let err = c.mutex(name).resume(&id).await.expect_err("gone");
     assert!(err.is_hold_gone(), "{err}");
 }
 
@@ -1093,16 +1057,17 @@ both_backends!(cancelled_resume_leaves_nothing_renewing);
 /// token, kind, version) is refused. (docs/decisions/hold-ids.md says "a resume does not
 /// re-read [the fence] from the server": this test records whether that is so.)
 async fn a_tampered_fence_is_refused(b: Backend) {
+    let name = "tampered-fence";
     let c = b.client().await;
     let other = b.client().await;
-    let id = detached_mutex(&c, "att-fence", secs(10)).await;
+    let id = detached_mutex(&c, name, secs(10)).await;
     let real = id.fencing_token();
     let text = id.to_string();
     let forged = text.replacen(&format!(":{real}:"), &format!(":{}:", real + 1_000_000), 1);
     assert_ne!(forged, text);
     let forged: HoldId = forged.parse().expect("a well-formed forged id parses");
-    let resumed = other.mutex("att-fence").resume(&forged).await;
-    let info = other.mutex("att-fence").inspect().await.expect("inspect");
+    let resumed = other.mutex(name).resume(&forged).await;
+    let info = other.mutex(name).inspect().await.expect("inspect");
     assert!(c.release_hold(&id).await.expect("release"));
     if let Ok(g) = resumed {
         panic!(
@@ -1119,9 +1084,10 @@ both_backends!(a_tampered_fence_is_refused);
 /// Attack: ids with a changed token, kind or version never give a live guard (the token is
 /// the capability; kind and version are checked).
 async fn tampered_token_kind_version_are_refused(b: Backend) {
+    let name = "tampered-token-kind-version";
     let c = b.client().await;
     let other = b.client().await;
-    let id = detached_mutex(&c, "att-tamper", secs(10)).await;
+    let id = detached_mutex(&c, name, secs(10)).await;
     let text = id.to_string();
     let parts: Vec<&str> = text.splitn(5, ':').collect();
     assert_eq!(parts[0], "rlh1");
@@ -1134,7 +1100,7 @@ async fn tampered_token_kind_version_are_refused(b: Backend) {
     let forged = format!("rlh1:{}:{}:{}:{}", parts[1], parts[2], flipped, parts[4]);
     let forged: HoldId = forged.parse().expect("parses");
     let err = other
-        .mutex("att-tamper")
+        .mutex(name)
         .resume(&forged)
         .await
         .expect_err("a forged token resumed");
@@ -1149,7 +1115,7 @@ async fn tampered_token_kind_version_are_refused(b: Backend) {
     );
     if let Ok(short) = short.parse::<HoldId>() {
         let err = other
-            .mutex("att-tamper")
+            .mutex(name)
             .resume(&short)
             .await
             .expect_err("a token prefix resumed");
@@ -1168,32 +1134,32 @@ async fn tampered_token_kind_version_are_refused(b: Backend) {
         // A guard that did resume is detached (its drop would release the hold).
         let refused = match kind {
             "fair" => other
-                .fair_lock("att-tamper")
+                .fair_lock(name)
                 .resume(&forged)
                 .await
                 .map(|g| g.detach())
                 .err(),
             "write-writer" => other
-                .rwlock("att-tamper")
+                .rwlock(name)
                 .resume_write(&forged)
                 .await
                 .map(|g| g.detach())
                 .err(),
             "write-reader" => other
-                .rwlock("att-tamper")
+                .rwlock(name)
                 .preference(redis_locks::Preference::Reader)
                 .resume_write(&forged)
                 .await
                 .map(|g| g.detach())
                 .err(),
             "read-writer" => other
-                .rwlock("att-tamper")
+                .rwlock(name)
                 .resume_read(&forged)
                 .await
                 .map(|g| g.detach())
                 .err(),
             _ => other
-                .semaphore("att-tamper", 1)
+                .semaphore(name, 1)
                 .resume(&forged)
                 .await
                 .map(|g| g.detach())
@@ -1217,7 +1183,7 @@ async fn tampered_token_kind_version_are_refused(b: Backend) {
         );
     }
     // Nothing above disturbed or doubled the hold.
-    let info = c.mutex("att-tamper").inspect().await.expect("inspect");
+    let info = c.mutex(name).inspect().await.expect("inspect");
     assert_eq!(info.holders.len(), 1, "{info:?}");
     assert!(c.release_hold(&id).await.expect("release"));
 }
@@ -1276,8 +1242,9 @@ fn every_mutation_parses_strictly_or_not_at_all() {
 /// second guard is refused) lowers that guard's trust to the new lease, and leaves the
 /// server's longer lease as it was (no request shortens a hold).
 async fn a_shorter_extend_by_id_lowers_every_co_guard(b: Backend) {
+    let name = "shorter-extend-by-id-lowers-co-guards";
     let c = b.client().await;
-    let mutex = c.mutex("att-co-extend").lease(secs(10)).auto_renew(false);
+    let mutex = c.mutex(name).lease(secs(10)).auto_renew(false);
     let first = mutex.lock().await.expect("lock");
     let id = first.hold_id();
     let err = mutex.resume(&id).await.expect_err("a second guard");
@@ -1298,25 +1265,21 @@ both_backends!(a_shorter_extend_by_id_lowers_every_co_guard);
 /// before it reaches the server). The resume must be refused, or its guard be lost once the
 /// release is done; the lock must end up free.
 async fn resume_racing_release_all(b: Backend) {
-    let faulty = Faulty::new(b.store().await);
-    let c = LockClient::builder().store(faulty.clone()).expect("client");
-    let g = c.mutex("att-release-all").lock().await.expect("lock");
+    let name = "resume-racing-release-all";
+    let (faulty, c) = faulty_client(&b).await;
+    let g = c.mutex(name).lock().await.expect("lock");
     let id = g.hold_id();
-    let gate = Gate::new();
-    faulty.add(Rule::on(Op::Release).times(1).hold_request(gate.clone()));
+    let gate = faulty.hold_requests(Rule::on(Op::Release).times(1));
     let releasing = {
         let c = c.clone();
         tokio::spawn(async move { c.release_all().await })
     };
     gate.wait_entered(1).await;
-    let resumed = c.mutex("att-release-all").resume(&id).await;
+    let resumed = c.mutex(name).resume(&id).await;
     gate.open();
     join("release_all", releasing).await.expect("release_all");
     let other = b.client().await;
-    assert!(
-        lease_free(&other, "att-release-all").await,
-        "release_all left the hold"
-    );
+    assert!(lease_free(&other, name).await, "release_all left the hold");
     if let Ok(r) = resumed {
         assert!(
             !r.is_held(),
@@ -1334,25 +1297,21 @@ both_backends!(resume_racing_release_all);
 /// (A cross-process release is learned at the next renewal: documented.) What must not
 /// happen: a renewal of the resumed guard extends the NEW holder's grant.
 async fn a_resumed_guard_never_renews_a_later_grant(b: Backend) {
+    let name = "resumed-guard-vs-later-grant";
     let first = b.client().await;
     let second = b.client().await;
     let lease = ms(600);
-    let g = first
-        .mutex("att-later-grant")
-        .lease(lease)
-        .lock()
-        .await
-        .expect("lock");
+    let g = first.mutex(name).lease(lease).lock().await.expect("lock");
     let id = g.hold_id();
     let resumed = second
-        .mutex("att-later-grant")
+        .mutex(name)
         .lease(lease)
         .resume(&id)
         .await
         .expect("resume");
     assert!(g.release().await.expect("release"));
     let later = first
-        .mutex("att-later-grant")
+        .mutex(name)
         .lease(secs(30))
         .auto_renew(false)
         .lock()
@@ -1362,11 +1321,7 @@ async fn a_resumed_guard_never_renews_a_later_grant(b: Backend) {
     tokio::time::timeout(EVENTUALLY, resumed.lost())
         .await
         .expect("the resumed guard learns the release at its next renewal");
-    let info = first
-        .mutex("att-later-grant")
-        .inspect()
-        .await
-        .expect("inspect");
+    let info = first.mutex(name).inspect().await.expect("inspect");
     let server = server_deadline(&info, Instant::now()).expect("held by the later grant");
     assert!(
         server > Instant::now() + secs(20),
@@ -1381,10 +1336,11 @@ both_backends!(a_resumed_guard_never_renews_a_later_grant);
 /// Attack: a semaphore id with its permit count or capacity changed. A resume must not give a
 /// guard that claims another number of permits than the server holds for the token.
 async fn tampered_permits_are_refused(b: Backend) {
+    let name = "tampered-permits";
     let c = b.client().await;
     let other = b.client().await;
     let id = c
-        .semaphore("att-permits", 3)
+        .semaphore(name, 3)
         .acquire_many(2)
         .await
         .expect("acquire")
@@ -1393,10 +1349,7 @@ async fn tampered_permits_are_refused(b: Backend) {
     assert!(text.starts_with("rlh1:sem-2-3:"), "{text}");
     for (kind, capacity) in [("sem-1-3", 3), ("sem-3-3", 3)] {
         let forged: HoldId = text.replacen("sem-2-3", kind, 1).parse().expect(kind);
-        let resumed = other
-            .semaphore("att-permits", capacity)
-            .resume(&forged)
-            .await;
+        let resumed = other.semaphore(name, capacity).resume(&forged).await;
         if let Ok(g) = resumed {
             let permits = g.num_permits();
             let _ = g.detach();
@@ -1405,11 +1358,7 @@ async fn tampered_permits_are_refused(b: Backend) {
             );
         }
     }
-    let info = c
-        .semaphore("att-permits", 3)
-        .inspect()
-        .await
-        .expect("inspect");
+    let info = c.semaphore(name, 3).inspect().await.expect("inspect");
     assert_eq!(info.holders.len(), 1, "{info:?}");
     assert!(c.release_hold(&id).await.expect("release"));
 }
@@ -1421,21 +1370,20 @@ both_backends!(tampered_permits_are_refused);
 /// shorten a lease the resumed guard then trusts for the long one: it is refused (`HoldInUse`,
 /// nothing sent), and the resumed guard is honest.
 async fn extend_by_id_racing_a_resume_in_one_client(b: Backend) {
+    let name = "extend-by-id-racing-a-resume";
     let owner = b.client().await;
-    let id = detached_mutex(&owner, "att-extend-vs-resume", secs(10)).await;
+    let id = detached_mutex(&owner, name, secs(10)).await;
     let faulty = Faulty::new(b.store().await);
-    let gate = Gate::new();
-    faulty.add(
+    let gate = faulty.hold_replies(
         Rule::on(Op::Extend)
             .when(|call| call.lease == Some(secs(10)))
-            .times(1)
-            .hold_reply(gate.clone()),
+            .times(1),
     );
     let c = LockClient::builder().store(faulty.clone()).expect("client");
     let resuming = {
         let (c, id) = (c.clone(), id.clone());
         tokio::spawn(async move {
-            c.mutex("att-extend-vs-resume")
+            c.mutex(name)
                 .lease(secs(10))
                 .auto_renew(false)
                 .resume(&id)
@@ -1451,17 +1399,9 @@ async fn extend_by_id_racing_a_resume_in_one_client(b: Backend) {
     assert!(err.is_hold_in_use(), "{err}");
     assert_eq!(sent, 1, "the refused extend by id was sent");
     let before = g.valid_until();
-    let info = owner
-        .mutex("att-extend-vs-resume")
-        .inspect()
-        .await
-        .expect("inspect");
-    assert_honest(
-        "a guard resumed while its own client tried to extend the hold by id",
-        before,
-        &info,
-        Instant::now(),
-    );
+    let info = owner.mutex(name).inspect().await.expect("inspect");
+    let what = "a guard resumed while its own client tried to extend the hold by id";
+    assert_honest(what, before, &info, Instant::now());
     drop(g);
 }
 
@@ -1470,8 +1410,9 @@ both_backends!(extend_by_id_racing_a_resume_in_one_client);
 /// Attack: make a co-guard in one client, to drop it under the other. The second guard is
 /// refused (`HoldInUse`): the one guard keeps the hold, and its drop frees the lock.
 async fn dropping_a_co_guard_makes_the_other_honest(b: Backend) {
+    let name = "drop-one-co-guard";
     let c = b.client().await;
-    let mutex = c.mutex("att-co-drop").lease(secs(5));
+    let mutex = c.mutex(name).lease(secs(5));
     let first = mutex.lock().await.expect("lock");
     let id = first.hold_id();
     let err = mutex.resume(&id).await.expect_err("a second guard");
@@ -1479,7 +1420,7 @@ async fn dropping_a_co_guard_makes_the_other_honest(b: Backend) {
     assert!(first.is_held());
     drop(first);
     eventually("the dropped guard's release lands", async || {
-        lease_free(&c, "att-co-drop").await
+        lease_free(&c, name).await
     })
     .await;
     // The server may have applied the release before this client read its answer: until
@@ -1501,21 +1442,18 @@ both_backends!(dropping_a_co_guard_makes_the_other_honest);
 /// trusts past the server's lease, and once dropped the hold ends (released, or lapsed).
 #[test]
 fn resumed_on_a_runtime_that_shuts_down() {
+    let name = "resumed-on-a-runtime-that-shuts-down";
     for b in [Backend::memory(), Backend::redis()] {
         let main = support::time::current_thread();
         let (owner, id) = main.block_on(async {
             let owner = b.client().await;
-            let id = detached_mutex(&owner, "att-shutdown", ms(800)).await;
+            let id = detached_mutex(&owner, name, ms(800)).await;
             (owner, id)
         });
-        let helper = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("runtime");
+        let helper = support::time::multi_thread(1);
         let g = helper.block_on(async {
             let c = b.client().await;
-            c.mutex("att-shutdown")
+            c.mutex(name)
                 .lease(ms(800))
                 .resume(&id)
                 .await
@@ -1527,19 +1465,12 @@ fn resumed_on_a_runtime_that_shuts_down() {
             // test store it ran there, and the guard's trust runs out): honest either way.
             for _ in 0..10 {
                 let until = g.valid_until();
-                let info = owner
-                    .mutex("att-shutdown")
-                    .inspect()
-                    .await
-                    .expect("inspect");
+                let info = owner.mutex(name).inspect().await.expect("inspect");
                 support::honest::assert_honest(b.kind, until, &info, Instant::now());
                 tokio::time::sleep(ms(100)).await;
             }
             drop(g);
-            eventually("the hold lapses", async || {
-                lease_free(&owner, "att-shutdown").await
-            })
-            .await;
+            eventually("the hold lapses", async || lease_free(&owner, name).await).await;
         });
     }
 }
@@ -1548,19 +1479,18 @@ fn resumed_on_a_runtime_that_shuts_down() {
 /// background release held before it reaches the server). The resume must be refused, or its
 /// guard be lost once the release lands; the lock must end up free.
 async fn resume_racing_the_drop_of_its_guard(b: Backend) {
-    let faulty = Faulty::new(b.store().await);
-    let c = LockClient::builder().store(faulty.clone()).expect("client");
-    let g = c.mutex("att-drop-race").lock().await.expect("lock");
+    let name = "resume-racing-its-guards-drop";
+    let (faulty, c) = faulty_client(&b).await;
+    let g = c.mutex(name).lock().await.expect("lock");
     let id = g.hold_id();
-    let gate = Gate::new();
-    faulty.add(Rule::on(Op::Release).times(1).hold_request(gate.clone()));
+    let gate = faulty.hold_requests(Rule::on(Op::Release).times(1));
     drop(g);
     gate.wait_entered(1).await;
-    let resumed = c.mutex("att-drop-race").resume(&id).await;
+    let resumed = c.mutex(name).resume(&id).await;
     gate.open();
     let other = b.client().await;
     eventually("the dropped guard's release lands", async || {
-        lease_free(&other, "att-drop-race").await
+        lease_free(&other, name).await
     })
     .await;
     // The dropped guard's entry stays until its release is answered: refused, nothing sent.
@@ -1582,9 +1512,8 @@ both_backends!(resume_racing_the_drop_of_its_guard);
 /// (`HoldInUse`, nothing sent) until the lost guard is given up; once its release or drop
 /// ended the server's hold, the id is gone.
 async fn lost_guard_ended_after_a_resume(b: Backend, how: &str) {
-    let name = format!("att-lost-then-resumed-{how}");
-    let faulty = Faulty::new(b.store().await);
-    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let name = format!("lost-guard-ended-after-resume-{how}");
+    let (faulty, c) = faulty_client(&b).await;
     let mutex = c.mutex(&name).lease(secs(3));
     let lost = mutex.lock().await.expect("lock");
     let id = lost.hold_id();
@@ -1638,10 +1567,11 @@ both_backends!(releasing_the_lost_guard_after_a_resume);
 /// that guard lives (it must not be revived, nor a second entry made beside it), and works
 /// once the expired guard is detached.
 async fn an_expired_guard_stays_lost_after_a_resume(b: Backend) {
+    let name = "expired-guard-stays-lost";
     let c = b.client().await;
     let other = b.client().await;
     let expired = c
-        .mutex("att-expired-revived")
+        .mutex(name)
         .lease(ms(600))
         .auto_renew(false)
         .lock()
@@ -1658,7 +1588,7 @@ async fn an_expired_guard_stays_lost_after_a_resume(b: Backend) {
     let lost_at = Instant::now();
     assert!(!expired.is_held());
     let err = c
-        .mutex("att-expired-revived")
+        .mutex(name)
         .lease(secs(10))
         .resume(&id)
         .await
@@ -1673,7 +1603,7 @@ async fn an_expired_guard_stays_lost_after_a_resume(b: Backend) {
     );
     let id = expired.detach();
     let resumed = c
-        .mutex("att-expired-revived")
+        .mutex(name)
         .lease(secs(10))
         .resume(&id)
         .await
@@ -1689,22 +1619,22 @@ both_backends!(an_expired_guard_stays_lost_after_a_resume);
 /// no `Leadership` has it." So the detached leadership must still lead (same term) after the
 /// cancel, not be resigned or released.
 async fn cancelled_election_resume_keeps_the_leadership(b: Backend) {
+    let name = "cancelled-election-resume";
     let first = b.client().await;
     let id = first
-        .election("att-election-cancel")
+        .election(name)
         .lease(secs(5))
         .campaign("10.0.0.9:1")
         .await
         .expect("campaign")
         .detach();
     let faulty = Faulty::new(b.store().await);
-    let gate = Gate::new();
-    faulty.add(Rule::on(Op::Leader).times(1).hold_request(gate.clone()));
+    let gate = faulty.hold_requests(Rule::on(Op::Leader).times(1));
     let c = LockClient::builder().store(faulty.clone()).expect("client");
     let resuming = {
         let (c, id) = (c.clone(), id.clone());
         tokio::spawn(async move {
-            c.election("att-election-cancel")
+            c.election(name)
                 .lease(secs(5))
                 .resume(&id)
                 .await
@@ -1716,18 +1646,14 @@ async fn cancelled_election_resume_keeps_the_leadership(b: Backend) {
     let _ = resuming.await;
     gate.open();
     tokio::time::sleep(ms(300)).await;
-    let seen = first
-        .election("att-election-cancel")
-        .leader()
-        .await
-        .expect("leader");
+    let seen = first.election(name).leader().await.expect("leader");
     assert!(
         seen.as_ref()
             .is_some_and(|l| l.term == id.fencing_token() && l.value == "10.0.0.9:1"),
         "a cancelled Election::resume ended the leadership it was resuming: leader now {seen:?}"
     );
     let back = first
-        .election("att-election-cancel")
+        .election(name)
         .resume(&id)
         .await
         .expect("the leadership is still there to resume");
@@ -1740,9 +1666,10 @@ both_backends!(cancelled_election_resume_keeps_the_leadership);
 /// leadership was handed over (detached); a failed resume must not end it: the error is
 /// reported and the leadership still leads under its term, to be resumed again.
 async fn a_failed_election_resume_keeps_the_leadership(b: Backend) {
+    let name = "failed-election-resume";
     let first = b.client().await;
     let id = first
-        .election("att-election-fail")
+        .election(name)
         .lease(secs(5))
         .campaign("10.0.0.9:2")
         .await
@@ -1752,25 +1679,21 @@ async fn a_failed_election_resume_keeps_the_leadership(b: Backend) {
     faulty.add(Rule::on(Op::Leader).lose_reply());
     let c = LockClient::builder().store(faulty.clone()).expect("client");
     let outcome = c
-        .election("att-election-fail")
+        .election(name)
         .lease(secs(5))
         .resume(&id)
         .await
         .map(|l| l.detach());
     faulty.clear();
     tokio::time::sleep(ms(300)).await;
-    let seen = first
-        .election("att-election-fail")
-        .leader()
-        .await
-        .expect("leader");
+    let seen = first.election(name).leader().await.expect("leader");
     assert!(
         seen.as_ref().is_some_and(|l| l.term == id.fencing_token()),
         "an Election::resume that failed ({:?}) ended the leadership: leader now {seen:?}",
         outcome.as_ref().err()
     );
     let back = first
-        .election("att-election-fail")
+        .election(name)
         .resume(&id)
         .await
         .expect("resume again");
@@ -1784,7 +1707,7 @@ both_backends!(a_failed_election_resume_keeps_the_leadership);
 /// parts renewed so far are left held, with no guard." So the first part must still be held
 /// on the server (until its lease lapses), not released by the cancel.
 async fn cancelled_multi_resume_leaves_the_parts_held(b: Backend) {
-    let names = ["att-multi-cancel-a", "att-multi-cancel-b"];
+    let names = ["cancelled-multi-resume-a", "cancelled-multi-resume-b"];
     let owner = b.client().await;
     let ids = owner
         .multi_lock(names)
@@ -1846,14 +1769,15 @@ both_backends!(cancelled_multi_resume_leaves_the_parts_held);
 /// `max_hold`). The resume must be refused as invalid input without touching the hold (no
 /// 1 ms renewal that would end it), on every resume entry point.
 async fn resume_with_bad_options_leaves_the_hold(b: Backend) {
+    let name = "resume-with-bad-options";
     let c = b.client().await;
     let other = b.client().await;
-    let id = detached_mutex(&c, "att-bad-options", secs(10)).await;
+    let id = detached_mutex(&c, name, secs(10)).await;
     let outcomes = [
         (
             "lease 1ms",
             other
-                .mutex("att-bad-options")
+                .mutex(name)
                 .lease(ms(1))
                 .resume(&id)
                 .await
@@ -1862,7 +1786,7 @@ async fn resume_with_bad_options_leaves_the_hold(b: Backend) {
         (
             "max_hold 0",
             other
-                .mutex("att-bad-options")
+                .mutex(name)
                 .max_hold(Duration::ZERO)
                 .resume(&id)
                 .await
@@ -1870,7 +1794,7 @@ async fn resume_with_bad_options_leaves_the_hold(b: Backend) {
         ),
     ];
     tokio::time::sleep(ms(200)).await;
-    let info = c.mutex("att-bad-options").inspect().await.expect("inspect");
+    let info = c.mutex(name).inspect().await.expect("inspect");
     assert!(
         info.holders
             .first()
@@ -1891,10 +1815,11 @@ both_backends!(resume_with_bad_options_leaves_the_hold);
 /// prefix).
 #[test]
 fn the_token_never_leaks_through_debug_or_errors() {
+    let name = "token-never-leaks";
     let rt = support::time::current_thread();
     let id = rt.block_on(async {
         LockClient::in_memory()
-            .mutex("att-leak")
+            .mutex(name)
             .lock()
             .await
             .expect("lock")
@@ -1908,10 +1833,10 @@ fn the_token_never_leaks_through_debug_or_errors() {
     assert!(!debug.contains(secret), "Debug shows the token: {debug}");
     for bad in [
         format!(" {text}"),
-        format!("rlh1:mutex:01:{token}:att-leak"),
-        format!("rlh1:mutexx:1:{token}:att-leak"),
+        format!("rlh1:mutex:01:{token}:token-never-leaks"),
+        format!("rlh1:mutexx:1:{token}:token-never-leaks"),
         format!("rlh1:mutex:1:{token}:"),
-        format!("rlh2:mutex:1:{token}:att-leak"),
+        format!("rlh2:mutex:1:{token}:token-never-leaks"),
     ] {
         let err = bad.parse::<HoldId>().expect_err(&bad);
         let shown = format!("{err} {err:?}");
@@ -1927,8 +1852,9 @@ fn the_token_never_leaks_through_debug_or_errors() {
 /// `WriteGuard`, would say `is_held()` beside other readers. The second guard is refused
 /// (`HoldInUse`); the one guard downgrades, and another client may then read beside it.
 async fn downgrading_one_write_co_guard(b: Backend) {
+    let name = "downgrade-one-write-co-guard";
     let c = b.client().await;
-    let rw = c.rwlock("att-co-downgrade").lease(secs(5));
+    let rw = c.rwlock(name).lease(secs(5));
     let first = rw.write().await.expect("write");
     let id = first.hold_id();
     let err = rw
@@ -1942,7 +1868,7 @@ async fn downgrading_one_write_co_guard(b: Backend) {
     assert!(read.is_held());
     let other = b.client().await;
     let reader = other
-        .rwlock("att-co-downgrade")
+        .rwlock(name)
         .try_read()
         .await
         .expect("a reader beside the downgraded hold");
@@ -1962,22 +1888,22 @@ both_backends!(downgrading_one_write_co_guard);
 /// resume's renewal could land first and its guard trust a lease the release then ends: the
 /// step by id reserves the hold, so the resume is refused (`HoldInUse`, nothing sent).
 async fn resume_racing_a_release_by_id_in_one_client(b: Backend) {
+    let name = "resume-racing-a-release-by-id";
     let owner = b.client().await;
-    let id = detached_mutex(&owner, "att-resume-vs-release-by-id", secs(5)).await;
+    let id = detached_mutex(&owner, name, secs(5)).await;
     let faulty = Faulty::new(b.store().await);
-    let gate = Gate::new();
-    faulty.add(Rule::on(Op::Release).times(1).hold_request(gate.clone()));
+    let gate = faulty.hold_requests(Rule::on(Op::Release).times(1));
     let c = LockClient::builder().store(faulty.clone()).expect("client");
     let releasing = {
         let (c, id) = (c.clone(), id.clone());
         tokio::spawn(async move { c.release_hold(&id).await })
     };
     gate.wait_entered(1).await;
-    let resumed = c.mutex("att-resume-vs-release-by-id").resume(&id).await;
+    let resumed = c.mutex(name).resume(&id).await;
     let sent = faulty.count(Op::Extend);
     gate.open();
     assert!(join("release by id", releasing).await.expect("release"));
-    assert!(lease_free(&owner, "att-resume-vs-release-by-id").await);
+    assert!(lease_free(&owner, name).await);
     let err = resumed
         .map(|g| g.detach())
         .expect_err("a resume beside a release by id in the same client");
@@ -1992,28 +1918,16 @@ both_backends!(resume_racing_a_release_by_id_in_one_client);
 /// the resume's renewal, the extend would leave the resumed guard trusting the long lease: the
 /// resume is refused (`HoldInUse`, nothing sent) while the step by id is under way.
 async fn resume_racing_an_extend_by_id_in_one_client(b: Backend) {
+    let name = "resume-racing-an-extend-by-id";
     let owner = b.client().await;
-    let id = detached_mutex(&owner, "att-resume-vs-extend-by-id", secs(10)).await;
+    let id = detached_mutex(&owner, name, secs(10)).await;
     let faulty = Faulty::new(b.store().await);
-    let gate = Gate::new();
-    faulty.add(
-        Rule::on(Op::Extend)
-            .when(|call| call.lease == Some(ms(800)))
-            .times(1)
-            .hold_request(gate.clone()),
-    );
+    let gate = faulty.hold_extend(ms(800));
     let c = LockClient::builder().store(faulty.clone()).expect("client");
-    let extending = {
-        let (c, id) = (c.clone(), id.clone());
-        tokio::spawn(async move { c.extend_hold(&id, ms(800)).await })
-    };
+    let extending = spawn_extend_hold(&c, &id, ms(800));
     gate.wait_entered(1).await;
     let before = faulty.count(Op::Extend);
-    let resumed = c
-        .mutex("att-resume-vs-extend-by-id")
-        .lease(secs(10))
-        .resume(&id)
-        .await;
+    let resumed = c.mutex(name).lease(secs(10)).resume(&id).await;
     let sent = faulty.count(Op::Extend);
     gate.open();
     assert!(join("extend by id", extending).await.expect("extend"));
@@ -2049,22 +1963,15 @@ async fn late_renewal_beside_a_resume(name: &str, resume_lease: Duration) {
     let resumer = b.client().await;
     let contender = b.client().await;
     let direct = b.client().await;
-    let gate = Gate::new();
-    fa.add(
-        Rule::on(Op::Extend)
-            .when(|call| call.lease == Some(ms(1_000)))
-            .times(1)
-            .hold_request(gate.clone()),
-    );
+    let gate = fa.hold_extend(ms(1_000));
     let guard = a
         .mutex(name)
         .lease(ms(1_000))
         .lock()
         .await
         .expect("A locks");
-    tokio::time::timeout(secs(20), gate.wait_entered(1))
-        .await
-        .expect("A's renewal reached the gate");
+    gate.entered_within(1, secs(20), "A's renewal reached the gate")
+        .await;
     let id = guard.detach();
     let resumed = resumer
         .mutex(name)
@@ -2148,13 +2055,7 @@ async fn a_cancelled_shorter_extend_of_the_detaching_client_cannot_cut_a_resume(
     let resumer = b.client().await;
     let contender = b.client().await;
     let direct = b.client().await;
-    let gate = Gate::new();
-    fa.add(
-        Rule::on(Op::Extend)
-            .when(|call| call.lease == Some(ms(1_000)))
-            .times(1)
-            .hold_request(gate.clone()),
-    );
+    let gate = fa.hold_extend(ms(1_000));
     let mut guard = a.mutex(name).lease(secs(10)).lock().await.expect("A locks");
     tokio::select! {
         answered = guard.extend(ms(1_000)) => panic!("the held extend was answered: {answered:?}"),

@@ -5,35 +5,22 @@
 //! Each test names the documented claim it checks (tests/hold_ids.rs has the main cases).
 
 mod support;
+use support::detached_mutex;
+use support::faulty::extend_at_gate;
+use support::faulty::faulty_client;
 
-use std::future::Future;
-use std::pin::Pin;
-use std::task::Poll;
+use support::poll_once;
+
 use std::time::Duration;
 
 use redis_locks::{HoldId, LockClient, Preference};
 use tokio::time::Instant;
 
 use support::backend::{eventually, join, Backend, EVENTUALLY};
-use support::faulty::{Faulty, Gate, Op, Rule};
+use support::faulty::{Faulty, Op, Rule};
 use support::honest::{assert_honest, server_deadline};
 use support::time::{ms, secs};
 use support::waits::lease_free;
-
-/// A detached mutex hold of `name` in `c` with `lease`.
-async fn detached_mutex(c: &LockClient, name: &str, lease: Duration) -> HoldId {
-    c.mutex(name)
-        .lease(lease)
-        .lock()
-        .await
-        .expect("lock")
-        .detach()
-}
-
-/// Polls `fut` once; `true` if it completed.
-async fn poll_once<F: Future>(fut: &mut Pin<Box<F>>) -> bool {
-    std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx).is_ready())).await
-}
 
 // ---------------------------------------------------------------------------------------
 // 1. A detach while a release or extend of the same hold is in flight in the same client.
@@ -51,12 +38,10 @@ async fn poll_once<F: Future>(fut: &mut Pin<Box<F>>) -> bool {
 /// `is_held()` for a hold the server no longer has.
 async fn detach_during_a_release_by_id_then_resume_in_one_client(b: Backend) {
     let name = "edge-detach-vs-release-by-id";
-    let faulty = Faulty::new(b.store().await);
-    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let (faulty, c) = faulty_client(&b).await;
     let guard = c.mutex(name).lease(secs(10)).lock().await.expect("lock");
     let id = guard.hold_id();
-    let gate = Gate::new();
-    faulty.add(Rule::on(Op::Release).times(1).hold_request(gate.clone()));
+    let gate = faulty.hold_requests(Rule::on(Op::Release).times(1));
     let releasing = {
         let (c, id) = (c.clone(), id.clone());
         tokio::spawn(async move { c.release_hold(&id).await })
@@ -99,11 +84,9 @@ both_backends!(detach_during_a_release_by_id_then_resume_in_one_client);
 /// `release_all`'s "Every guard of this client reports itself lost afterwards".
 async fn detach_during_release_all_then_resume_in_one_client(b: Backend) {
     let name = "edge-detach-vs-release-all";
-    let faulty = Faulty::new(b.store().await);
-    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let (faulty, c) = faulty_client(&b).await;
     let guard = c.mutex(name).lease(secs(10)).lock().await.expect("lock");
-    let gate = Gate::new();
-    faulty.add(Rule::on(Op::Release).times(1).hold_request(gate.clone()));
+    let gate = faulty.hold_requests(Rule::on(Op::Release).times(1));
     let releasing = {
         let c = c.clone();
         tokio::spawn(async move { c.release_all().await })
@@ -143,28 +126,7 @@ both_backends!(detach_during_release_all_then_resume_in_one_client);
 /// holder ("`valid_until()` never exceeds the server deadline of the hold").
 async fn detach_during_an_extend_by_id_then_resume_in_one_client(b: Backend) {
     let name = "edge-detach-vs-extend-by-id";
-    let faulty = Faulty::new(b.store().await);
-    let c = LockClient::builder().store(faulty.clone()).expect("client");
-    let guard = c
-        .mutex(name)
-        .lease(secs(10))
-        .auto_renew(false)
-        .lock()
-        .await
-        .expect("lock");
-    let id = guard.hold_id();
-    let gate = Gate::new();
-    faulty.add(
-        Rule::on(Op::Extend)
-            .when(|call| call.lease == Some(ms(800)))
-            .times(1)
-            .hold_request(gate.clone()),
-    );
-    let extending = {
-        let (c, id) = (c.clone(), id.clone());
-        tokio::spawn(async move { c.extend_hold(&id, ms(800)).await })
-    };
-    gate.wait_entered(1).await;
+    let (c, guard, id, gate, extending) = extend_at_gate(&b, name, ms(800)).await;
     let _ = guard.detach();
     let resumed = c
         .mutex(name)
@@ -183,16 +145,12 @@ async fn detach_during_an_extend_by_id_then_resume_in_one_client(b: Backend) {
             }
             let before = g.valid_until();
             let info = c.mutex(name).inspect().await.expect("inspect");
-            assert_honest(
-                &format!(
-                    "{}: a guard resumed while an extend_hold of the hold ran in the same \
-                     client (its guard detached meanwhile)",
-                    b.kind
-                ),
-                before,
-                &info,
-                Instant::now(),
+            let what = format!(
+                "{}: a guard resumed while an extend_hold of the hold ran in the same \
+                 client (its guard detached meanwhile)",
+                b.kind
             );
+            assert_honest(&what, before, &info, Instant::now());
             drop(g);
         }
     }
@@ -705,22 +663,14 @@ fn a_guard_resumed_on_a_dead_runtime_is_released_from_another() {
     for b in [Backend::memory(), Backend::redis()] {
         // Multi-threaded, so the clients' connections (made here) are driven while the
         // helper runtime blocks this thread.
-        let main = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("runtime");
+        let main = support::time::multi_thread(1);
         let (owner, c, id) = main.block_on(async {
             let owner = b.client().await;
             let c = b.client().await;
             let id = detached_mutex(&owner, "edge-dead-runtime", secs(10)).await;
             (owner, c, id)
         });
-        let helper = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("runtime");
+        let helper = support::time::multi_thread(1);
         let g = helper.block_on(async {
             c.mutex("edge-dead-runtime")
                 .lease(secs(10))

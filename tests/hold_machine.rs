@@ -531,6 +531,13 @@ fn dishonest(why: &str) -> bool {
         || why.contains("trusted again")
 }
 
+/// The planted bugs `set` turns on.
+fn planted(set: impl FnOnce(&mut Planted)) -> Planted {
+    let mut bugs = Planted::default();
+    set(&mut bugs);
+    bugs
+}
+
 /// The checker finds `bugs` within `budget` cases.
 fn finds(bugs: Planted, budget: u32) -> String {
     let mut runner = TestRunner::new(Config {
@@ -547,25 +554,13 @@ fn finds(bugs: Planted, budget: u32) -> String {
 
 #[test]
 fn finds_planted_hand_off_trusting_the_heartbeat() {
-    let why = finds(
-        Planted {
-            hand_off_trusts_heartbeat: true,
-            ..Planted::default()
-        },
-        20_000,
-    );
+    let why = finds(planted(|p| p.hand_off_trusts_heartbeat = true), 20_000);
     assert!(dishonest(&why), "{why}");
 }
 
 #[test]
 fn finds_planted_unordered_renewals() {
-    let why = finds(
-        Planted {
-            unordered_renewals: true,
-            ..Planted::default()
-        },
-        20_000,
-    );
+    let why = finds(planted(|p| p.unordered_renewals = true), 20_000);
     // Two requests of the hold in flight: the minimal case found is a guard that gives up on
     // a lease it still trusts, or one whose trust (only ever raised) outruns the server's.
     assert!(
@@ -576,26 +571,56 @@ fn finds_planted_unordered_renewals() {
 
 #[test]
 fn finds_planted_stale_renewal_give_up() {
-    let why = finds(
-        Planted {
-            stale_renewal_give_up: true,
-            ..Planted::default()
-        },
-        20_000,
-    );
+    let why = finds(planted(|p| p.stale_renewal_give_up = true), 20_000);
     assert!(why.contains("before its trust ran out"), "{why}");
 }
 
 #[test]
 fn finds_planted_downgrade_ignoring_a_loss() {
-    let why = finds(
-        Planted {
-            downgrade_ignores_loss: true,
-            ..Planted::default()
-        },
-        20_000,
-    );
+    let why = finds(planted(|p| p.downgrade_ignores_loss = true), 20_000);
     assert!(dishonest(&why), "{why}");
+}
+
+/// A reply to request `n`.
+fn reply(n: u64, outcome: Outcome) -> Event {
+    Event::Reply { n, outcome }
+}
+
+/// A confirmation of request `n` (no fence).
+fn confirmed(n: u64) -> Event {
+    reply(n, Outcome::Confirmed { fence: None })
+}
+
+/// An `extend(lease)` by `caller`.
+fn extend(caller: u64, lease: Duration) -> Event {
+    Event::Extend { caller, lease }
+}
+
+/// The number of the one request `fx` sends (panics on anything else).
+fn sent(fx: &[Effect]) -> u64 {
+    match fx {
+        [Effect::Send { n, .. }] => *n,
+        other => panic!("expected one request, got {other:?}"),
+    }
+}
+
+/// Asserts that `fx` marks the hold lost.
+fn assert_lost(fx: &[Effect]) {
+    assert!(
+        fx.iter().any(|e| matches!(e, Effect::Lost { .. })),
+        "{fx:?}"
+    );
+}
+
+/// A hold granted at `t0` by a request sent then, with `lease` (heartbeat the same).
+fn granted_at(t0: Instant, lease: Duration, auto_renew: bool) -> HoldState {
+    let plan = Plan {
+        auto_renew,
+        renew_every: None,
+        max_hold: None,
+    };
+    let start = Start::Granted { sent_at: t0 };
+    HoldState::new(start, lease, lease, plan, t0, Planted::default())
 }
 
 /// A table of single transitions: a confirmed renewal trusts from its send, never from its
@@ -604,20 +629,8 @@ fn finds_planted_downgrade_ignoring_a_loss() {
 #[test]
 fn transitions_table() {
     let t0 = Instant::now();
-    let plan = Plan {
-        auto_renew: true,
-        renew_every: None,
-        max_hold: None,
-    };
     let lease = ms(3_000);
-    let mut hold = HoldState::new(
-        Start::Granted { sent_at: t0 },
-        lease,
-        lease,
-        plan,
-        t0,
-        Planted::default(),
-    );
+    let mut hold = granted_at(t0, lease, true);
     let drift = |l: Duration| l / 100 + ms(2);
     assert_eq!(hold.validity().until, t0 + lease - drift(lease));
     assert_eq!(hold.next_wake(), Some(t0 + ms(1_000)), "renewed a third in");
@@ -630,93 +643,40 @@ fn transitions_table() {
         }] if *l == lease => *n,
         other => panic!("expected one renewal, got {other:?}"),
     };
-    hold.on(
-        Event::Reply {
-            n,
-            outcome: Outcome::Confirmed { fence: None },
-        },
-        t0 + ms(1_300),
-    );
+    hold.on(confirmed(n), t0 + ms(1_300));
     assert_eq!(hold.validity().until, t0 + ms(1_000) + lease - drift(lease));
     // An extend to 500 ms lowers the trust at its send.
-    let fx = hold.on(
-        Event::Extend {
-            caller: 1,
-            lease: ms(500),
-        },
-        t0 + ms(1_400),
-    );
+    let fx = hold.on(extend(1, ms(500)), t0 + ms(1_400));
     assert!(matches!(fx.as_slice(), [Effect::Send { .. }]), "{fx:?}");
-    assert_eq!(
-        hold.validity().until,
-        t0 + ms(1_400) + ms(500) - drift(ms(500))
-    );
+    let until = t0 + ms(1_400) + ms(500) - drift(ms(500));
+    assert_eq!(hold.validity().until, until);
     // Its reply is lost: the caller learns of the failure.
     let n = n + 1;
-    let fx = hold.on(
-        Event::Reply {
-            n,
-            outcome: Outcome::Unknown,
-        },
-        t0 + ms(1_500),
-    );
+    let fx = hold.on(reply(n, Outcome::Unknown), t0 + ms(1_500));
+    let failed = Answer::Failed { n };
     assert_eq!(
         fx,
         vec![Effect::Answer {
             caller: 1,
-            answer: Answer::Failed { n }
+            answer: failed
         }]
     );
-    let fx = hold.on(
-        Event::Extend {
-            caller: 2,
-            lease: ms(5_000),
-        },
-        t0 + ms(1_600),
-    );
-    let n = match fx.as_slice() {
-        [Effect::Send { n, .. }] => *n,
-        other => panic!("{other:?}"),
-    };
-    hold.on(
-        Event::Reply {
-            n,
-            outcome: Outcome::Confirmed { fence: None },
-        },
-        t0 + ms(1_700),
-    );
+    let n = sent(&hold.on(extend(2, ms(5_000)), t0 + ms(1_600)));
+    hold.on(confirmed(n), t0 + ms(1_700));
     assert_eq!(
         hold.validity().until,
         t0 + ms(1_600) + ms(5_000) - drift(ms(5_000)),
         "a request of unknown outcome cannot shorten the hold: no cap"
     );
     // A refusal loses the hold; a release then ends it.
-    let n = match hold
-        .on(Event::Extend { caller: 3, lease }, t0 + ms(1_800))
-        .as_slice()
-    {
-        [Effect::Send { n, .. }] => *n,
-        other => panic!("{other:?}"),
-    };
-    let fx = hold.on(
-        Event::Reply {
-            n,
-            outcome: Outcome::Refused,
-        },
-        t0 + ms(1_900),
-    );
-    assert!(
-        fx.iter().any(|e| matches!(e, Effect::Lost { .. })),
-        "{fx:?}"
-    );
+    let n = sent(&hold.on(extend(3, lease), t0 + ms(1_800)));
+    assert_lost(&hold.on(reply(n, Outcome::Refused), t0 + ms(1_900)));
     assert!(hold.validity().lost);
-    let fx = hold.on(
-        Event::Release {
-            by_owner: false,
-            guard_gone: true,
-        },
-        t0 + ms(2_000),
-    );
+    let release = Event::Release {
+        by_owner: false,
+        guard_gone: true,
+    };
+    let fx = hold.on(release, t0 + ms(2_000));
     assert!(fx.is_empty(), "the guard sends its own release: {fx:?}");
     assert!(!hold.is_done(), "its release is in flight");
     hold.on(Event::Released { held: Some(false) }, t0 + ms(2_100));
@@ -730,80 +690,27 @@ fn transitions_table() {
 fn a_reply_after_the_trust_ran_out_revives_nothing() {
     let t0 = Instant::now();
     let lease = ms(1_000);
-    let start = |auto_renew| {
-        let plan = Plan {
-            auto_renew,
-            renew_every: None,
-            max_hold: None,
-        };
-        HoldState::new(
-            Start::Granted { sent_at: t0 },
-            lease,
-            lease,
-            plan,
-            t0,
-            Planted::default(),
-        )
-    };
     let trusted = t0 + lease - (lease / 100 + ms(2));
+    let refused = |caller| Effect::Answer {
+        caller,
+        answer: Answer::Extended(false),
+    };
     // An extend to 10 s sent at once, answered 1.5 s later: the renewal waits behind it, the
     // trust runs out at `trusted`, and the late confirmation finds the guard lost.
-    let mut hold = start(true);
-    let fx = hold.on(
-        Event::Extend {
-            caller: 1,
-            lease: ms(10_000),
-        },
-        t0,
-    );
-    let n = match fx.as_slice() {
-        [Effect::Send { n, .. }] => *n,
-        other => panic!("{other:?}"),
-    };
+    let mut hold = granted_at(t0, lease, true);
+    let n = sent(&hold.on(extend(1, ms(10_000)), t0));
     assert_eq!(hold.next_wake(), Some(trusted), "woken when the trust ends");
-    let fx = hold.on(Event::Tick, trusted);
-    assert!(
-        fx.iter().any(|e| matches!(e, Effect::Lost { .. })),
-        "{fx:?}"
-    );
-    let fx = hold.on(
-        Event::Reply {
-            n,
-            outcome: Outcome::Confirmed { fence: None },
-        },
-        t0 + ms(1_500),
-    );
-    assert_eq!(
-        fx,
-        vec![Effect::Answer {
-            caller: 1,
-            answer: Answer::Extended(false)
-        }]
-    );
+    assert_lost(&hold.on(Event::Tick, trusted));
+    let fx = hold.on(confirmed(n), t0 + ms(1_500));
+    assert_eq!(fx, vec![refused(1)]);
     assert!(hold.validity().lost && hold.validity().until <= trusted);
     // Without automatic renewal: nothing is sent for the guard past its trust; the tick at
     // its end marks it lost, and an extend after that is answered `false` unsent.
-    let mut hold = start(false);
+    let mut hold = granted_at(t0, lease, false);
     assert_eq!(hold.next_wake(), Some(trusted));
-    let fx = hold.on(Event::Tick, trusted);
-    assert!(
-        fx.iter().any(|e| matches!(e, Effect::Lost { .. })),
-        "{fx:?}"
-    );
-    let fx = hold.on(
-        Event::Extend {
-            caller: 2,
-            lease: ms(10_000),
-        },
-        t0 + ms(1_100),
-    );
-    assert_eq!(
-        fx,
-        vec![Effect::Answer {
-            caller: 2,
-            answer: Answer::Extended(false)
-        }]
-    );
+    assert_lost(&hold.on(Event::Tick, trusted));
+    let fx = hold.on(extend(2, ms(10_000)), t0 + ms(1_100));
+    assert_eq!(fx, vec![refused(2)]);
     assert!(!hold.is_trusted(t0 + ms(1_100)));
 }
 
@@ -827,55 +734,29 @@ fn only_a_hand_off_claim_names_its_deadline() {
         }] => (*n, *handed_until),
         other => panic!("expected one lease request, got {other:?}"),
     };
-    let confirm = |hold: &mut HoldState, n: u64, at: Instant| {
-        hold.on(
-            Event::Reply {
-                n,
-                outcome: Outcome::Confirmed { fence: None },
-            },
-            at,
-        );
+    let start = Start::HandedOver {
+        attempt_sent_at: t0,
+        until: 12_345,
     };
-    let mut handed = HoldState::new(
-        Start::HandedOver {
-            attempt_sent_at: t0,
-            until: 12_345,
-        },
-        lease,
-        ms(60_000),
-        plan,
-        t0,
-        Planted::default(),
-    );
+    let mut handed = HoldState::new(start, lease, ms(60_000), plan, t0, Planted::default());
     let (n, handed_until) = handed_of(&handed.on(Event::Tick, t0));
     assert_eq!(
         handed_until,
         Some(12_345),
         "the claim names the hand-off's deadline"
     );
-    confirm(&mut handed, n, t0 + ms(10));
+    handed.on(confirmed(n), t0 + ms(10));
     let due = handed.next_wake().expect("renewal due");
     let (_, handed_until) = handed_of(&handed.on(Event::Tick, due));
     assert!(handed_until.is_none(), "a later renewal names no deadline");
 
-    let mut granted = HoldState::new(
-        Start::Granted { sent_at: t0 },
-        lease,
-        lease,
-        plan,
-        t0,
-        Planted::default(),
-    );
+    let mut granted = granted_at(t0, lease, true);
     let (n, handed_until) = handed_of(&granted.on(Event::Tick, t0 + ms(1_000)));
     assert!(
         handed_until.is_none(),
         "a granted hold's renewal names no deadline"
     );
-    confirm(&mut granted, n, t0 + ms(1_010));
-    let extend = Event::Extend {
-        caller: 1,
-        lease: ms(500),
-    };
-    let (_, handed_until) = handed_of(&granted.on(extend, t0 + ms(1_100)));
+    granted.on(confirmed(n), t0 + ms(1_010));
+    let (_, handed_until) = handed_of(&granted.on(extend(1, ms(500)), t0 + ms(1_100)));
     assert!(handed_until.is_none(), "an extend names no deadline");
 }

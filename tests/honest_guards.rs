@@ -8,6 +8,7 @@
 //! mutex say `is_held()` at once.
 
 mod support;
+use support::faulty::at_gate;
 use support::Granted;
 
 use std::sync::Arc;
@@ -18,21 +19,14 @@ use redis_locks::{LockClient, Mutex, MutexGuard};
 use tokio::time::{sleep, timeout, Instant};
 
 use support::backend::eventually;
-use support::faulty::{Faulty, Gate, Op, Rule};
+use support::faulty::{Faulty, Op, Rule};
+use support::time::{ms, secs};
 use support::RedisServer;
 
 /// Slack for comparing a local deadline with the server's: the server reports whole
 /// milliseconds, and the inspect round trip on a busy machine takes a while. The races below
 /// overshoot by seconds.
 const MARGIN: Duration = Duration::from_millis(250);
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-fn secs(n: u64) -> Duration {
-    Duration::from_secs(n)
-}
 
 async fn connect(url: &str) -> LockClient {
     LockClient::connect(url).await.expect("connect")
@@ -178,18 +172,14 @@ async fn a_refused_waiter_never_uses_a_stale_hand_off_grant() {
     let a = direct.mutex(name).lock().await.expect("A locks");
     // B's renewals are held: a guard B gets keeps trusting its local deadline instead of
     // learning within a round trip that the server does not list it.
-    let renewals = Gate::new();
-    b_store.add(Rule::on(Op::Extend).hold_request(renewals.clone()));
+    let renewals = b_store.hold_requests(Rule::on(Op::Extend));
     let b_mutex = b_client.mutex(name).heartbeat(secs(3));
     let mut b_task = Some(tokio::spawn(async move { b_mutex.lock().await }));
     b_waits_subscribed(&b_store).await;
 
     // B's next heartbeat attempt (about 1 s later) is held before it reaches Redis.
-    let attempt = Gate::new();
-    b_store.add(Rule::on(Op::Acquire).hold_request(attempt.clone()));
-    timeout(secs(5), attempt.wait_entered(1))
-        .await
-        .expect("setup: B's next attempt within 5 s");
+    let attempt = b_store.hold_requests(Rule::on(Op::Acquire));
+    at_gate(&attempt, 1, "setup: B's next attempt within 5 s").await;
 
     // Meanwhile A releases: the lock is handed to B (until B's heartbeat deadline, at most
     // 3 s after B's previous attempt) and the wake-up carries the grant.
@@ -271,12 +261,10 @@ async fn extend_racing_a_renewal_trusts_no_longer_than_the_server_deadline() {
     let longer = secs(30);
 
     // The reply of the user's extend (the one call with the 30 s lease) is held.
-    let extend_reply = Gate::new();
-    g_store.add(
+    let extend_reply = g_store.hold_replies(
         Rule::on(Op::Extend)
             .when(move |c| c.lease == Some(longer))
-            .times(1)
-            .hold_reply(extend_reply.clone()),
+            .times(1),
     );
     let mut g = g_client
         .mutex(name)
@@ -288,9 +276,12 @@ async fn extend_racing_a_renewal_trusts_no_longer_than_the_server_deadline() {
         let renewed = g.extend(longer).await;
         (g, renewed)
     });
-    timeout(secs(5), extend_reply.wait_entered(1))
-        .await
-        .expect("setup: the extend reached Redis within 5 s");
+    at_gate(
+        &extend_reply,
+        1,
+        "setup: the extend reached Redis within 5 s",
+    )
+    .await;
     let extend_applied = g_store
         .calls(Op::Extend)
         .iter()
@@ -316,8 +307,7 @@ async fn extend_racing_a_renewal_trusts_no_longer_than_the_server_deadline() {
     })
     .await
     .is_ok();
-    let stall = Gate::new();
-    g_store.add(Rule::on(Op::Extend).hold_request(stall.clone()));
+    let stall = g_store.hold_requests(Rule::on(Op::Extend));
     extend_reply.open();
     let (g, renewed) = timeout(secs(5), extend)
         .await

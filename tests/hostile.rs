@@ -34,11 +34,7 @@ const SENTINEL_FAIR: &str = "sentinel-fair";
 impl World {
     fn new() -> World {
         let server = RedisServer::start();
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("runtime");
+        let rt = support::time::multi_thread(2);
         let (c, raw, sentinel, sentinel_fair) = rt.block_on(async {
             let c = LockClient::connect(&server.url()).await.expect("connect");
             let other = LockClient::connect(&server.url()).await.expect("connect");
@@ -339,34 +335,10 @@ fn wrong_types_at_every_key_are_reported_and_kept() {
                 // A mutex never announces waiters, so it does not read `wq` at all (and
                 // leaves it alone, as asserted below); every other key is its own.
                 if suffix != "wq" {
-                    outcomes.push((
-                        "mutex",
-                        m.try_lock().await.map_or_else(
-                            |e| {
-                                if e.is_would_block() {
-                                    Ok(false)
-                                } else {
-                                    Err(e)
-                                }
-                            },
-                            |_| Ok(true),
-                        ),
-                    ));
+                    outcomes.push(("mutex", support::tried(m.try_lock().await)));
                 }
                 let r = w.c.rwlock(&name);
-                outcomes.push((
-                    "read",
-                    r.try_read().await.map_or_else(
-                        |e| {
-                            if e.is_would_block() {
-                                Ok(false)
-                            } else {
-                                Err(e)
-                            }
-                        },
-                        |_| Ok(true),
-                    ),
-                ));
+                outcomes.push(("read", support::tried(r.try_read().await)));
                 outcomes.push(("inspect", m.inspect().await.map(|_| true)));
             }
             if queue_key(suffix) || suffix == "fence" {
@@ -374,33 +346,9 @@ fn wrong_types_at_every_key_are_reported_and_kept() {
                 // The ticket counter is read only when a waiter joins the queue (a `try_*`
                 // never does); inspect reads it and must report it.
                 if suffix != "tk" {
-                    outcomes.push((
-                        "fair",
-                        f.try_lock().await.map_or_else(
-                            |e| {
-                                if e.is_would_block() {
-                                    Ok(false)
-                                } else {
-                                    Err(e)
-                                }
-                            },
-                            |_| Ok(true),
-                        ),
-                    ));
+                    outcomes.push(("fair", support::tried(f.try_lock().await)));
                     let s = w.c.semaphore(&name, 3);
-                    outcomes.push((
-                        "semaphore",
-                        s.try_acquire().await.map_or_else(
-                            |e| {
-                                if e.is_would_block() {
-                                    Ok(false)
-                                } else {
-                                    Err(e)
-                                }
-                            },
-                            |_| Ok(true),
-                        ),
-                    ));
+                    outcomes.push(("semaphore", support::tried(s.try_acquire().await)));
                 }
                 let info = f.inspect().await;
                 if suffix == "cap" {
@@ -450,27 +398,9 @@ fn malformed_values_are_reported_and_kept() {
             let key = set[1];
             let kept = w.dump(key).await;
             let outcome = if key.ends_with(":cap") {
-                w.c.fair_lock(name).try_lock().await.map_or_else(
-                    |e| {
-                        if e.is_would_block() {
-                            Ok(false)
-                        } else {
-                            Err(e)
-                        }
-                    },
-                    |_| Ok(true),
-                )
+                support::tried(w.c.fair_lock(name).try_lock().await)
             } else {
-                w.c.mutex(name).try_lock().await.map_or_else(
-                    |e| {
-                        if e.is_would_block() {
-                            Ok(false)
-                        } else {
-                            Err(e)
-                        }
-                    },
-                    |_| Ok(true),
-                )
+                support::tried(w.c.mutex(name).try_lock().await)
             };
             match outcome {
                 Err(e) if e.is_wrong_type() => {}

@@ -11,8 +11,11 @@ use redis_locks::LockClient;
 use tokio::time::Instant;
 
 use support::backend::{until_waiters, Backend};
-use support::faulty::{faulty_client, Gate, Op, Rule};
-use support::late::{late_proxy, took, until, watch, watch_mutex};
+use support::faulty::{faulty_client, Op, Rule};
+use support::late::{
+    a_granted, late_proxy, proxied_client, proxied_faulty_client, took, warm_up, watch,
+    watch_mutex, watch_writers, Watchers,
+};
 use support::time::{ms, secs};
 use support::Granted;
 
@@ -28,46 +31,28 @@ async fn a_late_claim_cannot_cut_a_resume_that_kept_the_hand_off_window(b: Backe
     let holder = b.client().await;
     let (fa, a) = faulty_client(&b).await;
     let resumer = b.client().await;
-    let observer = b.client().await;
-    let contender = b.client().await;
+    let w = Watchers::on(&b).await;
 
     let x = holder.mutex(name).lock().await.expect("X locks");
     // A's first renewal (the claim) is held before it reaches the server.
-    let gate = Gate::new();
-    fa.add(Rule::on(Op::Extend).times(1).hold_request(gate.clone()));
+    let gate = fa.hold_requests(Rule::on(Op::Extend).times(1));
     let a_handle = a.mutex(name).lease(ms(500)).heartbeat(secs(20));
     let waiting = tokio::spawn(async move { a_handle.lock().await });
-    let probe = observer.mutex(name);
+    let probe = w.observer.mutex(name);
     until_waiters(1, || probe.inspect()).await;
     assert!(x.release().await.expect("X releases"));
-    let a_guard = tokio::time::timeout(secs(20), waiting)
-        .await
-        .expect("A granted")
-        .expect("task")
-        .expect("A locks");
-    tokio::time::timeout(secs(20), gate.wait_entered(1))
-        .await
-        .expect("A's claim reached the gate");
+    let a_guard = a_granted(waiting).await;
+    gate.entered_within(1, secs(20), "A's claim reached the gate")
+        .await;
     let id = a_guard.detach();
-    let b_guard = resumer
-        .mutex(name)
-        .lease(secs(9))
-        .resume(&id)
-        .await
-        .expect("B resumes");
+    let b_lock = resumer.mutex(name).lease(secs(9));
+    let b_guard = b_lock.resume(&id).await.expect("B resumes");
     assert!(b_guard.is_held());
     gate.open();
     // Give the claim time to land.
     tokio::time::sleep(ms(100)).await;
-    watch_mutex(
-        "B's resumed guard after A's late claim",
-        &b_guard,
-        &observer,
-        &contender,
-        name,
-        secs(2),
-    )
-    .await;
+    let what = "B's resumed guard after A's late claim";
+    w.mutex(what, &b_guard, name, secs(2)).await;
 }
 
 both_backends!(a_late_claim_cannot_cut_a_resume_that_kept_the_hand_off_window);
@@ -87,28 +72,18 @@ async fn a_late_claim_of_a_second_guard_cannot_cut_a_fair_lock_resume(b: Backend
     let contender = b.client().await;
 
     let x = holder.fair_lock(name).lock().await.expect("X locks");
-    let gate = Gate::new();
-    fa.add(Rule::on(Op::Extend).times(1).hold_request(gate.clone()));
+    let gate = fa.hold_requests(Rule::on(Op::Extend).times(1));
     let a_handle = a.fair_lock(name).lease(ms(500)).heartbeat(secs(20));
     let waiting = tokio::spawn(async move { a_handle.lock().await });
     let probe = observer.fair_lock(name);
     until_waiters(1, || probe.inspect()).await;
     assert!(x.release().await.expect("X releases"));
-    let a_guard = tokio::time::timeout(secs(20), waiting)
-        .await
-        .expect("A granted")
-        .expect("task")
-        .expect("A locks");
-    tokio::time::timeout(secs(20), gate.wait_entered(1))
-        .await
-        .expect("A's claim reached the gate");
+    let a_guard = a_granted(waiting).await;
+    gate.entered_within(1, secs(20), "A's claim reached the gate")
+        .await;
     let id = a_guard.hold_id();
-    let b_guard = resumer
-        .fair_lock(name)
-        .lease(secs(9))
-        .resume(&id)
-        .await
-        .expect("B resumes");
+    let b_lock = resumer.fair_lock(name).lease(secs(9));
+    let b_guard = b_lock.resume(&id).await.expect("B resumes");
     assert!(b_guard.is_held());
     gate.open();
     tokio::time::sleep(ms(100)).await;
@@ -142,43 +117,21 @@ async fn a_late_duplicate_acquire_cannot_cut_a_resumed_mutex() {
     let b = Backend::redis();
     let (proxy, a) = proxied_client(&b).await;
     let resumer = b.client().await;
-    let observer = b.client().await;
-    let contender = b.client().await;
+    let w = Watchers::on(&b).await;
     // Warm-up: the scripts are on the server.
-    a.mutex("warm-up")
-        .lock()
-        .await
-        .expect("warm-up")
-        .release()
-        .await
-        .expect("release");
+    warm_up(&a, "warm-up").await;
     proxy.hold_existing();
     let a_handle = a.mutex(name).lease(ms(500));
     let locking = tokio::spawn(async move { a_handle.lock().await });
     cut_behind_the_first_attempt(&proxy).await;
-    let a_guard = tokio::time::timeout(secs(20), locking)
-        .await
-        .expect("A granted after reconnecting")
-        .expect("task")
-        .expect("A locks");
+    let a_guard = a_granted(locking).await;
     let id = a_guard.detach();
-    let b_guard = resumer
-        .mutex(name)
-        .lease(secs(9))
-        .resume(&id)
-        .await
-        .expect("B resumes");
+    let b_lock = resumer.mutex(name).lease(secs(9));
+    let b_guard = b_lock.resume(&id).await.expect("B resumes");
     assert!(b_guard.is_held());
     deliver_the_held(&proxy).await;
-    watch_mutex(
-        "B's resumed guard after A's late first attempt",
-        &b_guard,
-        &observer,
-        &contender,
-        name,
-        secs(2),
-    )
-    .await;
+    let what = "B's resumed guard after A's late first attempt";
+    w.mutex(what, &b_guard, name, secs(2)).await;
 }
 
 /// The documented cost, checked for its bound: a holder with a
@@ -254,11 +207,7 @@ async fn a_dead_claimer_blocks_at_most_its_lease(b: Backend) {
     let probe = observer.mutex(name);
     until_waiters(1, || probe.inspect()).await;
     assert!(x.release().await.expect("X releases"));
-    let a_guard = tokio::time::timeout(secs(20), waiting)
-        .await
-        .expect("A granted")
-        .expect("task")
-        .expect("A locks");
+    let a_guard = a_granted(waiting).await;
     // The claim is A's first renewal: wait until it was answered.
     let give_up = Instant::now() + secs(10);
     while fa.count(Op::Extend) == 0 {
@@ -301,15 +250,8 @@ async fn a_cancelled_shorter_extend_hold_of_a_third_client_cannot_cut_a_resume(b
     let a = b.client().await;
     let (fc, c) = faulty_client(&b).await;
     let resumer = b.client().await;
-    let observer = b.client().await;
-    let contender = b.client().await;
-    let gate = Gate::new();
-    fc.add(
-        Rule::on(Op::Extend)
-            .when(|call| call.lease == Some(ms(300)))
-            .times(1)
-            .hold_request(gate.clone()),
-    );
+    let w = Watchers::on(&b).await;
+    let gate = fc.hold_extend(ms(300));
     let id = a
         .mutex(name)
         .lease(secs(10))
@@ -322,23 +264,12 @@ async fn a_cancelled_shorter_extend_hold_of_a_third_client_cannot_cut_a_resume(b
         cancelled.is_err(),
         "the held extend_hold answered: {cancelled:?}"
     );
-    let b_guard = resumer
-        .mutex(name)
-        .lease(secs(9))
-        .resume(&id)
-        .await
-        .expect("B resumes");
+    let b_lock = resumer.mutex(name).lease(secs(9));
+    let b_guard = b_lock.resume(&id).await.expect("B resumes");
     gate.open();
     tokio::time::sleep(ms(100)).await;
-    watch_mutex(
-        "B's resumed guard after C's cancelled extend_hold",
-        &b_guard,
-        &observer,
-        &contender,
-        name,
-        secs(1),
-    )
-    .await;
+    let what = "B's resumed guard after C's cancelled extend_hold";
+    w.mutex(what, &b_guard, name, secs(1)).await;
 }
 
 both_backends!(a_cancelled_shorter_extend_hold_of_a_third_client_cannot_cut_a_resume);
@@ -355,24 +286,16 @@ async fn a_shorter_extend_by_one_read_guard_cannot_let_a_writer_beside_the_other
     let contender = b.client().await;
     let mut a_guard = a.rwlock(name).lease(secs(2)).read().await.expect("A reads");
     let id = a_guard.hold_id();
-    let b_guard = resumer
-        .rwlock(name)
-        .lease(secs(9))
+    let b_lock = resumer.rwlock(name).lease(secs(9));
+    let b_guard = b_lock
         .resume_read(&id)
         .await
         .expect("B resumes the read hold");
     assert!(a_guard.extend(ms(300)).await.expect("extend"));
     fa.freeze().await;
     let (probe, rival) = (observer.rwlock(name), contender.rwlock(name));
-    watch(
-        "B's read guard after A's shorter extend and stop",
-        || b_guard.is_held(),
-        || b_guard.valid_until(),
-        async || probe.inspect().await.expect("inspect"),
-        async || took(rival.try_write().await).await,
-        secs(3),
-    )
-    .await;
+    let what = "B's read guard after A's shorter extend and stop";
+    watch_writers(what, &b_guard, &probe, &rival, secs(3)).await;
     drop(a_guard);
 }
 
@@ -414,13 +337,7 @@ async fn a_late_duplicate_acquire_cannot_cut_a_resumed_quorum_mutex() {
         .quorum(&direct)
         .await
         .expect("contender");
-    a.mutex("warm-up")
-        .lock()
-        .await
-        .expect("warm-up")
-        .release()
-        .await
-        .expect("release");
+    warm_up(&a, "warm-up").await;
     p0.hold_existing();
     p1.hold_existing();
     let a_handle = a.mutex(name).lease(ms(500));
@@ -436,18 +353,10 @@ async fn a_late_duplicate_acquire_cannot_cut_a_resumed_quorum_mutex() {
     tokio::time::sleep(ms(50)).await;
     p0.cut_clients();
     p1.cut_clients();
-    let a_guard = tokio::time::timeout(secs(20), locking)
-        .await
-        .expect("A granted after reconnecting")
-        .expect("task")
-        .expect("A locks");
+    let a_guard = a_granted(locking).await;
     let id = a_guard.detach();
-    let b_guard = resumer
-        .mutex(name)
-        .lease(secs(9))
-        .resume(&id)
-        .await
-        .expect("B resumes");
+    let b_lock = resumer.mutex(name).lease(secs(9));
+    let b_guard = b_lock.resume(&id).await.expect("B resumes");
     assert!(b_guard.is_held());
     p0.deliver();
     p1.deliver();
@@ -460,15 +369,8 @@ async fn a_late_duplicate_acquire_cannot_cut_a_resumed_quorum_mutex() {
         tokio::time::sleep(ms(5)).await;
     }
     tokio::time::sleep(ms(50)).await;
-    watch_mutex(
-        "B's resumed quorum guard after A's late first attempt",
-        &b_guard,
-        &observer,
-        &contender,
-        name,
-        secs(2),
-    )
-    .await;
+    let what = "B's resumed quorum guard after A's late first attempt";
+    watch_mutex(what, &b_guard, &observer, &contender, name, secs(2)).await;
 }
 
 /// The late duplicate acquire of
@@ -495,30 +397,15 @@ async fn a_late_duplicate_read_acquire_cannot_let_a_writer_beside_a_resumed_read
     let a_handle = a.rwlock(name).lease(ms(500));
     let locking = tokio::spawn(async move { a_handle.read().await });
     cut_behind_the_first_attempt(&proxy).await;
-    let a_guard = tokio::time::timeout(secs(20), locking)
-        .await
-        .expect("A granted after reconnecting")
-        .expect("task")
-        .expect("A reads");
+    let a_guard = a_granted(locking).await;
     let id = a_guard.detach();
-    let b_guard = resumer
-        .rwlock(name)
-        .lease(secs(9))
-        .resume_read(&id)
-        .await
-        .expect("B resumes");
+    let b_lock = resumer.rwlock(name).lease(secs(9));
+    let b_guard = b_lock.resume_read(&id).await.expect("B resumes");
     assert!(b_guard.is_held());
     deliver_the_held(&proxy).await;
     let (probe, rival) = (observer.rwlock(name), contender.rwlock(name));
-    watch(
-        "B's resumed read guard after A's late first attempt",
-        || b_guard.is_held(),
-        || b_guard.valid_until(),
-        async || probe.inspect().await.expect("inspect"),
-        async || took(rival.try_write().await).await,
-        secs(2),
-    )
-    .await;
+    let what = "B's resumed read guard after A's late first attempt";
+    watch_writers(what, &b_guard, &probe, &rival, secs(2)).await;
 }
 
 /// A guard (lease 10 s) asks `extend(200 ms)`; the server applies it and the reply is lost.
@@ -571,30 +458,18 @@ both_backends!(a_lost_shorter_extend_does_not_cap_later_trust);
 async fn cancelled_shorter_extends_at_every_point_cannot_cut_a_resume(b: Backend) {
     let (fa, a) = faulty_client(&b).await;
     let resumer = b.client().await;
-    let observer = b.client().await;
-    let contender = b.client().await;
+    let w = Watchers::on(&b).await;
     fa.add(Rule::on(Op::Extend).delay_request(ms(30)));
     for (i, after) in [0u64, 1, 5, 15, 29, 31, 40].into_iter().enumerate() {
         let name = format!("cancelled-extend-sweep-{i}");
         let mut guard = a.mutex(&name).lease(secs(10)).lock().await.expect("lock");
         let _ = tokio::time::timeout(ms(after), guard.extend(ms(300))).await;
         let id = guard.detach();
-        let b_guard = resumer
-            .mutex(&name)
-            .lease(secs(9))
-            .resume(&id)
-            .await
-            .expect("B resumes");
+        let b_lock = resumer.mutex(&name).lease(secs(9));
+        let b_guard = b_lock.resume(&id).await.expect("B resumes");
         tokio::time::sleep(ms(100)).await;
-        watch_mutex(
-            &format!("B's guard, A's extend dropped after {after} ms"),
-            &b_guard,
-            &observer,
-            &contender,
-            &name,
-            ms(700),
-        )
-        .await;
+        let what = format!("B's guard, A's extend dropped after {after} ms");
+        w.mutex(&what, &b_guard, &name, ms(700)).await;
         b_guard.release().await.expect("release");
     }
 }
@@ -609,8 +484,7 @@ async fn a_shorter_resume_by_a_second_guard_cannot_cut_the_first(b: Backend) {
     let name = "shorter-resume-second-guard";
     let a = b.client().await;
     let (fb, resumer) = faulty_client(&b).await;
-    let observer = b.client().await;
-    let contender = b.client().await;
+    let w = Watchers::on(&b).await;
     let a_guard = a
         .mutex(name)
         .lease(secs(9))
@@ -618,54 +492,15 @@ async fn a_shorter_resume_by_a_second_guard_cannot_cut_the_first(b: Backend) {
         .lock()
         .await
         .expect("A locks");
-    let b_guard = resumer
-        .mutex(name)
-        .lease(ms(300))
-        .resume(&a_guard.hold_id())
-        .await
-        .expect("B resumes");
+    let b_lock = resumer.mutex(name).lease(ms(300));
+    let b_guard = b_lock.resume(&a_guard.hold_id()).await.expect("B resumes");
     fb.freeze().await;
-    watch_mutex(
-        "A's guard after B's shorter resume",
-        &a_guard,
-        &observer,
-        &contender,
-        name,
-        secs(2),
-    )
-    .await;
+    let what = "A's guard after B's shorter resume";
+    w.mutex(what, &a_guard, name, secs(2)).await;
     drop(b_guard);
 }
 
 both_backends!(a_shorter_resume_by_a_second_guard_cannot_cut_the_first);
-
-/// A client of a (fresh) redis-server `b` through a new [`late_proxy::LateProxy`], wrapped
-/// in a [`Faulty`](support::faulty::Faulty) (to stop its process), with 300 ms response
-/// timeouts.
-async fn proxied_faulty_client(
-    b: &Backend,
-) -> (
-    late_proxy::LateProxy,
-    std::sync::Arc<support::faulty::Faulty>,
-    LockClient,
-) {
-    use redis_locks::testing::store::RedisStore;
-    let port = b.server.as_ref().expect("server").port();
-    let proxy = late_proxy::LateProxy::start(port).await;
-    let store = RedisStore::connect_with(
-        &proxy.url(),
-        redis_locks::RedisConfig {
-            response_timeout: ms(300),
-            connect_timeout: ms(500),
-            ..redis_locks::RedisConfig::default()
-        },
-    )
-    .await
-    .expect("a store through the proxy");
-    let f = support::faulty::Faulty::new(std::sync::Arc::new(store));
-    let c = LockClient::builder().store(f.clone()).expect("client");
-    (proxy, f, c)
-}
 
 /// A hand-off's claim whose outcome stays unknown, then an `extend`: waiter A (lease 300 ms,
 /// heartbeat 8 s) is handed the Mutex; its claim (which would replace the 8 s window with
@@ -682,47 +517,26 @@ async fn an_extend_after_an_unknown_claim_cannot_keep_the_hand_off_window_for_a_
     let holder = b.client().await;
     let observer = b.client().await;
     let contender = b.client().await;
-    a.mutex("claim-then-extend-warm-up")
-        .lock()
-        .await
-        .expect("warm-up")
-        .release()
-        .await
-        .expect("release");
+    warm_up(&a, "claim-then-extend-warm-up").await;
     let mut tried = Vec::new();
     for round in 0..3 {
         let name = format!("claim-then-extend-{round}");
         // A's claim (a renewal naming the hand-off's deadline, not "keep") holds its
         // connection.
-        let n2 = name.clone();
-        proxy.hold_when(move |chunk| {
-            chunk.starts_with("*15\r\n$7\r\nEVALSHA")
-                && chunk.contains(&format!("{{{n2}}}"))
-                && !chunk.ends_with("keep\r\n")
-        });
+        proxy.hold_claim(15, &name);
         let x = holder.mutex(&name).lock().await.expect("X locks");
         let a_handle = a.mutex(&name).lease(ms(300)).heartbeat(secs(8));
         let waiting = tokio::spawn(async move { a_handle.lock().await });
         let probe = observer.mutex(&name);
         until_waiters(1, || probe.inspect()).await;
         assert!(x.release().await.expect("X releases"));
-        let mut a_guard = tokio::time::timeout(secs(20), waiting)
-            .await
-            .expect("A granted")
-            .expect("task")
-            .expect("A locks");
-        let give_up = Instant::now() + secs(2);
-        while proxy.held_log().is_empty() && Instant::now() < give_up {
-            tokio::time::sleep(ms(1)).await;
-        }
-        if proxy.held_log().is_empty() {
+        let mut a_guard = a_granted(waiting).await;
+        if !proxy.held_within(secs(2)).await {
             // Granted by its own attempt: no claim to hold. Another name.
-            proxy.hold_when_off();
             tried.push(name);
             a_guard.release().await.expect("release");
             continue;
         }
-        proxy.hold_when_off();
         eprintln!("held claim: {:?}", proxy.held_log());
         let (extended, ()) = tokio::join!(a_guard.extend(ms(300)), async {
             tokio::time::sleep(ms(20)).await;
@@ -734,11 +548,7 @@ async fn an_extend_after_an_unknown_claim_cannot_keep_the_hand_off_window_for_a_
         );
         fa.freeze().await;
         let frozen = Instant::now();
-        proxy.deliver();
-        until("the held claim was never delivered", secs(10), || {
-            proxy.queued() == 0
-        })
-        .await;
+        proxy.deliver_all().await;
         let info = probe.inspect().await.expect("inspect");
         let rival = contender.mutex(&name);
         loop {
@@ -789,12 +599,7 @@ async fn a_late_claim_after_a_fair_downgrade_cannot_cut_a_resumed_read_hold() {
         .expect("release");
     for round in 0..3 {
         let name = format!("fair-downgrade-late-claim-{round}");
-        let n2 = name.clone();
-        proxy.hold_when(move |chunk| {
-            chunk.starts_with("*19\r\n$7\r\nEVALSHA")
-                && chunk.contains(&format!("{{{n2}}}"))
-                && !chunk.ends_with("keep\r\n")
-        });
+        proxy.hold_claim(19, &name);
         let x = holder
             .rwlock(&name)
             .preference(Fair)
@@ -810,17 +615,8 @@ async fn a_late_claim_after_a_fair_downgrade_cannot_cut_a_resumed_read_hold() {
         let probe = observer.rwlock(&name).preference(Fair);
         until_waiters(1, || probe.inspect()).await;
         assert!(x.release().await.expect("X releases"));
-        let a_guard = tokio::time::timeout(secs(20), waiting)
-            .await
-            .expect("A granted")
-            .expect("task")
-            .expect("A writes");
-        let give_up = Instant::now() + secs(2);
-        while proxy.held_log().is_empty() && Instant::now() < give_up {
-            tokio::time::sleep(ms(1)).await;
-        }
-        proxy.hold_when_off();
-        if proxy.held_log().is_empty() {
+        let a_guard = a_granted(waiting).await;
+        if !proxy.held_within(secs(2)).await {
             a_guard.release().await.expect("release");
             continue;
         }
@@ -838,23 +634,12 @@ async fn a_late_claim_after_a_fair_downgrade_cannot_cut_a_resumed_read_hold() {
             .resume_read(&id)
             .await
             .expect("B resumes the read hold");
-        proxy.deliver();
-        until("the held claim was never delivered", secs(10), || {
-            proxy.queued() == 0
-        })
-        .await;
+        proxy.deliver_all().await;
         tokio::time::sleep(ms(50)).await;
         eprintln!("after the downgrade: {before:?}");
         let rival = contender.rwlock(&name).preference(Fair);
-        watch(
-            "B's resumed fair read guard after A's late claim",
-            || b_guard.is_held(),
-            || b_guard.valid_until(),
-            async || probe.inspect().await.expect("inspect"),
-            async || took(rival.try_write().await).await,
-            secs(2),
-        )
-        .await;
+        let what = "B's resumed fair read guard after A's late claim";
+        watch_writers(what, &b_guard, &probe, &rival, secs(2)).await;
         return;
     }
     panic!("every waiter was granted by its own attempt");
@@ -883,79 +668,36 @@ async fn a_late_claim_after_anothers_downgrade_cannot_let_a_writer_beside_the_re
         .expect("release");
     for round in 0..3 {
         let name = format!("others-downgrade-late-claim-{round}");
-        let n2 = name.clone();
-        proxy.hold_when(move |chunk| {
-            chunk.starts_with("*15\r\n$7\r\nEVALSHA")
-                && chunk.contains(&format!("{{{n2}}}"))
-                && !chunk.ends_with("keep\r\n")
-        });
+        proxy.hold_claim(15, &name);
         let x = holder.rwlock(&name).write().await.expect("X writes");
         let a_handle = a.rwlock(&name).lease(ms(500)).heartbeat(secs(20));
         let waiting = tokio::spawn(async move { a_handle.write().await });
         let probe = observer.rwlock(&name);
         until_waiters(1, || probe.inspect()).await;
         assert!(x.release().await.expect("X releases"));
-        let a_guard = tokio::time::timeout(secs(20), waiting)
-            .await
-            .expect("A granted")
-            .expect("task")
-            .expect("A writes");
-        let give_up = Instant::now() + secs(2);
-        while proxy.held_log().is_empty() && Instant::now() < give_up {
-            tokio::time::sleep(ms(1)).await;
-        }
-        proxy.hold_when_off();
-        if proxy.held_log().is_empty() {
+        let a_guard = a_granted(waiting).await;
+        if !proxy.held_within(secs(2)).await {
             a_guard.release().await.expect("release");
             continue;
         }
         let id = a_guard.detach();
         proxy.cut_clients();
-        let b_write = resumer
-            .rwlock(&name)
-            .lease(secs(9))
+        let b_lock = resumer.rwlock(&name).lease(secs(9));
+        let b_write = b_lock
             .resume_write(&id)
             .await
             .expect("B resumes the write hold");
         let b_guard = redis_locks::WriteGuard::downgrade(b_write)
             .await
             .expect("B downgrades");
-        proxy.deliver();
-        until("the held claim was never delivered", secs(10), || {
-            proxy.queued() == 0
-        })
-        .await;
+        proxy.deliver_all().await;
         tokio::time::sleep(ms(50)).await;
         let rival = contender.rwlock(&name);
-        watch(
-            "B's read guard (downgraded) after A's late claim",
-            || b_guard.is_held(),
-            || b_guard.valid_until(),
-            async || probe.inspect().await.expect("inspect"),
-            async || took(rival.try_write().await).await,
-            secs(2),
-        )
-        .await;
+        let what = "B's read guard (downgraded) after A's late claim";
+        watch_writers(what, &b_guard, &probe, &rival, secs(2)).await;
         return;
     }
     panic!("every waiter was granted by its own attempt");
-}
-
-/// A client of redis-server `b` through a new [`late_proxy::LateProxy`], with 300 ms response
-/// timeouts (a held request soon counts as lost, and the client reconnects).
-async fn proxied_client(b: &Backend) -> (late_proxy::LateProxy, LockClient) {
-    let port = b.server.as_ref().expect("server").port();
-    let proxy = late_proxy::LateProxy::start(port).await;
-    let a = LockClient::builder()
-        .redis_config(redis_locks::RedisConfig {
-            response_timeout: ms(300),
-            connect_timeout: ms(500),
-            ..redis_locks::RedisConfig::default()
-        })
-        .connect(&proxy.url())
-        .await
-        .expect("A connects through the proxy");
-    (proxy, a)
 }
 
 /// Once the proxy holds a request (the first attempt), cuts the client side of every
@@ -976,15 +718,7 @@ async fn cut_behind_the_first_attempt(proxy: &late_proxy::LateProxy) {
 /// Lets the proxy's held requests through and waits until they left (plus 50 ms for the
 /// server to run them).
 async fn deliver_the_held(proxy: &late_proxy::LateProxy) {
-    proxy.deliver();
-    let give_up = Instant::now() + secs(10);
-    while proxy.queued() > 0 {
-        assert!(
-            Instant::now() < give_up,
-            "the held attempt was never delivered"
-        );
-        tokio::time::sleep(ms(5)).await;
-    }
+    proxy.deliver_all().await;
     tokio::time::sleep(ms(50)).await;
 }
 

@@ -11,7 +11,7 @@ use redis_locks::WriteGuard;
 use tokio::time::{sleep, timeout, Instant};
 
 use support::backend::{join, until_waiters, Backend};
-use support::faulty::{faulty_client, Gate, Op, Rule};
+use support::faulty::{faulty_client, Op, Rule};
 use support::time::{ms, secs};
 
 /// A write guard (lease 1 s, auto-renewal) downgrades at once; the downgrade is applied by
@@ -56,12 +56,10 @@ async fn an_extend_by_id_beside_a_lost_guard_does_not_revive_it() {
     let b = Backend::redis();
     let name = "lost-for-good-extend-by-id-beside";
     let (fa, a) = faulty_client(&b).await;
-    let gate = Gate::new();
-    fa.add(
+    let gate = fa.hold_replies(
         Rule::on(Op::Extend)
             .when(|c| c.lease == Some(ms(1_000)))
-            .times(1)
-            .hold_reply(gate.clone()),
+            .times(1),
     );
     let guard = a.mutex(name).lease(ms(1_000)).lock().await.expect("lock");
     let id = guard.hold_id();
@@ -101,12 +99,10 @@ async fn a_hand_off_guard_whose_claim_reply_is_late_stays_lost() {
         .lock()
         .await
         .expect("lock");
-    let gate = Gate::new();
-    fa.add(
+    let gate = fa.hold_replies(
         Rule::on(Op::Extend)
             .when(|c| c.lease == Some(ms(1_000)))
-            .times(1)
-            .hold_reply(gate.clone()),
+            .times(1),
     );
     let a2 = a.clone();
     let waiting = tokio::spawn(async move { a2.mutex(name).lease(ms(1_000)).lock().await });

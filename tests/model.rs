@@ -11,6 +11,7 @@
 //! one of the fast paths or one of the general paths of its family's steps.
 
 mod support;
+use support::model_rig::{cases, full_run};
 use support::replies::equal;
 
 use std::collections::BTreeMap;
@@ -688,10 +689,7 @@ struct Rig {
 impl Rig {
     fn start() -> Rig {
         let server = RedisServer::start();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("tokio runtime");
+        let runtime = support::time::current_thread();
         let connect = |url: String, variant| {
             runtime
                 .block_on(RedisStore::connect(&url))
@@ -777,24 +775,13 @@ impl Rig {
     }
 }
 
-fn model_cases() -> u32 {
-    support::env_u32("MODEL_CASES", DEFAULT_CASES)
-}
-
-/// Whether this run checks coverage (every outcome reached): at the default number of
-/// programs or more. A run with fewer (`.ci/run`'s Valkey step: the same scripts on another
-/// server) compares the stores on programs that need not reach every outcome.
-fn full_run() -> bool {
-    model_cases() >= DEFAULT_CASES
-}
-
 /// The model check of one primitive; failures are kept in `regressions` and replayed first.
 fn check_primitive(primitive: Primitive, regressions: &'static str) {
     let rig = Rig::start();
     let persistence: Box<dyn FailurePersistence> =
         Box::new(FileFailurePersistence::Direct(regressions));
     let config = Config {
-        cases: model_cases(),
+        cases: cases(DEFAULT_CASES),
         failure_persistence: Some(persistence),
         source_file: Some(file!()),
         ..Config::default()
@@ -803,7 +790,7 @@ fn check_primitive(primitive: Primitive, regressions: &'static str) {
     if let Err(e) = rig.run(primitive, config, |program| rig.check(program, &model())) {
         panic!("{primitive:?}: the stores disagree: {e}");
     }
-    if full_run() {
+    if full_run(DEFAULT_CASES) {
         check_paths_taken(primitive, &rig.probe_counts());
     }
 }

@@ -23,6 +23,7 @@
 
 mod support;
 use support::model_rig::ModelRig;
+use support::model_rig::{cases, full_run};
 use support::replies::{class, equal_with_message};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -410,67 +411,42 @@ async fn run_program(
     Ok(())
 }
 
-fn cases() -> u32 {
-    support::env_u32("MODEL_CASES", DEFAULT_CASES)
+/// Runs `ops` on an empty server of `rig` (`support::model_rig`) against `model`.
+fn check(
+    rig: &ModelRig,
+    ops: &[Op],
+    model: &dyn Store,
+    reached: &Reached,
+) -> std::result::Result<(), String> {
+    rig.on_empty_server(run_program(&rig.redis, model, ops, reached))
 }
 
-/// Whether this run checks coverage (every outcome reached): at the default number of
-/// programs or more. A run with fewer (`.ci/run`'s Valkey step: the same scripts on another
-/// server) compares the stores on programs that need not reach every outcome.
-fn full_run() -> bool {
-    cases() >= DEFAULT_CASES
-}
-
-/// One redis-server and a runtime to drive it (`support::model_rig`).
-struct Rig(ModelRig);
-
-impl std::ops::Deref for Rig {
-    type Target = ModelRig;
-    fn deref(&self) -> &ModelRig {
-        &self.0
-    }
-}
-
-impl Rig {
-    fn start() -> Rig {
-        Rig(ModelRig::start())
-    }
-
-    /// Runs `ops` on an empty server against `model`.
-    fn check(
-        &self,
-        ops: &[Op],
-        model: &dyn Store,
-        reached: &Reached,
-    ) -> std::result::Result<(), String> {
-        self.on_empty_server(run_program(&self.redis, model, ops, reached))
-    }
-
-    fn run(
-        &self,
-        config: Config,
-        check: impl Fn(&[Op]) -> std::result::Result<(), String>,
-    ) -> std::result::Result<(), TestError<Vec<Op>>> {
-        let mut runner = TestRunner::new(config);
-        runner.run(&prop::collection::vec(op(), 1..60), |ops| {
-            check(&ops).map_err(TestCaseError::fail)
-        })
-    }
+/// Runs `check` on random programs.
+fn run(
+    config: Config,
+    check: impl Fn(&[Op]) -> std::result::Result<(), String>,
+) -> std::result::Result<(), TestError<Vec<Op>>> {
+    let mut runner = TestRunner::new(config);
+    runner.run(&prop::collection::vec(op(), 1..60), |ops| {
+        check(&ops).map_err(TestCaseError::fail)
+    })
 }
 
 #[test]
 fn election_scripts_match_model() {
-    let rig = Rig::start();
+    let rig = ModelRig::start();
     let reached = Reached::default();
     let config = Config {
-        cases: cases(),
+        cases: cases(DEFAULT_CASES),
         failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
             "proptest-regressions/model-election.txt",
         ))),
         source_file: Some(file!()),
         ..Config::default()
     };
-    if let Err(e) = rig.run(config, |ops| rig.check(ops, &MemoryStore::new(), &reached)) {
+    if let Err(e) = run(config, |ops| {
+        check(&rig, ops, &MemoryStore::new(), &reached)
+    }) {
         panic!("the stores disagree: {e}");
     }
     let reached = reached.lock().unwrap().clone();
@@ -496,7 +472,7 @@ fn election_scripts_match_model() {
         "leader none: the value is of an earlier grant of the holder's token",
     ] {
         assert!(
-            !full_run() || reached.contains_key(kind),
+            !full_run(DEFAULT_CASES) || reached.contains_key(kind),
             "no program reached `{kind}`; reached {reached:#?}"
         );
     }
@@ -648,7 +624,7 @@ impl Store for Planted {
 
 /// Runs the model check against a model with `bug`; true if it found a program on which the
 /// planted model and Redis disagree while the real model agrees with Redis.
-fn finds(rig: &Rig, bug: Bug) -> bool {
+fn finds(rig: &ModelRig, bug: Bug) -> bool {
     let config = Config {
         cases: 2_000,
         // The counterexample only has to exist; a short shrink keeps the test quick.
@@ -657,9 +633,9 @@ fn finds(rig: &Rig, bug: Bug) -> bool {
         ..Config::default()
     };
     let ignored = Reached::default();
-    let result = rig.run(config, |ops| {
-        match rig.check(ops, &Planted::new(bug), &ignored) {
-            Err(e) if rig.check(ops, &MemoryStore::new(), &ignored).is_ok() => Err(e),
+    let result = run(config, |ops| {
+        match check(rig, ops, &Planted::new(bug), &ignored) {
+            Err(e) if check(rig, ops, &MemoryStore::new(), &ignored).is_ok() => Err(e),
             _ => Ok(()),
         }
     });
@@ -674,7 +650,7 @@ fn finds(rig: &Rig, bug: Bug) -> bool {
 
 #[test]
 fn model_check_finds_planted_election_bugs() {
-    let rig = Rig::start();
+    let rig = ModelRig::start();
     assert!(
         finds(&rig, Bug::LeaderWithoutLiveness),
         "a leader reported without its token holding went unnoticed"
@@ -694,7 +670,7 @@ fn model_check_finds_planted_election_bugs() {
 // also requires the stored fence to be the counter (the live one-permit holder's fence).
 #[test]
 fn leader_term_is_the_holders_fence_after_a_token_is_granted_again() {
-    let rig = Rig::start();
+    let rig = ModelRig::start();
     let reached = Reached::default();
     let regrant = |evict: bool| {
         let mut ops = vec![

@@ -11,6 +11,7 @@
 //! `MODEL_CASES` raises the number of programs (see docs/MODEL_CHECKS.md).
 
 mod support;
+use support::model_rig::{cases, full_run};
 use support::replies::equal_with_message;
 
 use std::collections::BTreeSet;
@@ -247,30 +248,16 @@ async fn run_program(
     Ok(())
 }
 
-fn cases() -> u32 {
-    support::env_u32("MODEL_CASES", DEFAULT_CASES)
-}
-
-/// Whether this run checks coverage (every outcome reached): at the default number of
-/// programs or more. A run with fewer (`.ci/run`'s Valkey step: the same scripts on another
-/// server) compares the stores on programs that need not reach every outcome.
-fn full_run() -> bool {
-    cases() >= DEFAULT_CASES
-}
-
 #[test]
 fn multi_lock_script_matches_model() {
     let server = RedisServer::start();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = support::time::current_thread();
     let redis = runtime
         .block_on(RedisStore::connect(&server.url()))
         .expect("connect");
     let reached = Arc::new(Mutex::new(BTreeSet::new()));
     let config = Config {
-        cases: cases(),
+        cases: cases(DEFAULT_CASES),
         failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
             "tests/model_multi.proptest-regressions",
         ))),
@@ -306,7 +293,7 @@ fn multi_lock_script_matches_model() {
     // retry of a live grant); as many programs from fixed seeds, up to four, then make sure
     // every outcome was compared.
     for seed in 0..4u8 {
-        if !full_run() || kinds.iter().all(|k| reached.lock().unwrap().contains(k)) {
+        if !full_run(DEFAULT_CASES) || kinds.iter().all(|k| reached.lock().unwrap().contains(k)) {
             break;
         }
         let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &[seed; 32]);
@@ -315,7 +302,7 @@ fn multi_lock_script_matches_model() {
     let reached = reached.lock().unwrap().clone();
     for kind in kinds {
         assert!(
-            !full_run() || reached.contains(kind),
+            !full_run(DEFAULT_CASES) || reached.contains(kind),
             "no program reached `{kind}`; reached {reached:?}"
         );
     }

@@ -25,6 +25,7 @@
 
 mod support;
 use support::model_rig::ModelRig;
+use support::model_rig::{cases, full_run};
 use support::replies::equal_with_message;
 
 use std::collections::BTreeSet;
@@ -490,58 +491,30 @@ async fn same_state(
     Ok(())
 }
 
-fn cases() -> u32 {
-    support::env_u32("MODEL_CASES", DEFAULT_CASES)
-}
-
-/// Whether this run checks coverage (every outcome reached): at the default number of
-/// programs or more. A run with fewer (`.ci/run`'s Valkey step: the same scripts on another
-/// server) compares the stores on programs that need not reach every outcome.
-fn full_run() -> bool {
-    cases() >= DEFAULT_CASES
-}
-
-/// One redis-server and a runtime to drive it (`support::model_rig`).
-struct Rig(ModelRig);
-
-impl std::ops::Deref for Rig {
-    type Target = ModelRig;
-    fn deref(&self) -> &ModelRig {
-        &self.0
-    }
-}
-
-impl Rig {
-    fn start() -> Rig {
-        Rig(ModelRig::start())
-    }
-
-    fn check(&self, ops: &[Op], reached: &Reached) -> Result<(), String> {
-        self.on_empty_server(run_program(&self.redis, &MemoryStore::new(), ops, reached))
-    }
-
-    /// Runs random programs; with `seed`, the same programs every time (the planted-bug
-    /// searches: found or not found the same way on every run, never by luck).
-    fn run(
-        &self,
-        config: Config,
-        reached: &Reached,
-        seed: Option<u8>,
-    ) -> Result<(), TestError<Vec<Op>>> {
-        let mut runner = match seed {
-            Some(seed) => TestRunner::new_with_rng(
-                config,
-                proptest::test_runner::TestRng::from_seed(
-                    proptest::test_runner::RngAlgorithm::ChaCha,
-                    &[seed; 32],
-                ),
+/// Random programs on an empty server of `rig` (`support::model_rig`) against the model;
+/// with `seed`, the same programs every time (the planted-bug searches: found or not found
+/// the same way on every run, never by luck).
+fn run(
+    rig: &ModelRig,
+    config: Config,
+    reached: &Reached,
+    seed: Option<u8>,
+) -> Result<(), TestError<Vec<Op>>> {
+    let mut runner = match seed {
+        Some(seed) => TestRunner::new_with_rng(
+            config,
+            proptest::test_runner::TestRng::from_seed(
+                proptest::test_runner::RngAlgorithm::ChaCha,
+                &[seed; 32],
             ),
-            None => TestRunner::new(config),
-        };
-        runner.run(&prop::collection::vec(op(), 1..60), |ops| {
-            self.check(&ops, reached).map_err(TestCaseError::fail)
-        })
-    }
+        ),
+        None => TestRunner::new(config),
+    };
+    runner.run(&prop::collection::vec(op(), 1..60), |ops| {
+        let model = MemoryStore::new();
+        let program = run_program(&rig.redis, &model, &ops, reached);
+        rig.on_empty_server(program).map_err(TestCaseError::fail)
+    })
 }
 
 /// The seed of the planted-bug searches.
@@ -551,16 +524,16 @@ const PLANTED_SEED: u8 = 1;
 /// scripts (one test, so the process-wide bug switches never touch a clean run).
 #[test]
 fn rate_scripts_match_model_and_planted_bugs_are_found() {
-    let rig = Rig::start();
+    let rig = ModelRig::start();
     let reached = Reached::default();
     let config = Config {
-        cases: cases(),
+        cases: cases(DEFAULT_CASES),
         failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
             "proptest-regressions/model-rate.txt",
         ))),
         ..Config::default()
     };
-    if let Err(e) = rig.run(config, &reached, None) {
+    if let Err(e) = run(&rig, config, &reached, None) {
         panic!("rate limiter scripts differ from the model: {e}");
     }
     let reached = reached.into_inner().expect("reached");
@@ -580,7 +553,7 @@ fn rate_scripts_match_model_and_planted_bugs_are_found() {
         "answered beside a foreign value",
     ] {
         assert!(
-            !full_run() || reached.contains(kind),
+            !full_run(DEFAULT_CASES) || reached.contains(kind),
             "no program reached {kind}: {reached:?}"
         );
     }
@@ -593,13 +566,11 @@ fn rate_scripts_match_model_and_planted_bugs_are_found() {
     ] {
         plant(bug);
         let config = Config {
-            cases: cases().max(256),
+            cases: cases(DEFAULT_CASES).max(256),
             failure_persistence: None,
             ..Config::default()
         };
-        let found = rig
-            .run(config, &Reached::default(), Some(PLANTED_SEED))
-            .is_err();
+        let found = run(&rig, config, &Reached::default(), Some(PLANTED_SEED)).is_err();
         unplant_all();
         assert!(found, "the model check did not find {bug:?}");
     }
@@ -610,7 +581,7 @@ fn rate_scripts_match_model_and_planted_bugs_are_found() {
 /// admissions ahead (products near 2^53, quotients beyond 2^32).
 #[test]
 fn estimates_with_a_long_queue_of_full_bursts_match_the_model() {
-    let rig = Rig::start();
+    let rig = ModelRig::start();
     let rate = Rate::new(999_983, Duration::from_secs(86_400)).burst(1_000_000);
     let model = MemoryStore::new();
     let k = keys(0);

@@ -20,7 +20,7 @@ use tokio::time::Instant;
 
 use support::backend::{join, Backend};
 use support::faulty::{Faulty, Op, Rule};
-use support::proxy::{quick, Proxy};
+use support::proxy::slow_client;
 use support::rng::Rng;
 use support::time::{ms, secs};
 use support::waits::{lease_free, within, BEFORE_THE_LEASE};
@@ -464,12 +464,7 @@ both_backends!(a_timed_out_slot_by_slot_multi_lock_gives_back_what_it_took);
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_multi_lost_replies_leave_all_or_nothing() {
     let b = Backend::redis();
-    let proxy = Proxy::start(b.server.as_ref().expect("server").port()).await;
-    let c = LockClient::builder()
-        .redis_config(quick())
-        .connect(&proxy.url())
-        .await
-        .expect("connect");
+    let (proxy, c) = slow_client(&b).await;
     let direct = b.client().await;
     let names = ["lr:a", "lr:b", "lr:c"];
     proxy.stall_replies();

@@ -1,6 +1,7 @@
 //! Mutex behaviour, on a real redis-server and on the in-memory store.
 
 mod support;
+use support::backend::within_ok;
 use support::Granted;
 
 use std::time::Duration;
@@ -20,7 +21,7 @@ async fn second_holder_is_refused(b: Backend) {
     let c = b.client().await;
     let m = c.mutex("second-holder");
     let g = m.lock().await.expect("lock");
-    assert!(m.try_lock().await.expect_err("try").is_would_block());
+    assert!(support::would_block(m.try_lock().await));
     assert!(g.release().await.expect("release"));
     let g2 = m
         .lock()
@@ -93,7 +94,7 @@ async fn release_with_wrong_token_is_refused(b: Backend) {
         assert!(raw.contains('|'), "writer record: {raw}");
         assert_eq!(b.cli(&["GET", "rl:{wrong-token}:w"]), raw);
     }
-    assert!(m.try_lock().await.expect_err("try").is_would_block());
+    assert!(support::would_block(m.try_lock().await));
     assert!(g.is_held());
     assert!(g.release().await.expect("release"));
 }
@@ -125,7 +126,7 @@ async fn dead_holder_frees_within_its_lease(b: Backend) {
 
     let other = b.client().await.mutex("dead-holder");
     assert!(
-        other.try_lock().await.expect_err("try").is_would_block(),
+        support::would_block(other.try_lock().await),
         "the dead holder's lease must still block"
     );
     let g = other
@@ -164,7 +165,7 @@ async fn renewed_lease_is_never_lost(b: Backend) {
         assert!(g.is_held(), "not held after {:?}", start.elapsed());
     }
     let rival = b.client().await.mutex("renewed");
-    assert!(rival.try_lock().await.expect_err("try").is_would_block());
+    assert!(support::would_block(rival.try_lock().await));
     assert_eq!(m.inspect().await.expect("inspect").fence, fence);
     assert!(g.is_held());
     assert!(g.release().await.expect("release"), "the lease had lapsed");
@@ -269,10 +270,7 @@ async fn waiter_is_woken_by_notification(b: Backend) {
     assert!(!task.is_finished(), "the waiter got a held lock");
     let released_at = Instant::now();
     assert!(g.release().await.expect("release"));
-    let granted_at = timeout(Duration::from_secs(20), task)
-        .await
-        .expect("the waiter was never woken")
-        .expect("task");
+    let granted_at = within_ok(Duration::from_secs(20), "the waiter was never woken", task).await;
     let delay = granted_at.saturating_duration_since(released_at);
     assert!(
         delay < Duration::from_secs(5),
@@ -290,7 +288,7 @@ async fn script_flush_between_calls() {
     let m = c.mutex("flushed");
     let g = m.lock().await.expect("lock");
     assert_eq!(b.cli(&["SCRIPT", "FLUSH"]), "OK");
-    assert!(m.try_lock().await.expect_err("try").is_would_block());
+    assert!(support::would_block(m.try_lock().await));
     assert_eq!(b.cli(&["SCRIPT", "FLUSH"]), "OK");
     assert_eq!(m.inspect().await.expect("inspect").holders.len(), 1);
     assert_eq!(b.cli(&["SCRIPT", "FLUSH"]), "OK");

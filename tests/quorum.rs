@@ -1,6 +1,7 @@
 //! Quorum (Redlock) mode on three real, independent redis-servers.
 
 mod support;
+use support::backend::within_ok;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -103,10 +104,7 @@ async fn mutex_rounds(q: &mut Quorum, h: &History, rounds: usize, kill_after: Op
         q.servers[2].kill();
     }
     for t in tasks {
-        tokio::time::timeout(EVENTUALLY, t)
-            .await
-            .expect("all tasks finish")
-            .expect("task");
+        within_ok(EVENTUALLY, "all tasks finish", t).await;
     }
     assert_eq!(done.load(Ordering::SeqCst), 16 * rounds);
 }
@@ -160,10 +158,7 @@ async fn sixteen_rwlock_tasks_share_reads_and_exclude_writes() {
         }));
     }
     for t in tasks {
-        tokio::time::timeout(EVENTUALLY, t)
-            .await
-            .expect("all tasks finish")
-            .expect("task");
+        within_ok(EVENTUALLY, "all tasks finish", t).await;
     }
     h.check_exclusion();
     // Each read reports the fence of the write before it (the largest among its granters).
@@ -183,12 +178,7 @@ async fn a_minority_down_still_works() {
         .lock()
         .await
         .expect("lock with one node down");
-    assert!(b
-        .mutex("minority")
-        .try_lock()
-        .await
-        .expect_err("try")
-        .is_would_block());
+    assert!(support::would_block(b.mutex("minority").try_lock().await));
     assert!(g.release().await.expect("release"));
     let g = b
         .mutex("minority")
@@ -296,27 +286,12 @@ async fn rwlock_readers_share_and_exclude_writers() {
     let b = q.client().await;
     let r1 = a.rwlock("doc").read().await.expect("read 1");
     let r2 = b.rwlock("doc").read().await.expect("read 2");
-    assert!(b
-        .rwlock("doc")
-        .try_write()
-        .await
-        .expect_err("try")
-        .is_would_block());
+    assert!(support::would_block(b.rwlock("doc").try_write().await));
     r1.release().await.expect("release r1");
     r2.release().await.expect("release r2");
     let w = a.rwlock("doc").write().await.expect("write");
-    assert!(b
-        .rwlock("doc")
-        .try_read()
-        .await
-        .expect_err("try")
-        .is_would_block());
-    assert!(b
-        .rwlock("doc")
-        .try_write()
-        .await
-        .expect_err("try")
-        .is_would_block());
+    assert!(support::would_block(b.rwlock("doc").try_read().await));
+    assert!(support::would_block(b.rwlock("doc").try_write().await));
     let fence = w.fencing_token();
     let r = redis_locks::WriteGuard::downgrade(w)
         .await
@@ -328,12 +303,7 @@ async fn rwlock_readers_share_and_exclude_writers() {
         .await
         .expect("read beside downgraded");
     assert!(r3.fencing_token() >= fence);
-    assert!(b
-        .rwlock("doc")
-        .try_write()
-        .await
-        .expect_err("try")
-        .is_would_block());
+    assert!(support::would_block(b.rwlock("doc").try_write().await));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -6,19 +6,20 @@
 //! claim it checks.
 
 mod support;
+use support::backend::within_ok;
+use support::faulty::at_gate;
 use support::faulty::faulty_client;
 use support::waits::holders;
 
 use std::sync::Arc;
 
-use redis_locks::LockClient;
 use tokio::time::{sleep, timeout, Instant};
 
 use support::backend::Backend;
-use support::faulty::{Gate, Op, Rule};
+use support::faulty::{parked_renewal, Gate, Op, Rule};
 use support::honest::{assert_honest, server_deadline};
-use support::proxy::{quick, Proxy};
-use support::time::{current_thread, ms, secs};
+use support::proxy::slow_client;
+use support::time::{ms, secs};
 
 /// Claim: never a resumed guard trusting past the server's lease. A guard's
 /// `release()` fails (proxy stalled, then resumed without a cut: the release's bytes arrive
@@ -27,12 +28,7 @@ use support::time::{current_thread, ms, secs};
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_failed_release_delivered_late_under_a_resume() {
     let b = Backend::redis();
-    let proxy = Proxy::start(b.server.as_ref().expect("server").port()).await;
-    let slow = LockClient::builder()
-        .redis_config(quick())
-        .connect(&proxy.url())
-        .await
-        .expect("connect");
+    let (proxy, slow) = slow_client(&b).await;
     let other = b.client().await;
     let name = "edge-failed-release-late";
     let g = slow.mutex(name).lease(secs(10)).lock().await.expect("lock");
@@ -58,10 +54,7 @@ async fn a_failed_release_delivered_late_under_a_resume() {
     });
     sleep(ms(100)).await;
     proxy.resume();
-    let r = timeout(ms(20_000), resuming)
-        .await
-        .expect("resume ends")
-        .expect("join");
+    let r = within_ok(ms(20_000), "resume ends", resuming).await;
     eprintln!(
         "check 3: resume said {:?}",
         r.as_ref().map(|g| g.is_held()).map_err(|e| e.to_string())
@@ -80,12 +73,8 @@ async fn a_failed_release_delivered_late_under_a_resume() {
     let until = r.valid_until();
     drop(r.detach());
     if held {
-        assert_honest(
-            "[redis] resume after a failed release() whose bytes arrived late",
-            until,
-            &info,
-            answered,
-        );
+        let what = "[redis] resume after a failed release() whose bytes arrived late";
+        assert_honest(what, until, &info, answered);
     }
 }
 
@@ -99,13 +88,10 @@ async fn a_cancelled_release_then_resume(b: Backend) {
     let other = b.client().await;
     let g = c.mutex(name).lease(secs(10)).lock().await.expect("lock");
     let id = g.hold_id();
-    let gate = Gate::new();
-    f.add(Rule::on(Op::Release).times(2).hold_request(gate.clone()));
+    let gate = f.hold_requests(Rule::on(Op::Release).times(2));
     let cancelled = timeout(ms(200), g.release()).await;
     assert!(cancelled.is_err(), "release returned through a gate");
-    timeout(ms(5_000), gate.wait_entered(2))
-        .await
-        .expect("the drop's background release at the gate");
+    at_gate(&gate, 2, "the drop's background release at the gate").await;
     let during = timeout(ms(15_000), c.mutex(name).lease(secs(10)).resume(&id))
         .await
         .expect("resume answers");
@@ -121,12 +107,8 @@ async fn a_cancelled_release_then_resume(b: Backend) {
         let (held, until) = (r.is_held(), r.valid_until());
         drop(r.detach());
         if held {
-            assert_honest(
-                &format!("[{}] resume beside a drop's background release", b.kind),
-                until,
-                &info,
-                answered,
-            );
+            let what = format!("[{}] resume beside a drop's background release", b.kind);
+            assert_honest(&what, until, &info, answered);
         }
     }
     assert_eq!(
@@ -162,8 +144,7 @@ async fn release_all_counts_a_raced_hold_at_most_once(b: Backend) {
     let (f, c) = faulty_client(&b).await;
     let g = c.mutex(name).lease(secs(10)).lock().await.expect("lock");
     let id = g.hold_id();
-    let gate = Gate::new();
-    f.add(Rule::on(Op::Release).times(4).hold_request(gate.clone()));
+    let gate = f.hold_requests(Rule::on(Op::Release).times(4));
     let (c1, c2, c3, id3) = (c.clone(), c.clone(), c.clone(), id.clone());
     let a1 = tokio::spawn(async move { c1.release_all().await });
     let by_id = tokio::spawn(async move { c3.release_hold(&id3).await });
@@ -173,10 +154,7 @@ async fn release_all_counts_a_raced_hold_at_most_once(b: Backend) {
     gate.open();
     let n1 = timeout(ms(15_000), a1).await.expect("a1").expect("join");
     let n2 = timeout(ms(15_000), a2).await.expect("a2").expect("join");
-    let r_id = timeout(ms(15_000), by_id)
-        .await
-        .expect("by id")
-        .expect("join");
+    let r_id = within_ok(ms(15_000), "by id", by_id).await;
     let r_own = timeout(ms(15_000), own).await.expect("own").expect("join");
     let total = n1.as_ref().copied().unwrap_or(0) + n2.as_ref().copied().unwrap_or(0);
     assert!(
@@ -194,8 +172,7 @@ async fn release_all_does_not_count_a_lapsed_hold(b: Backend) {
     let name = "edge-count-lapsed";
     let (f, c) = faulty_client(&b).await;
     let other = b.client().await;
-    let gate = Gate::new();
-    f.add(Rule::on(Op::Extend).hold_request(gate.clone()));
+    let gate = f.hold_requests(Rule::on(Op::Extend));
     let g = c.mutex(name).lease(ms(600)).lock().await.expect("lock");
     sleep(ms(1_200)).await;
     assert_eq!(holders(&other, name).await, 0, "lapsed");
@@ -247,15 +224,52 @@ async fn downgrade_then_detach_then_resume_both_ids(b: Backend) {
         r2.as_ref().map(|g| g.is_held())
     );
     let info = other.rwlock(name).inspect().await.expect("inspect");
-    assert_honest(
-        &format!("[{}] resumed read guard", b.kind),
-        r1.valid_until(),
-        &info,
-        Instant::now(),
-    );
+    let what = format!("[{}] resumed read guard", b.kind);
+    assert_honest(&what, r1.valid_until(), &info, Instant::now());
     assert!(r1.release().await.expect("release"));
 }
 both_backends!(downgrade_then_detach_then_resume_both_ids);
+
+/// The end of a case whose `release_all` (`all`) and guard drop have their releases held at
+/// `gate`: a resume (`resume`, the resumed guard's `is_held()`) meanwhile gives no `what`;
+/// then the releases are let through, `release_all` counts `count`, and 300 ms later a
+/// resume is not `HoldInUse` and gives no guard of the released hold.
+async fn around_held_releases(
+    b: &Backend,
+    f: &support::faulty::Faulty,
+    gate: &Gate,
+    all: tokio::task::JoinHandle<redis_locks::Result<usize>>,
+    count: usize,
+    what: &str,
+    resume: impl AsyncFn() -> redis_locks::Result<bool>,
+) {
+    let during = timeout(ms(15_000), resume()).await.expect("resume answers");
+    if let Ok(held) = &during {
+        panic!(
+            "[{}] a {what} resumed while its releases were in flight (is_held {held})",
+            b.kind
+        );
+    }
+    f.clear();
+    gate.open();
+    let n = within_ok(ms(15_000), "release_all", all).await;
+    assert!(
+        matches!(n, Ok(c) if c == count),
+        "[{}] release_all said {n:?}",
+        b.kind
+    );
+    sleep(ms(300)).await;
+    match timeout(ms(15_000), resume()).await.expect("resume answers") {
+        Err(e) => assert!(
+            !e.is_hold_in_use(),
+            "[{}] after every release was answered a resume of the {what} is still `{e}` \
+             (during: {:?})",
+            b.kind,
+            during.err()
+        ),
+        Ok(held) => panic!("[{}] resumed a released {what} (is_held {held})", b.kind),
+    }
+}
 
 /// Claim: never two leaderships of one hold in one client; `HoldInUse` does not
 /// stick. `release_all` gives the leadership up; then it is dropped while `release_all`'s
@@ -271,50 +285,17 @@ async fn election_release_all_then_drop_then_resume(b: Backend) {
         .await
         .expect("campaign");
     let id = l.hold_id();
-    let gate = Gate::new();
-    f.add(Rule::on(Op::Release).hold_request(gate.clone()));
+    let gate = f.hold_requests(Rule::on(Op::Release));
     let c2 = c.clone();
     let all = tokio::spawn(async move { c2.release_all().await });
-    timeout(ms(5_000), gate.wait_entered(1))
-        .await
-        .expect("at gate");
+    at_gate(&gate, 1, "at gate").await;
     drop(l);
-    timeout(ms(5_000), gate.wait_entered(2))
-        .await
-        .expect("drop at gate");
-    let during = timeout(ms(15_000), c.election(name).lease(secs(10)).resume(&id))
-        .await
-        .expect("resume answers");
-    if let Ok(r) = &during {
-        panic!(
-            "[{}] a leadership resumed while its releases were in flight (is_held {})",
-            b.kind,
-            r.is_held()
-        );
-    }
-    f.clear();
-    gate.open();
-    let n = timeout(ms(15_000), all)
-        .await
-        .expect("release_all")
-        .expect("join");
-    assert!(matches!(n, Ok(1)), "[{}] release_all said {n:?}", b.kind);
-    sleep(ms(300)).await;
-    let after = timeout(ms(15_000), c.election(name).lease(secs(10)).resume(&id))
-        .await
-        .expect("resume answers");
-    match after {
-        Err(e) => assert!(
-            !e.is_hold_in_use(),
-            "[{}] after every release was answered a resume is still `{e}`",
-            b.kind
-        ),
-        Ok(r) => panic!(
-            "[{}] resumed a released leadership (is_held {})",
-            b.kind,
-            r.is_held()
-        ),
-    }
+    at_gate(&gate, 2, "drop at gate").await;
+    let resume = async || {
+        let l = c.election(name).lease(secs(10)).resume(&id).await;
+        l.map(|l| l.is_held())
+    };
+    around_held_releases(&b, &f, &gate, all, 1, "leadership", resume).await;
 }
 both_backends!(election_release_all_then_drop_then_resume);
 
@@ -437,49 +418,17 @@ async fn multi_release_all_then_drop_then_resume(b: Backend) {
         .await
         .expect("lock");
     let ids = g.hold_ids();
-    let gate = Gate::new();
-    f.add(Rule::on(Op::Release).hold_request(gate.clone()));
+    let gate = f.hold_requests(Rule::on(Op::Release));
     let c2 = c.clone();
     let all = tokio::spawn(async move { c2.release_all().await });
-    timeout(ms(5_000), gate.wait_entered(2))
-        .await
-        .expect("at gate");
+    at_gate(&gate, 2, "at gate").await;
     drop(g);
     sleep(ms(100)).await;
-    let during = timeout(ms(15_000), c.multi_lock(names).lease(secs(10)).resume(&ids))
-        .await
-        .expect("resume answers");
-    if let Ok(r) = &during {
-        panic!(
-            "[{}] a multi-guard resumed while its releases were in flight (is_held {})",
-            b.kind,
-            r.is_held()
-        );
-    }
-    f.clear();
-    gate.open();
-    let n = timeout(ms(15_000), all)
-        .await
-        .expect("release_all")
-        .expect("join");
-    assert!(matches!(n, Ok(2)), "[{}] release_all said {n:?}", b.kind);
-    sleep(ms(300)).await;
-    let after = timeout(ms(15_000), c.multi_lock(names).lease(secs(10)).resume(&ids))
-        .await
-        .expect("resume answers");
-    match after {
-        Err(e) => assert!(
-            !e.is_hold_in_use(),
-            "[{}] after every release was answered a multi-resume is still `{e}` (during: {:?})",
-            b.kind,
-            during.err()
-        ),
-        Ok(r) => panic!(
-            "[{}] resumed released parts (is_held {})",
-            b.kind,
-            r.is_held()
-        ),
-    }
+    let resume = async || {
+        let g = c.multi_lock(names).lease(secs(10)).resume(&ids).await;
+        g.map(|g| g.is_held())
+    };
+    around_held_releases(&b, &f, &gate, all, 2, "multi-guard", resume).await;
 }
 both_backends!(multi_release_all_then_drop_then_resume);
 
@@ -490,27 +439,7 @@ both_backends!(multi_release_all_then_drop_then_resume);
 async fn an_extend_hold_of_a_live_guards_id_beside_a_parked_renewal(b: Backend) {
     let name = "edge-extend-live-parked";
     let (f, c) = faulty_client(&b).await;
-    let gate = Gate::new();
-    f.add(
-        Rule::on(Op::Extend)
-            .when(|call| call.lease == Some(secs(3)))
-            .times(1)
-            .hold_request(gate.clone()),
-    );
-    let (c2, gate2) = (c.clone(), gate.clone());
-    let (idle, guard) = tokio::task::spawn_blocking(move || {
-        let rt = current_thread();
-        let guard = rt.block_on(async move {
-            let guard = c2.mutex(name).lease(secs(3)).lock().await.expect("lock");
-            timeout(ms(5_000), gate2.wait_entered(1))
-                .await
-                .expect("the renewal at the gate");
-            guard
-        });
-        (rt, guard)
-    })
-    .await
-    .expect("runtime A");
+    let (idle, guard, gate) = parked_renewal(&c, &f, name).await;
     gate.open();
     let id = guard.hold_id();
     let started = Instant::now();
@@ -518,9 +447,7 @@ async fn an_extend_hold_of_a_live_guards_id_beside_a_parked_renewal(b: Backend) 
     let took = started.elapsed();
     let held = guard.is_held();
     drop(guard.detach());
-    tokio::task::spawn_blocking(move || drop(idle))
-        .await
-        .expect("drop runtime A");
+    support::time::drop_runtime(idle).await;
     assert!(
         extended.is_ok(),
         "[{}] extend_hold of a live guard's id (same client) still waits after {took:?}: it \
@@ -537,36 +464,14 @@ async fn a_release_beside_a_parked_renewal_does_not_hang(b: Backend) {
     let name = "edge-release-live-parked";
     let (f, c) = faulty_client(&b).await;
     let other = b.client().await;
-    let gate = Gate::new();
-    f.add(
-        Rule::on(Op::Extend)
-            .when(|call| call.lease == Some(secs(3)))
-            .times(1)
-            .hold_request(gate.clone()),
-    );
-    let (c2, gate2) = (c.clone(), gate.clone());
-    let (idle, guard) = tokio::task::spawn_blocking(move || {
-        let rt = current_thread();
-        let guard = rt.block_on(async move {
-            let guard = c2.mutex(name).lease(secs(3)).lock().await.expect("lock");
-            timeout(ms(5_000), gate2.wait_entered(1))
-                .await
-                .expect("the renewal at the gate");
-            guard
-        });
-        (rt, guard)
-    })
-    .await
-    .expect("runtime A");
+    let (idle, guard, gate) = parked_renewal(&c, &f, name).await;
     gate.open();
     let id = guard.hold_id();
     let by_id = timeout(ms(12_000), c.release_hold(&id)).await;
     let all = timeout(ms(12_000), c.release_all()).await;
     let own = timeout(ms(12_000), guard.release()).await;
     let still = holders(&other, name).await;
-    tokio::task::spawn_blocking(move || drop(idle))
-        .await
-        .expect("drop runtime A");
+    support::time::drop_runtime(idle).await;
     assert!(
         by_id.is_ok() && all.is_ok() && own.is_ok(),
         "[{}] beside a renewal parked on idle runtime A: release_hold {by_id:?}, release_all \

@@ -6,68 +6,20 @@
 //! test names the claim it checks.
 
 mod support;
-use support::faulty::faulty_client;
+use support::backend::within_ok;
+use support::faulty::at_gate;
+use support::faulty::spawn_extend_hold;
+use support::faulty::{extend_at_gate, faulty_client};
 use support::waits::{holders, BEFORE_THE_LEASE};
 
 use std::sync::Arc;
 
-use redis_locks::LockClient;
 use tokio::time::{sleep, timeout, Instant};
 
 use support::backend::{join, Backend};
 use support::faulty::{Gate, Op, Rule};
 use support::honest::assert_honest;
-use support::time::{current_thread, ms, secs};
-
-/// A 10 s Mutex hold of `name` on a fault-injecting client (no auto-renewal), with an
-/// `extend_hold(id, lease)` of it on its way, held at `gate` before the server.
-struct ExtendAtGate {
-    c: LockClient,
-    guard: redis_locks::MutexGuard,
-    id: redis_locks::HoldId,
-    gate: Arc<Gate>,
-    extending: tokio::task::JoinHandle<redis_locks::Result<bool>>,
-}
-
-async fn extend_at_gate(b: &Backend, name: &str, lease: std::time::Duration) -> ExtendAtGate {
-    let (f, c) = faulty_client(b).await;
-    let guard = c
-        .mutex(name)
-        .lease(secs(10))
-        .auto_renew(false)
-        .lock()
-        .await
-        .expect("lock");
-    let id = guard.hold_id();
-    let gate = Gate::new();
-    f.add(
-        Rule::on(Op::Extend)
-            .when(move |call| call.lease == Some(lease))
-            .times(1)
-            .hold_request(gate.clone()),
-    );
-    let extending = {
-        let (c, id) = (c.clone(), id.clone());
-        tokio::spawn(async move { c.extend_hold(&id, lease).await })
-    };
-    timeout(ms(5_000), gate.wait_entered(1))
-        .await
-        .expect("extend at the gate");
-    ExtendAtGate {
-        c,
-        guard,
-        id,
-        gate,
-        extending,
-    }
-}
-
-/// Drops a runtime on a plain thread (a runtime cannot be dropped inside another's context).
-async fn drop_runtime(rt: tokio::runtime::Runtime) {
-    tokio::task::spawn_blocking(move || drop(rt))
-        .await
-        .expect("drop runtime");
-}
+use support::time::{current_thread, drop_runtime, ms, secs};
 
 // ---------------------------------------------------------------------------------------
 // A detached hold and release_all.
@@ -79,18 +31,9 @@ async fn drop_runtime(rt: tokio::runtime::Runtime) {
 async fn release_all_spares_a_hold_detached_while_its_extend_is_in_flight(b: Backend) {
     let name = "race-ra-detached";
     let other = b.client().await;
-    let ExtendAtGate {
-        c,
-        guard,
-        gate,
-        extending,
-        ..
-    } = extend_at_gate(&b, name, secs(5)).await;
+    let (c, guard, _, gate, extending) = extend_at_gate(&b, name, secs(5)).await;
     let _handed_over = guard.detach();
-    let n = timeout(ms(10_000), c.release_all())
-        .await
-        .expect("release_all returns")
-        .expect("release_all");
+    let n = within_ok(ms(10_000), "release_all returns", c.release_all()).await;
     let left = holders(&other, name).await;
     gate.open();
     let _ = join("extend_hold", extending).await;
@@ -136,19 +79,11 @@ async fn a_resume_after_a_detach_waits_for_a_step_queued_behind_it(b: Backend) {
             .times(1)
             .hold_request(gate2.clone()),
     );
-    let e1 = {
-        let (c, id) = (c.clone(), id.clone());
-        tokio::spawn(async move { c.extend_hold(&id, secs(5)).await })
-    };
-    timeout(ms(5_000), gate1.wait_entered(1))
-        .await
-        .expect("E1 at the gate");
+    let e1 = spawn_extend_hold(&c, &id, secs(5));
+    at_gate(&gate1, 1, "E1 at the gate").await;
     let _ = guard.detach();
     sleep(ms(200)).await; // the detach is done while E1 is in flight
-    let e2 = {
-        let (c, id) = (c.clone(), id.clone());
-        tokio::spawn(async move { c.extend_hold(&id, ms(800)).await })
-    };
+    let e2 = spawn_extend_hold(&c, &id, ms(800));
     sleep(ms(200)).await; // E2 has started
     gate1.open();
     let _ = join("E1", e1).await;
@@ -167,17 +102,13 @@ async fn a_resume_after_a_detach_waits_for_a_step_queued_behind_it(b: Backend) {
         Ok(g) => {
             let before = g.valid_until();
             let info = c.mutex(name).inspect().await.expect("inspect");
-            assert_honest(
-                &format!(
-                    "[{}] a guard resumed after a detach while an extend_hold(800 ms) that \
-                     found the detached entry was still to be applied (sent {e2_sent}, \
-                     answered {extended:?})",
-                    b.kind
-                ),
-                before,
-                &info,
-                Instant::now(),
+            let what = format!(
+                "[{}] a guard resumed after a detach while an extend_hold(800 ms) that \
+                 found the detached entry was still to be applied (sent {e2_sent}, \
+                 answered {extended:?})",
+                b.kind
             );
+            assert_honest(&what, before, &info, Instant::now());
         }
     }
 }
@@ -205,20 +136,9 @@ async fn a_resume_after_a_detach_waits_for_an_extend_beside_a_lapsed_guard(b: Ba
         .expect("extend by id"));
     sleep(ms(1_200)).await;
     assert!(!guard.is_held(), "the guard's trust ran out");
-    let gate = Gate::new();
-    f.add(
-        Rule::on(Op::Extend)
-            .when(|call| call.lease == Some(ms(800)))
-            .times(1)
-            .hold_request(gate.clone()),
-    );
-    let extending = {
-        let (c, id) = (c.clone(), id.clone());
-        tokio::spawn(async move { c.extend_hold(&id, ms(800)).await })
-    };
-    timeout(ms(5_000), gate.wait_entered(1))
-        .await
-        .expect("the extend beside the lapsed guard at the gate");
+    let gate = f.hold_extend(ms(800));
+    let extending = spawn_extend_hold(&c, &id, ms(800));
+    at_gate(&gate, 1, "the extend beside the lapsed guard at the gate").await;
     let _ = guard.detach();
     let resumed = c
         .mutex(name)
@@ -233,16 +153,12 @@ async fn a_resume_after_a_detach_waits_for_an_extend_beside_a_lapsed_guard(b: Ba
         Ok(g) => {
             let before = g.valid_until();
             let info = c.mutex(name).inspect().await.expect("inspect");
-            assert_honest(
-                &format!(
-                    "[{}] a guard resumed after detaching a lapsed guard while an \
-                     extend_hold(800 ms) beside it was in flight (answered {extended:?})",
-                    b.kind
-                ),
-                before,
-                &info,
-                Instant::now(),
+            let what = format!(
+                "[{}] a guard resumed after detaching a lapsed guard while an \
+                 extend_hold(800 ms) beside it was in flight (answered {extended:?})",
+                b.kind
             );
+            assert_honest(&what, before, &info, Instant::now());
         }
     }
 }
@@ -253,14 +169,7 @@ both_backends!(a_resume_after_a_detach_waits_for_an_extend_beside_a_lapsed_guard
 /// 800 ms lease.
 async fn detach_outside_a_runtime_during_an_extend_then_resume(b: Backend) {
     let name = "race-detach-no-runtime";
-    let ExtendAtGate {
-        c,
-        guard,
-        id,
-        gate,
-        extending,
-        ..
-    } = extend_at_gate(&b, name, ms(800)).await;
+    let (c, guard, id, gate, extending) = extend_at_gate(&b, name, ms(800)).await;
     std::thread::spawn(move || {
         let _ = guard.detach();
     })
@@ -279,17 +188,13 @@ async fn detach_outside_a_runtime_during_an_extend_then_resume(b: Backend) {
         Ok(g) => {
             let before = g.valid_until();
             let info = c.mutex(name).inspect().await.expect("inspect");
-            assert_honest(
-                &format!(
-                    "[{}] a guard resumed after a detach outside a runtime while an \
-                     extend_hold(800 ms) through the detached guard was in flight \
-                     (answered {extended:?})",
-                    b.kind
-                ),
-                before,
-                &info,
-                Instant::now(),
+            let what = format!(
+                "[{}] a guard resumed after a detach outside a runtime while an \
+                 extend_hold(800 ms) through the detached guard was in flight \
+                 (answered {extended:?})",
+                b.kind
             );
+            assert_honest(&what, before, &info, Instant::now());
         }
     }
 }
@@ -302,14 +207,7 @@ async fn a_detach_in_an_idle_runtime_does_not_leave_the_hold_in_use(b: Backend) 
     let name = "race-detach-idle-runtime";
     // The extend gives the hold 30 s: a resume is refused only while the client still counts
     // the hold in use, never because the lease ran out.
-    let ExtendAtGate {
-        c,
-        guard,
-        id,
-        gate,
-        extending,
-        ..
-    } = extend_at_gate(&b, name, secs(30)).await;
+    let (c, guard, id, gate, extending) = extend_at_gate(&b, name, secs(30)).await;
     let idle = tokio::task::spawn_blocking(move || {
         let rt = current_thread();
         rt.block_on(async move {
@@ -362,19 +260,12 @@ async fn release_all_does_not_wait_for_a_release_parked_in_an_idle_runtime(b: Ba
     let name = "race-ra-idle-runtime";
     let (f, c) = faulty_client(&b).await;
     let guard = c.mutex(name).lease(secs(10)).lock().await.expect("lock");
-    let gate_all = Gate::new();
-    f.add(
-        Rule::on(Op::Release)
-            .times(1)
-            .hold_request(gate_all.clone()),
-    );
+    let gate_all = f.hold_requests(Rule::on(Op::Release).times(1));
     let all = {
         let c = c.clone();
         tokio::spawn(async move { c.release_all().await })
     };
-    timeout(ms(5_000), gate_all.wait_entered(1))
-        .await
-        .expect("release_all's release at the gate");
+    at_gate(&gate_all, 1, "release_all's release at the gate").await;
     f.add(Rule::on(Op::Release).times(1).delay_reply(ms(100)));
     let idle = {
         let f = f.clone();
@@ -441,12 +332,10 @@ async fn mixed_releases_race_a_release_all_that_gave_up_first(b: Backend) {
                 .expect("lock");
             guards.push(g);
         }
-        let gate = Gate::new();
-        f.add(
+        let gate = f.hold_requests(
             Rule::on(Op::Release)
                 .when(|call| call.name.starts_with("race-mix-"))
-                .times(N)
-                .hold_request(gate.clone()),
+                .times(N),
         );
         for i in 0..N {
             let name = format!("race-mix-{i}");
@@ -461,9 +350,7 @@ async fn mixed_releases_race_a_release_all_that_gave_up_first(b: Backend) {
             let c = c.clone();
             tokio::spawn(async move { c.release_all().await })
         };
-        timeout(ms(5_000), gate.wait_entered(N))
-            .await
-            .expect("A's releases at the gate");
+        at_gate(&gate, N, "A's releases at the gate").await;
         let bc: Vec<_> = (0..2)
             .map(|_| {
                 let c = c.clone();
@@ -591,14 +478,7 @@ both_backends!(a_stale_downgraded_write_id_touches_no_later_hold);
 /// its guard is honest.
 async fn detach_in_a_runtime_that_shuts_down_then_resume(b: Backend) {
     let name = "race-detach-runtime-gone";
-    let ExtendAtGate {
-        c,
-        guard,
-        id,
-        gate,
-        extending,
-        ..
-    } = extend_at_gate(&b, name, secs(5)).await;
+    let (c, guard, id, gate, extending) = extend_at_gate(&b, name, secs(5)).await;
     tokio::task::spawn_blocking(move || {
         let rt = current_thread();
         rt.block_on(async move {
@@ -623,15 +503,11 @@ async fn detach_in_a_runtime_that_shuts_down_then_resume(b: Backend) {
     let g = resumed.unwrap_or_else(|e| panic!("[{}] resume after the extend: {e}", b.kind));
     let until = g.valid_until();
     let info = c.mutex(name).inspect().await.expect("inspect");
-    assert_honest(
-        &format!(
-            "[{}] resumed after an extend in flight at the detach",
-            b.kind
-        ),
-        until,
-        &info,
-        Instant::now(),
+    let what = format!(
+        "[{}] resumed after an extend in flight at the detach",
+        b.kind
     );
+    assert_honest(&what, until, &info, Instant::now());
     g.release().await.expect("release");
 }
 both_backends!(detach_in_a_runtime_that_shuts_down_then_resume);

@@ -4,6 +4,8 @@
 //! and the warning of a background release cut by its runtime's shutdown.
 
 mod support;
+use support::backend::within_ok;
+use support::faulty::at_gate;
 use support::faulty::faulty_client;
 use support::Granted;
 
@@ -86,13 +88,7 @@ async fn stale_release_spares_later_grant(b: Backend) {
             "ra-stale-other"
         };
         let g = c.mutex(name).lock().await.expect("lock");
-        let gate = Gate::new();
-        f.add(
-            Rule::on(Op::Release)
-                .when(named(name))
-                .times(1)
-                .hold_request(gate.clone()),
-        );
+        let gate = f.hold_requests(Rule::on(Op::Release).when(named(name)).times(1));
         let _ = timeout(ms(100), g.release()).await;
         assert_eq!(gate.entered(), 1, "the first release is held at the gate");
         let later_client = if same_client { &c } else { &other };
@@ -138,13 +134,7 @@ async fn release_all_counts_only_live_held(b: Backend) {
     let gb = c.mutex("ra-all-b").lock().await.expect("b");
     let gc = c.mutex("ra-all-c").lock().await.expect("c");
     let gd = c.mutex("ra-all-d").lock().await.expect("d");
-    let gate = Gate::new();
-    f.add(
-        Rule::on(Op::Release)
-            .when(named("ra-all-a"))
-            .times(2)
-            .hold_reply(gate.clone()),
-    );
+    let gate = f.hold_replies(Rule::on(Op::Release).when(named("ra-all-a")).times(2));
     f.add(
         Rule::on(Op::Release)
             .when(named("ra-all-b"))
@@ -154,17 +144,12 @@ async fn release_all_counts_only_live_held(b: Backend) {
     let _ = timeout(ms(100), ga.release()).await;
     let _ = timeout(ms(100), gb.release()).await;
     // the drops' background releases arrive at the gate too
-    timeout(ms(5_000), gate.wait_entered(4))
-        .await
-        .expect("4 releases at the gate");
+    at_gate(&gate, 4, "4 releases at the gate").await;
     other
         .force_release("ra-all-d")
         .await
         .expect("force_release");
-    let n = timeout(ms(10_000), c.release_all())
-        .await
-        .expect("release_all returns")
-        .expect("release_all");
+    let n = within_ok(ms(10_000), "release_all returns", c.release_all()).await;
     assert_eq!(
         n, 1,
         "[{}] release_all counted {n}, not 1 (only c was live and held)",
@@ -191,13 +176,7 @@ async fn stale_renewal_after_dropped_release(b: Backend) {
     let other = b.client().await;
     let third = b.client().await;
     let name = "ra-renew";
-    let gate = Gate::new();
-    f.add(
-        Rule::on(Op::Extend)
-            .when(named(name))
-            .times(1)
-            .hold_request(gate.clone()),
-    );
+    let gate = f.hold_requests(Rule::on(Op::Extend).when(named(name)).times(1));
     let g = c
         .mutex(name)
         .lease(ms(3_000))
@@ -205,9 +184,7 @@ async fn stale_renewal_after_dropped_release(b: Backend) {
         .lock()
         .await
         .expect("lock");
-    timeout(ms(5_000), gate.wait_entered(1))
-        .await
-        .expect("a renewal at the gate");
+    at_gate(&gate, 1, "a renewal at the gate").await;
     let _ = timeout(ms(30), g.release()).await;
     let mut later = None;
     eventually("a later holder gets the lock", async || {
@@ -252,83 +229,48 @@ async fn dropped_release_every_kind(b: Backend) {
         };
         let cut = ms(i * 9 % 60);
         let what = |k: &str| format!("[{}] round {i}: {k} free after a dropped release", b.kind);
+        // The guard's release() with slow or lost replies, dropped after `cut`.
+        macro_rules! dropped_release {
+            ($guard:expr) => {{
+                f.add(rule(Rule::on(Op::Release)));
+                let _ = timeout(cut, $guard.release()).await;
+                f.clear();
+            }};
+        }
+        // A third client's try (`$try`) is granted, and its release answers true.
+        macro_rules! freed {
+            ($kind:expr, $try:expr) => {
+                let (bound, what) = (support::waits::BEFORE_THE_LEASE, what($kind));
+                support::waits::within(bound, &what, async || match $try.await.granted("try") {
+                    Some(g) => g.release().await.expect("release"),
+                    None => false,
+                })
+                .await
+            };
+        }
 
-        let g = c.fair_lock("ra-k-fair").lock().await.expect("fair");
-        f.add(rule(Rule::on(Op::Release)));
-        let _ = timeout(cut, g.release()).await;
-        f.clear();
-        support::waits::within(
-            support::waits::BEFORE_THE_LEASE,
-            &what("fair lock"),
-            async || match other.fair_lock("ra-k-fair").try_lock().await.granted("try") {
-                Some(g) => g.release().await.expect("release"),
-                None => false,
-            },
-        )
-        .await;
+        dropped_release!(c.fair_lock("ra-k-fair").lock().await.expect("fair"));
+        freed!("fair lock", other.fair_lock("ra-k-fair").try_lock());
 
-        let g = c.rwlock("ra-k-w").write().await.expect("write");
-        f.add(rule(Rule::on(Op::Release)));
-        let _ = timeout(cut, g.release()).await;
-        f.clear();
-        support::waits::within(
-            support::waits::BEFORE_THE_LEASE,
-            &what("write lock"),
-            async || match other.rwlock("ra-k-w").try_write().await.granted("try") {
-                Some(g) => g.release().await.expect("release"),
-                None => false,
-            },
-        )
-        .await;
+        dropped_release!(c.rwlock("ra-k-w").write().await.expect("write"));
+        freed!("write lock", other.rwlock("ra-k-w").try_write());
 
-        let g = c.rwlock("ra-k-r").read().await.expect("read");
-        f.add(rule(Rule::on(Op::Release)));
-        let _ = timeout(cut, g.release()).await;
-        f.clear();
-        support::waits::within(
-            support::waits::BEFORE_THE_LEASE,
-            &what("read lock (writer admitted)"),
-            async || match other.rwlock("ra-k-r").try_write().await.granted("try") {
-                Some(g) => g.release().await.expect("release"),
-                None => false,
-            },
-        )
-        .await;
+        dropped_release!(c.rwlock("ra-k-r").read().await.expect("read"));
+        freed!(
+            "read lock (writer admitted)",
+            other.rwlock("ra-k-r").try_write()
+        );
 
         let sem = c.semaphore("ra-k-sem", 2);
-        let p = sem.acquire_many(2).await.expect("permits");
-        f.add(rule(Rule::on(Op::Release)));
-        let _ = timeout(cut, p.release()).await;
-        f.clear();
-        support::waits::within(
-            support::waits::BEFORE_THE_LEASE,
-            &what("semaphore"),
-            async || match other
-                .semaphore("ra-k-sem", 2)
-                .try_acquire_many(2)
-                .await
-                .granted("try")
-            {
-                Some(p) => p.release().await.expect("release"),
-                None => false,
-            },
-        )
-        .await;
+        dropped_release!(sem.acquire_many(2).await.expect("permits"));
+        freed!(
+            "semaphore",
+            other.semaphore("ra-k-sem", 2).try_acquire_many(2)
+        );
 
         let names = ["ra-k-m1", "ra-k-m2", "ra-k-m3"];
-        let g = c.multi_lock(names).lock().await.expect("multi");
-        f.add(rule(Rule::on(Op::Release)));
-        let _ = timeout(cut, g.release()).await;
-        f.clear();
-        support::waits::within(
-            support::waits::BEFORE_THE_LEASE,
-            &what("multi-lock"),
-            async || match other.multi_lock(names).try_lock().await.granted("try") {
-                Some(g) => g.release().await.expect("release"),
-                None => false,
-            },
-        )
-        .await;
+        dropped_release!(c.multi_lock(names).lock().await.expect("multi"));
+        freed!("multi-lock", other.multi_lock(names).try_lock());
     }
 }
 both_backends!(dropped_release_every_kind);
@@ -344,21 +286,10 @@ async fn release_all_during_awaited_release(b: Backend) {
     let r1 = c.rwlock("ra-aw-r").read().await.expect("r1");
     let r2 = c.rwlock("ra-aw-r").read().await.expect("r2");
     let p = c.semaphore("ra-aw-s", 3).acquire().await.expect("permit");
-    let gate = Gate::new();
-    f.add(
-        Rule::on(Op::Release)
-            .when(named("ra-aw-x"))
-            .times(1)
-            .hold_request(gate.clone()),
-    );
+    let gate = f.hold_requests(Rule::on(Op::Release).when(named("ra-aw-x")).times(1));
     let pending = tokio::spawn(g.release());
-    timeout(ms(5_000), gate.wait_entered(1))
-        .await
-        .expect("release at the gate");
-    let n = timeout(ms(10_000), c.release_all())
-        .await
-        .expect("release_all returns")
-        .expect("release_all");
+    at_gate(&gate, 1, "release at the gate").await;
+    let n = within_ok(ms(10_000), "release_all returns", c.release_all()).await;
     assert_eq!(
         n, 3,
         "[{}] release_all counted {n}, not the 3 live holds",
@@ -451,21 +382,24 @@ async fn concurrent_release_alls_count_once(b: Backend) {
 }
 both_backends!(concurrent_release_alls_count_once);
 
-/// `release_all` over 10 live holds whose release requests are held before the
-/// server; the caller drops the (now lost) guards meanwhile, and their drops'
-/// background releases overtake release_all's. Every hold was live and held by the server
-/// when release_all was called, so its count must be 10.
-async fn release_all_overtaken_by_guard_drops(b: Backend) {
-    let (f, c) = faulty_client(&b).await;
-    let c = Arc::new(c);
-    let other = b.client().await;
+/// 10 Mutex holds `{prefix}-{i}` of a faulty client whose release requests are held at the
+/// gate, and a `release_all` (on a task) that has sent all 10: the client, the guards, the
+/// gate and the task.
+async fn ten_releases_at_a_gate(
+    b: &Backend,
+    prefix: &str,
+) -> (
+    LockClient,
+    Vec<redis_locks::MutexGuard>,
+    Arc<Gate>,
+    tokio::task::JoinHandle<redis_locks::Result<usize>>,
+) {
+    let (f, c) = faulty_client(b).await;
     let mut guards = Vec::new();
-    for i in 0..10 {
-        guards.push(c.mutex(&format!("ra-ov-{i}")).lock().await.expect("lock"));
-    }
     let gate = Gate::new();
     for i in 0..10 {
-        let name = format!("ra-ov-{i}");
+        let name = format!("{prefix}-{i}");
+        guards.push(c.mutex(&name).lock().await.expect("lock"));
         f.add(
             Rule::on(Op::Release)
                 .when(move |call| call.name == name)
@@ -475,9 +409,17 @@ async fn release_all_overtaken_by_guard_drops(b: Backend) {
     }
     let c1 = c.clone();
     let all = tokio::spawn(async move { c1.release_all().await });
-    timeout(ms(5_000), gate.wait_entered(10))
-        .await
-        .expect("release_all's 10 releases at the gate");
+    at_gate(&gate, 10, "release_all's 10 releases at the gate").await;
+    (c, guards, gate, all)
+}
+
+/// `release_all` over 10 live holds whose release requests are held before the
+/// server; the caller drops the (now lost) guards meanwhile, and their drops'
+/// background releases overtake release_all's. Every hold was live and held by the server
+/// when release_all was called, so its count must be 10.
+async fn release_all_overtaken_by_guard_drops(b: Backend) {
+    let other = b.client().await;
+    let (_c, guards, gate, all) = ten_releases_at_a_gate(&b, "ra-ov").await;
     drop(guards);
     sleep(ms(300)).await; // any background release of the drops runs now
     gate.open();
@@ -501,32 +443,9 @@ both_backends!(release_all_overtaken_by_guard_drops);
 /// A has sent them all, finds them releasing (uncounted) and its releases overtake A's. A was
 /// called with 10 holds live and held, so A + B must count 10.
 async fn second_release_all_overtakes_first(b: Backend) {
-    let (f, c) = faulty_client(&b).await;
-    let c = Arc::new(c);
     let other = b.client().await;
-    let mut guards = Vec::new();
-    for i in 0..10 {
-        guards.push(c.mutex(&format!("ra-ot-{i}")).lock().await.expect("lock"));
-    }
-    let gate = Gate::new();
-    for i in 0..10 {
-        let name = format!("ra-ot-{i}");
-        f.add(
-            Rule::on(Op::Release)
-                .when(move |call| call.name == name)
-                .times(1)
-                .hold_request(gate.clone()),
-        );
-    }
-    let c1 = c.clone();
-    let first = tokio::spawn(async move { c1.release_all().await });
-    timeout(ms(5_000), gate.wait_entered(10))
-        .await
-        .expect("A's 10 releases at the gate");
-    let n2 = timeout(ms(10_000), c.release_all())
-        .await
-        .expect("B returns")
-        .expect("release_all B");
+    let (c, guards, gate, first) = ten_releases_at_a_gate(&b, "ra-ot").await;
+    let n2 = within_ok(ms(10_000), "B returns", c.release_all()).await;
     gate.open();
     let n1 = support::backend::join("release_all A", first)
         .await
@@ -585,9 +504,7 @@ async fn release_all_does_not_wait_for_a_guard_release_parked_on_an_idle_runtime
     let started = Instant::now();
     let outcome = timeout(secs(10), client.release_all()).await;
     let took = started.elapsed();
-    tokio::task::spawn_blocking(move || drop(idle))
-        .await
-        .expect("drop runtime");
+    support::time::drop_runtime(idle).await;
     assert!(
         outcome.is_ok(),
         "release_all() did not return within {took:?}: it waits for a guard's release() \

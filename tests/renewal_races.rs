@@ -8,6 +8,7 @@
 //! held, a loss is signalled, and a released hold stays released.
 
 mod support;
+use support::faulty::faulty_client_with;
 use support::Granted;
 
 use std::time::Duration;
@@ -16,7 +17,7 @@ use redis_locks::LockClient;
 use tokio::time::{sleep, sleep_until, timeout, Instant};
 
 use support::backend::{eventually, Backend};
-use support::faulty::{Faulty, Gate, Op, Rule};
+use support::faulty::{Gate, Op, Rule};
 use support::honest::assert_honest;
 use support::proxy::Proxy;
 use support::time::ms;
@@ -35,11 +36,7 @@ use support::time::ms;
 /// after the extend's reply. The hold must stay held. Without the extend, the same slow
 /// replies keep the hold alive (checked first, as the control).
 async fn extend_then_queued_renewal_keeps_the_hold(b: Backend) {
-    let faulty = Faulty::new(b.store().await);
-    let c = LockClient::builder()
-        .lease(ms(3_000))
-        .store(faulty.clone())
-        .expect("client");
+    let (faulty, c) = faulty_client_with(&b, LockClient::builder().lease(ms(3_000))).await;
     let observer = b.client().await;
     faulty.add(Rule::on(Op::Extend).delay_reply(ms(1_300)));
 
@@ -114,11 +111,7 @@ both_backends!(extend_then_queued_renewal_keeps_the_hold);
 /// (sampled every 20 ms for 4 s), and must stay held throughout (every reply comes well
 /// inside the trust, so nothing may mark it lost).
 async fn shorter_extend_behind_a_slow_renewal_stays_honest_and_held(b: Backend) {
-    let faulty = Faulty::new(b.store().await);
-    let c = LockClient::builder()
-        .lease(ms(2_000))
-        .store(faulty.clone())
-        .expect("client");
+    let (faulty, c) = faulty_client_with(&b, LockClient::builder().lease(ms(2_000))).await;
     let observer = b.client().await;
     faulty.add(Rule::on(Op::Extend).delay_reply(ms(400)));
     let name = "renewal-race-shorter";
@@ -162,11 +155,7 @@ both_backends!(shorter_extend_behind_a_slow_renewal_stays_honest_and_held);
 /// A renewal for a long lease is slow on the wire; meanwhile `extend` shortens the lease.
 /// At every point, the local `valid_until()` must not be beyond the server's deadline.
 async fn extend_shorter_behind_slow_renewal(b: Backend) {
-    let faulty = Faulty::new(b.store().await);
-    let c = LockClient::builder()
-        .lease(ms(3_000))
-        .store(faulty.clone())
-        .expect("client");
+    let (faulty, c) = faulty_client_with(&b, LockClient::builder().lease(ms(3_000))).await;
     let server = b.client().await;
     // Every renewal for the 3 s lease takes 400 ms to reach the store.
     faulty.add(
@@ -219,11 +208,7 @@ both_backends!(extend_shorter_behind_slow_renewal);
 /// late (the extend held the request lock up to 400 ms) and its 300 ms reply then comes after
 /// the trust; that is the documented give-up rule, not asserted against.
 async fn cancelled_extends_racing_renewals(b: Backend) {
-    let faulty = Faulty::new(b.store().await);
-    let c = LockClient::builder()
-        .lease(ms(1_000))
-        .store(faulty.clone())
-        .expect("client");
+    let (faulty, c) = faulty_client_with(&b, LockClient::builder().lease(ms(1_000))).await;
     let observer = b.client().await;
     faulty.add(Rule::on(Op::Extend).delay_reply(ms(300)));
     let name = "renewal-race-cancelled";
@@ -292,11 +277,7 @@ both_backends!(cancelled_extends_racing_renewals);
 /// although its own deadline is ahead) while the server still lists it. At the end both are
 /// still held.
 async fn extend_churn_stays_honest(b: Backend) {
-    let faulty = Faulty::new(b.store().await);
-    let c = LockClient::builder()
-        .lease(ms(400))
-        .store(faulty.clone())
-        .expect("client");
+    let (faulty, c) = faulty_client_with(&b, LockClient::builder().lease(ms(400))).await;
     let o = b.client().await;
     faulty.add(Rule::on(Op::Extend).delay_reply(ms(40)));
     let mut m = c
@@ -387,11 +368,7 @@ both_backends!(extend_churn_stays_honest);
 /// reply takes 250 ms: after 4 s (more than three leases) every guard is held, the server
 /// lists it, and no guard trusts past its server lease.
 async fn many_holds_under_slow_replies_stay_held(b: Backend) {
-    let faulty = Faulty::new(b.store().await);
-    let c = LockClient::builder()
-        .lease(ms(1_200))
-        .store(faulty.clone())
-        .expect("client");
+    let (faulty, c) = faulty_client_with(&b, LockClient::builder().lease(ms(1_200))).await;
     let observer = b.client().await;
     faulty.add(Rule::on(Op::Extend).delay_reply(ms(250)));
     let mut mutexes = Vec::new();
@@ -490,17 +467,11 @@ both_backends!(many_holds_under_slow_replies_stay_held);
 /// of them never comes back. That hold must signal the loss by the end of its trust (its
 /// renewal gives up then), and the other 29 must be renewed as usual for 2 s.
 async fn one_lost_reply_delays_no_other_hold(b: Backend) {
-    let faulty = Faulty::new(b.store().await);
-    let c = LockClient::builder()
-        .lease(ms(600))
-        .store(faulty.clone())
-        .expect("client");
-    let gate = Gate::new();
-    faulty.add(
+    let (faulty, c) = faulty_client_with(&b, LockClient::builder().lease(ms(600))).await;
+    let gate = faulty.hold_replies(
         Rule::on(Op::Extend)
             .when(|call| call.name == "renewal-race-lost-reply-0")
-            .times(1)
-            .hold_reply(gate.clone()),
+            .times(1),
     );
     let mut guards = Vec::new();
     for i in 0..30 {
@@ -512,9 +483,8 @@ async fn one_lost_reply_delays_no_other_hold(b: Backend) {
         );
     }
     let trust_end = guards[0].valid_until();
-    timeout(ms(2_000), gate.wait_entered(1))
-        .await
-        .expect("its renewal was sent");
+    gate.entered_within(1, ms(2_000), "its renewal was sent")
+        .await;
     tokio::time::timeout_at(trust_end + ms(100), guards[0].lost())
         .await
         .unwrap_or_else(|_| {
@@ -571,12 +541,9 @@ async fn release_or_drop_racing_a_renewal_in_flight(b: Backend) {
         for end in [End::Release, End::Drop] {
             for fair in [false, true] {
                 let name = format!("renewal-race-race-{held:?}-{end:?}-{fair}");
-                let faulty = Faulty::new(b.store().await);
-                let c = LockClient::builder()
-                    .lease(ms(600))
-                    .store(faulty.clone())
-                    .expect("client");
-                let other = b.client_with(LockClient::builder().lease(ms(600))).await;
+                let (faulty, c) =
+                    faulty_client_with(&b, LockClient::builder().lease(ms(600))).await;
+                let other = b.leased(ms(600)).await;
                 let gate = Gate::new();
                 let rule = Rule::on(Op::Extend).times(1);
                 faulty.add(match held {
@@ -587,9 +554,8 @@ async fn release_or_drop_racing_a_renewal_in_flight(b: Backend) {
                 // Take it, wait for the renewal to be in flight, end the hold.
                 let (token, fence) = if fair {
                     let g = c.fair_lock(&name).lock().await.expect("lock");
-                    timeout(ms(3_000), gate.wait_entered(1))
-                        .await
-                        .expect("the renewal was sent");
+                    gate.entered_within(1, ms(3_000), "the renewal was sent")
+                        .await;
                     let (t, f) = (g.token(), g.fencing_token());
                     match end {
                         End::Release => assert!(g.release().await.expect("release"), "{label}"),
@@ -598,9 +564,8 @@ async fn release_or_drop_racing_a_renewal_in_flight(b: Backend) {
                     (t, f)
                 } else {
                     let g = c.mutex(&name).lock().await.expect("lock");
-                    timeout(ms(3_000), gate.wait_entered(1))
-                        .await
-                        .expect("the renewal was sent");
+                    gate.entered_within(1, ms(3_000), "the renewal was sent")
+                        .await;
                     let (t, f) = (g.token(), g.fencing_token());
                     match end {
                         End::Release => assert!(g.release().await.expect("release"), "{label}"),
@@ -674,11 +639,7 @@ async fn redis_guard_dropped_while_its_renewal_is_stalled_on_the_wire() {
         .connect(&proxy.url())
         .await
         .expect("connect via proxy");
-    let other = LockClient::builder()
-        .lease(lease)
-        .connect(&server.url())
-        .await
-        .expect("connect");
+    let other = server.leased(lease).await;
     for fair in [false, true] {
         let name = format!("renewal-race-wire-{fair}");
         let g: Box<dyn Send> = if fair {

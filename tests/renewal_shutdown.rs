@@ -8,7 +8,6 @@
 
 mod support;
 
-use redis_locks::LockClient;
 use tokio::time::{sleep, Instant};
 
 use support::backend::Backend;
@@ -22,7 +21,7 @@ use support::time::{current_thread, ms};
 /// Guards outlive their `LockClient` (and its handles): every primitive (lease 600 ms) is
 /// still renewed 2.5 s later, listed by the server, and released with `Ok(true)`.
 async fn holds_outlive_their_dropped_client(b: Backend) {
-    let c = b.client_with(LockClient::builder().lease(ms(600))).await;
+    let c = b.leased(ms(600)).await;
     let observer = b.client().await;
     let m = c
         .mutex("renewal-shutdown-orphan-m")
@@ -127,7 +126,7 @@ fn a_hold_outlives_the_runtime_that_granted_it() {
     let (c, g) = std::thread::scope(|s| {
         s.spawn(|| {
             current_thread().block_on(async {
-                let c = b.client_with(LockClient::builder().lease(ms(600))).await;
+                let c = b.leased(ms(600)).await;
                 let g = c.mutex(name).lock().await.expect("lock");
                 (c, g)
             })

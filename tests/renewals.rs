@@ -8,13 +8,11 @@ use redis_locks::LockClient;
 
 mod support;
 use support::backend::Backend;
-use support::faulty::{Faulty, Op, Rule};
+use support::faulty::faulty_client_with;
+use support::faulty::{Op, Rule};
 
 fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
+    support::time::current_thread()
 }
 
 /// A client first used on a runtime that then shut down (its renewal driver went with it)
@@ -153,9 +151,7 @@ fn long_holds_are_renewed_without_a_task_each() {
 /// Extends a hold of a 600 ms lease from a helper runtime that then ends, waits four leases,
 /// and tells whether the hold was still renewed: its guard held, the lock busy for others.
 async fn renewed_after_an_extend_from_a_runtime_that_ended(b: &Backend) -> bool {
-    let client = b
-        .client_with(LockClient::builder().lease(Duration::from_millis(600)))
-        .await;
+    let client = b.leased(Duration::from_millis(600)).await;
     let other = b.client().await;
     let mut guard = client.mutex("helper-extend").lock().await.expect("lock");
     let guard = tokio::task::spawn_blocking(move || {
@@ -193,11 +189,7 @@ const LEASE: Duration = Duration::from_millis(300);
 /// Extends from a series of helper runtimes, each sent while a (slowed) renewal may be in
 /// flight: the granting runtime keeps renewing the hold after every helper ended.
 async fn extends_from_helpers_racing_slow_renewals(b: Backend) {
-    let store = Faulty::new(b.store().await);
-    let client = LockClient::builder()
-        .lease(LEASE)
-        .store(store.clone())
-        .expect("client");
+    let (store, client) = faulty_client_with(&b, LockClient::builder().lease(LEASE)).await;
     let other = b.client().await;
     store.add(Rule::on(Op::Extend).delay_reply(Duration::from_millis(40)));
     let mut guard = client.mutex("atk-rt-helpers").lock().await.expect("lock");
@@ -227,7 +219,7 @@ async fn extends_from_helpers_racing_slow_renewals(b: Backend) {
 /// A hold granted on a helper runtime that ends, then extended from the main runtime: its
 /// renewals move to the main runtime and go on.
 async fn granted_on_a_helper_then_extended_on_main(b: Backend) {
-    let client = b.client_with(LockClient::builder().lease(LEASE)).await;
+    let client = b.leased(LEASE).await;
     let other = b.client().await;
     let c = client.clone();
     let mut guard = tokio::task::spawn_blocking(move || {
@@ -252,7 +244,7 @@ async fn granted_on_a_helper_then_extended_on_main(b: Backend) {
 /// A hold granted on a helper runtime that ends and is never extended: it may lapse, but
 /// then the guard must not say it is held.
 async fn granted_on_a_helper_never_extended_is_honest(b: Backend) {
-    let client = b.client_with(LockClient::builder().lease(LEASE)).await;
+    let client = b.leased(LEASE).await;
     let other = b.client().await;
     let c = client.clone();
     let guard = tokio::task::spawn_blocking(move || {

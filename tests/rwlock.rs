@@ -337,7 +337,7 @@ async fn dead_reader_expires_alone(b: Backend) {
     let lock = c.rwlock(name).lease(lease);
     let live = lock.read().await.expect("another reader proceeds");
     assert_eq!(lock.inspect().await.expect("inspect").holders.len(), 2);
-    assert!(lock.try_write().await.expect_err("try").is_would_block());
+    assert!(support::would_block(lock.try_write().await));
 
     // Wait for the dead reader's lease to end; the live one renews past it.
     loop {
@@ -357,7 +357,7 @@ async fn dead_reader_expires_alone(b: Backend) {
         "the dead reader expired early"
     );
     assert!(live.is_held(), "the live reader expired with the dead one");
-    assert!(lock.try_write().await.expect_err("try").is_would_block());
+    assert!(support::would_block(lock.try_write().await));
     let another = lock.try_read().await.expect("readers proceed");
     assert!(another.release().await.expect("release"));
     assert!(live.release().await.expect("release live"));
@@ -392,7 +392,7 @@ async fn dead_waiting_writer_stops_blocking(b: Backend) {
     assert!(matches!(reply, Acquire::Busy(_)), "{reply:?}");
     assert_eq!(lock.inspect().await.expect("inspect").waiters.len(), 1);
     assert!(
-        lock.try_read().await.expect_err("try").is_would_block(),
+        support::would_block(lock.try_read().await),
         "a reader got past a waiting writer"
     );
 
@@ -448,7 +448,7 @@ async fn cancelled_writer_stops_blocking_at_once(b: Backend) {
         })
     };
     until_waiters(1, || lock.inspect()).await;
-    assert!(lock.try_read().await.expect_err("try").is_would_block());
+    assert!(support::would_block(lock.try_read().await));
     task.abort();
     let _ = task.await;
     let dropped = Instant::now();
@@ -507,7 +507,7 @@ async fn downgrade_races_no_writer(b: Backend) {
         let rt = h.enter_as("main", Kind::Read, r.fencing_token());
         assert_eq!(r.fencing_token(), fence);
         assert!(r.is_held());
-        assert!(other.try_write().await.expect_err("try").is_would_block());
+        assert!(support::would_block(other.try_write().await));
         sleep(Duration::from_millis(20)).await;
         h.exit(rt);
         assert!(r.release().await.expect("release"));
@@ -556,7 +556,7 @@ async fn downgrade_keeps_waiting_writer_out(b: Backend, preference: Preference) 
         "{info:?}"
     );
     assert_eq!(info.waiters.len(), 1, "{info:?}");
-    assert!(lock.try_write().await.expect_err("try").is_would_block());
+    assert!(support::would_block(lock.try_write().await));
     assert!(r.release().await.expect("release"));
     let next = join("waiting writer", waiting).await;
     assert!(next > fence, "fence {next} after {fence}");
@@ -762,12 +762,9 @@ async fn state_is_shared_between_clients(b: Backend) {
         .expect("inspect");
     assert_eq!(info.holders.len(), 1);
     assert_eq!(info.holders[0].kind, HoldKind::Read);
-    assert!(other
-        .rwlock("shared-state")
-        .try_write()
-        .await
-        .expect_err("try")
-        .is_would_block());
+    assert!(support::would_block(
+        other.rwlock("shared-state").try_write().await
+    ));
     assert!(r.release().await.expect("release"));
 }
 
@@ -803,12 +800,7 @@ async fn one_name_is_held_through_one_family_at_a_time(b: Backend) {
     let waited = fair.write().timeout(Duration::from_secs(5)).await;
     assert_conflict("waiting fair write", name, waited);
     // The same family just waits its turn.
-    assert!(c
-        .mutex(name)
-        .try_lock()
-        .await
-        .expect_err("mutex")
-        .is_would_block());
+    assert!(support::would_block(c.mutex(name).try_lock().await));
     assert!(w.release().await.expect("release"));
 
     // Free again: the ticket queue may take it, and then the lease lock is refused.

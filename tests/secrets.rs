@@ -4,22 +4,13 @@
 //! side, `--help` with `REDIS_URL` set and its hints, is in tests/cli.rs.)
 
 mod support;
-
-use std::time::Duration;
+use support::fake_server::{closed_port, quick};
 
 use proptest::prelude::*;
-use redis_locks::{redact_url, Error, HoldId, LockClient, RedisConfig};
+use redis_locks::{redact_url, Error, HoldId, RedisConfig};
 use support::RedisServer;
 
 const SECRET: &str = "s3cretPassw0rd";
-
-fn quick() -> redis_locks::LockClientBuilder {
-    LockClient::builder().redis_config(RedisConfig {
-        connect_timeout: Duration::from_secs(2),
-        response_timeout: Duration::from_secs(2),
-        reconnect_retries: 0,
-    })
-}
 
 /// `err`'s `Display`, its `Debug` and every source: none names the password.
 fn assert_no_secret(what: &str, err: &Error) {
@@ -33,12 +24,6 @@ fn assert_no_secret(what: &str, err: &Error) {
     for text in texts {
         assert!(!text.contains(SECRET), "{what}: {text}");
     }
-}
-
-/// A closed loopback port.
-fn closed_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("addr").port()
 }
 
 /// Every way of connecting, with a URL that carries a user and a password, fails without

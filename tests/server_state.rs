@@ -40,16 +40,8 @@ fn granted<G>(r: &redis_locks::Result<G>) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_fast_paths_against_stale_and_foreign_state() {
     let server = support::RedisServer::start();
-    let c = LockClient::builder()
-        .lease(ms(2_000))
-        .connect(&server.url())
-        .await
-        .expect("connect");
-    let o = LockClient::builder()
-        .lease(ms(2_000))
-        .connect(&server.url())
-        .await
-        .expect("connect");
+    let c = server.leased(ms(2_000)).await;
+    let o = server.leased(ms(2_000)).await;
     let foreign = "f".repeat(32);
 
     // (a) An expired writer record and an expired reader entry, both still stored.
@@ -237,11 +229,7 @@ async fn redis_fast_paths_against_stale_and_foreign_state() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_keys_of_the_wrong_type_never_grant_two_holders() {
     let server = support::RedisServer::start();
-    let c = LockClient::builder()
-        .lease(ms(5_000))
-        .connect(&server.url())
-        .await
-        .expect("connect");
+    let c = server.leased(ms(5_000)).await;
     let mut table = Vec::new();
     for suffix in ["w", "r", "wq", "h", "q", "hb", "tk", "cap", "fence"] {
         let name = format!("server-state-type-{suffix}");
@@ -315,8 +303,8 @@ async fn counter_tokens_are_unique_across_clients() {
 /// name on the fast path. A must signal the loss at its next renewal (within ~300 ms), its
 /// release must say it held nothing, and B must stay the only holder, with a larger fence.
 async fn force_release_in_between_is_signalled(b: Backend) {
-    let a = b.client_with(LockClient::builder().lease(ms(900))).await;
-    let bc = b.client_with(LockClient::builder().lease(ms(900))).await;
+    let a = b.leased(ms(900)).await;
+    let bc = b.leased(ms(900)).await;
     let op = b.client().await;
     for family in ["mutex", "fair", "sem1", "write"] {
         let name = format!("server-state-force-{family}");
@@ -402,11 +390,7 @@ both_backends!(force_release_in_between_is_signalled);
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_flushall_is_signalled_to_every_guard() {
     let server = support::RedisServer::start();
-    let c = LockClient::builder()
-        .lease(ms(900))
-        .connect(&server.url())
-        .await
-        .expect("connect");
+    let c = server.leased(ms(900)).await;
     let mut ms_ = Vec::new();
     let mut fs = Vec::new();
     for i in 0..100 {
@@ -632,11 +616,7 @@ async fn redis_script_flush_during_renewals_and_fast_paths() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_slow_server_keeps_holds_and_guards_honest() {
     let server = Arc::new(support::RedisServer::start());
-    let c = LockClient::builder()
-        .lease(ms(1_500))
-        .connect(&server.url())
-        .await
-        .expect("connect");
+    let c = server.leased(ms(1_500)).await;
     let o = LockClient::connect(&server.url()).await.expect("connect");
     let mut mutexes = Vec::new();
     let mut fairs = Vec::new();
@@ -714,11 +694,7 @@ async fn redis_slow_server_keeps_holds_and_guards_honest() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_client_pause_past_the_lease_keeps_guards_honest() {
     let server = Arc::new(support::RedisServer::start());
-    let c = LockClient::builder()
-        .lease(ms(600))
-        .connect(&server.url())
-        .await
-        .expect("connect");
+    let c = server.leased(ms(600)).await;
     let o = LockClient::connect(&server.url()).await.expect("connect");
     let m = c.mutex("server-state-pause-m").lock().await.expect("m");
     let f = c.fair_lock("server-state-pause-f").lock().await.expect("f");
@@ -781,11 +757,7 @@ async fn redis_client_pause_past_the_lease_keeps_guards_honest() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_restart_empty_is_signalled_at_the_next_renewal() {
     let mut server = support::RedisServer::start();
-    let c = LockClient::builder()
-        .lease(ms(6_000))
-        .connect(&server.url())
-        .await
-        .expect("connect");
+    let c = server.leased(ms(6_000)).await;
     let mut guards: Vec<Box<dyn Fn() -> bool + Send>> = Vec::new();
     let mut lost = Vec::new();
     for i in 0..10 {

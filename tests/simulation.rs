@@ -460,12 +460,13 @@ impl Profile {
         }
     }
 
-    /// Hand-offs with a lease shorter than the heartbeat, nothing else.
-    fn hand_off() -> Profile {
+    /// Nothing but hand-offs and waits on [`HAND_OFF_PRIMS`], with the given (lease,
+    /// heartbeat) pairs: the base of the focused profiles below.
+    fn quiet(lease_heartbeat: Vec<(u64, u64)>) -> Profile {
         Profile {
             prims: HAND_OFF_PRIMS.to_vec(),
-            lease_heartbeat: pairs(|l, h| l < h),
-            manual_renew: true,
+            lease_heartbeat,
+            manual_renew: false,
             waits: true,
             extends: false,
             downgrades: false,
@@ -480,6 +481,14 @@ impl Profile {
             hold_ids: false,
             shared_ids: false,
             keeps: 0.3,
+        }
+    }
+
+    /// Hand-offs with a lease shorter than the heartbeat, nothing else.
+    fn hand_off() -> Profile {
+        Profile {
+            manual_renew: true,
+            ..Profile::quiet(pairs(|l, h| l < h))
         }
     }
 
@@ -487,23 +496,11 @@ impl Profile {
     /// (so defect 1 cannot show) and no `extend` (so defect 3 cannot).
     fn stale_grant() -> Profile {
         Profile {
-            prims: HAND_OFF_PRIMS.to_vec(),
-            lease_heartbeat: pairs(|l, h| l >= h && h <= 300),
-            manual_renew: false,
-            waits: true,
-            extends: false,
-            downgrades: false,
-            release_all: false,
-            subscribe_stalls: false,
-            helper_runtimes: false,
             request_faults: true,
             reply_faults: true,
             lost_replies: true,
             push_faults: true,
-            crashes: false,
-            hold_ids: false,
-            shared_ids: false,
-            keeps: 0.3,
+            ..Profile::quiet(pairs(|l, h| l >= h && h <= 300))
         }
     }
 
@@ -511,45 +508,20 @@ impl Profile {
     fn downgrade_race() -> Profile {
         Profile {
             prims: vec![Prim::RwWriter, Prim::RwReader, Prim::RwFair],
-            lease_heartbeat: pairs(|l, _| l >= 300),
-            manual_renew: false,
             waits: false,
-            extends: false,
             downgrades: true,
             release_all: true,
-            subscribe_stalls: false,
-            helper_runtimes: false,
             request_faults: true,
             reply_faults: true,
-            lost_replies: false,
-            push_faults: false,
-            crashes: false,
-            hold_ids: false,
-            shared_ids: false,
-            keeps: 0.3,
+            ..Profile::quiet(pairs(|l, _| l >= 300))
         }
     }
 
     /// Waits whose subscriptions take long or stall, nothing else.
     fn stalled_subscriptions() -> Profile {
         Profile {
-            prims: HAND_OFF_PRIMS.to_vec(),
-            lease_heartbeat: pairs(|l, _| l <= 1_000),
-            manual_renew: false,
-            waits: true,
-            extends: false,
-            downgrades: false,
-            release_all: false,
             subscribe_stalls: true,
-            helper_runtimes: false,
-            request_faults: false,
-            reply_faults: false,
-            lost_replies: false,
-            push_faults: false,
-            crashes: false,
-            hold_ids: false,
-            shared_ids: false,
-            keeps: 0.3,
+            ..Profile::quiet(pairs(|l, _| l <= 1_000))
         }
     }
 
@@ -558,23 +530,8 @@ impl Profile {
     /// for that heartbeat), no other fault.
     fn dead_waiter() -> Profile {
         Profile {
-            prims: HAND_OFF_PRIMS.to_vec(),
-            lease_heartbeat: pairs(|l, h| h == 0 && l <= 300),
-            manual_renew: false,
-            waits: true,
-            extends: false,
-            downgrades: false,
-            release_all: false,
-            subscribe_stalls: false,
-            helper_runtimes: false,
-            request_faults: false,
-            reply_faults: false,
-            lost_replies: false,
-            push_faults: false,
             crashes: true,
-            hold_ids: false,
-            shared_ids: false,
-            keeps: 0.3,
+            ..Profile::quiet(pairs(|l, h| h == 0 && l <= 300))
         }
     }
 }
@@ -2864,24 +2821,24 @@ fn explain(schedule: &Schedule, focus: &[Class]) -> String {
     out
 }
 
-#[test]
-fn guards_stay_honest_under_faults() {
+/// Runs `SIM*_CASES` (the variable `cases`, default [`DEFAULT_CASES`]) schedules of `profile`
+/// with no bug planted; a violation of any class fails with the counterexample's trace.
+fn stays_honest(profile: Profile, cases: &str, persistence: Option<&'static str>, what: &str) {
     let _serial = serial();
     let _planted = Planted::new(None);
-    let persistence: Box<dyn FailurePersistence> = Box::new(FileFailurePersistence::Direct(
-        "proptest-regressions/simulation.txt",
-    ));
     let config = Config {
-        cases: env_u32("SIM_CASES", DEFAULT_CASES),
+        cases: env_u32(cases, DEFAULT_CASES),
         max_shrink_iters: env_u32("SIM_SHRINK_ITERS", 2_000),
-        failure_persistence: Some(persistence),
-        source_file: Some(file!()),
+        failure_persistence: persistence.map(|path| {
+            Box::new(FileFailurePersistence::Direct(path)) as Box<dyn FailurePersistence>
+        }),
+        source_file: persistence.map(|_| file!()),
         ..Config::default()
     };
     let mut runner = TestRunner::new(config);
     let started = std::time::Instant::now();
-    let result = runner.run(&schedule(&Profile::full()), property(ALL_CLASSES));
-    eprintln!("simulation: {:?} for the schedules run", started.elapsed());
+    let result = runner.run(&schedule(&profile), property(ALL_CLASSES));
+    eprintln!("{what}: {:?} for the schedules run", started.elapsed());
     if let Err(e) = result {
         let detail = match &e {
             TestError::Fail(_, schedule) => explain(schedule, ALL_CLASSES),
@@ -2891,29 +2848,18 @@ fn guards_stay_honest_under_faults() {
     }
 }
 
+#[test]
+fn guards_stay_honest_under_faults() {
+    let regressions = Some("proptest-regressions/simulation.txt");
+    stays_honest(Profile::full(), "SIM_CASES", regressions, "simulation");
+}
+
 /// The main check with hold ids: guards handed over to a resume of their id, resumed beside
 /// themselves, released by id (`SIM_HOLD_ID_CASES`, default [`DEFAULT_CASES`]).
 #[test]
 fn guards_stay_honest_with_hold_ids() {
-    let _serial = serial();
-    let _planted = Planted::new(None);
-    let config = Config {
-        cases: env_u32("SIM_HOLD_ID_CASES", DEFAULT_CASES),
-        max_shrink_iters: env_u32("SIM_SHRINK_ITERS", 2_000),
-        failure_persistence: None,
-        ..Config::default()
-    };
-    let mut runner = TestRunner::new(config);
-    let started = std::time::Instant::now();
-    let result = runner.run(&schedule(&Profile::with_hold_ids()), property(ALL_CLASSES));
-    eprintln!("simulation with hold ids: {:?}", started.elapsed());
-    if let Err(e) = result {
-        let detail = match &e {
-            TestError::Fail(_, schedule) => explain(schedule, ALL_CLASSES),
-            TestError::Abort(_) => String::new(),
-        };
-        panic!("the client-side simulation found a counterexample: {e}\n{detail}");
-    }
+    let what = "simulation with hold ids";
+    stays_honest(Profile::with_hold_ids(), "SIM_HOLD_ID_CASES", None, what);
 }
 
 /// Hold ids shared by two clients, with crashes: ids given to another client (detached or
@@ -2921,28 +2867,13 @@ fn guards_stay_honest_with_hold_ids() {
 /// of [`guards_stay_honest_with_hold_ids`] (`SIM_SHARED_ID_CASES`, default [`DEFAULT_CASES`]).
 #[test]
 fn guards_stay_honest_with_hold_ids_across_clients() {
-    let _serial = serial();
-    let _planted = Planted::new(None);
-    let config = Config {
-        cases: env_u32("SIM_SHARED_ID_CASES", DEFAULT_CASES),
-        max_shrink_iters: env_u32("SIM_SHRINK_ITERS", 2_000),
-        failure_persistence: None,
-        ..Config::default()
-    };
-    let mut runner = TestRunner::new(config);
-    let started = std::time::Instant::now();
-    let result = runner.run(&schedule(&Profile::across_clients()), property(ALL_CLASSES));
-    eprintln!(
-        "simulation with hold ids across clients: {:?}",
-        started.elapsed()
-    );
-    if let Err(e) = result {
-        let detail = match &e {
-            TestError::Fail(_, schedule) => explain(schedule, ALL_CLASSES),
-            TestError::Abort(_) => String::new(),
-        };
-        panic!("the client-side simulation found a counterexample: {e}\n{detail}");
-    }
+    let what = "simulation with hold ids across clients";
+    stays_honest(Profile::across_clients(), "SIM_SHARED_ID_CASES", None, what);
+}
+
+/// Whether any client of `schedule` has an op that `is`.
+fn has_op(schedule: &Schedule, is: impl Fn(&Op) -> bool) -> bool {
+    schedule.clients.iter().flat_map(|c| &c.ops).any(is)
 }
 
 /// Searches schedules of `profile` with `bug` planted (a fixed proptest seed, so the search
@@ -2974,11 +2905,9 @@ fn finds_planted_resume_trusts_reply() {
         why.contains("TrustPastLease") || why.contains("HeldNotHolder"),
         "{why}"
     );
-    let resumes = schedule
-        .clients
-        .iter()
-        .flat_map(|c| &c.ops)
-        .any(|op| matches!(op, Op::Handover { .. } | Op::CoResume { .. }));
+    let resumes = has_op(&schedule, |op| {
+        matches!(op, Op::Handover { .. } | Op::CoResume { .. })
+    });
     assert!(resumes, "found without a resume: {why}");
 }
 
@@ -2992,11 +2921,7 @@ fn finds_planted_resume_trusts_reply_across_clients() {
         "{why}"
     );
     assert!(why.contains("Adopt"), "not an adopted guard: {why}");
-    let adopts = schedule
-        .clients
-        .iter()
-        .flat_map(|c| &c.ops)
-        .any(|op| matches!(op, Op::Adopt { .. }));
+    let adopts = has_op(&schedule, |op| matches!(op, Op::Adopt { .. }));
     assert!(adopts, "found without an adopt: {why}");
 }
 
@@ -3023,11 +2948,9 @@ fn finds_planted_downgrade_ignores_loss() {
         SAFETY,
         5,
     );
-    let races = schedule
-        .clients
-        .iter()
-        .flat_map(|c| &c.ops)
-        .any(|op| matches!(op, Op::DowngradeRacingReleaseAll { .. }));
+    let races = has_op(&schedule, |op| {
+        matches!(op, Op::DowngradeRacingReleaseAll { .. })
+    });
     assert!(
         races,
         "the counterexample has no downgrade racing release_all: {why}"

@@ -4,14 +4,15 @@
 //! (`is_timeout()`), not as an unreachable server. On a real redis-server and in memory.
 
 mod support;
+use support::faulty::faulty_client;
 
 use std::time::Duration;
 
-use redis_locks::{LockClient, RedisConfig};
+use redis_locks::RedisConfig;
 use tokio::time::Instant;
 
 use support::backend::Backend;
-use support::faulty::{Faulty, Op, Rule};
+use support::faulty::{Op, Rule};
 use support::time::ms;
 
 /// The response timeout of a client built on a store (the default).
@@ -24,8 +25,7 @@ const SLACK: Duration = Duration::from_millis(400);
 /// response timeout past the deadline.
 async fn a_timed_wait_ends_by_its_deadline_plus_one_response_timeout(b: Backend) {
     let holder = b.client().await;
-    let faulty = Faulty::new(b.store().await);
-    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let (faulty, c) = faulty_client(&b).await;
     let g = holder.mutex("slow-bound").lock().await.expect("lock");
     faulty.add(Rule::on(Op::Acquire).delay_reply(ms(1_000)));
     faulty.add(Rule::on(Op::Release).delay_reply(ms(1_900)));
@@ -50,8 +50,7 @@ async fn a_timed_wait_ends_by_its_deadline_plus_one_response_timeout(b: Backend)
 /// deadline, and the wait ends as a timeout (the lock was busy), not as an outage.
 async fn a_busy_lock_on_a_slow_server_is_a_timeout(b: Backend) {
     let holder = b.client().await;
-    let faulty = Faulty::new(b.store().await);
-    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let (faulty, c) = faulty_client(&b).await;
     let g = holder.mutex("slow-busy").lock().await.expect("lock");
     faulty.add(Rule::on(Op::Acquire).delay_reply(ms(1_900)));
     let e = c
@@ -76,8 +75,7 @@ async fn a_busy_lock_on_a_slow_server_is_a_timeout(b: Backend) {
 /// background (the parts are free for another client afterwards).
 async fn a_timed_multi_lock_wait_ends_by_its_deadline_with_slow_cleanup(b: Backend) {
     let holder = b.client().await;
-    let faulty = Faulty::new(b.store().await);
-    let c = LockClient::builder().store(faulty.clone()).expect("client");
+    let (faulty, c) = faulty_client(&b).await;
     let g = holder.mutex("slow-multi-b").lock().await.expect("lock");
     faulty.add(Rule::on(Op::AcquireAll).times(1).lose_reply());
     faulty.add(Rule::on(Op::Release).delay_reply(ms(1_500)).lose_reply());

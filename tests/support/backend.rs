@@ -52,6 +52,11 @@ impl Backend {
         self.client_with(LockClient::builder()).await
     }
 
+    /// A new client whose holds take `lease` (otherwise default settings).
+    pub async fn leased(&self, lease: Duration) -> LockClient {
+        self.client_with(LockClient::builder().lease(lease)).await
+    }
+
     /// A new client from `builder`.
     pub async fn client_with(&self, builder: redis_locks::LockClientBuilder) -> LockClient {
         match (&self.url, &self.memory) {
@@ -119,6 +124,20 @@ pub async fn join<T>(what: &str, task: tokio::task::JoinHandle<T>) -> T {
         .await
         .unwrap_or_else(|_| panic!("not within {EVENTUALLY:?}: {what}"))
         .unwrap_or_else(|e| panic!("{what}: task failed: {e}"))
+}
+
+/// `fut` (a task, or a call that returns a `Result`) within `limit`, unwrapped: panics with
+/// `what` on a timeout, an error or the task's panic.
+pub async fn within_ok<T, E: std::fmt::Debug>(
+    limit: Duration,
+    what: &str,
+    fut: impl std::future::IntoFuture<Output = Result<T, E>>,
+) -> T {
+    match tokio::time::timeout(limit, fut).await {
+        Err(_) => panic!("not within {limit:?}: {what}"),
+        Ok(Err(e)) => panic!("{what}: {e:?}"),
+        Ok(Ok(value)) => value,
+    }
 }
 
 /// Polls `inspect` until the lock shows exactly `n` live waiters, and returns that state.

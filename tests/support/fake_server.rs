@@ -141,3 +141,19 @@ pub fn probe_reply(seconds: u64, micros: u64, gt: Option<&str>, nx: Option<&str>
         option(nx),
     ])
 }
+
+/// A loopback port nothing listens on.
+pub fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("addr").port()
+}
+
+/// A client builder for the connect checks: 2 s connect and response timeouts, no reconnect
+/// retries, so a refused or silent server fails the connect at once.
+pub fn quick() -> redis_locks::LockClientBuilder {
+    redis_locks::LockClient::builder().redis_config(redis_locks::RedisConfig {
+        connect_timeout: std::time::Duration::from_secs(2),
+        response_timeout: std::time::Duration::from_secs(2),
+        reconnect_retries: 0,
+    })
+}

@@ -111,6 +111,16 @@ impl Gate {
         let _ = rx.wait_for(|&e| e >= n).await;
     }
 
+    /// [`Gate::wait_entered`] within `limit`; panics with `what` past it.
+    pub async fn entered_within(&self, n: usize, limit: Duration, what: &str) {
+        if tokio::time::timeout(limit, self.wait_entered(n))
+            .await
+            .is_err()
+        {
+            panic!("{what}: not within {limit:?}");
+        }
+    }
+
     async fn pass(&self) {
         let mut rx = self.open.subscribe();
         self.entered.send_modify(|e| *e += 1);
@@ -321,6 +331,32 @@ impl Faulty {
     /// Adds a rule after the existing ones.
     pub fn add(&self, rule: Rule) {
         self.rules.lock().unwrap().push(rule);
+    }
+
+    /// Adds `rule`, its calls' requests held before the store at the returned (new) gate.
+    pub fn hold_requests(&self, rule: Rule) -> Arc<Gate> {
+        let gate = Gate::new();
+        self.add(rule.hold_request(gate.clone()));
+        gate
+    }
+
+    /// Adds `rule`, its calls' replies held (the call applied) at the returned (new) gate.
+    pub fn hold_replies(&self, rule: Rule) -> Arc<Gate> {
+        let gate = Gate::new();
+        self.add(rule.hold_reply(gate.clone()));
+        gate
+    }
+
+    /// Holds the next `extend` asking `lease` before the server, at the returned gate.
+    pub fn hold_extend(&self, lease: Duration) -> Arc<Gate> {
+        let gate = Gate::new();
+        self.add(
+            Rule::on(Op::Extend)
+                .when(move |call| call.lease == Some(lease))
+                .times(1)
+                .hold_request(gate.clone()),
+        );
+        gate
     }
 
     /// Removes every rule (calls already waiting at a gate keep waiting for it).
@@ -617,4 +653,93 @@ pub async fn faulty_client(b: &super::backend::Backend) -> (Arc<Faulty>, redis_l
         .store(f.clone())
         .expect("client");
     (f, c)
+}
+
+/// As [`faulty_client`], the client built from `builder` (its lease, heartbeat, ...).
+pub async fn faulty_client_with(
+    b: &super::backend::Backend,
+    builder: redis_locks::LockClientBuilder,
+) -> (Arc<Faulty>, redis_locks::LockClient) {
+    let f = Faulty::new(b.store().await);
+    let c = builder.store(f.clone()).expect("client");
+    (f, c)
+}
+
+/// A Mutex guard of `name` in `c` (lease 3 s), granted on current-thread runtime A, whose
+/// first renewal (lease 3 s) is held at the returned gate (rule added to `f`, `c`'s store);
+/// A is returned idle, as a sync wrapper's runtime between calls, so the renewal stays parked
+/// there until A runs again. Drop A with `tokio::task::spawn_blocking`.
+pub async fn parked_renewal(
+    c: &redis_locks::LockClient,
+    f: &Faulty,
+    name: &str,
+) -> (
+    tokio::runtime::Runtime,
+    redis_locks::Guard<redis_locks::kind::Mutex>,
+    Arc<Gate>,
+) {
+    let gate = Gate::new();
+    f.add(
+        Rule::on(Op::Extend)
+            .when(|call| call.lease == Some(super::time::secs(3)))
+            .times(1)
+            .hold_request(gate.clone()),
+    );
+    let (c2, gate2, name) = (c.clone(), gate.clone(), name.to_owned());
+    let (idle, guard) = tokio::task::spawn_blocking(move || {
+        let rt = super::time::current_thread();
+        let guard = rt.block_on(async move {
+            let guard = c2.mutex(&name).lease(super::time::secs(3)).lock().await;
+            let guard = guard.expect("lock");
+            tokio::time::timeout(super::time::ms(5_000), gate2.wait_entered(1))
+                .await
+                .expect("the renewal at the gate");
+            guard
+        });
+        (rt, guard)
+    })
+    .await
+    .expect("runtime A");
+    (idle, guard, gate)
+}
+
+/// `c.extend_hold(id, lease)` on a task of its own.
+pub fn spawn_extend_hold(
+    c: &redis_locks::LockClient,
+    id: &redis_locks::HoldId,
+    lease: Duration,
+) -> tokio::task::JoinHandle<redis_locks::Result<bool>> {
+    let (c, id) = (c.clone(), id.clone());
+    tokio::spawn(async move { c.extend_hold(&id, lease).await })
+}
+
+/// A 10 s Mutex hold of `name` on a fault-injecting client (no auto-renewal), with an
+/// `extend_hold(id, lease)` of it on its way, held at `gate` before the server: the client,
+/// the guard, its id, the gate and the extend's task.
+pub async fn extend_at_gate(
+    b: &super::backend::Backend,
+    name: &str,
+    lease: Duration,
+) -> (
+    redis_locks::LockClient,
+    redis_locks::MutexGuard,
+    redis_locks::HoldId,
+    Arc<Gate>,
+    tokio::task::JoinHandle<redis_locks::Result<bool>>,
+) {
+    let (f, c) = faulty_client(b).await;
+    let lock = c.mutex(name).lease(super::time::secs(10)).auto_renew(false);
+    let guard = lock.lock().await.expect("lock");
+    let id = guard.hold_id();
+    let gate = f.hold_extend(lease);
+    let extending = spawn_extend_hold(&c, &id, lease);
+    tokio::time::timeout(super::time::ms(5_000), gate.wait_entered(1))
+        .await
+        .expect("extend at the gate");
+    (c, guard, id, gate, extending)
+}
+
+/// [`Gate::entered_within`] 5 s: `n` calls arrived at `gate`.
+pub async fn at_gate(gate: &Gate, n: usize, what: &str) {
+    gate.entered_within(n, Duration::from_secs(5), what).await
 }

@@ -36,3 +36,16 @@ pub fn assert_honest(what: &str, valid_until: Instant, info: &LockInfo, answered
         ),
     }
 }
+
+/// How far `valid_until` (read before the inspect) trusts past the server's lease in `info`
+/// (answered at `answered`; no holder: past `answered`), beyond 5 ms of slack; `None` when it
+/// does not.
+pub fn trusts_past(
+    valid_until: Instant,
+    info: &LockInfo,
+    answered: Instant,
+) -> Option<std::time::Duration> {
+    let server = server_deadline(info, answered).unwrap_or(answered);
+    let over = valid_until.saturating_duration_since(server);
+    (over > ms(5)).then_some(over)
+}

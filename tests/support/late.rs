@@ -3,11 +3,16 @@
 //! connection's requests and cuts its client side while the server side lives on, so held
 //! requests reach the server after the client reconnected.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis_locks::{LockClient, LockInfo};
 use tokio::time::Instant;
 
+use redis_locks::testing::store::RedisStore;
+
+use crate::backend::Backend;
+use crate::faulty::Faulty;
 use crate::honest::assert_honest;
 use crate::time::ms;
 use crate::Granted;
@@ -54,6 +59,68 @@ pub async fn watch(
     }
     if let Some(text) = dishonest {
         panic!("{text}");
+    }
+}
+
+/// [`watch`] of `guard` (a read hold, or any hold beside which no writer may be let in):
+/// `probe` inspects the lock, `rival` tries to write.
+pub async fn watch_writers<K: redis_locks::kind::Kind>(
+    what: &str,
+    guard: &redis_locks::Guard<K>,
+    probe: &redis_locks::RwLock,
+    rival: &redis_locks::RwLock,
+    how_long: Duration,
+) {
+    watch(
+        what,
+        || guard.is_held(),
+        || guard.valid_until(),
+        async || probe.inspect().await.expect("inspect"),
+        async || took(rival.try_write().await).await,
+        how_long,
+    )
+    .await;
+}
+
+/// A's guard from its spawned acquire (`lock()`, `read()`, ...), within 20 s.
+pub async fn a_granted<G>(task: tokio::task::JoinHandle<redis_locks::Result<G>>) -> G {
+    tokio::time::timeout(crate::time::secs(20), task)
+        .await
+        .expect("A granted within 20 s")
+        .expect("task")
+        .expect("A's acquire")
+}
+
+/// One lock and release of the Mutex `name` by `a` (the scripts are on the server then).
+pub async fn warm_up(a: &LockClient, name: &str) {
+    let g = a.mutex(name).lock().await.expect("warm-up");
+    g.release().await.expect("release");
+}
+
+/// The clients of a watch: one reads the server (`observer`), one contends (`contender`).
+pub struct Watchers {
+    pub observer: LockClient,
+    pub contender: LockClient,
+}
+
+impl Watchers {
+    /// Two new clients of `b`.
+    pub async fn on(b: &Backend) -> Watchers {
+        Watchers {
+            observer: b.client().await,
+            contender: b.client().await,
+        }
+    }
+
+    /// [`watch_mutex`] of `guard` on `name` with these clients.
+    pub async fn mutex(
+        &self,
+        what: &str,
+        guard: &redis_locks::Guard<redis_locks::kind::Mutex>,
+        name: &str,
+        how_long: Duration,
+    ) {
+        watch_mutex(what, guard, &self.observer, &self.contender, name, how_long).await
     }
 }
 
@@ -274,6 +341,34 @@ pub mod late_proxy {
                 c.held.send_replace(false);
             }
         }
+
+        /// Delivers everything held and waits (10 s at most) until it left.
+        pub async fn deliver_all(&self) {
+            self.deliver();
+            let (limit, what) = (crate::time::secs(10), "the held claim was never delivered");
+            super::until(what, limit, || self.queued() == 0).await;
+        }
+
+        /// Waits up to `limit` for a held request (the [`LateProxy::hold_when`] match), then
+        /// stops holding on a match; whether one was held.
+        pub async fn held_within(&self, limit: std::time::Duration) -> bool {
+            let give_up = tokio::time::Instant::now() + limit;
+            while self.held_log().is_empty() && tokio::time::Instant::now() < give_up {
+                tokio::time::sleep(crate::time::ms(1)).await;
+            }
+            self.hold_when_off();
+            !self.held_log().is_empty()
+        }
+
+        /// Holds a connection from its first lease request (`arity` RESP words: 15 for a
+        /// Mutex's or writer's, 19 for a fair RwLock's) of `name` that names a hand-off
+        /// deadline (not "keep"): a hand-off's claim.
+        pub fn hold_claim(&self, arity: usize, name: &str) {
+            let (start, tag) = (format!("*{arity}\r\n$7\r\nEVALSHA"), format!("{{{name}}}"));
+            self.hold_when(move |chunk| {
+                chunk.starts_with(&start) && chunk.contains(&tag) && !chunk.ends_with("keep\r\n")
+            });
+        }
     }
 
     impl Drop for LateProxy {
@@ -282,6 +377,35 @@ pub mod late_proxy {
             self.cut_clients();
         }
     }
+}
+
+/// A client of redis-server `b` through a new [`late_proxy::LateProxy`], with 300 ms response
+/// timeouts ([`crate::proxy::quick`]: a held request soon counts as lost, and the client
+/// reconnects).
+pub async fn proxied_client(b: &Backend) -> (late_proxy::LateProxy, LockClient) {
+    let port = b.server.as_ref().expect("server").port();
+    let proxy = late_proxy::LateProxy::start(port).await;
+    let a = LockClient::builder()
+        .redis_config(crate::proxy::quick())
+        .connect(&proxy.url())
+        .await
+        .expect("A connects through the proxy");
+    (proxy, a)
+}
+
+/// A client of (fresh) redis-server `b` through a new [`late_proxy::LateProxy`], wrapped in
+/// a [`Faulty`] (to stop its process), with 300 ms response timeouts.
+pub async fn proxied_faulty_client(
+    b: &Backend,
+) -> (late_proxy::LateProxy, Arc<Faulty>, LockClient) {
+    let port = b.server.as_ref().expect("server").port();
+    let proxy = late_proxy::LateProxy::start(port).await;
+    let store = RedisStore::connect_with(&proxy.url(), crate::proxy::quick())
+        .await
+        .expect("a store through the proxy");
+    let f = Faulty::new(Arc::new(store));
+    let c = LockClient::builder().store(f.clone()).expect("client");
+    (proxy, f, c)
 }
 
 /// Polls `cond` every ms for up to `limit`; panics with `what` if it never holds.

@@ -20,7 +20,8 @@
 //! * [`rng`]: a small deterministic generator for randomized workloads.
 //! * [`warnings`]: capturing the library's warnings.
 //! * [`model_rig`]: a redis-server and a runtime for the model checks.
-//! * [`env_u32`], [`serial`]: case counts from the environment; one test at a time.
+//! * [`env_u32`], [`serial`], [`poll_once`]: case counts from the environment; one test at
+//!   a time; one poll of a future.
 //! * [`sim_store`]: the fault-injecting connection of the client-side simulations.
 
 #![allow(dead_code)]
@@ -81,4 +82,37 @@ impl<G> Granted<G> for redis_locks::Result<G> {
             Err(e) => panic!("{what}: {e}"),
         }
     }
+}
+
+/// Polls `fut` once; `true` if it completed.
+pub async fn poll_once<F: std::future::Future>(fut: &mut std::pin::Pin<Box<F>>) -> bool {
+    std::future::poll_fn(|cx| std::task::Poll::Ready(fut.as_mut().poll(cx).is_ready())).await
+}
+
+/// A try's outcome as `Ok(true)` (granted; the guard dropped at once), `Ok(false)` (held,
+/// [`redis_locks::Error::is_would_block`]) or the error.
+pub fn tried<G>(outcome: redis_locks::Result<G>) -> redis_locks::Result<bool> {
+    match outcome {
+        Ok(_) => Ok(true),
+        Err(e) if e.is_would_block() => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether a `try_*` was refused because the lock is held
+/// ([`redis_locks::Error::is_would_block`]); a grant panics.
+pub fn would_block<G: std::fmt::Debug>(tried: redis_locks::Result<G>) -> bool {
+    tried
+        .expect_err("a try that must be refused")
+        .is_would_block()
+}
+
+/// A detached Mutex hold of `name` in `c` with `lease`.
+pub async fn detached_mutex(
+    c: &redis_locks::LockClient,
+    name: &str,
+    lease: std::time::Duration,
+) -> redis_locks::HoldId {
+    let guard = c.mutex(name).lease(lease).lock().await.expect("lock");
+    guard.detach()
 }

@@ -47,3 +47,15 @@ impl ModelRig {
         })
     }
 }
+
+/// The programs a model check runs: `MODEL_CASES`, `default` when it is unset.
+pub fn cases(default: u32) -> u32 {
+    crate::env_u32("MODEL_CASES", default)
+}
+
+/// Whether this run checks coverage (every outcome reached): at the default number of
+/// programs or more. A run with fewer (`.ci/run`'s Valkey step: the same scripts on another
+/// server) compares the stores on programs that need not reach every outcome.
+pub fn full_run(default: u32) -> bool {
+    cases(default) >= default
+}

@@ -177,3 +177,15 @@ pub fn quick() -> redis_locks::RedisConfig {
         ..redis_locks::RedisConfig::default()
     }
 }
+
+/// A client of redis-server `b` through a new [`Proxy`], with [`quick`] timeouts: the one
+/// slow-proxy client of the tests that stall or cut its traffic.
+pub async fn slow_client(b: &super::backend::Backend) -> (Proxy, redis_locks::LockClient) {
+    let proxy = Proxy::start(b.server.as_ref().expect("server").port()).await;
+    let c = redis_locks::LockClient::builder()
+        .redis_config(quick())
+        .connect(&proxy.url())
+        .await
+        .expect("connect through the proxy");
+    (proxy, c)
+}

@@ -151,6 +151,12 @@ impl RedisServer {
         );
     }
 
+    /// A client of this server whose holds take `lease` (otherwise default settings).
+    pub async fn leased(&self, lease: std::time::Duration) -> redis_locks::LockClient {
+        let builder = redis_locks::LockClient::builder().lease(lease);
+        builder.connect(&self.url()).await.expect("connect")
+    }
+
     /// `redis://127.0.0.1:PORT/`
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)

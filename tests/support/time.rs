@@ -31,3 +31,19 @@ pub fn current_thread() -> tokio::runtime::Runtime {
         .build()
         .expect("runtime")
 }
+
+/// A multi-thread runtime of `workers` threads with time and I/O.
+pub fn multi_thread(workers: usize) -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// Drops a runtime on a plain thread (a runtime cannot be dropped inside another's context).
+pub async fn drop_runtime(rt: tokio::runtime::Runtime) {
+    tokio::task::spawn_blocking(move || drop(rt))
+        .await
+        .expect("drop runtime");
+}

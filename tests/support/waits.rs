@@ -59,3 +59,24 @@ pub async fn holders(other: &LockClient, name: &str) -> usize {
         .holders
         .len()
 }
+
+/// Whether another client's try of `name` is granted now (released at once): `kind` is
+/// "mutex", "fair", "read", "write" or "sem" (a one-permit semaphore). An error other than
+/// "held" panics.
+pub async fn grantable(c: &LockClient, kind: &str, name: &str) -> bool {
+    use super::Granted;
+    let what = "a try of a lock left free";
+    match kind {
+        "mutex" => c.mutex(name).try_lock().await.granted(what).is_some(),
+        "fair" => c.fair_lock(name).try_lock().await.granted(what).is_some(),
+        "read" => c.rwlock(name).try_read().await.granted(what).is_some(),
+        "write" => c.rwlock(name).try_write().await.granted(what).is_some(),
+        "sem" => c
+            .semaphore(name, 1)
+            .try_acquire()
+            .await
+            .granted(what)
+            .is_some(),
+        other => unreachable!("{other}"),
+    }
+}
