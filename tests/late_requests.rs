@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use support::backend::{until_waiters, Backend};
 use support::faulty::{faulty_client, Op, Rule};
 use support::late::{
-    a_granted, late_proxy, proxied_client, proxied_faulty_client, took, warm_up, watch,
+    a_granted, late_proxy, proxied_client, proxied_faulty_client, took, until, warm_up, watch,
     watch_mutex, watch_writers, Watchers,
 };
 use support::time::{ms, secs};
