@@ -13,8 +13,8 @@ use tokio::time::Instant;
 use support::backend::{until_waiters, Backend};
 use support::faulty::{faulty_client, Op, Rule};
 use support::late::{
-    a_granted, late_proxy, proxied_client, proxied_faulty_client, took, until, warm_up, watch,
-    watch_mutex, watch_writers, Watchers,
+    a_granted, late_proxy, proxied_client, proxied_faulty_client, quorum_client, took, until,
+    warm_up, watch, watch_mutex, watch_writers, Watchers,
 };
 use support::time::{ms, secs};
 use support::Granted;
@@ -316,27 +316,11 @@ async fn a_late_duplicate_acquire_cannot_cut_a_resumed_quorum_mutex() {
     let p0 = late_proxy::LateProxy::start(servers[0].port()).await;
     let p1 = late_proxy::LateProxy::start(servers[1].port()).await;
     let direct: Vec<String> = servers.iter().map(RedisServer::url).collect();
-    let direct: Vec<&str> = direct.iter().map(String::as_str).collect();
-    let via = [p0.url(), p1.url(), servers[2].url()];
-    let via: Vec<&str> = via.iter().map(String::as_str).collect();
-    let a = LockClient::builder()
-        .redis_config(redis_locks::RedisConfig {
-            response_timeout: ms(300),
-            connect_timeout: ms(500),
-            ..redis_locks::RedisConfig::default()
-        })
-        .quorum(&via)
-        .await
-        .expect("A connects (two servers through proxies)");
-    let resumer = LockClient::builder().quorum(&direct).await.expect("B");
-    let observer = LockClient::builder()
-        .quorum(&direct)
-        .await
-        .expect("observer");
-    let contender = LockClient::builder()
-        .quorum(&direct)
-        .await
-        .expect("contender");
+    let via = vec![p0.url(), p1.url(), servers[2].url()];
+    let a = quorum_client(&via, Some(ms(300))).await;
+    let resumer = quorum_client(&direct, None).await;
+    let observer = quorum_client(&direct, None).await;
+    let contender = quorum_client(&direct, None).await;
     warm_up(&a, "warm-up").await;
     p0.hold_existing();
     p1.hold_existing();
@@ -739,33 +723,11 @@ async fn a_late_release_of_a_failed_quorum_attempt_cannot_end_its_retry() {
     let p0 = late_proxy::LateProxy::start(servers[0].port()).await;
     let p1 = late_proxy::LateProxy::start(servers[1].port()).await;
     let direct: Vec<String> = servers.iter().map(RedisServer::url).collect();
-    let direct: Vec<&str> = direct.iter().map(String::as_str).collect();
-    let via = [p0.url(), p1.url(), servers[2].url()];
-    let via: Vec<&str> = via.iter().map(String::as_str).collect();
-    let a = LockClient::builder()
-        .redis_config(redis_locks::RedisConfig {
-            response_timeout: ms(300),
-            connect_timeout: ms(500),
-            ..redis_locks::RedisConfig::default()
-        })
-        .quorum(&via)
-        .await
-        .expect("A connects (two servers through proxies)");
-    let observer = LockClient::builder()
-        .quorum(&direct)
-        .await
-        .expect("observer");
-    let contender = LockClient::builder()
-        .quorum(&direct)
-        .await
-        .expect("contender");
-    a.mutex("warm-up")
-        .lock()
-        .await
-        .expect("warm-up")
-        .release()
-        .await
-        .expect("release");
+    let via = vec![p0.url(), p1.url(), servers[2].url()];
+    let a = quorum_client(&via, Some(ms(300))).await;
+    let observer = quorum_client(&direct, None).await;
+    let contender = quorum_client(&direct, None).await;
+    warm_up(&a, "warm-up").await;
     p0.hold_existing();
     p1.hold_existing();
     // A reconnect after the attempt's timeout is held too, until the cut.

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use support::backend::Backend;
 use support::faulty::{Faulty, Gate, Op, Rule};
-use support::late::{late_proxy, took, until, watch};
+use support::late::{late_proxy, quorum_client, took, until, warm_up, watch};
 use support::proxy::Proxy;
 use support::time::{ms, secs};
 use support::{Granted, RedisServer};
@@ -85,22 +85,9 @@ async fn a_timed_out_quorum_wait_leaves_no_hold_behind() {
     let p2 = Proxy::start(servers[2].port()).await;
     let direct: Vec<String> = servers.iter().map(RedisServer::url).collect();
     let via = vec![servers[0].url(), servers[1].url(), p2.url()];
-    let a = LockClient::builder()
-        .redis_config(config(ms(600)))
-        .quorum(&strs(&via))
-        .await
-        .expect("A connects");
-    let contender = LockClient::builder()
-        .quorum(&strs(&direct))
-        .await
-        .expect("contender");
-    a.mutex("retoken-warm-up")
-        .lock()
-        .await
-        .expect("warm-up")
-        .release()
-        .await
-        .expect("release");
+    let a = quorum_client(&via, Some(ms(600))).await;
+    let contender = quorum_client(&direct, None).await;
+    warm_up(&a, "retoken-warm-up").await;
     p2.stall();
     let started = Instant::now();
     let outcome = a.mutex(name).lease(secs(20)).lock().timeout(ms(200)).await;
@@ -146,20 +133,10 @@ async fn a_quorum_wait_after_lost_replies_is_served_once_the_servers_answer() {
     let p0 = Proxy::start(servers[0].port()).await;
     let p1 = Proxy::start(servers[1].port()).await;
     let via = vec![p0.url(), p1.url(), servers[2].url()];
-    let a = LockClient::builder()
-        .redis_config(config(ms(1000)))
-        .quorum(&strs(&via))
-        .await
-        .expect("A connects");
+    let a = quorum_client(&via, Some(ms(1000))).await;
     let on0 = LockClient::connect(&servers[0].url()).await.expect("on 0");
     let on1 = LockClient::connect(&servers[1].url()).await.expect("on 1");
-    a.mutex("retoken-warm-up")
-        .lock()
-        .await
-        .expect("warm-up")
-        .release()
-        .await
-        .expect("release");
+    warm_up(&a, "retoken-warm-up").await;
     p0.stall_replies();
     p1.stall_replies();
     let handle = a.mutex(name).lease(secs(10));
@@ -260,12 +237,7 @@ async fn a_timed_out_quorum_writer_stops_holding_readers_back_at_once() {
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
     let mut clients = Vec::new();
     for _ in 0..3 {
-        clients.push(
-            LockClient::builder()
-                .quorum(&strs(&urls))
-                .await
-                .expect("client"),
-        );
+        clients.push(quorum_client(&urls, None).await);
     }
     a_timed_out_writer_stops_holding_readers_back("quorum", &clients[0], &clients[1], &clients[2])
         .await;
@@ -288,9 +260,9 @@ async fn a_released_quorum_writer_holds_no_reader_back() {
     let name = "retoken-released-writer";
     let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
-    let reader = LockClient::builder().quorum(&strs(&urls)).await.expect("r");
-    let writer = LockClient::builder().quorum(&strs(&urls)).await.expect("w");
-    let late = LockClient::builder().quorum(&strs(&urls)).await.expect("l");
+    let reader = quorum_client(&urls, None).await;
+    let writer = quorum_client(&urls, None).await;
+    let late = quorum_client(&urls, None).await;
     let r = reader
         .rwlock(name)
         .lease(secs(20))
@@ -337,22 +309,9 @@ async fn a_quorum_waiter_is_woken_by_a_release_during_its_attempt() {
     let p2 = late_proxy::LateProxy::start(servers[2].port()).await;
     let direct: Vec<String> = servers.iter().map(RedisServer::url).collect();
     let via = vec![servers[0].url(), servers[1].url(), p2.url()];
-    let w = LockClient::builder()
-        .redis_config(config(secs(5)))
-        .quorum(&strs(&via))
-        .await
-        .expect("W connects");
-    let h = LockClient::builder()
-        .quorum(&strs(&direct))
-        .await
-        .expect("H");
-    w.mutex("retoken-warm-up")
-        .lock()
-        .await
-        .expect("warm-up")
-        .release()
-        .await
-        .expect("release");
+    let w = quorum_client(&via, Some(secs(5))).await;
+    let h = quorum_client(&direct, None).await;
+    warm_up(&w, "retoken-warm-up").await;
     let held = h.mutex(name).lease(secs(30)).lock().await.expect("H locks");
     let handle = w
         .mutex(name)
@@ -633,7 +592,7 @@ async fn a_quorum_hold_granted_after_a_refusal_keeps_its_label() {
     let name = "retoken-quorum-label";
     let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
-    let h = LockClient::builder().quorum(&strs(&urls)).await.expect("H");
+    let h = quorum_client(&urls, None).await;
     let w = LockClient::builder()
         .label("worker-7")
         .quorum(&strs(&urls))
@@ -724,27 +683,11 @@ async fn a_quorum_writer_with_a_stalled_minority_keeps_readers_out() {
     let p2 = Proxy::start(servers[2].port()).await;
     let direct: Vec<String> = servers.iter().map(RedisServer::url).collect();
     let via = vec![servers[0].url(), servers[1].url(), p2.url()];
-    let w = LockClient::builder()
-        .redis_config(config(ms(1500)))
-        .quorum(&strs(&via))
-        .await
-        .expect("W connects");
-    let r1 = LockClient::builder()
-        .quorum(&strs(&direct))
-        .await
-        .expect("R1");
-    let late = LockClient::builder()
-        .quorum(&strs(&direct))
-        .await
-        .expect("late reader");
+    let w = quorum_client(&via, Some(ms(1500))).await;
+    let r1 = quorum_client(&direct, None).await;
+    let late = quorum_client(&direct, None).await;
     let on0 = LockClient::connect(&servers[0].url()).await.expect("on 0");
-    w.mutex("stalled-minority-warm-up")
-        .lock()
-        .await
-        .expect("warm-up")
-        .release()
-        .await
-        .expect("release");
+    warm_up(&w, "stalled-minority-warm-up").await;
     let held = r1
         .rwlock(name)
         .lease(secs(60))

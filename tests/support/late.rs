@@ -91,6 +91,24 @@ pub async fn a_granted<G>(task: tokio::task::JoinHandle<redis_locks::Result<G>>)
         .expect("A's acquire")
 }
 
+/// A quorum-mode client of the servers at `urls`, with `response_timeout` (and a 500 ms
+/// connect timeout) if given, else the defaults.
+pub async fn quorum_client(urls: &[String], response_timeout: Option<Duration>) -> LockClient {
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let mut builder = LockClient::builder();
+    if let Some(response_timeout) = response_timeout {
+        builder = builder.redis_config(redis_locks::RedisConfig {
+            response_timeout,
+            connect_timeout: ms(500),
+            ..redis_locks::RedisConfig::default()
+        });
+    }
+    builder
+        .quorum(&urls)
+        .await
+        .expect("a quorum client connects")
+}
+
 /// One lock and release of the Mutex `name` by `a` (the scripts are on the server then).
 pub async fn warm_up(a: &LockClient, name: &str) {
     let g = a.mutex(name).lock().await.expect("warm-up");
