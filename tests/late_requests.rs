@@ -754,11 +754,7 @@ async fn a_late_release_of_a_failed_quorum_attempt_cannot_end_its_retry() {
     p1.hold_new(false);
     p0.cut_clients();
     p1.cut_clients();
-    let a_guard = tokio::time::timeout(secs(20), locking)
-        .await
-        .expect("A granted after reconnecting")
-        .expect("task")
-        .expect("A locks");
+    let a_guard = a_granted(locking).await;
     assert!(a_guard.is_held());
     p0.deliver();
     p1.deliver();
@@ -838,11 +834,7 @@ async fn a_late_withdraw_of_a_multi_lock_cannot_end_its_later_grant() {
     eprintln!("held: {:?}", proxy.held_log());
     tokio::time::sleep(ms(300)).await;
     assert!(c_guard.release().await.expect("C releases X"));
-    let a_guard = tokio::time::timeout(secs(20), locking)
-        .await
-        .expect("A granted")
-        .expect("task")
-        .expect("A locks [X, Y]");
+    let a_guard = a_granted(locking).await;
     assert!(a_guard.is_held());
     proxy.deliver();
     until("the held releases were never delivered", secs(10), || {

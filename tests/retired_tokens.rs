@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use support::backend::Backend;
 use support::faulty::{Faulty, Gate, Op, Rule};
-use support::late::{late_proxy, quorum_client, took, until, warm_up, watch};
+use support::late::{a_granted, late_proxy, quorum_client, took, until, warm_up, watch};
 use support::proxy::Proxy;
 use support::time::{ms, secs};
 use support::{Granted, RedisServer};
@@ -173,11 +173,7 @@ async fn a_quorum_wait_after_lost_replies_is_served_once_the_servers_answer() {
     p0.resume();
     p1.resume();
     let back = Instant::now();
-    let granted = tokio::time::timeout(secs(20), locking)
-        .await
-        .expect("A granted within 20 s")
-        .expect("task")
-        .expect("A locks");
+    let granted = a_granted(locking).await;
     let waited = back.elapsed();
     eprintln!("A granted {waited:?} after the network came back");
     assert!(granted.is_held());
@@ -336,11 +332,7 @@ async fn a_quorum_waiter_is_woken_by_a_release_during_its_attempt() {
     // The wake-ups reach W's hub; then the held attempt reaches server 2.
     tokio::time::sleep(ms(200)).await;
     p2.deliver();
-    let g = tokio::time::timeout(secs(20), locking)
-        .await
-        .expect("W granted within 20 s")
-        .expect("task")
-        .expect("W locks");
+    let g = a_granted(locking).await;
     let waited = released.elapsed();
     eprintln!("W granted {waited:?} after H's release");
     assert!(g.is_held());
@@ -389,11 +381,7 @@ async fn a_multi_lock_is_woken_by_a_release_during_its_withdraw() {
     let released = Instant::now();
     tokio::time::sleep(ms(200)).await;
     gate.open();
-    let g = tokio::time::timeout(secs(20), locking)
-        .await
-        .expect("A granted within 20 s")
-        .expect("task")
-        .expect("A locks [X, Y]");
+    let g = a_granted(locking).await;
     let waited = released.elapsed();
     eprintln!("A granted {waited:?} after C's release");
     assert!(g.is_held());
@@ -826,11 +814,7 @@ async fn a_multi_lock_with_many_retired_tokens_is_woken_and_leaves_nothing() {
     );
     let released = Instant::now();
     assert!(c_guard.release().await.expect("C releases X"));
-    let g = tokio::time::timeout(secs(20), locking)
-        .await
-        .expect("A granted")
-        .expect("task")
-        .expect("A locks [X, Y]");
+    let g = a_granted(locking).await;
     let woke = released.elapsed();
     assert!(g.is_held());
     assert!(

@@ -137,7 +137,7 @@ pub(crate) async fn pursue<P: Pursuit>(p: &mut P, w: &Waiting<'_>) -> Result<Opt
         Deadline::At(limit, _) => Some(crate::vocab::options::later(limit, w.response_timeout)),
         Deadline::Try | Deadline::Never => None,
     };
-    let mut registration: Option<(String, String, Registration)> = None;
+    let mut registration: Option<Registration> = None;
     let mut outage = Outage {
         since: None,
         backoff: FIRST_BACKOFF,
@@ -160,27 +160,12 @@ pub(crate) async fn pursue<P: Pursuit>(p: &mut P, w: &Waiting<'_>) -> Result<Opt
                 }
                 // A refusal that came at or after the deadline ends the wait below.
                 if !w.deadline.passed() {
-                    let reg = match registration.take() {
-                        Some((c, token, reg)) if c == channel => {
-                            if token != p.token() {
-                                // Wake-ups name the token: the registration follows a new one
-                                // (keeping a wake-up already delivered).
-                                reg.set_token(p.token());
-                            }
-                            reg
-                        }
-                        _ => {
-                            let mut reg = w.hub.register(&channel, p.token());
-                            let bound =
-                                subscribe_bound(w.deadline, w.response_timeout, p.interval());
-                            reg.subscribed(bound).await;
-                            registration = Some((channel, p.token().to_owned(), reg));
-                            continue;
-                        }
+                    let pursuer = (p.token(), p.interval());
+                    let Some(reg) = kept_or_new(pursuer, w, &mut registration, &channel).await
+                    else {
+                        continue;
                     };
-                    let won = sleep(p, &reg, &busy, sent_at, w.deadline).await;
-                    registration = Some((channel, p.token().to_owned(), reg));
-                    if let Some(won) = won {
+                    if let Some(won) = sleep(p, reg, &busy, sent_at, w.deadline).await {
                         return Ok(Some(won));
                     }
                 }
@@ -213,6 +198,33 @@ pub(crate) async fn pursue<P: Pursuit>(p: &mut P, w: &Waiting<'_>) -> Result<Opt
             });
         }
     }
+}
+
+/// The registration to wait on `channel` with: the one kept from the last refusal if it is
+/// for that channel (a wake-up already delivered to it stays). It keeps the token it was
+/// made with: the pursuits whose token changes (a multi-lock's after a withdraw, a quorum
+/// claim's) are never handed a lock, so no wake-up names them. Otherwise a new one, waited
+/// for until subscribed (bounded), and `None`: the pursuit attempts again at once, so a
+/// release between its attempt and the subscription is not missed.
+async fn kept_or_new<'r>(
+    (token, interval): (&str, Duration),
+    w: &Waiting<'_>,
+    registration: &'r mut Option<Registration>,
+    channel: &str,
+) -> Option<&'r Registration> {
+    if registration
+        .as_ref()
+        .is_some_and(|reg| reg.channel() == channel)
+    {
+        return registration.as_ref();
+    }
+    let mut reg = w.hub.register(channel, token);
+    // The old one (another channel) goes once the new one is in place.
+    *registration = None;
+    reg.subscribed(subscribe_bound(w.deadline, w.response_timeout, interval))
+        .await;
+    *registration = Some(reg);
+    None
 }
 
 /// One attempt; one in flight at the deadline gets one bounded round trip more.

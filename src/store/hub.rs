@@ -455,18 +455,6 @@ impl WakeHub {
         }
     }
 
-    /// The registration `id` on `channel` now waits for wake-ups naming `token`.
-    fn rename(&self, channel: &str, id: u64, token: &str) {
-        let mut st = self.lock_state();
-        if let Some(entry) = st.channels.get_mut(channel) {
-            for (i, t, _) in entry.waiters.iter_mut() {
-                if *i == id {
-                    *t = token.to_owned();
-                }
-            }
-        }
-    }
-
     fn leave(&self, channel: &str, id: u64) {
         let mut st = self.lock_state();
         let Some(entry) = st.channels.get_mut(channel) else {
@@ -546,10 +534,9 @@ impl Registration {
         self.notify.notify.notified().await
     }
 
-    /// From now on, wake-ups naming `token` (a claim that went on under a new token) wake
-    /// this registration; one already delivered stays.
-    pub(crate) fn set_token(&self, token: &str) {
-        self.hub.rename(&self.channel, self.id, token);
+    /// The channel it waits on.
+    pub(crate) fn channel(&self) -> &str {
+        &self.channel
     }
 
     /// The grant a release announced for this waiter since the last call.
