@@ -11,6 +11,9 @@ pub struct Args {
     /// Server binaries to run the workloads on, one after another (`--server PATH`, given
     /// again for each); empty: the one server of `REDIS_URL` or the harness's default.
     pub servers: Vec<String>,
+    /// `--instructions`: run the server under callgrind and report the instructions it
+    /// executed per script call (see `callgrind.rs`).
+    pub instructions: bool,
 }
 
 impl Args {
@@ -26,12 +29,14 @@ pub fn parse_args() -> BoxResult<Args> {
         markdown: false,
         only: Vec::new(),
         servers: Vec::new(),
+        instructions: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         match a.as_str() {
             "--json" => args.json = true,
             "--markdown" => args.markdown = true,
+            "--instructions" => args.instructions = true,
             "--only" => {
                 let names = it.next().ok_or("--only needs workload names (a,b,...)")?;
                 for name in names.split(',') {
@@ -51,9 +56,10 @@ pub fn parse_args() -> BoxResult<Args> {
             }
             "-h" | "--help" => {
                 println!(
-                    "usage: cargo run --release -p redis-locks-bench [--features cluster] [-- [--json | --markdown] [--only NAME,...] [--server PATH]...]\n\
+                    "usage: cargo run --release -p redis-locks-bench [--features cluster] [-- [--json | --markdown] [--only NAME,...] [--server PATH]... [--instructions]]\n\
                      workloads: {} (cluster needs --features cluster)\nREDIS_URL: use that server instead of starting one\n\
-                     --server PATH: start that server binary (redis-server, valkey-server ...) and run there; given twice, the workloads run on each in turn",
+                     --server PATH: start that server binary (redis-server, valkey-server ...) and run there; given twice, the workloads run on each in turn\n\
+                     --instructions: the server runs under valgrind's callgrind; server_hot adds the instructions per script call (deterministic; every other row is slowed)",
                     WORKLOADS.join(", ")
                 );
                 std::process::exit(0);

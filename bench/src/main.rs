@@ -9,6 +9,7 @@
 //! cargo run --release -p redis-locks-bench -- --only uncontended,contended_mutex,fifo \
 //!     --server redis-server --server "$(.ci/fetch-valkey)"   # those rows on Redis, then Valkey
 //! cargo run --release -p redis-locks-bench --features cluster   # with the `cluster` workload
+//! cargo run --release -p redis-locks-bench -- --only server_hot --instructions   # server work
 //! ```
 //!
 //! The crate depends on redis-locks with its `testing` feature (the server-cost rows call the
@@ -34,6 +35,7 @@
 //! skipped, saying so, without it), `quorum` three plain servers for `LockClient::quorum`.
 
 mod args;
+mod callgrind;
 mod env;
 mod output;
 mod prim;
@@ -64,16 +66,27 @@ async fn main() -> BoxResult<()> {
         }
         // One server after another, each with its own table: what moving costs, side by side.
         for binary in &args.servers {
-            let server = servers::start_server(Some(binary));
+            let server = if args.instructions {
+                servers::start_under_callgrind(Some(binary))?
+            } else {
+                servers::start_server(Some(binary))
+            };
             run::bench(&args, &server.url()).await?;
             println!();
         }
         return Ok(());
     }
     let (server, url) = match std::env::var("REDIS_URL") {
+        Ok(url) if !url.is_empty() && args.instructions => {
+            return Err("--instructions starts its own server: unset REDIS_URL".into());
+        }
         Ok(url) if !url.is_empty() => (None, url),
         _ => {
-            let s = servers::start_server(None);
+            let s = if args.instructions {
+                servers::start_under_callgrind(None)?
+            } else {
+                servers::start_server(None)
+            };
             let url = s.url();
             (Some(s), url)
         }

@@ -63,6 +63,18 @@ pub fn start_server(binary: Option<&str>) -> Started<RedisServer> {
     }
 }
 
+/// A private server started under callgrind (`--instructions`): `binary`, or the harness's
+/// default, through a wrapper script in the server's own temporary folder; the bench's
+/// instruction counts then read this server.
+pub fn start_under_callgrind(binary: Option<&str>) -> crate::BoxResult<Started<RedisServer>> {
+    let dir = std::env::temp_dir().join(format!("rlbench-callgrind-{}", std::process::id()));
+    let binary = binary.map_or_else(server::server_binary, str::to_owned);
+    let wrapper = crate::callgrind::wrapper(&binary, &dir)?;
+    let started = start_server(Some(&wrapper));
+    crate::callgrind::activate(started.pid(), &dir);
+    Ok(started)
+}
+
 /// Ctrl-C: stops the servers this bench started (by their pids) before exiting.
 pub fn stop_on_ctrl_c() {
     tokio::spawn(async move {

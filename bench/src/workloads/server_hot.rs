@@ -20,6 +20,8 @@ use crate::{BoxError, BoxResult};
 
 /// Names per path; every step runs once on each.
 pub const HOT_NAMES: usize = 2000;
+/// Names per path under callgrind (`--instructions`), whose counts need no large sample.
+pub const CALLGRIND_NAMES: usize = 200;
 /// Calls in flight at once.
 pub const HOT_DEPTH: usize = 128;
 
@@ -32,6 +34,9 @@ pub const HOT_DEPTH: usize = 128;
 pub struct Hot {
     pub usec: f64,
     pub commands: f64,
+    /// The instructions the server executed per call, when it runs under callgrind
+    /// (`--instructions`, `callgrind.rs`).
+    pub instructions: Option<f64>,
 }
 
 /// Runs `step` on every item, `HOT_DEPTH` at a time, and returns its cost per `EVALSHA`.
@@ -52,6 +57,7 @@ where
     Fut: std::future::Future<Output = BoxResult<()>> + Send + 'static,
 {
     let before = cmdstats(raw).await?;
+    crate::callgrind::zero()?;
     for chunk in items.chunks(HOT_DEPTH) {
         let mut set = JoinSet::new();
         for item in chunk {
@@ -61,6 +67,7 @@ where
             r??;
         }
     }
+    let instructions = crate::callgrind::dump()?;
     let after = cmdstats(raw).await?;
     let of = |stats: &std::collections::HashMap<String, (u64, u64)>, name: &str| {
         stats.get(name).copied().unwrap_or((0, 0))
@@ -78,6 +85,7 @@ where
     Ok(Hot {
         usec: (a.1 - b.1) as f64 / calls as f64,
         commands: inner as f64 / calls as f64,
+        instructions: instructions.map(|n| n as f64 / calls as f64),
     })
 }
 
@@ -86,14 +94,19 @@ const W: &str = "server_hot";
 pub async fn server_hot(env: &Env, run: usize) -> BoxResult<Vec<Row>> {
     let raw = env.raw.clone();
     let store = env.client.store().clone();
+    let names = if crate::callgrind::active() {
+        CALLGRIND_NAMES
+    } else {
+        HOT_NAMES
+    };
     let keys_for = |kind: &str| -> BoxResult<Vec<LockKeys>> {
-        (0..HOT_NAMES)
+        (0..names)
             .map(|i| Ok(env.client.keys(&format!("{W}-{run}-{kind}-{i}"))?))
             .collect()
     };
 
     // Floor: the SET NX PX script, then the owner-checked DEL script, on distinct keys.
-    let floor_keys: Vec<String> = (0..HOT_NAMES)
+    let floor_keys: Vec<String> = (0..names)
         .map(|i| format!("{}:floor-hot-{run}-{i}", env.prefix))
         .collect();
     let floor = Floor::measure(&raw, &floor_keys).await?;
@@ -193,16 +206,16 @@ impl Floor {
 
     /// Rows `usec_per_call.<m>` and `commands_per_call.<m>` of an acquire or extend path,
     /// next to the floor's acquire.
-    fn acq(&self, m: &str, v: Hot, t: Option<f64>) -> [Row; 2] {
+    fn acq(&self, m: &str, v: Hot, t: Option<f64>) -> Vec<Row> {
         Self::rows(m, v, t, "floor_acquire", self.acquire)
     }
 
     /// The rows of a release path, next to the floor's release.
-    fn rel(&self, m: &str, v: Hot, t: Option<f64>) -> [Row; 2] {
+    fn rel(&self, m: &str, v: Hot, t: Option<f64>) -> Vec<Row> {
         Self::rows(m, v, t, "floor_release", self.release)
     }
 
-    fn rows(m: &str, v: Hot, t: Option<f64>, floor: &str, base: Hot) -> [Row; 2] {
+    fn rows(m: &str, v: Hot, t: Option<f64>, floor: &str, base: Hot) -> Vec<Row> {
         let r = Row::new(W, format!("usec_per_call.{m}"), v.usec, "usec")
             .vs(format!("usec_per_call.{floor}"), base.usec);
         let r = match t {
@@ -211,7 +224,26 @@ impl Floor {
         };
         let c = Row::new(W, format!("commands_per_call.{m}"), v.commands, "calls")
             .vs(format!("commands_per_call.{floor}"), base.commands);
-        [r, c]
+        let mut rows = vec![r, c];
+        if let (Some(n), Some(b)) = (v.instructions, base.instructions) {
+            rows.push(
+                Row::new(W, format!("instructions_per_call.{m}"), n, "instr")
+                    .vs(format!("instructions_per_call.{floor}"), b),
+            );
+        }
+        rows
+    }
+
+    /// The row of a pair's instructions (an acquire and a release path) next to the floor
+    /// pair's, when the server runs under callgrind.
+    fn pair(&self, m: &str, acquire: Hot, release: Hot, t: f64) -> Option<Row> {
+        let (a, r) = (acquire.instructions?, release.instructions?);
+        let (fa, fr) = (self.acquire.instructions?, self.release.instructions?);
+        Some(
+            Row::new(W, format!("instructions_per_pair.{m}"), a + r, "instr")
+                .vs("instructions_per_pair.floor", fa + fr)
+                .target(Target::RatioAtMost(t)),
+        )
     }
 }
 
@@ -285,6 +317,7 @@ async fn lease_lock(
     let rw_release_hand_off = each(raw, &holders, store, release).await?;
     let rw_acquire_claim = each(raw, &waiters, store, grant).await?;
     each(raw, &waiters, store, release).await?;
+    let pair = floor.pair("mutex", rw_acquire_free, rw_release, 2.0);
     Ok([
         floor.acq("rw_acquire.free", rw_acquire_free, Some(2.0)),
         floor.acq("rw_extend", rw_extend, None),
@@ -297,6 +330,7 @@ async fn lease_lock(
     ]
     .into_iter()
     .flatten()
+    .chain(pair)
     .collect())
 }
 
