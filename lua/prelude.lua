@@ -18,9 +18,11 @@ if ARGV[1] ~= nil and ARGV[1] ~= '' then
   NOW_US = NOW * 1000
   TTL_PAD = 86400000
 else
+  -- Each string is converted once: a tonumber of a string costs as much as a command.
   local t = redis.call('TIME')
-  NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  NOW_US = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local s, us = tonumber(t[1]), tonumber(t[2])
+  NOW = s * 1000 + math.floor(us / 1000)
+  NOW_US = s * 1000000 + us
   TTL_PAD = 0
 end
 local PUBLISH_CMD = ARGV[2]
