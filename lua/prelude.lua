@@ -7,6 +7,8 @@
 --            longer (TTL_PAD), so no key expires under a virtual clock and the stored
 --            deadlines alone decide.
 --   ARGV[2]  the publish command for wake-ups: "PUBLISH", or "SPUBLISH" on Redis Cluster.
+-- (A script's plain form, which a single server runs, has the server clock and PUBLISH
+-- written in and reads its step's arguments from ARGV[1]: src/wire/scripts.rs.)
 -- Every deadline is stored inside the lock state (a value or a sorted-set score) and compared
 -- with `now`; key TTLs only clean up after abandoned locks, so correctness never depends on them.
 -- A hold or heartbeat with deadline D is live while now < D.

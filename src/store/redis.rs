@@ -19,7 +19,7 @@ use crate::vocab::capability::Capability;
 use crate::vocab::error::{Cause, Error, NotNow, Result};
 use crate::vocab::keys::LockKeys;
 use crate::wire::rate::{RateAcquireArgs, RateCancelArgs, RateInspectArgs, RateReply, RateView};
-use crate::wire::scripts::{Scripts, Variant};
+use crate::wire::scripts::{Scripts, Step, Variant};
 use crate::wire::{
     AcquireReply, Argv, Change, DowngradeReply, Eviction, Fence, Flag, HandOver, LeaderView,
     LeaseLockView, Ms, MultiAcquireArgs, MultiAcquireReply, NoArgs, Now, Permits, PrefixArg,
@@ -525,12 +525,14 @@ impl RedisStore {
         }
     }
 
-    /// Runs one script step: `keys`, then the prelude's arguments and the step's own
-    /// (`args`), and parses the reply; a reply of another shape is a typed error.
+    /// Runs one script step: `keys`, then the step's arguments (`args`), and parses the
+    /// reply; a reply of another shape is a typed error. On the server clock with `PUBLISH`
+    /// the step's `plain` form runs, which takes `args` alone; otherwise its `full` form, which
+    /// takes the prelude's two arguments first (`now`, the publish command).
     async fn run<A: ToRedisArgs, T: FromRedisValue>(
         &self,
         lock: &LockKeys,
-        script: &Script,
+        step: &Step,
         keys: &[String],
         now: Option<u64>,
         args: A,
@@ -540,18 +542,17 @@ impl RedisStore {
             publish: self.publish,
             step: args,
         };
+        let plain = now.is_none() && self.publish == Publish::Plain;
         let result: redis::RedisResult<Value> = match self.conn.clone() {
             Conn::Single(mut c) => {
-                let mut inv = script.prepare_invoke();
-                inv.key(keys).arg(&argv);
+                let inv = invocation(step, plain, keys, &argv);
                 invoke(&inv, &mut c).await
             }
             #[cfg(feature = "cluster")]
-            Conn::Cluster(mut c) => invoke_cluster(script, keys, &argv, &mut c).await,
+            Conn::Cluster(mut c) => invoke_cluster(&step.full, keys, &argv, &mut c).await,
             #[cfg(feature = "sentinel")]
             Conn::Sentinel(s) => {
-                let mut inv = script.prepare_invoke();
-                inv.key(keys).arg(&argv);
+                let inv = invocation(step, plain, keys, &argv);
                 let inv = &inv;
                 on_primary(&s, |mut c| async move { invoke(inv, &mut c).await }).await
             }
@@ -638,6 +639,25 @@ where
             }
         }
         other => other,
+    }
+}
+
+/// The invocation of `step` with `keys` and `argv`: its `plain` form with the step's own
+/// arguments when `plain`, else its `full` form with all of `argv`.
+fn invocation<'a, A: ToRedisArgs>(
+    step: &'a Step,
+    plain: bool,
+    keys: &[String],
+    argv: &Argv<A>,
+) -> redis::ScriptInvocation<'a> {
+    if plain {
+        let mut inv = step.plain.prepare_invoke();
+        inv.key(keys).arg(&argv.step);
+        inv
+    } else {
+        let mut inv = step.full.prepare_invoke();
+        inv.key(keys).arg(argv);
+        inv
     }
 }
 
