@@ -378,8 +378,9 @@ pub mod late_proxy {
             !self.held_log().is_empty()
         }
 
-        /// Holds a connection from its first lease request (`arity` RESP words: 15 for a
-        /// Mutex's or writer's, 19 for a fair RwLock's) of `name` that names a hand-off
+        /// Holds a connection from its first lease request (`arity` RESP words of the plain
+        /// form a single server runs: 13 for a Mutex's or writer's, 17 for a fair RwLock's)
+        /// of `name` that names a hand-off
         /// deadline (not "keep"): a hand-off's claim.
         pub fn hold_claim(&self, arity: usize, name: &str) {
             let (start, tag) = (format!("*{arity}\r\n$7\r\nEVALSHA"), format!("{{{name}}}"));
