@@ -11,15 +11,16 @@
 //!   store publishes and delivers it to each client's own hub late, out of order or never.
 //! - [`store`] and [`keys`] expose the protocol steps behind the handles (the [`store::Store`]
 //!   contract, its Redis, quorum and in-memory implementations, and the explicit clock the
-//!   model checks use), and [`script_sources`] the Lua scripts. An explicit `now` turns off
+//!   model checks use), and [`script_sources`] the Lua scripts ([`plain_script_sources`] their
+//!   plain forms, which a single server runs). An explicit `now` turns off
 //!   key TTLs: never point these at a production server.
 
 use std::sync::Arc;
 
 pub use crate::store::hub::WakeHub;
 pub use crate::wire::scripts::{
-    fast_paths_of, sources as script_sources, sources_of_variant, Variant as ScriptVariant,
-    PROBE_CHANNEL,
+    fast_paths_of, plain_sources as plain_script_sources, sources as script_sources,
+    sources_of_variant, Variant as ScriptVariant, PROBE_CHANNEL,
 };
 
 /// The store contract: one method per protocol step, and its implementations.

@@ -428,6 +428,18 @@ pub fn sources() -> &'static [(&'static str, String)] {
     &SOURCES
 }
 
+/// The plain forms of the production scripts, by step name: what a single server runs.
+#[cfg_attr(not(feature = "testing"), allow(dead_code))]
+pub fn plain_sources() -> &'static [(&'static str, String)] {
+    static PLAIN: LazyLock<Vec<(&'static str, String)>> = LazyLock::new(|| {
+        sources()
+            .iter()
+            .map(|(name, full)| (*name, plain_of(full)))
+            .collect()
+    });
+    &PLAIN
+}
+
 /// The script sources of `variant`, by step name.
 #[cfg_attr(not(feature = "testing"), allow(dead_code))]
 pub fn sources_of_variant(variant: Variant) -> &'static [(&'static str, String)] {
