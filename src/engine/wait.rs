@@ -393,8 +393,7 @@ impl LockCtx {
     pub(crate) async fn resume(&self, claim: Claim, fence: u64) -> Result<Option<Hold>> {
         self.opts.validate()?;
         let lock = self.keys()?.clone();
-        let parts = (self.holds.clone(), self.store.clone());
-        Hold::resume(parts, lock, claim, fence, self.opts.clone()).await
+        Hold::resume(self.holds.clone(), lock, claim, fence, self.opts.clone()).await
     }
 
     /// Acquires `claim`, waiting until granted or `deadline` (never `Deadline::Try`).
