@@ -208,9 +208,7 @@ impl Owner {
                     }
                 }
             };
-            let outcome = tokio::time::timeout(bound, call)
-                .await
-                .unwrap_or_else(|_| Err(timed_out("step by id", bound)));
+            let outcome = within(None, bound, "step by id", call).await;
             (Io::Beside { key, entry, reply }, Reply::Release(outcome))
         });
     }
