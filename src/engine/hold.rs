@@ -448,17 +448,7 @@ impl HoldState {
     fn answer_queue(&mut self, fx: &mut Vec<Effect>) {
         self.queued_leases.clear();
         for kind in self.queue.drain(..) {
-            match kind {
-                Kind::Extend(caller) => fx.push(Effect::Answer {
-                    caller,
-                    answer: Answer::Extended(false),
-                }),
-                Kind::Downgrade(caller) => fx.push(Effect::Answer {
-                    caller,
-                    answer: Answer::DowngradeLost,
-                }),
-                Kind::Renewal => {}
-            }
+            answer(kind, Answer::Extended(false), Answer::DowngradeLost, fx);
         }
     }
 
@@ -583,11 +573,7 @@ impl HoldState {
         };
         self.ran_out(now, fx);
         if self.phase != Phase::Live || self.validity.lost {
-            let answer = match kind {
-                Kind::Downgrade(_) => Answer::DowngradeLost,
-                _ => Answer::Extended(false),
-            };
-            fx.push(Effect::Answer { caller, answer });
+            answer(kind, Answer::Extended(false), Answer::DowngradeLost, fx);
             return;
         }
         if self.bugs.unordered_renewals
@@ -671,17 +657,12 @@ impl HoldState {
         match outcome {
             Outcome::Confirmed { fence } => self.confirmed(req, fence, now, fx),
             Outcome::Refused => {
-                match req.kind {
-                    Kind::Downgrade(_) => {
-                        self.mark_lost("downgrade found no live write hold", now, fx)
-                    }
-                    _ => self.mark_lost(
-                        "renewal refused: the lease lapsed or was taken over",
-                        now,
-                        fx,
-                    ),
-                }
-                self.answer(req.kind, Answer::Extended(false), Answer::DowngradeLost, fx);
+                let why = match req.kind {
+                    Kind::Downgrade(_) => "downgrade found no live write hold",
+                    _ => "renewal refused: the lease lapsed or was taken over",
+                };
+                self.mark_lost(why, now, fx);
+                answer(req.kind, Answer::Extended(false), Answer::DowngradeLost, fx);
             }
             Outcome::Unknown => {
                 match req.kind {
@@ -699,25 +680,11 @@ impl HoldState {
                             self.renew = Renew::Due { due, once };
                         }
                     }
-                    kind => self.answer(kind, Answer::Failed { n }, Answer::Failed { n }, fx),
+                    kind => answer(kind, Answer::Failed { n }, Answer::Failed { n }, fx),
                 }
             }
         }
         self.next_turn(now, fx);
-    }
-
-    fn answer(&self, kind: Kind, extend: Answer, downgrade: Answer, fx: &mut Vec<Effect>) {
-        match kind {
-            Kind::Extend(caller) => fx.push(Effect::Answer {
-                caller,
-                answer: extend,
-            }),
-            Kind::Downgrade(caller) => fx.push(Effect::Answer {
-                caller,
-                answer: downgrade,
-            }),
-            Kind::Renewal => {}
-        }
     }
 
     fn confirmed(&mut self, req: InFlight, fence: Option<u64>, now: Instant, fx: &mut Vec<Effect>) {
@@ -742,7 +709,7 @@ impl HoldState {
             // detached after the loss: the lease is gone for the guard, so `false`. A
             // downgrade reports the loss.
             let renewed = self.phase == Phase::Detached && self.detached_trusted;
-            self.answer(
+            answer(
                 req.kind,
                 Answer::Extended(renewed),
                 Answer::DowngradeLost,
@@ -772,11 +739,22 @@ impl HoldState {
             _ => self.reschedule(),
         }
         let fence = fence.unwrap_or_default();
-        self.answer(
+        answer(
             req.kind,
             Answer::Extended(true),
             Answer::Downgraded(fence),
             fx,
         );
     }
+}
+
+/// Answers the caller of a request of `kind`: `extend` to an extend's, `downgrade` to a
+/// downgrade's (a renewal has none).
+fn answer(kind: Kind, extend: Answer, downgrade: Answer, fx: &mut Vec<Effect>) {
+    let (caller, answer) = match kind {
+        Kind::Extend(caller) => (caller, extend),
+        Kind::Downgrade(caller) => (caller, downgrade),
+        Kind::Renewal => return,
+    };
+    fx.push(Effect::Answer { caller, answer });
 }

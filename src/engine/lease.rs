@@ -78,9 +78,8 @@ impl Holds {
         let (tx, rx) = mpsc::unbounded_channel();
         let engine_store = store.for_engine().unwrap_or_else(|| store.clone());
         let owner = Owner::new(engine_store.clone(), response_timeout);
-        let mut engine_thread = None;
-        let mut engine_rt = None;
-        let run_here = match placement {
+        let (mut engine_thread, mut engine_rt) = (None, None);
+        match placement {
             Placement::Thread => {
                 let (rt_tx, rt_rx) = std::sync::mpsc::sync_channel(1);
                 let spawned = std::thread::Builder::new()
@@ -101,18 +100,13 @@ impl Holds {
                     Ok(thread) => {
                         engine_thread = Some(thread);
                         engine_rt = rt_rx.recv().ok();
-                        None
                     }
                     Err(err) => {
                         tracing::error!(%err, "no thread for the lock engine: it runs on the current runtime");
-                        None
                     }
                 }
             }
-            Placement::CurrentRuntime => Some((owner, rx)),
-        };
-        if let Some((owner, rx)) = run_here {
-            match tokio::runtime::Handle::try_current() {
+            Placement::CurrentRuntime => match tokio::runtime::Handle::try_current() {
                 Ok(handle) => {
                     handle.spawn(owner.run(rx));
                 }
@@ -120,7 +114,7 @@ impl Holds {
                     "a client whose engine runs on the current runtime was built outside one: \
                      its holds are not renewed"
                 ),
-            }
+            },
         }
         Holds {
             tx: Some(tx),
@@ -440,11 +434,7 @@ impl Hold {
             armed: true,
         };
         let outcome = release_with_retry(&*self.holds.store, &self.lock, &self.claim).await;
-        let held = match &outcome {
-            Ok(held) => Some(*held),
-            Err(_) => None,
-        };
-        cut.disarm(held);
+        cut.disarm(outcome.as_ref().ok().copied());
         outcome
     }
 
@@ -558,24 +548,15 @@ impl Hold {
         let Some(sent_at) = holds.on_engine(steps).await? else {
             return Ok(None);
         };
-        let trusted_from = if planted(Bug::ResumeTrustsReply) {
-            Instant::now()
-        } else {
-            sent_at
+        let sent_at = match planted(Bug::ResumeTrustsReply) {
+            true => Instant::now(),
+            false => sent_at,
         };
         // The new hold takes the reservation over.
         reservation.key = None;
-        let start = Start::Granted {
-            sent_at: trusted_from,
-        };
+        let start = Start::Granted { sent_at };
         Ok(Some(Hold::start(
-            holds.clone(),
-            lock,
-            claim,
-            fence,
-            start,
-            &opts,
-            true,
+            holds, lock, claim, fence, start, &opts, true,
         )))
     }
 }
