@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use crate::engine::hold::{hand_off_window, HoldState, Plan, Planted, Start, Validity};
-use crate::engine::owner::{self, hold_in_use, Command, Key, NewHold, Owner, Reserved};
+use crate::engine::owner::{self, hold_in_use, Command, Key, NewHold, Owner, Reserved, StepById};
 use crate::store::{Claim, Slot, Store};
 use crate::vocab::bugs::{planted, Bug};
 use crate::vocab::error::{Error, Result};
@@ -600,14 +600,13 @@ pub(crate) async fn step_by_id(
         }
     };
     let (lock, claim) = (lock.clone(), claim.clone());
-    holds
-        .ask(what, |reply| Command::ById {
-            lock,
-            claim,
-            step,
-            reply,
-        })
-        .await?
+    let by_id = |reply| StepById {
+        lock,
+        claim,
+        step,
+        reply,
+    };
+    holds.ask(what, |reply| Command::ById(by_id(reply))).await?
 }
 
 /// Runs an idempotent step, sending it again after a lost reply (a retryable error) up to

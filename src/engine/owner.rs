@@ -52,6 +52,14 @@ pub(crate) enum ById {
     Extend(Duration),
 }
 
+/// A step by id, and who waits for its answer.
+pub(crate) struct StepById {
+    pub lock: LockKeys,
+    pub claim: Claim,
+    pub step: ById,
+    pub reply: oneshot::Sender<Result<bool>>,
+}
+
 /// What a reservation found.
 #[derive(Debug)]
 pub(crate) enum Reserved {
@@ -104,12 +112,7 @@ pub(crate) enum Command {
         key: Key,
         ticket: u64,
     },
-    ById {
-        lock: LockKeys,
-        claim: Claim,
-        step: ById,
-        reply: oneshot::Sender<Result<bool>>,
-    },
+    ById(StepById),
     ReleaseAll {
         reply: oneshot::Sender<Result<usize>>,
     },
@@ -308,12 +311,7 @@ impl Owner {
                     self.reserved.remove(&key);
                 }
             }
-            Command::ById {
-                lock,
-                claim,
-                step,
-                reply,
-            } => self.by_id(lock, claim, step, reply, now),
+            Command::ById(step) => self.by_id(step, now),
             Command::ReleaseAll { reply } => self.release_all(reply, now),
             Command::HoldsName { name, reply } => {
                 let held = self.holds.values().any(|e| {
