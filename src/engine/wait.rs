@@ -32,6 +32,7 @@ use crate::vocab::bugs::{planted, Bug};
 use crate::vocab::error::{Error, Result};
 use crate::vocab::keys::LockKeys;
 use crate::vocab::options::Options;
+use crate::vocab::token::add_label;
 use crate::wire::HandOff;
 
 /// The first back-off after a failed attempt; it doubles up to the claim's interval.
@@ -341,21 +342,15 @@ impl LockCtx {
 
     pub(crate) fn claim(&self, request: Request) -> Claim {
         let mut claim = request.claim(self.opts.lease, self.opts.heartbeat());
-        self.label(&mut claim.token);
+        add_label(&mut claim.token, &self.opts.label);
         claim
     }
 
     /// A fresh claim token carrying the client's label.
     pub(crate) fn new_token(&self) -> String {
         let mut token = crate::vocab::token::next();
-        self.label(&mut token);
+        add_label(&mut token, &self.opts.label);
         token
-    }
-
-    fn label(&self, token: &mut String) {
-        token.reserve_exact(1 + self.opts.label.len());
-        token.push('-');
-        token.push_str(&self.opts.label);
     }
 
     /// The longest a waiter sleeps between attempts.
