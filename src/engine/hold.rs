@@ -186,6 +186,16 @@ struct InFlight {
     give_up_at: Option<Instant>,
 }
 
+impl InFlight {
+    /// A renewal whose reply did not come before the trust it was sent under ended.
+    fn gave_up(&self, now: Instant) -> bool {
+        self.kind == Kind::Renewal && self.give_up_at.is_some_and(|at| now >= at)
+    }
+}
+
+/// Why a hold is lost when its renewal gave up.
+const GAVE_UP: &str = "no renewal confirmed before the lease ran out";
+
 /// When the renewals run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Renew {
@@ -471,13 +481,8 @@ impl HoldState {
     }
 
     fn tick(&mut self, now: Instant, fx: &mut Vec<Effect>) {
-        // A renewal whose reply did not come before the trust it was sent under ended.
-        let gave_up = self
-            .in_flight
-            .iter()
-            .any(|r| r.kind == Kind::Renewal && r.give_up_at.is_some_and(|at| now >= at));
-        if gave_up && !self.validity.lost {
-            self.mark_lost("no renewal confirmed before the lease ran out", now, fx);
+        if self.in_flight.iter().any(|r| r.gave_up(now)) && !self.validity.lost {
+            self.mark_lost(GAVE_UP, now, fx);
         }
         self.ran_out(now, fx);
         let Renew::Due { due, .. } = self.renew else {
@@ -667,12 +672,8 @@ impl HoldState {
             Outcome::Unknown => {
                 match req.kind {
                     Kind::Renewal => {
-                        if req.give_up_at.is_some_and(|at| now >= at) {
-                            self.mark_lost(
-                                "no renewal confirmed before the lease ran out",
-                                now,
-                                fx,
-                            );
+                        if req.gave_up(now) {
+                            self.mark_lost(GAVE_UP, now, fx);
                         } else if let Renew::Due { once, .. } = self.renew {
                             // Retry soon, well inside what is left of the trust.
                             let left = self.validity.until.saturating_duration_since(now);
@@ -688,10 +689,9 @@ impl HoldState {
     }
 
     fn confirmed(&mut self, req: InFlight, fence: Option<u64>, now: Instant, fx: &mut Vec<Effect>) {
-        let late = req.kind == Kind::Renewal && req.give_up_at.is_some_and(|at| now >= at);
-        if late && !self.validity.lost {
+        if req.gave_up(now) && !self.validity.lost {
             // Confirmed after the trust it was sent under ended: the guard already lost it.
-            self.mark_lost("no renewal confirmed before the lease ran out", now, fx);
+            self.mark_lost(GAVE_UP, now, fx);
         }
         // Any reply (an extend's, a downgrade's) that comes after the trust ran out finds the
         // guard lost: it is not revived, and its caller learns the lease was gone.
