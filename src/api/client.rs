@@ -8,7 +8,7 @@ use crate::api::handle::Lock;
 use crate::api::kind::{self, Kind};
 use crate::api::rate_limiter::RateLimiter;
 use crate::api::rwlock::Preference;
-use crate::engine::lease::{Holds, Placement};
+use crate::engine::lease::{step_by_id, ById, Holds, Placement};
 use crate::engine::wait::LockCtx;
 use crate::store::{MemoryStore, QuorumStore, RedisStore, Store};
 use crate::vocab::claim::HolderEviction;
@@ -268,8 +268,7 @@ impl LockClient {
     pub async fn release_hold(&self, id: &HoldId) -> Result<bool> {
         let ctx = self.ctx(id.name());
         let claim = id.claim(ctx.opts.lease, ctx.opts.heartbeat());
-        let parts = (&ctx.holds, &*ctx.store);
-        crate::engine::lease::release_by_id(parts, ctx.keys()?, &claim).await
+        step_by_id(&ctx.holds, ctx.keys()?, &claim, ById::Release).await
     }
 
     /// Renews the hold `id` names to `lease` from now, without a guard. `Ok(false)`: it holds
@@ -295,8 +294,7 @@ impl LockClient {
     pub async fn extend_hold(&self, id: &HoldId, lease: Duration) -> Result<bool> {
         let ctx = self.ctx(id.name());
         let claim = id.claim(lease, ctx.opts.heartbeat());
-        let parts = (&ctx.holds, &*ctx.store);
-        crate::engine::lease::extend_by_id(parts, ctx.keys()?, &claim, lease).await
+        step_by_id(&ctx.holds, ctx.keys()?, &claim, ById::Extend(lease)).await
     }
 
     /// A [`Mutex`] handle. A bad name (empty, over [`MAX_NAME_LEN`](crate::MAX_NAME_LEN)

@@ -412,9 +412,8 @@ impl MultiLock {
         let mut holds = Taken::new(Vec::with_capacity(matched.len()));
         for (lock, id) in matched {
             let claim = id.claim(self.ctx.opts.lease, self.ctx.opts.heartbeat());
-            let owners = (self.ctx.holds.clone(), self.ctx.store.clone());
-            let opts = self.ctx.opts.clone();
-            match Hold::resume(owners, lock, claim, id.fencing_token(), opts).await? {
+            let (engine, opts) = (self.ctx.holds.clone(), self.ctx.opts.clone());
+            match Hold::resume(engine, lock, claim, id.fencing_token(), opts).await? {
                 Some(hold) => holds.get_mut().push(hold),
                 None => {
                     return Err(Error::HoldGone {

@@ -186,6 +186,16 @@ struct InFlight {
     give_up_at: Option<Instant>,
 }
 
+impl InFlight {
+    /// A renewal whose reply did not come before the trust it was sent under ended.
+    fn gave_up(&self, now: Instant) -> bool {
+        self.kind == Kind::Renewal && self.give_up_at.is_some_and(|at| now >= at)
+    }
+}
+
+/// Why a hold is lost when its renewal gave up.
+const GAVE_UP: &str = "no renewal confirmed before the lease ran out";
+
 /// When the renewals run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Renew {
@@ -448,17 +458,7 @@ impl HoldState {
     fn answer_queue(&mut self, fx: &mut Vec<Effect>) {
         self.queued_leases.clear();
         for kind in self.queue.drain(..) {
-            match kind {
-                Kind::Extend(caller) => fx.push(Effect::Answer {
-                    caller,
-                    answer: Answer::Extended(false),
-                }),
-                Kind::Downgrade(caller) => fx.push(Effect::Answer {
-                    caller,
-                    answer: Answer::DowngradeLost,
-                }),
-                Kind::Renewal => {}
-            }
+            answer(kind, Answer::Extended(false), Answer::DowngradeLost, fx);
         }
     }
 
@@ -481,13 +481,8 @@ impl HoldState {
     }
 
     fn tick(&mut self, now: Instant, fx: &mut Vec<Effect>) {
-        // A renewal whose reply did not come before the trust it was sent under ended.
-        let gave_up = self
-            .in_flight
-            .iter()
-            .any(|r| r.kind == Kind::Renewal && r.give_up_at.is_some_and(|at| now >= at));
-        if gave_up && !self.validity.lost {
-            self.mark_lost("no renewal confirmed before the lease ran out", now, fx);
+        if self.in_flight.iter().any(|r| r.gave_up(now)) && !self.validity.lost {
+            self.mark_lost(GAVE_UP, now, fx);
         }
         self.ran_out(now, fx);
         let Renew::Due { due, .. } = self.renew else {
@@ -583,11 +578,7 @@ impl HoldState {
         };
         self.ran_out(now, fx);
         if self.phase != Phase::Live || self.validity.lost {
-            let answer = match kind {
-                Kind::Downgrade(_) => Answer::DowngradeLost,
-                _ => Answer::Extended(false),
-            };
-            fx.push(Effect::Answer { caller, answer });
+            answer(kind, Answer::Extended(false), Answer::DowngradeLost, fx);
             return;
         }
         if self.bugs.unordered_renewals
@@ -671,27 +662,18 @@ impl HoldState {
         match outcome {
             Outcome::Confirmed { fence } => self.confirmed(req, fence, now, fx),
             Outcome::Refused => {
-                match req.kind {
-                    Kind::Downgrade(_) => {
-                        self.mark_lost("downgrade found no live write hold", now, fx)
-                    }
-                    _ => self.mark_lost(
-                        "renewal refused: the lease lapsed or was taken over",
-                        now,
-                        fx,
-                    ),
-                }
-                self.answer(req.kind, Answer::Extended(false), Answer::DowngradeLost, fx);
+                let why = match req.kind {
+                    Kind::Downgrade(_) => "downgrade found no live write hold",
+                    _ => "renewal refused: the lease lapsed or was taken over",
+                };
+                self.mark_lost(why, now, fx);
+                answer(req.kind, Answer::Extended(false), Answer::DowngradeLost, fx);
             }
             Outcome::Unknown => {
                 match req.kind {
                     Kind::Renewal => {
-                        if req.give_up_at.is_some_and(|at| now >= at) {
-                            self.mark_lost(
-                                "no renewal confirmed before the lease ran out",
-                                now,
-                                fx,
-                            );
+                        if req.gave_up(now) {
+                            self.mark_lost(GAVE_UP, now, fx);
                         } else if let Renew::Due { once, .. } = self.renew {
                             // Retry soon, well inside what is left of the trust.
                             let left = self.validity.until.saturating_duration_since(now);
@@ -699,32 +681,17 @@ impl HoldState {
                             self.renew = Renew::Due { due, once };
                         }
                     }
-                    kind => self.answer(kind, Answer::Failed { n }, Answer::Failed { n }, fx),
+                    kind => answer(kind, Answer::Failed { n }, Answer::Failed { n }, fx),
                 }
             }
         }
         self.next_turn(now, fx);
     }
 
-    fn answer(&self, kind: Kind, extend: Answer, downgrade: Answer, fx: &mut Vec<Effect>) {
-        match kind {
-            Kind::Extend(caller) => fx.push(Effect::Answer {
-                caller,
-                answer: extend,
-            }),
-            Kind::Downgrade(caller) => fx.push(Effect::Answer {
-                caller,
-                answer: downgrade,
-            }),
-            Kind::Renewal => {}
-        }
-    }
-
     fn confirmed(&mut self, req: InFlight, fence: Option<u64>, now: Instant, fx: &mut Vec<Effect>) {
-        let late = req.kind == Kind::Renewal && req.give_up_at.is_some_and(|at| now >= at);
-        if late && !self.validity.lost {
+        if req.gave_up(now) && !self.validity.lost {
             // Confirmed after the trust it was sent under ended: the guard already lost it.
-            self.mark_lost("no renewal confirmed before the lease ran out", now, fx);
+            self.mark_lost(GAVE_UP, now, fx);
         }
         // Any reply (an extend's, a downgrade's) that comes after the trust ran out finds the
         // guard lost: it is not revived, and its caller learns the lease was gone.
@@ -742,7 +709,7 @@ impl HoldState {
             // detached after the loss: the lease is gone for the guard, so `false`. A
             // downgrade reports the loss.
             let renewed = self.phase == Phase::Detached && self.detached_trusted;
-            self.answer(
+            answer(
                 req.kind,
                 Answer::Extended(renewed),
                 Answer::DowngradeLost,
@@ -772,11 +739,22 @@ impl HoldState {
             _ => self.reschedule(),
         }
         let fence = fence.unwrap_or_default();
-        self.answer(
+        answer(
             req.kind,
             Answer::Extended(true),
             Answer::Downgraded(fence),
             fx,
         );
     }
+}
+
+/// Answers the caller of a request of `kind`: `extend` to an extend's, `downgrade` to a
+/// downgrade's (a renewal has none).
+fn answer(kind: Kind, extend: Answer, downgrade: Answer, fx: &mut Vec<Effect>) {
+    let (caller, answer) = match kind {
+        Kind::Extend(caller) => (caller, extend),
+        Kind::Downgrade(caller) => (caller, downgrade),
+        Kind::Renewal => return,
+    };
+    fx.push(Effect::Answer { caller, answer });
 }

@@ -16,12 +16,14 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use crate::engine::hold::{hand_off_window, HoldState, Plan, Planted, Start, Validity};
-use crate::engine::owner::{self, hold_in_use, ById, Command, Key, NewHold, Owner, Reserved};
+use crate::engine::owner::{self, hold_in_use, Command, Key, NewHold, Owner, Reserved, StepById};
 use crate::store::{Claim, Slot, Store};
 use crate::vocab::bugs::{planted, Bug};
 use crate::vocab::error::{Error, Result};
 use crate::vocab::keys::LockKeys;
 use crate::vocab::options::Options;
+
+pub(crate) use crate::engine::owner::ById;
 
 mod fence;
 use fence::check_fence;
@@ -76,9 +78,8 @@ impl Holds {
         let (tx, rx) = mpsc::unbounded_channel();
         let engine_store = store.for_engine().unwrap_or_else(|| store.clone());
         let owner = Owner::new(engine_store.clone(), response_timeout);
-        let mut engine_thread = None;
-        let mut engine_rt = None;
-        let run_here = match placement {
+        let (mut engine_thread, mut engine_rt) = (None, None);
+        match placement {
             Placement::Thread => {
                 let (rt_tx, rt_rx) = std::sync::mpsc::sync_channel(1);
                 let spawned = std::thread::Builder::new()
@@ -99,18 +100,13 @@ impl Holds {
                     Ok(thread) => {
                         engine_thread = Some(thread);
                         engine_rt = rt_rx.recv().ok();
-                        None
                     }
                     Err(err) => {
                         tracing::error!(%err, "no thread for the lock engine: it runs on the current runtime");
-                        None
                     }
                 }
             }
-            Placement::CurrentRuntime => Some((owner, rx)),
-        };
-        if let Some((owner, rx)) = run_here {
-            match tokio::runtime::Handle::try_current() {
+            Placement::CurrentRuntime => match tokio::runtime::Handle::try_current() {
                 Ok(handle) => {
                     handle.spawn(owner.run(rx));
                 }
@@ -118,7 +114,7 @@ impl Holds {
                     "a client whose engine runs on the current runtime was built outside one: \
                      its holds are not renewed"
                 ),
-            }
+            },
         }
         Holds {
             tx: Some(tx),
@@ -278,47 +274,6 @@ pub(crate) struct Hold {
 }
 
 impl Hold {
-    /// A hold granted by the reply to a request sent at `sent_at`: trusted for its lease from
-    /// that instant.
-    pub(crate) fn new(
-        (holds, _store): (Arc<Holds>, Arc<dyn Store>),
-        lock: LockKeys,
-        claim: Claim,
-        fence: u64,
-        sent_at: Instant,
-        opts: Options,
-    ) -> Self {
-        Self::start(
-            holds,
-            lock,
-            claim,
-            fence,
-            Start::Granted { sent_at },
-            &opts,
-            false,
-        )
-    }
-
-    /// A hold handed over by someone else's release while this claim waited (the wake-up
-    /// carried the grant). The release granted it after the waiter's attempt sent at
-    /// `attempt_sent_at` was applied, until the heartbeat deadline that attempt set, so it is
-    /// trusted from that send for the heartbeat window, and never for longer than the lease.
-    /// The full lease is claimed at once by the engine.
-    pub(crate) fn handed_over(
-        (holds, _store): (Arc<Holds>, Arc<dyn Store>),
-        lock: LockKeys,
-        claim: Claim,
-        fence: u64,
-        (attempt_sent_at, until): (Instant, u64),
-        opts: Options,
-    ) -> Self {
-        let start = Start::HandedOver {
-            attempt_sent_at,
-            until,
-        };
-        Self::start(holds, lock, claim, fence, start, &opts, false)
-    }
-
     /// Whether a grant handed to `claim` (whose latest refused attempt was sent at
     /// `attempt_sent_at`) is still worth taking as it is: at least half of its trust window is
     /// left. Otherwise the waiter confirms it with an attempt, which claims the full lease; a
@@ -328,7 +283,13 @@ impl Hold {
         Instant::now() < attempt_sent_at + window.saturating_sub(Options::drift(window)) / 2
     }
 
-    fn start(
+    /// A new hold, handed to the engine: granted by the reply to a request (trusted for its
+    /// lease from that send), or handed over by someone else's release while this claim
+    /// waited (the wake-up carried the grant: trusted from the send of the waiter's latest
+    /// attempt for the heartbeat window, never longer than the lease, and its full lease
+    /// claimed at once by the engine); see [`Start`]. `reserved`: a resume's reservation the
+    /// hold takes over.
+    pub(crate) fn start(
         holds: Arc<Holds>,
         lock: LockKeys,
         claim: Claim,
@@ -473,11 +434,7 @@ impl Hold {
             armed: true,
         };
         let outcome = release_with_retry(&*self.holds.store, &self.lock, &self.claim).await;
-        let held = match &outcome {
-            Ok(held) => Some(*held),
-            Err(_) => None,
-        };
-        cut.disarm(held);
+        cut.disarm(outcome.as_ref().ok().copied());
         outcome
     }
 
@@ -556,7 +513,7 @@ impl Hold {
     /// in `opts`, the replicas must acknowledge the renewal (else
     /// [`Error::ReplicasNotReached`], the hold left renewed with no guard).
     pub(crate) async fn resume(
-        (holds, _store): (Arc<Holds>, Arc<dyn Store>),
+        holds: Arc<Holds>,
         lock: LockKeys,
         claim: Claim,
         fence: u64,
@@ -591,24 +548,15 @@ impl Hold {
         let Some(sent_at) = holds.on_engine(steps).await? else {
             return Ok(None);
         };
-        let trusted_from = if planted(Bug::ResumeTrustsReply) {
-            Instant::now()
-        } else {
-            sent_at
+        let sent_at = match planted(Bug::ResumeTrustsReply) {
+            true => Instant::now(),
+            false => sent_at,
         };
         // The new hold takes the reservation over.
         reservation.key = None;
-        let start = Start::Granted {
-            sent_at: trusted_from,
-        };
+        let start = Start::Granted { sent_at };
         Ok(Some(Hold::start(
-            holds.clone(),
-            lock,
-            claim,
-            fence,
-            start,
-            &opts,
-            true,
+            holds, lock, claim, fence, start, &opts, true,
         )))
     }
 }
@@ -621,62 +569,44 @@ async fn renew_for_resume(
     lock: &LockKeys,
     claim: &Claim,
 ) -> (Result<bool>, Instant) {
-    let mut delay = Duration::from_millis(20);
-    for attempt in 0.. {
-        let sent_at = Instant::now();
-        match store.extend(lock, claim, claim.lease, None).await {
-            Err(err) if err.is_retryable() && attempt < 3 => {
-                tokio::time::sleep(delay).await;
-                delay *= 2;
-            }
-            outcome => return (outcome, sent_at),
+    let mut sent_at = Instant::now();
+    let (outcome, _) = retrying(|| {
+        sent_at = Instant::now();
+        store.extend(lock, claim, claim.lease, None)
+    })
+    .await;
+    (outcome, sent_at)
+}
+
+/// Releases ([`ById::Release`]) or renews ([`ById::Extend`], to its lease from now) the hold
+/// `claim` names, without a guard; `Ok(false)`: it holds nothing live. When this client has a
+/// guard of that hold, the step goes through it: a release marks the guard lost first; an
+/// extend of a trusted guard makes its trust and renewals follow the new lease, a guard whose
+/// trust ran out stays lost and the extend goes beside it. Without a guard here, the step
+/// reserves the hold as a resume does (so a resume in this client is refused meanwhile); it
+/// is refused itself ([`Error::HoldInUse`], nothing sent) while a resume of the hold is under
+/// way in this client.
+pub(crate) async fn step_by_id(
+    holds: &Holds,
+    lock: &LockKeys,
+    claim: &Claim,
+    step: ById,
+) -> Result<bool> {
+    let what = match step {
+        ById::Release => "release by id",
+        ById::Extend(lease) => {
+            crate::vocab::options::check_duration("lease", lease)?;
+            "extend by id"
         }
-    }
-    unreachable!("the loop returns")
-}
-
-/// Releases the hold `claim` names without a guard: through this client's guard of that
-/// hold if it has one (the guard is marked lost first), else beside any guard, the hold
-/// reserved meanwhile, so a resume in this client is refused; refused itself
-/// ([`Error::HoldInUse`], nothing sent) while a resume of the hold is under way here.
-pub(crate) async fn release_by_id(
-    (holds, _store): (&Arc<Holds>, &dyn Store),
-    lock: &LockKeys,
-    claim: &Claim,
-) -> Result<bool> {
+    };
     let (lock, claim) = (lock.clone(), claim.clone());
-    holds
-        .ask("release by id", |reply| Command::ById {
-            lock,
-            claim,
-            step: ById::Release,
-            reply,
-        })
-        .await?
-}
-
-/// Renews the hold `claim` names to `lease` from now, without a guard; `Ok(false)`: it holds
-/// nothing live. When this client has a trusted guard of that hold, the request goes through
-/// it, so its trust and renewals follow the new lease; a guard whose trust ran out stays lost
-/// and the step goes beside it. Without a guard here, the step reserves the hold as a resume
-/// does; it is refused ([`Error::HoldInUse`], nothing sent) while a resume of the hold is
-/// under way in this client.
-pub(crate) async fn extend_by_id(
-    (holds, _store): (&Arc<Holds>, &dyn Store),
-    lock: &LockKeys,
-    claim: &Claim,
-    lease: Duration,
-) -> Result<bool> {
-    crate::vocab::options::check_duration("lease", lease)?;
-    let (lock, claim) = (lock.clone(), claim.clone());
-    holds
-        .ask("extend by id", |reply| Command::ById {
-            lock,
-            claim,
-            step: ById::Extend(lease),
-            reply,
-        })
-        .await?
+    let by_id = |reply| StepById {
+        lock,
+        claim,
+        step,
+        reply,
+    };
+    holds.ask(what, |reply| Command::ById(by_id(reply))).await?
 }
 
 /// Runs an idempotent step, sending it again after a lost reply (a retryable error) up to

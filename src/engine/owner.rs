@@ -52,6 +52,14 @@ pub(crate) enum ById {
     Extend(Duration),
 }
 
+/// A step by id, and who waits for its answer.
+pub(crate) struct StepById {
+    pub lock: LockKeys,
+    pub claim: Claim,
+    pub step: ById,
+    pub reply: oneshot::Sender<Result<bool>>,
+}
+
 /// What a reservation found.
 #[derive(Debug)]
 pub(crate) enum Reserved {
@@ -104,12 +112,7 @@ pub(crate) enum Command {
         key: Key,
         ticket: u64,
     },
-    ById {
-        lock: LockKeys,
-        claim: Claim,
-        step: ById,
-        reply: oneshot::Sender<Result<bool>>,
-    },
+    ById(StepById),
     ReleaseAll {
         reply: oneshot::Sender<Result<usize>>,
     },
@@ -127,6 +130,21 @@ pub(crate) enum Command {
 enum Waiter {
     Extend(oneshot::Sender<Result<bool>>),
     Downgrade(oneshot::Sender<Result<u64>>, Slot),
+}
+
+impl Waiter {
+    /// The answer when nothing live is left of hold `name`: an extend renewed nothing, a
+    /// downgrade finds the hold lost.
+    fn nothing_live(self, name: String) {
+        match self {
+            Waiter::Extend(reply) => {
+                let _ = reply.send(Ok(false));
+            }
+            Waiter::Downgrade(reply, _) => {
+                let _ = reply.send(Err(Error::LeaseLost { name }));
+            }
+        }
+    }
 }
 
 struct Entry {
@@ -268,45 +286,20 @@ impl Owner {
             Command::Extend { id, lease, reply } => {
                 let caller = self.caller();
                 let event = Event::Extend { caller, lease };
-                if let Err(Waiter::Extend(reply)) =
-                    self.wait(id, caller, Waiter::Extend(reply), event, now)
-                {
-                    let _ = reply.send(Ok(false));
-                }
+                self.wait(id, caller, Waiter::Extend(reply), event, now);
             }
             Command::Downgrade { id, slot, reply } => {
                 let caller = self.caller();
                 let event = Event::Downgrade { caller };
-                if let Err(Waiter::Downgrade(reply, _)) =
-                    self.wait(id, caller, Waiter::Downgrade(reply, slot), event, now)
-                {
-                    let name = String::new();
-                    let _ = reply.send(Err(Error::LeaseLost { name }));
-                }
+                self.wait(id, caller, Waiter::Downgrade(reply, slot), event, now);
             }
-            Command::Release { id } => {
-                let event = Event::Release {
-                    by_owner: false,
-                    guard_gone: true,
-                };
-                self.apply(id, event, now);
-            }
+            Command::Release { id } => self.guard_gone(id, false, now),
             Command::Released { id, held } => {
                 self.apply(id, Event::Released { held }, now);
             }
-            Command::Dropped { id } => {
-                let event = Event::Release {
-                    by_owner: true,
-                    guard_gone: true,
-                };
-                self.apply(id, event, now);
-            }
+            Command::Dropped { id } => self.guard_gone(id, true, now),
             Command::Cut { id } => {
-                let again = Event::Release {
-                    by_owner: true,
-                    guard_gone: true,
-                };
-                self.apply(id, again, now);
+                self.guard_gone(id, true, now);
                 self.apply(id, Event::Released { held: None }, now);
             }
             Command::Detach { id } => {
@@ -318,12 +311,7 @@ impl Owner {
                     self.reserved.remove(&key);
                 }
             }
-            Command::ById {
-                lock,
-                claim,
-                step,
-                reply,
-            } => self.by_id(lock, claim, step, reply, now),
+            Command::ById(step) => self.by_id(step, now),
             Command::ReleaseAll { reply } => self.release_all(reply, now),
             Command::HoldsName { name, reply } => {
                 let held = self.holds.values().any(|e| {
@@ -338,22 +326,28 @@ impl Owner {
         }
     }
 
-    /// Registers `waiter` on hold `id` and applies `event`; the waiter back when there is no
-    /// such hold.
-    fn wait(
-        &mut self,
-        id: u64,
-        caller: Caller,
-        waiter: Waiter,
-        event: Event,
-        now: Instant,
-    ) -> std::result::Result<(), Waiter> {
+    /// Registers `waiter` on hold `id` and applies `event`; with no such hold, the waiter is
+    /// told at once that nothing is live.
+    fn wait(&mut self, id: u64, caller: Caller, waiter: Waiter, event: Event, now: Instant) {
         let Some(entry) = self.holds.get_mut(&id) else {
-            return Err(waiter);
+            return waiter.nothing_live(String::new());
         };
         entry.waiters.insert(caller, waiter);
         self.apply(id, event, now);
-        Ok(())
+    }
+
+    /// The guard of hold `id` is gone with its release: sent by the guard itself, or by the
+    /// owner (`by_owner`).
+    fn guard_gone(&mut self, id: u64, by_owner: bool, now: Instant) {
+        let guard_gone = true;
+        self.apply(
+            id,
+            Event::Release {
+                by_owner,
+                guard_gone,
+            },
+            now,
+        );
     }
 
     fn caller(&mut self) -> Caller {
@@ -409,7 +403,7 @@ impl Owner {
         for effect in &effects {
             self.effect(id, *effect);
         }
-        self.settle(id, now);
+        self.settle(id);
         effects
     }
 
@@ -423,7 +417,13 @@ impl Owner {
                 let Some(waiter) = entry.waiters.remove(&caller) else {
                     return;
                 };
-                let name = entry.lock.name().to_owned();
+                let bound = self.step_bound;
+                let mut failed = |n, op| {
+                    entry
+                        .errors
+                        .remove(&n)
+                        .unwrap_or_else(|| timed_out(op, bound))
+                };
                 match (waiter, answer) {
                     (Waiter::Extend(reply), Answer::Extended(renewed)) => {
                         let _ = reply.send(Ok(renewed));
@@ -433,23 +433,12 @@ impl Owner {
                         let _ = reply.send(Ok(fence));
                     }
                     (Waiter::Extend(reply), Answer::Failed { n }) => {
-                        let _ = reply.send(Err(entry
-                            .errors
-                            .remove(&n)
-                            .unwrap_or_else(|| timed_out("extend", self.step_bound))));
+                        let _ = reply.send(Err(failed(n, "extend")));
                     }
                     (Waiter::Downgrade(reply, _), Answer::Failed { n }) => {
-                        let _ = reply.send(Err(entry
-                            .errors
-                            .remove(&n)
-                            .unwrap_or_else(|| timed_out("downgrade", self.step_bound))));
+                        let _ = reply.send(Err(failed(n, "downgrade")));
                     }
-                    (Waiter::Downgrade(reply, _), _) => {
-                        let _ = reply.send(Err(Error::LeaseLost { name }));
-                    }
-                    (Waiter::Extend(reply), _) => {
-                        let _ = reply.send(Ok(false));
-                    }
+                    (waiter, _) => waiter.nothing_live(entry.lock.name().to_owned()),
                 }
             }
             Effect::Lost { why } => {
@@ -464,11 +453,9 @@ impl Owner {
         let Some(entry) = self.holds.get(&id) else {
             return;
         };
-        let store = self.store.clone();
-        let lock = entry.lock.clone();
-        let mut claim = entry.claim.clone();
-        let bound = self.step_bound;
-        let io = Io::Hold { id, n };
+        let (store, lock, mut claim) =
+            (self.store.clone(), entry.lock.clone(), entry.claim.clone());
+        let (bound, io) = (self.step_bound, Io::Hold { id, n });
         match ask {
             Ask::Lease {
                 lease,
@@ -481,9 +468,7 @@ impl Owner {
                     // No renewal or extend shortens the hold (a hand-off's claim sets the
                     // lease while the hold has the hand-off's deadline).
                     let call = store.renew(&lock, &claim, lease, handed_until, None);
-                    let reply = tokio::time::timeout_at(deadline, call)
-                        .await
-                        .unwrap_or_else(|_| Err(timed_out("renew", bound)));
+                    let reply = within(Some(deadline), bound, "renew", call).await;
                     (io, Reply::Lease(reply))
                 });
             }
@@ -492,18 +477,14 @@ impl Owner {
                 claim.lease = lease;
                 self.io.spawn(async move {
                     let call = store.downgrade(&lock, &claim, None);
-                    let reply = tokio::time::timeout(bound, call)
-                        .await
-                        .unwrap_or_else(|_| Err(timed_out("downgrade", bound)));
+                    let reply = within(None, bound, "downgrade", call).await;
                     (io, Reply::Downgrade(reply))
                 });
             }
             Ask::Release => {
                 self.io.spawn(async move {
                     let call = release_with_retry(&*store, &lock, &claim);
-                    let reply = tokio::time::timeout(bound, call)
-                        .await
-                        .unwrap_or_else(|_| Err(timed_out("release", bound)));
+                    let reply = within(None, bound, "release", call).await;
                     if let Err(err) = &reply {
                         tracing::debug!(lock = lock.name(), %err, "release failed; the lease will lapse");
                     }
@@ -515,7 +496,7 @@ impl Owner {
 
     /// After an event on hold `id`: publish its validity, move its timer, settle the
     /// `release_all`s waiting for it, run what waited for it to be quiet, forget it once done.
-    fn settle(&mut self, id: u64, now: Instant) {
+    fn settle(&mut self, id: u64) {
         let Some(entry) = self.holds.get_mut(&id) else {
             return;
         };
@@ -550,7 +531,6 @@ impl Owner {
             }
         }
         for cmd in waiting {
-            let _ = now;
             self.command(cmd);
         }
     }
@@ -585,7 +565,7 @@ impl Owner {
                         if let Some(e) = self.holds.get_mut(&id) {
                             e.beside -= 1;
                         }
-                        self.settle(id, now);
+                        self.settle(id);
                     }
                     None => {
                         if self.reserved.get(&key) == Some(&0) {
@@ -632,6 +612,21 @@ async fn sleep_until_some(at: Option<Instant>) {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
+}
+
+/// `call`'s outcome, waited for until `deadline` (`None`: one step's `bound` from now); past
+/// it, [`timed_out`].
+async fn within<T>(
+    deadline: Option<Instant>,
+    bound: Duration,
+    operation: &str,
+    call: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    let outcome = match deadline {
+        Some(at) => tokio::time::timeout_at(at, call).await,
+        None => tokio::time::timeout(bound, call).await,
+    };
+    outcome.unwrap_or_else(|_| Err(timed_out(operation, bound)))
 }
 
 /// The error of a request the owner gave up waiting for.

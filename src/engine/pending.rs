@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::engine::hold::Start;
 use crate::engine::lease::{release_in_background, release_with_retry, Hold, Holds};
 use crate::store::{Claim, Store};
 use crate::vocab::error::Result;
@@ -128,8 +129,8 @@ impl Pending {
             .zip(fences)
             .map(|((lock, claim), fence)| {
                 tracing::debug!(lock = lock.name(), fence, "granted");
-                let owners = (self.holds.clone(), self.store.clone());
-                Hold::new(owners, lock, claim, *fence, sent_at, opts.clone())
+                let start = Start::Granted { sent_at };
+                Hold::start(self.holds.clone(), lock, claim, *fence, start, opts, false)
             })
             .collect()
     }
@@ -139,20 +140,17 @@ impl Pending {
     pub(crate) fn handed_over(
         mut self,
         fence: u64,
-        (sent_at, until): (Instant, u64),
+        (attempt_sent_at, until): (Instant, u64),
         opts: &Options,
     ) -> Option<Hold> {
         let (lock, claim) = self.parts.take()?.into_iter().next()?;
         tracing::debug!(lock = lock.name(), fence, "granted by hand-off");
-        let owners = (self.holds.clone(), self.store.clone());
-        Some(Hold::handed_over(
-            owners,
-            lock,
-            claim,
-            fence,
-            (sent_at, until),
-            opts.clone(),
-        ))
+        let start = Start::HandedOver {
+            attempt_sent_at,
+            until,
+        };
+        let holds = self.holds.clone();
+        Some(Hold::start(holds, lock, claim, fence, start, opts, false))
     }
 }
 

@@ -1,18 +1,23 @@
-//! The one waiting loop shared by every primitive.
+//! The one waiting loop shared by every primitive ([`pursue`]).
 //!
-//! 1. Attempt. Granted: done (one round trip when uncontended).
-//! 2. Refused: register with the wake-up hub (subscribing to the lock's channel if this
-//!    process was not yet), then attempt again at once, so a release between the first
-//!    attempt and the subscription cannot be missed.
+//! 1. Attempt (bounded by the deadline plus one response timeout). Granted: done (one round
+//!    trip when uncontended).
+//! 2. Refused: a try returns `Ok(None)`. A wait registers with the wake-up hub for the lock
+//!    it is refused on (subscribing to its channel if this process was not yet, waiting for
+//!    that at most one interval, never past the deadline), then attempts again at once, so a
+//!    release between the first attempt and the subscription cannot be missed.
 //! 3. Wait for the first of: a wake-up naming this waiter (or everyone), the end of the lease
 //!    that blocks us, the waiter's own interval (jittered; also its heartbeat), the caller's
-//!    deadline. Then attempt again: the attempt is the heartbeat of a queued waiter.
+//!    deadline. A wake-up's grant is offered to the pursuit; else attempt again: the attempt
+//!    is the heartbeat of a queued waiter.
 //! 4. On timeout, or when the future is dropped, every trace of the claim is removed (its
-//!    queue place, or a grant that may have been made while the reply was in flight).
+//!    queue place, or a grant that may have been made while the reply was in flight); the
+//!    error says whether the lock was busy or Redis unreachable.
 //!
 //! A lost reply is not a failure: the attempt is retried with the same token, which the
-//! scripts treat idempotently; unless the claim's token was released in between (a
-//! multi-lock's withdraw, quorum mode's release where unsure): then by a new token.
+//! scripts treat idempotently, with back-off while the outage budget lasts; unless the
+//! claim's token was released in between (a multi-lock's withdraw, quorum mode's release
+//! where unsure): then by a new token.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,6 +32,7 @@ use crate::vocab::bugs::{planted, Bug};
 use crate::vocab::error::{Error, Result};
 use crate::vocab::keys::LockKeys;
 use crate::vocab::options::Options;
+use crate::vocab::token::add_label;
 use crate::wire::HandOff;
 
 /// The first back-off after a failed attempt; it doubles up to the claim's interval.
@@ -47,6 +53,14 @@ impl Deadline {
     /// Whether a timed wait's deadline has come.
     pub(crate) fn passed(&self) -> bool {
         matches!(self, Deadline::At(limit, _) if Instant::now() >= *limit)
+    }
+
+    /// `at`, or a timed wait's deadline if that comes first.
+    pub(crate) fn cap(&self, at: Instant) -> Instant {
+        match self {
+            Deadline::At(limit, _) => at.min(*limit),
+            Deadline::Try | Deadline::Never => at,
+        }
     }
 
     /// A wait of at most `timeout` from now (a timeout too large for the clock waits forever).
@@ -119,17 +133,7 @@ struct Outage {
     backoff: Duration,
 }
 
-/// The one acquire loop, for every wait of the crate:
-/// 1. Attempt (bounded by the deadline plus one response timeout). Granted: done.
-/// 2. Refused: a try returns `Ok(None)`. A wait registers with the wake-up hub for the
-///    lock it is refused on (subscribing at most one interval, never past the deadline),
-///    then attempts again at once, so a release between the attempt and the subscription is
-///    not missed.
-/// 3. Waits for the first of: a wake-up, the end of the lease that blocks it, its interval
-///    (jittered), the deadline. A wake-up's grant is offered to the pursuit.
-/// 4. A failed attempt is retried by token with back-off while the outage budget lasts.
-/// 5. At the deadline: the pursuit withdraws, and the error says whether the lock was busy
-///    or Redis unreachable.
+/// The one acquire loop, for every wait of the crate (its steps are in the module docs).
 pub(crate) async fn pursue<P: Pursuit>(p: &mut P, w: &Waiting<'_>) -> Result<Option<P::Won>> {
     let wait = !matches!(w.deadline, Deadline::Try);
     // Every step of a timed wait, its last attempt and its clean-up included, ends by then.
@@ -221,8 +225,11 @@ async fn kept_or_new<'r>(
     let mut reg = w.hub.register(channel, token);
     // The old one (another channel) goes once the new one is in place.
     *registration = None;
-    reg.subscribed(subscribe_bound(w.deadline, w.response_timeout, interval))
-        .await;
+    // Waited for at most one response timeout or one polling `interval`, whichever is
+    // shorter, never past the wait's deadline; then the waiter goes on without it (polling
+    // until it is in place).
+    let bound = crate::vocab::options::later(Instant::now(), w.response_timeout.min(interval));
+    reg.subscribed(w.deadline.cap(bound)).await;
     *registration = Some(reg);
     None
 }
@@ -257,10 +264,7 @@ async fn ride_outage(
         return Err(err);
     }
     tracing::debug!(lock = name, %err, "Redis unreachable; attempting again by token");
-    let mut wake_at = Instant::now() + jitter(outage.backoff);
-    if let Deadline::At(limit, _) = w.deadline {
-        wake_at = wake_at.min(limit);
-    }
+    let wake_at = w.deadline.cap(Instant::now() + jitter(outage.backoff));
     outage.since = Some((since, err));
     outage.backoff = (outage.backoff * 2).min(interval);
     tokio::time::sleep_until(wake_at).await;
@@ -282,10 +286,7 @@ async fn sleep<P: Pursuit>(
     if let Some(hint) = busy.retry_after {
         sleep = sleep.min(hint + Duration::from_millis(1));
     }
-    let mut wake_at = Instant::now() + sleep;
-    if let Deadline::At(limit, _) = deadline {
-        wake_at = wake_at.min(limit);
-    }
+    let wake_at = deadline.cap(Instant::now() + sleep);
     tokio::select! {
         biased;
         _ = reg.notified() => {}
@@ -323,21 +324,6 @@ pub(crate) fn no_reply(bound: Duration) -> Error {
     )
 }
 
-/// How long a waiter waits for its channel's subscription before it goes on without it
-/// (polling until it is in place): at most one response timeout or one of its polling
-/// `interval`s, whichever is shorter, and never past the wait's deadline.
-pub(crate) fn subscribe_bound(
-    deadline: Deadline,
-    response_timeout: Duration,
-    interval: Duration,
-) -> Instant {
-    let bound = crate::vocab::options::later(Instant::now(), response_timeout.min(interval));
-    match deadline {
-        Deadline::At(limit, _) => bound.min(limit),
-        Deadline::Try | Deadline::Never => bound,
-    }
-}
-
 pub(crate) fn jitter(d: Duration) -> Duration {
     // 80% to 100% of `d`, so waiters woken together do not retry in lockstep.
     let r = (crate::vocab::token::random() % 1000) as u32;
@@ -356,21 +342,15 @@ impl LockCtx {
 
     pub(crate) fn claim(&self, request: Request) -> Claim {
         let mut claim = request.claim(self.opts.lease, self.opts.heartbeat());
-        self.label(&mut claim.token);
+        add_label(&mut claim.token, &self.opts.label);
         claim
     }
 
     /// A fresh claim token carrying the client's label.
     pub(crate) fn new_token(&self) -> String {
         let mut token = crate::vocab::token::next();
-        self.label(&mut token);
+        add_label(&mut token, &self.opts.label);
         token
-    }
-
-    fn label(&self, token: &mut String) {
-        token.reserve_exact(1 + self.opts.label.len());
-        token.push('-');
-        token.push_str(&self.opts.label);
     }
 
     /// The longest a waiter sleeps between attempts.
@@ -393,8 +373,7 @@ impl LockCtx {
     pub(crate) async fn resume(&self, claim: Claim, fence: u64) -> Result<Option<Hold>> {
         self.opts.validate()?;
         let lock = self.keys()?.clone();
-        let parts = (self.holds.clone(), self.store.clone());
-        Hold::resume(parts, lock, claim, fence, self.opts.clone()).await
+        Hold::resume(self.holds.clone(), lock, claim, fence, self.opts.clone()).await
     }
 
     /// Acquires `claim`, waiting until granted or `deadline` (never `Deadline::Try`).

@@ -79,6 +79,14 @@ pub(crate) fn default_label() -> std::sync::Arc<str> {
         .clone()
 }
 
+/// Makes a generated `token` carry the holder `label`: `<token>-<label>`, as [`label_of`]
+/// reads it.
+pub(crate) fn add_label(token: &mut String, label: &str) {
+    token.reserve_exact(1 + label.len());
+    token.push('-');
+    token.push_str(label);
+}
+
 /// The label a token carries, if it is a generated token with one.
 pub(crate) fn label_of(token: &str) -> Option<&str> {
     let (generated, label) = (token.get(..GENERATED_LEN)?, token.get(GENERATED_LEN..)?);

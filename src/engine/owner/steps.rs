@@ -100,19 +100,12 @@ impl Owner {
         }
     }
 
-    pub(super) fn by_id(
-        &mut self,
-        lock: LockKeys,
-        claim: Claim,
-        step: ById,
-        reply: oneshot::Sender<Result<bool>>,
-        now: Instant,
-    ) {
-        let key = key(&lock, &claim);
+    pub(super) fn by_id(&mut self, s: StepById, now: Instant) {
+        let key = key(&s.lock, &s.claim);
         if let Some(&id) = self.by_key.get(&key) {
             let caller = self.caller();
             let entry = self.holds.get_mut(&id).expect("by_key names a live entry");
-            match (entry.state.phase(), step) {
+            match (entry.state.phase(), s.step) {
                 // A detached hold, or a lost guard with something in flight: the step waits
                 // for it to be quiet, then goes beside.
                 (Phase::Detached, _) | (Phase::Live, ById::Extend(_))
@@ -120,52 +113,48 @@ impl Owner {
                         || (!entry.state.is_trusted(now)
                             && (!entry.state.is_quiet() || entry.beside > 0)) =>
                 {
-                    entry.after_quiet.push(Command::ById {
-                        lock,
-                        claim,
-                        step,
-                        reply,
-                    });
+                    entry.after_quiet.push(Command::ById(s));
                     return;
                 }
                 (_, ById::Release) => {
                     if let Some(n) = self.release_by_owner(id, now)
                         && let Some(entry) = self.holds.get_mut(&id)
                     {
-                        entry.release_callers.insert(n, reply);
+                        entry.release_callers.insert(n, s.reply);
                     }
                     return;
                 }
                 (Phase::Releasing, ById::Extend(_)) => {
-                    let _ = reply.send(Ok(false));
+                    let _ = s.reply.send(Ok(false));
                     return;
                 }
-                (Phase::Live, ById::Extend(_)) if entry.claim.slot != claim.slot => {
+                (Phase::Live, ById::Extend(_)) if entry.claim.slot != s.claim.slot => {
                     // A write id of a hold downgraded since: nothing of that form to extend.
-                    let _ = reply.send(Ok(false));
+                    let _ = s.reply.send(Ok(false));
                     return;
                 }
                 (Phase::Live, ById::Extend(lease)) if entry.state.is_trusted(now) => {
-                    entry.waiters.insert(caller, Waiter::Extend(reply));
+                    entry.waiters.insert(caller, Waiter::Extend(s.reply));
                     self.apply(id, Event::Extend { caller, lease }, now);
                     return;
                 }
                 (_, ById::Extend(_)) => {
                     // A guard whose trust ran out is not revived: it stays lost, and the
-                    // step goes beside it (nothing of it is in flight). Counted on the entry until answered: a detach meanwhile keeps the entry,
-                    // and a resume waits for it.
+                    // step goes beside it (nothing of it is in flight). Counted on the entry
+                    // until answered: a detach meanwhile keeps the entry, and a resume waits
+                    // for it.
                     entry.beside += 1;
-                    self.beside(key, lock, claim, step, reply, Some(id));
+                    self.beside(key, s, Some(id));
                     return;
                 }
             }
         }
         if self.reserved.contains_key(&key) {
-            let _ = reply.send(Err(hold_in_use(lock.name())));
+            let _ = s.reply.send(Err(hold_in_use(s.lock.name())));
             return;
         }
         self.reserved.insert(key.clone(), 0);
-        self.beside(key, lock, claim, step, reply, None);
+        self.beside(key, s, None);
     }
 
     /// The owner releases hold `id`, its guard left in place (a `release_all`, a release by
@@ -186,31 +175,21 @@ impl Owner {
 
     /// Sends a step by id beside any guard: counted on hold `entry` if the client has one
     /// (a lost guard), else under the key's reservation.
-    pub(super) fn beside(
-        &mut self,
-        key: Key,
-        lock: LockKeys,
-        claim: Claim,
-        step: ById,
-        reply: oneshot::Sender<Result<bool>>,
-        entry: Option<u64>,
-    ) {
+    pub(super) fn beside(&mut self, key: Key, s: StepById, entry: Option<u64>) {
         let store = self.store.clone();
         let bound = self.step_bound;
         self.io.spawn(async move {
+            let (lock, claim) = (&s.lock, &s.claim);
             let call = async {
-                match step {
-                    ById::Release => release_with_retry(&*store, &lock, &claim).await,
+                match s.step {
+                    ById::Release => release_with_retry(&*store, lock, claim).await,
                     ById::Extend(lease) => {
-                        retrying(|| store.extend(&lock, &claim, lease, None))
-                            .await
-                            .0
+                        retrying(|| store.extend(lock, claim, lease, None)).await.0
                     }
                 }
             };
-            let outcome = tokio::time::timeout(bound, call)
-                .await
-                .unwrap_or_else(|_| Err(timed_out("step by id", bound)));
+            let outcome = within(None, bound, "step by id", call).await;
+            let reply = s.reply;
             (Io::Beside { key, entry, reply }, Reply::Release(outcome))
         });
     }
