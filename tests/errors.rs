@@ -4,10 +4,10 @@
 use std::error::Error as _;
 use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::time::Duration;
 
 mod support;
 use support::fake_server::{closed_port, quick};
+use support::time::{ms, secs};
 
 /// The error and all its sources, one per line, as an error reporter prints them.
 fn chain(err: &redis_locks::Error) -> String {
@@ -45,7 +45,7 @@ async fn a_service_that_is_not_redis_is_named_as_such() {
     let service = std::thread::spawn(move || {
         for stream in listener.incoming().take(4) {
             let Ok(mut stream) = stream else { continue };
-            let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+            let _ = stream.set_read_timeout(Some(ms(500)));
             let mut buf = [0u8; 512];
             let _ = stream.read(&mut buf);
             let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n");
@@ -281,12 +281,12 @@ async fn busy_gets_retry_advice() {
             .args(["-p", &port, "EVAL", "while true do end", "0"])
             .output();
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(ms(300)).await;
     let err = client
         .mutex("m")
-        .outage_budget(Duration::from_secs(1))
+        .outage_budget(secs(1))
         .lock()
-        .timeout(Duration::from_secs(5))
+        .timeout(secs(5))
         .await
         .expect_err("server busy");
     server.cli(&["SCRIPT", "KILL"]);
@@ -309,9 +309,9 @@ async fn loading_gets_retry_advice() {
         let client = quick().connect(&url).await.expect("HELLO answers");
         let err = client
             .mutex("m")
-            .outage_budget(Duration::from_secs(1))
+            .outage_budget(secs(1))
             .lock()
-            .timeout(Duration::from_secs(5))
+            .timeout(secs(5))
             .await
             .expect_err("still loading");
         let text = err.to_string();

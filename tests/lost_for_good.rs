@@ -4,6 +4,7 @@
 //! `extend` asked later answer `false`"), through the public API.
 
 mod support;
+use support::quick::Quick;
 
 use std::sync::Arc;
 
@@ -93,12 +94,7 @@ async fn a_hand_off_guard_whose_claim_reply_is_late_stays_lost() {
     let (fa, a) = faulty_client(&b).await;
     let holder = b.client().await;
     let direct = b.client().await;
-    let first = holder
-        .mutex(name)
-        .lease(secs(30))
-        .lock()
-        .await
-        .expect("lock");
+    let first = holder.lock_for(name, secs(30)).await;
     let gate = fa.hold_replies(
         Rule::on(Op::Extend)
             .when(|c| c.lease == Some(ms(1_000)))
@@ -163,13 +159,7 @@ async fn is_held_never_turns_true_after_it_was_false_stress() {
         let mut guards = Vec::new();
         let mut tasks = Vec::new();
         for n in &names {
-            let g = a
-                .mutex(n)
-                .lease(ms(200))
-                .auto_renew(false)
-                .lock()
-                .await
-                .expect("lock");
+            let g = a.lock_unrenewed(n, ms(200)).await;
             let id = g.hold_id();
             let c = a.clone();
             tasks.push(tokio::spawn(
