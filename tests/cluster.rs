@@ -4,6 +4,7 @@
 
 mod support;
 use support::backend::within_ok;
+use support::quick::in_time;
 use support::quick::Quick;
 use support::time::{ms, secs};
 
@@ -744,13 +745,8 @@ async fn multi_locks_span_slots_without_deadlock() {
     };
     tokio::time::sleep(ms(200)).await;
     held.release().await.expect("release gamma");
-    let g = within_ok(
-        secs(10),
-        "woken by the release, not by its 30 s poll",
-        waiter,
-    )
-    .await
-    .expect("multi");
+    let promise = "woken by the release, not by its 30 s poll";
+    let g = within_ok(secs(10), promise, waiter).await.expect("multi");
     g.release().await.expect("release");
 
     let inside = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -788,12 +784,8 @@ async fn multi_locks_span_slots_without_deadlock() {
         }));
     }
     for t in tasks {
-        within_ok(
-            secs(60),
-            "every worker finishes: no deadlock across slots",
-            t,
-        )
-        .await;
+        let promise = "every worker finishes: no deadlock across slots";
+        within_ok(secs(60), promise, t).await;
     }
 }
 
@@ -814,9 +806,7 @@ async fn elections_work_on_a_cluster() {
     for name in names {
         let election = b.election(name);
         let mut observer = election.observe();
-        let first = tokio::time::timeout(secs(10), observer.next())
-            .await
-            .expect("first state");
+        let first = in_time(secs(10), "first state", observer.next()).await;
         assert_eq!(
             first,
             Some(redis_locks::LeaderEvent::NobodyLeads),

@@ -9,6 +9,7 @@ use support::backend::within_ok;
 use support::faulty::at_gate;
 use support::faulty::extend_at_gate;
 use support::faulty::faulty_client;
+use support::quick::in_time;
 use support::quick::Quick;
 
 use support::poll_once;
@@ -18,7 +19,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use redis_locks::LockClient;
-use tokio::time::{timeout, Instant};
+use tokio::time::Instant;
 
 use support::backend::Backend;
 #[allow(unused_imports)]
@@ -83,9 +84,8 @@ async fn a_resume_after_a_detach_beside_a_release_all_not_yet_sent(b: Backend) {
         let guard = c.mutex(name).lease(secs(10)).lock().await.expect("lock");
         let (gate, all) = release_all_unsent(&c, &f, Rule::on(Op::Release).times(1)).await;
         let id = guard.detach();
-        let resumed = timeout(ms(10_000), c.mutex(name).lease(secs(10)).resume(&id))
-            .await
-            .expect("resume returns");
+        let what = "resume returns";
+        let resumed = in_time(ms(10_000), what, c.mutex(name).lease(secs(10)).resume(&id)).await;
         gate.open();
         let n = within_ok(ms(10_000), "release_all returns", all).await;
         match resumed {
@@ -133,9 +133,13 @@ async fn a_multi_resume_after_a_detach_beside_a_release_all_not_yet_sent(b: Back
             .expect("lock");
         let (gate, all) = release_all_unsent(&c, &f, Rule::on(Op::Release)).await;
         let ids = guard.detach();
-        let resumed = timeout(ms(10_000), c.multi_lock(names).lease(secs(10)).resume(&ids))
-            .await
-            .expect("resume returns");
+        let what = "resume returns";
+        let resumed = in_time(
+            ms(10_000),
+            what,
+            c.multi_lock(names).lease(secs(10)).resume(&ids),
+        )
+        .await;
         gate.open();
         let n = within_ok(ms(10_000), "release_all returns", all).await;
         let g = match resumed {
@@ -177,9 +181,13 @@ async fn an_election_resume_after_a_detach_beside_a_release_all_not_yet_sent(b: 
         let leadership = c.campaign_for(name, secs(10), "v1").await;
         let (gate, all) = release_all_unsent(&c, &f, Rule::on(Op::Release)).await;
         let id = leadership.detach();
-        let resumed = timeout(ms(10_000), c.election(name).lease(secs(10)).resume(&id))
-            .await
-            .expect("resume returns");
+        let what = "resume returns";
+        let resumed = in_time(
+            ms(10_000),
+            what,
+            c.election(name).lease(secs(10)).resume(&id),
+        )
+        .await;
         gate.open();
         let n = within_ok(ms(10_000), "release_all returns", all).await;
         let l = match resumed {
@@ -245,9 +253,8 @@ async fn a_renewal_aborted_by_the_detach_on_an_idle_runtime_leaves_no_hold_in_us
         "the extend found the hold"
     );
     let started = Instant::now();
-    let resumed = timeout(ms(20_000), c.mutex(name).lease(secs(10)).resume(&id))
-        .await
-        .expect("resume returns");
+    let what = "resume returns";
+    let resumed = in_time(ms(20_000), what, c.mutex(name).lease(secs(10)).resume(&id)).await;
     let took = started.elapsed();
     support::time::drop_runtime(idle).await;
     match resumed {

@@ -10,6 +10,7 @@
 mod support;
 use support::faulty::faulty_client;
 use support::faulty::faulty_client_with;
+use support::quick::downgraded;
 use support::quick::Quick;
 use support::Granted;
 
@@ -487,9 +488,7 @@ async fn downgrade_during_renewal_then_release(b: Backend) {
         // Due a third into the lease; one that came too late for the hold fails the
         // downgrade below, so this waits only for it to come.
         eventually("renewal sent", async || faulty.count(Op::Extend) > base).await;
-        let r = redis_locks::WriteGuard::downgrade(w)
-            .await
-            .expect("downgrade");
+        let r = downgraded(w).await;
         assert!(r.is_held(), "[{}] downgraded hold not held", b.kind);
         sleep(ms(400)).await;
         assert!(

@@ -307,12 +307,8 @@ async fn head_waiter_wakes_at_a_dead_holders_lease_end(b: Backend) {
     let guard = dying.lock().await.expect("holder");
     std::mem::forget(guard);
     let start = Instant::now();
-    let taken = within_ok(
-        secs(5),
-        "taken over at the lease end, not at a 10 s heartbeat",
-        waiting.lock(),
-    )
-    .await;
+    let what = "taken over at the lease end, not at a 10 s heartbeat";
+    let taken = within_ok(secs(5), what, waiting.lock()).await;
     assert!(start.elapsed() + ms(20) >= lease);
     taken.release().await.expect("release");
 }

@@ -122,12 +122,8 @@ async fn client_kill_while_waiting_keeps_the_wake_ups() {
     sleep(ms(1500)).await;
     assert!(g.release().await.expect("release"));
     for t in tasks {
-        within_ok(
-            secs(15),
-            "a waiter missed the wake-up after its connection was killed",
-            t,
-        )
-        .await;
+        let step = "a waiter missed the wake-up after its connection was killed";
+        within_ok(secs(15), step, t).await;
     }
     let audit = fenced.check().await;
     assert_eq!(audit.writers_by_fence.len(), 3);

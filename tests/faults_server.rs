@@ -4,11 +4,12 @@
 
 mod support;
 use support::backend::within_ok;
+use support::quick::in_time;
 use support::quick::Quick;
 use support::time::{ms, secs};
 
 use redis_locks::{LockClient, RedisConfig};
-use tokio::time::{sleep, timeout};
+use tokio::time::sleep;
 
 use support::backend::EVENTUALLY;
 use support::fenced::Fenced;
@@ -45,21 +46,15 @@ async fn debug_sleep_longer_than_the_lease() {
             .output()
             .expect("redis-cli DEBUG SLEEP")
     });
-    timeout(secs(5), old.lost())
-        .await
-        .expect("lost() fired while the server slept");
+    in_time(secs(5), "lost() fired while the server slept", old.lost()).await;
     assert!(!old.is_held());
     let out = sleeper.await.expect("sleeper");
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("OK"),
         "DEBUG SLEEP failed: {out:?}"
     );
-    let new = within_ok(
-        EVENTUALLY,
-        "taken over",
-        b.mutex("sleepy").lease(secs(30)).lock(),
-    )
-    .await;
+    let step = "taken over";
+    let new = within_ok(EVENTUALLY, step, b.mutex("sleepy").lease(secs(30)).lock()).await;
     assert!(new.fencing_token() > old.fencing_token());
     assert!(fenced.write(new.fencing_token(), "new").await);
     assert!(!fenced.write(old.fencing_token(), "old").await);
@@ -109,12 +104,9 @@ async fn kill_and_restart_without_persistence() {
     }
     sleep(ms(300)).await;
     server.restart();
-    timeout(secs(10), m.lost())
-        .await
-        .expect("mutex holder told after the restart");
-    timeout(secs(10), f.lost())
-        .await
-        .expect("fair lock holder told after the restart");
+    in_time(secs(10), "mutex holder told after the restart", m.lost()).await;
+    let step = "fair lock holder told after the restart";
+    in_time(secs(10), step, f.lost()).await;
     assert!(!m.release().await.expect("release after restart"));
     assert!(!f.release().await.expect("release after restart"));
     for w in waiters {

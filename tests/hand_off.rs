@@ -212,12 +212,8 @@ async fn dead_waiter_handed_the_lock_blocks_at_most_a_lease(backend: Backend) {
     let _ = d_task.await;
     let died = Instant::now();
     let _ = a.release().await.expect("A releases");
-    let c = within_ok(
-        secs(5),
-        "C granted within 5 s",
-        direct.mutex(name).lease(lease).lock(),
-    )
-    .await;
+    let what = "C granted within 5 s";
+    let c = within_ok(secs(5), what, direct.mutex(name).lease(lease).lock()).await;
     let blocked = died.elapsed();
     assert!(
         blocked <= lease + ms(400),

@@ -12,6 +12,7 @@ use support::detached_mutex;
 use support::faulty::faulty_client;
 use support::faulty::spawn_extend_hold;
 use support::kinds::{detached, inspect};
+use support::quick::downgraded;
 use support::quick::{cancel_at, soon, Quick};
 
 use std::time::Duration;
@@ -274,11 +275,8 @@ async fn release_by_id_ends_every_guard(b: Backend) {
         !g.is_held(),
         "the guard of this client still trusts a released hold"
     );
-    soon(
-        "the other client's guard learns it at its next renewal",
-        elsewhere.lost(),
-    )
-    .await;
+    let promise = "the other client's guard learns it at its next renewal";
+    soon(promise, elsewhere.lost()).await;
     assert!(!elsewhere.is_held());
 }
 
@@ -332,9 +330,7 @@ async fn a_downgraded_write_id_is_gone(b: Backend) {
     let rw = c.rwlock("downgraded");
     let w = rw.write().await.expect("write");
     let write_id = w.hold_id();
-    let r = redis_locks::WriteGuard::downgrade(w)
-        .await
-        .expect("downgrade");
+    let r = downgraded(w).await;
     let read_id = r.detach();
     let err = rw.resume_write(&write_id).await.expect_err("gone");
     assert!(err.is_hold_gone(), "{err}");
@@ -656,9 +652,7 @@ async fn a_downgrade_with_a_second_write_guard_keeps_it_honest(b: Backend) {
         .await
         .expect_err("a second write guard");
     assert!(err.is_hold_in_use(), "{err}");
-    let read = redis_locks::WriteGuard::downgrade(first)
-        .await
-        .expect("downgrade");
+    let read = downgraded(first).await;
     let info = rw.inspect().await.expect("inspect");
     assert!(
         info.holders
@@ -1117,11 +1111,8 @@ async fn a_resumed_guard_never_renews_a_later_grant(b: Backend) {
         .timeout(EVENTUALLY)
         .await
         .expect("the lock is free again");
-    soon(
-        "the resumed guard learns the release at its next renewal",
-        resumed.lost(),
-    )
-    .await;
+    let promise = "the resumed guard learns the release at its next renewal";
+    soon(promise, resumed.lost()).await;
     let info = first.mutex(name).inspect().await.expect("inspect");
     let server = server_deadline(&info, Instant::now()).expect("held by the later grant");
     assert!(
@@ -1609,9 +1600,7 @@ async fn downgrading_one_write_co_guard(b: Backend) {
         .await
         .expect_err("a second guard of the write hold");
     assert!(err.is_hold_in_use(), "{err}");
-    let read = redis_locks::WriteGuard::downgrade(first)
-        .await
-        .expect("downgrade");
+    let read = downgraded(first).await;
     assert!(read.is_held());
     let other = b.client().await;
     let reader = other

@@ -8,6 +8,7 @@ mod support;
 use support::detached_mutex;
 use support::faulty::extend_at_gate;
 use support::faulty::faulty_client;
+use support::quick::downgraded;
 use support::quick::Quick;
 
 use support::completes_within;
@@ -171,9 +172,7 @@ async fn a_pre_downgrade_write_id_resumes_and_extends_nothing_but_releases(b: Ba
     let rw = c.rwlock(name).lease(secs(10));
     let w = rw.write().await.expect("write");
     let write_id = w.hold_id();
-    let read = redis_locks::WriteGuard::downgrade(w)
-        .await
-        .expect("downgrade");
+    let read = downgraded(w).await;
     let err = other
         .rwlock(name)
         .resume_write(&write_id)
@@ -220,9 +219,7 @@ async fn a_pre_downgrade_write_id_in_the_guards_own_client(b: Backend) {
     let rw = c.rwlock(name).lease(secs(10));
     let w = rw.write().await.expect("write");
     let write_id = w.hold_id();
-    let read = redis_locks::WriteGuard::downgrade(w)
-        .await
-        .expect("downgrade");
+    let read = downgraded(w).await;
     let extended = c
         .extend_hold(&write_id, secs(60))
         .await

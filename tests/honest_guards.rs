@@ -10,6 +10,7 @@
 mod support;
 use support::backend::within_ok;
 use support::faulty::at_gate;
+use support::quick::in_time;
 use support::quick::Quick;
 use support::Granted;
 
@@ -123,13 +124,8 @@ async fn handed_over_guard_trusts_no_longer_than_the_server_lease() {
     sleep(ms(50)).await;
     assert!(a.release().await.expect("A releases"), "setup: A held");
 
-    let b = within_ok(
-        secs(5),
-        "setup: B granted by the hand-off within 5 s",
-        b_task,
-    )
-    .await
-    .expect("B's lock()");
+    let what = "setup: B granted by the hand-off within 5 s";
+    let b = within_ok(secs(5), what, b_task).await.expect("B's lock()");
     // Let B's claim of its lease (if it makes one) be answered and applied locally.
     let _ = timeout(secs(1), async {
         while b_store.calls(Op::Extend).is_empty() {
@@ -308,12 +304,8 @@ async fn extend_racing_a_renewal_trusts_no_longer_than_the_server_deadline() {
     .is_ok();
     let stall = g_store.hold_requests(Rule::on(Op::Extend));
     extend_reply.open();
-    let (g, renewed) = within_ok(
-        secs(5),
-        "setup: extend answered once its reply was let go",
-        extend,
-    )
-    .await;
+    let what = "setup: extend answered once its reply was let go";
+    let (g, renewed) = within_ok(secs(5), what, extend).await;
     assert!(renewed.expect("extend"), "setup: extend(30 s) was refused");
     eprintln!("a renewal with the old lease was applied after the extend: {renewed_after}");
 
@@ -472,9 +464,8 @@ async fn once_lost_resolves_the_guard_is_never_held_again() {
         tokio::spawn(async move { client.extend_hold(&id, secs(10)).await })
     };
     let g = guard.lock().await;
-    timeout(secs(3), g.lost())
-        .await
-        .expect("lost() resolves once the 1 s trust runs out");
+    let what = "lost() resolves once the 1 s trust runs out";
+    in_time(secs(3), what, g.lost()).await;
     assert!(!g.is_held(), "lost() resolved: the guard is not held");
     let lost_at = Instant::now();
     let answer = extending.await.expect("join").expect("extend_hold");
@@ -496,9 +487,7 @@ async fn an_extend_after_the_trust_ran_out_revives_nothing() {
     let client = LockClient::connect(&server.url()).await.expect("client");
     let mut guard = client.lock_unrenewed(name, ms(1_000)).await;
     // lease 1 s: trusted until send + 988 ms; the server's deadline is arrival + 1000 ms.
-    timeout(secs(2), guard.lost())
-        .await
-        .expect("lost() resolves");
+    in_time(secs(2), "lost() resolves", guard.lost()).await;
     assert!(!guard.is_held());
     let lost_at = Instant::now();
     let renewed = guard.extend(secs(10)).await.expect("extend");

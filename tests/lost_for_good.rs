@@ -4,6 +4,7 @@
 //! `extend` asked later answer `false`"), through the public API.
 
 mod support;
+use support::quick::in_time;
 use support::quick::Quick;
 
 use std::sync::Arc;
@@ -64,9 +65,8 @@ async fn an_extend_by_id_beside_a_lost_guard_does_not_revive_it() {
     );
     let guard = a.mutex(name).lease(ms(1_000)).lock().await.expect("lock");
     let id = guard.hold_id();
-    timeout(secs(3), guard.lost())
-        .await
-        .expect("lost() resolves once the 1 s trust runs out");
+    let what = "lost() resolves once the 1 s trust runs out";
+    in_time(secs(3), what, guard.lost()).await;
     let lost_at = Instant::now();
     assert!(!guard.is_held());
     let by_id = a.extend_hold(&id, secs(10)).await;
@@ -106,9 +106,8 @@ async fn a_hand_off_guard_whose_claim_reply_is_late_stays_lost() {
     until_waiters(1, || handle.inspect()).await;
     assert!(first.release().await.expect("release"));
     let mut guard = join("A's lock", waiting).await.expect("handed over");
-    timeout(secs(3), guard.lost())
-        .await
-        .expect("lost() resolves once the window runs out");
+    let what = "lost() resolves once the window runs out";
+    in_time(secs(3), what, guard.lost()).await;
     let lost_at = Instant::now();
     gate.open();
     sleep(ms(100)).await;

@@ -9,6 +9,7 @@
 //! cancelled step holds nothing (all or nothing).
 
 mod support;
+use support::quick::in_time;
 use support::quick::Quick;
 use support::Granted;
 
@@ -235,9 +236,7 @@ async fn multi_opposite_orders_never_deadlock(b: Backend) {
             t.await.expect("task");
         }
     };
-    tokio::time::timeout(ms(15000), all)
-        .await
-        .expect("no deadlock within 15 s");
+    in_time(ms(15000), "no deadlock within 15 s", all).await;
 }
 
 type Registry = StdMutex<Vec<(Arc<redis_locks::MultiGuard>, Vec<(String, bool)>)>>;

@@ -2,6 +2,7 @@
 
 mod support;
 use support::backend::within_ok;
+use support::quick::downgraded;
 use support::quick::{soon, Quick};
 use support::time::{ms, secs};
 
@@ -293,9 +294,7 @@ async fn rwlock_readers_share_and_exclude_writers() {
     assert!(support::would_block(b.rwlock("doc").try_read().await));
     assert!(support::would_block(b.rwlock("doc").try_write().await));
     let fence = w.fencing_token();
-    let r = redis_locks::WriteGuard::downgrade(w)
-        .await
-        .expect("downgrade");
+    let r = downgraded(w).await;
     assert_eq!(r.fencing_token(), fence);
     let r3 = b
         .rwlock("doc")

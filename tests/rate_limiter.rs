@@ -454,11 +454,8 @@ async fn a_lost_reply_is_charged_once_despite_a_short_heartbeat_neighbour(b: Bac
     let quick = b.client_with(LockClient::builder().heartbeat(ms(50))).await;
     let a = slow.rate_limiter("lost-neighbour", rate);
     let task = tokio::spawn(async move { a.acquire(1).await });
-    soon(
-        "the wait retried after the lost reply",
-        gate.wait_entered(1),
-    )
-    .await; // the retry is on its way, the admission was made
+    let promise = "the wait retried after the lost reply";
+    soon(promise, gate.wait_entered(1)).await; // the retry is on its way, the admission was made
     tokio::time::sleep(ms(300)).await;
     let other = quick.rate_limiter("lost-neighbour", rate);
     other

@@ -5,6 +5,7 @@
 //! runtime. Public API; each test names the claim it checks.
 
 mod support;
+use support::quick::in_time;
 use support::quick::Quick;
 
 use redis_locks::LockClient;
@@ -20,9 +21,7 @@ use support::time::{ms, secs};
 /// never reached the server), then traffic flows again.
 async fn fail_release_all(proxy: &Proxy, slow: &LockClient) {
     proxy.stall();
-    let all = timeout(ms(15_000), slow.release_all())
-        .await
-        .expect("release_all returns");
+    let all = in_time(ms(15_000), "release_all returns", slow.release_all()).await;
     proxy.cut();
     proxy.resume();
     assert!(
@@ -353,9 +352,13 @@ async fn a_guard_dropped_outside_a_runtime_keeps_its_entry(b: Backend, step: InF
     std::thread::spawn(move || drop(g))
         .join()
         .expect("drop off runtime");
-    let resumed = timeout(ms(15_000), c.mutex(name).lease(secs(10)).resume(&id))
-        .await
-        .expect("resume returns");
+    let promise = "resume returns";
+    let resumed = in_time(
+        ms(15_000),
+        promise,
+        c.mutex(name).lease(secs(10)).resume(&id),
+    )
+    .await;
     gate.open();
     let said = timeout(ms(10_000), in_flight)
         .await

@@ -9,6 +9,8 @@ mod support;
 use support::backend::within_ok;
 use support::faulty::at_gate;
 use support::faulty::faulty_client;
+use support::quick::downgraded;
+use support::quick::in_time;
 use support::quick::Quick;
 use support::waits::holders;
 
@@ -35,9 +37,7 @@ async fn a_failed_release_delivered_late_under_a_resume() {
     let g = slow.mutex(name).lease(secs(10)).lock().await.expect("lock");
     let id = g.hold_id();
     proxy.stall();
-    let rel = timeout(ms(15_000), g.release())
-        .await
-        .expect("release returns");
+    let rel = in_time(ms(15_000), "release returns", g.release()).await;
     assert!(rel.is_err(), "release through a stalled proxy said {rel:?}");
     let started = Instant::now();
     // Resume while stalled (the resume's renewal is held too), then let everything through.
@@ -93,9 +93,13 @@ async fn a_cancelled_release_then_resume(b: Backend) {
     let cancelled = timeout(ms(200), g.release()).await;
     assert!(cancelled.is_err(), "release returned through a gate");
     at_gate(&gate, 2, "the drop's background release at the gate").await;
-    let during = timeout(ms(15_000), c.mutex(name).lease(secs(10)).resume(&id))
-        .await
-        .expect("resume answers");
+    let promise = "resume answers";
+    let during = in_time(
+        ms(15_000),
+        promise,
+        c.mutex(name).lease(secs(10)).resume(&id),
+    )
+    .await;
     let during_s = match &during {
         Ok(r) => format!("a guard (is_held {})", r.is_held()),
         Err(e) => format!("{e}"),
@@ -118,9 +122,13 @@ async fn a_cancelled_release_then_resume(b: Backend) {
         "[{}] the drop released",
         b.kind
     );
-    let after = timeout(ms(15_000), c.mutex(name).lease(secs(10)).resume(&id))
-        .await
-        .expect("resume answers");
+    let promise = "resume answers";
+    let after = in_time(
+        ms(15_000),
+        promise,
+        c.mutex(name).lease(secs(10)).resume(&id),
+    )
+    .await;
     match after {
         Err(e) => assert!(
             !e.is_hold_in_use(),
@@ -173,9 +181,7 @@ async fn release_all_does_not_count_a_lapsed_hold(b: Backend) {
     let g = c.mutex(name).lease(ms(600)).lock().await.expect("lock");
     sleep(ms(1_200)).await;
     assert_eq!(holders(&other, name).await, 0, "lapsed");
-    let n = timeout(ms(15_000), c.release_all())
-        .await
-        .expect("release_all returns");
+    let n = in_time(ms(15_000), "release_all returns", c.release_all()).await;
     gate.open();
     drop(g);
     assert!(
@@ -194,9 +200,7 @@ async fn downgrade_then_detach_then_resume_both_ids(b: Backend) {
     let rw = c.rwlock(name).lease(secs(10));
     let w = rw.write().await.expect("write");
     let write_id = w.hold_id();
-    let read = redis_locks::WriteGuard::downgrade(w)
-        .await
-        .expect("downgrade");
+    let read = downgraded(w).await;
     let in_use = rw.resume_write(&write_id).await;
     assert!(
         in_use.is_err(),

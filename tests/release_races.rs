@@ -10,6 +10,7 @@ use support::backend::within_ok;
 use support::faulty::at_gate;
 use support::faulty::spawn_extend_hold;
 use support::faulty::{extend_at_gate, faulty_client};
+use support::quick::downgraded;
 use support::quick::Quick;
 use support::waits::{holders, BEFORE_THE_LEASE};
 
@@ -401,9 +402,7 @@ async fn a_stale_downgraded_write_id_touches_no_later_hold(b: Backend) {
     let rw = c.rwlock(name).lease(secs(10));
     let w = rw.write().await.expect("write");
     let write_id = w.hold_id();
-    let read = redis_locks::WriteGuard::downgrade(w)
-        .await
-        .expect("downgrade");
+    let read = downgraded(w).await;
     assert!(read.release().await.expect("release read"));
     let mine = rw.read().await.expect("a new read hold, same client");
     let theirs = other

@@ -11,6 +11,7 @@
 
 mod support;
 use support::backend::within_ok;
+use support::quick::in_time;
 use support::quick::Quick;
 
 use std::time::Duration;
@@ -373,9 +374,7 @@ async fn a_multi_lock_is_woken_by_a_release_during_its_withdraw() {
     fa.add(Rule::on(Op::AcquireAll).times(1).lose_reply());
     let gate = Gate::new();
     fa.add(Rule::on(Op::Release).times(2).hold_request(gate.clone()));
-    tokio::time::timeout(secs(10), gate.wait_entered(1))
-        .await
-        .expect("A's withdraw never came");
+    in_time(secs(10), "A's withdraw never came", gate.wait_entered(1)).await;
     tokio::time::sleep(ms(20)).await;
     assert!(c_guard.release().await.expect("C releases X"));
     let released = Instant::now();

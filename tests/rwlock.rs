@@ -1,6 +1,7 @@
 //! RwLock behaviour, on a real redis-server and on the in-memory store.
 
 mod support;
+use support::quick::in_time;
 use support::time::{ms, secs};
 use support::Granted;
 
@@ -716,9 +717,8 @@ async fn foreign_fence_text_is_reported_and_kept() {
     let b = Backend::redis();
     let c = b.client().await;
     b.cli(&["SET", "rl:{rw-text-fence}:fence", "not a number"]);
-    let res = timeout(secs(5), c.rwlock("rw-text-fence").read())
-        .await
-        .expect("read() waited on a foreign key");
+    let step = "read() waited on a foreign key";
+    let res = in_time(secs(5), step, c.rwlock("rw-text-fence").read()).await;
     let keys = b.cli(&["KEYS", "*"]);
     assert_eq!(b.cli(&["GET", "rl:{rw-text-fence}:fence"]), "not a number");
     assert_eq!(

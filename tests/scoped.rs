@@ -2,6 +2,7 @@
 //! lost, and the lock is released after.
 
 mod support;
+use support::quick::in_time;
 use support::time::{ms, secs};
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -62,9 +63,8 @@ async fn a_lost_lease_stops_the_work(b: Backend) {
             c.force_release("scoped-lost").await.expect("force release")
         })
     };
-    let outcome = tokio::time::timeout(secs(20), guard.run_while_held(work))
-        .await
-        .expect("stopped well before the work's 30 s");
+    let what = "stopped well before the work's 30 s";
+    let outcome = in_time(secs(20), what, guard.run_while_held(work)).await;
     assert!(
         matches!(outcome, Err(Error::LeaseLost { ref name }) if name == "scoped-lost"),
         "{outcome:?}"

@@ -6,6 +6,8 @@
 
 mod support;
 use support::backend::within_ok;
+use support::quick::downgraded;
+use support::quick::in_time;
 use support::quick::Quick;
 use support::time::{ms, secs};
 
@@ -172,9 +174,7 @@ async fn every_primitive_works_as_a_restricted_acl_user() {
     ] {
         let lock = a.rwlock(&format!("acl-rw-{pref:?}")).preference(pref);
         let w = lock.write().await.expect("write");
-        let r = redis_locks::WriteGuard::downgrade(w)
-            .await
-            .expect("downgrade");
+        let r = downgraded(w).await;
         let r2 = lock.read().await.expect("read");
         assert!(r.release().await.expect("release"));
         assert!(r2.release().await.expect("release"));
@@ -755,9 +755,13 @@ async fn a_user_without_unsubscribe_is_warned_and_waits_go_on() {
     // Later waits are not held up: a timed wait on a held lock ends by its deadline.
     let held = a.mutex("no-unsub-2").try_lock().await.expect("granted");
     let started = tokio::time::Instant::now();
-    let waited = tokio::time::timeout(secs(10), b.mutex("no-unsub-2").lock().timeout(ms(300)))
-        .await
-        .expect("a timed wait hung");
+    let what = "a timed wait hung";
+    let waited = in_time(
+        secs(10),
+        what,
+        b.mutex("no-unsub-2").lock().timeout(ms(300)),
+    )
+    .await;
     assert!(waited.expect_err("held").is_timeout());
     assert!(started.elapsed() < secs(5));
     held.release().await.expect("release");

@@ -3,6 +3,7 @@
 #![cfg(feature = "sentinel")]
 
 mod support;
+use support::quick::in_time;
 use support::quick::Quick;
 use support::time::{ms, secs};
 
@@ -191,9 +192,8 @@ async fn failover_under_load(how: Failover) {
     let primary = set.primary_port();
     assert_eq!(primary, new);
     tokio::task::block_in_place(|| set.node_mut(primary).cli(&["FLUSHALL"]));
-    tokio::time::timeout(secs(10), g.lost())
-        .await
-        .expect("a hold missing on the new primary still reports held");
+    let what = "a hold missing on the new primary still reports held";
+    in_time(secs(10), what, g.lost()).await;
     assert!(!g.is_held());
 }
 

@@ -10,6 +10,7 @@
 //! lost lease is signalled, and holds made afterwards are renewed.
 
 mod support;
+use support::quick::in_time;
 use support::quick::Quick;
 use support::Granted;
 
@@ -704,12 +705,8 @@ async fn redis_client_pause_past_the_lease_keeps_guards_honest() {
         checks > 5,
         "setup: inspect did not answer during the pause ({checks})"
     );
-    timeout(ms(2_000), m.lost())
-        .await
-        .expect("mutex loss signalled");
-    timeout(ms(2_000), f.lost())
-        .await
-        .expect("fair loss signalled");
+    in_time(ms(2_000), "mutex loss signalled", m.lost()).await;
+    in_time(ms(2_000), "fair loss signalled", f.lost()).await;
     sleep(ms(500)).await;
     assert!(
         !m.is_held() && !f.is_held(),

@@ -3,6 +3,7 @@
 //! themselves lost.
 
 mod support;
+use support::quick::in_time;
 use support::time::secs;
 
 use support::backend::Backend;
@@ -51,9 +52,7 @@ async fn release_all_frees_every_primitive(b: Backend) {
     ] {
         assert!(!held, "a released guard must not claim the lock");
     }
-    tokio::time::timeout(secs(1), guards_m.lost())
-        .await
-        .expect("lost() fires at once");
+    in_time(secs(1), "lost() fires at once", guards_m.lost()).await;
 
     // Free at once, for another client.
     let got = [

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis_locks::{
-    FairLockGuard, HoldId, LeaderInfo, Leadership, LockClient, LockInfo, MutexGuard,
+    FairLockGuard, HoldId, LeaderInfo, Leadership, LockClient, LockInfo, MutexGuard, ReadGuard,
+    WriteGuard,
 };
 
 use super::backend::EVENTUALLY;
@@ -109,6 +110,24 @@ pub async fn soon<T>(what: &str, fut: impl std::future::IntoFuture<Output = T>) 
     tokio::time::timeout(EVENTUALLY, fut)
         .await
         .unwrap_or_else(|_| panic!("not within {EVENTUALLY:?}: {what}"))
+}
+
+/// `fut` within `limit`; panics with `what` on a timeout.
+pub async fn in_time<T>(
+    limit: Duration,
+    what: &str,
+    fut: impl std::future::IntoFuture<Output = T>,
+) -> T {
+    tokio::time::timeout(limit, fut)
+        .await
+        .unwrap_or_else(|_| panic!("not within {limit:?}: {what}"))
+}
+
+/// `WriteGuard::downgrade(w)`: the read guard.
+pub async fn downgraded(w: WriteGuard) -> ReadGuard {
+    let name = w.name().to_owned();
+    let got = WriteGuard::downgrade(w).await;
+    got.unwrap_or_else(|e| panic!("downgrade {name}: {e}"))
 }
 
 /// Cancels `task` once one request entered `gate`, then opens the gate: the task is
