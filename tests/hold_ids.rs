@@ -1375,77 +1375,44 @@ async fn an_expired_guard_stays_lost_after_a_resume(b: Backend) {
     assert!(resumed.release().await.expect("release"));
 }
 
-/// Attack: cancel `Election::resume` after its renewal, while it reads the leader's value.
-/// Its docs ("Cancel safety"): "If cancelled, the leadership's lease may have been renewed;
-/// no `Leadership` has it." So the detached leadership must still lead (same term) after the
-/// cancel, not be resigned or released.
-async fn cancelled_election_resume_keeps_the_leadership(b: Backend) {
-    let name = "cancelled-election-resume";
-    let first = b.client().await;
-    let id = first
-        .campaign_for(name, secs(5), "10.0.0.9:1")
-        .await
-        .detach();
-    let (faulty, c) = faulty_client(&b).await;
-    let gate = faulty.hold_requests(Rule::on(Op::Leader).times(1));
-    let resuming = {
-        let (c, id) = (c.clone(), id.clone());
-        tokio::spawn(async move {
-            c.election(name)
-                .lease(secs(5))
-                .resume(&id)
-                .await
-                .map(|l| l.detach())
-        })
-    };
-    cancel_at(&gate, resuming).await;
-    tokio::time::sleep(ms(300)).await;
-    let seen = first.election(name).leader().await.expect("leader");
-    assert!(
-        seen.as_ref()
-            .is_some_and(|l| l.term == id.fencing_token() && l.value == "10.0.0.9:1"),
-        "a cancelled Election::resume ended the leadership it was resuming: leader now {seen:?}"
-    );
-    let back = first
-        .election(name)
-        .resume(&id)
-        .await
-        .expect("the leadership is still there to resume");
-    assert!(back.resign().await.expect("resign"));
-}
-
-/// Attack: `Election::resume` whose read of the leader's value fails (its reply lost). The
-/// leadership was handed over (detached); a failed resume must not end it: the error is
-/// reported and the leadership still leads under its term, to be resumed again.
-async fn a_failed_election_resume_keeps_the_leadership(b: Backend) {
-    let name = "failed-election-resume";
-    let first = b.client().await;
-    let id = first
-        .campaign_for(name, secs(5), "10.0.0.9:2")
-        .await
-        .detach();
-    let (faulty, c) = faulty_client(&b).await;
-    faulty.add(Rule::on(Op::Leader).lose_reply());
-    let outcome = c
-        .election(name)
-        .lease(secs(5))
-        .resume(&id)
-        .await
-        .map(|l| l.detach());
-    faulty.clear();
-    tokio::time::sleep(ms(300)).await;
-    let seen = first.election(name).leader().await.expect("leader");
-    assert!(
-        seen.as_ref().is_some_and(|l| l.term == id.fencing_token()),
-        "an Election::resume that failed ({:?}) ended the leadership: leader now {seen:?}",
-        outcome.as_ref().err()
-    );
-    let back = first
-        .election(name)
-        .resume(&id)
-        .await
-        .expect("resume again");
-    assert!(back.resign().await.expect("resign"));
+/// Attack: `Election::resume` cut while it reads the leader's value, after its renewal:
+/// cancelled there (its docs, "Cancel safety": "If cancelled, the leadership's lease may have
+/// been renewed; no `Leadership` has it"), or failing there (its reply lost). The leadership
+/// was handed over (detached); neither may end it: it still leads under its term and value,
+/// to be resumed again.
+async fn an_election_resume_cut_at_its_leader_read_keeps_the_leadership(b: Backend) {
+    for (how, value) in [("cancelled", "10.0.0.9:1"), ("failed", "10.0.0.9:2")] {
+        let name = &format!("{how}-election-resume");
+        let first = b.client().await;
+        let id = first.campaign_for(name, secs(5), value).await.detach();
+        let (faulty, c) = faulty_client(&b).await;
+        let outcome = if how == "cancelled" {
+            let gate = faulty.hold_requests(Rule::on(Op::Leader).times(1));
+            let (c, id, name) = (c.clone(), id.clone(), name.clone());
+            let resuming = tokio::spawn(async move {
+                let resumed = c.election(&name).lease(secs(5)).resume(&id).await;
+                resumed.map(|l| l.detach())
+            });
+            cancel_at(&gate, resuming).await;
+            None
+        } else {
+            faulty.add(Rule::on(Op::Leader).lose_reply());
+            let resumed = c.election(name).lease(secs(5)).resume(&id).await;
+            resumed.map(|l| l.detach()).err()
+        };
+        faulty.clear();
+        tokio::time::sleep(ms(300)).await;
+        let seen = first.leader_of(name).await;
+        assert!(
+            seen.as_ref()
+                .is_some_and(|l| l.term == id.fencing_token() && l.value == value),
+            "an Election::resume {how} at its leader read ({outcome:?}) ended the leadership \
+             it was resuming: leader now {seen:?}"
+        );
+        let back = first.election(name).resume(&id).await;
+        let back = back.expect("the leadership is still there to resume");
+        assert!(back.resign().await.expect("resign"), "{how}");
+    }
 }
 
 /// Attack: cancel `MultiLock::resume` (in another process) after its first part was renewed,
@@ -1825,8 +1792,7 @@ both_backends!(
     dropping_the_lost_guard_after_a_resume,
     releasing_the_lost_guard_after_a_resume,
     an_expired_guard_stays_lost_after_a_resume,
-    cancelled_election_resume_keeps_the_leadership,
-    a_failed_election_resume_keeps_the_leadership,
+    an_election_resume_cut_at_its_leader_read_keeps_the_leadership,
     cancelled_multi_resume_leaves_the_parts_held,
     resume_with_bad_options_leaves_the_hold,
     downgrading_one_write_co_guard,

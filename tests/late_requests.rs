@@ -8,7 +8,7 @@
 mod support;
 use support::quick::Quick;
 
-use redis_locks::LockClient;
+use redis_locks::{LockClient, Preference, WriteGuard};
 use tokio::time::Instant;
 
 use support::backend::{until_waiters, Backend};
@@ -527,6 +527,45 @@ async fn an_extend_after_an_unknown_claim_cannot_keep_the_hand_off_window_for_a_
     panic!("every waiter was granted by its own attempt: {tried:?}");
 }
 
+/// Waiter A (RwLock of `policy`, lease 500 ms, heartbeat 20 s) is handed the write hold of
+/// `{prefix}-{round}` by X's release, its claim (a request of `arity` words, see
+/// `hold_claim`) held on the network: A's guard, the name and a probe of it. Up to three
+/// rounds: a waiter granted by its own attempt has no claim to hold.
+async fn handed_with_its_claim_held(
+    b: &Backend,
+    proxy: &late_proxy::LateProxy,
+    a: &LockClient,
+    (prefix, arity, policy): (&str, usize, Preference),
+) -> (WriteGuard, String, redis_locks::RwLock) {
+    let (holder, observer) = (b.client().await, b.client().await);
+    let warm_up = a.rwlock(&format!("{prefix}-warm-up")).preference(policy);
+    warm_up
+        .write()
+        .await
+        .expect("warm-up")
+        .release()
+        .await
+        .expect("release");
+    for round in 0..3 {
+        let name = format!("{prefix}-{round}");
+        proxy.hold_claim(arity, &name);
+        let x = holder.rwlock(&name).preference(policy).write().await;
+        let x = x.expect("X writes");
+        let a_handle = a.rwlock(&name).preference(policy);
+        let a_handle = a_handle.lease(ms(500)).heartbeat(secs(20));
+        let waiting = tokio::spawn(async move { a_handle.write().await });
+        let probe = observer.rwlock(&name).preference(policy);
+        until_waiters(1, || probe.inspect()).await;
+        assert!(x.release().await.expect("X releases"));
+        let a_guard = a_granted(waiting).await;
+        if proxy.held_within(secs(2)).await {
+            return (a_guard, name, probe);
+        }
+        a_guard.release().await.expect("release");
+    }
+    panic!("every waiter was granted by its own attempt");
+}
+
 /// A downgrade writes now + lease with no rounding (of either parity), the one write besides
 /// a grant that can leave an odd deadline: waiter A (fair RwLock, lease 500 ms, heartbeat
 /// 20 s) is handed the write hold; its claim is held on the network and its connection
@@ -537,67 +576,27 @@ async fn an_extend_after_an_unknown_claim_cannot_keep_the_hand_off_window_for_a_
 /// guard says `is_held()`, and B trusts within the server's lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_late_claim_after_a_fair_downgrade_cannot_cut_a_resumed_read_hold() {
-    use redis_locks::Preference::Fair;
     let b = Backend::redis();
     let (proxy, _fa, a) = proxied_faulty_client(&b).await;
-    let holder = b.client().await;
-    let resumer = b.client().await;
-    let observer = b.client().await;
-    let contender = b.client().await;
-    a.rwlock("fair-downgrade-warm-up")
-        .preference(Fair)
-        .write()
-        .await
-        .expect("warm-up")
-        .release()
-        .await
-        .expect("release");
-    for round in 0..3 {
-        let name = format!("fair-downgrade-late-claim-{round}");
-        proxy.hold_claim(19, &name);
-        let x = holder
-            .rwlock(&name)
-            .preference(Fair)
-            .write()
-            .await
-            .expect("X writes");
-        let a_handle = a
-            .rwlock(&name)
-            .preference(Fair)
-            .lease(ms(500))
-            .heartbeat(secs(20));
-        let waiting = tokio::spawn(async move { a_handle.write().await });
-        let probe = observer.rwlock(&name).preference(Fair);
-        until_waiters(1, || probe.inspect()).await;
-        assert!(x.release().await.expect("X releases"));
-        let a_guard = a_granted(waiting).await;
-        if !proxy.held_within(secs(2)).await {
-            a_guard.release().await.expect("release");
-            continue;
-        }
-        let (read, ()) = tokio::join!(redis_locks::WriteGuard::downgrade(a_guard), async {
-            tokio::time::sleep(ms(20)).await;
-            proxy.cut_clients();
-        });
-        let read = read.expect("A downgrades");
-        let before = probe.inspect().await.expect("inspect");
-        let id = read.detach();
-        let b_guard = resumer
-            .rwlock(&name)
-            .preference(Fair)
-            .lease(secs(9))
-            .resume_read(&id)
-            .await
-            .expect("B resumes the read hold");
-        proxy.deliver_all().await;
-        tokio::time::sleep(ms(50)).await;
-        eprintln!("after the downgrade: {before:?}");
-        let rival = contender.rwlock(&name).preference(Fair);
-        let what = "B's resumed fair read guard after A's late claim";
-        watch_writers(what, &b_guard, &probe, &rival, secs(2)).await;
-        return;
-    }
-    panic!("every waiter was granted by its own attempt");
+    let (resumer, contender) = (b.client().await, b.client().await);
+    let case = ("fair-downgrade-late-claim", 19, Preference::Fair);
+    let (a_guard, name, probe) = handed_with_its_claim_held(&b, &proxy, &a, case).await;
+    let (read, ()) = tokio::join!(WriteGuard::downgrade(a_guard), async {
+        tokio::time::sleep(ms(20)).await;
+        proxy.cut_clients();
+    });
+    let read = read.expect("A downgrades");
+    let before = probe.inspect().await.expect("inspect");
+    let id = read.detach();
+    let b_lock = resumer.rwlock(&name).preference(Preference::Fair);
+    let b_guard = b_lock.lease(secs(9)).resume_read(&id).await;
+    let b_guard = b_guard.expect("B resumes the read hold");
+    proxy.deliver_all().await;
+    tokio::time::sleep(ms(50)).await;
+    eprintln!("after the downgrade: {before:?}");
+    let rival = contender.rwlock(&name).preference(Preference::Fair);
+    let what = "B's resumed fair read guard after A's late claim";
+    watch_writers(what, &b_guard, &probe, &rival, secs(2)).await;
 }
 
 /// Another party's downgrade leaves an odd deadline behind a late claim: waiter A (RwLock,
@@ -610,49 +609,22 @@ async fn a_late_claim_after_a_fair_downgrade_cannot_cut_a_resumed_read_hold() {
 async fn a_late_claim_after_anothers_downgrade_cannot_let_a_writer_beside_the_reader() {
     let b = Backend::redis();
     let (proxy, _fa, a) = proxied_faulty_client(&b).await;
-    let holder = b.client().await;
-    let resumer = b.client().await;
-    let observer = b.client().await;
-    let contender = b.client().await;
-    a.rwlock("others-downgrade-warm-up")
-        .write()
+    let (resumer, contender) = (b.client().await, b.client().await);
+    let case = ("others-downgrade-late-claim", 15, Preference::Writer);
+    let (a_guard, name, probe) = handed_with_its_claim_held(&b, &proxy, &a, case).await;
+    let id = a_guard.detach();
+    proxy.cut_clients();
+    let b_lock = resumer.rwlock(&name).lease(secs(9));
+    let b_write = b_lock
+        .resume_write(&id)
         .await
-        .expect("warm-up")
-        .release()
-        .await
-        .expect("release");
-    for round in 0..3 {
-        let name = format!("others-downgrade-late-claim-{round}");
-        proxy.hold_claim(15, &name);
-        let x = holder.rwlock(&name).write().await.expect("X writes");
-        let a_handle = a.rwlock(&name).lease(ms(500)).heartbeat(secs(20));
-        let waiting = tokio::spawn(async move { a_handle.write().await });
-        let probe = observer.rwlock(&name);
-        until_waiters(1, || probe.inspect()).await;
-        assert!(x.release().await.expect("X releases"));
-        let a_guard = a_granted(waiting).await;
-        if !proxy.held_within(secs(2)).await {
-            a_guard.release().await.expect("release");
-            continue;
-        }
-        let id = a_guard.detach();
-        proxy.cut_clients();
-        let b_lock = resumer.rwlock(&name).lease(secs(9));
-        let b_write = b_lock
-            .resume_write(&id)
-            .await
-            .expect("B resumes the write hold");
-        let b_guard = redis_locks::WriteGuard::downgrade(b_write)
-            .await
-            .expect("B downgrades");
-        proxy.deliver_all().await;
-        tokio::time::sleep(ms(50)).await;
-        let rival = contender.rwlock(&name);
-        let what = "B's read guard (downgraded) after A's late claim";
-        watch_writers(what, &b_guard, &probe, &rival, secs(2)).await;
-        return;
-    }
-    panic!("every waiter was granted by its own attempt");
+        .expect("B resumes the write hold");
+    let b_guard = WriteGuard::downgrade(b_write).await.expect("B downgrades");
+    proxy.deliver_all().await;
+    tokio::time::sleep(ms(50)).await;
+    let rival = contender.rwlock(&name);
+    let what = "B's read guard (downgraded) after A's late claim";
+    watch_writers(what, &b_guard, &probe, &rival, secs(2)).await;
 }
 
 /// Once the proxy holds a request (the first attempt), cuts the client side of every
