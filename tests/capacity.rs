@@ -73,8 +73,6 @@ async fn set_permits_cannot_resize_a_fair_lock_in_use(backend: Backend) {
     drop(a);
 }
 
-both_backends!(set_permits_cannot_resize_a_fair_lock_in_use);
-
 /// Without the intermediate `set_permits(1)`, the FairLock's `=1` marker refuses
 /// `set_permits(2)` (holds).
 async fn set_permits_refused_beside_a_fair_lock(backend: Backend) {
@@ -90,8 +88,6 @@ async fn set_permits_refused_beside_a_fair_lock(backend: Backend) {
     );
     drop(a);
 }
-
-both_backends!(set_permits_refused_beside_a_fair_lock);
 
 /// A FairLock used the name once and is gone (released). Only a Semaphore(1) uses the queue
 /// now. `set_permits` is documented to be refused only "while a FairLock/fair RwLock uses the
@@ -111,8 +107,6 @@ async fn set_permits_after_fair_lock_left(b: Backend) {
     drop(p);
 }
 
-both_backends!(set_permits_after_fair_lock_left);
-
 /// Same, but the FairLock's lease has fully lapsed too (so on Redis its marker's TTL is
 /// over). Redis and memory must agree.
 async fn set_permits_after_fair_lock_lapsed(b: Backend) {
@@ -130,8 +124,6 @@ async fn set_permits_after_fair_lock_lapsed(b: Backend) {
     );
     drop(p);
 }
-
-both_backends!(set_permits_after_fair_lock_lapsed);
 
 /// The FairLock used the name once, 300 ms lease, released at once. From then on only
 /// Semaphore(1) permits (renewed) use the queue, for 1.5 s: far beyond anything the
@@ -153,8 +145,6 @@ async fn set_permits_while_semaphore_keeps_queue_busy(b: Backend) {
     );
     drop(p);
 }
-
-both_backends!(set_permits_while_semaphore_keeps_queue_busy);
 
 // ------------------------------------------------------------------------------------------
 // The capacity marker lives as long as its holders
@@ -226,8 +216,6 @@ async fn capacity_marker_outlives_its_holders(backend: Backend) {
     drop(a);
 }
 
-both_backends!(capacity_marker_outlives_its_holders);
-
 // ------------------------------------------------------------------------------------------
 // FairLocks and Semaphores on one name
 // ------------------------------------------------------------------------------------------
@@ -285,8 +273,6 @@ async fn fair_lock_and_semaphore_never_coexist(b: Backend) {
     );
     fg.release().await.unwrap();
 }
-
-both_backends!(fair_lock_and_semaphore_never_coexist);
 
 /// Contention: FairLock users and Semaphore(3) users on one name, with short leases and
 /// renewals, for a few seconds. Never a FairLock guard `is_held()` while a permit guard
@@ -361,4 +347,13 @@ async fn mixed_capacity_contention(b: Backend) {
     }
 }
 
-both_backends!(mixed_capacity_contention);
+both_backends!(
+    set_permits_cannot_resize_a_fair_lock_in_use,
+    set_permits_refused_beside_a_fair_lock,
+    set_permits_after_fair_lock_left,
+    set_permits_after_fair_lock_lapsed,
+    set_permits_while_semaphore_keeps_queue_busy,
+    capacity_marker_outlives_its_holders,
+    fair_lock_and_semaphore_never_coexist,
+    mixed_capacity_contention,
+);

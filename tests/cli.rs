@@ -2,6 +2,8 @@
 
 mod support;
 use support::fake_server::closed_port;
+use support::quick::Quick;
+use support::time::{ms, secs};
 
 use std::process::{Command, Output};
 
@@ -78,6 +80,12 @@ fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// The stdout of a run that succeeded.
+fn ok(out: Output) -> String {
+    assert!(out.status.success(), "{out:?}");
+    stdout(&out)
+}
+
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
@@ -105,9 +113,7 @@ async fn shows_readers_and_a_waiting_writer() {
     };
     until_waiters(1, || lock.inspect()).await;
 
-    let out = cli(&server, &["inspect", "catalog", "--json"]);
-    assert!(out.status.success(), "{out:?}");
-    let json = stdout(&out);
+    let json = ok(cli(&server, &["inspect", "catalog", "--json"]));
     assert_eq!(json.matches("\"kind\":\"read\"").count(), 3, "{json}");
     assert_eq!(json.matches("heartbeat_remaining_ms").count(), 1, "{json}");
     assert!(!json.contains("\"kind\":\"write\""), "{json}");
@@ -355,9 +361,7 @@ async fn inspect_shows_who_holds_and_who_waits() {
     until_waiters(1, || ledger.inspect()).await;
     let pid = format!("-{}", std::process::id());
 
-    let out = cli(&server, &["inspect", "ledger"]);
-    assert!(out.status.success(), "{out:?}");
-    let text = stdout(&out);
+    let text = ok(cli(&server, &["inspect", "ledger"]));
     assert!(text.contains("billing-worker-3"), "{text}");
     assert!(
         text.contains(&pid),
@@ -433,18 +437,20 @@ async fn cluster_mode_inspects_and_lists_every_master() {
         guards.push(client.mutex(name).lock().await.expect("lock"));
     }
     let joined = urls[..1].join(",");
-    let out = cli_args(&["--cluster", &joined, "list"]);
-    assert!(out.status.success(), "{out:?}");
-    let listed = stdout(&out);
+    let listed = ok(cli_args(&["--cluster", &joined, "list"]));
     for name in &names {
         assert!(
             listed.lines().any(|l| l == name),
             "{name} missing: {listed}"
         );
     }
-    let out = cli_args(&["--cluster", &joined, "inspect", &names[2], "--json"]);
-    assert!(out.status.success(), "{out:?}");
-    let json = stdout(&out);
+    let json = ok(cli_args(&[
+        "--cluster",
+        &joined,
+        "inspect",
+        &names[2],
+        "--json",
+    ]));
     assert!(json.contains("\"label\":\"cluster-holder\""), "{json}");
     assert!(json.contains("\"state\":\"held\""), "{json}");
     for g in guards {
@@ -470,9 +476,7 @@ async fn quorum_mode_inspects_and_lists() {
         .expect("quorum");
     let guard = client.mutex("reports").lock().await.expect("lock");
     let joined = urls.join(",");
-    let out = cli_args(&["--quorum", &joined, "inspect", "reports"]);
-    assert!(out.status.success(), "{out:?}");
-    let text = stdout(&out);
+    let text = ok(cli_args(&["--quorum", &joined, "inspect", "reports"]));
     assert!(
         text.contains("quorum-holder") && text.contains("held"),
         "{text}"
@@ -496,16 +500,14 @@ async fn sentinel_mode_inspects_and_lists() {
         .expect("sentinel");
     let guard = client.mutex("nightly").lock().await.expect("lock");
     let joined = urls.join(",");
-    let out = cli_args(&[
+    let text = ok(cli_args(&[
         "--sentinel",
         &joined,
         "--master",
         "clilocks",
         "inspect",
         "nightly",
-    ]);
-    assert!(out.status.success(), "{out:?}");
-    let text = stdout(&out);
+    ]));
     assert!(
         text.contains("sentinel-holder") && text.contains("held"),
         "{text}"
@@ -529,14 +531,8 @@ async fn leader_shows_and_follows_an_election() {
     assert_eq!(out.status.code(), Some(3), "{out:?}");
     assert!(stdout(&out).contains("nobody leads"), "{out:?}");
 
-    let mut leadership = client
-        .election("scheduler")
-        .campaign("10.0.0.7:9000")
-        .await
-        .expect("campaign");
-    let out = cli(&server, &["leader", "scheduler"]);
-    assert!(out.status.success(), "{out:?}");
-    let text = stdout(&out);
+    let mut leadership = client.lead("scheduler", "10.0.0.7:9000").await;
+    let text = ok(cli(&server, &["leader", "scheduler"]));
     assert!(
         text.contains("10.0.0.7:9000 leads")
             && text.contains(&format!("term {}", leadership.term())),
@@ -579,7 +575,7 @@ async fn leader_shows_and_follows_an_election() {
         }
     });
     let next_line = async |rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>| {
-        tokio::time::timeout(std::time::Duration::from_secs(20), rx.recv())
+        tokio::time::timeout(secs(20), rx.recv())
             .await
             .expect("a state within 20 s")
             .expect("the follower prints a line")
@@ -613,10 +609,8 @@ async fn list_held_leaves_out_fence_only_names() {
     let server = RedisServer::start();
     let client = LockClient::connect(&server.url()).await.expect("connect");
     client
-        .mutex("gone")
-        .lock()
+        .locked("gone")
         .await
-        .expect("lock")
         .release()
         .await
         .expect("release");
@@ -654,11 +648,7 @@ async fn list_held_leaves_out_fence_only_names() {
 async fn inspect_tells_the_primitive() {
     let server = RedisServer::start();
     let client = LockClient::connect(&server.url()).await.expect("connect");
-    let json = |name: &str| {
-        let out = cli(&server, &["inspect", name, "--json"]);
-        assert!(out.status.success(), "{out:?}");
-        stdout(&out)
-    };
+    let json = |name: &str| ok(cli(&server, &["inspect", name, "--json"]));
     let text = |name: &str| stdout(&cli(&server, &["inspect", name]));
 
     // The held-for of the first holder in `j`, if known.
@@ -670,7 +660,7 @@ async fn inspect_tells_the_primitive() {
     let m = client.mutex("m").lock().await.expect("lock");
     let f = client.fair_lock("f").lock().await.expect("lock");
     let r = client.rwlock("rw").read().await.expect("read");
-    tokio::time::sleep(std::time::Duration::from_millis(1_200)).await;
+    tokio::time::sleep(ms(1_200)).await;
     let j = json("m");
     assert!(j.contains("\"primitive\":\"mutex_or_rwlock_write\""), "{j}");
     assert!(
@@ -807,12 +797,10 @@ async fn watch_prints_only_changes() {
     let guard = client.mutex("w").lock().await.expect("lock");
 
     // Nothing changes: the first view only, however many reads.
-    let out = cli(
+    let text = ok(cli(
         &server,
         &["watch", "w", "--count", "3", "--interval-ms", "50"],
-    );
-    assert!(out.status.success(), "{out:?}");
-    let text = stdout(&out);
+    ));
     assert_eq!(text.matches("lock w ").count(), 1, "{text}");
     assert!(
         !text.lines().any(|l| l.contains(" + ") || l.contains(" - ")),
@@ -918,9 +906,7 @@ async fn force_release_evicts_one_holder() {
 
     // The last hold of a Mutex: the fence is raised past the evicted holder's.
     let m = client.mutex("m").lock().await.expect("lock");
-    let prefix = client.mutex("m").inspect().await.expect("inspect").holders[0]
-        .token_prefix
-        .clone();
+    let prefix = client.mutex_info("m").await.holders[0].token_prefix.clone();
     let out = cli(
         &server,
         &["force-release", "m", "--holder", &prefix, "--yes"],
@@ -1043,7 +1029,7 @@ async fn rate_shows_a_rate_limiter() {
             std::time::Instant::now() < give_up,
             "the waiter never queued"
         );
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        tokio::time::sleep(ms(5)).await;
     }
     let out = cli(
         &server,
@@ -1169,12 +1155,7 @@ fn doctor_tells_a_fit_server_from_an_unfit_one() {
 async fn release_by_hold_id() {
     let server = RedisServer::start();
     let client = LockClient::connect(&server.url()).await.expect("connect");
-    let id = client
-        .fair_lock("job-7")
-        .lock()
-        .await
-        .expect("lock")
-        .detach();
+    let id = client.fair_locked("job-7").await.detach();
     let text = id.to_string();
     let token = text.split(':').nth(3).expect("token").to_owned();
 
@@ -1496,7 +1477,7 @@ fn an_http_service_is_named_as_such() {
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { continue };
-            let _ = stream.set_read_timeout(Some(std::time::Duration::from_millis(500)));
+            let _ = stream.set_read_timeout(Some(ms(500)));
             let mut buf = [0u8; 512];
             let _ = stream.read(&mut buf);
             let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
@@ -1524,7 +1505,7 @@ async fn leader_on_a_fair_lock_and_doctor_leftovers() {
     let client = LockClient::connect(&server.url()).await.expect("connect");
     let held = client.fair_lock("jobs").lock().await.expect("lock");
     // Past the grace a campaign has to proclaim its value (its fence's age, server clock).
-    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+    tokio::time::sleep(ms(1_100)).await;
     let out = cli(&server, &["leader", "jobs"]);
     assert_eq!(out.status.code(), Some(4), "{out:?}");
     assert!(

@@ -4,11 +4,14 @@
 
 mod support;
 use support::backend::within_ok;
+use support::quick::in_time;
+use support::quick::Quick;
+use support::time::{ms, secs};
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use redis_locks::testing::keys::{hash_slot, LockKeys};
 use redis_locks::{LockClient, LockClientBuilder, Preference};
@@ -28,8 +31,8 @@ async fn slow_polling_client(cluster: &RedisCluster) -> LockClient {
     client_with(
         cluster,
         LockClient::builder()
-            .retry_interval(Duration::from_secs(30))
-            .heartbeat(Duration::from_secs(180)),
+            .retry_interval(secs(30))
+            .heartbeat(secs(180)),
     )
     .await
 }
@@ -164,7 +167,7 @@ async fn rate_limiter_wakes_the_next_head(a: &LockClient, b: &LockClient) {
             let give_up = Instant::now() + EVENTUALLY;
             while l.inspect().await.expect("inspect").waiters.len() != n {
                 assert!(Instant::now() < give_up, "not {n} waiters");
-                tokio::time::sleep(Duration::from_millis(5)).await;
+                tokio::time::sleep(ms(5)).await;
             }
         }
     };
@@ -174,7 +177,7 @@ async fn rate_limiter_wakes_the_next_head(a: &LockClient, b: &LockClient) {
         async move { l.acquire(1).await.expect("behind the head") }
     });
     queued(2).await;
-    let (first, second) = tokio::time::timeout(Duration::from_secs(15), async {
+    let (first, second) = tokio::time::timeout(secs(15), async {
         (first.await.expect("join"), second.await.expect("join"))
     })
     .await
@@ -189,18 +192,11 @@ async fn waiter_is_woken_by_sharded_pubsub(a: &LockClient, b: &LockClient) {
         let g = m.lock().await.expect("waiter lock");
         (Instant::now(), g)
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(ms(300)).await;
     let released = Instant::now();
     assert!(g.release().await.expect("release"));
-    let (got, g2) = tokio::time::timeout(Duration::from_secs(10), waiter)
-        .await
-        .expect("woken")
-        .expect("join");
-    assert!(
-        got - released < Duration::from_secs(5),
-        "{:?}",
-        got - released
-    );
+    let (got, g2) = within_ok(secs(10), "woken", waiter).await;
+    assert!(got - released < secs(5), "{:?}", got - released);
     g2.release().await.expect("release 2");
 }
 
@@ -249,7 +245,7 @@ async fn fair_lock_grants_in_arrival_order(a: &LockClient, b: &LockClient) {
             < i + 1
         {
             assert!(Instant::now() < deadline, "waiter {i} never queued");
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            tokio::time::sleep(ms(20)).await;
         }
     }
     first.release().await.expect("release");
@@ -267,9 +263,9 @@ async fn semaphore_counts_permits(a: &LockClient, b: &LockClient) {
     ));
     let sem = b.semaphore("sem", 2);
     let waiter = tokio::spawn(async move { sem.acquire().await.expect("queued permit") });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(ms(200)).await;
     p1.release().await.expect("release");
-    let p3 = within_ok(Duration::from_secs(5), "woken within 5 s", waiter).await;
+    let p3 = within_ok(secs(5), "woken within 5 s", waiter).await;
     p2.release().await.expect("release");
     p3.release().await.expect("release");
 }
@@ -319,7 +315,7 @@ where
 
 /// A short hold, so that the tasks overlap in time.
 async fn hold() {
-    tokio::time::sleep(Duration::from_millis(2)).await;
+    tokio::time::sleep(ms(2)).await;
 }
 
 /// Every primitive under 16 tasks on two clients (8 each), every grant and release recorded in
@@ -482,7 +478,7 @@ fn contenders(
                     let g = match m.lock().timeout(EVENTUALLY).await {
                         Ok(g) => g,
                         Err(e) if e.is_connection() && Instant::now() < deadline => {
-                            tokio::time::sleep(Duration::from_millis(200)).await;
+                            tokio::time::sleep(ms(200)).await;
                             continue;
                         }
                         Err(e) => panic!("contender {i}: {e}"),
@@ -508,7 +504,7 @@ async fn wait_grants(grants: &AtomicUsize, n: usize, what: &str) {
             Instant::now() < deadline,
             "{what}: only {grants:?} of {n} grants"
         );
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        tokio::time::sleep(ms(10)).await;
     }
 }
 
@@ -526,7 +522,7 @@ async fn stop_all(stop: &AtomicBool, tasks: Vec<tokio::task::JoinHandle<()>>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_slot_migrated_while_held_and_waited_on() {
     let cluster = RedisCluster::start(3, 0);
-    let builder = || LockClient::builder().lease(Duration::from_secs(6));
+    let builder = || LockClient::builder().lease(secs(6));
     let a = client_with(&cluster, builder()).await;
     let b = client_with(&cluster, builder()).await;
     let name = "migrating";
@@ -539,7 +535,7 @@ async fn a_slot_migrated_while_held_and_waited_on() {
         Arc::new(AtomicUsize::new(0)),
     );
     let tasks = contenders([&a, &b], name, 8, &h, &stop, &grants);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(ms(300)).await;
 
     let dst = migrate_slot(&cluster, slot_of(name));
     assert_eq!(owner_of(&cluster, slot_of(name)).0, dst);
@@ -548,10 +544,7 @@ async fn a_slot_migrated_while_held_and_waited_on() {
     // holder renews on the new master.
     let c = client_with(&cluster, builder()).await;
     assert!(support::would_block(c.mutex(name).try_lock().await));
-    assert!(g
-        .extend(Duration::from_secs(6))
-        .await
-        .expect("extend after move"));
+    assert!(g.extend(secs(6)).await.expect("extend after move"));
     assert_eq!(grants.load(Ordering::SeqCst), 0, "granted while held");
     h.exit(held);
     assert!(g.release().await.expect("release"));
@@ -570,7 +563,7 @@ async fn a_slot_migrated_while_held_and_waited_on() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_failover_keeps_holds_that_reached_the_replica() {
     let mut cluster = RedisCluster::start(3, 1);
-    let builder = || LockClient::builder().lease(Duration::from_secs(20));
+    let builder = || LockClient::builder().lease(secs(20));
     let a = client_with(&cluster, builder()).await;
     let b = client_with(&cluster, builder()).await;
     let name = "failover";
@@ -590,7 +583,7 @@ async fn a_failover_keeps_holds_that_reached_the_replica() {
             break t.port;
         }
         assert!(Instant::now() < deadline, "no replica of the lock's master");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(ms(100)).await;
     };
     let replica = node_index(&cluster, replica_port);
     // The hold reached the replica before the master goes away (a new cluster's replica
@@ -614,7 +607,7 @@ async fn a_failover_keeps_holds_that_reached_the_replica() {
     let deadline = Instant::now() + EVENTUALLY;
     while owner_of_from(&cluster, replica, slot) != Some(replica) {
         assert!(Instant::now() < deadline, "replica never promoted");
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(ms(200)).await;
     }
     // What users see: calls during the failover fail with connection errors (after the
     // library's retries); afterwards the hold is still there, on the promoted replica.
@@ -624,14 +617,14 @@ async fn a_failover_keeps_holds_that_reached_the_replica() {
             Ok(r) => break Some(r),
             Err(e) if e.is_would_block() => break None,
             Err(e) if e.is_connection() && Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(200)).await;
+                tokio::time::sleep(ms(200)).await;
             }
             Err(e) => panic!("{e}"),
         }
     };
     assert!(refused.is_none(), "second holder after failover");
     assert_eq!(grants.load(Ordering::SeqCst), 0, "granted while held");
-    assert!(g.extend(Duration::from_secs(20)).await.expect("extend"));
+    assert!(g.extend(secs(20)).await.expect("extend"));
     assert!(g.is_held());
     h.exit(held);
     assert!(g.release().await.expect("release"));
@@ -694,11 +687,7 @@ async fn client_from_the_users_cluster_builder_keeps_its_credentials() {
     let g = m.lock().await.expect("mutex");
     assert!(m.try_lock().await.is_err(), "held");
     assert!(g.release().await.expect("release"));
-    let f = client
-        .fair_lock("own-builder-f")
-        .lock()
-        .await
-        .expect("fair lock");
+    let f = client.fair_locked("own-builder-f").await;
     assert!(f.release().await.expect("release"));
     let p = client
         .semaphore("own-builder-s", 2)
@@ -754,13 +743,10 @@ async fn multi_locks_span_slots_without_deadlock() {
         let a = a.clone();
         tokio::spawn(async move { a.multi_lock(["alpha", "gamma", "s}1"]).lock().await })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(ms(200)).await;
     held.release().await.expect("release gamma");
-    let g = tokio::time::timeout(Duration::from_secs(10), waiter)
-        .await
-        .expect("woken by the release, not by its 30 s poll")
-        .expect("task")
-        .expect("multi");
+    let promise = "woken by the release, not by its 30 s poll";
+    let g = within_ok(secs(10), promise, waiter).await.expect("multi");
     g.release().await.expect("release");
 
     let inside = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -791,17 +777,15 @@ async fn multi_locks_span_slots_without_deadlock() {
                     0,
                     "two holders of alpha"
                 );
-                tokio::time::sleep(Duration::from_millis(2)).await;
+                tokio::time::sleep(ms(2)).await;
                 inside.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
                 g.release().await.expect("release");
             }
         }));
     }
     for t in tasks {
-        tokio::time::timeout(Duration::from_secs(60), t)
-            .await
-            .expect("every worker finishes: no deadlock across slots")
-            .expect("worker");
+        let promise = "every worker finishes: no deadlock across slots";
+        within_ok(secs(60), promise, t).await;
     }
 }
 
@@ -822,9 +806,7 @@ async fn elections_work_on_a_cluster() {
     for name in names {
         let election = b.election(name);
         let mut observer = election.observe();
-        let first = tokio::time::timeout(Duration::from_secs(10), observer.next())
-            .await
-            .expect("first state");
+        let first = in_time(secs(10), "first state", observer.next()).await;
         assert_eq!(
             first,
             Some(redis_locks::LeaderEvent::NobodyLeads),
@@ -836,7 +818,7 @@ async fn elections_work_on_a_cluster() {
             tokio::spawn(async move { b.election(name).campaign("b").await })
         };
         let seen = loop {
-            let state = tokio::time::timeout(Duration::from_secs(10), observer.next())
+            let state = tokio::time::timeout(secs(10), observer.next())
                 .await
                 .expect("woken by the proclaim, not by a 30 s poll")
                 .expect("observer runs")
@@ -850,7 +832,7 @@ async fn elections_work_on_a_cluster() {
             Some(("a".to_owned(), leader.term()))
         );
         leader.proclaim("a2").await.expect("proclaim");
-        let seen = tokio::time::timeout(Duration::from_secs(10), observer.next())
+        let seen = tokio::time::timeout(secs(10), observer.next())
             .await
             .expect("woken by the proclaim")
             .expect("observer runs")
@@ -858,18 +840,11 @@ async fn elections_work_on_a_cluster() {
         assert_eq!(seen.map(|l| l.value), Some("a2".to_owned()));
         let term = leader.term();
         assert!(leader.resign().await.expect("resign"));
-        let next = tokio::time::timeout(Duration::from_secs(10), standby)
+        let next = within_ok(secs(10), "the standby is woken by the release", standby)
             .await
-            .expect("the standby is woken by the release")
-            .expect("task")
             .expect("campaign");
         assert!(next.term() > term);
-        let info = a
-            .election(name)
-            .leader()
-            .await
-            .expect("leader")
-            .expect("a leader");
+        let info = a.leader_of(name).await.expect("a leader");
         assert_eq!((info.value.as_str(), info.term), ("b", next.term()));
         next.resign().await.expect("resign");
     }

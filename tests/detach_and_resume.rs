@@ -9,18 +9,22 @@ use support::backend::within_ok;
 use support::faulty::at_gate;
 use support::faulty::extend_at_gate;
 use support::faulty::faulty_client;
+use support::quick::in_time;
+use support::quick::Quick;
 
 use support::poll_once;
 
 use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
 
 use redis_locks::LockClient;
-use tokio::time::{timeout, Instant};
+use tokio::time::Instant;
 
 use support::backend::Backend;
 #[allow(unused_imports)]
 use support::backend::{eventually, join};
-use support::faulty::{Op, Rule};
+use support::faulty::{Faulty, Gate, Op, Rule};
 use support::honest::trusts_past;
 use support::time::{current_thread, ms, secs};
 
@@ -46,6 +50,25 @@ where
 // A release_all whose releases are not sent yet, then a detach and a resume.
 // ---------------------------------------------------------------------------------------
 
+/// `c.release_all()` polled once: it has given its holds up and spawned their releases, which
+/// `rule` holds at the returned gate of `f` (`c`'s store) before the server.
+async fn release_all_unsent<'a>(
+    c: &'a LockClient,
+    f: &Faulty,
+    rule: Rule,
+) -> (
+    Arc<Gate>,
+    Pin<Box<impl Future<Output = redis_locks::Result<usize>> + 'a>>,
+) {
+    let gate = f.hold_requests(rule);
+    let mut all = Box::pin(c.release_all());
+    assert!(
+        !poll_once(&mut all).await,
+        "release_all done at its first poll"
+    );
+    (gate, all)
+}
+
 /// Claim: a resumed guard (same client, after a detach) never trusts past the server's lease,
 /// whatever was in flight at the detach; a `release_all` leaves a hold detached before it.
 /// Here `release_all()` is polled once on a current-thread runtime (it has given the hold up and
@@ -59,16 +82,10 @@ async fn a_resume_after_a_detach_beside_a_release_all_not_yet_sent(b: Backend) {
     let kind = b.kind;
     let (resumed_ok, honest, n) = on_current_thread(move || async move {
         let guard = c.mutex(name).lease(secs(10)).lock().await.expect("lock");
-        let gate = f.hold_requests(Rule::on(Op::Release).times(1));
-        let mut all = Box::pin(c.release_all());
-        assert!(
-            !poll_once(&mut all).await,
-            "release_all done at its first poll"
-        );
+        let (gate, all) = release_all_unsent(&c, &f, Rule::on(Op::Release).times(1)).await;
         let id = guard.detach();
-        let resumed = timeout(ms(10_000), c.mutex(name).lease(secs(10)).resume(&id))
-            .await
-            .expect("resume returns");
+        let what = "resume returns";
+        let resumed = in_time(ms(10_000), what, c.mutex(name).lease(secs(10)).resume(&id)).await;
         gate.open();
         let n = within_ok(ms(10_000), "release_all returns", all).await;
         match resumed {
@@ -99,8 +116,6 @@ async fn a_resume_after_a_detach_beside_a_release_all_not_yet_sent(b: Backend) {
     }
     let _ = (resumed_ok, n);
 }
-both_backends!(a_resume_after_a_detach_beside_a_release_all_not_yet_sent);
-
 /// Claim: the same for `MultiGuard::detach` and `MultiLock::resume`: `release_all` polled once
 /// (its releases of both parts spawned, not sent), the multi-guard detached and resumed in the
 /// same client: no resumed part trusts past the server's lease.
@@ -116,16 +131,15 @@ async fn a_multi_resume_after_a_detach_beside_a_release_all_not_yet_sent(b: Back
             .lock()
             .await
             .expect("lock");
-        let gate = f.hold_requests(Rule::on(Op::Release));
-        let mut all = Box::pin(c.release_all());
-        assert!(
-            !poll_once(&mut all).await,
-            "release_all done at its first poll"
-        );
+        let (gate, all) = release_all_unsent(&c, &f, Rule::on(Op::Release)).await;
         let ids = guard.detach();
-        let resumed = timeout(ms(10_000), c.multi_lock(names).lease(secs(10)).resume(&ids))
-            .await
-            .expect("resume returns");
+        let what = "resume returns";
+        let resumed = in_time(
+            ms(10_000),
+            what,
+            c.multi_lock(names).lease(secs(10)).resume(&ids),
+        )
+        .await;
         gate.open();
         let n = within_ok(ms(10_000), "release_all returns", all).await;
         let g = match resumed {
@@ -156,8 +170,6 @@ async fn a_multi_resume_after_a_detach_beside_a_release_all_not_yet_sent(b: Back
         panic!("{msg}");
     }
 }
-both_backends!(a_multi_resume_after_a_detach_beside_a_release_all_not_yet_sent);
-
 /// Claim: the same for `Leadership::detach` and `Election::resume`: a leadership resumed after
 /// a detach beside a `release_all` not sent yet never leads (trusts) past the server's lease.
 async fn an_election_resume_after_a_detach_beside_a_release_all_not_yet_sent(b: Backend) {
@@ -166,22 +178,16 @@ async fn an_election_resume_after_a_detach_beside_a_release_all_not_yet_sent(b: 
     let other = b.client().await;
     let kind = b.kind;
     let verdict = on_current_thread(move || async move {
-        let leadership = c
-            .election(name)
-            .lease(secs(10))
-            .campaign("v1")
-            .await
-            .expect("campaign");
-        let gate = f.hold_requests(Rule::on(Op::Release));
-        let mut all = Box::pin(c.release_all());
-        assert!(
-            !poll_once(&mut all).await,
-            "release_all done at its first poll"
-        );
+        let leadership = c.campaign_for(name, secs(10), "v1").await;
+        let (gate, all) = release_all_unsent(&c, &f, Rule::on(Op::Release)).await;
         let id = leadership.detach();
-        let resumed = timeout(ms(10_000), c.election(name).lease(secs(10)).resume(&id))
-            .await
-            .expect("resume returns");
+        let what = "resume returns";
+        let resumed = in_time(
+            ms(10_000),
+            what,
+            c.election(name).lease(secs(10)).resume(&id),
+        )
+        .await;
         gate.open();
         let n = within_ok(ms(10_000), "release_all returns", all).await;
         let l = match resumed {
@@ -208,8 +214,6 @@ async fn an_election_resume_after_a_detach_beside_a_release_all_not_yet_sent(b: 
         panic!("{msg}");
     }
 }
-both_backends!(an_election_resume_after_a_detach_beside_a_release_all_not_yet_sent);
-
 // ---------------------------------------------------------------------------------------
 // A renewal cancelled by the detach, waiting for its turn on an idle runtime.
 // ---------------------------------------------------------------------------------------
@@ -249,9 +253,8 @@ async fn a_renewal_aborted_by_the_detach_on_an_idle_runtime_leaves_no_hold_in_us
         "the extend found the hold"
     );
     let started = Instant::now();
-    let resumed = timeout(ms(20_000), c.mutex(name).lease(secs(10)).resume(&id))
-        .await
-        .expect("resume returns");
+    let what = "resume returns";
+    let resumed = in_time(ms(20_000), what, c.mutex(name).lease(secs(10)).resume(&id)).await;
     let took = started.elapsed();
     support::time::drop_runtime(idle).await;
     match resumed {
@@ -264,8 +267,6 @@ async fn a_renewal_aborted_by_the_detach_on_an_idle_runtime_leaves_no_hold_in_us
         ),
     }
 }
-both_backends!(a_renewal_aborted_by_the_detach_on_an_idle_runtime_leaves_no_hold_in_use);
-
 // ---------------------------------------------------------------------------------------
 // Two resumes waiting on one detached entry; the registry purge; renewals on another thread.
 // ---------------------------------------------------------------------------------------
@@ -302,8 +303,6 @@ async fn two_resumes_waiting_on_one_detached_entry_give_one_guard(b: Backend) {
         b2.as_ref().map(|_| "guard"),
     );
 }
-both_backends!(two_resumes_waiting_on_one_detached_entry_give_one_guard);
-
 /// Claim: the registry's purge of entries left by detached guards never drops a live one:
 /// holds, detaches (some with a step in flight, so their entries stay) and resumes in one client
 /// push the registry past 64, 128 and 256 entries; afterwards a resume of every live guard's id
@@ -323,13 +322,7 @@ async fn the_registry_purge_never_drops_a_live_entry(b: Backend) {
         if i % 7 == 0
             && let Some(id) = detached.pop()
         {
-            live.push(
-                c.mutex(id.name())
-                    .lease(secs(30))
-                    .resume(&id)
-                    .await
-                    .expect("resume"),
-            );
+            live.push(c.resume_for(id.name(), secs(30), &id).await);
         }
     }
     for g in &live {
@@ -349,8 +342,6 @@ async fn the_registry_purge_never_drops_a_live_entry(b: Backend) {
         assert!(c.release_hold(&id).await.expect("release_hold"));
     }
 }
-both_backends!(the_registry_purge_never_drops_a_live_entry);
-
 /// Claim: a resumed guard never trusts past the server's lease, whatever was in flight at the
 /// detach, on the multi-threaded runtime: a hold with a short lease (150 ms, renewed every 50 ms)
 /// is detached on one worker around the instant its renewal is sent on another, and resumed at
@@ -390,4 +381,13 @@ async fn detach_while_a_renewal_is_sent_then_resume_hammered(b: Backend) {
         assert!(g.release().await.expect("release"));
     }
 }
-both_backends!(detach_while_a_renewal_is_sent_then_resume_hammered);
+
+both_backends!(
+    a_resume_after_a_detach_beside_a_release_all_not_yet_sent,
+    a_multi_resume_after_a_detach_beside_a_release_all_not_yet_sent,
+    an_election_resume_after_a_detach_beside_a_release_all_not_yet_sent,
+    a_renewal_aborted_by_the_detach_on_an_idle_runtime_leaves_no_hold_in_use,
+    two_resumes_waiting_on_one_detached_entry_give_one_guard,
+    the_registry_purge_never_drops_a_live_entry,
+    detach_while_a_renewal_is_sent_then_resume_hammered,
+);

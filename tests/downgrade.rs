@@ -11,7 +11,9 @@
 //! the end of its lease.
 
 mod support;
+use support::backend::within_ok;
 use support::faulty::faulty_client_with;
+use support::time::ms;
 
 use std::time::Duration;
 
@@ -195,18 +197,17 @@ async fn assert_no_overtrust(
 async fn downgrade_behind_a_renewal_keeps_renewing(b: Backend) {
     for policy in POLICIES {
         let name = format!("atk-dg-renew-{policy:?}");
-        let (store, client) =
-            faulty_client_with(&b, LockClient::builder().lease(Duration::from_millis(300))).await;
+        let (store, client) = faulty_client_with(&b, LockClient::builder().lease(ms(300))).await;
         let other = b.client().await;
         let w = write(&client, &name, policy).await;
         let gate = store.hold_replies(Rule::on(Op::Extend).times(1));
         gate.wait_entered(1).await;
         let downgrade = tokio::spawn(WriteGuard::downgrade(w));
-        tokio::time::sleep(Duration::from_millis(30)).await;
+        tokio::time::sleep(ms(30)).await;
         gate.open();
         let r = join("downgrade", downgrade).await.expect("downgrade");
         for _ in 0..15 {
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(ms(100)).await;
             let vu = r.valid_until();
             assert!(r.is_held(), "{policy:?}: the read hold lost its renewals");
             assert_no_overtrust(&format!("{policy:?}"), vu, &other, &name, policy).await;
@@ -236,14 +237,14 @@ async fn downgrade_cancelled_behind_a_renewal_leaves_nothing(b: Backend) {
         let w = client
             .rwlock(&name)
             .preference(policy)
-            .renew_every(Duration::from_millis(100))
+            .renew_every(ms(100))
             .write()
             .await
             .expect("write");
         let never = store.hold_replies(Rule::on(Op::Extend).times(1));
         never.wait_entered(1).await;
         let downgrade = tokio::spawn(WriteGuard::downgrade(w));
-        tokio::time::sleep(Duration::from_millis(30)).await;
+        tokio::time::sleep(ms(30)).await;
         downgrade.abort();
         assert!(downgrade.await.is_err());
         writer_gets_in_promptly(&other, &name, policy, "a cancelled downgrade").await;
@@ -258,22 +259,17 @@ async fn downgrade_reply_slower_than_the_lease(b: Backend) {
         for delay_ms in [150u64, 250, 400] {
             let name = format!("atk-dg-slow-{policy:?}-{delay_ms}");
             let (store, client) =
-                faulty_client_with(&b, LockClient::builder().lease(Duration::from_millis(200)))
-                    .await;
+                faulty_client_with(&b, LockClient::builder().lease(ms(200))).await;
             let other = b.client().await;
             let w = write(&client, &name, policy).await;
-            store.add(
-                Rule::on(Op::Downgrade)
-                    .times(1)
-                    .delay_reply(Duration::from_millis(delay_ms)),
-            );
+            store.add(Rule::on(Op::Downgrade).times(1).delay_reply(ms(delay_ms)));
             let what = format!("{policy:?} delay {delay_ms} ms");
             match WriteGuard::downgrade(w).await {
                 Ok(r) => {
                     for _ in 0..10 {
                         let vu = r.valid_until();
                         assert_no_overtrust(&what, vu, &other, &name, policy).await;
-                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        tokio::time::sleep(ms(50)).await;
                     }
                     drop(r);
                 }
@@ -295,39 +291,31 @@ async fn fair_downgrade_with_a_mixed_queue(b: Backend) {
     let w = lock(&a).write().await.expect("write");
     let (c1, c2, c3) = (q.clone(), q.clone(), q.clone());
     let r1 = tokio::spawn(async move { c1.rwlock(name).preference(Preference::Fair).read().await });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(ms(200)).await;
     let w2 =
         tokio::spawn(async move { c2.rwlock(name).preference(Preference::Fair).write().await });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(ms(200)).await;
     let r2 = tokio::spawn(async move { c3.rwlock(name).preference(Preference::Fair).read().await });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(ms(200)).await;
     let r = WriteGuard::downgrade(w).await.expect("downgrade");
-    let r1 = tokio::time::timeout(PROMPTLY, r1)
+    let r1 = within_ok(PROMPTLY, "first reader admitted", r1)
         .await
-        .expect("first reader admitted")
-        .unwrap()
         .expect("r1");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::time::sleep(ms(500)).await;
     assert!(!w2.is_finished(), "a writer got in beside two readers");
     assert!(!r2.is_finished(), "a reader jumped the queued writer");
     assert!(r.is_held() && r1.is_held());
     r.release().await.expect("release");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(ms(300)).await;
     assert!(!w2.is_finished(), "a writer got in beside a reader");
     r1.release().await.expect("release");
-    let w2 = tokio::time::timeout(PROMPTLY, w2)
+    let w2 = within_ok(PROMPTLY, "writer admitted", w2)
         .await
-        .expect("writer admitted")
-        .unwrap()
         .expect("w2");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(ms(300)).await;
     assert!(!r2.is_finished(), "a reader got in beside a writer");
     w2.release().await.expect("release");
-    let r2 = tokio::time::timeout(PROMPTLY, r2)
-        .await
-        .expect("r2 admitted")
-        .unwrap()
-        .expect("r2");
+    let r2 = within_ok(PROMPTLY, "r2 admitted", r2).await.expect("r2");
     r2.release().await.expect("release");
 }
 
@@ -373,16 +361,15 @@ async fn downgrade_stress_with_short_leases(b: Backend) {
     for i in 0..40u64 {
         let policy = POLICIES[(i % 3) as usize];
         let name = format!("atk-dg-stress-{i}");
-        let (store, client) =
-            faulty_client_with(&b, LockClient::builder().lease(Duration::from_millis(60))).await;
+        let (store, client) = faulty_client_with(&b, LockClient::builder().lease(ms(60))).await;
         let w = write(&client, &name, policy).await;
-        let jitter = Duration::from_millis((i * 7) % 45);
-        store.add(Rule::on(Op::Extend).delay_reply(Duration::from_millis((i * 3) % 17)));
+        let jitter = ms((i * 7) % 45);
+        store.add(Rule::on(Op::Extend).delay_reply(ms((i * 3) % 17)));
         tokio::time::sleep(jitter).await;
         store.add(
             Rule::on(Op::Downgrade)
                 .times(1)
-                .delay_reply(Duration::from_millis((i * 11) % 25)),
+                .delay_reply(ms((i * 11) % 25)),
         );
         match WriteGuard::downgrade(w).await {
             Ok(r) => {
@@ -390,7 +377,7 @@ async fn downgrade_stress_with_short_leases(b: Backend) {
                     let vu = r.valid_until();
                     assert_no_overtrust(&format!("{i} {policy:?}"), vu, &other, &name, policy)
                         .await;
-                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    tokio::time::sleep(ms(20)).await;
                 }
                 let _ = r.release().await;
             }

@@ -11,6 +11,7 @@
 //! outcome" the guarantees promise to survive.
 
 mod support;
+use support::quick::Quick;
 use support::Granted;
 
 use std::sync::{Arc, Mutex as StdMutex};
@@ -229,8 +230,6 @@ async fn downgrade_after_a_cancelled_shorter_extend(backend: Backend) {
     drop(r);
 }
 
-both_backends!(downgrade_after_a_cancelled_shorter_extend);
-
 /// `downgrade_after_a_cancelled_shorter_extend` on the fair RwLock (ticket queue): the
 /// downgrade renames the holder's member (`token#2^30` -> `token`), so the late
 /// `extend(400 ms)` for the write member finds nothing and the read guard's deadline stays
@@ -296,12 +295,7 @@ async fn cancelled_shorter_extend_caps_a_mutex(backend: Backend) {
     let short = ms(400);
     let delay = ms(250);
 
-    let mut g = victim
-        .mutex(name)
-        .lease(lease)
-        .lock()
-        .await
-        .expect("G locks");
+    let mut g = victim.lock_for(name, lease).await;
     detached.detach_extend(short, delay);
     let sent = Instant::now();
     assert!(timeout(ms(100), g.extend(short)).await.is_err());
@@ -323,4 +317,7 @@ async fn cancelled_shorter_extend_caps_a_mutex(backend: Backend) {
     drop(g);
 }
 
-both_backends!(cancelled_shorter_extend_caps_a_mutex);
+both_backends!(
+    downgrade_after_a_cancelled_shorter_extend,
+    cancelled_shorter_extend_caps_a_mutex,
+);

@@ -5,7 +5,8 @@
 //! (`engine_on_current_runtime`) cannot be released: that one warns once per lock name.
 
 mod support;
-use support::time::current_thread;
+use support::quick::Quick;
+use support::time::{current_thread, ms, secs};
 
 use std::time::Duration;
 
@@ -20,7 +21,7 @@ fn guard_outliving_its_runtime(client: &LockClient, name: &str, lease: Duration)
             .mutex(name)
             .lease(lease)
             .lock()
-            .timeout(Duration::from_secs(5))
+            .timeout(secs(5))
             .await
             .expect("lock")
     });
@@ -43,12 +44,7 @@ fn a_guard_dropped_while_its_runtime_shuts_down_is_released() {
     let client = store.client("svc").expect("client");
     let runtime = current_thread();
     runtime.block_on(async {
-        let guard = client
-            .mutex("dropped-at-shutdown")
-            .lease(Duration::from_secs(30))
-            .lock()
-            .await
-            .expect("lock");
+        let guard = client.lock_for("dropped-at-shutdown", secs(30)).await;
         // A task that keeps the guard until the runtime drops it.
         tokio::spawn(async move {
             let _guard = guard;
@@ -72,7 +68,7 @@ fn a_guard_dropped_while_its_runtime_shuts_down_is_released() {
 fn a_guard_dropped_after_its_runtime_is_released() {
     let store = InMemory::new();
     let client = store.client("svc").expect("client");
-    let guard = guard_outliving_its_runtime(&client, "dropped-late", Duration::from_secs(30));
+    let guard = guard_outliving_its_runtime(&client, "dropped-late", secs(30));
     assert!(
         guard.is_held(),
         "renewed by the engine, not by the runtime that ended"
@@ -92,7 +88,7 @@ fn a_guard_whose_engine_ended_warns_once_per_lock_name() {
     let warnings = Warnings::default();
     let _capture = tracing::subscriber::set_default(warnings.clone());
     let store = InMemory::new();
-    let lease = Duration::from_millis(300);
+    let lease = ms(300);
     let make = |name: &str| {
         let runtime = current_thread();
         let guard = runtime.block_on(async {

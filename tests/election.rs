@@ -4,19 +4,20 @@
 
 mod support;
 use support::faulty::faulty_client;
+use support::quick::{soon, Quick};
+use support::time::ms;
 
 use std::time::Duration;
 
 use redis_locks::{Error, LeaderInfo, LockClient, Observer, MAX_VALUE_LEN};
 
-use support::backend::{eventually, join, until_waiters, Backend, EVENTUALLY};
+use support::backend::{eventually, join, until_waiters, Backend};
 use support::faulty::{Op, Rule};
 
 /// The next state the observer yields, within the generous bound.
 async fn next_state(observer: &mut Observer) -> Option<LeaderInfo> {
-    tokio::time::timeout(EVENTUALLY, observer.next())
+    soon("an observer state within the bound", observer.next())
         .await
-        .expect("an observer state within the bound")
         .expect("the observer runs")
         .into_leader()
 }
@@ -98,7 +99,7 @@ async fn candidates_take_over_in_arrival_order(b: Backend) {
 
 async fn only_the_leader_proclaims(b: Backend) {
     let c = b.client().await;
-    let election = c.election("e3").lease(Duration::from_millis(300));
+    let election = c.election("e3").lease(ms(300));
     let mut leadership = election.campaign("a").await.expect("campaign");
     let fence = c.force_release("e3").await.expect("force release");
     assert!(fence > leadership.term());
@@ -150,7 +151,7 @@ async fn try_campaign_never_queues(b: Backend) {
 
 async fn a_dead_leader_is_replaced(b: Backend) {
     let standby_client = b.client().await;
-    let lease = Duration::from_millis(400);
+    let lease = ms(400);
     let (term_tx, term_rx) = tokio::sync::oneshot::channel();
     let (kill_tx, kill_rx) = std::sync::mpsc::channel::<()>();
     // The doomed leader runs on a runtime of its own thread, with its own client; shutting
@@ -169,12 +170,7 @@ async fn a_dead_leader_is_replaced(b: Backend) {
                 (None, Some(url)) => LockClient::connect(&url).await.expect("connect"),
                 (None, None) => unreachable!(),
             };
-            let leadership = c
-                .election("e5")
-                .lease(lease)
-                .campaign("doomed")
-                .await
-                .expect("campaign");
+            let leadership = c.campaign_for("e5", lease, "doomed").await;
             let _ = term_tx.send(leadership.term());
             // Neither resigned nor dropped: the process just dies.
             redis_locks::testing::crash(&c);
@@ -240,14 +236,10 @@ async fn bad_values_are_refused(b: Backend) {
 async fn observers_converge_without_messages(b: Backend) {
     let c = b.client().await;
     let leader_client = b.client().await;
-    let election = c.election("e7").retry_interval(Duration::from_millis(100));
+    let election = c.election("e7").retry_interval(ms(100));
     let mut observer = election.observe();
     assert_eq!(next_state(&mut observer).await, None);
-    let mut leadership = leader_client
-        .election("e7")
-        .campaign("a")
-        .await
-        .expect("campaign");
+    let mut leadership = leader_client.lead("e7", "a").await;
     observe_until(&mut observer, Some("a")).await;
     // A proclaim whose message this observer never gets: its client's connection drops
     // the subscription (Redis) or the message is swallowed (memory).
@@ -351,19 +343,14 @@ async fn an_election_outlives_a_redis_restart() {
     let leader_client = b.client().await;
     let standby_client = b.client().await;
     let observer_client = b.client().await;
-    let lease = Duration::from_millis(600);
-    let leadership = leader_client
-        .election("e10")
-        .lease(lease)
-        .campaign("a")
-        .await
-        .expect("campaign");
+    let lease = ms(600);
+    let leadership = leader_client.campaign_for("e10", lease, "a").await;
     let standby = {
         let c = standby_client.clone();
         tokio::spawn(async move {
             c.election("e10")
                 .lease(lease)
-                .heartbeat(Duration::from_millis(300))
+                .heartbeat(ms(300))
                 .campaign("b")
                 .await
         })
@@ -372,13 +359,11 @@ async fn an_election_outlives_a_redis_restart() {
     until_waiters(1, || queue.inspect()).await;
     let mut observer = observer_client
         .election("e10")
-        .retry_interval(Duration::from_millis(200))
+        .retry_interval(ms(200))
         .observe();
     observe_until(&mut observer, Some("a")).await;
     b.server.as_mut().expect("a private server").restart();
-    tokio::time::timeout(EVENTUALLY, leadership.lost())
-        .await
-        .expect("the leader learns its lease is gone");
+    soon("the leader learns its lease is gone", leadership.lost()).await;
     let next = join("the standby wins on the restarted server", standby)
         .await
         .expect("campaign");

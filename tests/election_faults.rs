@@ -10,6 +10,7 @@
 //! cancelled call leaves nothing held or queued.
 
 mod support;
+use support::quick::{soon, Quick};
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -259,8 +260,6 @@ async fn election_churn_one_leader_and_honest_reports(b: Backend) {
     }
 }
 
-both_backends!(election_churn_one_leader_and_honest_reports);
-
 /// Short leases (30 ms, renewed every 10 ms on a loaded 2-core machine, so some renewals come
 /// late and leaderships are lost) held longer than the lease: a checker samples every live
 /// leadership every millisecond and never sees two saying `is_held()`.
@@ -313,8 +312,6 @@ async fn election_short_leases_never_two_held(b: Backend) {
     eventually("idle", async || queue_idle(&c, name).await).await;
 }
 
-both_backends!(election_short_leases_never_two_held);
-
 /// A campaign cancelled at a random instant around the moment the leader resigns (waiting,
 /// granted by the resign's promotion, or proclaiming) leaves no hold, queue place or value
 /// behind: the next candidate is not blocked for the 30 s lease.
@@ -356,8 +353,6 @@ async fn campaign_cancelled_around_its_grant_leaves_nothing(b: Backend) {
         assert_eq!(ca.election(name).leader().await.expect("leader"), None);
     }
 }
-
-both_backends!(campaign_cancelled_around_its_grant_leaves_nothing);
 
 // ------------------------------------------------------------------------------------------
 // lapsed leaders, FIFO, what leader() reports
@@ -403,8 +398,6 @@ async fn lapsed_leader_never_touches_the_next_one(b: Backend) {
     }
 }
 
-both_backends!(lapsed_leader_never_touches_the_next_one);
-
 /// FIFO among candidates, with a queued candidate cancelled and a leader dropped (not
 /// resigned): the others win in arrival order.
 async fn fifo_with_cancelled_candidate_and_dropped_leader(b: Backend) {
@@ -448,8 +441,6 @@ async fn fifo_with_cancelled_candidate_and_dropped_leader(b: Backend) {
     })
     .await;
 }
-
-both_backends!(fifo_with_cancelled_candidate_and_dropped_leader);
 
 /// A leader's report must survive attempts of every other primitive on the election's name
 /// (refused or not, none may move the fence counter under a live leader), and report the
@@ -503,12 +494,7 @@ async fn leader_report_survives_foreign_attempts(b: Backend) {
     until_waiters(1, async || c.fair_lock(name).inspect().await).await;
     assert!(a.resign().await.expect("resign"), "[{}] resign", b.kind);
     let bl = b_task.await.expect("task");
-    let got = c
-        .election(name)
-        .leader()
-        .await
-        .expect("leader")
-        .expect("b leads");
+    let got = c.leader_of(name).await.expect("b leads");
     assert_eq!(
         (got.value.as_str(), got.term),
         ("b", bl.term()),
@@ -518,8 +504,6 @@ async fn leader_report_survives_foreign_attempts(b: Backend) {
     assert!(bl.term() > term, "[{}] terms grow", b.kind);
     drop(bl);
 }
-
-both_backends!(leader_report_survives_foreign_attempts);
 
 // ------------------------------------------------------------------------------------------
 // odd input, other lock families on the name
@@ -585,12 +569,7 @@ async fn election_bad_input_is_typed(b: Backend) {
             .expect_err("bad name")
             .is_invalid_input());
         let mut observer = election.observe();
-        assert_eq!(
-            tokio::time::timeout(EVENTUALLY, observer.next())
-                .await
-                .expect("ends"),
-            None
-        );
+        assert_eq!(soon("ends", observer.next()).await, None);
     }
     // Zero and huge durations: refused with a typed error before anything is queued.
     let name = "election-fault-durations";
@@ -619,8 +598,6 @@ async fn election_bad_input_is_typed(b: Backend) {
     assert!(why.contains("retry interval"), "{why}");
 }
 
-both_backends!(election_bad_input_is_typed);
-
 /// A name used by a Mutex cannot be campaigned for (typed family conflict, nothing queued),
 /// and a multi-lock over a leader's name is refused without holding its other parts.
 async fn election_and_lease_lock_families_exclude(b: Backend) {
@@ -634,11 +611,7 @@ async fn election_and_lease_lock_families_exclude(b: Backend) {
     assert!(err.is_family_conflict(), "{err}");
     assert!(queue_idle(&c, "election-fault-fam-m").await);
     held.release().await.expect("release");
-    let l = c
-        .election("election-fault-fam-e")
-        .campaign("v")
-        .await
-        .expect("campaign");
+    let l = c.lead("election-fault-fam-e", "v").await;
     let err = c
         .multi_lock([
             "election-fault-fam-a",
@@ -654,17 +627,10 @@ async fn election_and_lease_lock_families_exclude(b: Backend) {
         lease_free(&c, "election-fault-fam-a").await
             && lease_free(&c, "election-fault-fam-z").await
     );
-    let info = c
-        .election("election-fault-fam-e")
-        .leader()
-        .await
-        .expect("leader")
-        .expect("leader");
+    let info = c.leader_of("election-fault-fam-e").await.expect("leader");
     assert_eq!((info.value.as_str(), info.term), ("v", l.term()));
     l.resign().await.expect("resign");
 }
-
-both_backends!(election_and_lease_lock_families_exclude);
 
 // ------------------------------------------------------------------------------------------
 // a leader cut off or answered slowly; force_release under a leader
@@ -680,12 +646,7 @@ async fn redis_cut_off_leader_blocks_at_most_its_lease() {
     let standby_client = b.client().await;
     let name = "election-fault-cut";
     let lease = ms(900);
-    let old = cut_client
-        .election(name)
-        .lease(lease)
-        .campaign("old")
-        .await
-        .expect("campaign");
+    let old = cut_client.campaign_for(name, lease, "old").await;
     let standby = {
         let c = standby_client.clone();
         tokio::spawn(async move { c.election(name).lease(lease).campaign("standby").await })
@@ -706,10 +667,8 @@ async fn redis_cut_off_leader_blocks_at_most_its_lease() {
             while Instant::now() < give_up {
                 let held_before = old.is_held();
                 let led_by_standby = c
-                    .election(name)
-                    .leader()
+                    .leader_of(name)
                     .await
-                    .expect("leader")
                     .is_some_and(|l| l.value == "standby");
                 if led_by_standby && old.is_held() && held_before {
                     overlap.store(true, Ordering::Relaxed);
@@ -744,12 +703,7 @@ async fn redis_cut_off_leader_blocks_at_most_its_lease() {
     assert!(!old.is_held());
     drop(old);
     tokio::time::sleep(ms(500)).await;
-    let info = standby_client
-        .election(name)
-        .leader()
-        .await
-        .expect("leader")
-        .expect("leader");
+    let info = standby_client.leader_of(name).await.expect("leader");
     assert_eq!((info.value.as_str(), info.term), ("standby", new.term()));
     assert!(new.is_held());
     assert!(new.resign().await.expect("resign"));
@@ -775,12 +729,7 @@ async fn redis_slow_proclaim_reply_then_resign() {
     );
     assert_eq!(l.value(), "v1", "a failed proclaim keeps the old value");
     // The request ran: the store may say v2, but only as this leader's value, with its term.
-    let info = watcher
-        .election(name)
-        .leader()
-        .await
-        .expect("leader")
-        .expect("leader");
+    let info = watcher.leader_of(name).await.expect("leader");
     assert!(info.value == "v1" || info.value == "v2", "{info:?}");
     assert_eq!(info.term, l.term());
     // The leadership itself survived the 1.5 s stall (30 s lease): resign it.
@@ -804,11 +753,7 @@ async fn redis_force_release_hands_over_cleanly() {
     let b_client = b.client().await;
     let name = "election-fault-force";
     let mut observer = b_client.election(name).retry_interval(ms(300)).observe();
-    let mut a = a_client
-        .election(name)
-        .campaign("a")
-        .await
-        .expect("campaign");
+    let mut a = a_client.lead(name, "a").await;
     let standby = {
         let c = b_client.clone();
         tokio::spawn(async move { c.election(name).campaign("b").await })
@@ -868,12 +813,7 @@ async fn force_release_under_a_leader_never_reports_the_evicted_value(b: Backend
         "[{}] the evicted leader proclaimed: {r:?}",
         b.kind
     );
-    let got = c
-        .election(name)
-        .leader()
-        .await
-        .expect("leader")
-        .expect("b leads");
+    let got = c.leader_of(name).await.expect("b leads");
     assert_eq!(
         (got.value.as_str(), got.term),
         ("b", bl.term()),
@@ -883,4 +823,14 @@ async fn force_release_under_a_leader_never_reports_the_evicted_value(b: Backend
     drop((a, bl));
 }
 
-both_backends!(force_release_under_a_leader_never_reports_the_evicted_value);
+both_backends!(
+    election_churn_one_leader_and_honest_reports,
+    election_short_leases_never_two_held,
+    campaign_cancelled_around_its_grant_leaves_nothing,
+    lapsed_leader_never_touches_the_next_one,
+    fifo_with_cancelled_candidate_and_dropped_leader,
+    leader_report_survives_foreign_attempts,
+    election_bad_input_is_typed,
+    election_and_lease_lock_families_exclude,
+    force_release_under_a_leader_never_reports_the_evicted_value,
+);

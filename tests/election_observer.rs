@@ -8,6 +8,7 @@
 //! hammering the server.
 
 mod support;
+use support::quick::{soon, Quick};
 
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
@@ -17,7 +18,7 @@ use tokio::time::{sleep, Instant};
 
 use support::backend::{until_waiters, Backend, EVENTUALLY};
 use support::observe::{next_within, observe_until, settled};
-use support::time::ms;
+use support::time::{ms, secs};
 use support::waits::BEFORE_THE_LEASE;
 
 /// An observer with a retry interval far longer than the test sees a leader's lapse (no
@@ -28,18 +29,13 @@ async fn observer_sees_a_silent_lapse_at_the_lease_end(b: Backend) {
     let watcher = b.client().await;
     // Every bound below is far shorter than this: what the observer yields in time came from
     // its first read, a wake-up or its read at the lease's end, never from its periodic read.
-    let interval = Duration::from_secs(60);
+    let interval = secs(60);
     // Sooner than the periodic read would explain, with room for a loaded machine.
     let before_the_interval = interval / 6;
     let mut observer = watcher.election(name).retry_interval(interval).observe();
     assert_eq!(next_within(&mut observer, EVENTUALLY).await, None);
     let lease = ms(300);
-    let l = lazy
-        .election(name)
-        .lease(lease)
-        .campaign("a")
-        .await
-        .expect("campaign");
+    let l = lazy.campaign_for(name, lease, "a").await;
     let started = Instant::now();
     observe_until(&mut observer, Some("a"), EVENTUALLY).await;
     // At the lease's end.
@@ -47,8 +43,6 @@ async fn observer_sees_a_silent_lapse_at_the_lease_end(b: Backend) {
     assert!(started.elapsed() < before_the_interval);
     drop(l);
 }
-
-both_backends!(observer_sees_a_silent_lapse_at_the_lease_end);
 
 /// Leaders A, B, C in quick succession (each proclaims a second value right after winning,
 /// then resigns with the next candidate queued; the last one, C, stays). An observer started
@@ -121,18 +115,11 @@ async fn observer_settles_on_the_last_grant_after_quick_handovers(b: Backend) {
             b.kind
         );
     }
-    let got = c
-        .election(name)
-        .leader()
-        .await
-        .expect("leader")
-        .expect("c leads");
+    let got = c.leader_of(name).await.expect("c leads");
     assert_eq!((got.value, got.term), last, "[{}] leader()", b.kind);
     watch.abort();
     drop(current);
 }
-
-both_backends!(observer_settles_on_the_last_grant_after_quick_handovers);
 
 /// `release_all()` while leading: the leadership is gone (proclaim refused, resign false), the
 /// store says nobody leads at once, and an observer converges by its next periodic read (its
@@ -161,8 +148,6 @@ async fn release_all_under_a_leadership(b: Backend) {
     );
 }
 
-both_backends!(release_all_under_a_leadership);
-
 /// The observer ends on the store's leader through CLIENT KILL of every connection, SCRIPT
 /// FLUSH, a proclaim right before a resign, and a leader dropped without resigning.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -173,11 +158,7 @@ async fn redis_observer_converges_through_kills_and_flushes() {
     let name = "observer-kill";
     let mut observer = watcher.election(name).retry_interval(ms(300)).observe();
     assert_eq!(next_within(&mut observer, EVENTUALLY).await, None);
-    let mut l = leader_client
-        .election(name)
-        .campaign("v0")
-        .await
-        .expect("campaign");
+    let mut l = leader_client.lead(name, "v0").await;
     observe_until(&mut observer, Some("v0"), EVENTUALLY).await;
     let disruptions: [&[&str]; 4] = [
         &["CLIENT", "KILL", "TYPE", "pubsub"],
@@ -206,11 +187,7 @@ async fn redis_observer_converges_through_kills_and_flushes() {
     observe_until(&mut observer, None, EVENTUALLY).await;
     assert!(settled(&mut observer, ms(700)).await, "settled on nobody");
     // A dropped leadership: observers learn without a resign call.
-    let l = leader_client
-        .election(name)
-        .campaign("dropped")
-        .await
-        .expect("campaign");
+    let l = leader_client.lead(name, "dropped").await;
     observe_until(&mut observer, Some("dropped"), EVENTUALLY).await;
     drop(l);
     observe_until(&mut observer, None, EVENTUALLY).await;
@@ -233,9 +210,7 @@ async fn redis_observer_with_zero_retry_interval_is_refused_or_paced() {
         .is_invalid_input());
     b.cli(&["CONFIG", "RESETSTAT"]);
     let mut observer = election.observe();
-    let first = tokio::time::timeout(EVENTUALLY, observer.next())
-        .await
-        .expect("an answer");
+    let first = soon("an answer", observer.next()).await;
     tokio::time::sleep(ms(500)).await;
     let stats = b.cli(&["INFO", "commandstats"]);
     let calls: u64 = stats
@@ -257,3 +232,9 @@ async fn redis_observer_with_zero_retry_interval_is_refused_or_paced() {
         "observe() with a zero retry interval was neither refused nor paced: {calls} leader reads in 0.5 s"
     );
 }
+
+both_backends!(
+    observer_sees_a_silent_lapse_at_the_lease_end,
+    observer_settles_on_the_last_grant_after_quick_handovers,
+    release_all_under_a_leadership,
+);

@@ -425,8 +425,8 @@ impl World {
                     continue;
                 }
             };
-            let server_until = Instant::now() + Duration::from_millis(holder.remaining_ms);
-            if until > server_until + Duration::from_millis(1) {
+            let server_until = Instant::now() + ms(holder.remaining_ms);
+            if until > server_until + ms(1) {
                 self.violation(format!(
                     "TrustPastLease: {} trusts {:?} past its server deadline",
                     e.client,
@@ -485,7 +485,7 @@ impl World {
                 ));
                 return;
             }
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            tokio::time::sleep(ms(5)).await;
         }
     }
 }

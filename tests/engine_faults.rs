@@ -10,6 +10,8 @@
 mod support;
 use support::faulty::faulty_client;
 use support::faulty::faulty_client_with;
+use support::quick::downgraded;
+use support::quick::Quick;
 use support::Granted;
 
 use std::sync::{Arc, Mutex as StdMutex};
@@ -52,19 +54,10 @@ async fn cancelled_lock_waits_leave_nothing(b: Backend) {
         let _ = timeout(ms(i % 21), waiter.mutex(name).lock()).await;
     }
     g.release().await.expect("release");
-    within(
-        BEFORE_THE_HEARTBEAT,
-        "mutex free for a third client",
-        async || {
-            let got = other.mutex(name).try_lock().await.granted("try_lock");
-            if let Some(g) = got {
-                g.release().await.expect("release");
-                true
-            } else {
-                false
-            }
-        },
-    )
+    let what = "mutex free for a third client";
+    within(BEFORE_THE_HEARTBEAT, what, async || {
+        grantable(&other, "mutex", name).await
+    })
     .await;
     let info = other.mutex(name).inspect().await.expect("inspect");
     assert!(
@@ -73,8 +66,6 @@ async fn cancelled_lock_waits_leave_nothing(b: Backend) {
         b.kind
     );
 }
-both_backends!(cancelled_lock_waits_leave_nothing);
-
 /// Cancelled FairLock and writer waits (queue places, writer announcements), dropped at
 /// 0..20 ms and timed out, leave nothing: a third client gets the lock within half the
 /// heartbeat window of the holder's release.
@@ -94,35 +85,17 @@ async fn cancelled_fair_and_write_waits_leave_nothing(b: Backend) {
     }
     g.release().await.expect("release");
     w.release().await.expect("release");
-    within(
-        BEFORE_THE_HEARTBEAT,
-        "fair lock free for a third client",
-        async || {
-            other
-                .fair_lock("ef-cf")
-                .try_lock()
-                .await
-                .granted("try")
-                .is_some()
-        },
-    )
+    let what = "fair lock free for a third client";
+    within(BEFORE_THE_HEARTBEAT, what, async || {
+        grantable(&other, "fair", "ef-cf").await
+    })
     .await;
-    within(
-        BEFORE_THE_HEARTBEAT,
-        "reader admitted (no writer announcement left)",
-        async || {
-            other
-                .rwlock("ef-cw")
-                .try_read()
-                .await
-                .granted("try")
-                .is_some()
-        },
-    )
+    let what = "reader admitted (no writer announcement left)";
+    within(BEFORE_THE_HEARTBEAT, what, async || {
+        grantable(&other, "read", "ef-cw").await
+    })
     .await;
 }
-both_backends!(cancelled_fair_and_write_waits_leave_nothing);
-
 // ------------------------------------------------------------------------------------------
 // multi-locks
 // ------------------------------------------------------------------------------------------
@@ -163,8 +136,6 @@ async fn multi_try_churn_leaves_nothing(b: Backend) {
     assert!(g.is_held(), "[{}] a later grant was removed", b.kind);
     assert!(g.release().await.expect("release"));
 }
-both_backends!(multi_try_churn_leaves_nothing);
-
 /// Timed and cancelled multi-lock waits while a part is held: nothing left once the holder
 /// releases.
 async fn multi_cancel_churn_leaves_nothing(b: Backend) {
@@ -195,8 +166,6 @@ async fn multi_cancel_churn_leaves_nothing(b: Backend) {
     )
     .await;
 }
-both_backends!(multi_cancel_churn_leaves_nothing);
-
 /// A multi-lock try_lock whose grant's reply is lost fails, and leaves nothing: another
 /// client gets every part within half the 5 s heartbeat window (the lease is 30 s).
 async fn multi_try_lost_reply_leaves_nothing(b: Backend) {
@@ -215,8 +184,6 @@ async fn multi_try_lost_reply_leaves_nothing(b: Backend) {
         .await;
     }
 }
-both_backends!(multi_try_lost_reply_leaves_nothing);
-
 /// A timed multi-lock wait whose every reply is lost ends by its deadline plus one response
 /// timeout, and leaves nothing behind (another client gets every part within half the
 /// heartbeat window).
@@ -259,8 +226,6 @@ async fn multi_lost_replies_then_timeout_leaves_nothing(b: Backend) {
     )
     .await;
 }
-both_backends!(multi_lost_replies_then_timeout_leaves_nothing);
-
 /// Many refused multi-lock try_locks and timed waits with a lost reply each, interleaved
 /// with grants: the background releases of failed attempts never remove a later guard.
 async fn multi_failed_attempts_never_remove_later_grants(b: Backend) {
@@ -301,8 +266,6 @@ async fn multi_failed_attempts_never_remove_later_grants(b: Backend) {
     }
     drop(kept);
 }
-both_backends!(multi_failed_attempts_never_remove_later_grants);
-
 // ------------------------------------------------------------------------------------------
 // renewals
 // ------------------------------------------------------------------------------------------
@@ -313,7 +276,28 @@ fn cpu_time() -> Duration {
     let fields: Vec<&str> = after.split_whitespace().collect();
     // utime and stime are fields 14 and 15 (1-based), i.e. 11 and 12 after the state field.
     let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    Duration::from_millis(ticks * 10)
+    ms(ticks * 10)
+}
+
+/// A client of `b` with `lease` through a [`Faulty`] wrapper, and an observer client. In
+/// memory, the store runs on tokio's clock (paused by the caller): leases lapse at their
+/// exact virtual instants, whatever the real time the test's work takes.
+async fn clock_faulty_client(
+    b: &Backend,
+    lease: Duration,
+) -> (Arc<Faulty>, LockClient, LockClient) {
+    let faulty = match b.is_memory() {
+        true => Faulty::on_tokio_clock(b.store().await),
+        false => Faulty::new(b.store().await),
+    };
+    let c = LockClient::builder().lease(lease).store(faulty.clone());
+    let observer = match b.is_memory() {
+        true => LockClient::builder()
+            .store(faulty.clone())
+            .expect("observer"),
+        false => b.client().await,
+    };
+    (faulty, c.expect("client"), observer)
 }
 
 /// `n` holds with `lease` on one client whose renewal replies take `delay`: for `run`, every
@@ -325,22 +309,7 @@ async fn many_holds_slow_renewals(
     delay: Duration,
     run: Duration,
 ) {
-    // In memory, the store runs on tokio's clock (paused by the caller): leases lapse at
-    // their exact virtual instants, whatever the real time the test's work takes.
-    let faulty = match b.is_memory() {
-        true => Faulty::on_tokio_clock(b.store().await),
-        false => Faulty::new(b.store().await),
-    };
-    let c = LockClient::builder()
-        .lease(lease)
-        .store(faulty.clone())
-        .expect("client");
-    let observer = match b.is_memory() {
-        true => LockClient::builder()
-            .store(faulty.clone())
-            .expect("observer"),
-        false => b.client().await,
-    };
+    let (faulty, c, observer) = clock_faulty_client(b, lease).await;
     let mut guards = Vec::new();
     for i in 0..n {
         guards.push(c.mutex(&format!("ef-many-{i}")).lock().await.expect("lock"));
@@ -359,11 +328,7 @@ async fn many_holds_slow_renewals(
     let lost = guards.iter().filter(|g| !g.is_held()).count();
     let mut listed = 0;
     for i in 0..n {
-        let info = observer
-            .mutex(&format!("ef-many-{i}"))
-            .inspect()
-            .await
-            .expect("i");
+        let info = observer.mutex_info(&format!("ef-many-{i}")).await;
         listed += info.holders.len();
     }
     let extends = faulty.count(Op::Extend);
@@ -461,21 +426,7 @@ async fn slow_renewals_do_not_spin() {
 /// replies are slowed (`k` × 25 ms): the guard stays held and never trusts past the server's
 /// lease.
 async fn extend_churn_stays_honest_and_held(b: Backend, k: u64) {
-    // In memory, the store runs on tokio's clock (paused by the caller).
-    let faulty = match b.is_memory() {
-        true => Faulty::on_tokio_clock(b.store().await),
-        false => Faulty::new(b.store().await),
-    };
-    let c = LockClient::builder()
-        .lease(ms(k * 1_000))
-        .store(faulty.clone())
-        .expect("client");
-    let observer = match b.is_memory() {
-        true => LockClient::builder()
-            .store(faulty.clone())
-            .expect("observer"),
-        false => b.client().await,
-    };
+    let (faulty, c, observer) = clock_faulty_client(&b, ms(k * 1_000)).await;
     let name = "ef-extend-churn";
     let mut g = c.mutex(name).lock().await.expect("lock");
     faulty.add(Rule::on(Op::Extend).delay_reply(ms(k * 25)));
@@ -537,9 +488,7 @@ async fn downgrade_during_renewal_then_release(b: Backend) {
         // Due a third into the lease; one that came too late for the hold fails the
         // downgrade below, so this waits only for it to come.
         eventually("renewal sent", async || faulty.count(Op::Extend) > base).await;
-        let r = redis_locks::WriteGuard::downgrade(w)
-            .await
-            .expect("downgrade");
+        let r = downgraded(w).await;
         assert!(r.is_held(), "[{}] downgraded hold not held", b.kind);
         sleep(ms(400)).await;
         assert!(
@@ -556,8 +505,6 @@ async fn downgrade_during_renewal_then_release(b: Backend) {
         );
     }
 }
-both_backends!(downgrade_during_renewal_then_release);
-
 // ------------------------------------------------------------------------------------------
 // wait_replicas on a standalone server, timed waits' bound
 // ------------------------------------------------------------------------------------------
@@ -649,8 +596,6 @@ async fn refused_tries_never_remove_a_later_grant(b: Backend) {
         b.kind
     );
 }
-both_backends!(refused_tries_never_remove_a_later_grant);
-
 /// FIFO among live FairLock waiters while other waits are cancelled around them: the live
 /// waiters are granted in the order they queued.
 async fn fifo_with_cancel_churn(b: Backend) {
@@ -698,8 +643,6 @@ async fn fifo_with_cancel_churn(b: Backend) {
         b.kind
     );
 }
-both_backends!(fifo_with_cancel_churn);
-
 /// A FairLock waiter cancelled right as the holder's release hands it the lock: the next live
 /// waiter gets it before the first's hand-off window (its 5 s heartbeat) could end, every
 /// round.
@@ -741,8 +684,6 @@ async fn cancelled_at_hand_off_passes_the_lock_on(b: Backend) {
         .await;
     }
 }
-both_backends!(cancelled_at_hand_off_passes_the_lock_on);
-
 /// Cancelled and timed-out campaigns (dropped at 0..20 ms) while someone leads leave
 /// nothing: once the leader resigns, a third candidate wins within half the heartbeat window.
 async fn cancelled_campaigns_leave_nothing(b: Backend) {
@@ -768,8 +709,6 @@ async fn cancelled_campaigns_leave_nothing(b: Backend) {
     })
     .await;
 }
-both_backends!(cancelled_campaigns_leave_nothing);
-
 /// Cancelled acquire_many waits on a semaphore leave no permits taken or queued.
 async fn cancelled_acquire_many_leaves_nothing(b: Backend) {
     let holder = b.client().await;
@@ -799,8 +738,6 @@ async fn cancelled_acquire_many_leaves_nothing(b: Backend) {
     })
     .await;
 }
-both_backends!(cancelled_acquire_many_leaves_nothing);
-
 /// Holds granted on a current-thread runtime that is shut down while every renewal is in
 /// flight (its reply held), then extended from the main runtime: every one is renewed from
 /// then on (held and listed 3 s later, lease 400 ms).
@@ -836,10 +773,8 @@ fn extend_after_runtime_shutdown_with_renewals_in_flight() {
         let mut listed = 0;
         for i in 0..20 {
             listed += observer
-                .mutex(&format!("ef-rt-{i}"))
-                .inspect()
+                .mutex_info(&format!("ef-rt-{i}"))
                 .await
-                .expect("i")
                 .holders
                 .len();
         }
@@ -913,3 +848,19 @@ mod many_short_holds_extend_churn {
         extend_churn(c, observer, 1).await;
     }
 }
+
+both_backends!(
+    cancelled_lock_waits_leave_nothing,
+    cancelled_fair_and_write_waits_leave_nothing,
+    multi_try_churn_leaves_nothing,
+    multi_cancel_churn_leaves_nothing,
+    multi_try_lost_reply_leaves_nothing,
+    multi_lost_replies_then_timeout_leaves_nothing,
+    multi_failed_attempts_never_remove_later_grants,
+    downgrade_during_renewal_then_release,
+    refused_tries_never_remove_a_later_grant,
+    fifo_with_cancel_churn,
+    cancelled_at_hand_off_passes_the_lock_on,
+    cancelled_campaigns_leave_nothing,
+    cancelled_acquire_many_leaves_nothing,
+);

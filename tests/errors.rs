@@ -4,10 +4,10 @@
 use std::error::Error as _;
 use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::time::Duration;
 
 mod support;
 use support::fake_server::{closed_port, quick};
+use support::time::{ms, secs};
 
 /// The error and all its sources, one per line, as an error reporter prints them.
 fn chain(err: &redis_locks::Error) -> String {
@@ -45,7 +45,7 @@ async fn a_service_that_is_not_redis_is_named_as_such() {
     let service = std::thread::spawn(move || {
         for stream in listener.incoming().take(4) {
             let Ok(mut stream) = stream else { continue };
-            let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+            let _ = stream.set_read_timeout(Some(ms(500)));
             let mut buf = [0u8; 512];
             let _ = stream.read(&mut buf);
             let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n");
@@ -69,16 +69,20 @@ async fn a_service_that_is_not_redis_is_named_as_such() {
     drop(service);
 }
 
-/// A fake server that answers every command with the `HELLO` map of Redis 6.2; returns its
-/// port and the task serving it.
-async fn redis_6_2() -> (u16, tokio::task::JoinHandle<()>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
+/// A fake Redis of `version` on loopback that answers `HELLO` with its map and every other
+/// command with `others` (the `HELLO` map too if `None`); returns its port and the task
+/// serving it.
+async fn fake_redis(
+    version: &str,
+    others: Option<&'static [u8]>,
+) -> (u16, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await;
+    let listener = listener.expect("bind");
     let port = listener.local_addr().expect("addr").port();
+    let hello = format!("%3\r\n+server\r\n+redis\r\n+version\r\n+{version}\r\n+proto\r\n:3\r\n");
+    let hello: &'static [u8] = hello.leak().as_bytes();
     let server = tokio::spawn(async move {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let hello = b"%3\r\n+server\r\n+redis\r\n+version\r\n+6.2.14\r\n+proto\r\n:3\r\n";
         while let Ok((mut stream, _)) = listener.accept().await {
             tokio::spawn(async move {
                 let mut buf = [0u8; 4096];
@@ -87,9 +91,13 @@ async fn redis_6_2() -> (u16, tokio::task::JoinHandle<()>) {
                     if n == 0 {
                         break;
                     }
-                    let commands = buf[..n].iter().filter(|&&b| b == b'*').count();
-                    for _ in 0..commands {
-                        if stream.write_all(hello).await.is_err() {
+                    let text = String::from_utf8_lossy(&buf[..n]).to_uppercase();
+                    for command in text.split('*').filter(|c| !c.is_empty()) {
+                        let reply = match others {
+                            Some(others) if !command.contains("HELLO") => others,
+                            _ => hello,
+                        };
+                        if stream.write_all(reply).await.is_err() {
                             return;
                         }
                     }
@@ -98,6 +106,11 @@ async fn redis_6_2() -> (u16, tokio::task::JoinHandle<()>) {
         }
     });
     (port, server)
+}
+
+/// A fake server that answers every command with the `HELLO` map of Redis 6.2.
+async fn redis_6_2() -> (u16, tokio::task::JoinHandle<()>) {
+    fake_redis("6.2.14", None).await
 }
 
 /// A server that answers like Redis 6.2 is refused at connect with the versions the library
@@ -281,12 +294,12 @@ async fn busy_gets_retry_advice() {
             .args(["-p", &port, "EVAL", "while true do end", "0"])
             .output();
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(ms(300)).await;
     let err = client
         .mutex("m")
-        .outage_budget(Duration::from_secs(1))
+        .outage_budget(secs(1))
         .lock()
-        .timeout(Duration::from_secs(5))
+        .timeout(secs(5))
         .await
         .expect_err("server busy");
     server.cli(&["SCRIPT", "KILL"]);
@@ -309,9 +322,9 @@ async fn loading_gets_retry_advice() {
         let client = quick().connect(&url).await.expect("HELLO answers");
         let err = client
             .mutex("m")
-            .outage_budget(Duration::from_secs(1))
+            .outage_budget(secs(1))
             .lock()
-            .timeout(Duration::from_secs(5))
+            .timeout(secs(5))
             .await
             .expect_err("still loading");
         let text = err.to_string();
@@ -328,34 +341,5 @@ async fn loading_gets_retry_advice() {
 /// A fake Redis 7.2 that answers `HELLO` and refuses every other command with `loading` (a
 /// `LOADING` error reply), as a server does while it loads its data set.
 async fn loading_server(loading: &'static [u8]) -> (u16, tokio::task::JoinHandle<()>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    let server = tokio::spawn(async move {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let hello = b"%3\r\n+server\r\n+redis\r\n+version\r\n+7.2.4\r\n+proto\r\n:3\r\n";
-        while let Ok((mut stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut buf = [0u8; 4096];
-                while let Ok(n) = stream.read(&mut buf).await {
-                    if n == 0 {
-                        break;
-                    }
-                    let text = String::from_utf8_lossy(&buf[..n]).to_uppercase();
-                    for command in text.split('*').filter(|c| !c.is_empty()) {
-                        let reply: &[u8] = if command.contains("HELLO") {
-                            hello
-                        } else {
-                            loading
-                        };
-                        if stream.write_all(reply).await.is_err() {
-                            return;
-                        }
-                    }
-                }
-            });
-        }
-    });
-    (port, server)
+    fake_redis("7.2.4", Some(loading)).await
 }

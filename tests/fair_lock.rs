@@ -6,6 +6,8 @@
 
 mod support;
 use support::backend::within_ok;
+use support::quick::soon;
+use support::time::{ms, secs};
 
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
@@ -82,7 +84,7 @@ async fn eight_waiters_acquire_in_arrival_order(b: Backend) {
         let mut tasks = Vec::new();
         for i in 0..8 {
             let lock = &locks[i % 2];
-            tasks.push(start_waiter(lock, &history, i, Duration::from_millis(1), i + 1).await);
+            tasks.push(start_waiter(lock, &history, i, ms(1), i + 1).await);
         }
         assert!(holder.release().await.expect("release holder"));
         for t in tasks {
@@ -110,7 +112,7 @@ async fn fifty_waiters_on_three_clients_acquire_once_in_ticket_order(b: Backend)
     let mut tasks = Vec::new();
     for i in 0..50 {
         let lock = &locks[i % 3];
-        tasks.push(start_waiter(lock, &history, i, Duration::from_millis(2), i + 1).await);
+        tasks.push(start_waiter(lock, &history, i, ms(2), i + 1).await);
     }
     // Tickets come from the server's counter: the queue shows them strictly increasing.
     let queued = info(&locks[1]).await;
@@ -140,19 +142,13 @@ async fn dead_waiter_in_the_middle_is_dropped_after_its_heartbeat(b: Backend) {
     // were granted for a claim window) would hold everyone up far past EVENTUALLY: the test
     // passes only if the dead one is dropped from the middle of the queue.
     let client = b
-        .client_with(LockClient::builder().heartbeat(Duration::from_secs(60)))
+        .client_with(LockClient::builder().heartbeat(secs(60)))
         .await;
     let lock = client.fair_lock("dead-middle");
     let history = History::new();
     let holder = lock.lock().await.expect("holder");
     let first = start_waiter(&lock, &history, 0, Duration::ZERO, 1).await;
-    let dead = dead_waiter(
-        &client,
-        "dead-middle",
-        Request::FairLock,
-        Duration::from_millis(300),
-    )
-    .await;
+    let dead = dead_waiter(&client, "dead-middle", Request::FairLock, ms(300)).await;
     let before = until_waiters(2, || lock.inspect()).await;
     assert!(
         is(&before.waiters[1].token_prefix, &dead),
@@ -198,10 +194,8 @@ async fn dead_waiter_at_the_head_is_dropped_after_its_own_heartbeat(b: Backend) 
     // dead waiter's own window ("a granted-but-dead waiter must not hold it longer
     // than its heartbeat window"), whatever window the releaser was configured with.
     let client = b.client().await;
-    let window = Duration::from_secs(2);
-    let holder_lock = client
-        .fair_lock("dead-head")
-        .heartbeat(Duration::from_secs(120));
+    let window = secs(2);
+    let holder_lock = client.fair_lock("dead-head").heartbeat(secs(120));
     let lock = client.fair_lock("dead-head").heartbeat(window);
     let history = History::new();
     let holder = holder_lock.lock().await.expect("holder");
@@ -215,7 +209,7 @@ async fn dead_waiter_at_the_head_is_dropped_after_its_own_heartbeat(b: Backend) 
     let after = info(&lock).await;
     for h in after.holders.iter().filter(|h| is(&h.token_prefix, &dead)) {
         assert!(
-            h.lease_remaining <= window + Duration::from_millis(1),
+            h.lease_remaining <= window + ms(1),
             "the dead head was granted for {:?}, past its own heartbeat window {window:?}",
             h.lease_remaining
         );
@@ -227,13 +221,13 @@ async fn dead_waiter_at_the_head_is_dropped_after_its_own_heartbeat(b: Backend) 
 async fn cancelled_waiters_leave_at_once(b: Backend) {
     // A 60 s heartbeat: leaving the queue can only come from the cancellation itself.
     let client = b
-        .client_with(LockClient::builder().heartbeat(Duration::from_secs(60)))
+        .client_with(LockClient::builder().heartbeat(secs(60)))
         .await;
     let lock = client.fair_lock("cancel");
     let holder = lock.lock().await.expect("holder");
 
     let l2 = lock.clone();
-    let timed = tokio::spawn(async move { l2.lock().timeout(Duration::from_millis(500)).await });
+    let timed = tokio::spawn(async move { l2.lock().timeout(ms(500)).await });
     until_waiters(1, || lock.inspect()).await;
     let history = History::new();
     let patient = start_waiter(&lock, &history, 1, Duration::ZERO, 2).await;
@@ -272,7 +266,7 @@ async fn cancelled_waiters_leave_at_once(b: Backend) {
 
 async fn dead_holder_hands_over_after_its_lease(b: Backend) {
     let client = b.client().await;
-    let lease = Duration::from_millis(1500);
+    let lease = ms(1500);
     let dying = client
         .fair_lock("dead-holder")
         .lease(lease)
@@ -291,7 +285,7 @@ async fn dead_holder_hands_over_after_its_lease(b: Backend) {
     // Safety: the lease ran its full length before anyone else got the lock (a little slack
     // for the millisecond clock).
     assert!(
-        waited + Duration::from_millis(20) >= lease,
+        waited + ms(20) >= lease,
         "granted after {waited:?}, before the lease {lease:?} ended"
     );
 }
@@ -301,23 +295,21 @@ async fn dead_holder_hands_over_after_its_lease(b: Backend) {
 /// 3 here; before the hint a takeover waited for it).
 async fn head_waiter_wakes_at_a_dead_holders_lease_end(b: Backend) {
     let client = b.client().await;
-    let lease = Duration::from_millis(300);
+    let lease = ms(300);
     let dying = client
         .fair_lock("dead-holder-hint")
         .lease(lease)
         .auto_renew(false);
     let waiting = client
         .fair_lock("dead-holder-hint")
-        .heartbeat(Duration::from_secs(30))
-        .retry_interval(Duration::from_secs(30));
+        .heartbeat(secs(30))
+        .retry_interval(secs(30));
     let guard = dying.lock().await.expect("holder");
     std::mem::forget(guard);
     let start = Instant::now();
-    let taken = tokio::time::timeout(Duration::from_secs(5), waiting.lock())
-        .await
-        .expect("taken over at the lease end, not at a 10 s heartbeat")
-        .expect("lock");
-    assert!(start.elapsed() + Duration::from_millis(20) >= lease);
+    let what = "taken over at the lease end, not at a 10 s heartbeat";
+    let taken = within_ok(secs(5), what, waiting.lock()).await;
+    assert!(start.elapsed() + ms(20) >= lease);
     taken.release().await.expect("release");
 }
 
@@ -363,14 +355,14 @@ async fn try_lock_never_jumps_the_queue(b: Backend) {
 async fn lock_with_reports_decreasing_positions(b: Backend) {
     // Short retry interval: the waiter re-attempts (and learns its place) often.
     let client = b
-        .client_with(LockClient::builder().retry_interval(Duration::from_millis(30)))
+        .client_with(LockClient::builder().retry_interval(ms(30)))
         .await;
     let lock = client.fair_lock("positions");
     let holder = lock.lock().await.expect("holder");
     let history = History::new();
     let mut ahead = Vec::new();
     for i in 0..3 {
-        ahead.push(start_waiter(&lock, &history, i, Duration::from_millis(250), i + 1).await);
+        ahead.push(start_waiter(&lock, &history, i, ms(250), i + 1).await);
     }
     let seen = Arc::new(StdMutex::new(Vec::<u64>::new()));
     let (l, s, h) = (lock.clone(), seen.clone(), history.clone());
@@ -385,7 +377,7 @@ async fn lock_with_reports_decreasing_positions(b: Backend) {
         guard.release().await.expect("release")
     });
     until_waiters(4, || lock.inspect()).await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    tokio::time::sleep(ms(100)).await;
     assert!(holder.release().await.expect("release"));
     for t in ahead {
         join("waiter ahead", t).await;
@@ -413,7 +405,7 @@ async fn ten_thousand_queued_waiters(b: Backend) {
     let name = "ten-thousand";
     // The real waiters must outlive the (slow, on the in-memory store in debug builds) filling.
     let client = b
-        .client_with(LockClient::builder().heartbeat(Duration::from_secs(60)))
+        .client_with(LockClient::builder().heartbeat(secs(60)))
         .await;
     let lock = client.fair_lock(name);
     let keys = client.keys(name).expect("keys");
@@ -429,7 +421,7 @@ async fn ten_thousand_queued_waiters(b: Backend) {
         fillers.spawn(async move {
             let mut claims = Vec::new();
             for _ in 0..N / 8 {
-                let c = Request::FairLock.claim(Duration::from_secs(60), Duration::from_secs(60));
+                let c = Request::FairLock.claim(secs(60), secs(60));
                 let r = store.acquire(&keys, &c, true, None).await.expect("enqueue");
                 let Acquire::Busy(busy) = r else {
                     panic!("a filler was granted: {r:?}")
@@ -522,13 +514,13 @@ async fn no_key_outlives_the_lock(b: Backend) {
     let client = b.client().await;
     // Keys may outlive their last holder by up to the longest lease granted in them (the
     // holder set's and the capacity marker's TTLs only grow): a short lease keeps that short.
-    let lock = client.fair_lock(name).lease(Duration::from_secs(2));
+    let lock = client.fair_lock(name).lease(secs(2));
     let holder = lock.lock().await.expect("holder");
     let history = History::new();
     let live = start_waiter(&lock, &history, 0, Duration::ZERO, 1).await;
-    let _dead = dead_waiter(&client, name, Request::FairLock, Duration::from_millis(300)).await;
+    let _dead = dead_waiter(&client, name, Request::FairLock, ms(300)).await;
     let l2 = lock.clone();
-    let timed = tokio::spawn(async move { l2.lock().timeout(Duration::from_millis(200)).await });
+    let timed = tokio::spawn(async move { l2.lock().timeout(ms(200)).await });
     until_waiters(3, || lock.inspect()).await;
     if let Some(server) = &b.server {
         // While in use, every key of the lock carries a TTL, the fence counter too.
@@ -575,8 +567,8 @@ async fn handed_off_waiter_claims_its_full_lease(b: Backend) {
         let name = format!("handoff-{auto_renew}");
         let fair = c
             .fair_lock(&name)
-            .lease(Duration::from_secs(30))
-            .heartbeat(Duration::from_millis(1500))
+            .lease(secs(30))
+            .heartbeat(ms(1500))
             .auto_renew(auto_renew);
         let holder = fair.lock().await.expect("holder");
         let fence = holder.fencing_token();
@@ -594,12 +586,12 @@ async fn handed_off_waiter_claims_its_full_lease(b: Backend) {
             let fair = fair.clone();
             async move {
                 let i = info(&fair).await;
-                i.holders.len() == 1 && i.holders[0].lease_remaining > Duration::from_secs(2)
+                i.holders.len() == 1 && i.holders[0].lease_remaining > secs(2)
             }
         })
         .await;
         // Past the claim window the hold is still there, locally and on the server.
-        tokio::time::sleep(Duration::from_millis(1800)).await;
+        tokio::time::sleep(ms(1800)).await;
         assert!(
             guard.is_held(),
             "auto_renew={auto_renew}: lost after the claim window"
@@ -619,8 +611,8 @@ async fn hand_off_needs_no_acquire_round_trip() {
     // Long intervals: the waiter makes no heartbeat attempt during the measurement.
     let fair = c
         .fair_lock("counted")
-        .heartbeat(Duration::from_secs(120))
-        .retry_interval(Duration::from_secs(60));
+        .heartbeat(secs(120))
+        .retry_interval(secs(60));
     let holder = fair.lock().await.expect("holder");
     let waiter = {
         let fair = fair.clone();
@@ -668,9 +660,8 @@ async fn on_position_counts_waiters_ahead_not_holders(b: Backend) {
         seen.push(rx);
     }
     for (i, rx) in seen.iter_mut().enumerate() {
-        let first = tokio::time::timeout(EVENTUALLY, rx.recv())
+        let first = soon("a position is reported", rx.recv())
             .await
-            .expect("a position is reported")
             .expect("sender alive");
         assert_eq!(first, i as u64, "waiter {i}: waiters queued ahead of it");
     }

@@ -5,8 +5,8 @@
 
 mod support;
 use support::backend::within_ok;
-
-use std::time::Duration;
+use support::quick::Quick;
+use support::time::{ms, secs};
 
 use redis_locks::{LockClient, RedisConfig};
 use tokio::time::{sleep, timeout, Instant};
@@ -19,8 +19,8 @@ use support::RedisServer;
 /// Short timeouts, so a stalled reply counts as lost quickly.
 fn quick() -> RedisConfig {
     RedisConfig {
-        response_timeout: Duration::from_millis(300),
-        connect_timeout: Duration::from_millis(300),
+        response_timeout: ms(300),
+        connect_timeout: ms(300),
         ..RedisConfig::default()
     }
 }
@@ -67,13 +67,13 @@ async fn client_kill_while_holding_keeps_the_lease() {
     let res = RedisServer::start();
     let fenced = Fenced::new(&res.url(), "hold").await;
     let c = connect(&server.url()).await;
-    let m = c.mutex("kill-hold").lease(Duration::from_millis(1500));
+    let m = c.mutex("kill-hold").lease(ms(1500));
     let g = m.lock().await.expect("lock");
     let fence = g.fencing_token();
     let mut killed = 0;
     for _ in 0..4 {
         killed += kill_clients(&server);
-        sleep(Duration::from_millis(700)).await;
+        sleep(ms(700)).await;
         assert!(g.is_held(), "lease lost after a killed connection");
         assert!(fenced.write(fence, "holder").await);
     }
@@ -96,17 +96,12 @@ async fn client_kill_while_waiting_keeps_the_wake_ups() {
     let fenced = Fenced::new(&res.url(), "wait").await;
     let holder = connect(&server.url()).await;
     // A long lease, so the "blocking lease ends" hint cannot wake the waiters either.
-    let g = holder
-        .mutex("kill-wait")
-        .lease(Duration::from_secs(120))
-        .lock()
-        .await
-        .expect("lock");
+    let g = holder.lock_for("kill-wait", secs(120)).await;
     assert!(fenced.write(g.fencing_token(), "first").await);
     let waiter = LockClient::builder()
         .redis_config(quick())
-        .retry_interval(Duration::from_secs(60))
-        .heartbeat(Duration::from_secs(180))
+        .retry_interval(secs(60))
+        .heartbeat(secs(180))
         .connect(&server.url())
         .await
         .expect("connect");
@@ -117,20 +112,18 @@ async fn client_kill_while_waiting_keeps_the_wake_ups() {
         tasks.push(tokio::spawn(async move {
             let g = m.lock().await.expect("waiter lock");
             assert!(fenced.write(g.fencing_token(), &format!("w{i}")).await);
-            sleep(Duration::from_millis(50)).await;
+            sleep(ms(50)).await;
             assert!(g.release().await.expect("waiter release"));
         }));
     }
-    sleep(Duration::from_millis(500)).await;
+    sleep(ms(500)).await;
     assert!(kill_clients(&server) >= 2);
     // Let the connection manager reconnect and resubscribe.
-    sleep(Duration::from_millis(1500)).await;
+    sleep(ms(1500)).await;
     assert!(g.release().await.expect("release"));
     for t in tasks {
-        timeout(Duration::from_secs(15), t)
-            .await
-            .expect("a waiter missed the wake-up after its connection was killed")
-            .expect("waiter task");
+        let step = "a waiter missed the wake-up after its connection was killed";
+        within_ok(secs(15), step, t).await;
     }
     let audit = fenced.check().await;
     assert_eq!(audit.writers_by_fence.len(), 3);
@@ -178,7 +171,7 @@ async fn client_kill_during_acquire_and_release_churn() {
     };
     let mut tasks = Vec::new();
     for (i, c) in clients.iter().enumerate() {
-        let m = c.mutex("churn").lease(Duration::from_secs(5));
+        let m = c.mutex("churn").lease(secs(5));
         let fenced = Fenced::new(&res.url(), "churn").await;
         let kill = kill.clone();
         tasks.push(tokio::spawn(async move {
@@ -214,12 +207,7 @@ async fn client_kill_during_acquire_and_release_churn() {
     let mut errors = Vec::new();
     for t in tasks {
         // Only a hang guard: the churn itself is ordered by its events.
-        errors.push(
-            timeout(Duration::from_secs(300), t)
-                .await
-                .expect("churn finished")
-                .expect("churn task"),
-        );
+        errors.push(within_ok(secs(300), "churn finished", t).await);
     }
     drop(clients);
     let (rounds, killed) = killer.await.expect("killer");
@@ -264,7 +252,7 @@ async fn lost_acquire_reply_is_retried_by_token() {
             proxy.cut();
         } else {
             // Past one response timeout: the reply is now lost for the library.
-            sleep(Duration::from_millis(600)).await;
+            sleep(ms(600)).await;
         }
         proxy.resume();
         let g = timeout(EVENTUALLY, acquiring)
@@ -306,16 +294,16 @@ async fn stalled_acquire_leaves_no_orphan_grant() {
         }
         // A short outage budget: the wait gives up during the stall, and what its lost
         // attempts may have left on the server must not outlive it.
-        let impatient = c.mutex(name).outage_budget(Duration::from_secs(2));
+        let impatient = c.mutex(name).outage_budget(secs(2));
         let err = timeout(EVENTUALLY, impatient.lock())
             .await
             .expect("lock gave up")
             .expect_err("no reply can arrive while stalled");
         assert!(err.is_connection(), "{err}");
         // Let the background cleanup give up too, then let traffic through.
-        sleep(Duration::from_secs(2)).await;
+        sleep(secs(2)).await;
         proxy.resume();
-        let until = Instant::now() + Duration::from_secs(8);
+        let until = Instant::now() + secs(8);
         loop {
             let h = holders(&direct, name).await;
             if h.is_empty() {
@@ -325,7 +313,7 @@ async fn stalled_acquire_leaves_no_orphan_grant() {
                 Instant::now() < until,
                 "orphan grant left after the stall (replies_only={replies_only}): {h:?}"
             );
-            sleep(Duration::from_millis(100)).await;
+            sleep(ms(100)).await;
         }
         let g = direct
             .mutex(name)
@@ -334,10 +322,7 @@ async fn stalled_acquire_leaves_no_orphan_grant() {
             .expect("the lock is free after the stall");
         assert!(g.release().await.expect("release"));
         // And the proxied client works again.
-        let g = timeout(EVENTUALLY, c.mutex(name).lock())
-            .await
-            .expect("lock")
-            .expect("lock after the stall");
+        let g = within_ok(EVENTUALLY, "lock", c.mutex(name).lock()).await;
         assert!(g.release().await.expect("release"));
     }
 }
@@ -350,20 +335,15 @@ async fn short_stall_while_holding_keeps_the_lease() {
     let proxy = Proxy::start(server.port()).await;
     let direct = connect(&server.url()).await;
     let c = connect(&proxy.url()).await;
-    let g = c
-        .mutex("short-stall")
-        .lease(Duration::from_secs(4))
-        .lock()
-        .await
-        .expect("lock");
+    let g = c.lock_for("short-stall", secs(4)).await;
     proxy.stall();
-    sleep(Duration::from_millis(1200)).await;
+    sleep(ms(1200)).await;
     assert!(support::would_block(
         direct.mutex("short-stall").try_lock().await
     ));
     proxy.resume();
     // Two more leases' worth of renewals.
-    sleep(Duration::from_secs(5)).await;
+    sleep(secs(5)).await;
     assert!(g.is_held(), "lease lost after a short stall");
     assert!(g.release().await.expect("release"));
 }
@@ -379,24 +359,14 @@ async fn long_stall_while_holding_loses_the_lease_safely() {
     let proxy = Proxy::start(server.port()).await;
     let direct = connect(&server.url()).await;
     let c = connect(&proxy.url()).await;
-    let old = c
-        .mutex("long-stall")
-        .lease(Duration::from_secs(1))
-        .lock()
-        .await
-        .expect("lock");
+    let old = c.lock_for("long-stall", secs(1)).await;
     assert!(fenced.write(old.fencing_token(), "old").await);
     proxy.stall();
-    timeout(Duration::from_secs(5), old.lost())
-        .await
-        .expect("lost() fired");
+    timeout(secs(5), old.lost()).await.expect("lost() fired");
     assert!(!old.is_held());
     let new = timeout(
         EVENTUALLY,
-        direct
-            .mutex("long-stall")
-            .lease(Duration::from_secs(30))
-            .lock(),
+        direct.mutex("long-stall").lease(secs(30)).lock(),
     )
     .await
     .expect("taken over")
@@ -421,12 +391,7 @@ async fn lost_release_reply_still_frees_the_lock() {
     let proxy = Proxy::start(server.port()).await;
     let direct = connect(&server.url()).await;
     let c = connect(&proxy.url()).await;
-    let g = c
-        .mutex("lost-release")
-        .lease(Duration::from_secs(60))
-        .lock()
-        .await
-        .expect("lock");
+    let g = c.lock_for("lost-release", secs(60)).await;
     warm(&c).await;
     proxy.stall_replies();
     let releasing = tokio::spawn(g.release());
@@ -434,7 +399,7 @@ async fn lost_release_reply_still_frees_the_lock() {
         holders(&direct, "lost-release").await.is_empty()
     })
     .await;
-    sleep(Duration::from_millis(500)).await;
+    sleep(ms(500)).await;
     proxy.resume();
     let released = within_ok(EVENTUALLY, "release returned", releasing).await;
     // The first attempt ran; a retry finds nothing left, so the reply may be false or an

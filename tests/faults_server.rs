@@ -4,11 +4,12 @@
 
 mod support;
 use support::backend::within_ok;
-
-use std::time::Duration;
+use support::quick::in_time;
+use support::quick::Quick;
+use support::time::{ms, secs};
 
 use redis_locks::{LockClient, RedisConfig};
-use tokio::time::{sleep, timeout};
+use tokio::time::sleep;
 
 use support::backend::EVENTUALLY;
 use support::fenced::Fenced;
@@ -18,8 +19,8 @@ use support::RedisServer;
 async fn connect(url: &str) -> LockClient {
     LockClient::builder()
         .redis_config(RedisConfig {
-            response_timeout: Duration::from_millis(500),
-            connect_timeout: Duration::from_millis(500),
+            response_timeout: ms(500),
+            connect_timeout: ms(500),
             ..RedisConfig::default()
         })
         .connect(url)
@@ -36,12 +37,7 @@ async fn debug_sleep_longer_than_the_lease() {
     let fenced = Fenced::new(&res.url(), "sleep").await;
     let a = connect(&server.url()).await;
     let b = connect(&server.url()).await;
-    let old = a
-        .mutex("sleepy")
-        .lease(Duration::from_secs(1))
-        .lock()
-        .await
-        .expect("lock");
+    let old = a.lock_for("sleepy", secs(1)).await;
     assert!(fenced.write(old.fencing_token(), "old").await);
     let port = server.port().to_string();
     let sleeper = tokio::task::spawn_blocking(move || {
@@ -50,22 +46,15 @@ async fn debug_sleep_longer_than_the_lease() {
             .output()
             .expect("redis-cli DEBUG SLEEP")
     });
-    timeout(Duration::from_secs(5), old.lost())
-        .await
-        .expect("lost() fired while the server slept");
+    in_time(secs(5), "lost() fired while the server slept", old.lost()).await;
     assert!(!old.is_held());
     let out = sleeper.await.expect("sleeper");
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("OK"),
         "DEBUG SLEEP failed: {out:?}"
     );
-    let new = timeout(
-        EVENTUALLY,
-        b.mutex("sleepy").lease(Duration::from_secs(30)).lock(),
-    )
-    .await
-    .expect("taken over")
-    .expect("lock");
+    let step = "taken over";
+    let new = within_ok(EVENTUALLY, step, b.mutex("sleepy").lease(secs(30)).lock()).await;
     assert!(new.fencing_token() > old.fencing_token());
     assert!(fenced.write(new.fencing_token(), "new").await);
     assert!(!fenced.write(old.fencing_token(), "old").await);
@@ -85,27 +74,17 @@ async fn kill_and_restart_without_persistence() {
     let holder = connect(&server.url()).await;
     let waiter = LockClient::builder()
         .redis_config(RedisConfig {
-            response_timeout: Duration::from_millis(500),
-            connect_timeout: Duration::from_millis(500),
+            response_timeout: ms(500),
+            connect_timeout: ms(500),
             ..RedisConfig::default()
         })
-        .retry_interval(Duration::from_millis(500))
+        .retry_interval(ms(500))
         .connect(&server.url())
         .await
         .expect("connect");
-    let lease = Duration::from_millis(1500);
-    let m = holder
-        .mutex("restart-m")
-        .lease(lease)
-        .lock()
-        .await
-        .expect("m");
-    let f = holder
-        .fair_lock("restart-f")
-        .lease(lease)
-        .lock()
-        .await
-        .expect("f");
+    let lease = ms(1500);
+    let m = holder.lock_for("restart-m", lease).await;
+    let f = holder.fair_for("restart-f", lease).await;
     let mut waiters = Vec::new();
     for i in 0..2 {
         let mm = waiter.mutex("restart-m").lease(lease);
@@ -115,29 +94,23 @@ async fn kill_and_restart_without_persistence() {
         waiters.push(tokio::spawn(async move {
             let g = mm.lock().await.expect("mutex waiter after restart");
             assert!(fenced_m.write(g.fencing_token(), &format!("m{i}")).await);
-            sleep(Duration::from_millis(50)).await;
+            sleep(ms(50)).await;
             assert!(g.release().await.expect("release m"));
             let g = ff.lock().await.expect("fair waiter after restart");
             assert!(fenced_f.write(g.fencing_token(), &format!("f{i}")).await);
-            sleep(Duration::from_millis(50)).await;
+            sleep(ms(50)).await;
             assert!(g.release().await.expect("release f"));
         }));
     }
-    sleep(Duration::from_millis(300)).await;
+    sleep(ms(300)).await;
     server.restart();
-    timeout(Duration::from_secs(10), m.lost())
-        .await
-        .expect("mutex holder told after the restart");
-    timeout(Duration::from_secs(10), f.lost())
-        .await
-        .expect("fair lock holder told after the restart");
+    in_time(secs(10), "mutex holder told after the restart", m.lost()).await;
+    let step = "fair lock holder told after the restart";
+    in_time(secs(10), step, f.lost()).await;
     assert!(!m.release().await.expect("release after restart"));
     assert!(!f.release().await.expect("release after restart"));
     for w in waiters {
-        timeout(Duration::from_secs(30), w)
-            .await
-            .expect("waiters acquire once the server is back")
-            .expect("waiter task");
+        within_ok(secs(30), "waiters acquire once the server is back", w).await;
     }
     // Fences restart with the data (documented): within the new epoch, one writer per fence.
     Fenced::new(&res.url(), "restart-m").await.check().await;
@@ -151,19 +124,14 @@ async fn waiters_survive_a_three_second_outage() {
     let mut server = RedisServer::start();
     let holder = connect(&server.url()).await;
     let waiter = connect(&server.url()).await;
-    let g = holder
-        .mutex("outage")
-        .lease(Duration::from_secs(2))
-        .lock()
-        .await
-        .expect("lock");
+    let g = holder.lock_for("outage", secs(2)).await;
     let m = waiter.mutex("outage");
     let w = tokio::spawn(async move { m.lock().await });
-    sleep(Duration::from_millis(300)).await;
+    sleep(ms(300)).await;
     server.kill();
-    sleep(Duration::from_secs(3)).await;
+    sleep(secs(3)).await;
     server.restart();
-    let got = within_ok(Duration::from_secs(30), "waiter returned", w).await;
+    let got = within_ok(secs(30), "waiter returned", w).await;
     let got = got.expect("the waiter failed during the outage instead of waiting");
     assert!(got.release().await.expect("release"));
     drop(g);
@@ -179,12 +147,7 @@ async fn kill_and_restart_with_persistence_keeps_fences() {
     let fenced = Fenced::new(&res.url(), "aof").await;
     let a = connect(&server.url()).await;
     let b = connect(&server.url()).await;
-    let old = a
-        .mutex("aof")
-        .lease(Duration::from_secs(3))
-        .lock()
-        .await
-        .expect("lock");
+    let old = a.lock_for("aof", secs(3)).await;
     assert!(fenced.write(old.fencing_token(), "old").await);
     server.restart();
     // The state came back: another client is refused while the lease lives.
@@ -220,7 +183,7 @@ async fn script_flush_mid_run() {
                     .expect("redis-cli");
                 assert!(String::from_utf8_lossy(&out.stdout).contains("OK"));
                 flushes += 1;
-                std::thread::sleep(Duration::from_millis(100));
+                std::thread::sleep(ms(100));
             }
             flushes
         })
@@ -233,7 +196,7 @@ async fn script_flush_mid_run() {
             for round in 0..3 {
                 let g = c
                     .fair_lock("flushed")
-                    .lease(Duration::from_millis(600))
+                    .lease(ms(600))
                     .lock()
                     .await
                     .expect("lock while scripts are flushed");
@@ -243,14 +206,14 @@ async fn script_flush_mid_run() {
                         .await
                 );
                 // Longer than the lease: renewals must get through the flushes.
-                sleep(Duration::from_millis(700)).await;
+                sleep(ms(700)).await;
                 assert!(g.is_held(), "lease lost to SCRIPT FLUSH");
                 assert!(g.release().await.expect("release"));
             }
         }));
     }
     for t in tasks {
-        within_ok(Duration::from_secs(60), "done", t).await;
+        within_ok(secs(60), "done", t).await;
     }
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     assert!(flusher.await.expect("flusher") > 3);
@@ -265,12 +228,7 @@ async fn script_flush_mid_run() {
 async fn maxmemory_refuses_writes_with_a_typed_error() {
     let server = RedisServer::start();
     let c = connect(&server.url()).await;
-    let held = c
-        .mutex("oom-held")
-        .lease(Duration::from_secs(30))
-        .lock()
-        .await
-        .expect("lock");
+    let held = c.lock_for("oom-held", secs(30)).await;
     // Scripts loaded before memory runs out (SCRIPT LOAD is refused under OOM too).
     let warm = c.fair_lock("oom-fair").lock().await.expect("warm");
     assert!(warm.release().await.expect("release"));

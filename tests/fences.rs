@@ -7,8 +7,10 @@
 //! left by releases before counters expired get a TTL once their name is used.
 
 mod support;
+use support::quick::Quick;
+use support::time::{ms, secs};
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use redis_locks::{InMemory, LockClient, Preference, WriteGuard};
 
@@ -137,7 +139,7 @@ async fn fences_rise_across_flushall() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fences_rise_after_the_counter_expired() {
     let b = Backend::redis();
-    let c = b.leased(Duration::from_millis(200)).await;
+    let c = b.leased(ms(200)).await;
     let first = one_grant_of_each_kind(&c, "expiring").await;
     let fence_key = c.keys("expiring").expect("keys").fence();
     eventually("the fence counter expires", async || {
@@ -167,7 +169,7 @@ async fn use_every_kind_and_abandon_some(c: &LockClient, name: &str) {
     let leader = tokio::task::spawn_blocking(move || {
         let runtime = support::time::current_thread();
         let leader = runtime.block_on(async {
-            let election = c.election(&election).lease(Duration::from_millis(300));
+            let election = c.election(&election).lease(ms(300));
             election.campaign("x").await.expect("campaign")
         });
         drop(runtime);
@@ -182,11 +184,7 @@ async fn use_every_kind_and_abandon_some(c: &LockClient, name: &str) {
 async fn no_key_is_left_once_every_hold_ended_and_lapsed() {
     let b = Backend::redis();
     let c = b
-        .client_with(
-            LockClient::builder()
-                .lease(Duration::from_millis(300))
-                .auto_renew(false),
-        )
+        .client_with(LockClient::builder().lease(ms(300)).auto_renew(false))
         .await;
     use_every_kind_and_abandon_some(&c, "idle").await;
     let keys = b.cli(&["KEYS", "*idle*"]);
@@ -204,11 +202,7 @@ async fn no_key_is_left_once_every_hold_ended_and_lapsed() {
 async fn no_name_is_kept_in_memory_once_every_hold_ended_and_lapsed() {
     let store = InMemory::new();
     let c = store
-        .client_with(
-            LockClient::builder()
-                .lease(Duration::from_millis(300))
-                .auto_renew(false),
-        )
+        .client_with(LockClient::builder().lease(ms(300)).auto_renew(false))
         .expect("client");
     use_every_kind_and_abandon_some(&c, "idle").await;
     assert!(store.names_kept() > 0, "the abandoned holds keep state");
@@ -277,7 +271,7 @@ async fn a_mutex_after_force_release_of_an_idle_name_takes_a_higher_fence() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_renewed_write_hold_keeps_its_fence_counter_for_the_downgrade() {
     for b in backends() {
-        let c = b.leased(Duration::from_millis(300)).await;
+        let c = b.leased(ms(300)).await;
         for pref in [Preference::Writer, Preference::Reader, Preference::Fair] {
             let name = format!("downgrade:{pref:?}");
             let w = c
@@ -287,7 +281,7 @@ async fn a_long_renewed_write_hold_keeps_its_fence_counter_for_the_downgrade() {
                 .await
                 .expect("write");
             let fence = w.fencing_token();
-            tokio::time::sleep(Duration::from_millis(1500)).await;
+            tokio::time::sleep(ms(1500)).await;
             assert!(w.is_held(), "{}: {pref:?}: the writer renews", b.kind);
             let r = WriteGuard::downgrade(w).await.expect("downgrade");
             assert_eq!(
@@ -308,11 +302,7 @@ async fn a_long_renewed_write_hold_keeps_its_fence_counter_for_the_downgrade() {
 async fn a_writer_handed_the_lock_keeps_its_fence_counter() {
     for b in backends() {
         let c = b
-            .client_with(
-                LockClient::builder()
-                    .lease(Duration::from_millis(300))
-                    .heartbeat(Duration::from_millis(100)),
-            )
+            .client_with(LockClient::builder().lease(ms(300)).heartbeat(ms(100)))
             .await;
         for pref in [Preference::Writer, Preference::Reader, Preference::Fair] {
             let name = format!("handoff:{pref:?}");
@@ -323,14 +313,14 @@ async fn a_writer_handed_the_lock_keeps_its_fence_counter() {
             let waiter = tokio::spawn(async move {
                 let w = lock.write().await.expect("w2");
                 let fence = w.fencing_token();
-                tokio::time::sleep(Duration::from_millis(1500)).await;
+                tokio::time::sleep(ms(1500)).await;
                 assert!(w.is_held(), "{kind}: {pref:?}: the second writer renews");
                 let r = WriteGuard::downgrade(w).await.expect("downgrade");
                 (fence, r.fencing_token())
             });
             if pref == Preference::Reader {
                 // A waiting writer does not announce itself under reader preference.
-                tokio::time::sleep(Duration::from_millis(200)).await;
+                tokio::time::sleep(ms(200)).await;
             } else {
                 support::backend::until_waiters(1, async || {
                     c.rwlock(&name).preference(pref).inspect().await
@@ -359,15 +349,9 @@ async fn a_leader_granted_by_a_hand_off_stays_visible_while_it_renews() {
         let c = b.client().await;
         for round in 0..4 {
             let name = format!("handoff-election:{round}");
-            let election = c
-                .election(&name)
-                .lease(Duration::from_secs(6))
-                .heartbeat(Duration::from_millis(100));
+            let election = c.election(&name).lease(secs(6)).heartbeat(ms(100));
             let first = election.campaign("first").await.expect("first");
-            let second = c
-                .election(&name)
-                .lease(Duration::from_secs(6))
-                .heartbeat(Duration::from_millis(100));
+            let second = c.election(&name).lease(secs(6)).heartbeat(ms(100));
             let waiting = tokio::spawn(async move { second.campaign("second").await });
             support::backend::until_waiters(1, async || c.fair_lock(&name).inspect().await).await;
             first.resign().await.expect("resign");
@@ -387,7 +371,7 @@ async fn a_leader_granted_by_a_hand_off_stays_visible_while_it_renews() {
                     leader.term(),
                     leader.is_held()
                 );
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                tokio::time::sleep(ms(50)).await;
             }
             leader.resign().await.expect("resign");
         }
@@ -400,7 +384,7 @@ async fn a_leader_granted_by_a_hand_off_stays_visible_while_it_renews() {
 async fn a_renewing_leader_with_a_short_lease_stays_visible() {
     for b in backends() {
         let c = b.client().await;
-        let election = c.election("short-leader").lease(Duration::from_millis(300));
+        let election = c.election("short-leader").lease(ms(300));
         let mut leader = election.campaign("a").await.expect("campaign");
         for i in 0..40 {
             if i == 20 {
@@ -420,7 +404,7 @@ async fn a_renewing_leader_with_a_short_lease_stays_visible() {
                 "{}: check {i}: the leader lost its lease (load?)",
                 b.kind
             );
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(ms(50)).await;
         }
         leader.resign().await.expect("resign");
     }
@@ -431,7 +415,7 @@ async fn a_renewing_leader_with_a_short_lease_stays_visible() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_live_exclusive_holder_keeps_a_fence_counter_at_least_its_fence() {
     let b = Backend::redis();
-    let c = b.leased(Duration::from_millis(300)).await;
+    let c = b.leased(ms(300)).await;
     let check = |name: &str, kind: &str, fence: u64, held: &dyn Fn() -> bool| {
         let key = c.keys(name).expect("keys").fence();
         let value = b.cli(&["GET", &key]);
@@ -444,7 +428,7 @@ async fn every_live_exclusive_holder_keeps_a_fence_counter_at_least_its_fence() 
         );
         assert!(pttl > 0, "{kind}: the counter has PTTL {pttl}");
     };
-    let wait = Duration::from_millis(2000);
+    let wait = ms(2000);
 
     let g = c.mutex("live:mutex").lock().await.expect("mutex");
     tokio::time::sleep(wait).await;
@@ -490,12 +474,7 @@ async fn every_live_exclusive_holder_keeps_a_fence_counter_at_least_its_fence() 
     );
     m.release().await.unwrap();
 
-    let l = c
-        .election("live:election")
-        .lease(Duration::from_millis(300))
-        .campaign("x")
-        .await
-        .expect("campaign");
+    let l = c.campaign_for("live:election", ms(300), "x").await;
     tokio::time::sleep(wait).await;
     check("live:election", "election", l.term(), &|| l.is_held());
     l.resign().await.unwrap();
@@ -562,11 +541,11 @@ async fn fences_rise_across_set_permits() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_keeps_the_fence_counter_and_fences_rise_after_it_lapsed() {
     for b in backends() {
-        let c = b.leased(Duration::from_millis(300)).await;
+        let c = b.leased(ms(300)).await;
         let w = c.rwlock("reader-left").write().await.expect("write");
         let f1 = w.fencing_token();
         let r = WriteGuard::downgrade(w).await.expect("downgrade");
-        tokio::time::sleep(Duration::from_millis(1500)).await;
+        tokio::time::sleep(ms(1500)).await;
         assert!(r.is_held(), "{}: the downgraded reader renews", b.kind);
         let key = c.keys("reader-left").expect("keys").fence();
         if !b.is_memory() {
@@ -591,7 +570,7 @@ async fn a_reader_keeps_the_fence_counter_and_fences_rise_after_it_lapsed() {
             })
             .await;
         } else {
-            tokio::time::sleep(Duration::from_millis(400)).await;
+            tokio::time::sleep(ms(400)).await;
         }
         let w2 = c.rwlock("reader-left").write().await.expect("write 2");
         assert!(
@@ -611,33 +590,20 @@ async fn a_reader_keeps_the_fence_counter_and_fences_rise_after_it_lapsed() {
 async fn no_key_is_left_after_cancelled_waits_and_forced_releases() {
     for b in [Backend::redis()] {
         let c = b
-            .client_with(
-                LockClient::builder()
-                    .lease(Duration::from_millis(200))
-                    .heartbeat(Duration::from_millis(200)),
-            )
+            .client_with(LockClient::builder().lease(ms(200)).heartbeat(ms(200)))
             .await;
         let op = b.client().await;
         // Waits cancelled while another holds.
         let held = c.mutex("gone:m").lock().await.unwrap();
-        let _ = tokio::time::timeout(Duration::from_millis(100), c.mutex("gone:m").lock()).await;
-        let _ = tokio::time::timeout(Duration::from_millis(100), c.rwlock("gone:m").write()).await;
+        let _ = tokio::time::timeout(ms(100), c.mutex("gone:m").lock()).await;
+        let _ = tokio::time::timeout(ms(100), c.rwlock("gone:m").write()).await;
         held.release().await.unwrap();
         let held = c.fair_lock("gone:f").lock().await.unwrap();
-        let _ =
-            tokio::time::timeout(Duration::from_millis(100), c.fair_lock("gone:f").lock()).await;
-        let _ = tokio::time::timeout(
-            Duration::from_millis(100),
-            c.semaphore("gone:f", 1).acquire(),
-        )
-        .await;
+        let _ = tokio::time::timeout(ms(100), c.fair_lock("gone:f").lock()).await;
+        let _ = tokio::time::timeout(ms(100), c.semaphore("gone:f", 1).acquire()).await;
         drop(held);
         let leader = c.election("gone:e").campaign("a").await.unwrap();
-        let _ = tokio::time::timeout(
-            Duration::from_millis(100),
-            c.election("gone:e").campaign("b"),
-        )
-        .await;
+        let _ = tokio::time::timeout(ms(100), c.election("gone:e").campaign("b")).await;
         // Forced releases: of a held name, of an idle name, of one holder.
         let stuck = c.mutex("gone:forced").lock().await.unwrap();
         op.force_release("gone:forced").await.unwrap();
@@ -712,7 +678,7 @@ async fn a_grant_after_evicting_the_last_reader_takes_a_fence_above_the_eviction
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_counter_left_by_the_previous_release_gets_a_ttl_once_touched() {
     let b = Backend::redis();
-    let c = b.leased(Duration::from_millis(200)).await;
+    let c = b.leased(ms(200)).await;
     let mut permanent = Vec::new();
     for (name, touch) in [("old:read", 0), ("old:permit", 1), ("old:forced", 2)] {
         let key = c.keys(name).expect("keys").fence();

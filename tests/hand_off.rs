@@ -12,6 +12,7 @@
 mod support;
 use support::backend::within_ok;
 use support::faulty::at_gate;
+use support::quick::Quick;
 use support::Granted;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -145,10 +146,8 @@ async fn redis_hand_off_push_before_the_refusal_reply_stays_honest() {
     assert!(a.release().await.expect("A releases"));
     sleep(ms(100)).await;
     reply.open();
-    let b = timeout(secs(5), b_task)
+    let b = within_ok(secs(5), "setup: B granted", b_task)
         .await
-        .expect("setup: B granted")
-        .expect("B's task")
         .expect("B's lock()");
 
     let c_mutex = direct.mutex(name);
@@ -201,12 +200,7 @@ async fn dead_waiter_handed_the_lock_blocks_at_most_a_lease(backend: Backend) {
     let _never = d_store.hold_requests(Rule::on(Op::Release));
     let lease = secs(1);
 
-    let a = direct
-        .mutex(name)
-        .lease(lease)
-        .lock()
-        .await
-        .expect("A locks");
+    let a = direct.lock_for(name, lease).await;
     let d_mutex = d_client.mutex(name).lease(lease);
     let d_task = tokio::spawn(async move { d_mutex.lock().await });
     eventually("D waits", || {
@@ -218,10 +212,8 @@ async fn dead_waiter_handed_the_lock_blocks_at_most_a_lease(backend: Backend) {
     let _ = d_task.await;
     let died = Instant::now();
     let _ = a.release().await.expect("A releases");
-    let c = timeout(secs(5), direct.mutex(name).lease(lease).lock())
-        .await
-        .expect("C granted within 5 s")
-        .expect("C's lock()");
+    let what = "C granted within 5 s";
+    let c = within_ok(secs(5), what, direct.mutex(name).lease(lease).lock()).await;
     let blocked = died.elapsed();
     assert!(
         blocked <= lease + ms(400),
@@ -229,8 +221,6 @@ async fn dead_waiter_handed_the_lock_blocks_at_most_a_lease(backend: Backend) {
     );
     drop(c);
 }
-
-both_backends!(dead_waiter_handed_the_lock_blocks_at_most_a_lease);
 
 // ------------------------------------------------------------------------------------------
 // Hand-offs under slow replies; claimed in full with auto-renewal off
@@ -290,8 +280,6 @@ async fn hand_off_under_delays(b: Backend) {
         }
     }
 }
-
-both_backends!(hand_off_under_delays);
 
 enum Either {
     M(redis_locks::MutexGuard),
@@ -415,8 +403,6 @@ async fn hand_off_with_auto_renew_off_is_claimed_in_full(b: Backend) {
     }
 }
 
-both_backends!(hand_off_with_auto_renew_off_is_claimed_in_full);
-
 // ------------------------------------------------------------------------------------------
 // The head waiter: paced by a renewing holder, FIFO at a dead holder's lease end
 // ------------------------------------------------------------------------------------------
@@ -476,8 +462,6 @@ async fn head_waiter_is_paced_by_a_renewing_holder(b: Backend) {
     }
 }
 
-both_backends!(head_waiter_is_paced_by_a_renewing_holder);
-
 /// A holder (lease 1.5 s, no auto-renewal) vanishes without releasing. Three waiters
 /// (retry interval 10 s) queue in order. The head must get the lock at the lease end (not
 /// before: a grant's reply comes after the server saw the lease end, which is at least the
@@ -536,8 +520,6 @@ async fn dead_holder_head_waiter_at_the_lease_end_in_fifo(b: Backend) {
     );
 }
 
-both_backends!(dead_holder_head_waiter_at_the_lease_end_in_fifo);
-
 /// A dead holder (lease 1 s, no renewal, never released). W1 queues first with a 10 s retry
 /// interval (only the hint wakes it at the lease end); W2 queues behind with a 40 ms interval
 /// (it attempts often, and right at the lease end). FIFO: W1 must get the lock first,
@@ -574,4 +556,11 @@ async fn eager_second_waiter_never_overtakes_the_hinted_head(b: Backend) {
     assert_eq!(*order.lock().unwrap(), [0, 1], "[{}] FIFO", b.kind);
 }
 
-both_backends!(eager_second_waiter_never_overtakes_the_hinted_head);
+both_backends!(
+    dead_waiter_handed_the_lock_blocks_at_most_a_lease,
+    hand_off_under_delays,
+    hand_off_with_auto_renew_off_is_claimed_in_full,
+    head_waiter_is_paced_by_a_renewing_holder,
+    dead_holder_head_waiter_at_the_lease_end_in_fifo,
+    eager_second_waiter_never_overtakes_the_hinted_head,
+);

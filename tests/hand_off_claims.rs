@@ -9,6 +9,7 @@
 //! Each test asserts a promise of `docs/GUARANTEES.md` (quoted at the test).
 
 mod support;
+use support::quick::Quick;
 
 use std::time::Duration;
 
@@ -66,13 +67,7 @@ async fn other_granted(c: &LockClient, p: Prim, name: &str) -> bool {
 /// its id returned with the instant `lock()` returned.
 async fn lock_then_detach(c: LockClient, p: Prim, name: String, lease: Duration) -> HoldId {
     match p {
-        Prim::Mutex => c
-            .mutex(&name)
-            .lease(lease)
-            .lock()
-            .await
-            .expect("lock")
-            .detach(),
+        Prim::Mutex => c.lock_for(&name, lease).await.detach(),
         Prim::Write => c
             .rwlock(&name)
             .lease(lease)
@@ -80,13 +75,7 @@ async fn lock_then_detach(c: LockClient, p: Prim, name: String, lease: Duration)
             .await
             .expect("write")
             .detach(),
-        Prim::Fair => c
-            .fair_lock(&name)
-            .lease(lease)
-            .lock()
-            .await
-            .expect("lock")
-            .detach(),
+        Prim::Fair => c.fair_for(&name, lease).await.detach(),
         Prim::Sem => c
             .semaphore(&name, 1)
             .lease(lease)
@@ -128,12 +117,7 @@ async fn take(
             Box::pin(async move { g.release().await.expect("release") })
         }
         Prim::Fair => {
-            let g = c
-                .fair_lock(name)
-                .lease(secs(30))
-                .lock()
-                .await
-                .expect("lock");
+            let g = c.fair_for(name, secs(30)).await;
             Box::pin(async move { g.release().await.expect("release") })
         }
         Prim::Sem => {
@@ -371,13 +355,7 @@ async fn a_claim_sent_again_after_a_lost_reply_cannot_cut_a_longer_resume() {
     let held = Rule::on(Op::Extend).when(claim).times(1);
     fa.add(held.hold_request(gate.clone()));
     let (a2, name2) = (a.clone(), name.to_owned());
-    let waiting = tokio::spawn(async move {
-        a2.mutex(&name2)
-            .lease(ms(2_000))
-            .lock()
-            .await
-            .expect("lock")
-    });
+    let waiting = tokio::spawn(async move { a2.lock_for(&name2, ms(2_000)).await });
     until_waiters(1, async || Ok(inspect(&direct, p, name).await)).await;
     settled(&fa).await;
     assert!(release_first.await, "the holder held");
@@ -702,21 +680,9 @@ async fn slow_network_claim_once(server: &support::RedisServer, name: &str) -> b
     let resumer = connect(server.url()).await;
     let contender = connect(server.url()).await;
     let direct = connect(server.url()).await;
-    let first = holder
-        .mutex(name)
-        .lease(secs(30))
-        .lock()
-        .await
-        .expect("lock");
+    let first = holder.lock_for(name, secs(30)).await;
     let (a2, name2) = (a.clone(), name.to_owned());
-    let waiting = tokio::spawn(async move {
-        a2.mutex(&name2)
-            .lease(ms(2_000))
-            .lock()
-            .await
-            .expect("A locks")
-            .detach()
-    });
+    let waiting = tokio::spawn(async move { a2.lock_for(&name2, ms(2_000)).await.detach() });
     let handle = direct.mutex(name);
     until_waiters(1, || handle.inspect()).await;
     // rw_extend's arguments end with the mode and the renewal: a write hold's claim names

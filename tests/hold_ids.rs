@@ -11,6 +11,9 @@ mod support;
 use support::detached_mutex;
 use support::faulty::faulty_client;
 use support::faulty::spawn_extend_hold;
+use support::kinds::{detached, inspect};
+use support::quick::downgraded;
+use support::quick::{cancel_at, soon, Quick};
 
 use std::time::Duration;
 
@@ -18,27 +21,10 @@ use redis_locks::{Error, HoldId, LockClient, Preference};
 use tokio::time::Instant;
 
 use support::backend::{eventually, join, Backend, EVENTUALLY};
-use support::faulty::{Faulty, Gate, Op, Rule};
+use support::faulty::{Gate, Op, Rule};
 use support::honest::{assert_honest, server_deadline};
 use support::time::{ms, secs};
 use support::waits::lease_free;
-
-/// Takes a hold of each primitive on `name`, returns its id after detaching the guard.
-async fn detached(c: &LockClient, kind: &str, name: &str) -> HoldId {
-    match kind {
-        "mutex" => c.mutex(name).lock().await.expect("lock").detach(),
-        "read" => c.rwlock(name).read().await.expect("read").detach(),
-        "write" => c.rwlock(name).write().await.expect("write").detach(),
-        "fair" => c.fair_lock(name).lock().await.expect("lock").detach(),
-        "sem" => c
-            .semaphore(name, 3)
-            .acquire_many(3)
-            .await
-            .expect("acquire")
-            .detach(),
-        other => unreachable!("{other}"),
-    }
-}
 
 /// Whether another client's exclusive attempt on `name` is refused now.
 async fn blocked(c: &LockClient, kind: &str, name: &str) -> bool {
@@ -60,13 +46,7 @@ async fn resume_and_release(c: &LockClient, kind: &str, id: &HoldId) -> (bool, u
         ($guard:expr) => {{
             let g = $guard.expect("resume");
             let before = g.valid_until();
-            let info = match kind {
-                "fair" => c.fair_lock(name).inspect().await,
-                "sem" => c.semaphore(name, 3).inspect().await,
-                "mutex" => c.mutex(name).inspect().await,
-                _ => c.rwlock(name).inspect().await,
-            }
-            .expect("inspect");
+            let info = inspect(c, kind, name).await;
             assert_honest("resumed guard", before, &info, Instant::now());
             (
                 g.is_held(),
@@ -114,8 +94,6 @@ async fn detach_then_resume_elsewhere(b: Backend) {
     }
 }
 
-both_backends!(detach_then_resume_elsewhere);
-
 /// Resuming a released, lapsed or force-released hold fails with `HoldGone` and grants
 /// nothing.
 async fn resume_of_a_gone_hold_grants_nothing(b: Backend) {
@@ -159,47 +137,27 @@ async fn resume_of_a_gone_hold_grants_nothing(b: Backend) {
     );
 }
 
-both_backends!(resume_of_a_gone_hold_grants_nothing);
-
 /// Resumes `id` on a handle of `kind`, discarding the guard kind.
 async fn resume_kind(c: &LockClient, kind: &str, id: &HoldId) -> Result<u64, Error> {
     let name = id.name();
+    macro_rules! fence {
+        ($resume:expr) => {
+            $resume.await.map(|g| g.fencing_token())
+        };
+    }
     match kind {
-        "mutex" => c.mutex(name).resume(id).await.map(|g| g.fencing_token()),
-        "read" => c
-            .rwlock(name)
-            .resume_read(id)
-            .await
-            .map(|g| g.fencing_token()),
-        "write" => c
-            .rwlock(name)
-            .resume_write(id)
-            .await
-            .map(|g| g.fencing_token()),
-        "fair" => c
-            .fair_lock(name)
-            .resume(id)
-            .await
-            .map(|g| g.fencing_token()),
-        "sem" => c
-            .semaphore(name, 3)
-            .resume(id)
-            .await
-            .map(|g| g.fencing_token()),
+        "mutex" => fence!(c.mutex(name).resume(id)),
+        "read" => fence!(c.rwlock(name).resume_read(id)),
+        "write" => fence!(c.rwlock(name).resume_write(id)),
+        "fair" => fence!(c.fair_lock(name).resume(id)),
+        "sem" => fence!(c.semaphore(name, 3).resume(id)),
         other => unreachable!("{other}"),
     }
 }
 
 /// No live holder of `name` in its family.
 async fn lease_free_any(c: &LockClient, kind: &str, name: &str) -> bool {
-    let info = match kind {
-        "fair" => c.fair_lock(name).inspect().await,
-        "sem" => c.semaphore(name, 3).inspect().await,
-        "mutex" => c.mutex(name).inspect().await,
-        _ => c.rwlock(name).inspect().await,
-    }
-    .expect("inspect");
-    info.holders.is_empty()
+    inspect(c, kind, name).await.holders.is_empty()
 }
 
 /// A stale id (its hold lapsed, the lock granted again to someone else) never releases,
@@ -210,47 +168,20 @@ async fn a_stale_id_never_touches_a_later_grant(b: Backend) {
     for kind in ["mutex", "fair"] {
         let name = format!("stale-{kind}");
         let id = match kind {
-            "mutex" => c
-                .mutex(&name)
-                .lease(ms(300))
-                .lock()
-                .await
-                .expect("lock")
-                .detach(),
-            _ => c
-                .fair_lock(&name)
-                .lease(ms(300))
-                .lock()
-                .await
-                .expect("lock")
-                .detach(),
+            "mutex" => c.lock_for(&name, ms(300)).await.detach(),
+            _ => c.fair_for(&name, ms(300)).await.detach(),
         };
-        let mutex_guard;
-        let fair_guard;
-        let fence = match kind {
+        // The later guard lives to the end of the case, in `later_held`.
+        let (fence, later_held): (u64, Box<dyn Fn() -> bool>) = match kind {
             "mutex" => {
-                mutex_guard = Some(
-                    later
-                        .mutex(&name)
-                        .lock()
-                        .timeout(EVENTUALLY)
-                        .await
-                        .expect("relock"),
-                );
-                fair_guard = None;
-                mutex_guard.as_ref().expect("held").fencing_token()
+                let g = later.mutex(&name).lock().timeout(EVENTUALLY).await;
+                let g = g.expect("relock");
+                (g.fencing_token(), Box::new(move || g.is_held()))
             }
             _ => {
-                fair_guard = Some(
-                    later
-                        .fair_lock(&name)
-                        .lock()
-                        .timeout(EVENTUALLY)
-                        .await
-                        .expect("relock"),
-                );
-                mutex_guard = None;
-                fair_guard.as_ref().expect("held").fencing_token()
+                let g = later.fair_lock(&name).lock().timeout(EVENTUALLY).await;
+                let g = g.expect("relock");
+                (g.fencing_token(), Box::new(move || g.is_held()))
             }
         };
         assert!(fence > id.fencing_token(), "{kind}: the fence did not move");
@@ -268,16 +199,9 @@ async fn a_stale_id_never_touches_a_later_grant(b: Backend) {
             blocked(&c, kind, &name).await,
             "{kind}: the later holder lost its grant"
         );
-        let still = match (&mutex_guard, &fair_guard) {
-            (Some(g), _) => g.is_held(),
-            (_, Some(g)) => g.is_held(),
-            _ => false,
-        };
-        assert!(still, "{kind}: the later guard is not held");
+        assert!(later_held(), "{kind}: the later guard is not held");
     }
 }
-
-both_backends!(a_stale_id_never_touches_a_later_grant);
 
 /// Ids of another kind, name or preference are refused before anything is sent; malformed
 /// text is refused by the parser.
@@ -324,19 +248,11 @@ async fn wrong_kind_name_or_text_is_refused(b: Backend) {
     assert!(c.release_hold(&read).await.expect("release"));
 }
 
-both_backends!(wrong_kind_name_or_text_is_refused);
-
 /// A worker without a guard extends and releases the hold by its id.
 async fn extend_and_release_by_id(b: Backend) {
     let c = b.client().await;
     let worker = b.client().await;
-    let id = c
-        .mutex("by-id")
-        .lease(secs(2))
-        .lock()
-        .await
-        .expect("lock")
-        .detach();
+    let id = c.lock_for("by-id", secs(2)).await.detach();
     assert!(worker.extend_hold(&id, secs(120)).await.expect("extend"));
     let info = worker.mutex("by-id").inspect().await.expect("inspect");
     assert!(info.holders[0].lease_remaining > secs(60), "{info:?}");
@@ -346,38 +262,23 @@ async fn extend_and_release_by_id(b: Backend) {
     assert!(err.is_invalid_input());
 }
 
-both_backends!(extend_and_release_by_id);
-
 /// Releasing a hold by id marks this client's guard of it lost at once; a guard of it in
 /// another client learns it at its next renewal.
 async fn release_by_id_ends_every_guard(b: Backend) {
     let c = b.client().await;
     let other = b.client().await;
-    let g = c
-        .mutex("release-ends")
-        .lease(ms(600))
-        .lock()
-        .await
-        .expect("lock");
+    let g = c.lock_for("release-ends", ms(600)).await;
     let id = g.hold_id();
-    let elsewhere = other
-        .mutex("release-ends")
-        .lease(ms(600))
-        .resume(&id)
-        .await
-        .expect("resume");
+    let elsewhere = other.resume_for("release-ends", ms(600), &id).await;
     assert!(c.release_hold(&id).await.expect("release"));
     assert!(
         !g.is_held(),
         "the guard of this client still trusts a released hold"
     );
-    tokio::time::timeout(EVENTUALLY, elsewhere.lost())
-        .await
-        .expect("the other client's guard learns it at its next renewal");
+    let promise = "the other client's guard learns it at its next renewal";
+    soon(promise, elsewhere.lost()).await;
     assert!(!elsewhere.is_held());
 }
-
-both_backends!(release_by_id_ends_every_guard);
 
 /// Guards of one hold in two clients (two processes): both are held and honest, each on its
 /// own lease owner; a second resume in a client that has a guard of the hold is refused
@@ -388,12 +289,7 @@ async fn two_guards_of_one_hold(b: Backend) {
     let d = b.client().await;
     // Long enough that a renewal late by a loaded machine's scheduling is still in time.
     let lease = ms(1_500);
-    let first = c
-        .mutex("two-guards")
-        .lease(lease)
-        .lock()
-        .await
-        .expect("lock");
+    let first = c.lock_for("two-guards", lease).await;
     let id = first.hold_id();
     let second = d
         .mutex("two-guards")
@@ -427,8 +323,6 @@ async fn two_guards_of_one_hold(b: Backend) {
     assert!(lease_free(&c, "two-guards").await);
 }
 
-both_backends!(two_guards_of_one_hold);
-
 /// A write hold's id is gone once the hold was downgraded to a read hold (whose own id
 /// resumes).
 async fn a_downgraded_write_id_is_gone(b: Backend) {
@@ -436,9 +330,7 @@ async fn a_downgraded_write_id_is_gone(b: Backend) {
     let rw = c.rwlock("downgraded");
     let w = rw.write().await.expect("write");
     let write_id = w.hold_id();
-    let r = redis_locks::WriteGuard::downgrade(w)
-        .await
-        .expect("downgrade");
+    let r = downgraded(w).await;
     let read_id = r.detach();
     let err = rw.resume_write(&write_id).await.expect_err("gone");
     assert!(err.is_hold_gone(), "{err}");
@@ -446,19 +338,11 @@ async fn a_downgraded_write_id_is_gone(b: Backend) {
     assert!(r.release().await.expect("release"));
 }
 
-both_backends!(a_downgraded_write_id_is_gone);
-
 /// The resumed guard has the handle's options: with auto-renew it outlives several leases.
 async fn resumed_guard_renews_with_the_handles_options(b: Backend) {
     let c = b.client().await;
     let lease = ms(500);
-    let id = c
-        .fair_lock("renewing")
-        .lease(secs(30))
-        .lock()
-        .await
-        .expect("lock")
-        .detach();
+    let id = c.fair_for("renewing", secs(30)).await.detach();
     let g = b
         .client()
         .await
@@ -478,8 +362,6 @@ async fn resumed_guard_renews_with_the_handles_options(b: Backend) {
     assert!(g.release().await.expect("release"));
 }
 
-both_backends!(resumed_guard_renews_with_the_handles_options);
-
 /// `max_hold` on Redis: renewals stop after the bound, `lost()` fires, and the lock frees
 /// itself (no release).
 async fn max_hold_ends_renewals(b: Backend) {
@@ -493,9 +375,7 @@ async fn max_hold_ends_renewals(b: Backend) {
         .lock()
         .await
         .expect("lock");
-    tokio::time::timeout(EVENTUALLY, g.lost())
-        .await
-        .expect("lost() fires");
+    soon("lost() fires", g.lost()).await;
     assert!(!g.is_held());
     // Freed by the lapse, not by a release: the guard is still alive here.
     let other = b.client().await;
@@ -508,8 +388,6 @@ async fn max_hold_ends_renewals(b: Backend) {
     assert!(taken.fencing_token() > g.fencing_token());
     drop(g);
 }
-
-both_backends!(max_hold_ends_renewals);
 
 /// `max_hold` with a paused clock: renewals go on until the bound, none after it, and the
 /// guard is lost within one lease of the bound.
@@ -571,8 +449,6 @@ async fn resume_racing_the_release_of_the_same_hold(b: Backend) {
     }
 }
 
-both_backends!(resume_racing_the_release_of_the_same_hold);
-
 /// A leader that detaches keeps leading (value and term) on the server; another client
 /// (a restarted process) resumes the leadership under the same term and value, and it
 /// resigns as any leadership does. A resigned leadership's id is gone.
@@ -583,11 +459,7 @@ async fn leadership_resumes_under_its_term(b: Backend) {
     let leadership = election.campaign("10.0.0.7:9000").await.expect("campaign");
     let term = leadership.term();
     let id = leadership.detach();
-    let seen = second
-        .election("hold-election")
-        .leader()
-        .await
-        .expect("leader");
+    let seen = second.leader_of("hold-election").await;
     assert_eq!(
         seen.map(|l| (l.value, l.term)),
         Some(("10.0.0.7:9000".into(), term))
@@ -608,8 +480,6 @@ async fn leadership_resumes_under_its_term(b: Backend) {
     assert!(err.is_hold_gone(), "{err}");
     assert_eq!(election.leader().await.expect("leader"), None);
 }
-
-both_backends!(leadership_resumes_under_its_term);
 
 /// The fair RwLock (ticket queue) resumes read and write holds too, and refuses the id of
 /// the other preference.
@@ -643,8 +513,6 @@ async fn fair_rwlock_holds_resume(b: Backend) {
     assert!(support::would_block(fair.try_read().await));
     assert!(w.release().await.expect("release"));
 }
-
-both_backends!(fair_rwlock_holds_resume);
 
 /// A multi-lock's hold is one id per part: detached, the parts stay held; another client
 /// resumes them together under their fences; ids of other names or another preference are
@@ -707,29 +575,15 @@ async fn multi_lock_holds_resume(b: Backend) {
     assert!(lease_free(&other, "mr-report").await && lease_free(&other, "mr-prices").await);
 }
 
-both_backends!(multi_lock_holds_resume);
-
 /// Resumes a detached 1 s hold through a store whose reply to the resuming renewal comes
 /// 300 ms after the server applied it; true if the resumed guard's trust stays within the
 /// server's lease (it is counted from the renewal's send, not its reply).
 async fn resumed_trust_is_honest(b: &Backend) -> bool {
     let c = b.client().await;
-    let id = c
-        .mutex("resume-honest")
-        .lease(secs(1))
-        .lock()
-        .await
-        .expect("lock")
-        .detach();
-    let faulty = Faulty::new(b.store().await);
+    let id = c.lock_for("resume-honest", secs(1)).await.detach();
+    let (faulty, resumer) = faulty_client(b).await;
     faulty.add(Rule::on(Op::Extend).times(1).delay_reply(ms(300)));
-    let resumer = LockClient::builder().store(faulty.clone()).expect("client");
-    let g = resumer
-        .mutex("resume-honest")
-        .lease(secs(1))
-        .resume(&id)
-        .await
-        .expect("resume");
+    let g = resumer.resume_for("resume-honest", secs(1), &id).await;
     let trusted = g.valid_until();
     let info = c.mutex("resume-honest").inspect().await.expect("inspect");
     let server = support::honest::server_deadline(&info, Instant::now()).expect("held");
@@ -743,8 +597,6 @@ async fn a_resumed_guard_trusts_from_the_send(b: Backend) {
         "the resumed guard trusts past the server's lease"
     );
 }
-
-both_backends!(a_resumed_guard_trusts_from_the_send);
 
 /// The check above finds the planted bug that trusts a resumed hold from the reply (nextest
 /// runs each test in a process of its own, so the planted bug stays in this one).
@@ -770,9 +622,7 @@ async fn resume_after_a_local_loss_and_extend_by_id(b: Backend) {
     let id = lost.hold_id();
     // Every renewal is applied, but its reply is lost: the guard's trust runs out.
     faulty.add(Rule::on(Op::Extend).lose_reply());
-    tokio::time::timeout(EVENTUALLY, lost.lost())
-        .await
-        .expect("the guard gives up");
+    soon("the guard gives up", lost.lost()).await;
     faulty.clear();
     let err = mutex.resume(&id).await.expect_err("beside the lost guard");
     assert!(err.is_hold_in_use(), "{err}");
@@ -789,8 +639,6 @@ async fn resume_after_a_local_loss_and_extend_by_id(b: Backend) {
     assert!(resumed.release().await.expect("release"));
 }
 
-both_backends!(resume_after_a_local_loss_and_extend_by_id);
-
 /// A second write guard of one hold in one client (a resume of the id) is refused
 /// (`HoldInUse`), so a downgrade through the one guard leaves no write guard beside the
 /// server's read hold.
@@ -804,9 +652,7 @@ async fn a_downgrade_with_a_second_write_guard_keeps_it_honest(b: Backend) {
         .await
         .expect_err("a second write guard");
     assert!(err.is_hold_in_use(), "{err}");
-    let read = redis_locks::WriteGuard::downgrade(first)
-        .await
-        .expect("downgrade");
+    let read = downgraded(first).await;
     let info = rw.inspect().await.expect("inspect");
     assert!(
         info.holders
@@ -817,8 +663,6 @@ async fn a_downgrade_with_a_second_write_guard_keeps_it_honest(b: Backend) {
     );
     assert!(read.release().await.expect("release"));
 }
-
-both_backends!(a_downgrade_with_a_second_write_guard_keeps_it_honest);
 
 // Attacks: adversarial tests of hold ids (resume, detach, release and extend by id, one guard
 // per hold per client, `max_hold`, the fence), on both backends.
@@ -832,9 +676,8 @@ async fn concurrent_resumes_in_one_client_share_one_owner(b: Backend) {
     let name = "concurrent-resumes-one-client";
     let owner = b.client().await;
     let id = detached_mutex(&owner, name, secs(5)).await;
-    let faulty = Faulty::new(b.store().await);
+    let (faulty, c) = faulty_client(&b).await;
     faulty.add(Rule::on(Op::Extend).times(2).delay_reply(ms(300)));
-    let c = LockClient::builder().store(faulty.clone()).expect("client");
     let m = c.mutex(name).lease(secs(5));
     let (a, bb) = tokio::join!(m.resume(&id), m.resume(&id));
     let sent = faulty.count(Op::Extend);
@@ -857,8 +700,6 @@ async fn concurrent_resumes_in_one_client_share_one_owner(b: Backend) {
     );
 }
 
-both_backends!(concurrent_resumes_in_one_client_share_one_owner);
-
 /// Attack: in ONE client, a `release_hold(id)` runs while a resume of the same id is on its
 /// way (its renewal applied on the server, the reply not yet back). The resume's guard would
 /// be trusted from a renewal the release follows: the release by id is refused (`HoldInUse`,
@@ -867,9 +708,8 @@ async fn release_by_id_racing_a_resume_in_one_client(b: Backend) {
     let name = "release-by-id-racing-a-resume";
     let owner = b.client().await;
     let id = detached_mutex(&owner, name, secs(5)).await;
-    let faulty = Faulty::new(b.store().await);
+    let (faulty, c) = faulty_client(&b).await;
     let gate = faulty.hold_replies(Rule::on(Op::Extend).times(1));
-    let c = LockClient::builder().store(faulty.clone()).expect("client");
     let resuming = {
         let (c, id) = (c.clone(), id.clone());
         tokio::spawn(async move { c.mutex(name).lease(secs(5)).resume(&id).await })
@@ -888,8 +728,6 @@ async fn release_by_id_racing_a_resume_in_one_client(b: Backend) {
     assert!(g.release().await.expect("release"));
     assert!(lease_free(&owner, name).await);
 }
-
-both_backends!(release_by_id_racing_a_resume_in_one_client);
 
 /// Attack: resume the id of a live guard in the same client (a co-guard resume). A client
 /// keeps at most one guard per hold: the resume is refused (`HoldInUse`) and sends nothing, and
@@ -925,8 +763,6 @@ async fn cancelled_co_guard_resume_leaves_the_hold_as_before(b: Backend) {
     assert!(g.release().await.expect("release"));
 }
 
-both_backends!(cancelled_co_guard_resume_leaves_the_hold_as_before);
-
 /// Attack: a resume on a handle with `max_hold(d)` in a client that has a guard of the hold
 /// (no bound) is refused (it would have joined the unbounded owner); once that guard detaches,
 /// the resume is made "with this handle's options (lease, auto-renewal, `max_hold`)", and
@@ -961,8 +797,6 @@ async fn co_guard_resume_keeps_the_handles_max_hold(b: Backend) {
     .await;
     drop(bounded);
 }
-
-both_backends!(co_guard_resume_keeps_the_handles_max_hold);
 
 /// Attack: `extend` of a `max_hold` guard past the bound, then wait: the extend is honoured
 /// ("`extend` still renews"), but automatic renewals must not restart; `lost()` fires and the
@@ -1001,8 +835,6 @@ async fn max_hold_is_not_reset_by_an_extend(b: Backend) {
     drop(g);
 }
 
-both_backends!(max_hold_is_not_reset_by_an_extend);
-
 /// Attack: a resume in another client (process) is cancelled while its renewal's reply is on
 /// its way. Nothing may be left renewed beyond that one step: no further renewal is sent, and
 /// the hold lapses within one lease of it.
@@ -1011,9 +843,8 @@ async fn cancelled_resume_leaves_nothing_renewing(b: Backend) {
     let owner = b.client().await;
     let lease = ms(800);
     let id = detached_mutex(&owner, name, lease).await;
-    let faulty = Faulty::new(b.store().await);
+    let (faulty, c) = faulty_client(&b).await;
     let gate = faulty.hold_replies(Rule::on(Op::Extend).times(1));
-    let c = LockClient::builder().store(faulty.clone()).expect("client");
     let resuming = {
         let (c, id) = (c.clone(), id.clone());
         tokio::spawn(async move {
@@ -1024,10 +855,7 @@ async fn cancelled_resume_leaves_nothing_renewing(b: Backend) {
                 .map(|g| g.detach())
         })
     };
-    gate.wait_entered(1).await;
-    resuming.abort();
-    let _ = resuming.await;
-    gate.open();
+    cancel_at(&gate, resuming).await;
     let info = owner.mutex(name).inspect().await.expect("inspect");
     if let Some(h) = info.holders.first() {
         // A renewal's deadline is rounded up to an even millisecond (see `Store::renew`).
@@ -1050,8 +878,6 @@ async fn cancelled_resume_leaves_nothing_renewing(b: Backend) {
     let err = c.mutex(name).resume(&id).await.expect_err("gone");
     assert!(err.is_hold_gone(), "{err}");
 }
-
-both_backends!(cancelled_resume_leaves_nothing_renewing);
 
 /// Attack: an id whose fence was changed. The brief's claim: a tampered id (changed fence,
 /// token, kind, version) is refused. (docs/decisions/hold-ids.md says "a resume does not
@@ -1078,8 +904,6 @@ async fn a_tampered_fence_is_refused(b: Backend) {
         );
     }
 }
-
-both_backends!(a_tampered_fence_is_refused);
 
 /// Attack: ids with a changed token, kind or version never give a live guard (the token is
 /// the capability; kind and version are checked).
@@ -1132,38 +956,18 @@ async fn tampered_token_kind_version_are_refused(b: Backend) {
         let forged = format!("rlh1:{kind}:{}:{}:{}", parts[2], token, parts[4]);
         let forged: HoldId = forged.parse().expect(kind);
         // A guard that did resume is detached (its drop would release the hold).
+        macro_rules! refused {
+            ($resume:expr) => {
+                $resume.await.map(|g| g.detach()).err()
+            };
+        }
+        let reader = other.rwlock(name).preference(Preference::Reader);
         let refused = match kind {
-            "fair" => other
-                .fair_lock(name)
-                .resume(&forged)
-                .await
-                .map(|g| g.detach())
-                .err(),
-            "write-writer" => other
-                .rwlock(name)
-                .resume_write(&forged)
-                .await
-                .map(|g| g.detach())
-                .err(),
-            "write-reader" => other
-                .rwlock(name)
-                .preference(redis_locks::Preference::Reader)
-                .resume_write(&forged)
-                .await
-                .map(|g| g.detach())
-                .err(),
-            "read-writer" => other
-                .rwlock(name)
-                .resume_read(&forged)
-                .await
-                .map(|g| g.detach())
-                .err(),
-            _ => other
-                .semaphore(name, 1)
-                .resume(&forged)
-                .await
-                .map(|g| g.detach())
-                .err(),
+            "fair" => refused!(other.fair_lock(name).resume(&forged)),
+            "write-writer" => refused!(other.rwlock(name).resume_write(&forged)),
+            "write-reader" => refused!(reader.resume_write(&forged)),
+            "read-writer" => refused!(other.rwlock(name).resume_read(&forged)),
+            _ => refused!(other.semaphore(name, 1).resume(&forged)),
         };
         // A write hold of the same name is the same lease (mutex-is-the-lease-lock-writer):
         // resuming it as a writer is no second holder. Anything else must be refused.
@@ -1187,8 +991,6 @@ async fn tampered_token_kind_version_are_refused(b: Backend) {
     assert_eq!(info.holders.len(), 1, "{info:?}");
     assert!(c.release_hold(&id).await.expect("release"));
 }
-
-both_backends!(tampered_token_kind_version_are_refused);
 
 /// Attack: the strict parser. Every one-character mutation (replace, delete, insert) of a
 /// valid id either fails to parse or parses to an id that writes back exactly as the mutated
@@ -1259,8 +1061,6 @@ async fn a_shorter_extend_by_id_lowers_every_co_guard(b: Backend) {
     assert!(info.holders[0].lease_remaining > secs(9), "{info:?}");
 }
 
-both_backends!(a_shorter_extend_by_id_lowers_every_co_guard);
-
 /// Attack: a resume in the client whose `release_all` is in flight (its release request held
 /// before it reaches the server). The resume must be refused, or its guard be lost once the
 /// release is done; the lock must end up free.
@@ -1289,8 +1089,6 @@ async fn resume_racing_release_all(b: Backend) {
     assert!(!g.is_held());
 }
 
-both_backends!(resume_racing_release_all);
-
 /// Attack: a guard resumed in another client, then its hold is released and re-granted by the
 /// first client; the resumed guard's next renewal must find it gone (lost), and its trust
 /// must never outlast the server's lease of the released hold by more than the lease.
@@ -1303,12 +1101,7 @@ async fn a_resumed_guard_never_renews_a_later_grant(b: Backend) {
     let lease = ms(600);
     let g = first.mutex(name).lease(lease).lock().await.expect("lock");
     let id = g.hold_id();
-    let resumed = second
-        .mutex(name)
-        .lease(lease)
-        .resume(&id)
-        .await
-        .expect("resume");
+    let resumed = second.resume_for(name, lease, &id).await;
     assert!(g.release().await.expect("release"));
     let later = first
         .mutex(name)
@@ -1318,9 +1111,8 @@ async fn a_resumed_guard_never_renews_a_later_grant(b: Backend) {
         .timeout(EVENTUALLY)
         .await
         .expect("the lock is free again");
-    tokio::time::timeout(EVENTUALLY, resumed.lost())
-        .await
-        .expect("the resumed guard learns the release at its next renewal");
+    let promise = "the resumed guard learns the release at its next renewal";
+    soon(promise, resumed.lost()).await;
     let info = first.mutex(name).inspect().await.expect("inspect");
     let server = server_deadline(&info, Instant::now()).expect("held by the later grant");
     assert!(
@@ -1330,8 +1122,6 @@ async fn a_resumed_guard_never_renews_a_later_grant(b: Backend) {
     assert!(!resumed.is_held());
     assert!(later.release().await.expect("release"));
 }
-
-both_backends!(a_resumed_guard_never_renews_a_later_grant);
 
 /// Attack: a semaphore id with its permit count or capacity changed. A resume must not give a
 /// guard that claims another number of permits than the server holds for the token.
@@ -1363,8 +1153,6 @@ async fn tampered_permits_are_refused(b: Backend) {
     assert!(c.release_hold(&id).await.expect("release"));
 }
 
-both_backends!(tampered_permits_are_refused);
-
 /// Attack: `extend_hold(id, short)` in ONE client while a resume of the same id (long lease)
 /// is on its way (applied on the server, reply not back). Beside the resume, the extend would
 /// shorten a lease the resumed guard then trusts for the long one: it is refused (`HoldInUse`,
@@ -1373,13 +1161,12 @@ async fn extend_by_id_racing_a_resume_in_one_client(b: Backend) {
     let name = "extend-by-id-racing-a-resume";
     let owner = b.client().await;
     let id = detached_mutex(&owner, name, secs(10)).await;
-    let faulty = Faulty::new(b.store().await);
+    let (faulty, c) = faulty_client(&b).await;
     let gate = faulty.hold_replies(
         Rule::on(Op::Extend)
             .when(|call| call.lease == Some(secs(10)))
             .times(1),
     );
-    let c = LockClient::builder().store(faulty.clone()).expect("client");
     let resuming = {
         let (c, id) = (c.clone(), id.clone());
         tokio::spawn(async move {
@@ -1404,8 +1191,6 @@ async fn extend_by_id_racing_a_resume_in_one_client(b: Backend) {
     assert_honest(what, before, &info, Instant::now());
     drop(g);
 }
-
-both_backends!(extend_by_id_racing_a_resume_in_one_client);
 
 /// Attack: make a co-guard in one client, to drop it under the other. The second guard is
 /// refused (`HoldInUse`): the one guard keeps the hold, and its drop frees the lock.
@@ -1436,8 +1221,6 @@ async fn dropping_a_co_guard_makes_the_other_honest(b: Backend) {
     .await;
 }
 
-both_backends!(dropping_a_co_guard_makes_the_other_honest);
-
 /// Attack: a guard resumed on a helper runtime that is then shut down. The guard never
 /// trusts past the server's lease, and once dropped the hold ends (released, or lapsed).
 #[test]
@@ -1453,11 +1236,7 @@ fn resumed_on_a_runtime_that_shuts_down() {
         let helper = support::time::multi_thread(1);
         let g = helper.block_on(async {
             let c = b.client().await;
-            c.mutex(name)
-                .lease(ms(800))
-                .resume(&id)
-                .await
-                .expect("resume")
+            c.resume_for(name, ms(800), &id).await
         });
         helper.shutdown_timeout(ms(500));
         main.block_on(async {
@@ -1504,8 +1283,6 @@ async fn resume_racing_the_drop_of_its_guard(b: Backend) {
     }
 }
 
-both_backends!(resume_racing_the_drop_of_its_guard);
-
 /// Attack: a guard loses its trust locally (renewal replies lost) while the server still
 /// holds its token; the id is resumed in the same client. A second entry of the token beside
 /// the lost one would be ended by the lost one's release or drop: the resume is refused
@@ -1518,9 +1295,7 @@ async fn lost_guard_ended_after_a_resume(b: Backend, how: &str) {
     let lost = mutex.lock().await.expect("lock");
     let id = lost.hold_id();
     faulty.add(Rule::on(Op::Extend).lose_reply());
-    tokio::time::timeout(EVENTUALLY, lost.lost())
-        .await
-        .expect("the guard gives up");
+    soon("the guard gives up", lost.lost()).await;
     faulty.clear();
     let sent = faulty.count(Op::Extend);
     let err = c
@@ -1557,10 +1332,6 @@ async fn releasing_the_lost_guard_after_a_resume(b: Backend) {
 async fn dropping_the_lost_guard_after_a_resume(b: Backend) {
     lost_guard_ended_after_a_resume(b, "drop").await
 }
-
-both_backends!(dropping_the_lost_guard_after_a_resume);
-both_backends!(releasing_the_lost_guard_after_a_resume);
-
 /// Attack, deterministic form of the one above: a guard without auto-renewal runs out of
 /// trust (`lost()` fires, `is_held()` false) while the server's lease is longer (another
 /// process extended it by id); a resume of the id in the guard's own client is refused while
@@ -1570,21 +1341,13 @@ async fn an_expired_guard_stays_lost_after_a_resume(b: Backend) {
     let name = "expired-guard-stays-lost";
     let c = b.client().await;
     let other = b.client().await;
-    let expired = c
-        .mutex(name)
-        .lease(ms(600))
-        .auto_renew(false)
-        .lock()
-        .await
-        .expect("lock");
+    let expired = c.lock_unrenewed(name, ms(600)).await;
     let id = expired.hold_id();
     assert!(other
         .extend_hold(&id, secs(30))
         .await
         .expect("extend by id"));
-    tokio::time::timeout(EVENTUALLY, expired.lost())
-        .await
-        .expect("lost() fires when the trust runs out");
+    soon("lost() fires when the trust runs out", expired.lost()).await;
     let lost_at = Instant::now();
     assert!(!expired.is_held());
     let err = c
@@ -1612,95 +1375,45 @@ async fn an_expired_guard_stays_lost_after_a_resume(b: Backend) {
     assert!(resumed.release().await.expect("release"));
 }
 
-both_backends!(an_expired_guard_stays_lost_after_a_resume);
-
-/// Attack: cancel `Election::resume` after its renewal, while it reads the leader's value.
-/// Its docs ("Cancel safety"): "If cancelled, the leadership's lease may have been renewed;
-/// no `Leadership` has it." So the detached leadership must still lead (same term) after the
-/// cancel, not be resigned or released.
-async fn cancelled_election_resume_keeps_the_leadership(b: Backend) {
-    let name = "cancelled-election-resume";
-    let first = b.client().await;
-    let id = first
-        .election(name)
-        .lease(secs(5))
-        .campaign("10.0.0.9:1")
-        .await
-        .expect("campaign")
-        .detach();
-    let faulty = Faulty::new(b.store().await);
-    let gate = faulty.hold_requests(Rule::on(Op::Leader).times(1));
-    let c = LockClient::builder().store(faulty.clone()).expect("client");
-    let resuming = {
-        let (c, id) = (c.clone(), id.clone());
-        tokio::spawn(async move {
-            c.election(name)
-                .lease(secs(5))
-                .resume(&id)
-                .await
-                .map(|l| l.detach())
-        })
-    };
-    gate.wait_entered(1).await;
-    resuming.abort();
-    let _ = resuming.await;
-    gate.open();
-    tokio::time::sleep(ms(300)).await;
-    let seen = first.election(name).leader().await.expect("leader");
-    assert!(
-        seen.as_ref()
-            .is_some_and(|l| l.term == id.fencing_token() && l.value == "10.0.0.9:1"),
-        "a cancelled Election::resume ended the leadership it was resuming: leader now {seen:?}"
-    );
-    let back = first
-        .election(name)
-        .resume(&id)
-        .await
-        .expect("the leadership is still there to resume");
-    assert!(back.resign().await.expect("resign"));
+/// Attack: `Election::resume` cut while it reads the leader's value, after its renewal:
+/// cancelled there (its docs, "Cancel safety": "If cancelled, the leadership's lease may have
+/// been renewed; no `Leadership` has it"), or failing there (its reply lost). The leadership
+/// was handed over (detached); neither may end it: it still leads under its term and value,
+/// to be resumed again.
+async fn an_election_resume_cut_at_its_leader_read_keeps_the_leadership(b: Backend) {
+    for (how, value) in [("cancelled", "10.0.0.9:1"), ("failed", "10.0.0.9:2")] {
+        let name = &format!("{how}-election-resume");
+        let first = b.client().await;
+        let id = first.campaign_for(name, secs(5), value).await.detach();
+        let (faulty, c) = faulty_client(&b).await;
+        let outcome = if how == "cancelled" {
+            let gate = faulty.hold_requests(Rule::on(Op::Leader).times(1));
+            let (c, id, name) = (c.clone(), id.clone(), name.clone());
+            let resuming = tokio::spawn(async move {
+                let resumed = c.election(&name).lease(secs(5)).resume(&id).await;
+                resumed.map(|l| l.detach())
+            });
+            cancel_at(&gate, resuming).await;
+            None
+        } else {
+            faulty.add(Rule::on(Op::Leader).lose_reply());
+            let resumed = c.election(name).lease(secs(5)).resume(&id).await;
+            resumed.map(|l| l.detach()).err()
+        };
+        faulty.clear();
+        tokio::time::sleep(ms(300)).await;
+        let seen = first.leader_of(name).await;
+        assert!(
+            seen.as_ref()
+                .is_some_and(|l| l.term == id.fencing_token() && l.value == value),
+            "an Election::resume {how} at its leader read ({outcome:?}) ended the leadership \
+             it was resuming: leader now {seen:?}"
+        );
+        let back = first.election(name).resume(&id).await;
+        let back = back.expect("the leadership is still there to resume");
+        assert!(back.resign().await.expect("resign"), "{how}");
+    }
 }
-
-both_backends!(cancelled_election_resume_keeps_the_leadership);
-
-/// Attack: `Election::resume` whose read of the leader's value fails (its reply lost). The
-/// leadership was handed over (detached); a failed resume must not end it: the error is
-/// reported and the leadership still leads under its term, to be resumed again.
-async fn a_failed_election_resume_keeps_the_leadership(b: Backend) {
-    let name = "failed-election-resume";
-    let first = b.client().await;
-    let id = first
-        .election(name)
-        .lease(secs(5))
-        .campaign("10.0.0.9:2")
-        .await
-        .expect("campaign")
-        .detach();
-    let faulty = Faulty::new(b.store().await);
-    faulty.add(Rule::on(Op::Leader).lose_reply());
-    let c = LockClient::builder().store(faulty.clone()).expect("client");
-    let outcome = c
-        .election(name)
-        .lease(secs(5))
-        .resume(&id)
-        .await
-        .map(|l| l.detach());
-    faulty.clear();
-    tokio::time::sleep(ms(300)).await;
-    let seen = first.election(name).leader().await.expect("leader");
-    assert!(
-        seen.as_ref().is_some_and(|l| l.term == id.fencing_token()),
-        "an Election::resume that failed ({:?}) ended the leadership: leader now {seen:?}",
-        outcome.as_ref().err()
-    );
-    let back = first
-        .election(name)
-        .resume(&id)
-        .await
-        .expect("resume again");
-    assert!(back.resign().await.expect("resign"));
-}
-
-both_backends!(a_failed_election_resume_keeps_the_leadership);
 
 /// Attack: cancel `MultiLock::resume` (in another process) after its first part was renewed,
 /// while the second part's renewal is held. Its docs ("Cancel safety"): "If cancelled, the
@@ -1716,7 +1429,7 @@ async fn cancelled_multi_resume_leaves_the_parts_held(b: Backend) {
         .await
         .expect("lock")
         .detach();
-    let faulty = Faulty::new(b.store().await);
+    let (faulty, c) = faulty_client(&b).await;
     let gate = Gate::new();
     let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let first_part = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
@@ -1734,7 +1447,6 @@ async fn cancelled_multi_resume_leaves_the_parts_held(b: Backend) {
                 .hold_request(gate.clone()),
         );
     }
-    let c = LockClient::builder().store(faulty.clone()).expect("client");
     let resuming = {
         let (c, ids) = (c.clone(), ids.clone());
         tokio::spawn(async move {
@@ -1745,10 +1457,7 @@ async fn cancelled_multi_resume_leaves_the_parts_held(b: Backend) {
                 .map(|g| g.detach())
         })
     };
-    gate.wait_entered(1).await;
-    resuming.abort();
-    let _ = resuming.await;
-    gate.open();
+    cancel_at(&gate, resuming).await;
     tokio::time::sleep(ms(300)).await;
     let first_part = first_part.lock().unwrap().clone();
     assert!(names.contains(&first_part.as_str()), "{first_part:?}");
@@ -1762,8 +1471,6 @@ async fn cancelled_multi_resume_leaves_the_parts_held(b: Backend) {
         let _ = owner.release_hold(id).await;
     }
 }
-
-both_backends!(cancelled_multi_resume_leaves_the_parts_held);
 
 /// Attack: resume on handles with options a lock would refuse (a 1 ms lease, a zero
 /// `max_hold`). The resume must be refused as invalid input without touching the hold (no
@@ -1807,8 +1514,6 @@ async fn resume_with_bad_options_leaves_the_hold(b: Backend) {
     }
     assert!(c.release_hold(&id).await.expect("release"));
 }
-
-both_backends!(resume_with_bad_options_leaves_the_hold);
 
 /// Attack: the id is a capability. Its `Debug` form, and the errors of a malformed text
 /// carrying the token, must never repeat the token (the 96 random bits after the shown
@@ -1862,9 +1567,7 @@ async fn downgrading_one_write_co_guard(b: Backend) {
         .await
         .expect_err("a second guard of the write hold");
     assert!(err.is_hold_in_use(), "{err}");
-    let read = redis_locks::WriteGuard::downgrade(first)
-        .await
-        .expect("downgrade");
+    let read = downgraded(first).await;
     assert!(read.is_held());
     let other = b.client().await;
     let reader = other
@@ -1881,8 +1584,6 @@ async fn downgrading_one_write_co_guard(b: Backend) {
     assert!(err.is_hold_gone(), "{err}");
 }
 
-both_backends!(downgrading_one_write_co_guard);
-
 /// Attack: in ONE client without a guard of the hold, a resume of the id starts while a
 /// `release_hold(id)` is on its way (its request held before it reaches the server). The
 /// resume's renewal could land first and its guard trust a lease the release then ends: the
@@ -1891,9 +1592,8 @@ async fn resume_racing_a_release_by_id_in_one_client(b: Backend) {
     let name = "resume-racing-a-release-by-id";
     let owner = b.client().await;
     let id = detached_mutex(&owner, name, secs(5)).await;
-    let faulty = Faulty::new(b.store().await);
+    let (faulty, c) = faulty_client(&b).await;
     let gate = faulty.hold_requests(Rule::on(Op::Release).times(1));
-    let c = LockClient::builder().store(faulty.clone()).expect("client");
     let releasing = {
         let (c, id) = (c.clone(), id.clone());
         tokio::spawn(async move { c.release_hold(&id).await })
@@ -1911,8 +1611,6 @@ async fn resume_racing_a_release_by_id_in_one_client(b: Backend) {
     assert_eq!(sent, 0, "the refused resume sent a renewal");
 }
 
-both_backends!(resume_racing_a_release_by_id_in_one_client);
-
 /// Attack: in ONE client without a guard of the hold, a resume (long lease) starts while an
 /// `extend_hold(id, short)` is on its way (held before it reaches the server). Applied after
 /// the resume's renewal, the extend would leave the resumed guard trusting the long lease: the
@@ -1921,9 +1619,8 @@ async fn resume_racing_an_extend_by_id_in_one_client(b: Backend) {
     let name = "resume-racing-an-extend-by-id";
     let owner = b.client().await;
     let id = detached_mutex(&owner, name, secs(10)).await;
-    let faulty = Faulty::new(b.store().await);
+    let (faulty, c) = faulty_client(&b).await;
     let gate = faulty.hold_extend(ms(800));
-    let c = LockClient::builder().store(faulty.clone()).expect("client");
     let extending = spawn_extend_hold(&c, &id, ms(800));
     gate.wait_entered(1).await;
     let before = faulty.count(Op::Extend);
@@ -1938,8 +1635,6 @@ async fn resume_racing_an_extend_by_id_in_one_client(b: Backend) {
     assert_eq!(sent, before, "the refused resume sent a renewal");
     assert!(owner.release_hold(&id).await.expect("release"));
 }
-
-both_backends!(resume_racing_an_extend_by_id_in_one_client);
 
 /// GUARANTEES, "A hand-over to another client is safe only once the detaching client is
 /// quiet": A (lease 1 s) detaches while its automatic renewal is on its way (held before the
@@ -1964,12 +1659,7 @@ async fn late_renewal_beside_a_resume(name: &str, resume_lease: Duration) {
     let contender = b.client().await;
     let direct = b.client().await;
     let gate = fa.hold_extend(ms(1_000));
-    let guard = a
-        .mutex(name)
-        .lease(ms(1_000))
-        .lock()
-        .await
-        .expect("A locks");
+    let guard = a.lock_for(name, ms(1_000)).await;
     gate.entered_within(1, secs(20), "A's renewal reached the gate")
         .await;
     let id = guard.detach();
@@ -2005,21 +1695,10 @@ async fn a_resumed_hold_is_released_when_its_client_is_dropped() {
     let b = Backend::redis();
     let name = "resumed-hold-released-at-client-drop";
     let first = b.client().await;
-    let id = first
-        .mutex(name)
-        .lease(secs(30))
-        .lock()
-        .await
-        .expect("lock")
-        .detach();
+    let id = first.lock_for(name, secs(30)).await.detach();
     drop(first);
     let resumer = b.client().await;
-    let guard = resumer
-        .mutex(name)
-        .lease(secs(30))
-        .resume(&id)
-        .await
-        .expect("resume");
+    let guard = resumer.resume_for(name, secs(30), &id).await;
     drop(guard);
     drop(resumer);
     let next = b.client().await;
@@ -2076,3 +1755,47 @@ async fn a_cancelled_shorter_extend_of_the_detaching_client_cannot_cut_a_resume(
     support::late::watch_mutex(what, &resumed, &direct, &contender, name, ms(2_500)).await;
     assert!(resumed.is_held(), "B's guard is renewed throughout");
 }
+
+both_backends!(
+    detach_then_resume_elsewhere,
+    resume_of_a_gone_hold_grants_nothing,
+    a_stale_id_never_touches_a_later_grant,
+    wrong_kind_name_or_text_is_refused,
+    extend_and_release_by_id,
+    release_by_id_ends_every_guard,
+    two_guards_of_one_hold,
+    a_downgraded_write_id_is_gone,
+    resumed_guard_renews_with_the_handles_options,
+    max_hold_ends_renewals,
+    resume_racing_the_release_of_the_same_hold,
+    leadership_resumes_under_its_term,
+    fair_rwlock_holds_resume,
+    multi_lock_holds_resume,
+    a_resumed_guard_trusts_from_the_send,
+    resume_after_a_local_loss_and_extend_by_id,
+    a_downgrade_with_a_second_write_guard_keeps_it_honest,
+    concurrent_resumes_in_one_client_share_one_owner,
+    release_by_id_racing_a_resume_in_one_client,
+    cancelled_co_guard_resume_leaves_the_hold_as_before,
+    co_guard_resume_keeps_the_handles_max_hold,
+    max_hold_is_not_reset_by_an_extend,
+    cancelled_resume_leaves_nothing_renewing,
+    a_tampered_fence_is_refused,
+    tampered_token_kind_version_are_refused,
+    a_shorter_extend_by_id_lowers_every_co_guard,
+    resume_racing_release_all,
+    a_resumed_guard_never_renews_a_later_grant,
+    tampered_permits_are_refused,
+    extend_by_id_racing_a_resume_in_one_client,
+    dropping_a_co_guard_makes_the_other_honest,
+    resume_racing_the_drop_of_its_guard,
+    dropping_the_lost_guard_after_a_resume,
+    releasing_the_lost_guard_after_a_resume,
+    an_expired_guard_stays_lost_after_a_resume,
+    an_election_resume_cut_at_its_leader_read_keeps_the_leadership,
+    cancelled_multi_resume_leaves_the_parts_held,
+    resume_with_bad_options_leaves_the_hold,
+    downgrading_one_write_co_guard,
+    resume_racing_a_release_by_id_in_one_client,
+    resume_racing_an_extend_by_id_in_one_client,
+);

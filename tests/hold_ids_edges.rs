@@ -8,8 +8,11 @@ mod support;
 use support::detached_mutex;
 use support::faulty::extend_at_gate;
 use support::faulty::faulty_client;
+use support::quick::downgraded;
+use support::quick::Quick;
 
-use support::poll_once;
+use support::completes_within;
+use support::kinds::{detached, inspect, resume_detached};
 
 use std::time::Duration;
 
@@ -17,7 +20,7 @@ use redis_locks::{HoldId, LockClient, Preference};
 use tokio::time::Instant;
 
 use support::backend::{eventually, join, Backend, EVENTUALLY};
-use support::faulty::{Faulty, Op, Rule};
+use support::faulty::{Op, Rule};
 use support::honest::{assert_honest, server_deadline};
 use support::time::{ms, secs};
 use support::waits::lease_free;
@@ -75,8 +78,6 @@ async fn detach_during_a_release_by_id_then_resume_in_one_client(b: Backend) {
     }
 }
 
-both_backends!(detach_during_a_release_by_id_then_resume_in_one_client);
-
 /// in ONE client, `release_all()` is under way (its release of the hold held before it
 /// reaches the server); the guard (lost by `release_all`) is detached and the id resumed in
 /// the same client. Same claims as above (a releasing hold stays registered until its release
@@ -112,8 +113,6 @@ async fn detach_during_release_all_then_resume_in_one_client(b: Backend) {
         }
     }
 }
-
-both_backends!(detach_during_release_all_then_resume_in_one_client);
 
 /// in ONE client, `extend_hold(id, 800ms)` goes through the client's guard (lease
 /// 10 s); while that extend is on its way (held before it reaches the server), the guard is
@@ -156,8 +155,6 @@ async fn detach_during_an_extend_by_id_then_resume_in_one_client(b: Backend) {
     }
 }
 
-both_backends!(detach_during_an_extend_by_id_then_resume_in_one_client);
-
 // ---------------------------------------------------------------------------------------
 // 2. A write id replayed after a downgrade (the fence's hold moved to a read hold).
 // ---------------------------------------------------------------------------------------
@@ -175,9 +172,7 @@ async fn a_pre_downgrade_write_id_resumes_and_extends_nothing_but_releases(b: Ba
     let rw = c.rwlock(name).lease(secs(10));
     let w = rw.write().await.expect("write");
     let write_id = w.hold_id();
-    let read = redis_locks::WriteGuard::downgrade(w)
-        .await
-        .expect("downgrade");
+    let read = downgraded(w).await;
     let err = other
         .rwlock(name)
         .resume_write(&write_id)
@@ -215,8 +210,6 @@ async fn a_pre_downgrade_write_id_resumes_and_extends_nothing_but_releases(b: Ba
     .await;
 }
 
-both_backends!(a_pre_downgrade_write_id_resumes_and_extends_nothing_but_releases);
-
 /// The same pre-downgrade write id in the client that holds the read guard the downgrade
 /// made: `extend_hold` answers `Ok(false)` and sends nothing (no hold of that kind), and
 /// `release_hold` goes through the read guard (marked lost first) and ends the hold.
@@ -226,9 +219,7 @@ async fn a_pre_downgrade_write_id_in_the_guards_own_client(b: Backend) {
     let rw = c.rwlock(name).lease(secs(10));
     let w = rw.write().await.expect("write");
     let write_id = w.hold_id();
-    let read = redis_locks::WriteGuard::downgrade(w)
-        .await
-        .expect("downgrade");
+    let read = downgraded(w).await;
     let extended = c
         .extend_hold(&write_id, secs(60))
         .await
@@ -249,8 +240,6 @@ async fn a_pre_downgrade_write_id_in_the_guards_own_client(b: Backend) {
         info.holders
     );
 }
-
-both_backends!(a_pre_downgrade_write_id_in_the_guards_own_client);
 
 // ---------------------------------------------------------------------------------------
 // 4. release_all and resumed holds.
@@ -289,8 +278,6 @@ async fn release_all_counts_resumed_holds(b: Backend) {
     assert!(!ga.release().await.expect("release after release_all"));
 }
 
-both_backends!(release_all_counts_resumed_holds);
-
 // ---------------------------------------------------------------------------------------
 // 5. Cancellation at every await.
 // ---------------------------------------------------------------------------------------
@@ -301,75 +288,25 @@ both_backends!(release_all_counts_resumed_holds);
 /// reservation is left behind (a resume in the same client then works, never `HoldInUse`),
 /// and the id's fence is the server's.
 async fn a_resume_cancelled_at_every_poll_leaves_the_hold(b: Backend) {
-    let faulty = Faulty::new(b.store().await);
+    let (faulty, c) = faulty_client(&b).await;
     faulty.add(Rule::on(Op::Extend).delay_reply(ms(30)));
     faulty.add(Rule::on(Op::Inspect).delay_reply(ms(30)));
-    let c = LockClient::builder().store(faulty.clone()).expect("client");
     let owner = b.client().await;
     for kind in ["mutex", "read", "write", "fair", "sem"] {
         let name = format!("edge-cancel-sweep-{kind}");
-        let mut id = match kind {
-            "mutex" => owner.mutex(&name).lock().await.expect("lock").detach(),
-            "read" => owner.rwlock(&name).read().await.expect("read").detach(),
-            "write" => owner.rwlock(&name).write().await.expect("write").detach(),
-            "fair" => owner.fair_lock(&name).lock().await.expect("lock").detach(),
-            _ => owner
-                .semaphore(&name, 3)
-                .acquire_many(3)
-                .await
-                .expect("acquire")
-                .detach(),
-        };
+        let mut id = detached(&owner, kind, &name).await;
         let mut completed = false;
         for polls in 1..40 {
-            let done = {
-                macro_rules! sweep {
-                    ($fut:expr) => {{
-                        let mut fut = Box::pin($fut);
-                        let mut done = None;
-                        for _ in 0..polls {
-                            if poll_once(&mut fut).await {
-                                done = Some(());
-                                break;
-                            }
-                            tokio::time::sleep(ms(10)).await;
-                        }
-                        drop(fut);
-                        done.is_some()
-                    }};
-                }
-                match kind {
-                    "mutex" => {
-                        let h = c.mutex(&name);
-                        sweep!(h.resume(&id))
-                    }
-                    "read" => {
-                        let h = c.rwlock(&name);
-                        sweep!(h.resume_read(&id))
-                    }
-                    "write" => {
-                        let h = c.rwlock(&name);
-                        sweep!(h.resume_write(&id))
-                    }
-                    "fair" => {
-                        let h = c.fair_lock(&name);
-                        sweep!(h.resume(&id))
-                    }
-                    _ => {
-                        let h = c.semaphore(&name, 3);
-                        sweep!(h.resume(&id))
-                    }
-                }
+            let done = match kind {
+                "mutex" => completes_within(polls, c.mutex(&name).resume(&id)).await,
+                "read" => completes_within(polls, c.rwlock(&name).resume_read(&id)).await,
+                "write" => completes_within(polls, c.rwlock(&name).resume_write(&id)).await,
+                "fair" => completes_within(polls, c.fair_lock(&name).resume(&id)).await,
+                _ => completes_within(polls, c.semaphore(&name, 3).resume(&id)).await,
             };
             // A completed resume's guard was dropped inside the sweep (released): take it
             // again to go on; a cancelled one must have left the hold as it was.
-            let info = match kind {
-                "fair" => owner.fair_lock(&name).inspect().await,
-                "sem" => owner.semaphore(&name, 3).inspect().await,
-                "mutex" => owner.mutex(&name).inspect().await,
-                _ => owner.rwlock(&name).inspect().await,
-            }
-            .expect("inspect");
+            let info = inspect(&owner, kind, &name).await;
             if done {
                 completed = true;
                 break;
@@ -380,13 +317,7 @@ async fn a_resume_cancelled_at_every_poll_leaves_the_hold(b: Backend) {
                 b.kind
             );
             // No reservation left: the same client resumes it now, then detaches again.
-            let again = match kind {
-                "mutex" => c.mutex(&name).resume(&id).await.map(|g| g.detach()),
-                "read" => c.rwlock(&name).resume_read(&id).await.map(|g| g.detach()),
-                "write" => c.rwlock(&name).resume_write(&id).await.map(|g| g.detach()),
-                "fair" => c.fair_lock(&name).resume(&id).await.map(|g| g.detach()),
-                _ => c.semaphore(&name, 3).resume(&id).await.map(|g| g.detach()),
-            };
+            let again = resume_detached(&c, kind, &id).await;
             id = again.unwrap_or_else(|e| {
                 panic!(
                     "{} {kind}: after a resume cancelled at poll {polls}, a resume in the \
@@ -399,33 +330,19 @@ async fn a_resume_cancelled_at_every_poll_leaves_the_hold(b: Backend) {
     }
 }
 
-both_backends!(a_resume_cancelled_at_every_poll_leaves_the_hold);
-
 /// `MultiLock::resume` and `Election::resume`, through a store
 /// that answers 30 ms late, dropped after 1, 2, ... polls: every part stays held (detached,
 /// not released) and no part stays reserved (the same client resumes them all right after).
 async fn multi_and_election_resumes_cancelled_at_every_poll(b: Backend) {
-    let faulty = Faulty::new(b.store().await);
+    let (faulty, c) = faulty_client(&b).await;
     for op in [Op::Extend, Op::Inspect, Op::Leader, Op::Proclaim] {
         faulty.add(Rule::on(op).delay_reply(ms(30)));
     }
-    let c = LockClient::builder().store(faulty.clone()).expect("client");
     let owner = b.client().await;
     let names = ["edge-cms-a", "edge-cms-b", "edge-cms-c"];
     let mut ids = owner.multi_lock(names).lock().await.expect("lock").detach();
     for polls in 1..40 {
-        let handle = c.multi_lock(names);
-        let mut fut = Box::pin(handle.resume(&ids));
-        let mut done = false;
-        for _ in 0..polls {
-            if poll_once(&mut fut).await {
-                done = true;
-                break;
-            }
-            tokio::time::sleep(ms(10)).await;
-        }
-        drop(fut);
-        if done {
+        if completes_within(polls, c.multi_lock(names).resume(&ids)).await {
             break;
         }
         for n in names {
@@ -443,25 +360,9 @@ async fn multi_and_election_resumes_cancelled_at_every_poll(b: Backend) {
             .detach();
     }
     let election = "edge-cms-election";
-    let mut id = owner
-        .election(election)
-        .campaign("v1")
-        .await
-        .expect("campaign")
-        .detach();
+    let mut id = owner.lead(election, "v1").await.detach();
     for polls in 1..40 {
-        let handle = c.election(election);
-        let mut fut = Box::pin(handle.resume(&id));
-        let mut done = false;
-        for _ in 0..polls {
-            if poll_once(&mut fut).await {
-                done = true;
-                break;
-            }
-            tokio::time::sleep(ms(10)).await;
-        }
-        drop(fut);
-        if done {
+        if completes_within(polls, c.election(election).resume(&id)).await {
             break;
         }
         let leader = owner.election(election).leader().await.expect("leader");
@@ -480,8 +381,6 @@ async fn multi_and_election_resumes_cancelled_at_every_poll(b: Backend) {
         id = l.detach();
     }
 }
-
-both_backends!(multi_and_election_resumes_cancelled_at_every_poll);
 
 // ---------------------------------------------------------------------------------------
 // 6. Hostile ids.
@@ -560,8 +459,6 @@ async fn hostile_names_and_fences(b: Backend) {
     assert!(g.release().await.expect("release"));
 }
 
-both_backends!(hostile_names_and_fences);
-
 /// every part of a multi-lock resumed ALONE in another client
 /// (write parts through `resume_write`, read parts through `resume_read`): the fence check of a
 /// write part compares with the part's own fence, so a genuine part id is never refused as
@@ -609,8 +506,6 @@ async fn multi_lock_parts_resume_alone(b: Backend) {
         assert!(other.release_hold(id).await.expect("release"));
     }
 }
-
-both_backends!(multi_lock_parts_resume_alone);
 
 /// tokens are capabilities with 96 random bits (README: "its
 /// token carries 96 bits from the OS generator"; docs/decisions/hold-ids.md, Decision 5: 16
@@ -671,13 +566,7 @@ fn a_guard_resumed_on_a_dead_runtime_is_released_from_another() {
             (owner, c, id)
         });
         let helper = support::time::multi_thread(1);
-        let g = helper.block_on(async {
-            c.mutex("edge-dead-runtime")
-                .lease(secs(10))
-                .resume(&id)
-                .await
-                .expect("resume")
-        });
+        let g = helper.block_on(async { c.resume_for("edge-dead-runtime", secs(10), &id).await });
         helper.shutdown_timeout(ms(500));
         main.block_on(async {
             let err = c
@@ -706,3 +595,16 @@ fn a_guard_resumed_on_a_dead_runtime_is_released_from_another() {
 fn _uses(info: &redis_locks::LockInfo) -> (Option<Instant>, Duration) {
     (server_deadline(info, Instant::now()), EVENTUALLY)
 }
+
+both_backends!(
+    detach_during_a_release_by_id_then_resume_in_one_client,
+    detach_during_release_all_then_resume_in_one_client,
+    detach_during_an_extend_by_id_then_resume_in_one_client,
+    a_pre_downgrade_write_id_resumes_and_extends_nothing_but_releases,
+    a_pre_downgrade_write_id_in_the_guards_own_client,
+    release_all_counts_resumed_holds,
+    a_resume_cancelled_at_every_poll_leaves_the_hold,
+    multi_and_election_resumes_cancelled_at_every_poll,
+    hostile_names_and_fences,
+    multi_lock_parts_resume_alone,
+);

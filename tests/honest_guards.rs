@@ -8,7 +8,10 @@
 //! mutex say `is_held()` at once.
 
 mod support;
+use support::backend::within_ok;
 use support::faulty::at_gate;
+use support::quick::in_time;
+use support::quick::Quick;
 use support::Granted;
 
 use std::sync::Arc;
@@ -121,11 +124,8 @@ async fn handed_over_guard_trusts_no_longer_than_the_server_lease() {
     sleep(ms(50)).await;
     assert!(a.release().await.expect("A releases"), "setup: A held");
 
-    let b = timeout(secs(5), b_task)
-        .await
-        .expect("setup: B granted by the hand-off within 5 s")
-        .expect("B's task")
-        .expect("B's lock()");
+    let what = "setup: B granted by the hand-off within 5 s";
+    let b = within_ok(secs(5), what, b_task).await.expect("B's lock()");
     // Let B's claim of its lease (if it makes one) be answered and applied locally.
     let _ = timeout(secs(1), async {
         while b_store.calls(Op::Extend).is_empty() {
@@ -266,12 +266,7 @@ async fn extend_racing_a_renewal_trusts_no_longer_than_the_server_deadline() {
             .when(move |c| c.lease == Some(longer))
             .times(1),
     );
-    let mut g = g_client
-        .mutex(name)
-        .lease(lease)
-        .lock()
-        .await
-        .expect("G locks");
+    let mut g = g_client.lock_for(name, lease).await;
     let extend = tokio::spawn(async move {
         let renewed = g.extend(longer).await;
         (g, renewed)
@@ -309,10 +304,8 @@ async fn extend_racing_a_renewal_trusts_no_longer_than_the_server_deadline() {
     .is_ok();
     let stall = g_store.hold_requests(Rule::on(Op::Extend));
     extend_reply.open();
-    let (g, renewed) = timeout(secs(5), extend)
-        .await
-        .expect("setup: extend answered once its reply was let go")
-        .expect("extend task");
+    let what = "setup: extend answered once its reply was let go";
+    let (g, renewed) = within_ok(secs(5), what, extend).await;
     assert!(renewed.expect("extend"), "setup: extend(30 s) was refused");
     eprintln!("a renewal with the old lease was applied after the extend: {renewed_after}");
 
@@ -352,12 +345,7 @@ async fn extend_to_a_shorter_lease_keeps_the_guard_renewed() {
     let other = connect(&url).await;
     let name = "honest-shorter-extend";
 
-    let mut g = owner
-        .mutex(name)
-        .lease(secs(3))
-        .lock()
-        .await
-        .expect("G locks");
+    let mut g = owner.lock_for(name, secs(3)).await;
     assert!(
         g.extend(ms(600)).await.expect("extend"),
         "setup: extend refused"
@@ -432,12 +420,7 @@ async fn a_slow_extend_does_not_revive_a_lost_guard() {
             .times(1)
             .delay_reply(ms(1_500)),
     );
-    let mut guard = client
-        .mutex(name)
-        .lease(ms(1_000))
-        .lock()
-        .await
-        .expect("lock");
+    let mut guard = client.lock_for(name, ms(1_000)).await;
     let granted = Instant::now();
     let extended = guard.extend(secs(10)).await;
     // `extend` took ~1.5 s; the guard's 1 s trust had run out meanwhile.
@@ -471,12 +454,7 @@ async fn once_lost_resolves_the_guard_is_never_held_again() {
             .times(1)
             .delay_reply(ms(1_500)),
     );
-    let guard = client
-        .mutex(name)
-        .lease(ms(1_000))
-        .lock()
-        .await
-        .expect("lock");
+    let guard = client.lock_for(name, ms(1_000)).await;
     let guard = Arc::new(tokio::sync::Mutex::new(guard));
     let id = guard.lock().await.hold_id();
     // The extend goes by id through the guard (the same owner path as `guard.extend`), so
@@ -486,9 +464,8 @@ async fn once_lost_resolves_the_guard_is_never_held_again() {
         tokio::spawn(async move { client.extend_hold(&id, secs(10)).await })
     };
     let g = guard.lock().await;
-    timeout(secs(3), g.lost())
-        .await
-        .expect("lost() resolves once the 1 s trust runs out");
+    let what = "lost() resolves once the 1 s trust runs out";
+    in_time(secs(3), what, g.lost()).await;
     assert!(!g.is_held(), "lost() resolved: the guard is not held");
     let lost_at = Instant::now();
     let answer = extending.await.expect("join").expect("extend_hold");
@@ -508,17 +485,9 @@ async fn an_extend_after_the_trust_ran_out_revives_nothing() {
     let server = RedisServer::start();
     let name = "lost-for-good-extend-after-trust-ran-out-no-auto-renew";
     let client = LockClient::connect(&server.url()).await.expect("client");
-    let mut guard = client
-        .mutex(name)
-        .lease(ms(1_000))
-        .auto_renew(false)
-        .lock()
-        .await
-        .expect("lock");
+    let mut guard = client.lock_unrenewed(name, ms(1_000)).await;
     // lease 1 s: trusted until send + 988 ms; the server's deadline is arrival + 1000 ms.
-    timeout(secs(2), guard.lost())
-        .await
-        .expect("lost() resolves");
+    in_time(secs(2), "lost() resolves", guard.lost()).await;
     assert!(!guard.is_held());
     let lost_at = Instant::now();
     let renewed = guard.extend(secs(10)).await.expect("extend");

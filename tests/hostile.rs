@@ -4,6 +4,8 @@
 //! byte for byte after every case).
 
 mod support;
+use support::quick::Quick;
+use support::time::{ms, secs};
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -41,14 +43,14 @@ impl World {
             // No renewal, so the sentinel's keys change only if something else touches them.
             let g = other
                 .mutex(SENTINEL)
-                .lease(Duration::from_secs(600))
+                .lease(secs(600))
                 .auto_renew(false)
                 .lock()
                 .await
                 .expect("sentinel");
             let f = other
                 .fair_lock(SENTINEL_FAIR)
-                .lease(Duration::from_secs(600))
+                .lease(secs(600))
                 .auto_renew(false)
                 .lock()
                 .await
@@ -145,9 +147,9 @@ fn arbitrary_names_are_refused_or_isolated() {
             w.rt.block_on(async {
                 let valid =
                     !name.is_empty() && name.len() <= MAX_NAME_LEN && !name.starts_with('}');
-                let m = w.c.mutex(&name).lease(Duration::from_secs(5));
-                let f = w.c.fair_lock(&name).lease(Duration::from_secs(5));
-                let r = w.c.rwlock(&name).lease(Duration::from_secs(5));
+                let m = w.c.mutex(&name).lease(secs(5));
+                let f = w.c.fair_lock(&name).lease(secs(5));
+                let r = w.c.rwlock(&name).lease(secs(5));
                 match (m.try_lock().await, valid) {
                     (Ok(g), true) => {
                         assert_eq!(g.name(), name);
@@ -198,7 +200,7 @@ fn in_range(d: Duration) -> bool {
 /// Leases this short may lapse for real between two steps when the 2-core test machine is
 /// busy (a renewal misses its window); longer ones must survive the test's few round trips.
 fn can_lapse(lease: Duration) -> bool {
-    lease < Duration::from_secs(1)
+    lease < secs(1)
 }
 
 /// Leases, heartbeats, timeouts and extensions from zero to `Duration::MAX`: accepted when in
@@ -501,7 +503,7 @@ fn bad_builder_settings_are_refused_alike_in_memory_and_on_redis() {
 fn timeout_at_the_clocks_limit() -> Duration {
     let now = tokio::time::Instant::now();
     let (mut fits, mut overflows) = (Duration::ZERO, Duration::MAX);
-    while overflows - fits > Duration::from_secs(1) {
+    while overflows - fits > secs(1) {
         let mid = fits + (overflows - fits) / 2;
         if now.checked_add(mid).is_some() {
             fits = mid;
@@ -509,7 +511,7 @@ fn timeout_at_the_clocks_limit() -> Duration {
             overflows = mid;
         }
     }
-    fits.saturating_sub(Duration::from_secs(1))
+    fits.saturating_sub(secs(1))
 }
 
 /// A wait with a timeout near the clock's limit (a user's "forever") neither panics nor
@@ -519,11 +521,7 @@ async fn a_timeout_at_the_clocks_limit_waits_without_panicking(b: support::backe
     let waiter = b.client().await;
     let huge = timeout_at_the_clocks_limit();
     let _m = holder.mutex("huge-timeout").lock().await.expect("lock");
-    let _e = holder
-        .election("huge-timeout-election")
-        .campaign("holder")
-        .await
-        .expect("campaign");
+    let _e = holder.lead("huge-timeout-election", "holder").await;
     let mutex = waiter.mutex("huge-timeout");
     let multi = waiter.multi_lock(["huge-timeout", "huge-timeout-2"]);
     let election = waiter.election("huge-timeout-election");
@@ -535,7 +533,7 @@ async fn a_timeout_at_the_clocks_limit_waits_without_panicking(b: support::backe
         )
     };
     // Still waiting after a while (no panic, no early return), then dropped.
-    let outcome = tokio::time::timeout(Duration::from_millis(1500), waits).await;
+    let outcome = tokio::time::timeout(ms(1500), waits).await;
     assert!(
         outcome.is_err(),
         "a wait with a huge timeout returned early"
@@ -588,7 +586,7 @@ fn rate_limiter_foreign_values_are_reported_and_kept() {
             let keys_before = w.dump_matching(pattern.as_bytes()).await;
             let wait = limiter
                 .acquire(1)
-                .timeout(Duration::from_millis(200))
+                .timeout(ms(200))
                 .await
                 .map(|_| ());
             outcomes.push(("wait", wait, keys_before));

@@ -6,8 +6,9 @@
 //! most one lease.
 
 mod support;
+use support::quick::Quick;
 
-use redis_locks::LockClient;
+use redis_locks::{LockClient, Preference, WriteGuard};
 use tokio::time::Instant;
 
 use support::backend::{until_waiters, Backend};
@@ -55,8 +56,6 @@ async fn a_late_claim_cannot_cut_a_resume_that_kept_the_hand_off_window(b: Backe
     w.mutex(what, &b_guard, name, secs(2)).await;
 }
 
-both_backends!(a_late_claim_cannot_cut_a_resume_that_kept_the_hand_off_window);
-
 /// The same late claim through two guards of one hold, on a
 /// FairLock (a ticket queue: a release promotes waiter A, whose hold then has A's heartbeat
 /// deadline): A keeps its guard and hands its id to B (`hold_id`), B resumes with a 9 s lease
@@ -101,8 +100,6 @@ async fn a_late_claim_of_a_second_guard_cannot_cut_a_fair_lock_resume(b: Backend
     .await;
     drop(a_guard);
 }
-
-both_backends!(a_late_claim_of_a_second_guard_cannot_cut_a_fair_lock_resume);
 
 /// The acquire attempt `lock()`
 /// sent first is held on a slow network; the client's connection
@@ -189,8 +186,6 @@ async fn a_shorter_extend_then_a_crash_blocks_at_most_the_longer_lease(b: Backen
     drop(guard);
 }
 
-both_backends!(a_shorter_extend_then_a_crash_blocks_at_most_the_longer_lease);
-
 /// Without a resume in between, a hand-off's claim still cuts
 /// the hand-off's window to the claimer's lease: waiter A (lease 300 ms, heartbeat 8 s) is
 /// handed the Mutex, its claim is confirmed, and its process stops. Others must get the
@@ -238,8 +233,6 @@ async fn a_dead_claimer_blocks_at_most_its_lease(b: Backend) {
     drop(a_guard);
 }
 
-both_backends!(a_dead_claimer_blocks_at_most_its_lease);
-
 /// Cancellation at every await of a third client's `extend_hold`
 /// by id with a shorter lease: the request is held on the network, the caller stops waiting
 /// (`timeout`), B resumes the detached hold with a 9 s lease, and then the cancelled request
@@ -252,13 +245,7 @@ async fn a_cancelled_shorter_extend_hold_of_a_third_client_cannot_cut_a_resume(b
     let resumer = b.client().await;
     let w = Watchers::on(&b).await;
     let gate = fc.hold_extend(ms(300));
-    let id = a
-        .mutex(name)
-        .lease(secs(10))
-        .lock()
-        .await
-        .expect("A locks")
-        .detach();
+    let id = a.lock_for(name, secs(10)).await.detach();
     let cancelled = tokio::time::timeout(ms(200), c.extend_hold(&id, ms(300))).await;
     assert!(
         cancelled.is_err(),
@@ -271,8 +258,6 @@ async fn a_cancelled_shorter_extend_hold_of_a_third_client_cannot_cut_a_resume(b
     let what = "B's resumed guard after C's cancelled extend_hold";
     w.mutex(what, &b_guard, name, secs(1)).await;
 }
-
-both_backends!(a_cancelled_shorter_extend_hold_of_a_third_client_cannot_cut_a_resume);
 
 /// Two guards of one *read* hold in different clients: A asks
 /// `extend(300 ms)` and its process stops; B resumed the read id with a 9 s lease before. A
@@ -298,8 +283,6 @@ async fn a_shorter_extend_by_one_read_guard_cannot_let_a_writer_beside_the_other
     watch_writers(what, &b_guard, &probe, &rival, secs(3)).await;
     drop(a_guard);
 }
-
-both_backends!(a_shorter_extend_by_one_read_guard_cannot_let_a_writer_beside_the_other);
 
 /// In quorum mode (three redis-servers), the late duplicate acquire of [`a_late_duplicate_acquire_cannot_cut_a_resumed_mutex`] on a majority:
 /// A's first quorum attempt is held on the network to servers 0 and 1 (granted on 2), its
@@ -432,8 +415,6 @@ async fn a_lost_shorter_extend_does_not_cap_later_trust(b: Backend) {
     );
 }
 
-both_backends!(a_lost_shorter_extend_does_not_cap_later_trust);
-
 /// Cancellation at many points of a shorter `extend`: A's lease
 /// requests are 30 ms slow on the network; `extend(300 ms)` is dropped after 0..40 ms
 /// (before it leaves, on its way, after it was applied), A detaches, B resumes with a 9 s
@@ -458,8 +439,6 @@ async fn cancelled_shorter_extends_at_every_point_cannot_cut_a_resume(b: Backend
     }
 }
 
-both_backends!(cancelled_shorter_extends_at_every_point_cannot_cut_a_resume);
-
 /// Two guards of one hold: A (9 s lease, no automatic renewal)
 /// keeps its guard and gives its id to B, which resumes with a 300 ms lease and stops. The
 /// resume's renewal keeps the later deadline, so nobody else is granted while A's guard says
@@ -469,13 +448,7 @@ async fn a_shorter_resume_by_a_second_guard_cannot_cut_the_first(b: Backend) {
     let a = b.client().await;
     let (fb, resumer) = faulty_client(&b).await;
     let w = Watchers::on(&b).await;
-    let a_guard = a
-        .mutex(name)
-        .lease(secs(9))
-        .auto_renew(false)
-        .lock()
-        .await
-        .expect("A locks");
+    let a_guard = a.lock_unrenewed(name, secs(9)).await;
     let b_lock = resumer.mutex(name).lease(ms(300));
     let b_guard = b_lock.resume(&a_guard.hold_id()).await.expect("B resumes");
     fb.freeze().await;
@@ -483,8 +456,6 @@ async fn a_shorter_resume_by_a_second_guard_cannot_cut_the_first(b: Backend) {
     w.mutex(what, &a_guard, name, secs(2)).await;
     drop(b_guard);
 }
-
-both_backends!(a_shorter_resume_by_a_second_guard_cannot_cut_the_first);
 
 /// A hand-off's claim whose outcome stays unknown, then an `extend`: waiter A (lease 300 ms,
 /// heartbeat 8 s) is handed the Mutex; its claim (which would replace the 8 s window with
@@ -556,6 +527,45 @@ async fn an_extend_after_an_unknown_claim_cannot_keep_the_hand_off_window_for_a_
     panic!("every waiter was granted by its own attempt: {tried:?}");
 }
 
+/// Waiter A (RwLock of `policy`, lease 500 ms, heartbeat 20 s) is handed the write hold of
+/// `{prefix}-{round}` by X's release, its claim (a request of `arity` words, see
+/// `hold_claim`) held on the network: A's guard, the name and a probe of it. Up to three
+/// rounds: a waiter granted by its own attempt has no claim to hold.
+async fn handed_with_its_claim_held(
+    b: &Backend,
+    proxy: &late_proxy::LateProxy,
+    a: &LockClient,
+    (prefix, arity, policy): (&str, usize, Preference),
+) -> (WriteGuard, String, redis_locks::RwLock) {
+    let (holder, observer) = (b.client().await, b.client().await);
+    let warm_up = a.rwlock(&format!("{prefix}-warm-up")).preference(policy);
+    warm_up
+        .write()
+        .await
+        .expect("warm-up")
+        .release()
+        .await
+        .expect("release");
+    for round in 0..3 {
+        let name = format!("{prefix}-{round}");
+        proxy.hold_claim(arity, &name);
+        let x = holder.rwlock(&name).preference(policy).write().await;
+        let x = x.expect("X writes");
+        let a_handle = a.rwlock(&name).preference(policy);
+        let a_handle = a_handle.lease(ms(500)).heartbeat(secs(20));
+        let waiting = tokio::spawn(async move { a_handle.write().await });
+        let probe = observer.rwlock(&name).preference(policy);
+        until_waiters(1, || probe.inspect()).await;
+        assert!(x.release().await.expect("X releases"));
+        let a_guard = a_granted(waiting).await;
+        if proxy.held_within(secs(2)).await {
+            return (a_guard, name, probe);
+        }
+        a_guard.release().await.expect("release");
+    }
+    panic!("every waiter was granted by its own attempt");
+}
+
 /// A downgrade writes now + lease with no rounding (of either parity), the one write besides
 /// a grant that can leave an odd deadline: waiter A (fair RwLock, lease 500 ms, heartbeat
 /// 20 s) is handed the write hold; its claim is held on the network and its connection
@@ -566,67 +576,27 @@ async fn an_extend_after_an_unknown_claim_cannot_keep_the_hand_off_window_for_a_
 /// guard says `is_held()`, and B trusts within the server's lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_late_claim_after_a_fair_downgrade_cannot_cut_a_resumed_read_hold() {
-    use redis_locks::Preference::Fair;
     let b = Backend::redis();
     let (proxy, _fa, a) = proxied_faulty_client(&b).await;
-    let holder = b.client().await;
-    let resumer = b.client().await;
-    let observer = b.client().await;
-    let contender = b.client().await;
-    a.rwlock("fair-downgrade-warm-up")
-        .preference(Fair)
-        .write()
-        .await
-        .expect("warm-up")
-        .release()
-        .await
-        .expect("release");
-    for round in 0..3 {
-        let name = format!("fair-downgrade-late-claim-{round}");
-        proxy.hold_claim(17, &name);
-        let x = holder
-            .rwlock(&name)
-            .preference(Fair)
-            .write()
-            .await
-            .expect("X writes");
-        let a_handle = a
-            .rwlock(&name)
-            .preference(Fair)
-            .lease(ms(500))
-            .heartbeat(secs(20));
-        let waiting = tokio::spawn(async move { a_handle.write().await });
-        let probe = observer.rwlock(&name).preference(Fair);
-        until_waiters(1, || probe.inspect()).await;
-        assert!(x.release().await.expect("X releases"));
-        let a_guard = a_granted(waiting).await;
-        if !proxy.held_within(secs(2)).await {
-            a_guard.release().await.expect("release");
-            continue;
-        }
-        let (read, ()) = tokio::join!(redis_locks::WriteGuard::downgrade(a_guard), async {
-            tokio::time::sleep(ms(20)).await;
-            proxy.cut_clients();
-        });
-        let read = read.expect("A downgrades");
-        let before = probe.inspect().await.expect("inspect");
-        let id = read.detach();
-        let b_guard = resumer
-            .rwlock(&name)
-            .preference(Fair)
-            .lease(secs(9))
-            .resume_read(&id)
-            .await
-            .expect("B resumes the read hold");
-        proxy.deliver_all().await;
-        tokio::time::sleep(ms(50)).await;
-        eprintln!("after the downgrade: {before:?}");
-        let rival = contender.rwlock(&name).preference(Fair);
-        let what = "B's resumed fair read guard after A's late claim";
-        watch_writers(what, &b_guard, &probe, &rival, secs(2)).await;
-        return;
-    }
-    panic!("every waiter was granted by its own attempt");
+    let (resumer, contender) = (b.client().await, b.client().await);
+    let case = ("fair-downgrade-late-claim", 17, Preference::Fair);
+    let (a_guard, name, probe) = handed_with_its_claim_held(&b, &proxy, &a, case).await;
+    let (read, ()) = tokio::join!(WriteGuard::downgrade(a_guard), async {
+        tokio::time::sleep(ms(20)).await;
+        proxy.cut_clients();
+    });
+    let read = read.expect("A downgrades");
+    let before = probe.inspect().await.expect("inspect");
+    let id = read.detach();
+    let b_lock = resumer.rwlock(&name).preference(Preference::Fair);
+    let b_guard = b_lock.lease(secs(9)).resume_read(&id).await;
+    let b_guard = b_guard.expect("B resumes the read hold");
+    proxy.deliver_all().await;
+    tokio::time::sleep(ms(50)).await;
+    eprintln!("after the downgrade: {before:?}");
+    let rival = contender.rwlock(&name).preference(Preference::Fair);
+    let what = "B's resumed fair read guard after A's late claim";
+    watch_writers(what, &b_guard, &probe, &rival, secs(2)).await;
 }
 
 /// Another party's downgrade leaves an odd deadline behind a late claim: waiter A (RwLock,
@@ -639,49 +609,22 @@ async fn a_late_claim_after_a_fair_downgrade_cannot_cut_a_resumed_read_hold() {
 async fn a_late_claim_after_anothers_downgrade_cannot_let_a_writer_beside_the_reader() {
     let b = Backend::redis();
     let (proxy, _fa, a) = proxied_faulty_client(&b).await;
-    let holder = b.client().await;
-    let resumer = b.client().await;
-    let observer = b.client().await;
-    let contender = b.client().await;
-    a.rwlock("others-downgrade-warm-up")
-        .write()
+    let (resumer, contender) = (b.client().await, b.client().await);
+    let case = ("others-downgrade-late-claim", 13, Preference::Writer);
+    let (a_guard, name, probe) = handed_with_its_claim_held(&b, &proxy, &a, case).await;
+    let id = a_guard.detach();
+    proxy.cut_clients();
+    let b_lock = resumer.rwlock(&name).lease(secs(9));
+    let b_write = b_lock
+        .resume_write(&id)
         .await
-        .expect("warm-up")
-        .release()
-        .await
-        .expect("release");
-    for round in 0..3 {
-        let name = format!("others-downgrade-late-claim-{round}");
-        proxy.hold_claim(13, &name);
-        let x = holder.rwlock(&name).write().await.expect("X writes");
-        let a_handle = a.rwlock(&name).lease(ms(500)).heartbeat(secs(20));
-        let waiting = tokio::spawn(async move { a_handle.write().await });
-        let probe = observer.rwlock(&name);
-        until_waiters(1, || probe.inspect()).await;
-        assert!(x.release().await.expect("X releases"));
-        let a_guard = a_granted(waiting).await;
-        if !proxy.held_within(secs(2)).await {
-            a_guard.release().await.expect("release");
-            continue;
-        }
-        let id = a_guard.detach();
-        proxy.cut_clients();
-        let b_lock = resumer.rwlock(&name).lease(secs(9));
-        let b_write = b_lock
-            .resume_write(&id)
-            .await
-            .expect("B resumes the write hold");
-        let b_guard = redis_locks::WriteGuard::downgrade(b_write)
-            .await
-            .expect("B downgrades");
-        proxy.deliver_all().await;
-        tokio::time::sleep(ms(50)).await;
-        let rival = contender.rwlock(&name);
-        let what = "B's read guard (downgraded) after A's late claim";
-        watch_writers(what, &b_guard, &probe, &rival, secs(2)).await;
-        return;
-    }
-    panic!("every waiter was granted by its own attempt");
+        .expect("B resumes the write hold");
+    let b_guard = WriteGuard::downgrade(b_write).await.expect("B downgrades");
+    proxy.deliver_all().await;
+    tokio::time::sleep(ms(50)).await;
+    let rival = contender.rwlock(&name);
+    let what = "B's read guard (downgraded) after A's late claim";
+    watch_writers(what, &b_guard, &probe, &rival, secs(2)).await;
 }
 
 /// Once the proxy holds a request (the first attempt), cuts the client side of every
@@ -858,3 +801,15 @@ async fn a_late_withdraw_of_a_multi_lock_cannot_end_its_later_grant() {
     )
     .await;
 }
+
+both_backends!(
+    a_late_claim_cannot_cut_a_resume_that_kept_the_hand_off_window,
+    a_late_claim_of_a_second_guard_cannot_cut_a_fair_lock_resume,
+    a_shorter_extend_then_a_crash_blocks_at_most_the_longer_lease,
+    a_dead_claimer_blocks_at_most_its_lease,
+    a_cancelled_shorter_extend_hold_of_a_third_client_cannot_cut_a_resume,
+    a_shorter_extend_by_one_read_guard_cannot_let_a_writer_beside_the_other,
+    a_lost_shorter_extend_does_not_cap_later_trust,
+    cancelled_shorter_extends_at_every_point_cannot_cut_a_resume,
+    a_shorter_resume_by_a_second_guard_cannot_cut_the_first,
+);

@@ -4,6 +4,8 @@
 //! `extend` asked later answer `false`"), through the public API.
 
 mod support;
+use support::quick::in_time;
+use support::quick::Quick;
 
 use std::sync::Arc;
 
@@ -63,9 +65,8 @@ async fn an_extend_by_id_beside_a_lost_guard_does_not_revive_it() {
     );
     let guard = a.mutex(name).lease(ms(1_000)).lock().await.expect("lock");
     let id = guard.hold_id();
-    timeout(secs(3), guard.lost())
-        .await
-        .expect("lost() resolves once the 1 s trust runs out");
+    let what = "lost() resolves once the 1 s trust runs out";
+    in_time(secs(3), what, guard.lost()).await;
     let lost_at = Instant::now();
     assert!(!guard.is_held());
     let by_id = a.extend_hold(&id, secs(10)).await;
@@ -93,12 +94,7 @@ async fn a_hand_off_guard_whose_claim_reply_is_late_stays_lost() {
     let (fa, a) = faulty_client(&b).await;
     let holder = b.client().await;
     let direct = b.client().await;
-    let first = holder
-        .mutex(name)
-        .lease(secs(30))
-        .lock()
-        .await
-        .expect("lock");
+    let first = holder.lock_for(name, secs(30)).await;
     let gate = fa.hold_replies(
         Rule::on(Op::Extend)
             .when(|c| c.lease == Some(ms(1_000)))
@@ -110,9 +106,8 @@ async fn a_hand_off_guard_whose_claim_reply_is_late_stays_lost() {
     until_waiters(1, || handle.inspect()).await;
     assert!(first.release().await.expect("release"));
     let mut guard = join("A's lock", waiting).await.expect("handed over");
-    timeout(secs(3), guard.lost())
-        .await
-        .expect("lost() resolves once the window runs out");
+    let what = "lost() resolves once the window runs out";
+    in_time(secs(3), what, guard.lost()).await;
     let lost_at = Instant::now();
     gate.open();
     sleep(ms(100)).await;
@@ -163,13 +158,7 @@ async fn is_held_never_turns_true_after_it_was_false_stress() {
         let mut guards = Vec::new();
         let mut tasks = Vec::new();
         for n in &names {
-            let g = a
-                .mutex(n)
-                .lease(ms(200))
-                .auto_renew(false)
-                .lock()
-                .await
-                .expect("lock");
+            let g = a.lock_unrenewed(n, ms(200)).await;
             let id = g.hold_id();
             let c = a.clone();
             tasks.push(tokio::spawn(

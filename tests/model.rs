@@ -13,6 +13,7 @@
 mod support;
 use support::model_rig::{cases, full_run};
 use support::replies::equal;
+use support::time::ms;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -177,9 +178,7 @@ impl Program {
                 _ => "x".repeat(65),
             },
         };
-        let mut claim = spec
-            .request
-            .claim(spec.lease, Duration::from_millis(spec.heartbeat));
+        let mut claim = spec.request.claim(spec.lease, ms(spec.heartbeat));
         claim.token = token;
         claim
     }
@@ -640,7 +639,7 @@ async fn run_program(
                 heartbeat,
             } => {
                 let keys = program.lock(*lock);
-                let hb = Duration::from_millis(*heartbeat);
+                let hb = ms(*heartbeat);
                 let r = redis.set_permits(&keys, *change, hb, at).await;
                 let g = general.set_permits(&keys, *change, hb, at).await;
                 let m = model.set_permits(&keys, *change, hb, at).await;
@@ -742,7 +741,7 @@ impl Rig {
                 if self.probes.lock().unwrap().get("flush").copied() != start {
                     break;
                 }
-                tokio::time::sleep(Duration::from_millis(5)).await;
+                tokio::time::sleep(ms(5)).await;
             }
         });
         self.probes.lock().unwrap().clone()
@@ -931,11 +930,11 @@ impl Planted {
     }
 
     fn longer(&self, d: Duration) -> Duration {
-        d + Duration::from_millis(self.shift())
+        d + ms(self.shift())
     }
 
     fn shorter(&self, d: Duration) -> Duration {
-        d.saturating_sub(Duration::from_millis(self.shift()))
+        d.saturating_sub(ms(self.shift()))
     }
 
     fn claim(&self, claim: &Claim) -> Claim {

@@ -25,6 +25,7 @@ mod support;
 use support::model_rig::ModelRig;
 use support::model_rig::{cases, full_run};
 use support::replies::{class, equal_with_message};
+use support::time::ms;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -172,10 +173,7 @@ fn lock_keys(lock: usize) -> LockKeys {
 
 /// A FairLock claim, made by the library's own `Request::claim`, with a chosen token.
 fn claim(token: &str, lease: u64, heartbeat: u64) -> Claim {
-    let mut claim = Request::FairLock.claim(
-        Duration::from_millis(lease),
-        Duration::from_millis(heartbeat),
-    );
+    let mut claim = Request::FairLock.claim(ms(lease), ms(heartbeat));
     claim.token = token.to_owned();
     claim
 }
@@ -292,7 +290,7 @@ async fn run_program(
             }
             Op::Extend { token, lock, lease } => {
                 let c = claim(&token_of(*token), *lease, 300);
-                let d = Duration::from_millis(*lease);
+                let d = ms(*lease);
                 let _ = both!(extend(&lock_keys(*lock), &c, d, Some(now)));
             }
             Op::ForceRelease { lock } => {

@@ -13,10 +13,10 @@
 mod support;
 use support::model_rig::{cases, full_run};
 use support::replies::equal_with_message;
+use support::time::ms;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::{
@@ -115,8 +115,8 @@ fn claim(token: usize, slot: Slot, lease: u64, policy: Policy) -> Claim {
     Claim {
         token: token_of(token),
         slot,
-        lease: Duration::from_millis(lease),
-        heartbeat: Duration::from_millis(300),
+        lease: ms(lease),
+        heartbeat: ms(300),
         policy,
     }
 }
@@ -185,8 +185,7 @@ async fn run_program(
                 wait,
                 lease,
             } => {
-                let mut c =
-                    request.claim(Duration::from_millis(*lease), Duration::from_millis(300));
+                let mut c = request.claim(ms(*lease), ms(300));
                 c.token = token_of(*token);
                 let keys = lock_keys(*lock);
                 let r = redis.acquire(&keys, &c, *wait, Some(now)).await;
@@ -217,7 +216,7 @@ async fn run_program(
             } => {
                 let c = claim(*token, *slot, *lease, Policy::Writer);
                 let keys = lock_keys(*lock);
-                let d = Duration::from_millis(*lease);
+                let d = ms(*lease);
                 let r = redis.extend(&keys, &c, d, Some(now)).await;
                 let m = model.extend(&keys, &c, d, Some(now)).await;
                 if !equal_with_message(&r, &m) {

@@ -27,10 +27,10 @@ mod support;
 use support::model_rig::ModelRig;
 use support::model_rig::{cases, full_run};
 use support::replies::equal_with_message;
+use support::time::{ms, secs};
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
-use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestError, TestRunner};
@@ -48,9 +48,9 @@ const START_MS: u64 = 1_000_000;
 /// and a slow rate next to a fast one on the same name.
 fn rates() -> [Rate; 4] {
     [
-        Rate::new(3, Duration::from_millis(1_000)).burst(2),
-        Rate::new(7, Duration::from_millis(100)).burst(3),
-        Rate::new(2, Duration::from_millis(999)).burst(1),
+        Rate::new(3, ms(1_000)).burst(2),
+        Rate::new(7, ms(100)).burst(3),
+        Rate::new(2, ms(999)).burst(1),
         Rate::per_hour(5).burst(4),
     ]
 }
@@ -144,7 +144,7 @@ fn claim(token: usize, rate: usize, permits: u64, heartbeat_ms: u64) -> RateClai
         token: format!("tok{token}"),
         permits,
         rate: rates()[rate],
-        heartbeat: Duration::from_millis(heartbeat_ms),
+        heartbeat: ms(heartbeat_ms),
     }
 }
 
@@ -582,7 +582,7 @@ fn rate_scripts_match_model_and_planted_bugs_are_found() {
 #[test]
 fn estimates_with_a_long_queue_of_full_bursts_match_the_model() {
     let rig = ModelRig::start();
-    let rate = Rate::new(999_983, Duration::from_secs(86_400)).burst(1_000_000);
+    let rate = Rate::new(999_983, secs(86_400)).burst(1_000_000);
     let model = MemoryStore::new();
     let k = keys(0);
     rig.runtime.block_on(async {
@@ -592,7 +592,7 @@ fn estimates_with_a_long_queue_of_full_bursts_match_the_model() {
                 token: format!("big{i}"),
                 permits: 1_000_000,
                 rate,
-                heartbeat: Duration::from_secs(3_600),
+                heartbeat: secs(3_600),
             };
             let wait = i != 71;
             let a = rig.redis.rate_acquire(&k, &c, wait, Some(now)).await;
@@ -605,9 +605,7 @@ fn estimates_with_a_long_queue_of_full_bursts_match_the_model() {
                 let Ok(RateDecision::Refused(busy)) = a else {
                     panic!("the last try was not refused: {a:?}")
                 };
-                assert!(busy
-                    .retry_after
-                    .is_some_and(|r| r > Duration::from_secs(86_400 * 60)));
+                assert!(busy.retry_after.is_some_and(|r| r > secs(86_400 * 60)));
             }
             now += 7;
         }
@@ -642,7 +640,7 @@ fn the_default_burst_is_the_count_as_the_readme_says() {
                             token: format!("t{name}-{step}-{}", admitted.len()),
                             permits: 1,
                             rate,
-                            heartbeat: Duration::from_secs(10),
+                            heartbeat: secs(10),
                         };
                         match store.rate_acquire(&k, &c, false, Some(now)).await {
                             Ok(RateDecision::Admitted { .. }) => admitted.push(now),

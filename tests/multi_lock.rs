@@ -2,11 +2,12 @@
 //! in-memory store: all or none, canonical order, no deadlock, nothing left behind.
 
 mod support;
+use support::quick::{soon, Quick};
+use support::time::{ms, secs};
 use support::Granted;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use redis_locks::{LockClient, Preference, MAX_MULTI_NAMES};
 
@@ -14,12 +15,7 @@ use support::backend::{eventually, join, Backend, EVENTUALLY};
 
 /// True when no live hold of the lease lock remains on `name`.
 async fn free(c: &LockClient, name: &str) -> bool {
-    c.mutex(name)
-        .inspect()
-        .await
-        .expect("inspect")
-        .holders
-        .is_empty()
+    c.mutex_info(name).await.holders.is_empty()
 }
 
 async fn takes_every_name_in_one_step(b: Backend) {
@@ -71,12 +67,12 @@ async fn a_busy_part_takes_nothing_and_the_wait_is_woken(b: Backend) {
         tokio::spawn(async move {
             // Woken by the release, not by the (long) retry interval.
             c.multi_lock(["m2:a", "m2:b"])
-                .retry_interval(Duration::from_secs(60))
+                .retry_interval(secs(60))
                 .lock()
                 .await
         })
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    tokio::time::sleep(ms(100)).await;
     assert!(free(&c, "m2:a").await, "a waiting multi-lock holds nothing");
     assert!(!waiter.is_finished());
     held.release().await.expect("release b");
@@ -92,7 +88,7 @@ async fn a_timeout_leaves_nothing_held(b: Backend) {
     let err = c
         .multi_lock(["m3:a", "m3:z"])
         .lock()
-        .timeout(Duration::from_millis(150))
+        .timeout(ms(150))
         .await
         .expect_err("busy");
     assert!(err.is_timeout(), "{err}");
@@ -109,12 +105,12 @@ async fn a_dropped_wait_leaves_nothing_held(b: Backend) {
         let multi = c.multi_lock(names);
         let wait = multi.lock();
         let releaser = async {
-            tokio::time::sleep(Duration::from_millis(round % 5)).await;
+            tokio::time::sleep(ms(round % 5)).await;
             held.release().await.expect("release");
         };
         // Cancel the wait at varying instants around the release: before, while the grant is
         // in flight, after.
-        let cancel_after = Duration::from_millis(round % 7);
+        let cancel_after = ms(round % 7);
         let (_, outcome) = tokio::join!(releaser, tokio::time::timeout(cancel_after, wait));
         drop(outcome);
         eventually(
@@ -271,15 +267,13 @@ async fn losing_one_part_is_losing_the_guard(b: Backend) {
     let c = b.client().await;
     let g = c
         .multi_lock(["m9:a", "m9:b"])
-        .lease(Duration::from_millis(300))
+        .lease(ms(300))
         .lock()
         .await
         .expect("multi");
     assert!(g.is_held());
     c.force_release("m9:b").await.expect("force");
-    tokio::time::timeout(EVENTUALLY, g.lost())
-        .await
-        .expect("lost() fires when one part is gone");
+    soon("lost() fires when one part is gone", g.lost()).await;
     assert!(!g.is_held());
     let err = g.run_while_held(async {}).await.expect_err("lost");
     assert!(err.to_string().contains("m9:b"), "{err}");
@@ -290,15 +284,15 @@ async fn parts_renew_while_the_guard_lives(b: Backend) {
     let c = b.client().await;
     let mut g = c
         .multi_lock(["m10:a", "m10:b"])
-        .lease(Duration::from_millis(200))
+        .lease(ms(200))
         .lock()
         .await
         .expect("multi");
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    tokio::time::sleep(ms(700)).await;
     assert!(g.is_held(), "renewed past three leases");
-    assert!(g.extend(Duration::from_secs(30)).await.expect("extend"));
+    assert!(g.extend(secs(30)).await.expect("extend"));
     let left = c.mutex("m10:a").inspect().await.expect("inspect").holders[0].lease_remaining;
-    assert!(left > Duration::from_secs(20), "{left:?}");
+    assert!(left > secs(20), "{left:?}");
     assert!(g.release().await.expect("release"));
 }
 

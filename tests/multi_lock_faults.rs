@@ -9,6 +9,8 @@
 //! cancelled step holds nothing (all or nothing).
 
 mod support;
+use support::quick::in_time;
+use support::quick::Quick;
 use support::Granted;
 
 use std::collections::HashMap;
@@ -209,8 +211,6 @@ async fn multi_churn_exclusion_fences_no_deadlock(b: Backend) {
     }
 }
 
-both_backends!(multi_churn_exclusion_fences_no_deadlock);
-
 /// Opposite orders over overlapping names, exclusive and mixed read/write, many rounds: no
 /// deadlock, every round ends.
 async fn multi_opposite_orders_never_deadlock(b: Backend) {
@@ -236,12 +236,8 @@ async fn multi_opposite_orders_never_deadlock(b: Backend) {
             t.await.expect("task");
         }
     };
-    tokio::time::timeout(ms(15000), all)
-        .await
-        .expect("no deadlock within 15 s");
+    in_time(ms(15000), "no deadlock within 15 s", all).await;
 }
-
-both_backends!(multi_opposite_orders_never_deadlock);
 
 type Registry = StdMutex<Vec<(Arc<redis_locks::MultiGuard>, Vec<(String, bool)>)>>;
 
@@ -344,8 +340,6 @@ async fn multi_short_leases_never_conflict(b: Backend) {
     assert!(join("checker", checker).await > 100);
 }
 
-both_backends!(multi_short_leases_never_conflict);
-
 // ------------------------------------------------------------------------------------------
 // all or nothing: refusals, timeouts, cancels, lost replies, lapsed guards
 // ------------------------------------------------------------------------------------------
@@ -396,8 +390,6 @@ async fn multi_refusal_timeout_cancel_hold_nothing(b: Backend) {
     let g = c.multi_lock(names).try_lock().await.expect("all free now");
     g.release().await.expect("release");
 }
-
-both_backends!(multi_refusal_timeout_cancel_hold_nothing);
 
 /// Slot by slot (as on Redis Cluster): a multi-lock that took its first slot and then timed
 /// out on the second gives the first back within its response timeout; a release that is not
@@ -455,8 +447,6 @@ async fn a_timed_out_slot_by_slot_multi_lock_gives_back_what_it_took(b: Backend)
     g.release().await.expect("release");
     held.release().await.expect("release");
 }
-
-both_backends!(a_timed_out_slot_by_slot_multi_lock_gives_back_what_it_took);
 
 /// Lost replies (replies stalled while the step runs): a timed-out multi-lock leaves nothing
 /// held for the lease once the network is back, and an untimed one ends holding every part
@@ -545,20 +535,12 @@ async fn multi_lapsed_guard_never_overlaps(b: Backend) {
     new.release().await.expect("release");
 }
 
-both_backends!(multi_lapsed_guard_never_overlaps);
-
 /// Fencing tokens per name: each part reports its own name's counter, whatever order the
 /// names came in, a read part the last writer's; the next exclusive grant is above.
 async fn multi_fences_are_per_name(b: Backend) {
     let c = b.client().await;
     for _ in 0..3 {
-        c.mutex("fz:z")
-            .lock()
-            .await
-            .expect("bump")
-            .release()
-            .await
-            .expect("release");
+        c.locked("fz:z").await.release().await.expect("release");
     }
     let bumped = c.mutex("fz:z").inspect().await.expect("inspect").fence;
     let g = c.multi_lock(["fz:z", "fz:a"]).lock().await.expect("multi");
@@ -597,8 +579,6 @@ async fn multi_fences_are_per_name(b: Backend) {
     assert!(m.fencing_token() > z1);
 }
 
-both_backends!(multi_fences_are_per_name);
-
 // ------------------------------------------------------------------------------------------
 // parts of another family; bad input
 // ------------------------------------------------------------------------------------------
@@ -634,8 +614,6 @@ async fn multi_part_held_by_ticket_queue(b: Backend) {
     assert!(lease_free(&c, "tq:a").await);
     p.release().await.expect("release");
 }
-
-both_backends!(multi_part_held_by_ticket_queue);
 
 /// Bad input: typed errors before any call, never a panic, nothing held.
 async fn multi_bad_input_is_typed(b: Backend) {
@@ -697,13 +675,11 @@ async fn multi_bad_input_is_typed(b: Backend) {
     g.release().await.expect("release");
 }
 
-both_backends!(multi_bad_input_is_typed);
-
 /// MultiGuard::extend with a zero or huge lease: a typed error, the guard unchanged and held.
 async fn multi_extend_bad_durations(b: Backend) {
     let c = b.client().await;
     let mut g = c.multi_lock(["ex:a", "ex:b"]).lock().await.expect("multi");
-    for d in [Duration::ZERO, Duration::from_millis(1), Duration::MAX] {
+    for d in [Duration::ZERO, ms(1), Duration::MAX] {
         let err = g.extend(d).await.expect_err("bad lease");
         assert!(err.is_invalid_input(), "{d:?}: {err}");
         assert!(g.is_held(), "{d:?}");
@@ -712,4 +688,15 @@ async fn multi_extend_bad_durations(b: Backend) {
     assert!(g.release().await.expect("release"));
 }
 
-both_backends!(multi_extend_bad_durations);
+both_backends!(
+    multi_churn_exclusion_fences_no_deadlock,
+    multi_opposite_orders_never_deadlock,
+    multi_short_leases_never_conflict,
+    multi_refusal_timeout_cancel_hold_nothing,
+    a_timed_out_slot_by_slot_multi_lock_gives_back_what_it_took,
+    multi_lapsed_guard_never_overlaps,
+    multi_fences_are_per_name,
+    multi_part_held_by_ticket_queue,
+    multi_bad_input_is_typed,
+    multi_extend_bad_durations,
+);

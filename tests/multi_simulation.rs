@@ -40,6 +40,7 @@ use redis_locks::LockClient;
 use tokio::time::Instant;
 
 mod support;
+use support::time::ms;
 
 use support::env_u32;
 use support::rng::xorshift;
@@ -266,8 +267,8 @@ impl World {
                         snap.holders
                     )),
                     Some(h) => {
-                        let server_until = Instant::now() + Duration::from_millis(h.remaining_ms);
-                        if g.valid_until() > server_until + Duration::from_millis(1) {
+                        let server_until = Instant::now() + ms(h.remaining_ms);
+                        if g.valid_until() > server_until + ms(1) {
                             self.violation(format!(
                                 "TrustPastLease: {token} trusts {name} {:?} past its server deadline",
                                 g.valid_until() - server_until
@@ -381,12 +382,12 @@ async fn run_client(client: LockClient, spec: ClientSpec, world: Arc<World>) {
                 let multi = client.multi_rwlock(reads, wr);
                 let wait = async {
                     match timeout_ms {
-                        Some(t) => multi.lock().timeout(Duration::from_millis(t)).await,
+                        Some(t) => multi.lock().timeout(ms(t)).await,
                         None => multi.lock().await,
                     }
                 };
                 let outcome = match cancel_ms {
-                    Some(c) => match tokio::time::timeout(Duration::from_millis(c), wait).await {
+                    Some(c) => match tokio::time::timeout(ms(c), wait).await {
                         Ok(outcome) => outcome,
                         Err(_) => {
                             // Cancelled: the future was dropped.
@@ -413,7 +414,7 @@ async fn run_client(client: LockClient, spec: ClientSpec, world: Arc<World>) {
                 };
                 let entry = Arc::new(MultiEntry(guard, parts));
                 register(&world, entry.clone());
-                tokio::time::sleep(Duration::from_millis(hold_ms)).await;
+                tokio::time::sleep(ms(hold_ms)).await;
                 let Ok(MultiEntry(guard, _)) = Arc::try_unwrap(entry) else {
                     unreachable!("the oracle holds weak references only")
                 };
@@ -429,7 +430,7 @@ async fn run_client(client: LockClient, spec: ClientSpec, world: Arc<World>) {
                 Ok(g) => {
                     let entry = Arc::new(SingleEntry(g, Slot::Write));
                     register(&world, entry.clone());
-                    tokio::time::sleep(Duration::from_millis(hold_ms)).await;
+                    tokio::time::sleep(ms(hold_ms)).await;
                     drop(entry);
                 }
                 Err(e) if e.is_connection() => {}
@@ -439,7 +440,7 @@ async fn run_client(client: LockClient, spec: ClientSpec, world: Arc<World>) {
                 Ok(g) => {
                     let entry = Arc::new(SingleEntry(g, Slot::Read));
                     register(&world, entry.clone());
-                    tokio::time::sleep(Duration::from_millis(hold_ms)).await;
+                    tokio::time::sleep(ms(hold_ms)).await;
                     drop(entry);
                 }
                 Err(e) if e.is_connection() => {}
@@ -466,8 +467,8 @@ async fn run(schedule: Schedule) -> std::result::Result<(), String> {
         };
         let conn = SimConn::new(link, store.hub().clone());
         let client = LockClient::builder()
-            .lease(Duration::from_millis(spec.lease_ms))
-            .retry_interval(Duration::from_millis(spec.retry_ms))
+            .lease(ms(spec.lease_ms))
+            .retry_interval(ms(spec.retry_ms))
             .store(conn)
             .expect("client");
         tasks.push(tokio::spawn(run_client(client, spec, world.clone())));
@@ -480,8 +481,8 @@ async fn run(schedule: Schedule) -> std::result::Result<(), String> {
         }
     }
     // Background releases run now, retried after a lost reply; nothing is left to lapse.
-    let faults_end = start + Duration::from_millis(FAULTS_UNTIL);
-    tokio::time::sleep_until(faults_end.max(Instant::now()) + Duration::from_millis(300)).await;
+    let faults_end = start + ms(FAULTS_UNTIL);
+    tokio::time::sleep_until(faults_end.max(Instant::now()) + ms(300)).await;
     let now = virtual_now(start);
     for name in NAMES {
         let keys = LockKeys::new("rl", name).expect("name");

@@ -2,6 +2,8 @@
 
 mod support;
 use support::backend::within_ok;
+use support::quick::Quick;
+use support::time::{ms, secs};
 use support::Granted;
 
 use std::time::Duration;
@@ -23,15 +25,9 @@ async fn second_holder_is_refused(b: Backend) {
     let g = m.lock().await.expect("lock");
     assert!(support::would_block(m.try_lock().await));
     assert!(g.release().await.expect("release"));
-    let g2 = m
-        .lock()
-        .timeout(Duration::from_secs(5))
-        .await
-        .expect("relock");
+    let g2 = m.lock().timeout(secs(5)).await.expect("relock");
     assert!(g2.fencing_token() > 1);
 }
-
-both_backends!(second_holder_is_refused);
 
 /// 16 tasks on 2 clients take one mutex 100 times each; the shared log sees every overlap.
 async fn sixteen_tasks_never_overlap(b: Backend) {
@@ -54,16 +50,11 @@ async fn sixteen_tasks_never_overlap(b: Backend) {
         }));
     }
     for t in tasks {
-        timeout(Duration::from_secs(120), t)
-            .await
-            .expect("1600 acquisitions within 2 minutes")
-            .expect("task");
+        within_ok(secs(120), "1600 acquisitions within 2 minutes", t).await;
     }
     assert_eq!(h.grants().len(), 1600);
     h.check_exclusion();
 }
-
-both_backends!(sixteen_tasks_never_overlap);
 
 /// A release by another token is refused and changes nothing.
 async fn release_with_wrong_token_is_refused(b: Backend) {
@@ -76,7 +67,7 @@ async fn release_with_wrong_token_is_refused(b: Backend) {
         .is_some()
         .then(|| b.cli(&["GET", "rl:{wrong-token}:w"]));
     let keys = c.keys("wrong-token").expect("keys");
-    let other = Request::Mutex.claim(Duration::from_secs(30), Duration::from_secs(5));
+    let other = Request::Mutex.claim(secs(30), secs(5));
     let released = c
         .store()
         .release(&keys, &other, None)
@@ -99,13 +90,11 @@ async fn release_with_wrong_token_is_refused(b: Backend) {
     assert!(g.release().await.expect("release"));
 }
 
-both_backends!(release_with_wrong_token_is_refused);
-
 /// A holder that dies without any cleanup (no renewal, no release) blocks others until its
 /// lease ends, and no longer.
 async fn dead_holder_frees_within_its_lease(b: Backend) {
     let _quiet = LOAD.read().await;
-    let lease = Duration::from_millis(1500);
+    let lease = ms(1500);
     let c = b.client().await;
     let m = c.mutex("dead-holder").lease(lease).auto_renew(false);
     let (tx, rx) = tokio::sync::oneshot::channel();
@@ -136,31 +125,26 @@ async fn dead_holder_frees_within_its_lease(b: Backend) {
         .expect("lock after the lease");
     let waited = started.elapsed();
     assert!(
-        waited + Duration::from_millis(50) >= lease,
+        waited + ms(50) >= lease,
         "granted after {waited:?}, before the lease of {lease:?} ended"
     );
     // The waiter wakes at the blocking lease's end; a generous margin for a slow machine.
-    assert!(
-        waited < lease + Duration::from_secs(5),
-        "granted only after {waited:?}"
-    );
+    assert!(waited < lease + secs(5), "granted only after {waited:?}");
     assert!(g.release().await.expect("release"));
 }
-
-both_backends!(dead_holder_frees_within_its_lease);
 
 /// With renewal on, a 300 ms lease held for 2 s stays ours.
 async fn renewed_lease_is_never_lost(b: Backend) {
     let _quiet = LOAD.read().await;
     let c = b.client().await;
-    let m = c.mutex("renewed").lease(Duration::from_millis(300));
+    let m = c.mutex("renewed").lease(ms(300));
     let g = m.lock().await.expect("lock");
     let fence = g.fencing_token();
     let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(2) {
+    while start.elapsed() < secs(2) {
         tokio::select! {
             _ = g.lost() => panic!("lost() fired after {:?} with renewal on", start.elapsed()),
-            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+            _ = tokio::time::sleep(ms(50)) => {}
         }
         assert!(g.is_held(), "not held after {:?}", start.elapsed());
     }
@@ -170,8 +154,6 @@ async fn renewed_lease_is_never_lost(b: Backend) {
     assert!(g.is_held());
     assert!(g.release().await.expect("release"), "the lease had lapsed");
 }
-
-both_backends!(renewed_lease_is_never_lost);
 
 /// 1000 acquisitions from 4 clients: fences strictly increase in grant order.
 async fn fences_strictly_increase(b: Backend) {
@@ -191,10 +173,7 @@ async fn fences_strictly_increase(b: Backend) {
         }));
     }
     for t in tasks {
-        timeout(Duration::from_secs(120), t)
-            .await
-            .expect("1000 acquisitions within 2 minutes")
-            .expect("task");
+        within_ok(secs(120), "1000 acquisitions within 2 minutes", t).await;
     }
     let grants = h.grants();
     assert_eq!(grants.len(), 1000);
@@ -204,15 +183,13 @@ async fn fences_strictly_increase(b: Backend) {
     assert_eq!(fences.len(), 1000, "a fence was handed out twice");
 }
 
-both_backends!(fences_strictly_increase);
-
 /// The acquire step repeated with the same token (a retry after a lost reply) returns the
 /// same grant.
 async fn acquire_is_idempotent_per_token(b: Backend) {
     let c = b.client().await;
     let keys = c.keys("idempotent").expect("keys");
     let store = c.store();
-    let claim = Request::Mutex.claim(Duration::from_secs(30), Duration::from_secs(5));
+    let claim = Request::Mutex.claim(secs(30), secs(5));
     let first = store
         .acquire(&keys, &claim, false, None)
         .await
@@ -229,7 +206,7 @@ async fn acquire_is_idempotent_per_token(b: Backend) {
     assert_eq!(snap.fence, a.fence, "the retry bumped the fence counter");
     assert_eq!(snap.holders.len(), 1);
     assert_eq!(snap.holders[0].token, claim.token);
-    let other = Request::Mutex.claim(Duration::from_secs(30), Duration::from_secs(5));
+    let other = Request::Mutex.claim(secs(30), secs(5));
     assert!(matches!(
         store
             .acquire(&keys, &other, false, None)
@@ -240,22 +217,16 @@ async fn acquire_is_idempotent_per_token(b: Backend) {
     assert!(store.release(&keys, &claim, None).await.expect("release"));
 }
 
-both_backends!(acquire_is_idempotent_per_token);
-
 /// With a 30 s fallback interval, only a wake-up can let a waiter in quickly after a release.
 async fn waiter_is_woken_by_notification(b: Backend) {
     let _quiet = LOAD.read().await;
-    let holder = b
-        .client()
-        .await
-        .mutex("notified")
-        .lease(Duration::from_secs(60));
+    let holder = b.client().await.mutex("notified").lease(secs(60));
     let g = holder.lock().await.expect("lock");
     let waiter_client = b
         .client_with(
             LockClient::builder()
-                .retry_interval(Duration::from_secs(30))
-                .heartbeat(Duration::from_secs(180)),
+                .retry_interval(secs(30))
+                .heartbeat(secs(180)),
         )
         .await;
     let waiter = waiter_client.mutex("notified");
@@ -266,19 +237,17 @@ async fn waiter_is_woken_by_notification(b: Backend) {
         at
     });
     // Let the waiter make its attempts and go to sleep (its next timer is ~30 s away).
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    tokio::time::sleep(ms(700)).await;
     assert!(!task.is_finished(), "the waiter got a held lock");
     let released_at = Instant::now();
     assert!(g.release().await.expect("release"));
-    let granted_at = within_ok(Duration::from_secs(20), "the waiter was never woken", task).await;
+    let granted_at = within_ok(secs(20), "the waiter was never woken", task).await;
     let delay = granted_at.saturating_duration_since(released_at);
     assert!(
-        delay < Duration::from_secs(5),
+        delay < secs(5),
         "the waiter got the lock {delay:?} after the release: wake-ups do not arrive"
     );
 }
-
-both_backends!(waiter_is_woken_by_notification);
 
 /// `SCRIPT FLUSH` between calls: the scripts are loaded again and every step still works.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -293,7 +262,7 @@ async fn script_flush_between_calls() {
     assert_eq!(m.inspect().await.expect("inspect").holders.len(), 1);
     assert_eq!(b.cli(&["SCRIPT", "FLUSH"]), "OK");
     let mut g = g;
-    assert!(g.extend(Duration::from_secs(20)).await.expect("extend"));
+    assert!(g.extend(secs(20)).await.expect("extend"));
     assert_eq!(b.cli(&["SCRIPT", "FLUSH"]), "OK");
     assert!(g.release().await.expect("release"));
     assert_eq!(b.cli(&["SCRIPT", "FLUSH"]), "OK");
@@ -303,7 +272,7 @@ async fn script_flush_between_calls() {
 
 /// Runs every acquire path of `m`; each must fail with an invalid-input error at once.
 async fn assert_all_invalid(what: &str, m: &redis_locks::Mutex) {
-    let quick = Duration::from_secs(5);
+    let quick = secs(5);
     let e = timeout(quick, m.lock())
         .await
         .unwrap_or_else(|_| panic!("{what}: lock() waited instead of failing"))
@@ -311,7 +280,7 @@ async fn assert_all_invalid(what: &str, m: &redis_locks::Mutex) {
     assert!(e.is_invalid_input(), "{what}: lock() gave {e:?}");
     let e = m.try_lock().await.expect_err(what);
     assert!(e.is_invalid_input(), "{what}: try_lock() gave {e:?}");
-    let e = timeout(quick, m.lock().timeout(Duration::from_secs(1)))
+    let e = timeout(quick, m.lock().timeout(secs(1)))
         .await
         .unwrap_or_else(|_| panic!("{what}: lock_timeout() waited"))
         .expect_err(what);
@@ -321,7 +290,7 @@ async fn assert_all_invalid(what: &str, m: &redis_locks::Mutex) {
 /// Bad names and options are refused before anything reaches Redis.
 async fn invalid_input_is_refused_before_redis(b: Backend) {
     let c = b.client().await;
-    let year = Duration::from_secs(365 * 24 * 3600);
+    let year = secs(365 * 24 * 3600);
     let long = "x".repeat(1025);
     let cases: Vec<(&str, redis_locks::Mutex)> = vec![
         ("empty name", c.mutex("")),
@@ -330,15 +299,11 @@ async fn invalid_input_is_refused_before_redis(b: Backend) {
         ("two-year lease", c.mutex("bad").lease(2 * year)),
         (
             "renew_every == lease",
-            c.mutex("bad")
-                .lease(Duration::from_secs(1))
-                .renew_every(Duration::from_secs(1)),
+            c.mutex("bad").lease(secs(1)).renew_every(secs(1)),
         ),
         (
             "renew_every > lease",
-            c.mutex("bad")
-                .lease(Duration::from_secs(1))
-                .renew_every(Duration::from_secs(2)),
+            c.mutex("bad").lease(secs(1)).renew_every(secs(2)),
         ),
         ("zero heartbeat", c.mutex("bad").heartbeat(Duration::ZERO)),
     ];
@@ -367,25 +332,17 @@ async fn invalid_input_is_refused_before_redis(b: Backend) {
     }
 }
 
-both_backends!(invalid_input_is_refused_before_redis);
-
 /// On redis: DBSIZE stays 0 after every refused input.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn invalid_input_leaves_redis_empty() {
     let b = Backend::redis();
     let c = b.client().await;
-    let year = Duration::from_secs(365 * 24 * 3600);
+    let year = secs(365 * 24 * 3600);
     assert_all_invalid("empty", &c.mutex("")).await;
     assert_all_invalid("long", &c.mutex(&"n".repeat(1025))).await;
     assert_all_invalid("zero lease", &c.mutex("m").lease(Duration::ZERO)).await;
     assert_all_invalid("huge lease", &c.mutex("m").lease(2 * year)).await;
-    assert_all_invalid(
-        "renew",
-        &c.mutex("m")
-            .lease(Duration::from_millis(500))
-            .renew_every(Duration::from_millis(500)),
-    )
-    .await;
+    assert_all_invalid("renew", &c.mutex("m").lease(ms(500)).renew_every(ms(500))).await;
     assert_all_invalid("heartbeat", &c.mutex("m").heartbeat(Duration::ZERO)).await;
     assert_eq!(b.cli(&["DBSIZE"]), "0");
     // Client-wide defaults are checked when connecting.
@@ -409,7 +366,7 @@ async fn invalid_input_leaves_redis_empty() {
 async fn foreign_keys_are_reported_and_kept() {
     let b = Backend::redis();
     let c = b.client().await;
-    let quick = Duration::from_secs(5);
+    let quick = secs(5);
 
     let cases: [(&str, &[&str], &str); 4] = [
         ("hash-w", &["HSET", "rl:{hash-w}:w", "a", "b"], "hash"),
@@ -448,7 +405,7 @@ async fn foreign_fence_text_is_reported_and_kept() {
     let b = Backend::redis();
     let c = b.client().await;
     b.cli(&["SET", "rl:{text-fence}:fence", "not a number"]);
-    let e = timeout(Duration::from_secs(5), c.mutex("text-fence").lock())
+    let e = timeout(secs(5), c.mutex("text-fence").lock())
         .await
         .expect("lock() waited on a foreign key")
         .expect_err("a foreign fence was accepted");
@@ -465,13 +422,11 @@ async fn fence_shows_in_inspect(b: Backend) {
     let info: LockInfo = m.inspect().await.expect("inspect");
     assert_eq!(info.fence, g.fencing_token());
     assert_eq!(info.holders.len(), 1);
-    assert!(info.holders[0].lease_remaining > Duration::from_secs(20));
+    assert!(info.holders[0].lease_remaining > secs(20));
     assert!(g.release().await.expect("release"));
     let info = m.inspect().await.expect("inspect");
     assert!(info.holders.is_empty());
 }
-
-both_backends!(fence_shows_in_inspect);
 
 /// A release hands the mutex straight to a waiting claim and the wake-up carries the grant:
 /// the waiter's guard comes back without another acquire, with the next fence, and the full
@@ -485,9 +440,9 @@ async fn release_hands_the_mutex_to_a_waiter_in_one_trip() {
         let c = LockClient::builder().store(store.clone()).expect("client");
         let m = c
             .mutex("handed")
-            .lease(Duration::from_secs(30))
-            .heartbeat(Duration::from_secs(120))
-            .retry_interval(Duration::from_secs(60))
+            .lease(secs(30))
+            .heartbeat(secs(120))
+            .retry_interval(secs(60))
             .auto_renew(auto_renew);
         let holder = m.lock().await.expect("holder");
         let fence = holder.fencing_token();
@@ -499,15 +454,13 @@ async fn release_hands_the_mutex_to_a_waiter_in_one_trip() {
         let give_up = Instant::now() + EVENTUALLY;
         while store.count(Op::Acquire) < 3 {
             assert!(Instant::now() < give_up, "the waiter never attempted");
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            tokio::time::sleep(ms(5)).await;
         }
         let acquires = store.count(Op::Acquire);
         let extends = store.count(Op::Extend);
         assert!(holder.release().await.expect("release"));
-        let guard = timeout(EVENTUALLY, waiter)
+        let guard = within_ok(EVENTUALLY, "handed over", waiter)
             .await
-            .expect("handed over")
-            .expect("task")
             .expect("granted");
         assert_eq!(
             store.count(Op::Acquire),
@@ -518,16 +471,13 @@ async fn release_hands_the_mutex_to_a_waiter_in_one_trip() {
         let give_up = Instant::now() + EVENTUALLY;
         while store.count(Op::Extend) == extends {
             assert!(Instant::now() < give_up, "the full lease was never claimed");
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            tokio::time::sleep(ms(5)).await;
         }
         let info: LockInfo = m.inspect().await.expect("inspect");
         // The claim replaced the hand-off window (the 120 s heartbeat) with the 30 s lease
         // (a renewal's deadline is rounded up to an even millisecond: see `Store::renew`).
         let left = info.holders[0].lease_remaining;
-        assert!(
-            left <= Duration::from_millis(30_001) && left > Duration::from_secs(20),
-            "{info:?}"
-        );
+        assert!(left <= ms(30_001) && left > secs(20), "{info:?}");
         assert!(guard.is_held());
         assert!(guard.release().await.expect("release"));
     }
@@ -547,21 +497,17 @@ async fn a_thousand_names_are_woken_and_unsubscribed() {
     let waiter = b.client().await;
     let mut held = Vec::with_capacity(N);
     for i in 0..N {
-        let g = holder
-            .mutex(&format!("churn-{i}"))
-            .lock()
-            .await
-            .expect("hold");
+        let g = holder.locked(&format!("churn-{i}")).await;
         held.push(g);
     }
     let mut tasks = Vec::with_capacity(N);
     for i in 0..N {
         let m = waiter
             .mutex(&format!("churn-{i}"))
-            .retry_interval(Duration::from_secs(600));
-        tasks.push(tokio::spawn(async move {
-            m.lock().timeout(Duration::from_secs(300)).await
-        }));
+            .retry_interval(secs(600));
+        tasks.push(tokio::spawn(
+            async move { m.lock().timeout(secs(300)).await },
+        ));
     }
     let channels = || -> usize {
         let listed = b.cli(&["PUBSUB", "CHANNELS", "rl:{churn-*"]);
@@ -574,7 +520,7 @@ async fn a_thousand_names_are_woken_and_unsubscribed() {
             "only {} of {N} subscribed",
             channels()
         );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(ms(50)).await;
     }
     for g in held {
         assert!(g.release().await.expect("release"));
@@ -600,6 +546,19 @@ async fn a_thousand_names_are_woken_and_unsubscribed() {
             "{} channels still subscribed",
             channels()
         );
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(ms(200)).await;
     }
 }
+
+both_backends!(
+    second_holder_is_refused,
+    sixteen_tasks_never_overlap,
+    release_with_wrong_token_is_refused,
+    dead_holder_frees_within_its_lease,
+    renewed_lease_is_never_lost,
+    fences_strictly_increase,
+    acquire_is_idempotent_per_token,
+    waiter_is_woken_by_notification,
+    invalid_input_is_refused_before_redis,
+    fence_shows_in_inspect,
+);

@@ -11,6 +11,9 @@
 //! One test function per primitive, so nextest runs them side by side.
 
 mod support;
+use support::backend::within_ok;
+use support::quick::Quick;
+use support::time::{ms, secs};
 
 use std::time::Duration;
 
@@ -31,7 +34,7 @@ async fn client(server: &RedisServer) -> LockClient {
             connect_timeout: RESPONSE,
             ..RedisConfig::default()
         })
-        .outage_budget(Duration::from_secs(60))
+        .outage_budget(secs(60))
         .connect(&server.url())
         .await
         .expect("connect")
@@ -103,17 +106,14 @@ async fn rides_through_an_outage(p: Primitive) {
 
     // A wait with a deadline returns by it, plus one bounded round trip, and names the cause.
     let started = Instant::now();
-    let err = p
-        .wait(&c, Some(Duration::from_millis(300)))
-        .await
-        .expect_err("Redis is down");
+    let err = p.wait(&c, Some(ms(300))).await.expect_err("Redis is down");
     let took = started.elapsed();
     assert!(
         err.is_connection() && !err.is_timeout(),
         "{p:?}: Redis down must read as a connection error, not a busy lock: {err:?}"
     );
     assert!(
-        took <= Duration::from_millis(300) + RESPONSE * 2,
+        took <= ms(300) + RESPONSE * 2,
         "{p:?}: the timed wait took {took:?}"
     );
 
@@ -131,10 +131,8 @@ async fn rides_through_an_outage(p: Primitive) {
     );
     server.restart();
 
-    let held = tokio::time::timeout(Duration::from_secs(30), patient)
+    let held = within_ok(secs(30), "served within 30 s of the restart", patient)
         .await
-        .expect("served within 30 s of the restart")
-        .expect("task")
         .expect("the waiter that outlived the outage is granted");
     assert!(held, "{p:?}: its guard is held");
     // And the client works as before.
@@ -176,14 +174,14 @@ async fn a_wait_gives_up_after_its_outage_budget() {
     let started = Instant::now();
     let err = c
         .mutex("budget")
-        .outage_budget(Duration::from_secs(2))
+        .outage_budget(secs(2))
         .lock()
         .await
         .expect_err("Redis stays down");
     let took = started.elapsed();
     assert!(err.is_connection(), "{err:?}");
     assert!(
-        took >= Duration::from_secs(2) && took <= Duration::from_secs(2) + RESPONSE * 4,
+        took >= secs(2) && took <= secs(2) + RESPONSE * 4,
         "gave up after {took:?}"
     );
 }
@@ -212,20 +210,10 @@ async fn timed_waits_end_by_their_deadline_while_subscriptions_stall() {
         .expect("connect through the proxy");
     let mut held = Vec::new();
     for i in 0..6 {
-        held.push(
-            holder
-                .mutex(&format!("stall-{i}"))
-                .lock()
-                .await
-                .expect("lock"),
-        );
+        held.push(holder.locked(&format!("stall-{i}")).await);
     }
     let _multi_part = holder.mutex("stall-multi-b").lock().await.expect("lock");
-    let _leader = holder
-        .election("stall-election")
-        .campaign("holder")
-        .await
-        .expect("campaign");
+    let _leader = holder.lead("stall-election", "holder").await;
     proxy.stall_requests_from(b"SUBSCRIBE");
 
     let started = Instant::now();

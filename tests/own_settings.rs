@@ -2,8 +2,7 @@
 //! as they are, for every primitive, wake-ups included.
 
 mod support;
-
-use std::time::Duration;
+use support::time::{ms, secs};
 
 use redis_locks::LockClient;
 use support::RedisServer;
@@ -49,14 +48,11 @@ async fn a_client_from_a_redis_client_keeps_its_user_and_database() {
         .expect("release");
     let f = c.fair_lock("own-fair").lock().await.expect("fair lock");
     // A waiter on the other client is woken by the release (pushes work on this connection).
-    let waiting = other
-        .fair_lock("own-fair")
-        .retry_interval(Duration::from_secs(60));
-    let (granted, released) =
-        tokio::join!(waiting.lock().timeout(Duration::from_secs(20)), async {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            f.release().await
-        });
+    let waiting = other.fair_lock("own-fair").retry_interval(secs(60));
+    let (granted, released) = tokio::join!(waiting.lock().timeout(secs(20)), async {
+        tokio::time::sleep(ms(200)).await;
+        f.release().await
+    });
     assert!(released.expect("release"));
     granted
         .expect("woken by the release, long before its 60 s retry interval")

@@ -2,10 +2,13 @@
 
 mod support;
 use support::backend::within_ok;
+use support::quick::downgraded;
+use support::quick::{soon, Quick};
+use support::time::{ms, secs};
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use redis_locks::{Error, LockClient, LockClientBuilder, Preference, Verdict};
 use support::backend::EVENTUALLY;
@@ -78,7 +81,7 @@ async fn mutex_rounds(q: &mut Quorum, h: &History, rounds: usize, kill_after: Op
             for _ in 0..rounds {
                 let g = m.lock().timeout(EVENTUALLY).await.expect("lock");
                 let t = h.enter(Kind::Exclusive, g.fencing_token());
-                tokio::time::sleep(Duration::from_millis(2)).await;
+                tokio::time::sleep(ms(2)).await;
                 h.exit(t);
                 // A hold granted by servers {0, 2} and released after server 2 died cannot be
                 // confirmed by a majority: the outcome is unknown (an error), allowed only in
@@ -99,7 +102,7 @@ async fn mutex_rounds(q: &mut Quorum, h: &History, rounds: usize, kill_after: Op
         let deadline = Instant::now() + EVENTUALLY;
         while done.load(Ordering::SeqCst) < n {
             assert!(Instant::now() < deadline, "no progress before the kill");
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            tokio::time::sleep(ms(5)).await;
         }
         q.servers[2].kill();
     }
@@ -144,13 +147,13 @@ async fn sixteen_rwlock_tasks_share_reads_and_exclude_writes() {
                 if writer {
                     let g = lock.write().timeout(EVENTUALLY).await.expect("write");
                     let t = h.enter(Kind::Write, g.fencing_token());
-                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    tokio::time::sleep(ms(2)).await;
                     h.exit(t);
                     assert!(g.release().await.expect("release"), "write lost");
                 } else {
                     let g = lock.read().timeout(EVENTUALLY).await.expect("read");
                     let t = h.enter(Kind::Read, g.fencing_token());
-                    tokio::time::sleep(Duration::from_millis(4)).await;
+                    tokio::time::sleep(ms(4)).await;
                     h.exit(t);
                     assert!(g.release().await.expect("release"), "read lost");
                 }
@@ -183,7 +186,7 @@ async fn a_minority_down_still_works() {
     let g = b
         .mutex("minority")
         .lock()
-        .timeout(Duration::from_secs(10))
+        .timeout(secs(10))
         .await
         .expect("second holder");
     assert!(g.release().await.expect("release"));
@@ -213,12 +216,10 @@ async fn a_server_down_at_start_up_joins_when_it_comes_back() {
             if on_server_2 {
                 return;
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(ms(50)).await;
         }
     };
-    tokio::time::timeout(EVENTUALLY, joined)
-        .await
-        .expect("the restarted server never took part");
+    soon("the restarted server never took part", joined).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -227,7 +228,7 @@ async fn a_majority_down_is_a_typed_error() {
     // A wait rides through a lost quorum within its outage budget (60 s by default), then
     // fails with the typed error: a short budget reaches it in a second.
     let c = q
-        .client_with(LockClient::builder().outage_budget(Duration::from_secs(1)))
+        .client_with(LockClient::builder().outage_budget(secs(1)))
         .await;
     q.servers[0].kill();
     q.servers[1].kill();
@@ -293,9 +294,7 @@ async fn rwlock_readers_share_and_exclude_writers() {
     assert!(support::would_block(b.rwlock("doc").try_read().await));
     assert!(support::would_block(b.rwlock("doc").try_write().await));
     let fence = w.fencing_token();
-    let r = redis_locks::WriteGuard::downgrade(w)
-        .await
-        .expect("downgrade");
+    let r = downgraded(w).await;
     assert_eq!(r.fencing_token(), fence);
     let r3 = b
         .rwlock("doc")
@@ -314,26 +313,20 @@ async fn waiter_is_woken_on_release() {
     let b = q
         .client_with(
             LockClient::builder()
-                .retry_interval(Duration::from_secs(30))
-                .heartbeat(Duration::from_secs(180)),
+                .retry_interval(secs(30))
+                .heartbeat(secs(180)),
         )
         .await;
     let g = a.mutex("wake").lock().await.expect("lock");
     let m = b.mutex("wake");
     let waiter = tokio::spawn(async move { m.lock().await.map(|g| (Instant::now(), g)) });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::time::sleep(ms(500)).await;
     let released = Instant::now();
     assert!(g.release().await.expect("release"));
-    let (got, g2) = tokio::time::timeout(Duration::from_secs(10), waiter)
+    let (got, g2) = within_ok(secs(10), "woken", waiter)
         .await
-        .expect("woken")
-        .expect("join")
         .expect("waiter lock");
-    assert!(
-        got - released < Duration::from_secs(5),
-        "{:?}",
-        got - released
-    );
+    assert!(got - released < secs(5), "{:?}", got - released);
     g2.release().await.expect("release");
 }
 
@@ -445,8 +438,8 @@ async fn subscriptions_missed_while_a_server_was_down_are_caught_up() {
     let g2 = holder.mutex("later").lock().await.expect("lock");
     let channels = |server: &RedisServer| server.cli(&["PUBSUB", "CHANNELS", "rl:*"]);
     let wait_on = |name: &str| {
-        let m = c.mutex(name).retry_interval(Duration::from_secs(600));
-        tokio::spawn(async move { m.lock().timeout(Duration::from_secs(60)).await })
+        let m = c.mutex(name).retry_interval(secs(600));
+        tokio::spawn(async move { m.lock().timeout(secs(60)).await })
     };
     let first = wait_on("missed");
     let deadline = Instant::now() + EVENTUALLY;
@@ -455,7 +448,7 @@ async fn subscriptions_missed_while_a_server_was_down_are_caught_up() {
             Instant::now() < deadline,
             "the first waiter never subscribed"
         );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(ms(20)).await;
     }
     q.servers[2].restart();
     assert_eq!(channels(&q.servers[2]), "", "nothing subscribed there yet");
@@ -467,7 +460,7 @@ async fn subscriptions_missed_while_a_server_was_down_are_caught_up() {
             "server 2 never got the missed subscription: {:?}",
             channels(&q.servers[2])
         );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(ms(20)).await;
     }
     drop((g, g2));
     for w in [first, second] {
@@ -500,13 +493,7 @@ async fn resume_after_a_minority_restarted_empty_and_raised_by_a_contender() {
     let mut q = Quorum::start();
     let name = "quorum-resume-minority-restarted";
     let holder = q.client().await;
-    let id = holder
-        .mutex(name)
-        .lease(Duration::from_secs(30))
-        .lock()
-        .await
-        .expect("lock")
-        .detach();
+    let id = holder.lock_for(name, secs(30)).await.detach();
     q.servers[2].restart();
     let contender = q.client().await;
     assert!(
@@ -525,7 +512,7 @@ async fn resume_after_a_minority_restarted_empty_and_raised_by_a_contender() {
     let resumer = q.client().await;
     let guard = resumer
         .mutex(name)
-        .lease(Duration::from_secs(30))
+        .lease(secs(30))
         .resume(&id)
         .await
         .expect("the untouched id resumes");
@@ -543,12 +530,7 @@ async fn resume_beside_a_minority_whose_fence_ran_ahead() {
     let q = Quorum::start();
     let name = "quorum-resume-fence-ahead";
     let holder = q.client().await;
-    let guard = holder
-        .mutex(name)
-        .lease(Duration::from_secs(30))
-        .lock()
-        .await
-        .expect("lock");
+    let guard = holder.lock_for(name, secs(30)).await;
     let fence = guard.fencing_token();
     let id = guard.detach();
     let key = format!("rl:{{{name}}}:fence");
@@ -557,7 +539,7 @@ async fn resume_beside_a_minority_whose_fence_ran_ahead() {
     let resumer = q.client().await;
     let resumed = resumer
         .mutex(name)
-        .lease(Duration::from_secs(30))
+        .lease(secs(30))
         .resume(&id)
         .await
         .expect("the untouched id resumes");
@@ -572,19 +554,12 @@ async fn a_refused_resume_renews_nothing() {
     let q = Quorum::start();
     let name = "quorum-refused-resume";
     let holder = q.client().await;
-    let id = holder
-        .mutex(name)
-        .lease(Duration::from_secs(2))
-        .auto_renew(false)
-        .lock()
-        .await
-        .expect("lock")
-        .detach();
+    let id = holder.lock_unrenewed(name, secs(2)).await.detach();
     let altered = with_fence(&id, id.fencing_token() + 1);
     let resumer = q.client().await;
     let err = resumer
         .mutex(name)
-        .lease(Duration::from_secs(30))
+        .lease(secs(30))
         .resume(&altered)
         .await
         .expect_err("an altered fence");

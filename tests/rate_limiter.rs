@@ -7,6 +7,9 @@
 //! visibly queued (or admitted) before starting the next.
 
 mod support;
+use support::faulty::faulty_client;
+use support::quick::soon;
+use support::time::{ms, secs};
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -17,7 +20,7 @@ use redis_locks::testing::store::{RateClaim, RateDecision};
 use redis_locks::{Error, LockClient, Rate, RateLimiter, RateLimiterInfo};
 use tokio::task::JoinHandle;
 
-use support::backend::{eventually, join, Backend, EVENTUALLY};
+use support::backend::{eventually, join, Backend};
 use support::RedisServer;
 
 async fn info(limiter: &RateLimiter) -> RateLimiterInfo {
@@ -173,7 +176,7 @@ async fn a_try_never_overtakes_a_waiter(b: Backend) {
     let store = b.store().await;
     let keys = LockKeys::new("rl", "no-overtaking").expect("keys");
     // A waiter queued behind a used-up burst; it lives 60 s without attempting.
-    let (waiter, _) = plant_head(&b, &limiter, Duration::from_secs(60)).await;
+    let (waiter, _) = plant_head(&b, &limiter, secs(60)).await;
     // Wait until the rate alone would allow a request (50 ms at 20/s), then try.
     eventually("the rate allows one", async || {
         info(&limiter).await.available == 1
@@ -200,7 +203,7 @@ async fn a_try_never_overtakes_a_waiter(b: Backend) {
 async fn a_dead_waiter_is_dropped_after_its_heartbeat(b: Backend) {
     let rate = Rate::per_second(50).burst(1);
     let limiter = b.client().await.rate_limiter("dead-waiter", rate);
-    let (_, busy) = plant_head(&b, &limiter, Duration::from_millis(400)).await;
+    let (_, busy) = plant_head(&b, &limiter, ms(400)).await;
     let dead_until = busy.heartbeat_until.expect("queued");
     let admission = limiter
         .acquire(1)
@@ -221,7 +224,7 @@ async fn timed_out_and_dropped_waits_leave_no_place(b: Backend) {
     assert_eq!(first.permits, 1);
     let err = limiter
         .acquire(1)
-        .timeout(Duration::from_millis(50))
+        .timeout(ms(50))
         .await
         .expect_err("the hour is used up");
     assert!(err.is_timeout(), "{err}");
@@ -244,7 +247,7 @@ async fn bad_rates_and_requests_are_typed_errors(b: Backend) {
         (Rate::new(1, Duration::from_micros(500)), 1),
         (Rate::new(1, Duration::from_micros(1_500)), 1),
         (Rate::per_hour(redis_locks::MAX_RATE_COUNT + 1), 1),
-        (Rate::new(1, Duration::from_secs(86_401)), 1),
+        (Rate::new(1, secs(86_401)), 1),
         (Rate::per_second(10), 0),
         (Rate::per_second(10).burst(3), 4),
     ];
@@ -252,9 +255,8 @@ async fn bad_rates_and_requests_are_typed_errors(b: Backend) {
         let limiter = client.rate_limiter("bad", rate);
         let err = limiter.try_acquire(n).await.expect_err("refused");
         assert!(err.is_invalid_input(), "{rate:?} n={n}: {err}");
-        let err = tokio::time::timeout(EVENTUALLY, limiter.acquire(n))
+        let err = soon("no wait", limiter.acquire(n))
             .await
-            .expect("no wait")
             .expect_err("refused");
         assert!(err.is_invalid_input(), "{rate:?} n={n}: {err}");
     }
@@ -278,7 +280,7 @@ async fn inspect_shows_the_limit_and_the_waiters(b: Backend) {
     limiter.try_acquire(2).await.expect("two");
     let shown = info(&limiter).await;
     assert_eq!(shown.available, 0);
-    assert!(shown.next_in > Duration::from_secs(300), "{shown:?}");
+    assert!(shown.next_in > secs(300), "{shown:?}");
     let l = limiter.clone();
     let task = tokio::spawn(async move { l.acquire(2).await });
     until_rate_waiters(&limiter, 1).await;
@@ -294,8 +296,8 @@ async fn inspect_shows_the_limit_and_the_waiters(b: Backend) {
 async fn slow_polling(b: &Backend) -> LockClient {
     b.client_with(
         LockClient::builder()
-            .retry_interval(Duration::from_secs(30))
-            .heartbeat(Duration::from_secs(180)),
+            .retry_interval(secs(30))
+            .heartbeat(secs(180)),
     )
     .await
 }
@@ -317,7 +319,7 @@ async fn the_next_head_is_woken_by_the_server(a: &LockClient, b: &LockClient) {
     });
     // Both queued: the head waits for its turn (at most 500 ms), the second behind it.
     until_rate_waiters(&la, 2).await;
-    let (first, second) = tokio::time::timeout(Duration::from_secs(15), async {
+    let (first, second) = tokio::time::timeout(secs(15), async {
         (first.await.expect("join"), second.await.expect("join"))
     })
     .await
@@ -333,10 +335,9 @@ async fn the_next_head_is_woken(b: Backend) {
 /// An admission whose reply was lost is found by the retry with the same token: the wait is
 /// admitted once, and the rate is charged once.
 async fn a_retry_after_a_lost_reply_is_admitted_once(b: Backend) {
-    use support::faulty::{Faulty, Op, Rule};
-    let faulty = Faulty::new(b.store().await);
+    use support::faulty::{Op, Rule};
+    let (faulty, client) = faulty_client(&b).await;
     faulty.add(Rule::on(Op::RateAcquire).times(1).lose_reply());
-    let client = LockClient::builder().store(faulty.clone()).expect("client");
     let limiter = client.rate_limiter("lost-reply", Rate::per_hour(5));
     let admission = limiter.acquire(2).await.expect("admitted after the retry");
     assert_eq!(faulty.count(Op::RateAcquire), 2, "{:?}", faulty.log());
@@ -371,7 +372,7 @@ async fn keys_expire_when_idle() {
     let b = Backend::redis();
     let rate = Rate::per_second(10).burst(1);
     let client = b
-        .client_with(LockClient::builder().heartbeat(Duration::from_millis(500)))
+        .client_with(LockClient::builder().heartbeat(ms(500)))
         .await;
     let limiter = client.rate_limiter("idle", rate);
     limiter.try_acquire(1).await.expect("admitted");
@@ -395,7 +396,7 @@ async fn keys_expire_when_idle() {
         ttl == -2 || (0..=101).contains(&ttl),
         "state key TTL {ttl} ms"
     );
-    plant_head(&b, &limiter, Duration::from_millis(300)).await;
+    plant_head(&b, &limiter, ms(300)).await;
     for key in ["rl:{idle}:rq", "rl:{idle}:rhb", "rl:{idle}:rtk"] {
         let ttl: i64 = b.cli(&["PTTL", key]).trim().parse().expect("PTTL");
         assert!(ttl == -2 || (0..=300).contains(&ttl), "{key} TTL {ttl} ms");
@@ -447,18 +448,15 @@ async fn a_lost_reply_is_charged_once_despite_a_short_heartbeat_neighbour(b: Bac
             .hold_request(gate.clone()),
     );
     let slow = LockClient::builder()
-        .heartbeat(Duration::from_secs(5))
+        .heartbeat(secs(5))
         .store(faulty.clone())
         .expect("client");
-    let quick = b
-        .client_with(LockClient::builder().heartbeat(Duration::from_millis(50)))
-        .await;
+    let quick = b.client_with(LockClient::builder().heartbeat(ms(50))).await;
     let a = slow.rate_limiter("lost-neighbour", rate);
     let task = tokio::spawn(async move { a.acquire(1).await });
-    tokio::time::timeout(EVENTUALLY, gate.wait_entered(1))
-        .await
-        .expect("the wait retried after the lost reply"); // the retry is on its way, the admission was made
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let promise = "the wait retried after the lost reply";
+    soon(promise, gate.wait_entered(1)).await; // the retry is on its way, the admission was made
+    tokio::time::sleep(ms(300)).await;
     let other = quick.rate_limiter("lost-neighbour", rate);
     other
         .try_acquire(1)
@@ -476,17 +474,13 @@ async fn a_lost_reply_is_charged_once_despite_a_short_heartbeat_neighbour(b: Bac
     );
 }
 
-both_backends!(a_lost_reply_is_charged_once_despite_a_short_heartbeat_neighbour);
-
 /// A name used as a mutex too: the limiter's call returns (admitted or typed error), no
 /// panic, no wait; and the held mutex is unaffected.
 async fn a_name_used_as_a_lock_too(b: Backend) {
     let client = b.client().await;
     let guard = client.mutex("both").lock().await.expect("lock");
     let limiter = client.rate_limiter("both", Rate::per_second(2).burst(2));
-    let r = tokio::time::timeout(EVENTUALLY, limiter.try_acquire(2))
-        .await
-        .expect("answered");
+    let r = soon("answered", limiter.try_acquire(2)).await;
     assert!(
         r.is_ok() || r.as_ref().is_err_and(|e| !e.is_rate_limited()),
         "{r:?}"
@@ -495,8 +489,6 @@ async fn a_name_used_as_a_lock_too(b: Backend) {
     assert!(client.mutex("both").try_lock().await.is_err(), "still held");
     guard.release().await.expect("release");
 }
-
-both_backends!(a_name_used_as_a_lock_too);
 
 /// Plants a waiter at the head of `limiter`'s queue, with a heartbeat far longer than any
 /// wait below, and loses its heartbeat entry as `lose` says (one member, or the whole `rhb`
@@ -507,7 +499,7 @@ async fn a_member_without_a_heartbeat_entry(lose: &str) {
     let name = format!("no-heartbeat-{lose}");
     let rate = Rate::per_second(50).burst(1);
     let limiter = b.client().await.rate_limiter(&name, rate);
-    let (waiter, _) = plant_head(&b, &limiter, Duration::from_secs(3_600)).await;
+    let (waiter, _) = plant_head(&b, &limiter, secs(3_600)).await;
     let (rq, rhb) = (format!("rl:{{{name}}}:rq"), format!("rl:{{{name}}}:rhb"));
     match lose {
         "member" => b.cli(&["ZREM", &rhb, &waiter.token]),
@@ -520,7 +512,7 @@ async fn a_member_without_a_heartbeat_entry(lose: &str) {
     }
     limiter
         .acquire(1)
-        .timeout(Duration::from_secs(600))
+        .timeout(secs(600))
         .await
         .expect("admitted past the member without a heartbeat");
     assert_eq!(b.cli(&["ZSCORE", &rq, &waiter.token]).trim(), "");
@@ -557,8 +549,13 @@ async fn a_member_someone_else_queued_is_dropped() {
     b.cli(&["ZADD", rq, "0", "intruder#2"]);
     limiter
         .acquire(1)
-        .timeout(Duration::from_secs(600))
+        .timeout(secs(600))
         .await
         .expect("admitted past the foreign member");
     assert_eq!(b.cli(&["ZCARD", rq]).trim(), "0");
 }
+
+both_backends!(
+    a_lost_reply_is_charged_once_despite_a_short_heartbeat_neighbour,
+    a_name_used_as_a_lock_too,
+);

@@ -26,6 +26,7 @@
 //! the oracle to find each.
 
 mod support;
+use support::time::{ms, secs};
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -191,8 +192,8 @@ fn schedule(seed: u64) -> Schedule {
     let mut rng = Rng::new(seed);
     let rates = [
         Rate::per_second(10).burst(3),
-        Rate::new(3, Duration::from_millis(1_000)).burst(2),
-        Rate::new(7, Duration::from_millis(500)).burst(4),
+        Rate::new(3, ms(1_000)).burst(2),
+        Rate::new(7, ms(500)).burst(4),
         Rate::per_second(50).burst(1),
     ];
     let clients = 2 + rng.below(3) as usize;
@@ -215,13 +216,13 @@ fn add_faults(faulty: &Faulty, rng: &mut Rng) {
             .when(move |_| lose.contains(&calls.fetch_add(1, Ordering::Relaxed)))
             .lose_reply(),
     );
-    let delay_reply = Duration::from_millis(1 + rng.below(120));
+    let delay_reply = ms(1 + rng.below(120));
     faulty.add(
         Rule::on(Op::RateAcquire)
             .times(rng.below(6) as usize)
             .delay_reply(delay_reply),
     );
-    let delay_request = Duration::from_millis(1 + rng.below(60));
+    let delay_request = ms(1 + rng.below(60));
     faulty.add(
         Rule::on(Op::RateAcquire)
             .times(rng.below(6) as usize)
@@ -242,11 +243,11 @@ async fn task(client: LockClient, rate: Rate, mut rng: Rng, told: Arc<StdMutex<V
         let outcome = match rng.below(4) {
             0 => limiter.try_acquire(n).await,
             1 => {
-                let t = Duration::from_millis(rng.below(800));
+                let t = ms(rng.below(800));
                 limiter.acquire(n).timeout(t).await
             }
             2 => {
-                let t = Duration::from_millis(rng.below(500));
+                let t = ms(rng.below(500));
                 match tokio::time::timeout(t, limiter.acquire(n)).await {
                     Ok(outcome) => outcome,
                     Err(_) => {
@@ -265,7 +266,7 @@ async fn task(client: LockClient, rate: Rate, mut rng: Rng, told: Arc<StdMutex<V
             Err(e) if e.is_connection() => _ = LOST_REPLIES.fetch_add(1, Ordering::Relaxed),
             Err(e) => panic!("unexpected error: {e}"),
         }
-        tokio::time::sleep(Duration::from_millis(rng.below(300))).await;
+        tokio::time::sleep(ms(rng.below(300))).await;
     }
 }
 
@@ -283,12 +284,12 @@ async fn run(s: &Schedule) -> std::result::Result<(), String> {
     for c in 0..s.clients {
         let faulty = Faulty::new(server.clone());
         add_faults(&faulty, &mut rng);
-        let heartbeat = Duration::from_millis(150 + rng.below(600));
+        let heartbeat = ms(150 + rng.below(600));
         let client = LockClient::builder()
             .label(&format!("c{c}"))
             .heartbeat(heartbeat)
-            .retry_interval(Duration::from_millis(50 + rng.below(400)))
-            .outage_budget(Duration::from_secs(5))
+            .retry_interval(ms(50 + rng.below(400)))
+            .outage_budget(secs(5))
             .store(faulty.clone())
             .map_err(|e| e.to_string())?;
         for _ in 0..1 + rng.below(3) {
@@ -305,7 +306,7 @@ async fn run(s: &Schedule) -> std::result::Result<(), String> {
         }
         if let Some((_, at)) = s.freeze.filter(|(f, _)| *f == c) {
             freezer = Some(tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_millis(at)).await;
+                tokio::time::sleep(ms(at)).await;
                 faulty.freeze().await;
                 let _keep = client;
             }));

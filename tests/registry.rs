@@ -5,6 +5,8 @@
 //! runtime. Public API; each test names the claim it checks.
 
 mod support;
+use support::quick::in_time;
+use support::quick::Quick;
 
 use redis_locks::LockClient;
 use tokio::time::{timeout, Instant};
@@ -19,9 +21,7 @@ use support::time::{ms, secs};
 /// never reached the server), then traffic flows again.
 async fn fail_release_all(proxy: &Proxy, slow: &LockClient) {
     proxy.stall();
-    let all = timeout(ms(15_000), slow.release_all())
-        .await
-        .expect("release_all returns");
+    let all = in_time(ms(15_000), "release_all returns", slow.release_all()).await;
     proxy.cut();
     proxy.resume();
     assert!(
@@ -148,8 +148,6 @@ async fn the_registry_paths_hammered_together_never_hang(b: Backend) {
         )
     });
 }
-both_backends!(the_registry_paths_hammered_together_never_hang);
-
 /// Claim: the same for elections: a leadership whose `release_all` failed stays alive (lost);
 /// `Election::resume` of its id in the same client must not give a second leadership that the
 /// first one's drop then deposes while it says it leads.
@@ -159,21 +157,11 @@ async fn a_failed_release_all_keeps_the_live_leaderships_entry() {
     let (proxy, slow) = slow_client(&b).await;
     let other = b.client().await;
     let name = "reg-failed-release-all-election";
-    let l = slow
-        .election(name)
-        .lease(secs(10))
-        .campaign("v1")
-        .await
-        .expect("campaign");
+    let l = slow.campaign_for(name, secs(10), "v1").await;
     let id = l.hold_id();
     fail_release_all(&proxy, &slow).await;
     assert!(
-        other
-            .election(name)
-            .leader()
-            .await
-            .expect("leader")
-            .is_some(),
+        other.leader_of(name).await.is_some(),
         "the failed release never reached the server"
     );
     let Some(r) =
@@ -230,8 +218,6 @@ async fn a_cancelled_release_all_still_releases(b: Backend) {
         b.kind
     );
 }
-both_backends!(a_cancelled_release_all_still_releases);
-
 /// Claim: a step by id ends within its bound, and a resume after a detach never gets
 /// `HoldInUse` once everything sent has ended. The hold is granted on current-thread runtime A;
 /// its renewal falls due there and is held before the server; A goes idle (a sync wrapper's
@@ -270,8 +256,6 @@ async fn an_extend_hold_of_a_detached_id_ends_within_its_bound(b: Backend) {
         );
     }
 }
-both_backends!(an_extend_hold_of_a_detached_id_ends_within_its_bound);
-
 /// Claim: the same for multi-locks: a multi-guard whose `release_all` failed stays alive (lost);
 /// `MultiLock::resume` of its ids in the same client must not give a second multi-guard whose
 /// parts the first one's drop then releases.
@@ -368,9 +352,13 @@ async fn a_guard_dropped_outside_a_runtime_keeps_its_entry(b: Backend, step: InF
     std::thread::spawn(move || drop(g))
         .join()
         .expect("drop off runtime");
-    let resumed = timeout(ms(15_000), c.mutex(name).lease(secs(10)).resume(&id))
-        .await
-        .expect("resume returns");
+    let promise = "resume returns";
+    let resumed = in_time(
+        ms(15_000),
+        promise,
+        c.mutex(name).lease(secs(10)).resume(&id),
+    )
+    .await;
     gate.open();
     let said = timeout(ms(10_000), in_flight)
         .await
@@ -417,4 +405,10 @@ both_backends!(
     a_guard_dropped_outside_a_runtime_keeps_its_entry_for_a_release_all_in_flight,
     a_guard_dropped_outside_a_runtime_keeps_its_entry_for_a_release_hold_in_flight,
     a_guard_dropped_outside_a_runtime_keeps_its_entry_for_an_extend_hold_in_flight
+);
+
+both_backends!(
+    the_registry_paths_hammered_together_never_hang,
+    a_cancelled_release_all_still_releases,
+    an_extend_hold_of_a_detached_id_ends_within_its_bound,
 );

@@ -9,6 +9,9 @@ mod support;
 use support::backend::within_ok;
 use support::faulty::at_gate;
 use support::faulty::faulty_client;
+use support::quick::downgraded;
+use support::quick::in_time;
+use support::quick::Quick;
 use support::waits::holders;
 
 use std::sync::Arc;
@@ -34,9 +37,7 @@ async fn a_failed_release_delivered_late_under_a_resume() {
     let g = slow.mutex(name).lease(secs(10)).lock().await.expect("lock");
     let id = g.hold_id();
     proxy.stall();
-    let rel = timeout(ms(15_000), g.release())
-        .await
-        .expect("release returns");
+    let rel = in_time(ms(15_000), "release returns", g.release()).await;
     assert!(rel.is_err(), "release through a stalled proxy said {rel:?}");
     let started = Instant::now();
     // Resume while stalled (the resume's renewal is held too), then let everything through.
@@ -92,9 +93,13 @@ async fn a_cancelled_release_then_resume(b: Backend) {
     let cancelled = timeout(ms(200), g.release()).await;
     assert!(cancelled.is_err(), "release returned through a gate");
     at_gate(&gate, 2, "the drop's background release at the gate").await;
-    let during = timeout(ms(15_000), c.mutex(name).lease(secs(10)).resume(&id))
-        .await
-        .expect("resume answers");
+    let promise = "resume answers";
+    let during = in_time(
+        ms(15_000),
+        promise,
+        c.mutex(name).lease(secs(10)).resume(&id),
+    )
+    .await;
     let during_s = match &during {
         Ok(r) => format!("a guard (is_held {})", r.is_held()),
         Err(e) => format!("{e}"),
@@ -117,9 +122,13 @@ async fn a_cancelled_release_then_resume(b: Backend) {
         "[{}] the drop released",
         b.kind
     );
-    let after = timeout(ms(15_000), c.mutex(name).lease(secs(10)).resume(&id))
-        .await
-        .expect("resume answers");
+    let promise = "resume answers";
+    let after = in_time(
+        ms(15_000),
+        promise,
+        c.mutex(name).lease(secs(10)).resume(&id),
+    )
+    .await;
     match after {
         Err(e) => assert!(
             !e.is_hold_in_use(),
@@ -134,8 +143,6 @@ async fn a_cancelled_release_then_resume(b: Backend) {
         ),
     }
 }
-both_backends!(a_cancelled_release_then_resume);
-
 /// Claim: `release_all`'s count is never above the holds live at its call that
 /// the server still held. Two `release_all`s, a `release_hold` of the id and the guard's own
 /// `release()` race on one hold (all releases held at a gate, then let through together).
@@ -164,8 +171,6 @@ async fn release_all_counts_a_raced_hold_at_most_once(b: Backend) {
         b.kind
     );
 }
-both_backends!(release_all_counts_a_raced_hold_at_most_once);
-
 /// Claim: as the test above, for a hold whose lease lapsed on the server (its renewals held)
 /// while its guard still lives (lost): `release_all` counts 0.
 async fn release_all_does_not_count_a_lapsed_hold(b: Backend) {
@@ -176,9 +181,7 @@ async fn release_all_does_not_count_a_lapsed_hold(b: Backend) {
     let g = c.mutex(name).lease(ms(600)).lock().await.expect("lock");
     sleep(ms(1_200)).await;
     assert_eq!(holders(&other, name).await, 0, "lapsed");
-    let n = timeout(ms(15_000), c.release_all())
-        .await
-        .expect("release_all returns");
+    let n = in_time(ms(15_000), "release_all returns", c.release_all()).await;
     gate.open();
     drop(g);
     assert!(
@@ -187,8 +190,6 @@ async fn release_all_does_not_count_a_lapsed_hold(b: Backend) {
         b.kind
     );
 }
-both_backends!(release_all_does_not_count_a_lapsed_hold);
-
 /// Claim: never two guards of one hold; never trusting past the server's lease.
 /// A write hold downgraded then detached: a resume of the write id must not give a write
 /// guard; a resume of the read id gives one honest read guard, and a second is refused.
@@ -199,9 +200,7 @@ async fn downgrade_then_detach_then_resume_both_ids(b: Backend) {
     let rw = c.rwlock(name).lease(secs(10));
     let w = rw.write().await.expect("write");
     let write_id = w.hold_id();
-    let read = redis_locks::WriteGuard::downgrade(w)
-        .await
-        .expect("downgrade");
+    let read = downgraded(w).await;
     let in_use = rw.resume_write(&write_id).await;
     assert!(
         in_use.is_err(),
@@ -228,8 +227,6 @@ async fn downgrade_then_detach_then_resume_both_ids(b: Backend) {
     assert_honest(&what, r1.valid_until(), &info, Instant::now());
     assert!(r1.release().await.expect("release"));
 }
-both_backends!(downgrade_then_detach_then_resume_both_ids);
-
 /// The end of a case whose `release_all` (`all`) and guard drop have their releases held at
 /// `gate`: a resume (`resume`, the resumed guard's `is_held()`) meanwhile gives no `what`;
 /// then the releases are let through, `release_all` counts `count`, and 300 ms later a
@@ -278,12 +275,7 @@ async fn around_held_releases(
 async fn election_release_all_then_drop_then_resume(b: Backend) {
     let name = "edge-election";
     let (f, c) = faulty_client(&b).await;
-    let l = c
-        .election(name)
-        .lease(secs(10))
-        .campaign("v1")
-        .await
-        .expect("campaign");
+    let l = c.campaign_for(name, secs(10), "v1").await;
     let id = l.hold_id();
     let gate = f.hold_requests(Rule::on(Op::Release));
     let c2 = c.clone();
@@ -297,8 +289,6 @@ async fn election_release_all_then_drop_then_resume(b: Backend) {
     };
     around_held_releases(&b, &f, &gate, all, 1, "leadership", resume).await;
 }
-both_backends!(election_release_all_then_drop_then_resume);
-
 /// Claim: no deadlock, no hang, and no `HoldInUse` left once everything ended.
 /// Every registry path is run with random cancellations on a multi-thread runtime, on a store
 /// that delays some requests; afterwards, every id ever made is resumed: none may be
@@ -403,8 +393,6 @@ async fn hammer_with_cancellations(b: Backend) {
     );
     let _ = server_deadline;
 }
-both_backends!(hammer_with_cancellations);
-
 /// Multi-lock: `release_all`, then the multi-guard dropped while the releases of
 /// one part are held: a `MultiLock::resume` of its ids meanwhile gives no multi-guard; once
 /// everything is answered it is not `HoldInUse`.
@@ -430,8 +418,6 @@ async fn multi_release_all_then_drop_then_resume(b: Backend) {
     };
     around_held_releases(&b, &f, &gate, all, 2, "multi-guard", resume).await;
 }
-both_backends!(multi_release_all_then_drop_then_resume);
-
 /// Claim: a step by id ends within its bound (no hang). As tests/registry.rs's
 /// `an_extend_hold_of_a_detached_id_ends_within_its_bound`, but the guard is NOT detached (it
 /// lives, kept by the test): `extend_hold` of its id goes through its lease owner, whose
@@ -456,8 +442,6 @@ async fn an_extend_hold_of_a_live_guards_id_beside_a_parked_renewal(b: Backend) 
         b.kind
     );
 }
-both_backends!(an_extend_hold_of_a_live_guards_id_beside_a_parked_renewal);
-
 /// As `an_extend_hold_of_a_live_guards_id_beside_a_parked_renewal`, with `release_hold` of the id and the guard's own `release()` instead:
 /// neither may hang behind the parked renewal.
 async fn a_release_beside_a_parked_renewal_does_not_hang(b: Backend) {
@@ -479,4 +463,15 @@ async fn a_release_beside_a_parked_renewal_does_not_hang(b: Backend) {
         b.kind
     );
 }
-both_backends!(a_release_beside_a_parked_renewal_does_not_hang);
+
+both_backends!(
+    a_cancelled_release_then_resume,
+    release_all_counts_a_raced_hold_at_most_once,
+    release_all_does_not_count_a_lapsed_hold,
+    downgrade_then_detach_then_resume_both_ids,
+    election_release_all_then_drop_then_resume,
+    hammer_with_cancellations,
+    multi_release_all_then_drop_then_resume,
+    an_extend_hold_of_a_live_guards_id_beside_a_parked_renewal,
+    a_release_beside_a_parked_renewal_does_not_hang,
+);

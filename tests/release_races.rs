@@ -10,6 +10,8 @@ use support::backend::within_ok;
 use support::faulty::at_gate;
 use support::faulty::spawn_extend_hold;
 use support::faulty::{extend_at_gate, faulty_client};
+use support::quick::downgraded;
+use support::quick::Quick;
 use support::waits::{holders, BEFORE_THE_LEASE};
 
 use std::sync::Arc;
@@ -44,8 +46,6 @@ async fn release_all_spares_a_hold_detached_while_its_extend_is_in_flight(b: Bac
         b.kind
     );
 }
-both_backends!(release_all_spares_a_hold_detached_while_its_extend_is_in_flight);
-
 // ---------------------------------------------------------------------------------------
 // A resume after a detach, with steps of the hold in flight.
 // ---------------------------------------------------------------------------------------
@@ -58,13 +58,7 @@ both_backends!(release_all_spares_a_hold_detached_while_its_extend_is_in_flight)
 async fn a_resume_after_a_detach_waits_for_a_step_queued_behind_it(b: Backend) {
     let name = "race-detach-queued-step";
     let (f, c) = faulty_client(&b).await;
-    let guard = c
-        .mutex(name)
-        .lease(secs(10))
-        .auto_renew(false)
-        .lock()
-        .await
-        .expect("lock");
+    let guard = c.lock_unrenewed(name, secs(10)).await;
     let id = guard.hold_id();
     let (gate1, gate2) = (Gate::new(), Gate::new());
     f.add(
@@ -112,8 +106,6 @@ async fn a_resume_after_a_detach_waits_for_a_step_queued_behind_it(b: Backend) {
         }
     }
 }
-both_backends!(a_resume_after_a_detach_waits_for_a_step_queued_behind_it);
-
 /// Claim: the same, for an `extend_hold` that goes beside a guard whose trust ran out (another
 /// client kept the hold alive on the server): a resume after the detach waits for it (or is
 /// refused), never trusts 10 s of a lease the 800 ms extend then cuts.
@@ -121,13 +113,7 @@ async fn a_resume_after_a_detach_waits_for_an_extend_beside_a_lapsed_guard(b: Ba
     let name = "race-detach-beside-step";
     let (f, c) = faulty_client(&b).await;
     let other = b.client().await;
-    let guard = c
-        .mutex(name)
-        .lease(ms(1_000))
-        .auto_renew(false)
-        .lock()
-        .await
-        .expect("lock");
+    let guard = c.lock_unrenewed(name, ms(1_000)).await;
     let id = guard.hold_id();
     // Another process keeps the hold alive on the server; this guard's own trust runs out.
     assert!(other
@@ -162,8 +148,6 @@ async fn a_resume_after_a_detach_waits_for_an_extend_beside_a_lapsed_guard(b: Ba
         }
     }
 }
-both_backends!(a_resume_after_a_detach_waits_for_an_extend_beside_a_lapsed_guard);
-
 /// Claim: the same, with the detach on a thread without a runtime while an `extend_hold(id,
 /// 800 ms)` through the guard is on its way: the resume that follows never trusts 10 s of the
 /// 800 ms lease.
@@ -198,8 +182,6 @@ async fn detach_outside_a_runtime_during_an_extend_then_resume(b: Backend) {
         }
     }
 }
-both_backends!(detach_outside_a_runtime_during_an_extend_then_resume);
-
 /// Claim: once the steps in flight at a detach have ended, a resume of the id in the same
 /// client goes ahead, also when the detach ran inside another runtime's `block_on` (a sync
 /// wrapper's) that is idle now.
@@ -246,8 +228,6 @@ async fn a_detach_in_an_idle_runtime_does_not_leave_the_hold_in_use(b: Backend) 
         ),
     }
 }
-both_backends!(a_detach_in_an_idle_runtime_does_not_leave_the_hold_in_use);
-
 // ---------------------------------------------------------------------------------------
 // release_all's liveness.
 // ---------------------------------------------------------------------------------------
@@ -300,8 +280,6 @@ async fn release_all_does_not_wait_for_a_release_parked_in_an_idle_runtime(b: Ba
         .expect("task");
     let _ = n;
 }
-both_backends!(release_all_does_not_wait_for_a_release_parked_in_an_idle_runtime);
-
 // ---------------------------------------------------------------------------------------
 // Mixed releases racing a release_all that gave every hold up first.
 // ---------------------------------------------------------------------------------------
@@ -325,11 +303,7 @@ async fn mixed_releases_race_a_release_all_that_gave_up_first(b: Backend) {
         // The default 30 s lease: each name is free at the end because a release applied,
         // long before a lease would run out.
         for i in 0..N {
-            let g = c
-                .mutex(&format!("race-mix-{i}"))
-                .lock()
-                .await
-                .expect("lock");
+            let g = c.locked(&format!("race-mix-{i}")).await;
             guards.push(g);
         }
         let gate = f.hold_requests(
@@ -413,8 +387,6 @@ async fn mixed_releases_race_a_release_all_that_gave_up_first(b: Backend) {
         }
     }
 }
-both_backends!(mixed_releases_race_a_release_all_that_gave_up_first);
-
 // ---------------------------------------------------------------------------------------
 // A pre-downgrade write id after the read hold it became was released.
 // ---------------------------------------------------------------------------------------
@@ -430,9 +402,7 @@ async fn a_stale_downgraded_write_id_touches_no_later_hold(b: Backend) {
     let rw = c.rwlock(name).lease(secs(10));
     let w = rw.write().await.expect("write");
     let write_id = w.hold_id();
-    let read = redis_locks::WriteGuard::downgrade(w)
-        .await
-        .expect("downgrade");
+    let read = downgraded(w).await;
     assert!(read.release().await.expect("release read"));
     let mine = rw.read().await.expect("a new read hold, same client");
     let theirs = other
@@ -471,8 +441,6 @@ async fn a_stale_downgraded_write_id_touches_no_later_hold(b: Backend) {
     );
     w2.release().await.expect("release");
 }
-both_backends!(a_stale_downgraded_write_id_touches_no_later_hold);
-
 /// Claim: a detach inside another runtime that is shut down at once, while an `extend_hold` of
 /// the hold is in flight: a resume in this client waits for the extend, then goes ahead, and
 /// its guard is honest.
@@ -510,4 +478,15 @@ async fn detach_in_a_runtime_that_shuts_down_then_resume(b: Backend) {
     assert_honest(&what, until, &info, Instant::now());
     g.release().await.expect("release");
 }
-both_backends!(detach_in_a_runtime_that_shuts_down_then_resume);
+
+both_backends!(
+    release_all_spares_a_hold_detached_while_its_extend_is_in_flight,
+    a_resume_after_a_detach_waits_for_a_step_queued_behind_it,
+    a_resume_after_a_detach_waits_for_an_extend_beside_a_lapsed_guard,
+    detach_outside_a_runtime_during_an_extend_then_resume,
+    a_detach_in_an_idle_runtime_does_not_leave_the_hold_in_use,
+    release_all_does_not_wait_for_a_release_parked_in_an_idle_runtime,
+    mixed_releases_race_a_release_all_that_gave_up_first,
+    a_stale_downgraded_write_id_touches_no_later_hold,
+    detach_in_a_runtime_that_shuts_down_then_resume,
+);

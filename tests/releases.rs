@@ -7,6 +7,7 @@ mod support;
 use support::backend::within_ok;
 use support::faulty::at_gate;
 use support::faulty::faulty_client;
+use support::quick::Quick;
 use support::Granted;
 
 use std::sync::Arc;
@@ -72,8 +73,6 @@ async fn dropped_release_frees_the_lock(b: Backend) {
         f.clear();
     }
 }
-both_backends!(dropped_release_frees_the_lock);
-
 /// the dropped release's first request is held before the server; the drop's
 /// background release frees the lock, a later holder (the SAME client, then another) takes
 /// it; then the stale request reaches the server. The later grant must survive.
@@ -121,8 +120,6 @@ async fn stale_release_spares_later_grant(b: Backend) {
         assert!(later.release().await.expect("release"));
     }
 }
-both_backends!(stale_release_spares_later_grant);
-
 /// `release_all` with (a) a hold whose dropped release reached the server but whose
 /// answer is held (the server no longer holds it), (b) a hold whose dropped release is held
 /// before the server (the server still holds it, but the caller gave it up), (c) one live
@@ -166,8 +163,6 @@ async fn release_all_counts_only_live_held(b: Backend) {
         .await;
     }
 }
-both_backends!(release_all_counts_only_live_held);
-
 /// a renewal's request is held before the server while the hold's `release()` is
 /// dropped; the background release frees the lock, a later holder takes it, then the stale
 /// renewal reaches the server. The later grant must survive and stay the only holder.
@@ -211,8 +206,6 @@ async fn stale_renewal_after_dropped_release(b: Backend) {
     )
     .await;
 }
-both_backends!(stale_renewal_after_dropped_release);
-
 /// the other guard kinds (fair lock, write and read locks, semaphore permits,
 /// multi-lock) with their `release()` futures dropped at 0..60 ms while the release replies
 /// are slow or lost: each is free for a third client within ~1 s.
@@ -273,8 +266,6 @@ async fn dropped_release_every_kind(b: Backend) {
         freed!("multi-lock", other.multi_lock(names).try_lock());
     }
 }
-both_backends!(dropped_release_every_kind);
-
 /// `release_all` while a guard's `release()` is still awaited by the caller (its
 /// request held before the server) and the caller's live holds include two read holds and
 /// a semaphore permit: the count is the live holds only (3), the caller's own release still
@@ -321,8 +312,6 @@ async fn release_all_during_awaited_release(b: Backend) {
         3
     );
 }
-both_backends!(release_all_during_awaited_release);
-
 /// the caller drops its `release()` future and then its whole client at once: the
 /// background release still runs, and a third client gets the lock within ~1 s.
 async fn dropped_release_then_dropped_client(b: Backend) {
@@ -346,8 +335,6 @@ async fn dropped_release_then_dropped_client(b: Backend) {
         .await;
     }
 }
-both_backends!(dropped_release_then_dropped_client);
-
 /// two `release_all` calls at once (on the multi-threaded runtime), over 40 live
 /// holds: together they count each hold exactly once (sum 40), and everything is free.
 async fn concurrent_release_alls_count_once(b: Backend) {
@@ -380,8 +367,6 @@ async fn concurrent_release_alls_count_once(b: Backend) {
         }
     }
 }
-both_backends!(concurrent_release_alls_count_once);
-
 /// 10 Mutex holds `{prefix}-{i}` of a faulty client whose release requests are held at the
 /// gate, and a `release_all` (on a task) that has sent all 10: the client, the guards, the
 /// gate and the task.
@@ -436,8 +421,6 @@ async fn release_all_overtaken_by_guard_drops(b: Backend) {
         free_soon(&other, &name, &format!("[{}] {name} free", b.kind)).await;
     }
 }
-both_backends!(release_all_overtaken_by_guard_drops);
-
 /// (The deterministic form of the concurrent case above.) release_all A over 10 live holds whose
 /// release requests are held before the server; a second release_all B, called once
 /// A has sent them all, finds them releasing (uncounted) and its releases overtake A's. A was
@@ -462,8 +445,6 @@ async fn second_release_all_overtakes_first(b: Backend) {
         free_soon(&other, &name, &format!("[{}] {name} free", b.kind)).await;
     }
 }
-both_backends!(second_release_all_overtakes_first);
-
 /// A guard's own `release()` runs on a current-thread runtime that then goes idle (kept, not
 /// driven, not dropped) after its request was applied and before its reply was read. Then
 /// `release_all()` is called elsewhere: its own release finds nothing (`Ok(false)`), and the
@@ -474,12 +455,7 @@ both_backends!(second_release_all_overtakes_first);
 async fn release_all_does_not_wait_for_a_guard_release_parked_on_an_idle_runtime(b: Backend) {
     let name = "release-all-beside-a-parked-guard-release";
     let (f, client) = faulty_client(&b).await;
-    let guard = client
-        .mutex(name)
-        .lease(secs(10))
-        .lock()
-        .await
-        .expect("lock");
+    let guard = client.lock_for(name, secs(10)).await;
     f.add(Rule::on(Op::Release).times(1).delay_reply(ms(100)));
     let idle = {
         let f = f.clone();
@@ -512,4 +488,16 @@ async fn release_all_does_not_wait_for_a_guard_release_parked_on_an_idle_runtime
     );
 }
 
-both_backends!(release_all_does_not_wait_for_a_guard_release_parked_on_an_idle_runtime);
+both_backends!(
+    dropped_release_frees_the_lock,
+    stale_release_spares_later_grant,
+    release_all_counts_only_live_held,
+    stale_renewal_after_dropped_release,
+    dropped_release_every_kind,
+    release_all_during_awaited_release,
+    dropped_release_then_dropped_client,
+    concurrent_release_alls_count_once,
+    release_all_overtaken_by_guard_drops,
+    second_release_all_overtakes_first,
+    release_all_does_not_wait_for_a_guard_release_parked_on_an_idle_runtime,
+);

@@ -9,6 +9,7 @@
 
 mod support;
 use support::faulty::faulty_client_with;
+use support::quick::Quick;
 use support::Granted;
 
 use std::time::Duration;
@@ -20,7 +21,7 @@ use support::backend::{eventually, Backend};
 use support::faulty::{Gate, Op, Rule};
 use support::honest::assert_honest;
 use support::proxy::Proxy;
-use support::time::ms;
+use support::time::{ms, secs};
 
 // ------------------------------------------------------------------------------------------
 // extend racing the scheduled renewal, replies slow
@@ -41,23 +42,19 @@ async fn extend_then_queued_renewal_keeps_the_hold(b: Backend) {
     faulty.add(Rule::on(Op::Extend).delay_reply(ms(1_300)));
 
     // Control: plain renewals under the same slow replies keep a hold alive.
-    let control = c
-        .mutex("renewal-race-ext-control")
-        .lock()
-        .await
-        .expect("lock");
+    let control = c.locked("renewal-race-ext-control").await;
     // Under test.
     let t0 = Instant::now();
     let mut g = c.mutex("renewal-race-ext").lock().await.expect("lock");
     sleep_until(t0 + ms(800)).await;
     assert!(
-        g.extend(Duration::from_secs(30)).await.expect("extend"),
+        g.extend(secs(30)).await.expect("extend"),
         "[{}] extend refused",
         b.kind
     );
     let extended_at = Instant::now();
     assert!(
-        g.valid_until() > extended_at + Duration::from_secs(20),
+        g.valid_until() > extended_at + secs(20),
         "[{}] extend(30 s) confirmed but trust not raised",
         b.kind
     );
@@ -72,11 +69,7 @@ async fn extend_then_queued_renewal_keeps_the_hold(b: Backend) {
         .map(|()| Instant::now() - t0);
     sleep_until(t0 + ms(4_500)).await;
     let until = g.valid_until();
-    let info = observer
-        .mutex("renewal-race-ext")
-        .inspect()
-        .await
-        .expect("inspect");
+    let info = observer.mutex_info("renewal-race-ext").await;
     let answered = Instant::now();
     assert_eq!(
         info.holders.len(),
@@ -150,8 +143,6 @@ async fn shorter_extend_behind_a_slow_renewal_stays_honest_and_held(b: Backend) 
     drop(g);
 }
 
-both_backends!(shorter_extend_behind_a_slow_renewal_stays_honest_and_held);
-
 /// A renewal for a long lease is slow on the wire; meanwhile `extend` shortens the lease.
 /// At every point, the local `valid_until()` must not be beyond the server's deadline.
 async fn extend_shorter_behind_slow_renewal(b: Backend) {
@@ -196,8 +187,6 @@ async fn extend_shorter_behind_slow_renewal(b: Backend) {
     check(&g, srv, "after long extend");
     drop(g);
 }
-
-both_backends!(extend_shorter_behind_slow_renewal);
 
 /// Lease 1 s, every lease request's reply takes 300 ms. For 4 s, every ~150 ms an
 /// `extend(800 ms..2 s)` is started and cancelled after 20..400 ms (in flight, or still
@@ -267,8 +256,6 @@ async fn cancelled_extends_racing_renewals(b: Backend) {
     faulty.clear();
     drop(g);
 }
-
-both_backends!(cancelled_extends_racing_renewals);
 
 /// A mutex and a FairLock (lease 400 ms, renewals every 100 ms, every lease reply 40 ms
 /// late) are `extend`ed 60 times to pseudo-random lengths (300 ms to 1.5 s), a third of them
@@ -376,20 +363,10 @@ async fn many_holds_under_slow_replies_stay_held(b: Backend) {
     let mut permits = Vec::new();
     let mut reads = Vec::new();
     for i in 0..60 {
-        mutexes.push(
-            c.mutex(&format!("renewal-race-many-m{i}"))
-                .lock()
-                .await
-                .expect("mutex"),
-        );
+        mutexes.push(c.locked(&format!("renewal-race-many-m{i}")).await);
     }
     for i in 0..30 {
-        fairs.push(
-            c.fair_lock(&format!("renewal-race-many-f{i}"))
-                .lock()
-                .await
-                .expect("fair"),
-        );
+        fairs.push(c.fair_locked(&format!("renewal-race-many-f{i}")).await);
         permits.push(
             c.semaphore(&format!("renewal-race-many-s{i}"), 3)
                 .acquire()
@@ -461,8 +438,6 @@ async fn many_holds_under_slow_replies_stay_held(b: Backend) {
     }
 }
 
-both_backends!(many_holds_under_slow_replies_stay_held);
-
 /// 30 holds (lease 600 ms) share the client's renewal driver. The first renewal reply of one
 /// of them never comes back. That hold must signal the loss by the end of its trust (its
 /// renewal gives up then), and the other 29 must be renewed as usual for 2 s.
@@ -475,12 +450,7 @@ async fn one_lost_reply_delays_no_other_hold(b: Backend) {
     );
     let mut guards = Vec::new();
     for i in 0..30 {
-        guards.push(
-            c.mutex(&format!("renewal-race-lost-reply-{i}"))
-                .lock()
-                .await
-                .expect("lock"),
-        );
+        guards.push(c.locked(&format!("renewal-race-lost-reply-{i}")).await);
     }
     let trust_end = guards[0].valid_until();
     gate.entered_within(1, ms(2_000), "its renewal was sent")
@@ -510,8 +480,6 @@ async fn one_lost_reply_delays_no_other_hold(b: Backend) {
         assert!(g.release().await.expect("release"));
     }
 }
-
-both_backends!(one_lost_reply_delays_no_other_hold);
 
 // ------------------------------------------------------------------------------------------
 // release / drop racing a renewal in flight
@@ -623,8 +591,6 @@ async fn release_or_drop_racing_a_renewal_in_flight(b: Backend) {
     }
 }
 
-both_backends!(release_or_drop_racing_a_renewal_in_flight);
-
 /// On the wire: the client talks through a proxy; the proxy stalls while the first renewal
 /// is sent, the guard is dropped (its background release queued behind the renewal on the
 /// same connection), the proxy resumes. The lock must be free well before the lease could
@@ -695,3 +661,12 @@ async fn redis_guard_dropped_while_its_renewal_is_stalled_on_the_wire() {
         }
     }
 }
+
+both_backends!(
+    shorter_extend_behind_a_slow_renewal_stays_honest_and_held,
+    extend_shorter_behind_slow_renewal,
+    cancelled_extends_racing_renewals,
+    many_holds_under_slow_replies_stay_held,
+    one_lost_reply_delays_no_other_hold,
+    release_or_drop_racing_a_renewal_in_flight,
+);

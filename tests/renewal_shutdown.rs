@@ -7,6 +7,8 @@
 //! live schedule stays held and listed.
 
 mod support;
+use support::kinds::inspect;
+use support::quick::Quick;
 
 use tokio::time::{sleep, Instant};
 
@@ -23,16 +25,8 @@ use support::time::{current_thread, ms};
 async fn holds_outlive_their_dropped_client(b: Backend) {
     let c = b.leased(ms(600)).await;
     let observer = b.client().await;
-    let m = c
-        .mutex("renewal-shutdown-orphan-m")
-        .lock()
-        .await
-        .expect("mutex");
-    let f = c
-        .fair_lock("renewal-shutdown-orphan-f")
-        .lock()
-        .await
-        .expect("fair");
+    let m = c.locked("renewal-shutdown-orphan-m").await;
+    let f = c.fair_locked("renewal-shutdown-orphan-f").await;
     let p = c
         .semaphore("renewal-shutdown-orphan-s", 2)
         .acquire()
@@ -62,43 +56,17 @@ async fn holds_outlive_their_dropped_client(b: Backend) {
         "[{}] m, f, p, r, w after the client was dropped",
         b.kind
     );
-    let listed = [
-        observer
-            .mutex("renewal-shutdown-orphan-m")
-            .inspect()
-            .await
-            .expect("i")
-            .holders
-            .len(),
-        observer
-            .fair_lock("renewal-shutdown-orphan-f")
-            .inspect()
-            .await
-            .expect("i")
-            .holders
-            .len(),
-        observer
-            .semaphore("renewal-shutdown-orphan-s", 2)
-            .inspect()
-            .await
-            .expect("i")
-            .holders
-            .len(),
-        observer
-            .rwlock("renewal-shutdown-orphan-r")
-            .inspect()
-            .await
-            .expect("i")
-            .holders
-            .len(),
-        observer
-            .rwlock("renewal-shutdown-orphan-w")
-            .inspect()
-            .await
-            .expect("i")
-            .holders
-            .len(),
-    ];
+    let mut listed = Vec::new();
+    for (kind, x) in [
+        ("mutex", "m"),
+        ("fair", "f"),
+        ("sem", "s"),
+        ("read", "r"),
+        ("write", "w"),
+    ] {
+        let name = format!("renewal-shutdown-orphan-{x}");
+        listed.push(inspect(&observer, kind, &name).await.holders.len());
+    }
     assert_eq!(listed, [1; 5], "[{}] server holders", b.kind);
     assert!(m.release().await.expect("release"));
     assert!(f.release().await.expect("release"));

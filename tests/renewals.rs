@@ -10,6 +10,8 @@ mod support;
 use support::backend::Backend;
 use support::faulty::faulty_client_with;
 use support::faulty::{Op, Rule};
+use support::quick::Quick;
+use support::time::{ms, secs};
 
 fn runtime() -> tokio::runtime::Runtime {
     support::time::current_thread()
@@ -20,7 +22,7 @@ fn runtime() -> tokio::runtime::Runtime {
 #[test]
 fn renewals_continue_after_the_first_runtime_shut_down() {
     let client = LockClient::builder()
-        .lease(Duration::from_millis(600))
+        .lease(ms(600))
         .in_memory()
         .expect("in-memory client");
     runtime().block_on(async {
@@ -29,7 +31,7 @@ fn renewals_continue_after_the_first_runtime_shut_down() {
     });
     runtime().block_on(async {
         let guard = client.mutex("second").lock().await.expect("lock");
-        tokio::time::sleep(Duration::from_millis(2000)).await;
+        tokio::time::sleep(ms(2000)).await;
         assert!(
             guard.is_held(),
             "a 600 ms hold was not renewed for 2 s on the second runtime"
@@ -45,7 +47,7 @@ fn renewals_continue_after_the_first_runtime_shut_down() {
 #[test]
 fn renewals_run_on_the_runtime_of_the_hold() {
     let client = LockClient::builder()
-        .lease(Duration::from_millis(600))
+        .lease(ms(600))
         .in_memory()
         .expect("in-memory client");
     let idle = runtime();
@@ -56,7 +58,7 @@ fn renewals_run_on_the_runtime_of_the_hold() {
     let busy = std::thread::spawn(move || {
         runtime().block_on(async {
             let guard = client.mutex("second").lock().await.expect("lock");
-            tokio::time::sleep(Duration::from_millis(2000)).await;
+            tokio::time::sleep(ms(2000)).await;
             let held = guard.is_held();
             guard.release().await.expect("release");
             held
@@ -75,7 +77,7 @@ fn renewals_run_on_the_runtime_of_the_hold() {
 #[tokio::test]
 async fn short_holds_leave_no_renewal_behind() {
     let client = LockClient::builder()
-        .lease(Duration::from_millis(600))
+        .lease(ms(600))
         .in_memory()
         .expect("in-memory client");
     let m = client.mutex("short");
@@ -84,9 +86,9 @@ async fn short_holds_leave_no_renewal_behind() {
         assert!(g.release().await.expect("release"));
     }
     // Past every scheduled first renewal of those holds.
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    tokio::time::sleep(ms(700)).await;
     let g = m.try_lock().await.expect("the lock is free");
-    tokio::time::sleep(Duration::from_millis(1800)).await;
+    tokio::time::sleep(ms(1800)).await;
     assert!(g.is_held(), "the last holder was not renewed");
     assert!(g.release().await.expect("release"));
     assert!(m.try_lock().await.is_ok(), "a released lock stayed held");
@@ -97,12 +99,12 @@ async fn short_holds_leave_no_renewal_behind() {
 #[tokio::test]
 async fn extend_before_the_first_renewal_is_followed() {
     let client = LockClient::builder()
-        .lease(Duration::from_secs(30))
+        .lease(secs(30))
         .in_memory()
         .expect("in-memory client");
     let mut g = client.mutex("shortened").lock().await.expect("lock");
-    assert!(g.extend(Duration::from_millis(600)).await.expect("extend"));
-    tokio::time::sleep(Duration::from_millis(2000)).await;
+    assert!(g.extend(ms(600)).await.expect("extend"));
+    tokio::time::sleep(ms(2000)).await;
     assert!(g.is_held(), "the shortened hold was not renewed in time");
     assert!(g.release().await.expect("release"));
 }
@@ -112,27 +114,21 @@ async fn extend_before_the_first_renewal_is_followed() {
 #[test]
 fn long_holds_are_renewed_without_a_task_each() {
     let client = LockClient::builder()
-        .lease(Duration::from_millis(300))
+        .lease(ms(300))
         .in_memory()
         .expect("in-memory client");
     runtime().block_on(async {
         let mut guards = Vec::new();
         for i in 0..300 {
-            guards.push(
-                client
-                    .mutex(&format!("long-{i}"))
-                    .lock()
-                    .await
-                    .expect("lock"),
-            );
+            guards.push(client.locked(&format!("long-{i}")).await);
         }
         let metrics = tokio::runtime::Handle::current().metrics();
         let mut fewest_alive = usize::MAX;
         // From the first renewal on (100 ms), sampled at instants that drift across the
         // renewal rounds.
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        tokio::time::sleep(ms(150)).await;
         for _ in 0..36 {
-            tokio::time::sleep(Duration::from_millis(37)).await;
+            tokio::time::sleep(ms(37)).await;
             fewest_alive = fewest_alive.min(metrics.num_alive_tasks());
         }
         for g in &guards {
@@ -151,21 +147,18 @@ fn long_holds_are_renewed_without_a_task_each() {
 /// Extends a hold of a 600 ms lease from a helper runtime that then ends, waits four leases,
 /// and tells whether the hold was still renewed: its guard held, the lock busy for others.
 async fn renewed_after_an_extend_from_a_runtime_that_ended(b: &Backend) -> bool {
-    let client = b.leased(Duration::from_millis(600)).await;
+    let client = b.leased(ms(600)).await;
     let other = b.client().await;
     let mut guard = client.mutex("helper-extend").lock().await.expect("lock");
     let guard = tokio::task::spawn_blocking(move || {
         runtime().block_on(async {
-            assert!(guard
-                .extend(Duration::from_millis(600))
-                .await
-                .expect("extend"));
+            assert!(guard.extend(ms(600)).await.expect("extend"));
         });
         guard
     })
     .await
     .expect("helper runtime");
-    tokio::time::sleep(Duration::from_millis(2400)).await;
+    tokio::time::sleep(ms(2400)).await;
     let held = guard.is_held();
     let busy = other.mutex("helper-extend").try_lock().await.is_err();
     assert_eq!(held, busy, "the guard and the server disagree");
@@ -191,10 +184,10 @@ const LEASE: Duration = Duration::from_millis(300);
 async fn extends_from_helpers_racing_slow_renewals(b: Backend) {
     let (store, client) = faulty_client_with(&b, LockClient::builder().lease(LEASE)).await;
     let other = b.client().await;
-    store.add(Rule::on(Op::Extend).delay_reply(Duration::from_millis(40)));
+    store.add(Rule::on(Op::Extend).delay_reply(ms(40)));
     let mut guard = client.mutex("atk-rt-helpers").lock().await.expect("lock");
     for i in 0..8u64 {
-        tokio::time::sleep(Duration::from_millis(17 * i % 90)).await;
+        tokio::time::sleep(ms(17 * i % 90)).await;
         guard = tokio::task::spawn_blocking(move || {
             runtime().block_on(async {
                 let _ = guard.extend(LEASE).await;
@@ -203,7 +196,7 @@ async fn extends_from_helpers_racing_slow_renewals(b: Backend) {
         })
         .await
         .expect("helper");
-        tokio::time::sleep(Duration::from_millis(700)).await;
+        tokio::time::sleep(ms(700)).await;
         assert!(
             guard.is_held(),
             "round {i}: renewals stopped after a helper runtime ended"
@@ -228,7 +221,7 @@ async fn granted_on_a_helper_then_extended_on_main(b: Backend) {
     .await
     .expect("helper");
     assert!(guard.extend(LEASE).await.expect("extend"));
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    tokio::time::sleep(ms(1500)).await;
     assert!(guard.is_held(), "renewals did not move to the main runtime");
     assert!(
         other
@@ -253,7 +246,7 @@ async fn granted_on_a_helper_never_extended_is_honest(b: Backend) {
     .await
     .expect("helper");
     for _ in 0..20 {
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(ms(50)).await;
         let vu = guard.valid_until();
         if let Ok(g) = other.mutex("atk-rt-honest").try_lock().await {
             let now = tokio::time::Instant::now();

@@ -1,12 +1,23 @@
 //! `.wait_replicas(n, timeout)`: a grant counts only once n replicas acknowledged it.
 
 mod support;
-
-use std::time::Duration;
+use support::quick::Quick;
+use support::time::{ms, secs};
 
 use redis_locks::{Error, LockClient};
 use support::backend::eventually;
 use support::RedisServer;
+
+/// The error of a grant or a resume that no replica acknowledged (one was required).
+fn none_acked(err: &Error) -> bool {
+    matches!(
+        err,
+        Error::ReplicasNotReached {
+            acked: 0,
+            required: 1
+        }
+    )
+}
 
 async fn wait_for_replica(master: &RedisServer) {
     eventually("the replica came online", async || {
@@ -25,7 +36,7 @@ async fn grant_waits_for_an_acknowledging_replica() {
     let client = LockClient::connect(&master.url()).await.expect("connect");
     let guard = client
         .mutex("replicated")
-        .wait_replicas(1, Duration::from_secs(5))
+        .wait_replicas(1, secs(5))
         .lock()
         .await
         .expect("one replica acknowledges");
@@ -41,20 +52,11 @@ async fn grant_without_enough_replicas_is_released() {
     let client = LockClient::connect(&server.url()).await.expect("connect");
     let err = client
         .mutex("unreplicated")
-        .wait_replicas(1, Duration::from_millis(100))
+        .wait_replicas(1, ms(100))
         .lock()
         .await
         .expect_err("no replica can acknowledge");
-    assert!(
-        matches!(
-            err,
-            Error::ReplicasNotReached {
-                acked: 0,
-                required: 1
-            }
-        ),
-        "{err:?}"
-    );
+    assert!(none_acked(&err), "{err:?}");
     // Released again: another client gets it at once.
     let other = LockClient::connect(&server.url()).await.expect("connect");
     assert!(other.mutex("unreplicated").try_lock().await.is_ok());
@@ -65,7 +67,7 @@ async fn memory_store_refuses_wait_replicas() {
     let client = LockClient::in_memory();
     let err = client
         .mutex("m")
-        .wait_replicas(1, Duration::from_millis(100))
+        .wait_replicas(1, ms(100))
         .lock()
         .await
         .expect_err("no replicas in memory");
@@ -78,7 +80,7 @@ async fn zero_replicas_is_invalid_input() {
     let client = LockClient::in_memory();
     let err = client
         .mutex("m")
-        .wait_replicas(0, Duration::from_millis(100))
+        .wait_replicas(0, ms(100))
         .lock()
         .await
         .expect_err("invalid");
@@ -96,11 +98,11 @@ async fn resume_waits_for_an_acknowledging_replica() {
     let client = LockClient::connect(&master.url()).await.expect("connect");
     let id = client.mutex("handed").lock().await.expect("lock").detach();
     let resumer = LockClient::connect(&master.url()).await.expect("connect");
-    let lease = Duration::from_secs(120);
+    let lease = secs(120);
     let guard = resumer
         .mutex("handed")
         .lease(lease)
-        .wait_replicas(1, Duration::from_secs(5))
+        .wait_replicas(1, secs(5))
         .resume(&id)
         .await
         .expect("one replica acknowledges the resume");
@@ -120,29 +122,15 @@ async fn resume_waits_for_an_acknowledging_replica() {
 async fn resume_without_enough_replicas_gives_no_guard() {
     let server = RedisServer::start();
     let client = LockClient::connect(&server.url()).await.expect("connect");
-    let id = client
-        .mutex("unreplicated")
-        .lock()
-        .await
-        .expect("lock")
-        .detach();
+    let id = client.locked("unreplicated").await.detach();
     let resumer = LockClient::connect(&server.url()).await.expect("connect");
     let err = resumer
         .mutex("unreplicated")
-        .wait_replicas(1, Duration::from_millis(100))
+        .wait_replicas(1, ms(100))
         .resume(&id)
         .await
         .expect_err("no replica can acknowledge");
-    assert!(
-        matches!(
-            err,
-            Error::ReplicasNotReached {
-                acked: 0,
-                required: 1
-            }
-        ),
-        "{err:?}"
-    );
+    assert!(none_acked(&err), "{err:?}");
     // Still held, by nobody's guard: a third client is refused until the id releases it.
     let other = LockClient::connect(&server.url()).await.expect("connect");
     assert!(other.mutex("unreplicated").try_lock().await.is_err());

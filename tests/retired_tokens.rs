@@ -10,6 +10,9 @@
 //! served once the servers answer, waits are woken by Redis (not by their polling interval).
 
 mod support;
+use support::backend::within_ok;
+use support::quick::in_time;
+use support::quick::Quick;
 
 use std::time::Duration;
 
@@ -269,10 +272,8 @@ async fn a_released_quorum_writer_holds_no_reader_back() {
     let waiting = tokio::spawn(async move { w.write().await });
     tokio::time::sleep(secs(1)).await;
     assert!(r.release().await.expect("reader releases"));
-    let g = tokio::time::timeout(secs(10), waiting)
+    let g = within_ok(secs(10), "writer granted", waiting)
         .await
-        .expect("writer granted")
-        .expect("task")
         .expect("writer");
     assert!(g.release().await.expect("writer releases"));
     let admitted = time_to_read(&late, name, secs(8)).await;
@@ -373,9 +374,7 @@ async fn a_multi_lock_is_woken_by_a_release_during_its_withdraw() {
     fa.add(Rule::on(Op::AcquireAll).times(1).lose_reply());
     let gate = Gate::new();
     fa.add(Rule::on(Op::Release).times(2).hold_request(gate.clone()));
-    tokio::time::timeout(secs(10), gate.wait_entered(1))
-        .await
-        .expect("A's withdraw never came");
+    in_time(secs(10), "A's withdraw never came", gate.wait_entered(1)).await;
     tokio::time::sleep(ms(20)).await;
     assert!(c_guard.release().await.expect("C releases X"));
     let released = Instant::now();
@@ -436,12 +435,7 @@ async fn two_token_guard(tag: &str, lease: Duration) -> TwoTokens {
     let order: Vec<String> = probe.names().map(str::to_owned).collect();
     assert!(probe.release().await.expect("probe release"));
     let (first, second) = (order[0].clone(), order[1].clone());
-    let c_guard = c
-        .mutex(&second)
-        .lease(secs(30))
-        .lock()
-        .await
-        .expect("C locks the second");
+    let c_guard = c.lock_for(&second, secs(30)).await;
     let base = fa.count(Op::AcquireAll);
     let m = a
         .multi_lock([n1.as_str(), n2.as_str()])
@@ -467,10 +461,8 @@ async fn two_token_guard(tag: &str, lease: Duration) -> TwoTokens {
     .await;
     tokio::time::sleep(ms(100)).await;
     assert!(c_guard.release().await.expect("C releases"));
-    let guard = tokio::time::timeout(secs(10), locking)
+    let guard = within_ok(secs(10), "A granted", locking)
         .await
-        .expect("A granted")
-        .expect("task")
         .expect("A locks both");
     let (t1, t2) = (
         guard.token_of(&first).expect("first"),
@@ -591,10 +583,8 @@ async fn a_quorum_hold_granted_after_a_refusal_keeps_its_label() {
     let waiting = tokio::spawn(async move { handle.lock().await });
     tokio::time::sleep(ms(300)).await;
     assert!(held.release().await.expect("H releases"));
-    let g = tokio::time::timeout(secs(10), waiting)
+    let g = within_ok(secs(10), "W granted", waiting)
         .await
-        .expect("W granted")
-        .expect("task")
         .expect("W locks");
     let info = w.mutex(name).inspect().await.expect("inspect");
     eprintln!("{info:?}");
@@ -633,10 +623,8 @@ async fn a_multi_lock_granted_after_a_withdraw_keeps_its_label() {
     until("A's withdraw", secs(5), || fa.count(Op::AcquireAll) >= 4).await;
     tokio::time::sleep(ms(100)).await;
     assert!(c_guard.release().await.expect("C releases X"));
-    let g = tokio::time::timeout(secs(10), locking)
+    let g = within_ok(secs(10), "A granted", locking)
         .await
-        .expect("A granted")
-        .expect("task")
         .expect("A locks [X, Y]");
     for name in [x, y] {
         let info = c.mutex(name).inspect().await.expect("inspect");

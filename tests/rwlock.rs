@@ -1,6 +1,8 @@
 //! RwLock behaviour, on a real redis-server and on the in-memory store.
 
 mod support;
+use support::quick::in_time;
+use support::time::{ms, secs};
 use support::Granted;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,7 +30,7 @@ impl Rng {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
-        Duration::from_millis(self.0 % max_ms)
+        ms(self.0 % max_ms)
     }
 }
 
@@ -99,15 +101,15 @@ async fn mixed_load(b: Backend, preference: Preference, run: Duration) {
 }
 
 async fn mixed_load_writer_preference(b: Backend) {
-    mixed_load(b, Preference::Writer, Duration::from_secs(3)).await
+    mixed_load(b, Preference::Writer, secs(3)).await
 }
 
 async fn mixed_load_reader_preference(b: Backend) {
-    mixed_load(b, Preference::Reader, Duration::from_secs(1)).await
+    mixed_load(b, Preference::Reader, secs(1)).await
 }
 
 async fn mixed_load_fair(b: Backend) {
-    mixed_load(b, Preference::Fair, Duration::from_secs(1)).await
+    mixed_load(b, Preference::Fair, secs(1)).await
 }
 
 both_backends!(
@@ -133,7 +135,7 @@ async fn looping_readers(
             while !stop.load(Ordering::SeqCst) {
                 let g = lock.read().timeout(EVENTUALLY).await.expect("read");
                 let t = h.enter(Kind::Read, g.fencing_token());
-                sleep(Duration::from_millis(5)).await;
+                sleep(ms(5)).await;
                 h.exit(t);
                 assert!(g.release().await.expect("release"));
             }
@@ -156,7 +158,7 @@ async fn writer_preference_stops_new_readers(b: Backend) {
     let blocker = lock.read().await.expect("blocker read");
     let blocker_ticket = h.enter_as("blocker", Kind::Read, blocker.fencing_token());
     let (stop, readers) = looping_readers(&b, name, Preference::Writer, &h).await;
-    sleep(Duration::from_millis(500)).await;
+    sleep(ms(500)).await;
 
     let writer = {
         let lock = b.client().await.rwlock(name);
@@ -165,7 +167,7 @@ async fn writer_preference_stops_new_readers(b: Backend) {
             let g = lock.write().timeout(EVENTUALLY).await.expect("write");
             let granted = Instant::now();
             let t = h.enter_as("writer", Kind::Write, g.fencing_token());
-            sleep(Duration::from_millis(50)).await;
+            sleep(ms(50)).await;
             h.exit(t);
             assert!(g.release().await.expect("release"));
             (granted, Instant::now())
@@ -173,14 +175,14 @@ async fn writer_preference_stops_new_readers(b: Backend) {
     };
     until_waiters(1, || lock.inspect()).await;
     let registered = Instant::now();
-    sleep(Duration::from_secs(1)).await;
+    sleep(secs(1)).await;
     assert!(!writer.is_finished(), "the writer got in beside a reader");
     h.exit(blocker_ticket);
     let blocker_gone = Instant::now();
     assert!(blocker.release().await.expect("release blocker"));
     let (granted, writer_done) = join("writer", writer).await;
     // Readers resume after the writer.
-    sleep(Duration::from_millis(300)).await;
+    sleep(ms(300)).await;
     stop.store(true, Ordering::SeqCst);
     for (i, r) in readers.into_iter().enumerate() {
         join(&format!("reader {i}"), r).await;
@@ -188,13 +190,13 @@ async fn writer_preference_stops_new_readers(b: Backend) {
 
     h.check_exclusion();
     let grants = h.grants();
-    let before = reads_between(&grants, registered - Duration::from_secs(10), registered);
+    let before = reads_between(&grants, registered - secs(10), registered);
     assert!(
         before.len() > 10,
         "readers barely ran: {} reads",
         before.len()
     );
-    let late = reads_between(&grants, registered + Duration::from_millis(500), granted);
+    let late = reads_between(&grants, registered + ms(500), granted);
     assert!(
         late.is_empty(),
         "{} reads were granted after the writer registered, first: {:?}",
@@ -214,7 +216,7 @@ async fn reader_preference_keeps_admitting_readers(b: Backend) {
     let lock = c.rwlock(name).preference(Preference::Reader);
     let blocker = lock.read().await.expect("blocker read");
     let (stop, readers) = looping_readers(&b, name, Preference::Reader, &h).await;
-    sleep(Duration::from_millis(300)).await;
+    sleep(ms(300)).await;
 
     let asked = Instant::now();
     let writer = {
@@ -224,14 +226,9 @@ async fn reader_preference_keeps_admitting_readers(b: Backend) {
             assert!(g.release().await.expect("release"));
         })
     };
-    sleep(Duration::from_secs(1)).await;
+    sleep(secs(1)).await;
     assert!(!writer.is_finished(), "the writer got in beside a reader");
-    let window = reads_between(
-        &h.grants(),
-        asked + Duration::from_millis(300),
-        Instant::now(),
-    )
-    .len();
+    let window = reads_between(&h.grants(), asked + ms(300), Instant::now()).len();
     stop.store(true, Ordering::SeqCst);
     assert!(blocker.release().await.expect("release blocker"));
     for (i, r) in readers.into_iter().enumerate() {
@@ -268,17 +265,17 @@ async fn fair_grants_in_arrival_order(b: Backend) {
             if label.starts_with('W') {
                 let g = lock.write().await.expect(label);
                 let t = h.enter_as(label, Kind::Write, g.fencing_token());
-                sleep(Duration::from_millis(100)).await;
+                sleep(ms(100)).await;
                 h.exit(t);
                 assert!(g.release().await.expect("release"));
             } else {
                 let g = lock.read().await.expect(label);
                 let t = h.enter_as(label, Kind::Read, g.fencing_token());
                 // Both readers must hold at once, or this never completes.
-                timeout(Duration::from_secs(10), together.wait())
+                timeout(secs(10), together.wait())
                     .await
                     .unwrap_or_else(|_| panic!("{label} was not admitted together with its peer"));
-                sleep(Duration::from_millis(50)).await;
+                sleep(ms(50)).await;
                 h.exit(t);
                 assert!(g.release().await.expect("release"));
             }
@@ -286,7 +283,7 @@ async fn fair_grants_in_arrival_order(b: Backend) {
         // Each arrival must be queued before the next one comes.
         until_waiters(i + 1, || probe.inspect()).await;
     }
-    sleep(Duration::from_millis(100)).await;
+    sleep(ms(100)).await;
     assert_eq!(h.grants().len(), 1, "someone overtook the queue");
     h.exit(r1_ticket);
     assert!(r1.release().await.expect("release R1"));
@@ -312,12 +309,10 @@ async fn fair_grants_in_arrival_order(b: Backend) {
     );
 }
 
-both_backends!(fair_grants_in_arrival_order);
-
 /// A reader that dies with renewal off expires alone: a live reader keeps its hold, and a
 /// later writer gets in once the live reader leaves.
 async fn dead_reader_expires_alone(b: Backend) {
-    let lease = Duration::from_millis(1500);
+    let lease = ms(1500);
     let name = "dead-reader";
     let (tx, rx) = tokio::sync::oneshot::channel();
     let dying = b.client().await.rwlock(name).lease(lease).auto_renew(false);
@@ -347,13 +342,13 @@ async fn dead_reader_expires_alone(b: Backend) {
             break;
         }
         assert!(
-            started.elapsed() < lease + Duration::from_secs(5),
+            started.elapsed() < lease + secs(5),
             "the dead reader never expired: {holders:?}"
         );
-        sleep(Duration::from_millis(20)).await;
+        sleep(ms(20)).await;
     }
     assert!(
-        started.elapsed() + Duration::from_millis(50) >= lease,
+        started.elapsed() + ms(50) >= lease,
         "the dead reader expired early"
     );
     assert!(live.is_held(), "the live reader expired with the dead one");
@@ -368,13 +363,11 @@ async fn dead_reader_expires_alone(b: Backend) {
     assert!(w.release().await.expect("release"));
 }
 
-both_backends!(dead_reader_expires_alone);
-
 /// A waiting writer that dies (its process gone, no cleanup) holds back readers only for
 /// its heartbeat window.
 async fn dead_waiting_writer_stops_blocking(b: Backend) {
     let name = "dead-writer";
-    let heartbeat = Duration::from_millis(1500);
+    let heartbeat = ms(1500);
     let c = b.client().await;
     let lock = c.rwlock(name);
     let inside = lock.read().await.expect("read");
@@ -382,7 +375,7 @@ async fn dead_waiting_writer_stops_blocking(b: Backend) {
     // A crashed writer: one waiting attempt on its own connection, then silence.
     let crashed = b.client().await;
     let keys = crashed.keys(name).expect("keys");
-    let claim = Request::Mutex.claim(Duration::from_secs(30), heartbeat);
+    let claim = Request::Mutex.claim(secs(30), heartbeat);
     let announced = Instant::now();
     let reply = crashed
         .store()
@@ -399,19 +392,17 @@ async fn dead_waiting_writer_stops_blocking(b: Backend) {
     let r = lock.read().timeout(EVENTUALLY).await.expect("read after");
     let waited = announced.elapsed();
     assert!(
-        waited + Duration::from_millis(50) >= heartbeat,
+        waited + ms(50) >= heartbeat,
         "readers were admitted after {waited:?}, inside the writer's heartbeat window"
     );
     assert!(
-        waited < heartbeat + Duration::from_secs(5),
+        waited < heartbeat + secs(5),
         "readers were admitted only after {waited:?}"
     );
     assert!(lock.inspect().await.expect("inspect").waiters.is_empty());
     assert!(r.release().await.expect("release"));
     assert!(inside.release().await.expect("release"));
 }
-
-both_backends!(dead_waiting_writer_stops_blocking);
 
 /// A writer whose wait ends (timeout, or its future dropped) withdraws at once: readers do
 /// not wait for its 30 s heartbeat window.
@@ -420,16 +411,12 @@ async fn cancelled_writer_stops_blocking_at_once(b: Backend) {
     let c = b.client().await;
     let lock = c.rwlock(name);
     let inside = lock.read().await.expect("read");
-    let writer = b
-        .client()
-        .await
-        .rwlock(name)
-        .heartbeat(Duration::from_secs(30));
+    let writer = b.client().await.rwlock(name).heartbeat(secs(30));
 
     // Timed out.
     let e = writer
         .write()
-        .timeout(Duration::from_millis(600))
+        .timeout(ms(600))
         .await
         .expect_err("write beside a reader");
     assert!(e.is_timeout(), "{e:?}");
@@ -457,17 +444,15 @@ async fn cancelled_writer_stops_blocking_at_once(b: Backend) {
             break r;
         }
         assert!(
-            dropped.elapsed() < Duration::from_secs(5),
+            dropped.elapsed() < secs(5),
             "readers still held back by a dropped write() (heartbeat window is 30 s)"
         );
-        sleep(Duration::from_millis(10)).await;
+        sleep(ms(10)).await;
     };
     assert!(lock.inspect().await.expect("inspect").waiters.is_empty());
     assert!(r.release().await.expect("release"));
     assert!(inside.release().await.expect("release"));
 }
-
-both_backends!(cancelled_writer_stops_blocking_at_once);
 
 /// Downgrade under fire: two tasks hammer `try_write`; the shared log would show any writer
 /// that got in between the write hold and the read hold it became.
@@ -484,7 +469,7 @@ async fn downgrade_races_no_writer(b: Backend) {
             while !stop.load(Ordering::SeqCst) {
                 if let Some(g) = lock.try_write().await.granted("try_write") {
                     let t = h.enter_as(format!("rival{i}"), Kind::Write, g.fencing_token());
-                    sleep(Duration::from_millis(10)).await;
+                    sleep(ms(10)).await;
                     h.exit(t);
                     assert!(g.release().await.expect("release"));
                 }
@@ -499,7 +484,7 @@ async fn downgrade_races_no_writer(b: Backend) {
         let w = lock.write().timeout(EVENTUALLY).await.expect("write");
         let fence = w.fencing_token();
         let wt = h.enter_as("main", Kind::Write, fence);
-        sleep(Duration::from_millis(5)).await;
+        sleep(ms(5)).await;
         let r = WriteGuard::downgrade(w).await.expect("downgrade");
         // The write ticket stays open until the read hold exists: a rival granted in
         // between overlaps one of them in the log.
@@ -508,7 +493,7 @@ async fn downgrade_races_no_writer(b: Backend) {
         assert_eq!(r.fencing_token(), fence);
         assert!(r.is_held());
         assert!(support::would_block(other.try_write().await));
-        sleep(Duration::from_millis(20)).await;
+        sleep(ms(20)).await;
         h.exit(rt);
         assert!(r.release().await.expect("release"));
     }
@@ -543,7 +528,7 @@ async fn downgrade_keeps_waiting_writer_out(b: Backend, preference: Preference) 
     until_waiters(1, || lock.inspect()).await;
     let r = WriteGuard::downgrade(w).await.expect("downgrade");
     assert_eq!(r.fencing_token(), fence);
-    sleep(Duration::from_millis(500)).await;
+    sleep(ms(500)).await;
     assert!(r.is_held(), "the read hold was lost");
     assert!(
         !waiting.is_finished(),
@@ -578,8 +563,8 @@ both_backends!(
 
 /// Every acquire path of `lock` fails with an invalid-input error, without waiting.
 async fn assert_all_invalid(what: &str, lock: &RwLock) {
-    let quick = Duration::from_secs(5);
-    let t = Duration::from_secs(1);
+    let quick = secs(5);
+    let t = secs(1);
     let results = [
         ("read", timeout(quick, lock.read()).await.map(|r| r.err())),
         (
@@ -615,7 +600,7 @@ async fn assert_all_invalid(what: &str, lock: &RwLock) {
 /// Bad names and options are refused before anything reaches Redis, for every preference.
 async fn invalid_input_is_refused(b: Backend) {
     let c = b.client().await;
-    let year = Duration::from_secs(365 * 24 * 3600);
+    let year = secs(365 * 24 * 3600);
     let long = "y".repeat(1025);
     for p in [Preference::Writer, Preference::Reader, Preference::Fair] {
         let cases: Vec<(&str, RwLock)> = vec![
@@ -625,9 +610,7 @@ async fn invalid_input_is_refused(b: Backend) {
             ("two-year lease", c.rwlock("bad").lease(2 * year)),
             (
                 "renew_every == lease",
-                c.rwlock("bad")
-                    .lease(Duration::from_secs(1))
-                    .renew_every(Duration::from_secs(1)),
+                c.rwlock("bad").lease(secs(1)).renew_every(secs(1)),
             ),
             ("zero heartbeat", c.rwlock("bad").heartbeat(Duration::ZERO)),
             ("two-year heartbeat", c.rwlock("bad").heartbeat(2 * year)),
@@ -641,14 +624,12 @@ async fn invalid_input_is_refused(b: Backend) {
     }
 }
 
-both_backends!(invalid_input_is_refused);
-
 /// Foreign data at any key of the lock gives a typed error and is left exactly as it was.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn foreign_keys_are_reported_and_kept() {
     let b = Backend::redis();
     let c = b.client().await;
-    let quick = Duration::from_secs(5);
+    let quick = secs(5);
     type Case<'a> = (&'a str, Preference, &'a [&'a str], &'a str);
     let cases: [Case<'_>; 7] = [
         (
@@ -736,9 +717,8 @@ async fn foreign_fence_text_is_reported_and_kept() {
     let b = Backend::redis();
     let c = b.client().await;
     b.cli(&["SET", "rl:{rw-text-fence}:fence", "not a number"]);
-    let res = timeout(Duration::from_secs(5), c.rwlock("rw-text-fence").read())
-        .await
-        .expect("read() waited on a foreign key");
+    let step = "read() waited on a foreign key";
+    let res = in_time(secs(5), step, c.rwlock("rw-text-fence").read()).await;
     let keys = b.cli(&["KEYS", "*"]);
     assert_eq!(b.cli(&["GET", "rl:{rw-text-fence}:fence"]), "not a number");
     assert_eq!(
@@ -768,8 +748,6 @@ async fn state_is_shared_between_clients(b: Backend) {
     assert!(r.release().await.expect("release"));
 }
 
-both_backends!(state_is_shared_between_clients);
-
 /// Asserts `outcome` is a `FamilyConflict` naming `name`.
 fn assert_conflict<T: std::fmt::Debug>(what: &str, name: &str, outcome: redis_locks::Result<T>) {
     match outcome {
@@ -797,7 +775,7 @@ async fn one_name_is_held_through_one_family_at_a_time(b: Backend) {
     assert_conflict("fair read", name, fair.try_read().await);
     assert_conflict("fair lock", name, c.fair_lock(name).try_lock().await);
     assert_conflict("semaphore", name, c.semaphore(name, 3).try_acquire().await);
-    let waited = fair.write().timeout(Duration::from_secs(5)).await;
+    let waited = fair.write().timeout(secs(5)).await;
     assert_conflict("waiting fair write", name, waited);
     // The same family just waits its turn.
     assert!(support::would_block(c.mutex(name).try_lock().await));
@@ -807,11 +785,7 @@ async fn one_name_is_held_through_one_family_at_a_time(b: Backend) {
     let r = fair.read().await.expect("fair read");
     assert_conflict("write", name, writer_pref.try_write().await);
     assert_conflict("read", name, writer_pref.try_read().await);
-    assert_conflict(
-        "mutex",
-        name,
-        c.mutex(name).lock().timeout(Duration::from_secs(5)).await,
-    );
+    assert_conflict("mutex", name, c.mutex(name).lock().timeout(secs(5)).await);
     let info = fair.inspect().await.expect("inspect");
     assert_eq!(info.holders.len(), 1, "{info:?}");
     assert!(
@@ -823,4 +797,12 @@ async fn one_name_is_held_through_one_family_at_a_time(b: Backend) {
     assert!(m.release().await.expect("release"));
 }
 
-both_backends!(one_name_is_held_through_one_family_at_a_time);
+both_backends!(
+    fair_grants_in_arrival_order,
+    dead_reader_expires_alone,
+    dead_waiting_writer_stops_blocking,
+    cancelled_writer_stops_blocking_at_once,
+    invalid_input_is_refused,
+    state_is_shared_between_clients,
+    one_name_is_held_through_one_family_at_a_time,
+);

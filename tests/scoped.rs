@@ -2,10 +2,11 @@
 //! lost, and the lock is released after.
 
 mod support;
+use support::quick::in_time;
+use support::time::{ms, secs};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use redis_locks::Error;
 use support::backend::Backend;
@@ -41,8 +42,8 @@ async fn a_lost_lease_stops_the_work(b: Backend) {
     let c = b.client().await;
     let guard = c
         .mutex("scoped-lost")
-        .lease(Duration::from_millis(600))
-        .renew_every(Duration::from_millis(100))
+        .lease(ms(600))
+        .renew_every(ms(100))
         .lock()
         .await
         .expect("lock");
@@ -50,7 +51,7 @@ async fn a_lost_lease_stops_the_work(b: Backend) {
     let work = {
         let finished = finished.clone();
         async move {
-            tokio::time::sleep(Duration::from_secs(30)).await;
+            tokio::time::sleep(secs(30)).await;
             finished.store(true, Ordering::SeqCst);
         }
     };
@@ -58,13 +59,12 @@ async fn a_lost_lease_stops_the_work(b: Backend) {
     let operator = {
         let c = c.clone();
         tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            tokio::time::sleep(ms(200)).await;
             c.force_release("scoped-lost").await.expect("force release")
         })
     };
-    let outcome = tokio::time::timeout(Duration::from_secs(20), guard.run_while_held(work))
-        .await
-        .expect("stopped well before the work's 30 s");
+    let what = "stopped well before the work's 30 s";
+    let outcome = in_time(secs(20), what, guard.run_while_held(work)).await;
     assert!(
         matches!(outcome, Err(Error::LeaseLost { ref name }) if name == "scoped-lost"),
         "{outcome:?}"

@@ -5,8 +5,11 @@
 //! rule (no `EVAL`).
 
 mod support;
-
-use std::time::Duration;
+use support::backend::within_ok;
+use support::quick::downgraded;
+use support::quick::in_time;
+use support::quick::Quick;
+use support::time::{ms, secs};
 
 use redis_locks::testing::keys::LockKeys;
 use redis_locks::testing::store::{
@@ -130,6 +133,13 @@ fn acl_url(server: &RedisServer) -> String {
     format!("redis://locks:secret@127.0.0.1:{}/", server.port())
 }
 
+/// A client of `server` as the restricted user.
+async fn acl_client(server: &RedisServer) -> LockClient {
+    LockClient::connect(&acl_url(server))
+        .await
+        .expect("connect")
+}
+
 /// Every primitive works as the restricted user: mutex, RwLock (writer, reader and fair
 /// preference, downgrade), fair lock with a waiter woken by pub/sub, semaphore, inspect,
 /// force release, and script reloading after `SCRIPT FLUSH`.
@@ -142,29 +152,19 @@ async fn every_primitive_works_as_a_restricted_acl_user() {
 
     let g = a.mutex("acl-m").lock().await.expect("mutex");
     assert!(support::would_block(b.mutex("acl-m").try_lock().await));
-    assert_eq!(
-        b.mutex("acl-m")
-            .inspect()
-            .await
-            .expect("inspect")
-            .holders
-            .len(),
-        1
-    );
+    assert_eq!(b.mutex_info("acl-m").await.holders.len(), 1);
     // A waiter on another connection is woken by the release (pub/sub allowed).
     let waiter = {
         let m = b
             .mutex("acl-m")
-            .retry_interval(Duration::from_secs(60))
-            .heartbeat(Duration::from_secs(180));
+            .retry_interval(secs(60))
+            .heartbeat(secs(180));
         tokio::spawn(async move { m.lock().await })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(ms(300)).await;
     assert!(g.release().await.expect("release"));
-    let g = timeout(Duration::from_secs(15), waiter)
+    let g = within_ok(secs(15), "woken by the release", waiter)
         .await
-        .expect("woken by the release")
-        .expect("task")
         .expect("lock");
     assert!(g.release().await.expect("release"));
 
@@ -175,9 +175,7 @@ async fn every_primitive_works_as_a_restricted_acl_user() {
     ] {
         let lock = a.rwlock(&format!("acl-rw-{pref:?}")).preference(pref);
         let w = lock.write().await.expect("write");
-        let r = redis_locks::WriteGuard::downgrade(w)
-            .await
-            .expect("downgrade");
+        let r = downgraded(w).await;
         let r2 = lock.read().await.expect("read");
         assert!(r.release().await.expect("release"));
         assert!(r2.release().await.expect("release"));
@@ -188,12 +186,10 @@ async fn every_primitive_works_as_a_restricted_acl_user() {
         let fl = b.fair_lock("acl-f");
         tokio::spawn(async move { fl.lock().await })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(ms(200)).await;
     assert!(f.release().await.expect("release"));
-    let f2 = timeout(Duration::from_secs(15), next)
+    let f2 = within_ok(secs(15), "fair waiter granted", next)
         .await
-        .expect("fair waiter granted")
-        .expect("task")
         .expect("fair lock");
     assert!(f2.release().await.expect("release"));
 
@@ -231,8 +227,8 @@ async fn every_script_runs_by_sha_as_the_restricted_acl_user() {
     let claim = |token: &str, slot| Claim {
         token: token.to_owned(),
         slot,
-        lease: Duration::from_secs(30),
-        heartbeat: Duration::from_secs(30),
+        lease: secs(30),
+        heartbeat: secs(30),
         policy: Policy::Writer,
     };
     let granted = |r: redis_locks::Result<Acquire>| matches!(r, Ok(Acquire::Granted(_)));
@@ -240,7 +236,7 @@ async fn every_script_runs_by_sha_as_the_restricted_acl_user() {
     let lock = LockKeys::new("rl", "acl-steps-lease").expect("keys");
     let writer = claim("writer", Slot::Write);
     assert!(granted(store.acquire(&lock, &writer, false, None).await));
-    let lease = Duration::from_secs(60);
+    let lease = secs(60);
     assert!(store
         .extend(&lock, &writer, lease, None)
         .await
@@ -294,7 +290,7 @@ async fn every_script_runs_by_sha_as_the_restricted_acl_user() {
         .expect("inspect");
 
     let lock = LockKeys::new("rl", "acl-steps-permits").expect("keys");
-    let hb = Duration::from_secs(30);
+    let hb = secs(30);
     for (change, count) in [
         (PermitChange::Set(3), 3),
         (PermitChange::Add { by: 2, base: 3 }, 5),
@@ -461,9 +457,7 @@ async fn the_acl_user_cannot_touch_other_keys() {
     assert_eq!(eval.expect_err("EVAL denied").code(), Some("NOPERM"));
     // The lock keys are reachable, but a lock name cannot escape the prefix either: its keys
     // are `rl:{<name>}:...` whatever the name.
-    let locks = LockClient::connect(&acl_url(&server))
-        .await
-        .expect("connect");
+    let locks = acl_client(&server).await;
     let g = locks.mutex("app:secret").lock().await.expect("lock");
     assert!(g.release().await.expect("release"));
     assert_eq!(server.cli(&["GET", "app:secret"]), "s3cret");
@@ -475,10 +469,8 @@ async fn the_acl_user_cannot_touch_other_keys() {
 async fn a_missing_permission_is_a_clear_error() {
     let server = acl_server();
     assert_eq!(server.cli(&["ACL", "SETUSER", "locks", "-zadd"]), "OK");
-    let c = LockClient::connect(&acl_url(&server))
-        .await
-        .expect("connect");
-    let err = timeout(Duration::from_secs(10), c.rwlock("acl-deny").try_read())
+    let c = acl_client(&server).await;
+    let err = timeout(secs(10), c.rwlock("acl-deny").try_read())
         .await
         .expect("answered")
         .expect_err("ZADD denied");
@@ -676,12 +668,8 @@ async fn a_user_without_channel_rights_is_warned_and_releases_still_succeed() {
     let warnings = Warnings::default();
     let _capture = tracing::subscriber::set_default(warnings.clone());
 
-    let a = LockClient::connect(&acl_url(&server))
-        .await
-        .expect("connect");
-    let b = LockClient::connect(&acl_url(&server))
-        .await
-        .expect("connect");
+    let a = acl_client(&server).await;
+    let b = acl_client(&server).await;
     let seen = warnings.0.lock().unwrap().clone();
     assert!(
         seen.iter().any(|w| w.contains("&rl:*")),
@@ -690,12 +678,10 @@ async fn a_user_without_channel_rights_is_warned_and_releases_still_succeed() {
 
     let m = a.mutex("no-channels");
     let g = m.try_lock().await.expect("granted");
-    let patient = b
-        .mutex("no-channels")
-        .retry_interval(Duration::from_millis(100));
-    let waiter = patient.lock().timeout(Duration::from_secs(20));
+    let patient = b.mutex("no-channels").retry_interval(ms(100));
+    let waiter = patient.lock().timeout(secs(20));
     let release = async {
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        tokio::time::sleep(ms(300)).await;
         g.release().await
     };
     let (got, released) = tokio::join!(waiter, release);
@@ -733,19 +719,15 @@ async fn a_user_without_unsubscribe_is_warned_and_waits_go_on() {
     );
     let warnings = Warnings::default();
     let _capture = tracing::subscriber::set_default(warnings.clone());
-    let a = LockClient::connect(&acl_url(&server))
-        .await
-        .expect("connect");
-    let b = LockClient::connect(&acl_url(&server))
-        .await
-        .expect("connect");
+    let a = acl_client(&server).await;
+    let b = acl_client(&server).await;
 
     // B waits (and subscribes), is served, and leaves: its channel goes idle.
     let g = a.mutex("no-unsub").try_lock().await.expect("granted");
     let patient = b.mutex("no-unsub");
-    let waiter = patient.lock().timeout(Duration::from_secs(20));
+    let waiter = patient.lock().timeout(secs(20));
     let release = async {
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(ms(200)).await;
         g.release().await
     };
     let (got, released) = tokio::join!(waiter, release);
@@ -753,9 +735,9 @@ async fn a_user_without_unsubscribe_is_warned_and_waits_go_on() {
     got.expect("served").release().await.expect("release");
 
     // Past the channel's linger, the unsubscribe is refused; watch the server for 2 s more.
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    tokio::time::sleep(secs(6)).await;
     let before = rejected(&server, "unsubscribe");
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep(secs(2)).await;
     let during = rejected(&server, "unsubscribe") - before;
     assert!(
         before >= 1,
@@ -774,15 +756,14 @@ async fn a_user_without_unsubscribe_is_warned_and_waits_go_on() {
     // Later waits are not held up: a timed wait on a held lock ends by its deadline.
     let held = a.mutex("no-unsub-2").try_lock().await.expect("granted");
     let started = tokio::time::Instant::now();
-    let waited = tokio::time::timeout(
-        Duration::from_secs(10),
-        b.mutex("no-unsub-2")
-            .lock()
-            .timeout(Duration::from_millis(300)),
+    let what = "a timed wait hung";
+    let waited = in_time(
+        secs(10),
+        what,
+        b.mutex("no-unsub-2").lock().timeout(ms(300)),
     )
-    .await
-    .expect("a timed wait hung");
+    .await;
     assert!(waited.expect_err("held").is_timeout());
-    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(started.elapsed() < secs(5));
     held.release().await.expect("release");
 }

@@ -3,6 +3,9 @@
 #![cfg(feature = "sentinel")]
 
 mod support;
+use support::quick::in_time;
+use support::quick::Quick;
+use support::time::{ms, secs};
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -46,25 +49,22 @@ async fn failover_under_load(how: Failover) {
             granted.clone(),
         );
         holders.push(tokio::spawn(async move {
-            let lock = client
-                .mutex("m")
-                .lease(Duration::from_secs(5))
-                .wait_replicas(1, Duration::from_secs(1));
+            let lock = client.mutex("m").lease(secs(5)).wait_replicas(1, secs(1));
             while !stop.load(Ordering::SeqCst) {
-                match lock.lock().timeout(Duration::from_secs(2)).await {
+                match lock.lock().timeout(secs(2)).await {
                     Ok(guard) => {
                         let t = history.enter_as(
                             format!("holder {i}"),
                             Kind::Exclusive,
                             guard.fencing_token(),
                         );
-                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        tokio::time::sleep(ms(20)).await;
                         history.exit(t);
                         granted.fetch_add(1, Ordering::SeqCst);
                         let _ = guard.release().await;
                     }
                     // During the switch: connection errors, no replica to acknowledge.
-                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                    Err(_) => tokio::time::sleep(ms(50)).await,
                 }
             }
         }));
@@ -74,7 +74,7 @@ async fn failover_under_load(how: Failover) {
     // served by a wake-up published on the new primary.
     let blocker = client
         .mutex("w")
-        .wait_replicas(1, Duration::from_secs(2))
+        .wait_replicas(1, secs(2))
         .lock()
         .await
         .expect("hold w");
@@ -86,13 +86,13 @@ async fn failover_under_load(how: Failover) {
                 .mutex("w")
                 .retry_interval(NO_POLL)
                 .lock()
-                .timeout(Duration::from_secs(40))
+                .timeout(secs(40))
                 .await
                 .expect("a waiter was not served after the failover");
             guard.release().await.expect("release w");
         }));
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::time::sleep(ms(500)).await;
     let before = granted.load(Ordering::SeqCst);
     assert!(before > 0, "no grant before the failover");
 
@@ -109,7 +109,7 @@ async fn failover_under_load(how: Failover) {
         // loaded machine); after two seconds the test does it for them, so grants can be
         // acknowledged again.
         tokio::task::block_in_place(|| set.node_mut(old).restart());
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        tokio::time::sleep(secs(2)).await;
         let new_port = new.to_string();
         tokio::task::block_in_place(|| {
             set.node_mut(old)
@@ -142,7 +142,7 @@ async fn failover_under_load(how: Failover) {
     history.check_exclusion();
 
     // Every primitive works against the new primary.
-    let t = Duration::from_secs(10);
+    let t = secs(10);
     let g = client
         .mutex("after-m")
         .lock()
@@ -183,8 +183,8 @@ async fn failover_under_load(how: Failover) {
     // replication) reports lost() at its next renewal, long before its 30 s lease ends.
     let g = client
         .mutex("unreplicated")
-        .lease(Duration::from_secs(30))
-        .renew_every(Duration::from_millis(300))
+        .lease(secs(30))
+        .renew_every(ms(300))
         .lock()
         .timeout(t)
         .await
@@ -192,9 +192,8 @@ async fn failover_under_load(how: Failover) {
     let primary = set.primary_port();
     assert_eq!(primary, new);
     tokio::task::block_in_place(|| set.node_mut(primary).cli(&["FLUSHALL"]));
-    tokio::time::timeout(Duration::from_secs(10), g.lost())
-        .await
-        .expect("a hold missing on the new primary still reports held");
+    let what = "a hold missing on the new primary still reports held";
+    in_time(secs(10), what, g.lost()).await;
     assert!(!g.is_held());
 }
 
@@ -316,11 +315,7 @@ async fn fences_and_terms_rise_across_a_failover_that_lost_the_last_grant() {
         let g = client.mutex("fenced").lock().await.expect("lock");
         g.release().await.expect("release");
     }
-    let leadership = client
-        .election("ruler")
-        .campaign("a")
-        .await
-        .expect("campaign");
+    let leadership = client.lead("ruler", "a").await;
     let old_term = leadership.term();
     // Its lease would keep "ruler" held on the new primary if it were replicated: it is not.
     std::mem::forget(leadership);

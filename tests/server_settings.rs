@@ -3,6 +3,7 @@
 //! warned about once, with the setting to change, or refused with `refuse_evicting_servers`.
 
 mod support;
+use support::quick::Quick;
 
 use redis_locks::{Error, LockClient};
 
@@ -29,14 +30,7 @@ async fn a_server_that_may_evict_lock_keys_is_warned_about_or_refused() {
             "says what to set: {about_eviction:?}"
         );
         // Locks still work after the warning.
-        client
-            .mutex("m")
-            .lock()
-            .await
-            .expect("lock")
-            .release()
-            .await
-            .expect("release");
+        client.locked("m").await.release().await.expect("release");
 
         let refused = LockClient::builder()
             .refuse_evicting_servers(true)
@@ -73,13 +67,6 @@ async fn a_server_that_never_evicts_is_accepted_silently() {
             "{args:?}: {:?}",
             warnings.seen()
         );
-        client
-            .mutex("m")
-            .lock()
-            .await
-            .expect("lock")
-            .release()
-            .await
-            .expect("release");
+        client.locked("m").await.release().await.expect("release");
     }
 }

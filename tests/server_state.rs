@@ -10,6 +10,8 @@
 //! lost lease is signalled, and holds made afterwards are renewed.
 
 mod support;
+use support::quick::in_time;
+use support::quick::Quick;
 use support::Granted;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -394,20 +396,10 @@ async fn redis_flushall_is_signalled_to_every_guard() {
     let mut ms_ = Vec::new();
     let mut fs = Vec::new();
     for i in 0..100 {
-        ms_.push(
-            c.mutex(&format!("server-state-flush-m{i}"))
-                .lock()
-                .await
-                .expect("m"),
-        );
+        ms_.push(c.locked(&format!("server-state-flush-m{i}")).await);
     }
     for i in 0..20 {
-        fs.push(
-            c.fair_lock(&format!("server-state-flush-f{i}"))
-                .lock()
-                .await
-                .expect("f"),
-        );
+        fs.push(c.fair_locked(&format!("server-state-flush-f{i}")).await);
     }
     sleep(ms(150)).await;
     // What each guard trusts, read as (its trusted end, whether it still holds): the end first,
@@ -457,11 +449,7 @@ async fn redis_flushall_is_signalled_to_every_guard() {
     }
     drop(views);
     drop((ms_, fs));
-    let g = c
-        .mutex("server-state-flush-after")
-        .lock()
-        .await
-        .expect("lock");
+    let g = c.locked("server-state-flush-after").await;
     sleep(ms(2_500)).await;
     assert!(g.is_held(), "a hold made after the flush was not renewed");
     assert!(g.release().await.expect("release"));
@@ -623,18 +611,8 @@ async fn redis_slow_server_keeps_holds_and_guards_honest() {
     let mut permits = Vec::new();
     let mut writes = Vec::new();
     for i in 0..15 {
-        mutexes.push(
-            c.mutex(&format!("server-state-slow-m{i}"))
-                .lock()
-                .await
-                .expect("m"),
-        );
-        fairs.push(
-            c.fair_lock(&format!("server-state-slow-f{i}"))
-                .lock()
-                .await
-                .expect("f"),
-        );
+        mutexes.push(c.locked(&format!("server-state-slow-m{i}")).await);
+        fairs.push(c.fair_locked(&format!("server-state-slow-f{i}")).await);
         permits.push(
             c.semaphore(&format!("server-state-slow-s{i}"), 2)
                 .acquire()
@@ -700,10 +678,7 @@ async fn redis_client_pause_past_the_lease_keeps_guards_honest() {
     let f = c.fair_lock("server-state-pause-f").lock().await.expect("f");
     // Load the inspect scripts on the observer's connection first: a SCRIPT LOAD waits out a
     // write pause, and every later reply on that connection behind it.
-    o.mutex("server-state-pause-m")
-        .inspect()
-        .await
-        .expect("inspect");
+    o.mutex_info("server-state-pause-m").await;
     o.fair_lock("server-state-pause-f")
         .inspect()
         .await
@@ -730,12 +705,8 @@ async fn redis_client_pause_past_the_lease_keeps_guards_honest() {
         checks > 5,
         "setup: inspect did not answer during the pause ({checks})"
     );
-    timeout(ms(2_000), m.lost())
-        .await
-        .expect("mutex loss signalled");
-    timeout(ms(2_000), f.lost())
-        .await
-        .expect("fair loss signalled");
+    in_time(ms(2_000), "mutex loss signalled", m.lost()).await;
+    in_time(ms(2_000), "fair loss signalled", f.lost()).await;
     sleep(ms(500)).await;
     assert!(
         !m.is_held() && !f.is_held(),
@@ -761,24 +732,14 @@ async fn redis_restart_empty_is_signalled_at_the_next_renewal() {
     let mut guards: Vec<Box<dyn Fn() -> bool + Send>> = Vec::new();
     let mut lost = Vec::new();
     for i in 0..10 {
-        let g = Arc::new(
-            c.mutex(&format!("server-state-restart-m{i}"))
-                .lock()
-                .await
-                .expect("m"),
-        );
+        let g = Arc::new(c.locked(&format!("server-state-restart-m{i}")).await);
         let g2 = g.clone();
         guards.push(Box::new(move || g2.is_held()));
         lost.push(tokio::spawn(async move {
             g.lost().await;
             Instant::now()
         }));
-        let g = Arc::new(
-            c.fair_lock(&format!("server-state-restart-f{i}"))
-                .lock()
-                .await
-                .expect("f"),
-        );
+        let g = Arc::new(c.fair_locked(&format!("server-state-restart-f{i}")).await);
         let g2 = g.clone();
         guards.push(Box::new(move || g2.is_held()));
         lost.push(tokio::spawn(async move {
@@ -801,12 +762,7 @@ async fn redis_restart_empty_is_signalled_at_the_next_renewal() {
         );
     }
     assert!(guards.iter().all(|held| !held()), "a guard still held");
-    let g = c
-        .mutex("server-state-restart-after")
-        .lease(ms(600))
-        .lock()
-        .await
-        .expect("lock");
+    let g = c.lock_for("server-state-restart-after", ms(600)).await;
     sleep(ms(2_000)).await;
     assert!(g.is_held(), "a hold made after the restart was not renewed");
 }

@@ -3,8 +3,8 @@
 //! themselves lost.
 
 mod support;
-
-use std::time::Duration;
+use support::quick::in_time;
+use support::time::secs;
 
 use support::backend::Backend;
 
@@ -13,7 +13,7 @@ use support::backend::Backend;
 async fn release_all_frees_every_primitive(b: Backend) {
     let owner = b.client().await;
     let other = b.client().await;
-    let long = Duration::from_secs(600);
+    let long = secs(600);
     let m = owner.mutex("sd-mutex").lease(long).auto_renew(false);
     let w = owner.rwlock("sd-rw-write").lease(long).auto_renew(false);
     let r = owner.rwlock("sd-rw-read").lease(long).auto_renew(false);
@@ -52,9 +52,7 @@ async fn release_all_frees_every_primitive(b: Backend) {
     ] {
         assert!(!held, "a released guard must not claim the lock");
     }
-    tokio::time::timeout(Duration::from_secs(1), guards_m.lost())
-        .await
-        .expect("lost() fires at once");
+    in_time(secs(1), "lost() fires at once", guards_m.lost()).await;
 
     // Free at once, for another client.
     let got = [
@@ -74,8 +72,6 @@ async fn release_all_frees_every_primitive(b: Backend) {
     assert!(!guards_m.release().await.expect("release"));
     assert_eq!(owner.release_all().await.expect("again"), 0);
 }
-
-both_backends!(release_all_frees_every_primitive);
 
 /// A guard released or dropped before `release_all` is not counted again, and a hold granted
 /// after it is tracked anew.
@@ -100,4 +96,7 @@ async fn release_all_counts_only_live_holds(b: Backend) {
     );
 }
 
-both_backends!(release_all_counts_only_live_holds);
+both_backends!(
+    release_all_frees_every_primitive,
+    release_all_counts_only_live_holds,
+);

@@ -1930,7 +1930,7 @@ async fn acquire(
     want: u8,
     mode: Mode,
 ) -> Result<Option<(AnyGuard, HoldKind)>> {
-    let timeout = |t: u64| Duration::from_millis(t);
+    let timeout = |t: u64| ms(t);
     macro_rules! by_mode {
         ($wait:expr, $try:expr, $timeout:expr, $wrap:expr, $kind:expr) => {{
             let guard = match mode {

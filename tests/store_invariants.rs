@@ -11,6 +11,8 @@
 //! Every test runs on a real redis-server and on the in-memory store.
 
 mod support;
+use support::quick::Quick;
+use support::time::{ms, secs};
 
 use std::fmt::Debug;
 use std::future::{Future, IntoFuture};
@@ -22,7 +24,7 @@ use redis_locks::testing::store::{
     Acquire, Claim, Family, HoldKind, PermitChange, Policy, Slot, Store,
 };
 use redis_locks::MAX_PERMITS;
-use redis_locks::{LockClient, LockInfo, Preference};
+use redis_locks::{LockClient, LockInfo, Preference, Result};
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, timeout, Instant};
 
@@ -58,7 +60,7 @@ where
         if Instant::now() >= give_up {
             return (value, false);
         }
-        sleep(Duration::from_millis(10)).await;
+        sleep(ms(10)).await;
     }
 }
 
@@ -72,7 +74,7 @@ async fn queue_info(c: &LockClient, name: &str) -> LockInfo {
 
 /// Panics unless `got` is an error with `is_capacity_conflict()`; `state` is the queue as
 /// seen right after the attempt, for the message.
-fn assert_capacity_conflict<T: Debug>(what: &str, got: redis_locks::Result<T>, state: &LockInfo) {
+fn assert_capacity_conflict<T: Debug>(what: &str, got: Result<T>, state: &LockInfo) {
     match got {
         Err(e) if e.is_capacity_conflict() => {}
         other => panic!(
@@ -83,6 +85,12 @@ fn assert_capacity_conflict<T: Debug>(what: &str, got: redis_locks::Result<T>, s
             state.waiters
         ),
     }
+}
+
+/// [`assert_capacity_conflict`] of a try's outcome `got`, the queue of `name` read after it.
+async fn refused_try<T: Debug>(what: &str, c: &LockClient, name: &str, got: Result<T>) {
+    let state = queue_info(c, name).await;
+    assert_capacity_conflict(what, got, &state);
 }
 
 /// Runs a waiting acquire that must be refused at once with a capacity conflict, and checks
@@ -141,15 +149,12 @@ async fn fair_lock_holder_refuses_fair_rwlock_with_capacity_conflict(b: Backend)
     let holder = c.fair_lock(name).lock().await.expect("FairLock holder");
     let rw = other.rwlock(name).preference(Preference::Fair);
 
-    let got = rw.try_read().await;
-    let state = queue_info(&c, name).await;
-    assert_capacity_conflict("Fair RwLock try_read beside a FairLock holder", got, &state);
+    let what = "Fair RwLock try_read beside a FairLock holder";
+    refused_try(what, &c, name, rw.try_read().await).await;
     let what = "Fair RwLock read() beside a FairLock holder";
     assert_waiting_capacity_conflict(what, &c, name, 1, rw.read()).await;
-    let got = rw.try_write().await;
-    let state = queue_info(&c, name).await;
     let what = "Fair RwLock try_write beside a FairLock holder";
-    assert_capacity_conflict(what, got, &state);
+    refused_try(what, &c, name, rw.try_write().await).await;
     let what = "Fair RwLock write() beside a FairLock holder";
     assert_waiting_capacity_conflict(what, &c, name, 1, rw.write()).await;
     assert!(holder.is_held());
@@ -165,10 +170,8 @@ async fn fair_lock_holder_refuses_semaphore_of_five_with_capacity_conflict(b: Ba
     let holder = c.fair_lock(name).lock().await.expect("FairLock holder");
     let sem = other.semaphore(name, 5);
 
-    let got = sem.try_acquire().await;
-    let state = queue_info(&c, name).await;
     let what = "Semaphore(5) try_acquire beside a FairLock holder";
-    assert_capacity_conflict(what, got, &state);
+    refused_try(what, &c, name, sem.try_acquire().await).await;
     let what = "Semaphore(5) acquire() beside a FairLock holder";
     assert_waiting_capacity_conflict(what, &c, name, 1, sem.acquire()).await;
     assert!(holder.release().await.expect("release"));
@@ -188,9 +191,8 @@ async fn full_semaphore_of_three_refuses_fair_lock_with_capacity_conflict(b: Bac
         .expect("3 of 3 permits");
     let fair = other.fair_lock(name);
 
-    let got = fair.try_lock().await;
-    let state = queue_info(&c, name).await;
-    assert_capacity_conflict("FairLock try_lock beside Semaphore(3) 3-of-3", got, &state);
+    let what = "FairLock try_lock beside Semaphore(3) 3-of-3";
+    refused_try(what, &c, name, fair.try_lock().await).await;
     let what = "FairLock lock() beside Semaphore(3) 3-of-3";
     assert_waiting_capacity_conflict(what, &c, name, 1, fair.lock()).await;
     assert!(all.release().await.expect("release"));
@@ -206,14 +208,10 @@ async fn fair_lock_holder_refuses_semaphore_of_three(b: Backend) {
     let holder = c.fair_lock(name).lock().await.expect("FairLock holder");
     let sem = other.semaphore(name, 3);
 
-    let got = sem.try_acquire_many(2).await;
-    let state = queue_info(&c, name).await;
     let what = "Semaphore(3) try_acquire_many(2) beside a FairLock holder";
-    assert_capacity_conflict(what, got, &state);
-    let got = sem.try_acquire_many(3).await;
-    let state = queue_info(&c, name).await;
+    refused_try(what, &c, name, sem.try_acquire_many(2).await).await;
     let what = "Semaphore(3) try_acquire_many(3) beside a FairLock holder";
-    assert_capacity_conflict(what, got, &state);
+    refused_try(what, &c, name, sem.try_acquire_many(3).await).await;
     let what = "Semaphore(3) acquire_many(3) beside a FairLock holder";
     assert_waiting_capacity_conflict(what, &c, name, 1, sem.acquire_many(3)).await;
     assert!(holder.release().await.expect("release"));
@@ -230,10 +228,8 @@ async fn full_semaphore_of_two_refuses_semaphore_of_five(b: Backend) {
     let p2 = two.acquire().await.expect("permit 2 of 2");
     let five = other.semaphore(name, 5);
 
-    let got = five.try_acquire().await;
-    let state = queue_info(&c, name).await;
     let what = "Semaphore(5) try_acquire beside a full Semaphore(2)";
-    assert_capacity_conflict(what, got, &state);
+    refused_try(what, &c, name, five.try_acquire().await).await;
     let what = "Semaphore(5) acquire() beside a full Semaphore(2)";
     assert_waiting_capacity_conflict(what, &c, name, 2, five.acquire()).await;
     assert!(p1.release().await.expect("release"));
@@ -255,27 +251,19 @@ async fn stored_permit_count_refuses_fair_lock_and_fair_rwlock(b: Backend) {
     let fair = other.fair_lock(name);
     let rw = other.rwlock(name).preference(Preference::Fair);
 
-    let got = fair.try_lock().await;
-    let state = queue_info(&c, name).await;
     let what = "FairLock try_lock on a name with 4 stored permits";
-    assert_capacity_conflict(what, got, &state);
+    refused_try(what, &c, name, fair.try_lock().await).await;
     let what = "FairLock lock() on a name with 4 stored permits";
     assert_waiting_capacity_conflict(what, &c, name, 1, fair.lock()).await;
-    let got = rw.try_read().await;
-    let state = queue_info(&c, name).await;
     let what = "Fair RwLock try_read on a name with 4 stored permits";
-    assert_capacity_conflict(what, got, &state);
-    let got = rw.try_write().await;
-    let state = queue_info(&c, name).await;
+    refused_try(what, &c, name, rw.try_read().await).await;
     let what = "Fair RwLock try_write on a name with 4 stored permits";
-    assert_capacity_conflict(what, got, &state);
+    refused_try(what, &c, name, rw.try_write().await).await;
     assert!(permit.release().await.expect("release"));
 
     // Nobody holds now; the stored count still disagrees with the FairLock's.
-    let got = fair.try_lock().await;
-    let state = queue_info(&c, name).await;
     let what = "FairLock try_lock on an idle name with 4 stored permits";
-    assert_capacity_conflict(what, got, &state);
+    refused_try(what, &c, name, fair.try_lock().await).await;
     // Semaphore handles follow the stored count whatever their own (existing behaviour).
     let any = other.semaphore(name, 9);
     let four = any.try_acquire_many(4).await.expect("all 4 free");
@@ -426,13 +414,7 @@ where
 {
     let c = b.client().await;
     let (gated, gate) = gated_client(&b).await;
-    let holder = c
-        .mutex(name)
-        .lease(Duration::from_secs(30))
-        .auto_renew(false)
-        .lock()
-        .await
-        .expect("lease-lock holder");
+    let holder = c.lock_unrenewed(name, secs(30)).await;
     let waiter: JoinHandle<redis_locks::Result<G>> = tokio::spawn(start(gated));
     let (state, announced) = poll_until(
         EVENTUALLY,
@@ -491,19 +473,15 @@ where
     let rw = c.rwlock(name);
     let r = rw
         .read()
-        .timeout(Duration::from_secs(2))
+        .timeout(secs(2))
         .await
         .expect("a reader is admitted at once after the FairLock released");
     assert!(r.release().await.expect("release reader"));
-    let w = rw
-        .write()
-        .timeout(Duration::from_secs(2))
-        .await
-        .expect("writer");
+    let w = rw.write().timeout(secs(2)).await.expect("writer");
     assert!(w.release().await.expect("release writer"));
     let r = rw
         .read()
-        .timeout(Duration::from_secs(2))
+        .timeout(secs(2))
         .await
         .expect("a reader is admitted at once after a writer released");
     assert!(r.release().await.expect("release reader"));
@@ -516,10 +494,7 @@ where
 /// retryable. The dead announcement then held readers back for its whole heartbeat window.
 async fn refused_mutex_waiter_leaves_no_waiting_writer(b: Backend) {
     family_conflict_leaves_no_waiting_writer(b, "trace-mutex", |c| async move {
-        c.mutex("trace-mutex")
-            .heartbeat(Duration::from_secs(30))
-            .lock()
-            .await
+        c.mutex("trace-mutex").heartbeat(secs(30)).lock().await
     })
     .await
 }
@@ -527,10 +502,7 @@ async fn refused_mutex_waiter_leaves_no_waiting_writer(b: Backend) {
 /// With an RwLock writer (writer preference): the same trace is left by `write()`.
 async fn refused_rwlock_writer_leaves_no_waiting_writer(b: Backend) {
     family_conflict_leaves_no_waiting_writer(b, "trace-rwlock", |c| async move {
-        c.rwlock("trace-rwlock")
-            .heartbeat(Duration::from_secs(30))
-            .write()
-            .await
+        c.rwlock("trace-rwlock").heartbeat(secs(30)).write().await
     })
     .await
 }
@@ -584,8 +556,8 @@ fn claim(token: &str, slot: Slot) -> Claim {
     Claim {
         token: token.into(),
         slot,
-        lease: Duration::from_secs(30),
-        heartbeat: Duration::from_secs(30),
+        lease: secs(30),
+        heartbeat: secs(30),
         policy: Policy::Writer,
     }
 }
@@ -635,7 +607,7 @@ async fn store_refuses_invalid_tokens_on_every_claim_method(store: Arc<dyn Store
             matches!(got, Ok(Acquire::Granted(_))),
             "a valid 64-character token ({slot:?}) was refused: {got:?}"
         );
-        let got = store.extend(&lock, &c, Duration::from_secs(60), None).await;
+        let got = store.extend(&lock, &c, secs(60), None).await;
         assert!(matches!(got, Ok(true)), "extend, valid token: {got:?}");
         let got = store.release(&lock, &c, None).await;
         assert!(matches!(got, Ok(true)), "release, valid token: {got:?}");
@@ -656,7 +628,7 @@ async fn store_refuses_invalid_tokens_on_every_claim_method(store: Arc<dyn Store
             check("try acquire", invalid(&r), format!("{r:?}"));
             let r = store.acquire(&lock, &c, true, None).await;
             check("waiting acquire", invalid(&r), format!("{r:?}"));
-            let r = store.extend(&lock, &c, Duration::from_secs(60), None).await;
+            let r = store.extend(&lock, &c, secs(60), None).await;
             check("extend", invalid(&r), format!("{r:?}"));
             let r = store.downgrade(&lock, &c, None).await;
             check("downgrade", invalid(&r), format!("{r:?}"));
@@ -852,12 +824,7 @@ async fn dead_mutex_waiter_blocks_no_longer_than_a_lease(b: Backend) {
     let name = "dead-waiter-mutex";
     let c = b.client().await;
     // The holder renews itself; its lease length does not matter here.
-    let holder = c
-        .mutex(name)
-        .lease(Duration::from_secs(10))
-        .lock()
-        .await
-        .expect("holder");
+    let holder = c.lock_for(name, secs(10)).await;
     let (d_client, freezer) = freezable_client(&b).await;
     let dead = tokio::spawn(async move {
         d_client
@@ -884,7 +851,7 @@ async fn dead_mutex_waiter_blocks_no_longer_than_a_lease(b: Backend) {
     // L announces itself. D, silent since it froze, has the earlier heartbeat deadline, so
     // the release hands the lock to D; with the default heartbeat (the lease) that grant
     // lapses within a lease and L takes the lock.
-    sleep(Duration::from_millis(300)).await;
+    sleep(ms(300)).await;
     assert!(
         !live.is_finished(),
         "setup: L was granted while the holder held"
@@ -949,12 +916,7 @@ async fn start_fair_waiter(
 async fn dead_fair_lock_head_is_skipped_within_a_lease(b: Backend) {
     let name = "dead-waiter-fair";
     let c = b.client().await;
-    let holder = c
-        .fair_lock(name)
-        .lease(Duration::from_secs(10))
-        .lock()
-        .await
-        .expect("holder");
+    let holder = c.fair_for(name, secs(10)).await;
     let (d_client, freezer) = freezable_client(&b).await;
     let dead = tokio::spawn(async move {
         d_client
@@ -972,7 +934,7 @@ async fn dead_fair_lock_head_is_skipped_within_a_lease(b: Backend) {
     .await;
     assert!(queued, "setup: D never queued: {state:?}");
     let log = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let l1 = start_fair_waiter(&c, name, log.clone(), 1, Duration::from_millis(200), 2).await;
+    let l1 = start_fair_waiter(&c, name, log.clone(), 1, ms(200), 2).await;
     let l2 = start_fair_waiter(&c, name, log.clone(), 2, Duration::ZERO, 3).await;
 
     freezer.freeze().await;
@@ -1030,7 +992,7 @@ async fn stored_permits(store: &Arc<dyn Store>, lock: &LockKeys) -> Option<u32> 
 /// the stored count; a change that would leave fewer than 1 or more than `MAX_PERMITS`
 /// permits is refused with `is_invalid_input()` and changes nothing.
 async fn relative_permit_changes_follow_the_stored_count(store: Arc<dyn Store>) {
-    let hb = Duration::from_secs(30);
+    let hb = secs(30);
     let lock = keys("relative-permits");
     let change = |c: PermitChange| {
         let (store, lock) = (store.clone(), lock.clone());
@@ -1102,7 +1064,7 @@ async fn relative_permit_changes_follow_the_stored_count(store: Arc<dyn Store>) 
 /// Added permits grant the waiters that now fit at once; forgotten permits revoke no hold,
 /// but new grants follow the lower count.
 async fn added_permits_grant_waiters_forgotten_ones_keep_holds(store: Arc<dyn Store>) {
-    let hb = Duration::from_secs(30);
+    let hb = secs(30);
     let lock = keys("relative-permits-grants");
     let a = permits_claim("holder-a", 2, 2);
     let b = permits_claim("waiter-b", 1, 2);
@@ -1170,9 +1132,7 @@ async fn concurrent_relative_changes_all_count(store: Arc<dyn Store>) {
                 } else {
                     PermitChange::Add { by: 2, base: 100 }
                 };
-                store
-                    .set_permits(&lock, change, Duration::from_secs(30), None)
-                    .await
+                store.set_permits(&lock, change, secs(30), None).await
             })
         })
         .collect();

@@ -4,6 +4,7 @@
 //! from one that got it: every hand-off must come within a few seconds.
 
 mod support;
+use support::time::{ms, secs};
 
 use std::time::Duration;
 
@@ -50,10 +51,10 @@ async fn hand_off(
     let w = waiter.clone();
     let n = name.to_owned();
     let task = tokio::spawn(async move {
-        let got = w.rwlock(&n).read().timeout(Duration::from_secs(25)).await;
+        let got = w.rwlock(&n).read().timeout(secs(25)).await;
         (got, Instant::now())
     });
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    tokio::time::sleep(ms(700)).await;
     let channel = waiter.keys(name).expect("keys").channel();
     eprintln!(
         "{name}: subscribers while waiting: {}",
@@ -87,9 +88,9 @@ async fn later_waiters_are_woken_after_an_unsubscribe_timed_out() {
     // The channel goes idle; its UNSUBSCRIBE (after the 5 s linger) stalls past the response
     // timeout, then reaches the server.
     proxy.stall_requests_from(b"UNSUBSCRIBE");
-    tokio::time::sleep(Duration::from_millis(5000) + RESPONSE * 3).await;
+    tokio::time::sleep(ms(5000) + RESPONSE * 3).await;
     proxy.resume();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(ms(300)).await;
     eprintln!(
         "numsub after the late UNSUBSCRIBE: {}",
         numsub(&server, &channel)
@@ -121,12 +122,12 @@ async fn a_waiter_behind_a_timed_out_subscribe_is_served_promptly() {
     proxy.stall_requests_from(b"SUBSCRIBE");
     let w = waiter.clone();
     let task = tokio::spawn(async move {
-        let got = w.rwlock(name).read().timeout(Duration::from_secs(25)).await;
+        let got = w.rwlock(name).read().timeout(secs(25)).await;
         (got, Instant::now())
     });
     tokio::time::sleep(RESPONSE * 3).await;
     proxy.resume();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    tokio::time::sleep(ms(1500)).await;
     eprintln!("subscribers while waiting: {}", numsub(&server, &channel));
     let released_at = Instant::now();
     assert!(g.release().await.expect("release"));
@@ -159,22 +160,22 @@ async fn churning_waiters_do_not_deafen_patient_ones() {
                     let _ = w
                         .rwlock(&n)
                         .read()
-                        .timeout(Duration::from_millis(20 + (j * 13 + k as u64 * 7) % 60))
+                        .timeout(ms(20 + (j * 13 + k as u64 * 7) % 60))
                         .await;
-                    tokio::time::sleep(Duration::from_millis((j * 97 + k as u64 * 31) % 900)).await;
+                    tokio::time::sleep(ms((j * 97 + k as u64 * 31) % 900)).await;
                 }
             }));
         }
-        tokio::time::sleep(Duration::from_millis(4500 + round * 300)).await;
+        tokio::time::sleep(ms(4500 + round * 300)).await;
         let mut patient = Vec::new();
         for n in &names {
             let (w, n) = (waiter.clone(), n.clone());
             patient.push(tokio::spawn(async move {
-                let got = w.rwlock(&n).read().timeout(Duration::from_secs(25)).await;
+                let got = w.rwlock(&n).read().timeout(secs(25)).await;
                 (got, Instant::now())
             }));
         }
-        tokio::time::sleep(Duration::from_millis(1500)).await;
+        tokio::time::sleep(ms(1500)).await;
         let released_at = Instant::now();
         for g in guards {
             g.release().await.expect("release");

@@ -32,11 +32,13 @@ pub mod faulty;
 pub mod fenced;
 pub mod history;
 pub mod honest;
+pub mod kinds;
 pub mod late;
 pub mod model_rig;
 pub mod observe;
 pub mod proxy;
 pub mod queue;
+pub mod quick;
 pub mod replies;
 pub mod rng;
 mod server;
@@ -87,6 +89,19 @@ impl<G> Granted<G> for redis_locks::Result<G> {
 /// Polls `fut` once; `true` if it completed.
 pub async fn poll_once<F: std::future::Future>(fut: &mut std::pin::Pin<Box<F>>) -> bool {
     std::future::poll_fn(|cx| std::task::Poll::Ready(fut.as_mut().poll(cx).is_ready())).await
+}
+
+/// Polls `fut` up to `polls` times, 10 ms apart, then drops it (cancelled at that poll);
+/// `true` if it completed.
+pub async fn completes_within<F: std::future::Future>(polls: usize, fut: F) -> bool {
+    let mut fut = Box::pin(fut);
+    for _ in 0..polls {
+        if poll_once(&mut fut).await {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    false
 }
 
 /// A try's outcome as `Ok(true)` (granted; the guard dropped at once), `Ok(false)` (held,
