@@ -102,7 +102,7 @@ impl Holds {
                         engine_rt = rt_rx.recv().ok();
                     }
                     Err(err) => {
-                        tracing::error!(%err, "no thread for the lock engine: it runs on the current runtime");
+                        tracing::error!(%err, "no thread for the lock engine, so it does not run: this client's holds are not renewed");
                     }
                 }
             }
