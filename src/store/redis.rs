@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{
-    ConnectionInfo, FromRedisValue, IntoConnectionInfo, ProtocolVersion, Script, ToRedisArgs, Value,
+    ConnectionInfo, FromRedisValue, IntoConnectionInfo, ProtocolVersion, ToRedisArgs, Value,
 };
 
 use super::{
@@ -685,7 +685,7 @@ async fn invoke<T: FromRedisValue>(
 /// if any one of them is unreachable (a failed master during a failover), so it is not used.
 #[cfg(feature = "cluster")]
 async fn invoke_cluster<T: FromRedisValue>(
-    script: &Script,
+    script: &redis::Script,
     keys: &[String],
     args: &impl ToRedisArgs,
     conn: &mut redis::cluster_async::ClusterConnection,
