@@ -14,8 +14,8 @@ use tokio::time::Instant;
 use support::backend::{until_waiters, Backend};
 use support::faulty::{faulty_client, Op, Rule};
 use support::late::{
-    a_granted, late_proxy, proxied_client, proxied_faulty_client, quorum_client, took, until,
-    warm_up, watch, watch_mutex, watch_writers, Watchers,
+    a_granted, late_proxy, proxied_client, proxied_faulty_client, quorum_client, took,
+    two_of_three_late, until, warm_up, warm_up_multi, watch, watch_mutex, watch_writers, Watchers,
 };
 use support::time::{ms, secs};
 use support::Granted;
@@ -293,13 +293,8 @@ async fn a_shorter_extend_by_one_read_guard_cannot_let_a_writer_beside_the_other
 /// says `is_held()`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_late_duplicate_acquire_cannot_cut_a_resumed_quorum_mutex() {
-    use support::RedisServer;
     let name = "late-duplicate-acquire-quorum";
-    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
-    let p0 = late_proxy::LateProxy::start(servers[0].port()).await;
-    let p1 = late_proxy::LateProxy::start(servers[1].port()).await;
-    let direct: Vec<String> = servers.iter().map(RedisServer::url).collect();
-    let via = vec![p0.url(), p1.url(), servers[2].url()];
+    let (_servers, [p0, p1], direct, via) = two_of_three_late().await;
     let a = quorum_client(&via, Some(ms(300))).await;
     let resumer = quorum_client(&direct, None).await;
     let observer = quorum_client(&direct, None).await;
@@ -660,13 +655,8 @@ async fn deliver_the_held(proxy: &late_proxy::LateProxy) {
 /// granted beside A's guard): no contender is granted while A's guard says `is_held()`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_late_release_of_a_failed_quorum_attempt_cannot_end_its_retry() {
-    use support::RedisServer;
     let name = "late-release-of-quorum-attempt";
-    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
-    let p0 = late_proxy::LateProxy::start(servers[0].port()).await;
-    let p1 = late_proxy::LateProxy::start(servers[1].port()).await;
-    let direct: Vec<String> = servers.iter().map(RedisServer::url).collect();
-    let via = vec![p0.url(), p1.url(), servers[2].url()];
+    let (_servers, [p0, p1], direct, via) = two_of_three_late().await;
     let a = quorum_client(&via, Some(ms(300))).await;
     let observer = quorum_client(&direct, None).await;
     let contender = quorum_client(&direct, None).await;
@@ -750,13 +740,7 @@ async fn a_late_withdraw_of_a_multi_lock_cannot_end_its_later_grant() {
     let observer = b.client().await;
     let contender = b.client().await;
     // Warm-up: the scripts are on the server.
-    a.multi_lock(["late-withdraw-multi:w1", "late-withdraw-multi:w2"])
-        .lock()
-        .await
-        .expect("warm-up")
-        .release()
-        .await
-        .expect("release");
+    warm_up_multi(&a, "late-withdraw-multi").await;
     let c_guard = c.mutex(x).lease(secs(30)).lock().await.expect("C locks X");
     // The first attempt's reply is lost (the server refused it: C holds X).
     fa.add(Rule::on(Op::AcquireAll).times(1).lose_reply());

@@ -91,6 +91,24 @@ pub async fn a_granted<G>(task: tokio::task::JoinHandle<redis_locks::Result<G>>)
         .expect("A's acquire")
 }
 
+/// The guard `task` is granted, which must come within 2 s of `released`: `who` was woken by
+/// Redis, not by its polling interval (4.8-6 s).
+pub async fn woken_after<G>(
+    task: tokio::task::JoinHandle<redis_locks::Result<G>>,
+    released: tokio::time::Instant,
+    who: &str,
+) -> G {
+    let g = a_granted(task).await;
+    let waited = released.elapsed();
+    eprintln!("{who} granted {waited:?} after the release");
+    assert!(
+        waited < crate::time::secs(2),
+        "{who} was granted {waited:?} after the release: its wake-up was lost (it slept until \
+         its polling interval, 4.8-6 s)"
+    );
+    g
+}
+
 /// A quorum-mode client of the servers at `urls`, with `response_timeout` (and a 500 ms
 /// connect timeout) if given, else the defaults.
 pub async fn quorum_client(urls: &[String], response_timeout: Option<Duration>) -> LockClient {
@@ -113,6 +131,31 @@ pub async fn quorum_client(urls: &[String], response_timeout: Option<Duration>) 
 pub async fn warm_up(a: &LockClient, name: &str) {
     let g = a.mutex(name).lock().await.expect("warm-up");
     g.release().await.expect("release");
+}
+
+/// A multi-lock on `{prefix}:w1` and `{prefix}:w2` taken and released by `a`: its scripts are
+/// on the server.
+pub async fn warm_up_multi(a: &LockClient, prefix: &str) {
+    let names = [format!("{prefix}:w1"), format!("{prefix}:w2")];
+    let g = a.multi_lock(&names).lock().await.expect("warm-up");
+    g.release().await.expect("release");
+}
+
+/// Three redis-servers, the first two behind a [`late_proxy::LateProxy`] each: the servers,
+/// the proxies, the servers' own URLs and the URLs through the proxies (servers 0 and 1
+/// proxied, server 2 direct).
+pub async fn two_of_three_late() -> (
+    Vec<crate::RedisServer>,
+    [late_proxy::LateProxy; 2],
+    Vec<String>,
+    Vec<String>,
+) {
+    let servers: Vec<crate::RedisServer> = (0..3).map(|_| crate::RedisServer::start()).collect();
+    let p0 = late_proxy::LateProxy::start(servers[0].port()).await;
+    let p1 = late_proxy::LateProxy::start(servers[1].port()).await;
+    let direct = servers.iter().map(crate::RedisServer::url).collect();
+    let via = vec![p0.url(), p1.url(), servers[2].url()];
+    (servers, [p0, p1], direct, via)
 }
 
 /// The clients of a watch: one reads the server (`observer`), one contends (`contender`).
