@@ -145,3 +145,65 @@ pub async fn server_version(raw: &RedisStore) -> String {
         (None, None) => "a server of unknown version".to_owned(),
     }
 }
+
+/// Wake-up floor p50 (ms): from a script call that only publishes, on one connection, to the
+/// message reaching a task of this process through another connection's RESP3 pushes. That
+/// is the path a hand-off's wake-up takes (the release's script on the holder's connection,
+/// the grant pushed to the waiter's), with no lock work on either side: what a hand-off
+/// cannot beat. With `idle`, each sample starts after that long a sleep, as a hand-off after a
+/// hold does: threads that went idle are woken again, which on a virtual machine costs more
+/// than the round trip.
+pub async fn wake_floor_p50(url: &str, n: usize, idle: std::time::Duration) -> BoxResult<f64> {
+    use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+    use redis::{IntoConnectionInfo, ProtocolVersion, PushKind};
+    let client = || -> BoxResult<redis::Client> {
+        let info = url.into_connection_info()?;
+        let settings = info
+            .redis_settings()
+            .clone()
+            .set_protocol(ProtocolVersion::RESP3);
+        Ok(redis::Client::open(info.set_redis_settings(settings))?)
+    };
+    let (pushed, mut pushes) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let config = ConnectionManagerConfig::new().set_push_sender(move |push: redis::PushInfo| {
+        if push.kind == PushKind::Message {
+            let _ = pushed.send(());
+        }
+        Ok::<(), ()>(())
+    });
+    let mut waiter = ConnectionManager::new_with_config(client()?, config).await?;
+    let mut holder = ConnectionManager::new(client()?).await?;
+    let channel = "redis-locks-bench:{wake-floor}:ch";
+    waiter.subscribe(channel).await?;
+    // The waiting task: stamps each wake-up as it is woken, as a waiter's acquire returns.
+    let (stamp, mut stamps) = tokio::sync::mpsc::unbounded_channel::<Instant>();
+    let waiting = tokio::spawn(async move {
+        while pushes.recv().await.is_some() {
+            if stamp.send(Instant::now()).is_err() {
+                break;
+            }
+        }
+    });
+    let publish = redis::Script::new("return redis.call('PUBLISH', KEYS[1], ARGV[1])");
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..n + 50 {
+        if !idle.is_zero() {
+            tokio::time::sleep(idle).await;
+        }
+        let t = Instant::now();
+        let _: i64 = publish
+            .key(channel)
+            .arg("*")
+            .invoke_async(&mut holder)
+            .await?;
+        let woken = stamps
+            .recv()
+            .await
+            .ok_or("the wake-up floor's waiter ended")?;
+        if i >= 50 {
+            samples.push(ms(woken.saturating_duration_since(t)));
+        }
+    }
+    waiting.abort();
+    Ok(pct(&sorted(samples), 0.5))
+}

@@ -10,7 +10,7 @@ use tokio::task::JoinSet;
 
 use crate::env::Env;
 use crate::prim::Prim;
-use crate::probe::ping_p50;
+use crate::probe::{ping_p50, wake_floor_p50};
 use crate::row::{Row, Target};
 use crate::stats::{ms, pct, sorted};
 use crate::BoxResult;
@@ -102,6 +102,10 @@ pub async fn contended(env: &Env, run: usize, fair: bool) -> BoxResult<Vec<Row>>
     };
     const TOTAL: usize = 2000;
     let ping = ping_p50(&env.raw, 1000).await?;
+    // The wake-up floor, hot and after the holders' 1 ms of idleness (every hand-off here
+    // starts from it).
+    let wake = wake_floor_p50(&env.url, 1000, Duration::ZERO).await?;
+    let wake_idle = wake_floor_p50(&env.url, 1000, Duration::from_millis(1)).await?;
     let name = format!("{w}-{run}");
     let c = contend(
         |client| {
@@ -129,6 +133,10 @@ pub async fn contended(env: &Env, run: usize, fair: bool) -> BoxResult<Vec<Row>>
         Row::new(w, "handoff_p50_ms", pct(&c.gaps, 0.5), "ms")
             .vs("ping_p50_ms", ping)
             .target(Target::RatioAtMost(1.6)),
+        Row::new(w, "handoff_vs_wake_floor", pct(&c.gaps, 0.5), "ms")
+            .vs("wake_floor_idle_p50_ms", wake_idle),
+        Row::new(w, "wake_floor_p50_ms", wake, "ms").vs("ping_p50_ms", ping),
+        Row::new(w, "wake_floor_idle_p50_ms", wake_idle, "ms").vs("ping_p50_ms", ping),
         Row::new(w, "handoff_p99_ms", pct(&c.gaps, 0.99), "ms").vs("ping_p50_ms", ping),
         Row::new(w, "release_call_p50_ms", pct(&c.releases, 0.5), "ms").vs("ping_p50_ms", ping),
         Row::new(w, "per_task_min", min, "count").target(tmin),

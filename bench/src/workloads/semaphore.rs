@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::env::Env;
 use crate::prim::{pairs, Prim};
-use crate::probe::ping_p50;
+use crate::probe::{ping_p50, wake_floor_p50};
 use crate::row::{Row, Target};
 use crate::stats::pct;
 use crate::workloads::contended::contend;
@@ -13,6 +13,10 @@ use crate::BoxResult;
 pub async fn semaphore(env: &Env, run: usize) -> BoxResult<Vec<Row>> {
     const W: &str = "semaphore";
     let ping = ping_p50(&env.raw, 1000).await?;
+    // The wake-up floor, hot and after the holders' 1 ms of idleness (every hand-off here
+    // starts from it).
+    let wake = wake_floor_p50(&env.url, 1000, Duration::ZERO).await?;
+    let wake_idle = wake_floor_p50(&env.url, 1000, Duration::from_millis(1)).await?;
     let mutex = Prim::Mutex(env.client.mutex(&format!("{W}-{run}-mutex")));
     let sem = Prim::Sem(env.client.semaphore(&format!("{W}-{run}-sem"), 4));
     pairs(&mutex, 100).await?;
@@ -35,6 +39,10 @@ pub async fn semaphore(env: &Env, run: usize) -> BoxResult<Vec<Row>> {
         Row::new(W, "handoff_p50_ms", pct(&c.gaps, 0.5), "ms")
             .vs("ping_p50_ms", ping)
             .target(Target::RatioAtMost(3.0)),
+        Row::new(W, "handoff_vs_wake_floor", pct(&c.gaps, 0.5), "ms")
+            .vs("wake_floor_idle_p50_ms", wake_idle),
+        Row::new(W, "wake_floor_p50_ms", wake, "ms").vs("ping_p50_ms", ping),
+        Row::new(W, "wake_floor_idle_p50_ms", wake_idle, "ms").vs("ping_p50_ms", ping),
         Row::new(W, "handoff_p99_ms", pct(&c.gaps, 0.99), "ms").vs("ping_p50_ms", ping),
         Row::new(W, "release_call_p50_ms", pct(&c.releases, 0.5), "ms").vs("ping_p50_ms", ping),
         Row::new(
