@@ -80,7 +80,7 @@ end
 local function read_counter(key)
   local v = redis.call('GET', key)
   if not v then return 0 end
-  if not string.match(v, '^%-?%d+$') then corrupt_counter(key) end
+  if not string.find(v, '^%-?%d+$') then corrupt_counter(key) end
   return tonumber(v)
 end
 

@@ -36,7 +36,7 @@ if EXISTING == 0 then
     -- read_counter, next_fence and keep_fence (prelude.lua), inline: no helper is defined yet
     -- here.
     local fence = redis.call('GET', FENCE) or '0'
-    if not string.match(fence, '^%-?%d+$') then
+    if not string.find(fence, '^%-?%d+$') then
       error({ err = 'RLCORRUPT key ' .. FENCE .. ' does not hold a redis-locks counter' })
     end
     fence = tonumber(fence)
@@ -104,7 +104,7 @@ if EXISTING > 0 then
       -- Already granted: claimed with the full lease (read_counter, regranted_until,
       -- hold_until and refresh_ttls, inline).
       local fence = redis.call('GET', FENCE) or '0'
-      if not string.match(fence, '^%-?%d+$') then
+      if not string.find(fence, '^%-?%d+$') then
         error({ err = 'RLCORRUPT key ' .. FENCE .. ' does not hold a redis-locks counter' })
       end
       -- A claim of the window the grant gave (odd, as a waiter's heartbeat deadline) takes

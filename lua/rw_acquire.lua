@@ -22,17 +22,20 @@ if redis.call('EXISTS', W, R, WQ, QH) == 0 then
   if ARGV[4] == 'w' then
     -- next_fence and keep_fence (prelude.lua), inline: no helper is defined yet here.
     local fence = redis.call('GET', FENCE) or '0'
-    if not string.match(fence, '^%-?%d+$') then
+    if not string.find(fence, '^%-?%d+$') then
       error({ err = 'RLCORRUPT key ' .. FENCE .. ' does not hold a redis-locks counter' })
     end
     fence = math.max(tonumber(fence) + 1, NOW_US)
-    local ttl = math.max(1, lease) + TTL_PAD
+    -- The lease's own digits where they are the TTL: a number passed to a command is
+    -- formatted on every call.
+    local ttl = ARGV[5]
+    if TTL_PAD ~= 0 or lease < 1 then ttl = math.max(1, lease) + TTL_PAD end
     redis.call('SET', FENCE, string.format('%d', fence), 'PX', ttl)
-    redis.call('SET', W, string.format('%d', NOW + lease) .. '|' .. ARGV[3], 'PX', ttl)
+    redis.call('SET', W, string.format('%d|%s', NOW + lease, ARGV[3]), 'PX', ttl)
     return fence
   elseif ARGV[4] == 'r' then
     local fence = redis.call('GET', FENCE) or '0'
-    if not string.match(fence, '^%-?%d+$') then
+    if not string.find(fence, '^%-?%d+$') then
       error({ err = 'RLCORRUPT key ' .. FENCE .. ' does not hold a redis-locks counter' })
     end
     local ttl = math.max(1, lease) + TTL_PAD
