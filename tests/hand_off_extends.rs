@@ -17,10 +17,10 @@ use support::faulty::{Op, Rule};
 use support::late::{a_granted, late_proxy, proxied_faulty_client, until, warm_up, Watchers};
 use support::time::{ms, secs};
 
-/// An `rw_extend` (its plain form on a single server: `EVALSHA`, the hash, 1 and the lock's
-/// key base, and its four arguments).
+/// An `rw_extend` (its plain form on a single server: `EVALSHA`, the hash, 6 and six keys, and
+/// its four arguments).
 fn is_lease_request(chunk: &str, name: &str) -> bool {
-    chunk.starts_with("*8\r\n$7\r\nEVALSHA") && chunk.contains(&format!("{{{name}}}"))
+    chunk.starts_with("*13\r\n$7\r\nEVALSHA") && chunk.contains(&format!("{{{name}}}"))
 }
 
 /// Hand the Mutex `name` to A (lease 300 ms, heartbeat 2 s) with A's claim held on the
@@ -32,7 +32,7 @@ async fn handed_with_held_claim(
     observer: &LockClient,
     name: &str,
 ) -> Option<redis_locks::Guard<redis_locks::kind::Mutex>> {
-    proxy.hold_claim(8, name);
+    proxy.hold_claim(13, name);
     let x = holder.mutex(name).lock().await.expect("X locks");
     let a_handle = a.mutex(name).lease(ms(300)).heartbeat(secs(2));
     let waiting = tokio::spawn(async move { a_handle.lock().await });

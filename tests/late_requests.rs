@@ -473,7 +473,7 @@ async fn an_extend_after_an_unknown_claim_cannot_keep_the_hand_off_window_for_a_
         let name = format!("claim-then-extend-{round}");
         // A's claim (a renewal naming the hand-off's deadline, not "keep") holds its
         // connection.
-        proxy.hold_claim(8, &name);
+        proxy.hold_claim(13, &name);
         let x = holder.mutex(&name).lock().await.expect("X locks");
         let a_handle = a.mutex(&name).lease(ms(300)).heartbeat(secs(8));
         let waiting = tokio::spawn(async move { a_handle.lock().await });
@@ -574,7 +574,7 @@ async fn a_late_claim_after_a_fair_downgrade_cannot_cut_a_resumed_read_hold() {
     let b = Backend::redis();
     let (proxy, _fa, a) = proxied_faulty_client(&b).await;
     let (resumer, contender) = (b.client().await, b.client().await);
-    let case = ("fair-downgrade-late-claim", 8, Preference::Fair);
+    let case = ("fair-downgrade-late-claim", 17, Preference::Fair);
     let (a_guard, name, probe) = handed_with_its_claim_held(&b, &proxy, &a, case).await;
     let (read, ()) = tokio::join!(WriteGuard::downgrade(a_guard), async {
         tokio::time::sleep(ms(20)).await;
@@ -605,7 +605,7 @@ async fn a_late_claim_after_anothers_downgrade_cannot_let_a_writer_beside_the_re
     let b = Backend::redis();
     let (proxy, _fa, a) = proxied_faulty_client(&b).await;
     let (resumer, contender) = (b.client().await, b.client().await);
-    let case = ("others-downgrade-late-claim", 8, Preference::Writer);
+    let case = ("others-downgrade-late-claim", 13, Preference::Writer);
     let (a_guard, name, probe) = handed_with_its_claim_held(&b, &proxy, &a, case).await;
     let id = a_guard.detach();
     proxy.cut_clients();
@@ -745,9 +745,9 @@ async fn a_late_withdraw_of_a_multi_lock_cannot_end_its_later_grant() {
     // The first attempt's reply is lost (the server refused it: C holds X).
     fa.add(Rule::on(Op::AcquireAll).times(1).lose_reply());
     // The first release of the test's names (the withdraw: an `rw_release`, whose plain form
-    // has one key and two arguments) holds A's connection.
+    // has six keys and two arguments) holds A's connection.
     proxy.hold_when(|chunk| {
-        chunk.starts_with("*6\r\n$7\r\nEVALSHA") && chunk.contains("late-withdraw-multi:")
+        chunk.starts_with("*11\r\n$7\r\nEVALSHA") && chunk.contains("late-withdraw-multi:")
     });
     let m = a.multi_lock([x, y]).lease(secs(9));
     let locking = tokio::spawn(async move { m.lock().await });

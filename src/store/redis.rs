@@ -643,43 +643,21 @@ where
 }
 
 /// The invocation of `step` with `keys` and `argv`: its `plain` form with the step's own
-/// arguments when `plain` (and, for a step that takes one family's keys, only their common
-/// `<prefix>:{<name>}:`, from which the script names them), else its `full` form with all of
-/// `argv`.
+/// arguments when `plain`, else its `full` form with all of `argv`.
 fn invocation<'a, A: ToRedisArgs>(
     step: &'a Step,
     plain: bool,
     keys: &[String],
     argv: &Argv<A>,
 ) -> redis::ScriptInvocation<'a> {
-    // The common part of the keys, which the plain form takes instead of them (they are
-    // always the family's list: LockKeys builds both).
-    let base = step.suffixes.and_then(|suffixes| {
-        let base = keys.first()?.strip_suffix(suffixes[0])?;
-        let family = keys.len() == suffixes.len()
-            && keys
-                .iter()
-                .zip(suffixes)
-                .all(|(key, suffix)| key.strip_prefix(base) == Some(*suffix));
-        debug_assert!(family, "the keys of a step are its family's");
-        family.then_some(base)
-    });
-    match base {
-        Some(base) if plain => {
-            let mut inv = step.plain.prepare_invoke();
-            inv.key(base).arg(&argv.step);
-            inv
-        }
-        None if plain && step.suffixes.is_none() => {
-            let mut inv = step.plain.prepare_invoke();
-            inv.key(keys).arg(&argv.step);
-            inv
-        }
-        _ => {
-            let mut inv = step.full.prepare_invoke();
-            inv.key(keys).arg(argv);
-            inv
-        }
+    if plain {
+        let mut inv = step.plain.prepare_invoke();
+        inv.key(keys).arg(&argv.step);
+        inv
+    } else {
+        let mut inv = step.full.prepare_invoke();
+        inv.key(keys).arg(argv);
+        inv
     }
 }
 

@@ -13,20 +13,6 @@ pub const MAX_PREFIX_LEN: usize = 64;
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "rl";
 
-/// The key suffixes of each script family, in the order its scripts take them (after the
-/// lock's `<prefix>:{<name>}:`). A single server's scripts (their plain form) take only that
-/// common part and add the suffixes themselves (`src/wire/scripts.rs`).
-pub(crate) const LEASE_LOCK: [&str; 6] = ["w", "r", "wq", "fence", "ch", "h"];
-/// See [`LEASE_LOCK`].
-pub(crate) const TICKET_QUEUE: [&str; 10] =
-    ["h", "q", "hb", "tk", "fence", "ch", "cap", "w", "r", "lv"];
-/// See [`LEASE_LOCK`].
-pub(crate) const FORCE_RELEASE: [&str; 5] = ["w", "r", "h", "fence", "ch"];
-/// See [`LEASE_LOCK`].
-pub(crate) const ELECTION: [&str; 4] = ["h", "lv", "ch", "fence"];
-/// See [`LEASE_LOCK`].
-pub(crate) const RATE_LIMITER: [&str; 6] = ["rt", "rq", "rhb", "rtk", "ch", "ra"];
-
 /// A validated lock name with its key names.
 ///
 /// ```
@@ -82,13 +68,39 @@ impl LockKeys {
             });
         }
         let base = format!("{prefix}:{{{name}}}:");
+        let key = |suffix: &str| format!("{base}{suffix}");
         let inner = Inner {
             name: name.to_owned(),
-            lease_lock: LEASE_LOCK.map(|suffix| format!("{base}{suffix}")),
-            ticket_queue: TICKET_QUEUE.map(|suffix| format!("{base}{suffix}")),
-            force_release: FORCE_RELEASE.map(|suffix| format!("{base}{suffix}")),
-            election: ELECTION.map(|suffix| format!("{base}{suffix}")),
-            rate_limiter: RATE_LIMITER.map(|suffix| format!("{base}{suffix}")),
+            lease_lock: [
+                key("w"),
+                key("r"),
+                key("wq"),
+                key("fence"),
+                key("ch"),
+                key("h"),
+            ],
+            ticket_queue: [
+                key("h"),
+                key("q"),
+                key("hb"),
+                key("tk"),
+                key("fence"),
+                key("ch"),
+                key("cap"),
+                key("w"),
+                key("r"),
+                key("lv"),
+            ],
+            force_release: [key("w"), key("r"), key("h"), key("fence"), key("ch")],
+            election: [key("h"), key("lv"), key("ch"), key("fence")],
+            rate_limiter: [
+                key("rt"),
+                key("rq"),
+                key("rhb"),
+                key("rtk"),
+                key("ch"),
+                key("ra"),
+            ],
             base,
         };
         Ok(LockKeys {

@@ -24,9 +24,7 @@
 //!
 //! Each step comes in two forms ([`Step`]): `full`, as assembled above, and `plain`, the same
 //! text on the server clock with `PUBLISH` and the step's own arguments from `ARGV[1]`, which a
-//! single server runs (two arguments fewer per call). A plain form whose step takes one
-//! family's keys takes only the lock's key base `<prefix>:{<name>}:` and names the keys itself
-//! ([`key_suffixes`]).
+//! single server runs (two arguments fewer per call).
 //!
 //! Under an explicit clock (tests only) the scripts send the same commands as under the
 //! server clock; key TTLs are a day longer, so no key expires under a virtual clock.
@@ -344,42 +342,17 @@ end
 local PUBLISH_CMD = 'PUBLISH'
 ";
 
-/// The keys a step takes, as suffixes of its lock's `<prefix>:{<name>}:` in script order, when
-/// they are one family's whole list; `None` for the steps that take other keys (a multi-lock's
-/// several names, the fence counter alone).
-pub(crate) fn key_suffixes(step: &str) -> Option<&'static [&'static str]> {
-    use crate::vocab::keys::{ELECTION, FORCE_RELEASE, LEASE_LOCK, RATE_LIMITER, TICKET_QUEUE};
-    let family: &'static [&'static str] = match step.split('_').next() {
-        Some("rw") => &LEASE_LOCK,
-        Some("queue") => &TICKET_QUEUE,
-        Some("force") => &FORCE_RELEASE,
-        Some("election") => &ELECTION,
-        Some("rate") => &RATE_LIMITER,
-        _ => return None,
-    };
-    Some(family)
-}
-
-/// The name the plain form gives its one key, the lock's `<prefix>:{<name>}:`.
-const KEY_BASE: &str = "KEY_BASE";
-
 /// The `plain` form of an assembled script (see [`Step`]): the prelude's argument lines
 /// replaced by [`PLAIN_PRELUDE`], and every `ARGV[n]` of the code (comments are left as they
-/// are) renumbered `ARGV[n - 2]`. With `suffixes` (see [`key_suffixes`]), the script takes one
-/// key, the lock's `<prefix>:{<name>}:`, and every `KEYS[n]` of the code becomes that followed
-/// by the n-th suffix. Panics if the code reads `ARGV[1]` or `ARGV[2]` anywhere else, or a
-/// `KEYS[...]` that is not a number within the suffixes (a unit test assembles every step).
-fn plain_of(full: &str, suffixes: Option<&[&str]>) -> String {
+/// are) renumbered `ARGV[n - 2]`. Panics if the code reads `ARGV[1]` or `ARGV[2]` anywhere
+/// else (a unit test assembles every step).
+fn plain_of(full: &str) -> String {
     let (first, last) = PRELUDE_ARGS;
     let (Some(start), Some(end)) = (full.find(first), full.find(last)) else {
         return full.to_owned(); // no prelude (not a lock step)
     };
-    let base = match suffixes {
-        Some(_) => format!("local {KEY_BASE} = KEYS[1]\n"),
-        None => String::new(),
-    };
     let text = format!(
-        "{}{PLAIN_PRELUDE}{base}{}",
+        "{}{PLAIN_PRELUDE}{}",
         &full[..start],
         &full[end + last.len()..]
     );
@@ -389,56 +362,21 @@ fn plain_of(full: &str, suffixes: Option<&[&str]>) -> String {
             Some(at) => line.split_at(at),
             None => (line, ""),
         };
-        let code = renumber_argv(code);
-        match suffixes {
-            Some(suffixes) if !line.starts_with(&base) => {
-                out.push_str(&keys_from_base(&code, suffixes));
-            }
-            _ => out.push_str(&code),
+        let mut rest = code;
+        while let Some(at) = rest.find("ARGV[") {
+            let (before, after) = rest.split_at(at + "ARGV[".len());
+            out.push_str(before);
+            let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+            let n: usize = after[..digits]
+                .parse()
+                .expect("ARGV[ is followed by a number");
+            assert!(n > 2, "a step reads the prelude's ARGV[{n}]: {line}");
+            out.push_str(&(n - 2).to_string());
+            rest = &after[digits..];
         }
+        out.push_str(rest);
         out.push_str(comment);
     }
-    out
-}
-
-/// `code` with every `ARGV[n]` renumbered `ARGV[n - 2]`.
-fn renumber_argv(code: &str) -> String {
-    let mut out = String::with_capacity(code.len());
-    let mut rest = code;
-    while let Some(at) = rest.find("ARGV[") {
-        let (before, after) = rest.split_at(at + "ARGV[".len());
-        out.push_str(before);
-        let digits = after.bytes().take_while(u8::is_ascii_digit).count();
-        let n: usize = after[..digits]
-            .parse()
-            .expect("ARGV[ is followed by a number");
-        assert!(n > 2, "a step reads the prelude's ARGV[{n}]: {code}");
-        out.push_str(&(n - 2).to_string());
-        rest = &after[digits..];
-    }
-    out.push_str(rest);
-    out
-}
-
-/// `code` with every `KEYS[n]` replaced by the key base followed by the n-th suffix.
-fn keys_from_base(code: &str, suffixes: &[&str]) -> String {
-    let mut out = String::with_capacity(code.len());
-    let mut rest = code;
-    while let Some(at) = rest.find("KEYS[") {
-        out.push_str(&rest[..at]);
-        let after = &rest[at + "KEYS[".len()..];
-        let digits = after.bytes().take_while(u8::is_ascii_digit).count();
-        let n: usize = after[..digits]
-            .parse()
-            .expect("KEYS[ is followed by a number");
-        assert!(
-            after[digits..].starts_with(']') && (1..=suffixes.len()).contains(&n),
-            "a step reads KEYS[{n}] beyond its family's keys: {code}"
-        );
-        out.push_str(&format!("({KEY_BASE} .. '{}')", suffixes[n - 1]));
-        rest = &after[digits + 1..];
-    }
-    out.push_str(rest);
     out
 }
 
@@ -496,7 +434,7 @@ pub fn plain_sources() -> &'static [(&'static str, String)] {
     static PLAIN: LazyLock<Vec<(&'static str, String)>> = LazyLock::new(|| {
         sources()
             .iter()
-            .map(|(name, full)| (*name, plain_of(full, key_suffixes(name))))
+            .map(|(name, full)| (*name, plain_of(full)))
             .collect()
     });
     &PLAIN
@@ -520,16 +458,12 @@ static PROBED_SOURCES: LazyLock<Vec<(&'static str, String)>> =
 /// One step's script in its two forms. `full` reads the prelude's two arguments (`ARGV[1]` the
 /// clock, `ARGV[2]` the publish command) ahead of the step's own; `plain` is the same script
 /// on the server clock with `PUBLISH`, taking only the step's own arguments (from `ARGV[1]`):
-/// two arguments fewer per call, about 3,300 server instructions, and, with `suffixes`, one key
-/// (the key base) instead of the family's list (docs/decisions/server-instructions.md). A
-/// single server or Sentinel runs `plain`; Redis Cluster (`SPUBLISH`) and the tests' explicit
-/// clock run `full`.
+/// two arguments fewer per call, about 3,300 server instructions
+/// (docs/decisions/server-instructions.md). A single server or Sentinel runs `plain`; Redis
+/// Cluster (`SPUBLISH`) and the tests' explicit clock run `full`.
 pub(crate) struct Step {
     pub full: Script,
     pub plain: Script,
-    /// The keys `full` takes, as suffixes of the key base `plain` takes instead (see
-    /// [`key_suffixes`]); `None` when `plain` takes the same keys as `full`.
-    pub suffixes: Option<&'static [&'static str]>,
 }
 
 /// The compiled scripts (SHA1 computed once).
@@ -565,11 +499,9 @@ impl Scripts {
                 .find(|(n, _)| *n == name)
                 .map(|(_, s)| s.as_str())
                 .unwrap_or_default();
-            let suffixes = key_suffixes(name);
             Step {
                 full: Script::new(full),
-                plain: Script::new(&plain_of(full, suffixes)),
-                suffixes,
+                plain: Script::new(&plain_of(full)),
             }
         };
         Scripts {
@@ -725,7 +657,7 @@ mod tests {
     fn plain_forms_read_the_step_arguments_from_argv_1() {
         for variant in [Variant::Production, Variant::General, Variant::Probed] {
             for (name, full) in sources_of_variant(variant) {
-                let plain = plain_of(full, key_suffixes(name));
+                let plain = plain_of(full);
                 // The prelude reads ARGV[1] three times and ARGV[2] once; every other read
                 // moves down by two.
                 let mut expected = argv_reads(full);
@@ -743,65 +675,6 @@ mod tests {
                 );
                 assert!(plain.starts_with("#!lua"), "{name}: the flags stay first");
             }
-        }
-    }
-
-    /// What the code of `script` reads after each `marker` (up to the next `]` or `'`), in
-    /// order (comments left out).
-    fn reads_after(script: &str, marker: &str) -> Vec<String> {
-        let mut out = Vec::new();
-        for line in script.lines() {
-            let code = line.split("--").next().unwrap_or_default();
-            for part in code.split(marker).skip(1) {
-                out.push(
-                    part.split([']', '\''])
-                        .next()
-                        .unwrap_or_default()
-                        .to_owned(),
-                );
-            }
-        }
-        out
-    }
-
-    #[test]
-    fn plain_forms_name_each_key_the_full_form_is_given() {
-        let base = format!("{KEY_BASE} .. '");
-        for variant in [Variant::Production, Variant::General, Variant::Probed] {
-            for (name, full) in sources_of_variant(variant) {
-                let plain = plain_of(full, key_suffixes(name));
-                let full_keys = reads_after(full, "KEYS[");
-                let Some(suffixes) = key_suffixes(name) else {
-                    assert_eq!(reads_after(&plain, "KEYS["), full_keys, "{name}");
-                    continue;
-                };
-                // Where the full form reads KEYS[n], the plain form names the n-th suffix of
-                // the one key it takes, which it reads once.
-                let expected: Vec<String> = full_keys
-                    .iter()
-                    .map(|n| suffixes[n.parse::<usize>().expect("a key number") - 1].to_owned())
-                    .collect();
-                assert!(!expected.is_empty(), "{name}: takes keys");
-                assert_eq!(reads_after(&plain, &base), expected, "{name} ({variant:?})");
-                assert_eq!(reads_after(&plain, "KEYS["), ["1"], "{name}");
-            }
-        }
-        // The suffixes are the ones the client sends the full form.
-        let keys = crate::vocab::keys::LockKeys::new("rl", "n").expect("a valid name");
-        let lists: [(&str, &[String]); 5] = [
-            ("rw_acquire", keys.lease_lock()),
-            ("queue_acquire", keys.ticket_queue()),
-            ("force_release", keys.force_release()),
-            ("election_leader", keys.election()),
-            ("rate_acquire", keys.rate_limiter()),
-        ];
-        for (step, list) in lists {
-            let derived: Vec<String> = key_suffixes(step)
-                .expect("one family's keys")
-                .iter()
-                .map(|suffix| format!("rl:{{n}}:{suffix}"))
-                .collect();
-            assert_eq!(derived, list, "{step}");
         }
     }
 }

@@ -422,8 +422,7 @@ pub mod late_proxy {
         }
 
         /// Holds a connection from its first lease request (`arity` RESP words of the plain
-        /// form a single server runs, which takes one key: 8 for a Mutex's, a writer's or a
-        /// fair RwLock's)
+        /// form a single server runs: 13 for a Mutex's or writer's, 17 for a fair RwLock's)
         /// of `name` that names a hand-off
         /// deadline (not "keep"): a hand-off's claim.
         pub fn hold_claim(&self, arity: usize, name: &str) {
