@@ -33,6 +33,9 @@ if EXISTING == 0 then
   local cap = redis.call('GET', CAP)
   if weight and want and weight >= 1 and weight <= want and (not cap or cap == mark) then
     local lease = tonumber(ARGV[5])
+    -- The lease's own digits where they are the TTL (as in rw_acquire.lua's fast path).
+    local ttl = ARGV[5]
+    if TTL_PAD ~= 0 or not lease or lease < 1 then ttl = math.max(1, lease) + TTL_PAD end
     -- read_counter, next_fence and keep_fence (prelude.lua), inline: no helper is defined yet
     -- here.
     local fence = redis.call('GET', FENCE) or '0'
@@ -42,9 +45,8 @@ if EXISTING == 0 then
     fence = tonumber(fence)
     if weight >= want then
       fence = math.max(fence + 1, NOW_US)
-      redis.call('SET', FENCE, string.format('%d', fence), 'PX', math.max(1, lease) + TTL_PAD)
+      redis.call('SET', FENCE, string.format('%d', fence), 'PX', ttl)
     elseif fence > 0 then
-      local ttl = math.max(1, lease) + TTL_PAD
       if redis.call('PEXPIRE', FENCE, ttl, 'GT') == 0 then
         redis.call('PEXPIRE', FENCE, ttl, 'NX')
       end
@@ -52,7 +54,6 @@ if EXISTING == 0 then
     local member = ARGV[3]
     if weight ~= 1 then member = member .. '#' .. weight end
     redis.call('ZADD', H, NOW + lease, member)
-    local ttl = math.max(1, lease) + TTL_PAD
     redis.call('PEXPIRE', H, ttl)
     if cap then
       redis.call('PEXPIRE', CAP, ttl, 'GT')

@@ -19,6 +19,10 @@
 -- helpers below. The same as the general logic from that state.
 if redis.call('EXISTS', W, R, WQ, QH) == 0 then
   local lease = tonumber(ARGV[5])
+  -- The lease's own digits where they are the TTL: a number passed to a command is
+  -- formatted on every call.
+  local ttl = ARGV[5]
+  if TTL_PAD ~= 0 or not lease or lease < 1 then ttl = math.max(1, lease) + TTL_PAD end
   if ARGV[4] == 'w' then
     -- next_fence and keep_fence (prelude.lua), inline: no helper is defined yet here.
     local fence = redis.call('GET', FENCE) or '0'
@@ -26,10 +30,6 @@ if redis.call('EXISTS', W, R, WQ, QH) == 0 then
       error({ err = 'RLCORRUPT key ' .. FENCE .. ' does not hold a redis-locks counter' })
     end
     fence = math.max(tonumber(fence) + 1, NOW_US)
-    -- The lease's own digits where they are the TTL: a number passed to a command is
-    -- formatted on every call.
-    local ttl = ARGV[5]
-    if TTL_PAD ~= 0 or lease < 1 then ttl = math.max(1, lease) + TTL_PAD end
     redis.call('SET', FENCE, string.format('%d', fence), 'PX', ttl)
     redis.call('SET', W, string.format('%d|%s', NOW + lease, ARGV[3]), 'PX', ttl)
     return fence
@@ -38,7 +38,6 @@ if redis.call('EXISTS', W, R, WQ, QH) == 0 then
     if not string.find(fence, '^%-?%d+$') then
       error({ err = 'RLCORRUPT key ' .. FENCE .. ' does not hold a redis-locks counter' })
     end
-    local ttl = math.max(1, lease) + TTL_PAD
     redis.call('ZADD', R, NOW + lease, ARGV[3])
     redis.call('PEXPIRE', R, ttl)
     -- keep_fence (prelude.lua), inline.
