@@ -140,7 +140,8 @@ if EXISTING > 0 then
     -- refresh_ttls after a queue that only grew: the waiters' keys live until the latest
     -- heartbeat deadline, and the capacity marker at least as long.
     local top = tonumber(redis.call('ZRANGE', HB, -1, -1, 'WITHSCORES')[2])
-    local ttl = math.max(1, math.floor(top - NOW)) + TTL_PAD
+    -- Formatted once: a number passed to a command is formatted on every call.
+    local ttl = string.format('%d', math.max(1, math.floor(top - NOW)) + TTL_PAD)
     redis.call('PEXPIRE', HB, ttl)
     redis.call('PEXPIRE', Q, ttl)
     redis.call('PEXPIRE', TK, ttl)
