@@ -27,10 +27,7 @@ pub async fn uncontended(env: &Env, run: usize) -> BoxResult<Vec<Row>> {
     let after = cmdstat(&env.raw, "evalsha").await?;
     // Why a pair costs more than two PINGs: the server's own time running the two scripts.
     let server_us = (after.1 - before.1) as f64 / 3000.0;
-    let on_runtime = redis_locks::LockClient::builder()
-        .prefix(&env.prefix)
-        .engine_on_current_runtime(true)
-        .store(std::sync::Arc::new(env.raw.clone()))?;
+    let on_runtime = engine_on_runtime(env)?;
     let prims = [
         ("mutex", prim, Some(1.1)),
         (
@@ -98,6 +95,15 @@ pub async fn uncontended(env: &Env, run: usize) -> BoxResult<Vec<Row>> {
         );
     }
     Ok(rows)
+}
+
+/// A client on the bench's connection whose engine is a task of the current runtime instead
+/// of a thread of its own.
+fn engine_on_runtime(env: &Env) -> BoxResult<redis_locks::LockClient> {
+    Ok(redis_locks::LockClient::builder()
+        .prefix(&env.prefix)
+        .engine_on_current_runtime(true)
+        .store(std::sync::Arc::new(env.raw.clone()))?)
 }
 
 /// Pair latencies (ms) of the floor, of every primitive and of rslock, sampled in
