@@ -146,14 +146,22 @@ pub async fn server_version(raw: &RedisStore) -> String {
     }
 }
 
-/// Wake-up floor p50 (ms): from a script call that only publishes, on one connection, to the
+/// The wake-up floor's p50s (ms), [`wake_floor`].
+pub struct WakeFloor {
+    /// Samples back to back.
+    pub hot: f64,
+    /// Each sample after the idle sleep.
+    pub idle: f64,
+}
+
+/// The wake-up floor: from a script call that only publishes, on one connection, to the
 /// message reaching a task of this process through another connection's RESP3 pushes. That
 /// is the path a hand-off's wake-up takes (the release's script on the holder's connection,
 /// the grant pushed to the waiter's), with no lock work on either side: what a hand-off
-/// cannot beat. With `idle`, each sample starts after that long a sleep, as a hand-off after a
-/// hold does: threads that went idle are woken again, which on a virtual machine costs more
-/// than the round trip.
-pub async fn wake_floor_p50(url: &str, n: usize, idle: std::time::Duration) -> BoxResult<f64> {
+/// cannot beat. `n` samples back to back, then `n` each after an `idle` sleep, as a hand-off
+/// after a hold starts: threads that went idle are woken again, which on a virtual machine
+/// costs more than the round trip.
+pub async fn wake_floor(url: &str, n: usize, idle: std::time::Duration) -> BoxResult<WakeFloor> {
     use redis::aio::{ConnectionManager, ConnectionManagerConfig};
     use redis::{IntoConnectionInfo, ProtocolVersion, PushKind};
     let client = || -> BoxResult<redis::Client> {
@@ -185,25 +193,32 @@ pub async fn wake_floor_p50(url: &str, n: usize, idle: std::time::Duration) -> B
         }
     });
     let publish = redis::Script::new("return redis.call('PUBLISH', KEYS[1], ARGV[1])");
-    let mut samples = Vec::with_capacity(n);
-    for i in 0..n + 50 {
-        if !idle.is_zero() {
-            tokio::time::sleep(idle).await;
+    let mut p50 = [0.0; 2];
+    for (series, pause) in [std::time::Duration::ZERO, idle].into_iter().enumerate() {
+        let mut samples = Vec::with_capacity(n);
+        for i in 0..n + 50 {
+            if !pause.is_zero() {
+                tokio::time::sleep(pause).await;
+            }
+            let t = Instant::now();
+            let _: i64 = publish
+                .key(channel)
+                .arg("*")
+                .invoke_async(&mut holder)
+                .await?;
+            let woken = stamps
+                .recv()
+                .await
+                .ok_or("the wake-up floor's waiter ended")?;
+            if i >= 50 {
+                samples.push(ms(woken.saturating_duration_since(t)));
+            }
         }
-        let t = Instant::now();
-        let _: i64 = publish
-            .key(channel)
-            .arg("*")
-            .invoke_async(&mut holder)
-            .await?;
-        let woken = stamps
-            .recv()
-            .await
-            .ok_or("the wake-up floor's waiter ended")?;
-        if i >= 50 {
-            samples.push(ms(woken.saturating_duration_since(t)));
-        }
+        p50[series] = pct(&sorted(samples), 0.5);
     }
     waiting.abort();
-    Ok(pct(&sorted(samples), 0.5))
+    Ok(WakeFloor {
+        hot: p50[0],
+        idle: p50[1],
+    })
 }

@@ -10,10 +10,24 @@ use tokio::task::JoinSet;
 
 use crate::env::Env;
 use crate::prim::Prim;
-use crate::probe::{ping_p50, wake_floor_p50};
+use crate::probe::{ping_p50, wake_floor, WakeFloor};
 use crate::row::{Row, Target};
 use crate::stats::{ms, pct, sorted};
 use crate::BoxResult;
+
+/// How long each holder of these workloads holds (a tokio sleep: 1-2 ms).
+pub const HOLD: Duration = Duration::from_millis(1);
+
+/// The rows that put a hand-off p50 next to the wake-up floor (`floor`, taken with idle
+/// sleeps of [`HOLD`]: every hand-off here starts after a hold).
+pub fn wake_rows(w: &'static str, handoff_p50: f64, ping: f64, floor: &WakeFloor) -> [Row; 3] {
+    [
+        Row::new(w, "handoff_vs_wake_floor", handoff_p50, "ms")
+            .vs("wake_floor_idle_p50_ms", floor.idle),
+        Row::new(w, "wake_floor_p50_ms", floor.hot, "ms").vs("ping_p50_ms", ping),
+        Row::new(w, "wake_floor_idle_p50_ms", floor.idle, "ms").vs("ping_p50_ms", ping),
+    ]
+}
 
 pub struct Contended {
     pub gaps: Vec<f64>,
@@ -102,10 +116,7 @@ pub async fn contended(env: &Env, run: usize, fair: bool) -> BoxResult<Vec<Row>>
     };
     const TOTAL: usize = 2000;
     let ping = ping_p50(&env.raw, 1000).await?;
-    // The wake-up floor, hot and after the holders' 1 ms of idleness (every hand-off here
-    // starts from it).
-    let wake = wake_floor_p50(&env.url, 1000, Duration::ZERO).await?;
-    let wake_idle = wake_floor_p50(&env.url, 1000, Duration::from_millis(1)).await?;
+    let wake = wake_floor(&env.url, 1000, HOLD).await?;
     let name = format!("{w}-{run}");
     let c = contend(
         |client| {
@@ -118,7 +129,7 @@ pub async fn contended(env: &Env, run: usize, fair: bool) -> BoxResult<Vec<Row>>
         env,
         8,
         TOTAL,
-        Duration::from_millis(1),
+        HOLD,
     )
     .await?;
     let min = c.counts.iter().copied().min().unwrap_or(0) as f64;
@@ -129,14 +140,10 @@ pub async fn contended(env: &Env, run: usize, fair: bool) -> BoxResult<Vec<Row>>
     } else {
         (Target::None, Target::None)
     };
-    Ok(vec![
+    let mut rows = vec![
         Row::new(w, "handoff_p50_ms", pct(&c.gaps, 0.5), "ms")
             .vs("ping_p50_ms", ping)
             .target(Target::RatioAtMost(1.6)),
-        Row::new(w, "handoff_vs_wake_floor", pct(&c.gaps, 0.5), "ms")
-            .vs("wake_floor_idle_p50_ms", wake_idle),
-        Row::new(w, "wake_floor_p50_ms", wake, "ms").vs("ping_p50_ms", ping),
-        Row::new(w, "wake_floor_idle_p50_ms", wake_idle, "ms").vs("ping_p50_ms", ping),
         Row::new(w, "handoff_p99_ms", pct(&c.gaps, 0.99), "ms").vs("ping_p50_ms", ping),
         Row::new(w, "release_call_p50_ms", pct(&c.releases, 0.5), "ms").vs("ping_p50_ms", ping),
         Row::new(w, "per_task_min", min, "count").target(tmin),
@@ -147,5 +154,7 @@ pub async fn contended(env: &Env, run: usize, fair: bool) -> BoxResult<Vec<Row>>
             TOTAL as f64 / c.elapsed.as_secs_f64(),
             "1/s",
         ),
-    ])
+    ];
+    rows.extend(wake_rows(w, pct(&c.gaps, 0.5), ping, &wake));
+    Ok(rows)
 }

@@ -1,22 +1,17 @@
 //! Semaphore pairs next to Mutex pairs, and hand-offs between tasks on a full Semaphore.
 
-use std::time::Duration;
-
 use crate::env::Env;
 use crate::prim::{pairs, Prim};
-use crate::probe::{ping_p50, wake_floor_p50};
+use crate::probe::{ping_p50, wake_floor};
 use crate::row::{Row, Target};
 use crate::stats::pct;
-use crate::workloads::contended::contend;
+use crate::workloads::contended::{contend, wake_rows, HOLD};
 use crate::BoxResult;
 
 pub async fn semaphore(env: &Env, run: usize) -> BoxResult<Vec<Row>> {
     const W: &str = "semaphore";
     let ping = ping_p50(&env.raw, 1000).await?;
-    // The wake-up floor, hot and after the holders' 1 ms of idleness (every hand-off here
-    // starts from it).
-    let wake = wake_floor_p50(&env.url, 1000, Duration::ZERO).await?;
-    let wake_idle = wake_floor_p50(&env.url, 1000, Duration::from_millis(1)).await?;
+    let wake = wake_floor(&env.url, 1000, HOLD).await?;
     let mutex = Prim::Mutex(env.client.mutex(&format!("{W}-{run}-mutex")));
     let sem = Prim::Sem(env.client.semaphore(&format!("{W}-{run}-sem"), 4));
     pairs(&mutex, 100).await?;
@@ -30,19 +25,15 @@ pub async fn semaphore(env: &Env, run: usize) -> BoxResult<Vec<Row>> {
         env,
         8,
         TOTAL,
-        Duration::from_millis(1),
+        HOLD,
     )
     .await?;
-    Ok(vec![
+    let mut rows = vec![
         Row::new(W, "pair_p50_ms", pct(&s, 0.5), "ms").vs("mutex_pair_p50_ms", pct(&m, 0.5)),
         Row::new(W, "pairs_per_s", 2000.0 / s_elapsed.as_secs_f64(), "1/s"),
         Row::new(W, "handoff_p50_ms", pct(&c.gaps, 0.5), "ms")
             .vs("ping_p50_ms", ping)
             .target(Target::RatioAtMost(3.0)),
-        Row::new(W, "handoff_vs_wake_floor", pct(&c.gaps, 0.5), "ms")
-            .vs("wake_floor_idle_p50_ms", wake_idle),
-        Row::new(W, "wake_floor_p50_ms", wake, "ms").vs("ping_p50_ms", ping),
-        Row::new(W, "wake_floor_idle_p50_ms", wake_idle, "ms").vs("ping_p50_ms", ping),
         Row::new(W, "handoff_p99_ms", pct(&c.gaps, 0.99), "ms").vs("ping_p50_ms", ping),
         Row::new(W, "release_call_p50_ms", pct(&c.releases, 0.5), "ms").vs("ping_p50_ms", ping),
         Row::new(
@@ -51,5 +42,7 @@ pub async fn semaphore(env: &Env, run: usize) -> BoxResult<Vec<Row>> {
             TOTAL as f64 / c.elapsed.as_secs_f64(),
             "1/s",
         ),
-    ])
+    ];
+    rows.extend(wake_rows(W, pct(&c.gaps, 0.5), ping, &wake));
+    Ok(rows)
 }
