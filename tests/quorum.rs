@@ -164,8 +164,9 @@ async fn sixteen_rwlock_tasks_share_reads_and_exclude_writes() {
         within_ok(EVENTUALLY, "all tasks finish", t).await;
     }
     h.check_exclusion();
-    // Each read reports the fence of the write before it (the largest among its granters).
-    h.check_shared_fences();
+    // Each read reports the largest last-writer fence among its granters: at least the fence
+    // of the write before it, more after a write attempt that only a minority granted.
+    h.check_shared_fences_at_least();
     let writes = h.grants().iter().filter(|g| g.kind == Kind::Write).count();
     assert_eq!((writes, h.grants().len()), (16, 64));
 }

@@ -296,14 +296,27 @@ impl History {
     /// Panics unless every shared grant reports the fence of the last exclusive grant before
     /// it in the log (0 before any). Valid only when no hold expired unseen.
     pub fn check_shared_fences(&self) {
+        self.check_shared(|fence, last| fence == last, "instead of");
+    }
+
+    /// Panics unless every shared grant reports at least the fence of the last exclusive
+    /// grant before it in the log: quorum mode's promise, where a writer's attempt that only a
+    /// minority granted has raised those servers' counters, and a reader granted by one of them
+    /// reports that higher fence (docs/SCALE.md, "Fencing tokens under quorum").
+    pub fn check_shared_fences_at_least(&self) {
+        self.check_shared(|fence, last| fence >= last, "below");
+    }
+
+    fn check_shared(&self, ok: fn(u64, u64) -> bool, relation: &str) {
         let mut last = 0;
         let mut problems = Vec::new();
         for g in self.grants() {
             if g.kind.is_exclusive() {
                 last = g.fence;
-            } else if g.fence != last {
+            } else if !ok(g.fence, last) {
                 problems.push(format!(
-                    "{} granted {:?} with fence {} after the exclusive fence {last} (event {})",
+                    "{} granted {:?} with fence {} {relation} the last exclusive fence {last} \
+                     (event {})",
                     g.task, g.kind, g.fence, g.seq
                 ));
             }
