@@ -259,7 +259,7 @@ impl RateLimiter {
         let keys = self.ctx.keys()?.clone();
         let claim = self.claim(permits);
         let wait = RateWait::new(
-            self.ctx.store.clone(),
+            (self.ctx.store.clone(), self.ctx.holds.clone()),
             keys,
             claim,
             self.ctx.opts.retry_interval,

@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use crate::engine::hold::{hand_off_window, HoldState, Plan, Planted, Start, Validity};
+use crate::engine::leftover::Leftover;
 use crate::engine::owner::{self, hold_in_use, Command, Key, NewHold, Owner, Reserved, StepById};
 use crate::store::{Claim, Slot, Store};
 use crate::vocab::bugs::{planted, Bug};
@@ -143,6 +144,12 @@ impl Holds {
 
     fn send(&self, cmd: Command) -> bool {
         self.tx.as_ref().is_some_and(|tx| tx.send(cmd).is_ok())
+    }
+
+    /// Hands the removal of a wait's `leftover` to the engine; false when the engine has
+    /// stopped.
+    pub(crate) fn remove_leftover(&self, lock: LockKeys, leftover: Leftover) -> bool {
+        self.send(Command::Leftover { lock, leftover })
     }
 
     /// Sends `cmd` made with a reply channel and waits for the answer; an engine that ended
@@ -643,48 +650,5 @@ pub(crate) async fn release_with_retry(
         // answer stays unknown, so the first error is reported, not a false "you had lost it".
         (Ok(false), Some(e)) => Err(e),
         (outcome, _) => outcome,
-    }
-}
-
-/// Releases `claim` (an acquisition's leftovers, not a hold yet) in the background, if a
-/// runtime is there to run it.
-pub(crate) fn release_in_background(store: Arc<dyn Store>, lock: LockKeys, claim: Claim) {
-    if let Ok(handle) = tokio::runtime::Handle::try_current() {
-        // A runtime shutting down drops its tasks unrun: the release then never happens.
-        let unfinished = Unfinished {
-            lease: claim.lease,
-            lock: Some(lock),
-            started: false,
-        };
-        handle.spawn(async move {
-            let mut unfinished = unfinished;
-            unfinished.started = true;
-            let lock = unfinished.lock.clone().expect("set above");
-            if let Err(err) = release_with_retry(&*store, &lock, &claim).await {
-                tracing::debug!(lock = lock.name(), %err, "background release failed; the lease will lapse");
-            }
-            unfinished.lock = None;
-        });
-    } else {
-        crate::engine::telemetry::unreleased(lock.name(), claim.lease, false);
-    }
-}
-
-/// A background release not finished yet: dropped so (its runtime shut down before running
-/// it, or while its request was on its way), it warns as a wait dropped outside a runtime
-/// does.
-struct Unfinished {
-    lease: Duration,
-    /// Taken when the release has ended (answered or failed).
-    lock: Option<LockKeys>,
-    /// The release had started: its request may have reached the server.
-    started: bool,
-}
-
-impl Drop for Unfinished {
-    fn drop(&mut self) {
-        if let Some(lock) = &self.lock {
-            crate::engine::telemetry::unreleased(lock.name(), self.lease, self.started);
-        }
     }
 }

@@ -3,6 +3,7 @@
 
 pub(crate) mod hold;
 pub(crate) mod lease;
+pub(crate) mod leftover;
 pub(crate) mod owner;
 pub(crate) mod pending;
 pub(crate) mod rate;

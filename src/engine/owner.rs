@@ -21,6 +21,7 @@ use crate::engine::hold::{
     Answer, Ask, Caller, Effect, Event, HoldState, Outcome, Phase, Validity,
 };
 use crate::engine::lease::{release_with_retry, retrying};
+use crate::engine::leftover::Leftover;
 use crate::store::{Claim, Slot, Store};
 use crate::vocab::error::{Error, Result};
 use crate::vocab::keys::LockKeys;
@@ -116,6 +117,11 @@ pub(crate) enum Command {
     ReleaseAll {
         reply: oneshot::Sender<Result<usize>>,
     },
+    /// A wait's trace that no runtime removed (see [`crate::engine::leftover`]).
+    Leftover {
+        lock: LockKeys,
+        leftover: Leftover,
+    },
     HoldsName {
         name: String,
         reply: oneshot::Sender<bool>,
@@ -170,6 +176,8 @@ struct Entry {
 enum Io {
     /// Request `n` of hold `id`.
     Hold { id: u64, n: u64 },
+    /// The removal of a wait's trace: nobody waits for it.
+    Leftover,
     /// A step by id sent beside any hold (its key was reserved for it).
     Beside {
         key: Key,
@@ -313,6 +321,16 @@ impl Owner {
             }
             Command::ById(step) => self.by_id(step, now),
             Command::ReleaseAll { reply } => self.release_all(reply, now),
+            Command::Leftover { lock, leftover } => {
+                let (store, bound) = (self.store.clone(), self.step_bound);
+                self.io.spawn(async move {
+                    let removal = leftover.remove(&*store, &lock);
+                    if let Err(err) = within(None, bound, "release", removal).await {
+                        tracing::debug!(lock = lock.name(), %err, "release of a wait's trace failed; it lapses with its lease or heartbeat");
+                    }
+                    (Io::Leftover, Reply::Release(Ok(true)))
+                });
+            }
             Command::HoldsName { name, reply } => {
                 let held = self.holds.values().any(|e| {
                     e.lock.name() == name
@@ -555,6 +573,7 @@ impl Owner {
         };
         let now = Instant::now();
         match io {
+            Io::Leftover => {}
             Io::Beside {
                 key,
                 entry,

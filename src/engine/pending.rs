@@ -9,7 +9,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::engine::hold::Start;
-use crate::engine::lease::{release_in_background, release_with_retry, Hold, Holds};
+use crate::engine::lease::{release_with_retry, Hold, Holds};
+use crate::engine::leftover::{remove_in_background, Leftover};
 use crate::store::{Claim, Store};
 use crate::vocab::error::Result;
 use crate::vocab::keys::LockKeys;
@@ -89,7 +90,12 @@ impl Pending {
     /// sent when there are none.
     pub(crate) fn release_retired(&mut self) {
         for (lock, claim) in std::mem::take(&mut self.retired).into_iter().rev() {
-            release_in_background(self.store.clone(), lock, claim);
+            remove_in_background(
+                &self.holds,
+                self.store.clone(),
+                lock,
+                Leftover::Claim(claim),
+            );
         }
     }
 
@@ -159,7 +165,12 @@ impl Drop for Pending {
         let retired = std::mem::take(&mut self.retired);
         let parts = self.parts.take().unwrap_or_default();
         for (lock, claim) in retired.into_iter().chain(parts).rev() {
-            release_in_background(self.store.clone(), lock, claim);
+            remove_in_background(
+                &self.holds,
+                self.store.clone(),
+                lock,
+                Leftover::Claim(claim),
+            );
         }
     }
 }

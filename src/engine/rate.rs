@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::engine::lease::retrying;
+use crate::engine::lease::{retrying, Holds};
+use crate::engine::leftover::{remove_in_background, Leftover};
 use crate::engine::wait::{pursue, Deadline, Pursuit, Step, Waiting};
 use crate::store::{Busy, RateClaim, RateDecision, Store};
 use crate::vocab::error::Result;
@@ -23,6 +24,7 @@ use crate::wire::HandOff;
 /// the wait was admitted or never queued ([`QueuePlace::forget`]).
 pub(crate) struct QueuePlace {
     store: Arc<dyn Store>,
+    holds: Arc<Holds>,
     lock: LockKeys,
     claim: Option<RateClaim>,
 }
@@ -49,22 +51,9 @@ impl QueuePlace {
 
 impl Drop for QueuePlace {
     fn drop(&mut self) {
-        let Some(claim) = self.claim.take() else {
-            return;
-        };
-        let (store, lock) = (self.store.clone(), self.lock.clone());
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(async move {
-                let (outcome, _) = retrying(|| store.rate_cancel(&lock, &claim, None)).await;
-                if let Err(err) = outcome {
-                    tracing::debug!(lock = lock.name(), %err, "background cancel failed; the place lapses with its heartbeat");
-                }
-            });
-        } else {
-            tracing::debug!(
-                lock = lock.name(),
-                "a rate-limiter wait was dropped outside a tokio runtime; its place lapses with its heartbeat"
-            );
+        if let Some(claim) = self.claim.take() {
+            let (store, lock) = (self.store.clone(), self.lock.clone());
+            remove_in_background(&self.holds, store, lock, Leftover::Rate(claim));
         }
     }
 }
@@ -84,7 +73,7 @@ impl<'p> RateWait<'p> {
     /// A wait for `claim` on `lock`, attempting at least every `retry_interval` (and three
     /// times per heartbeat window).
     pub(crate) fn new(
-        store: Arc<dyn Store>,
+        (store, holds): (Arc<dyn Store>, Arc<Holds>),
         lock: LockKeys,
         claim: RateClaim,
         retry_interval: Duration,
@@ -93,6 +82,7 @@ impl<'p> RateWait<'p> {
         let interval = retry_interval.min(claim.heartbeat / 3);
         let place = QueuePlace {
             store,
+            holds,
             lock: lock.clone(),
             claim: Some(claim.clone()),
         };
