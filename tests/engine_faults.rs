@@ -96,6 +96,128 @@ async fn cancelled_fair_and_write_waits_leave_nothing(b: Backend) {
     })
     .await;
 }
+/// A client built on a runtime of its own that the test drives only through `block_on`, as a
+/// sync wrapper does, with a 500 ms response timeout and a 60 s heartbeat window.
+fn idle_runtime_client(url: &str) -> (tokio::runtime::Runtime, LockClient) {
+    let rt = support::time::current_thread();
+    let config = redis_locks::RedisConfig {
+        response_timeout: ms(500),
+        ..redis_locks::RedisConfig::default()
+    };
+    let builder = LockClient::builder()
+        .lease(Duration::from_secs(60))
+        .heartbeat(Duration::from_secs(60))
+        .redis_config(config);
+    let client = rt.block_on(builder.connect(url)).expect("connect");
+    (rt, client)
+}
+
+/// A FairLock wait that times out inside `block_on` of a current-thread runtime that then
+/// stays idle (a sync wrapper between two calls): its background removal is a task nobody
+/// polls, so the engine sends it once a response timeout has passed, and the waiter behind it
+/// is not held back for the 60 s heartbeat window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_cut_off_on_a_runtime_left_idle_leaves_no_queue_place() {
+    let b = Backend::redis();
+    let holder = b.client().await;
+    let observer = b.client().await;
+    let name = "wait-cut-off-on-an-idle-runtime";
+    let held = holder.fair_lock(name).lock().await.expect("lock");
+    let url = b.url().expect("a redis-server");
+    let (rt, waiter) = tokio::task::spawn_blocking(move || {
+        let (rt, waiter) = idle_runtime_client(&url);
+        let fair = waiter.fair_lock(name);
+        let waited = rt.block_on(async { timeout(ms(300), fair.lock()).await });
+        assert!(waited.is_err(), "the wait was cut off by its timeout");
+        (rt, waiter)
+    })
+    .await
+    .expect("the idle runtime's calls");
+    let probe = observer.fair_lock(name);
+    eventually("the cut-off wait's place is removed", async || {
+        probe.inspect().await.expect("inspect").waiters.is_empty()
+    })
+    .await;
+    assert!(held.release().await.expect("release"));
+    drop(waiter);
+    tokio::task::spawn_blocking(move || drop(rt))
+        .await
+        .expect("runtime dropped");
+}
+
+/// Waits of every kind that left something on the server (a FairLock's queue place, a
+/// waiting writer's announcement, a Semaphore's place, a rate limiter's place) are dropped on a thread with no runtime: the engine removes
+/// every trace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waits_of_every_kind_dropped_outside_a_runtime_leave_nothing() {
+    use std::future::{Future, IntoFuture};
+    use std::pin::Pin;
+    let b = Backend::redis();
+    let holder = b.client().await;
+    let waiter = b
+        .client_with(LockClient::builder().heartbeat(Duration::from_secs(60)))
+        .await;
+    let hourly = redis_locks::Rate::per_hour(1).burst(1);
+    let _fair = holder.fair_lock("dropped-fair").lock().await.expect("fair");
+    let _read = holder.rwlock("dropped-rw").read().await.expect("read");
+    let _permit = holder
+        .semaphore("dropped-sem", 1)
+        .acquire()
+        .await
+        .expect("permit");
+    holder
+        .rate_limiter("dropped-rate", hourly)
+        .acquire(1)
+        .await
+        .expect("admitted");
+    let fair = waiter.fair_lock("dropped-fair");
+    let rw = waiter.rwlock("dropped-rw");
+    let sem = waiter.semaphore("dropped-sem", 1);
+    let rate = waiter.rate_limiter("dropped-rate", hourly);
+    let mut waits: Vec<Pin<Box<dyn Future<Output = bool> + Send + '_>>> = vec![
+        Box::pin(async { fair.lock().into_future().await.is_ok() }),
+        Box::pin(async { rw.write().into_future().await.is_ok() }),
+        Box::pin(async { sem.acquire().into_future().await.is_ok() }),
+        Box::pin(async { rate.acquire(1).into_future().await.is_ok() }),
+    ];
+    for wait in waits.iter_mut() {
+        assert!(timeout(ms(300), wait.as_mut()).await.is_err(), "each waits");
+    }
+    let traces = async || {
+        let waiting = [
+            holder
+                .fair_lock("dropped-fair")
+                .inspect()
+                .await
+                .map(|i| i.waiters.len()),
+            holder
+                .rwlock("dropped-rw")
+                .inspect()
+                .await
+                .map(|i| i.waiters.len()),
+            holder
+                .semaphore("dropped-sem", 1)
+                .inspect()
+                .await
+                .map(|i| i.waiters.len()),
+            holder
+                .rate_limiter("dropped-rate", hourly)
+                .inspect()
+                .await
+                .map(|i| i.waiters.len()),
+        ];
+        waiting.map(|n| n.expect("inspect"))
+    };
+    assert_eq!(traces().await, [1, 1, 1, 1], "every wait left its trace");
+    std::thread::scope(|s| {
+        s.spawn(move || drop(waits)).join().expect("dropped");
+    });
+    eventually("every trace of the dropped waits is removed", async || {
+        traces().await == [0; 4]
+    })
+    .await;
+}
+
 // ------------------------------------------------------------------------------------------
 // multi-locks
 // ------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 //! Quorum (Redlock) mode on three real, independent redis-servers.
 
 mod support;
-use support::backend::within_ok;
+use support::backend::{eventually, within_ok};
 use support::quick::downgraded;
 use support::quick::{soon, Quick};
 use support::time::{ms, secs};
@@ -575,4 +575,46 @@ async fn a_refused_resume_renews_nothing() {
             "server {i}: the writer record lives {ttl} ms: renewed by a refused resume"
         );
     }
+}
+
+/// A quorum client's engine shares the client's connections, which the runtime the client
+/// was built on drives. When that runtime (current-thread) shuts down while a task of it
+/// waits, the wait's removal cannot be sent by the engine either (the connections went with
+/// the runtime): the runtime's drop does not wait for the engine's bound, and the place
+/// lapses with its heartbeat window as a dead waiter's does.
+#[test]
+fn a_runtime_shut_down_during_a_quorum_wait_does_not_wait_for_the_engine() {
+    let q = Quorum::start();
+    let rt = support::time::current_thread();
+    let name = "quorum-wait-at-shutdown";
+    let outside = support::time::current_thread();
+    let holder = outside.block_on(q.client());
+    let held = outside
+        .block_on(async { holder.mutex(name).lock().await })
+        .expect("lock");
+    // Five-second response timeouts: the engine's bound is four of them.
+    let config = redis_locks::RedisConfig {
+        response_timeout: secs(5),
+        ..redis_locks::RedisConfig::default()
+    };
+    let waiter = rt.block_on(q.client_with(LockClient::builder().redis_config(config)));
+    let probe = waiter.mutex(name);
+    rt.spawn(async move {
+        let _ = waiter.mutex(name).lock().await;
+        std::future::pending::<()>().await;
+    });
+    // Driven until the wait shows; its client's connections live on this runtime.
+    rt.block_on(async {
+        eventually("the wait shows", async || {
+            !probe.inspect().await.expect("inspect").waiters.is_empty()
+        })
+        .await
+    });
+    drop(probe);
+    let started = std::time::Instant::now();
+    drop(rt);
+    let took = started.elapsed();
+    // A drop that waited for the engine would take its 20 s bound.
+    assert!(took < secs(5), "the runtime's drop took {took:?}");
+    outside.block_on(async { assert!(held.release().await.expect("release")) });
 }

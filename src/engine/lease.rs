@@ -54,6 +54,8 @@ pub(crate) struct Holds {
     /// after a resume's renewal.
     engine_store: Arc<dyn Store>,
     response_timeout: Duration,
+    /// The engine has a connection of its own (a single server).
+    engine_owns_connection: bool,
     /// The engine's thread ([`Placement::Thread`]).
     engine_thread: Option<std::thread::JoinHandle<()>>,
     /// The engine thread's runtime: every request on `engine_store` runs there, so its
@@ -77,7 +79,9 @@ impl Holds {
         placement: Placement,
     ) -> Holds {
         let (tx, rx) = mpsc::unbounded_channel();
-        let engine_store = store.for_engine().unwrap_or_else(|| store.clone());
+        let own = store.for_engine();
+        let engine_owns_connection = own.is_some();
+        let engine_store = own.unwrap_or_else(|| store.clone());
         let owner = Owner::new(engine_store.clone(), response_timeout);
         let (mut engine_thread, mut engine_rt) = (None, None);
         match placement {
@@ -122,6 +126,7 @@ impl Holds {
             store,
             engine_store,
             response_timeout,
+            engine_owns_connection,
             engine_thread,
             engine_rt,
         }
@@ -146,10 +151,25 @@ impl Holds {
         self.tx.as_ref().is_some_and(|tx| tx.send(cmd).is_ok())
     }
 
-    /// Hands the removal of a wait's `leftover` to the engine; false when the engine has
-    /// stopped.
-    pub(crate) fn remove_leftover(&self, lock: LockKeys, leftover: Leftover) -> bool {
-        self.send(Command::Leftover { lock, leftover })
+    /// Has the engine watch the background removal of a wait's `leftover`
+    /// ([`crate::engine::leftover`]): its number, or `None` when the engine has no connection
+    /// of its own (it shares the caller's, which a removal the caller's runtime did not run
+    /// would find gone too) or has stopped.
+    pub(crate) fn watch_leftover(&self, lock: &LockKeys, leftover: &Leftover) -> Option<u64> {
+        if !self.engine_owns_connection {
+            return None;
+        }
+        let id = crate::vocab::token::random();
+        let (lock, leftover) = (lock.clone(), leftover.clone());
+        self.send(Command::Leftover { id, lock, leftover })
+            .then_some(id)
+    }
+
+    /// Tells the engine that the watched removal `id` ended (`now` false), or that no runtime
+    /// will run it to its end, so the engine sends it at once (`now`); false when the engine
+    /// has stopped.
+    pub(crate) fn leftover_done(&self, id: u64, now: bool) -> bool {
+        self.send(Command::LeftoverDone { id, now })
     }
 
     /// Sends `cmd` made with a reply channel and waits for the answer; an engine that ended

@@ -1,10 +1,15 @@
 //! What a wait may leave on the server when it ends without a hold (a queue place, a waiting
 //! writer's announcement, a grant whose reply was lost, a rate limiter's queue place), and
-//! its removal in the background: on the caller's runtime first, after whatever the caller
-//! sent on its own connection; when no runtime runs that removal to its end (none is current,
-//! or it shuts down first, as when `main` returns while a task still waits), the client's
-//! engine sends it, and the drop of the client's last handle waits for it as it waits for a
-//! hold's release.
+//! its removal in the background.
+//!
+//! The removal runs on the caller's runtime first, so it follows whatever the wait sent on
+//! the caller's connection (an attempt still on its way cannot land after it). When the
+//! client's engine has a connection of its own (a single server), it also watches each
+//! removal: one that no runtime runs to its end (none is current, or it shuts down first, as
+//! when `main` returns while a task still waits) goes to the engine at once, and one that has
+//! not ended within a response timeout (its runtime is idle, as a sync wrapper's between two
+//! calls) is sent by the engine then. The drop of the client's last handle waits for the
+//! engine's removals as it waits for a hold's release.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,14 +56,16 @@ pub(crate) fn remove_in_background(
     lock: LockKeys,
     leftover: Leftover,
 ) {
+    let watched = holds.watch_leftover(&lock, &leftover);
     let mut unfinished = Unfinished {
         holds: holds.clone(),
+        watched,
         trace: Some((lock, leftover)),
         started: false,
     };
     if let Ok(handle) = tokio::runtime::Handle::try_current() {
-        // A runtime shutting down drops its tasks, run or not: `Unfinished` then hands the
-        // removal to the engine.
+        // A runtime shutting down drops its tasks, run or not: `Unfinished` then tells the
+        // engine.
         handle.spawn(async move {
             unfinished.started = true;
             if let Some((lock, leftover)) = &unfinished.trace
@@ -67,14 +74,19 @@ pub(crate) fn remove_in_background(
                 tracing::debug!(lock = lock.name(), %err, "background release failed; the claim lapses with its lease or heartbeat");
             }
             unfinished.trace.take();
+            if let Some(id) = unfinished.watched.take() {
+                unfinished.holds.leftover_done(id, false);
+            }
         });
     }
 }
 
-/// A removal not finished: dropped so (no runtime ran it to its end), it goes to the engine,
-/// or, with the engine gone too, it is warned of.
+/// A removal not finished: dropped so (no runtime ran it to its end), it goes to the engine
+/// that watches it, or, with none, it is warned of.
 struct Unfinished {
     holds: Arc<Holds>,
+    /// The engine's number of this removal, when the engine watches it.
+    watched: Option<u64>,
     /// Taken when the removal has ended (answered or failed).
     trace: Option<(LockKeys, Leftover)>,
     /// Its request may have left.
@@ -83,11 +95,15 @@ struct Unfinished {
 
 impl Drop for Unfinished {
     fn drop(&mut self) {
-        if let Some((lock, leftover)) = self.trace.take() {
-            let (name, lease) = (lock.name().to_owned(), leftover.lease());
-            if !self.holds.remove_leftover(lock, leftover) {
-                crate::engine::telemetry::unreleased(&name, lease, self.started);
-            }
+        let Some((lock, leftover)) = self.trace.take() else {
+            return;
+        };
+        let handed = self
+            .watched
+            .take()
+            .is_some_and(|id| self.holds.leftover_done(id, true));
+        if !handed {
+            crate::engine::telemetry::unreleased(lock.name(), leftover.lease(), self.started);
         }
     }
 }

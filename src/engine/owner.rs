@@ -117,10 +117,18 @@ pub(crate) enum Command {
     ReleaseAll {
         reply: oneshot::Sender<Result<usize>>,
     },
-    /// A wait's trace that no runtime removed (see [`crate::engine::leftover`]).
+    /// A wait's trace whose removal runs in the background on the caller's runtime: sent by
+    /// the owner unless `LeftoverDone` comes within a response timeout (see
+    /// [`crate::engine::leftover`]).
     Leftover {
+        id: u64,
         lock: LockKeys,
         leftover: Leftover,
+    },
+    /// The background removal `id` ended, or (`now`) no runtime will run it to its end.
+    LeftoverDone {
+        id: u64,
+        now: bool,
     },
     HoldsName {
         name: String,
@@ -222,6 +230,10 @@ pub(crate) struct Owner {
     timers: BTreeSet<(Instant, u64)>,
     io: JoinSet<(Io, Reply)>,
     jobs: Vec<ReleaseAll>,
+    /// Background removals of waits' traces watched, by number: each sent by the owner at
+    /// its instant unless its caller's runtime ended it first.
+    leftovers: HashMap<u64, (LockKeys, Leftover, Instant)>,
+    response_timeout: Duration,
     next_seq: u64,
     next_caller: Caller,
 }
@@ -245,6 +257,8 @@ impl Owner {
             timers: BTreeSet::new(),
             io: JoinSet::new(),
             jobs: Vec::new(),
+            leftovers: HashMap::new(),
+            response_timeout,
             next_seq: 0,
             next_caller: 0,
         }
@@ -262,6 +276,7 @@ impl Owner {
                 .map(|(at, _)| *at)
                 .into_iter()
                 .chain(self.jobs.iter().map(|j| j.deadline))
+                .chain(self.leftovers.values().map(|(_, _, due)| *due))
                 .min();
             tokio::select! {
                 biased;
@@ -277,6 +292,11 @@ impl Owner {
                 },
                 _ = sleep_until_some(next) => self.tick(Instant::now()),
             }
+        }
+        // The last handle is gone: the removals still watched are sent now.
+        let watched: Vec<u64> = self.leftovers.keys().copied().collect();
+        for id in watched {
+            self.remove_leftover(id);
         }
         let bound = self.step_bound;
         let _ = tokio::time::timeout(bound, async {
@@ -321,16 +341,14 @@ impl Owner {
             }
             Command::ById(step) => self.by_id(step, now),
             Command::ReleaseAll { reply } => self.release_all(reply, now),
-            Command::Leftover { lock, leftover } => {
-                let (store, bound) = (self.store.clone(), self.step_bound);
-                self.io.spawn(async move {
-                    let removal = leftover.remove(&*store, &lock);
-                    if let Err(err) = within(None, bound, "release", removal).await {
-                        tracing::debug!(lock = lock.name(), %err, "release of a wait's trace failed; it lapses with its lease or heartbeat");
-                    }
-                    (Io::Leftover, Reply::Release(Ok(true)))
-                });
+            Command::Leftover { id, lock, leftover } => {
+                let due = now + self.response_timeout;
+                self.leftovers.insert(id, (lock, leftover, due));
             }
+            Command::LeftoverDone { id, now: false } => {
+                self.leftovers.remove(&id);
+            }
+            Command::LeftoverDone { id, now: true } => self.remove_leftover(id),
             Command::HoldsName { name, reply } => {
                 let held = self.holds.values().any(|e| {
                     e.lock.name() == name
@@ -565,6 +583,30 @@ impl Owner {
             self.apply(id, Event::Tick, now);
         }
         self.expire_jobs(now);
+        let due: Vec<u64> = self
+            .leftovers
+            .iter()
+            .filter(|(_, (_, _, at))| *at <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in due {
+            self.remove_leftover(id);
+        }
+    }
+
+    /// Sends the removal of the watched trace `id`, on the owner's connection.
+    fn remove_leftover(&mut self, id: u64) {
+        let Some((lock, leftover, _)) = self.leftovers.remove(&id) else {
+            return;
+        };
+        let (store, bound) = (self.store.clone(), self.step_bound);
+        self.io.spawn(async move {
+            let removal = leftover.remove(&*store, &lock);
+            if let Err(err) = within(None, bound, "release", removal).await {
+                tracing::debug!(lock = lock.name(), %err, "release of a wait's trace failed; it lapses with its lease or heartbeat");
+            }
+            (Io::Leftover, Reply::Release(Ok(true)))
+        });
     }
 
     fn io_done(&mut self, done: std::result::Result<(Io, Reply), tokio::task::JoinError>) {

@@ -47,6 +47,11 @@ impl Backend {
         }
     }
 
+    /// The server's address (`None` in memory).
+    pub fn url(&self) -> Option<String> {
+        self.url.clone()
+    }
+
     /// A new client (its own connection) with default settings.
     pub async fn client(&self) -> LockClient {
         self.client_with(LockClient::builder()).await
