@@ -54,7 +54,7 @@ pub(crate) struct Holds {
     /// after a resume's renewal.
     engine_store: Arc<dyn Store>,
     response_timeout: Duration,
-    /// The engine has a connection of its own (a single server).
+    /// The engine has connections of its own (a single server, a quorum).
     engine_owns_connection: bool,
     /// The engine's thread ([`Placement::Thread`]).
     engine_thread: Option<std::thread::JoinHandle<()>>,

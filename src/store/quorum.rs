@@ -665,4 +665,18 @@ impl Store for QuorumStore {
     fn hub(&self) -> &Arc<WakeHub> {
         &self.hub
     }
+
+    /// Every server gets a connection of its own for the lock engine, as a single server's
+    /// store does.
+    fn for_engine(&self) -> Option<Arc<dyn Store>> {
+        let nodes = self
+            .nodes
+            .iter()
+            .map(RedisStore::engine_copy)
+            .collect::<Option<_>>()?;
+        Some(Arc::new(QuorumStore {
+            nodes,
+            hub: self.hub.clone(),
+        }))
+    }
 }

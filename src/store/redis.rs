@@ -354,6 +354,25 @@ impl RedisStore {
         super::capabilities::Replies::new(replies)
     }
 
+    /// The same store on a connection of its own, made on first use by the runtime that
+    /// uses it first (the lock engine's: [`Store::for_engine`]); `None` for Cluster and
+    /// Sentinel.
+    pub(crate) fn engine_copy(&self) -> Option<RedisStore> {
+        let (info, config) = self.origin.as_deref()?.clone();
+        // The engine subscribes to nothing: its pushes go to a hub nobody starts.
+        let (client, manager_config) = manager_parts(info, config, WakeHub::remote()).ok()?;
+        let conn = ConnectionManager::new_lazy_with_config(client, manager_config).ok()?;
+        Some(RedisStore {
+            conn: Conn::Single(conn),
+            hub: self.hub.clone(),
+            publish: self.publish,
+            hand_over: self.hand_over,
+            scripts: self.scripts,
+            address: self.address.clone(),
+            origin: None,
+        })
+    }
+
     /// Connects with the pushes of the connection delivered to `hub`, which the caller starts
     /// with the returned subscriber (a quorum fans one hub out over several servers). With
     /// [`Connect::Lazily`] nothing is sent yet: the first command connects and a failed
@@ -987,19 +1006,7 @@ impl Store for RedisStore {
     /// A single server's store gets a connection of its own for the lock engine, made on
     /// first use by the engine's runtime.
     fn for_engine(&self) -> Option<Arc<dyn Store>> {
-        let (info, config) = self.origin.as_deref()?.clone();
-        // The engine subscribes to nothing: its pushes go to a hub nobody starts.
-        let (client, manager_config) = manager_parts(info, config, WakeHub::remote()).ok()?;
-        let conn = ConnectionManager::new_lazy_with_config(client, manager_config).ok()?;
-        Some(Arc::new(RedisStore {
-            conn: Conn::Single(conn),
-            hub: self.hub.clone(),
-            publish: self.publish,
-            hand_over: self.hand_over,
-            scripts: self.scripts,
-            address: self.address.clone(),
-            origin: None,
-        }))
+        Some(Arc::new(self.engine_copy()?))
     }
 
     async fn acquire_all(
