@@ -1,7 +1,7 @@
 //! Quorum (Redlock) mode on three real, independent redis-servers.
 
 mod support;
-use support::backend::{eventually, within_ok};
+use support::backend::within_ok;
 use support::quick::downgraded;
 use support::quick::{soon, Quick};
 use support::time::{ms, secs};
@@ -577,88 +577,12 @@ async fn a_refused_resume_renews_nothing() {
     }
 }
 
-/// A client on a current-thread runtime with five-second response timeouts (the engine's bound
-/// is four of them, 20 s).
-fn on_own_runtime(q: &Quorum) -> (tokio::runtime::Runtime, LockClient) {
-    let rt = support::time::current_thread();
-    let config = redis_locks::RedisConfig {
-        response_timeout: secs(5),
-        ..redis_locks::RedisConfig::default()
-    };
-    let client =
-        rt.block_on(q.client_with(LockClient::builder().lease(secs(60)).redis_config(config)));
-    (rt, client)
-}
-
 /// A quorum client's engine has connections of its own on every server, as a single
-/// server's does: a guard dropped as `main` returns on a current-thread runtime (the client
-/// dropped with it) is released by the engine, and that drop takes no longer than the
-/// release.
+/// server's does: a guard dropped, and a wait cut off, as a current-thread runtime ends are
+/// released and removed by the engine, and the drops take no longer than that.
 #[test]
-fn a_quorum_guard_dropped_as_its_current_thread_runtime_ends_is_released() {
+fn a_quorum_clients_holds_and_waits_end_with_their_runtime() {
     let q = Quorum::start();
-    let name = "quorum-guard-at-exit";
-    let (rt, client) = on_own_runtime(&q);
-    let started = rt.block_on(async move {
-        let guard = client.mutex(name).lock().await.expect("lock");
-        assert!(guard.is_held());
-        // `main` returns: the guard and the client go.
-        std::time::Instant::now()
-    });
-    let took = started.elapsed();
-    drop(rt);
-    assert!(took < secs(5), "the client's drop took {took:?}");
-    let outside = support::time::current_thread();
-    outside.block_on(async {
-        let other = q.client().await;
-        let info = other.mutex(name).inspect().await.expect("inspect");
-        assert!(
-            info.holders.is_empty(),
-            "still held after the drop: {info:?}"
-        );
-        assert!(
-            other.mutex(name).try_lock().await.is_ok(),
-            "the next one takes it"
-        );
-    });
-}
-
-/// A task of a quorum client's runtime waits for a held Mutex when that runtime (current-
-/// thread) shuts down: the engine removes the wait's place on its own connections, and the
-/// runtime's drop takes no longer than that removal.
-#[test]
-fn a_runtime_shut_down_during_a_quorum_wait_leaves_no_place() {
-    let q = Quorum::start();
-    let name = "quorum-wait-at-shutdown";
-    let outside = support::time::current_thread();
-    let holder = outside.block_on(q.client());
-    let held = outside
-        .block_on(async { holder.mutex(name).lock().await })
-        .expect("lock");
-    let (rt, waiter) = on_own_runtime(&q);
-    let probe = waiter.mutex(name);
-    rt.spawn(async move {
-        let _ = waiter.mutex(name).lock().await;
-        std::future::pending::<()>().await;
-    });
-    // Driven until the wait shows; its client's connections live on this runtime.
-    rt.block_on(async {
-        eventually("the wait shows", async || {
-            !probe.inspect().await.expect("inspect").waiters.is_empty()
-        })
-        .await
-    });
-    drop(probe);
-    let started = std::time::Instant::now();
-    drop(rt);
-    let took = started.elapsed();
-    assert!(took < secs(5), "the runtime's drop took {took:?}");
-    outside.block_on(async {
-        let info = holder.mutex(name).inspect().await.expect("inspect");
-        assert!(
-            info.waiters.is_empty(),
-            "the wait's place is left: {info:?}"
-        );
-        assert!(held.release().await.expect("release"));
-    });
+    let connect = async |builder: LockClientBuilder| q.client_with(builder).await;
+    support::exit::holds_and_waits_end_with_their_runtime(connect, secs(5));
 }

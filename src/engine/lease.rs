@@ -54,7 +54,8 @@ pub(crate) struct Holds {
     /// after a resume's renewal.
     engine_store: Arc<dyn Store>,
     response_timeout: Duration,
-    /// The engine has connections of its own (a single server, a quorum).
+    /// The engine has connections of its own (every Redis deployment; not a store given by
+    /// the caller, such as the in-memory one, which has no connection to lose).
     engine_owns_connection: bool,
     /// The engine's thread ([`Placement::Thread`]).
     engine_thread: Option<std::thread::JoinHandle<()>>,

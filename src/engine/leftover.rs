@@ -4,7 +4,7 @@
 //!
 //! The removal runs on the caller's runtime first, so it follows whatever the wait sent on
 //! the caller's connection (an attempt still on its way cannot land after it). When the
-//! client's engine has connections of its own (a single server, a quorum), it also watches each
+//! client's engine has connections of its own (every Redis deployment), it also watches each
 //! removal: one that no runtime runs to its end (none is current, or it shuts down first, as
 //! when `main` returns while a task still waits) goes to the engine at once, and one that has
 //! not ended within a response timeout (its runtime is idle, as a sync wrapper's between two

@@ -13,6 +13,7 @@
 //! * [`faulty`], [`proxy`], [`fenced`], [`history`]: fault injection, a TCP proxy, a fenced
 //!   resource and the grant history checks ([`proxy::quick`]: short timeouts behind a proxy).
 //! * [`time`]: `ms`, `secs`, a server's clock, a current-thread runtime.
+//! * [`exit`]: a deployment's guards and waits at the end of their runtime.
 //! * [`honest`]: a guard never trusts past the server's lease (`assert_honest`).
 //! * [`waits`]: `within` a tight bound; idle queues and free lease locks.
 //! * [`observe`]: reading an election observer with bounds.
@@ -27,6 +28,7 @@
 #![allow(dead_code)]
 
 pub mod backend;
+pub mod exit;
 pub mod fake_server;
 pub mod faulty;
 pub mod fenced;
