@@ -152,25 +152,11 @@ impl Holds {
         self.tx.as_ref().is_some_and(|tx| tx.send(cmd).is_ok())
     }
 
-    /// Has the engine watch the background removal of a wait's `leftover`
-    /// ([`crate::engine::leftover`]): its number, or `None` when the engine has no connection
-    /// of its own (it shares the caller's, which a removal the caller's runtime did not run
-    /// would find gone too) or has stopped.
-    pub(crate) fn watch_leftover(&self, lock: &LockKeys, leftover: &Leftover) -> Option<u64> {
-        if !self.engine_owns_connection {
-            return None;
-        }
-        let id = crate::vocab::token::random();
-        let (lock, leftover) = (lock.clone(), leftover.clone());
-        self.send(Command::Leftover { id, lock, leftover })
-            .then_some(id)
-    }
-
-    /// Tells the engine that the watched removal `id` ended (`now` false), or that no runtime
-    /// will run it to its end, so the engine sends it at once (`now`); false when the engine
-    /// has stopped.
-    pub(crate) fn leftover_done(&self, id: u64, now: bool) -> bool {
-        self.send(Command::LeftoverDone { id, now })
+    /// Hands the removal of a wait's `leftover` to the engine
+    /// ([`crate::engine::leftover`]); false when the engine has no connection of its own (it
+    /// would share the caller's, gone with the caller's runtime) or has stopped.
+    pub(crate) fn remove_leftover(&self, lock: LockKeys, leftover: Leftover) -> bool {
+        self.engine_owns_connection && self.send(Command::Leftover { lock, leftover })
     }
 
     /// Sends `cmd` made with a reply channel and waits for the answer; an engine that ended

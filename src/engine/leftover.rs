@@ -2,14 +2,15 @@
 //! writer's announcement, a grant whose reply was lost, a rate limiter's queue place), and
 //! its removal in the background.
 //!
-//! The removal runs on the caller's runtime first, so it follows whatever the wait sent on
-//! the caller's connection (an attempt still on its way cannot land after it). When the
-//! client's engine has connections of its own (every Redis deployment), it also watches each
-//! removal: one that no runtime runs to its end (none is current, or it shuts down first, as
-//! when `main` returns while a task still waits) goes to the engine at once, and one that has
-//! not ended within a response timeout (its runtime is idle, as a sync wrapper's between two
-//! calls) is sent by the engine then. The drop of the client's last handle waits for the
-//! engine's removals as it waits for a hold's release.
+//! The removal runs on the caller's runtime, so it follows whatever the wait sent on the
+//! caller's connection (an attempt still on its way cannot land after it). One that no
+//! runtime runs to its end (none is current, or it shuts down first, as when `main` returns
+//! while a task still waits) goes to the client's engine, which sends it on its own
+//! connections (every Redis deployment gives it some); the drop of the client's last handle
+//! waits for it as it waits for a hold's release. A removal whose runtime only idles (a sync
+//! wrapper's between two calls) runs when that runtime runs again: the engine does not send
+//! a second copy of a removal that may be under way, which would add load exactly when
+//! removals are slow (a burst of cancellations on a short response timeout).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -56,16 +57,14 @@ pub(crate) fn remove_in_background(
     lock: LockKeys,
     leftover: Leftover,
 ) {
-    let watched = holds.watch_leftover(&lock, &leftover);
     let mut unfinished = Unfinished {
         holds: holds.clone(),
-        watched,
         trace: Some((lock, leftover)),
         started: false,
     };
     if let Ok(handle) = tokio::runtime::Handle::try_current() {
-        // A runtime shutting down drops its tasks, run or not: `Unfinished` then tells the
-        // engine.
+        // A runtime shutting down drops its tasks, run or not: `Unfinished` then hands the
+        // removal to the engine.
         handle.spawn(async move {
             unfinished.started = true;
             if let Some((lock, leftover)) = &unfinished.trace
@@ -74,19 +73,14 @@ pub(crate) fn remove_in_background(
                 tracing::debug!(lock = lock.name(), %err, "background release failed; the claim lapses with its lease or heartbeat");
             }
             unfinished.trace.take();
-            if let Some(id) = unfinished.watched.take() {
-                unfinished.holds.leftover_done(id, false);
-            }
         });
     }
 }
 
-/// A removal not finished: dropped so (no runtime ran it to its end), it goes to the engine
-/// that watches it, or, with none, it is warned of.
+/// A removal not finished: dropped so (no runtime ran it to its end), it goes to the engine,
+/// or, when the engine cannot send it, it is warned of.
 struct Unfinished {
     holds: Arc<Holds>,
-    /// The engine's number of this removal, when the engine watches it.
-    watched: Option<u64>,
     /// Taken when the removal has ended (answered or failed).
     trace: Option<(LockKeys, Leftover)>,
     /// Its request may have left.
@@ -95,15 +89,11 @@ struct Unfinished {
 
 impl Drop for Unfinished {
     fn drop(&mut self) {
-        let Some((lock, leftover)) = self.trace.take() else {
-            return;
-        };
-        let handed = self
-            .watched
-            .take()
-            .is_some_and(|id| self.holds.leftover_done(id, true));
-        if !handed {
-            crate::engine::telemetry::unreleased(lock.name(), leftover.lease(), self.started);
+        if let Some((lock, leftover)) = self.trace.take() {
+            let (name, lease) = (lock.name().to_owned(), leftover.lease());
+            if !self.holds.remove_leftover(lock, leftover) {
+                crate::engine::telemetry::unreleased(&name, lease, self.started);
+            }
         }
     }
 }

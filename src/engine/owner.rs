@@ -117,18 +117,10 @@ pub(crate) enum Command {
     ReleaseAll {
         reply: oneshot::Sender<Result<usize>>,
     },
-    /// A wait's trace whose removal runs in the background on the caller's runtime: sent by
-    /// the owner unless `LeftoverDone` comes within a response timeout (see
-    /// [`crate::engine::leftover`]).
+    /// A wait's trace that no runtime removed (see [`crate::engine::leftover`]).
     Leftover {
-        id: u64,
         lock: LockKeys,
         leftover: Leftover,
-    },
-    /// The background removal `id` ended, or (`now`) no runtime will run it to its end.
-    LeftoverDone {
-        id: u64,
-        now: bool,
     },
     HoldsName {
         name: String,
@@ -230,10 +222,6 @@ pub(crate) struct Owner {
     timers: BTreeSet<(Instant, u64)>,
     io: JoinSet<(Io, Reply)>,
     jobs: Vec<ReleaseAll>,
-    /// Background removals of waits' traces watched, by number: each sent by the owner at
-    /// its instant unless its caller's runtime ended it first.
-    leftovers: HashMap<u64, (LockKeys, Leftover, Instant)>,
-    response_timeout: Duration,
     next_seq: u64,
     next_caller: Caller,
 }
@@ -257,8 +245,6 @@ impl Owner {
             timers: BTreeSet::new(),
             io: JoinSet::new(),
             jobs: Vec::new(),
-            leftovers: HashMap::new(),
-            response_timeout,
             next_seq: 0,
             next_caller: 0,
         }
@@ -276,7 +262,6 @@ impl Owner {
                 .map(|(at, _)| *at)
                 .into_iter()
                 .chain(self.jobs.iter().map(|j| j.deadline))
-                .chain(self.leftovers.values().map(|(_, _, due)| *due))
                 .min();
             tokio::select! {
                 biased;
@@ -292,11 +277,6 @@ impl Owner {
                 },
                 _ = sleep_until_some(next) => self.tick(Instant::now()),
             }
-        }
-        // The last handle is gone: the removals still watched are sent now.
-        let watched: Vec<u64> = self.leftovers.keys().copied().collect();
-        for id in watched {
-            self.remove_leftover(id);
         }
         let bound = self.step_bound;
         let _ = tokio::time::timeout(bound, async {
@@ -341,14 +321,7 @@ impl Owner {
             }
             Command::ById(step) => self.by_id(step, now),
             Command::ReleaseAll { reply } => self.release_all(reply, now),
-            Command::Leftover { id, lock, leftover } => {
-                let due = now + self.response_timeout;
-                self.leftovers.insert(id, (lock, leftover, due));
-            }
-            Command::LeftoverDone { id, now: false } => {
-                self.leftovers.remove(&id);
-            }
-            Command::LeftoverDone { id, now: true } => self.remove_leftover(id),
+            Command::Leftover { lock, leftover } => self.remove_leftover(lock, leftover),
             Command::HoldsName { name, reply } => {
                 let held = self.holds.values().any(|e| {
                     e.lock.name() == name
@@ -583,22 +556,10 @@ impl Owner {
             self.apply(id, Event::Tick, now);
         }
         self.expire_jobs(now);
-        let due: Vec<u64> = self
-            .leftovers
-            .iter()
-            .filter(|(_, (_, _, at))| *at <= now)
-            .map(|(id, _)| *id)
-            .collect();
-        for id in due {
-            self.remove_leftover(id);
-        }
     }
 
-    /// Sends the removal of the watched trace `id`, on the owner's connection.
-    fn remove_leftover(&mut self, id: u64) {
-        let Some((lock, leftover, _)) = self.leftovers.remove(&id) else {
-            return;
-        };
+    /// Sends the removal of a wait's trace, on the owner's connection.
+    fn remove_leftover(&mut self, lock: LockKeys, leftover: Leftover) {
         let (store, bound) = (self.store.clone(), self.step_bound);
         self.io.spawn(async move {
             let removal = leftover.remove(&*store, &lock);
