@@ -1814,3 +1814,46 @@ both_backends!(
     resume_racing_a_release_by_id_in_one_client,
     resume_racing_an_extend_by_id_in_one_client,
 );
+
+/// A guard's own release that gets no answer (its request held on the network past the
+/// response timeout, as a slow link does) may still land at any time. The engine sends the
+/// release again on its own connection and keeps the hold in use until that one is answered,
+/// so a resume of the guard's id in the same client finds the hold in use or gone, never a
+/// hold the late release then ends under a new guard while another client takes the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_with_no_answer_cannot_end_a_resume_in_its_client() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let server = support::RedisServer::start();
+    let proxy = support::late::late_proxy::LateProxy::start(server.port()).await;
+    let config = redis_locks::RedisConfig {
+        response_timeout: ms(300),
+        ..redis_locks::RedisConfig::default()
+    };
+    let a = LockClient::builder()
+        .redis_config(config)
+        .connect(&proxy.url())
+        .await
+        .expect("connect through the proxy");
+    let rival = LockClient::connect(&server.url()).await.expect("connect");
+    support::late::warm_up(&a, "release-unanswered-warm-up").await;
+    let name = "release-unanswered-then-resume";
+    let guard = a.mutex(name).lease(secs(30)).lock().await.expect("lock");
+    let id = guard.hold_id();
+    // The first request naming the guard's token (its release) is held, with everything
+    // after it on that connection.
+    let (token, once) = (guard.token(), Arc::new(AtomicBool::new(false)));
+    proxy.hold_when(move |chunk| chunk.contains(&token) && !once.swap(true, Ordering::SeqCst));
+    let released = guard.release().await;
+    assert!(released.is_err(), "the release's answer never came: {released:?}");
+    let resumed = a.mutex(name).lease(secs(30)).resume(&id).await;
+    match &resumed {
+        Err(e) => assert!(e.is_hold_in_use() || e.is_hold_gone(), "{e}"),
+        Ok(g) => panic!("resumed a hold whose release may still land: held {}", g.is_held()),
+    }
+    proxy.deliver_all().await;
+    let next = eventually("the lock is free for the next client", async || {
+        rival.mutex(name).try_lock().await.is_ok()
+    });
+    next.await;
+}

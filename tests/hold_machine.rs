@@ -10,7 +10,9 @@
 //! - **one lease request in flight** per hold;
 //! - **nothing sent after the guard is released or detached** (but releases);
 //! - **a loss for time only when the trust ran out**;
-//! - at the end, **every caller answered once**, and a released or detached hold **done**.
+//! - at the end, **every caller answered once**, a released or detached hold **done**, and a
+//!   guard's release that got no answer **followed by the owner's own** (the unanswered one
+//!   may still land, so the hold is not forgotten until a release of the owner's is answered).
 //!
 //! Each planted bug in the machine's transitions is found by the same check
 //! (`finds_planted_*`). `HOLD_CASES` sets the number of cases (default 10,000).
@@ -38,6 +40,8 @@ enum Op {
     Downgrade,
     /// The guard's own release (`false`) or one the owner sends (a drop, `release_all`).
     Release(bool),
+    /// The guard's own release, whose answer never comes (applied or not).
+    ReleaseUnanswered(bool),
     Detach,
     /// A timer event that nothing asked for (the machine must ignore what is not due).
     Tick,
@@ -79,6 +83,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (50u64..3_000).prop_map(Op::Extend),
         1 => Just(Op::Downgrade),
         1 => any::<bool>().prop_map(Op::Release),
+        1 => any::<bool>().prop_map(Op::ReleaseUnanswered),
         1 => Just(Op::Detach),
         2 => Just(Op::Tick),
     ]
@@ -135,6 +140,8 @@ enum Due {
     /// The guard's own release reaches the server / its answer comes back.
     GuardApply,
     GuardReply,
+    /// The guard stops waiting for its release's answer.
+    GuardLost,
 }
 
 /// What a request asked, and its fate.
@@ -161,6 +168,9 @@ struct Sim {
     detached: bool,
     /// The guard's own release: its answer once applied.
     guard_release: Option<Option<bool>>,
+    /// The guard's own release got no answer: the owner must send one of its own before the
+    /// hold is done (the unanswered one may still land).
+    release_unanswered: bool,
     unordered: bool,
     /// The guard's trust ran out (or it was lost) at some event: it is never trusted again.
     gone: bool,
@@ -215,6 +225,9 @@ impl Sim {
                         prop_assert!(!self.released, "a lease request sent after a release");
                     }
                     prop_assert!(!self.detached, "a request sent after a detach");
+                    if matches!(ask, Ask::Release) {
+                        self.release_unanswered = false;
+                    }
                     self.sent.insert(
                         n,
                         Sent {
@@ -391,6 +404,10 @@ impl Sim {
                     let held = self.guard_release.take().flatten();
                     self.on(Event::Released { held })?;
                 }
+                Due::GuardLost => {
+                    self.release_unanswered = true;
+                    self.on(Event::Released { held: None })?;
+                }
             }
         }
         self.now = self.now.max(end);
@@ -430,6 +447,17 @@ impl Sim {
                     self.schedule(self.now + ms(5), Due::GuardApply);
                     self.schedule(self.now + ms(10), Due::GuardReply);
                 }
+            }
+            Op::ReleaseUnanswered(applied) if !gone => {
+                self.released = true;
+                self.on(Event::Release {
+                    by_owner: false,
+                    guard_gone: true,
+                })?;
+                if applied {
+                    self.schedule(self.now + ms(5), Due::GuardApply);
+                }
+                self.schedule(self.now + ms(10), Due::GuardLost);
             }
             Op::Tick => self.on(Event::Tick)?,
             Op::Detach if !gone => {
@@ -474,6 +502,7 @@ fn run(case: &Case, bugs: Planted) -> Result<(), TestCaseError> {
         released: false,
         detached: false,
         guard_release: None,
+        release_unanswered: false,
         unordered: bugs.unordered_renewals,
         gone: false,
         handed: case.handed_over.then_some(HANDED_UNTIL),
@@ -499,6 +528,10 @@ fn run(case: &Case, bugs: Planted) -> Result<(), TestCaseError> {
         sim.callers
     );
     prop_assert!(sim.hold.is_done(), "the hold is not done at the end");
+    prop_assert!(
+        !sim.release_unanswered,
+        "the guard's release got no answer and the owner sent none of its own"
+    );
     Ok(())
 }
 

@@ -27,7 +27,8 @@ use support::time::{ms, secs};
 /// Claim: never a resumed guard trusting past the server's lease. A guard's
 /// `release()` fails (proxy stalled, then resumed without a cut: the release's bytes arrive
 /// late); a resume of its id in the same client must not be trusted while the late release
-/// ends the hold under it.
+/// ends the hold under it. The engine sends the release again (stalled too) and the hold is in
+/// use until that is answered; `HoldInUse` does not stick past it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_failed_release_delivered_late_under_a_resume() {
     let b = Backend::redis();
@@ -46,7 +47,7 @@ async fn a_failed_release_delivered_late_under_a_resume() {
     let resuming = tokio::spawn(async move {
         loop {
             match c2.mutex(name).lease(secs(10)).resume(&id2).await {
-                Err(e) if !e.is_hold_in_use() && started.elapsed() < ms(8_000) => {
+                Err(e) if !e.is_hold_gone() && started.elapsed() < ms(8_000) => {
                     sleep(ms(50)).await
                 }
                 other => break other,

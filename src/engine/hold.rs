@@ -109,7 +109,8 @@ pub enum Event {
         /// The guard is gone.
         guard_gone: bool,
     },
-    /// A release sent by the guard ended: `held` is its answer (`None`: unknown).
+    /// A release sent by the guard ended: `held` is its answer (`None`: unknown, and the owner
+    /// sends the release again).
     Released {
         /// Its answer.
         held: Option<bool>,
@@ -405,6 +406,18 @@ impl HoldState {
                         ask: Ask::Release,
                     });
                 }
+            }
+            Event::Released { held: None } => {
+                // The guard's own release got no answer: it may still land, at any time. The
+                // owner sends it again (one release ends, one starts), so the hold is known
+                // gone before it is forgotten: a resume of its id in this client is refused
+                // meanwhile, and finds nothing after.
+                let n = self.number();
+                self.owner_releases.push(n);
+                fx.push(Effect::Send {
+                    n,
+                    ask: Ask::Release,
+                });
             }
             Event::Released { held } => {
                 self.releases = self.releases.saturating_sub(1);

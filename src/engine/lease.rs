@@ -496,7 +496,8 @@ impl Cut<'_> {
 impl Drop for Cut<'_> {
     fn drop(&mut self) {
         if self.armed {
-            self.holds.send(Command::Cut { id: self.id });
+            let (id, held) = (self.id, None);
+            self.holds.send(Command::Released { id, held });
         }
     }
 }

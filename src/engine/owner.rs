@@ -85,17 +85,14 @@ pub(crate) enum Command {
     Release {
         id: u64,
     },
+    /// The guard's own release ended: `held` is its answer; `None` (no answer, or its caller
+    /// stopped waiting first): the owner sends it again.
     Released {
         id: u64,
         held: Option<bool>,
     },
     /// The guard was dropped without a release: the owner releases the hold.
     Dropped {
-        id: u64,
-    },
-    /// The guard's own release was cut short before its answer came (its caller stopped
-    /// waiting): the owner sends it again.
-    Cut {
         id: u64,
     },
     Detach {
@@ -306,10 +303,6 @@ impl Owner {
                 self.apply(id, Event::Released { held }, now);
             }
             Command::Dropped { id } => self.guard_gone(id, true, now),
-            Command::Cut { id } => {
-                self.guard_gone(id, true, now);
-                self.apply(id, Event::Released { held: None }, now);
-            }
             Command::Detach { id } => {
                 self.apply(id, Event::Detach, now);
             }
