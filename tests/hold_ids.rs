@@ -1845,11 +1845,17 @@ async fn a_release_with_no_answer_cannot_end_a_resume_in_its_client() {
     let (token, once) = (guard.token(), Arc::new(AtomicBool::new(false)));
     proxy.hold_when(move |chunk| chunk.contains(&token) && !once.swap(true, Ordering::SeqCst));
     let released = guard.release().await;
-    assert!(released.is_err(), "the release's answer never came: {released:?}");
+    assert!(
+        released.is_err(),
+        "the release's answer never came: {released:?}"
+    );
     let resumed = a.mutex(name).lease(secs(30)).resume(&id).await;
     match &resumed {
         Err(e) => assert!(e.is_hold_in_use() || e.is_hold_gone(), "{e}"),
-        Ok(g) => panic!("resumed a hold whose release may still land: held {}", g.is_held()),
+        Ok(g) => panic!(
+            "resumed a hold whose release may still land: held {}",
+            g.is_held()
+        ),
     }
     proxy.deliver_all().await;
     let next = eventually("the lock is free for the next client", async || {

@@ -211,51 +211,7 @@ impl Sim {
         let effects = self.hold.on(event, self.now);
         for effect in effects {
             match effect {
-                Effect::Send { n, ask } => {
-                    let in_flight = self
-                        .sent
-                        .values()
-                        .filter(|s| !s.answered && !matches!(s.ask, Ask::Release))
-                        .count();
-                    if !matches!(ask, Ask::Release) {
-                        prop_assert!(
-                            self.unordered || in_flight == 0,
-                            "a second lease request of the hold in flight"
-                        );
-                        prop_assert!(!self.released, "a lease request sent after a release");
-                    }
-                    prop_assert!(!self.detached, "a request sent after a detach");
-                    if matches!(ask, Ask::Release) {
-                        self.release_unanswered = false;
-                    }
-                    self.sent.insert(
-                        n,
-                        Sent {
-                            ask,
-                            sent_at: self.now,
-                            outcome: None,
-                            answered: false,
-                        },
-                    );
-                    let fate = self.fates.next().unwrap_or(Fate {
-                        apply: Some(10),
-                        reply: Some(10),
-                    });
-                    if let Some(a) = fate.apply {
-                        self.schedule(self.now + ms(a), Due::Apply(n));
-                        if let Some(r) = fate.reply {
-                            self.schedule(self.now + ms(a + r), Due::Reply(n));
-                        }
-                    }
-                    let give_up = match ask {
-                        Ask::Lease {
-                            give_up_at: Some(at),
-                            ..
-                        } => at,
-                        _ => self.now + ms(BOUND),
-                    };
-                    self.schedule(give_up, Due::GiveUp(n));
-                }
+                Effect::Send { n, ask } => self.on_send(n, ask)?,
                 Effect::Answer { caller, answer } => {
                     prop_assert!(
                         self.callers.remove(&caller),
@@ -278,6 +234,54 @@ impl Sim {
             }
         }
         self.check()
+    }
+
+    /// The machine sends request `n`: checked, then applied and answered as its fate says.
+    fn on_send(&mut self, n: u64, ask: Ask) -> Result<(), TestCaseError> {
+        let in_flight = self
+            .sent
+            .values()
+            .filter(|s| !s.answered && !matches!(s.ask, Ask::Release))
+            .count();
+        if !matches!(ask, Ask::Release) {
+            prop_assert!(
+                self.unordered || in_flight == 0,
+                "a second lease request of the hold in flight"
+            );
+            prop_assert!(!self.released, "a lease request sent after a release");
+        }
+        prop_assert!(!self.detached, "a request sent after a detach");
+        if matches!(ask, Ask::Release) {
+            self.release_unanswered = false;
+        }
+        self.sent.insert(
+            n,
+            Sent {
+                ask,
+                sent_at: self.now,
+                outcome: None,
+                answered: false,
+            },
+        );
+        let fate = self.fates.next().unwrap_or(Fate {
+            apply: Some(10),
+            reply: Some(10),
+        });
+        if let Some(a) = fate.apply {
+            self.schedule(self.now + ms(a), Due::Apply(n));
+            if let Some(r) = fate.reply {
+                self.schedule(self.now + ms(a + r), Due::Reply(n));
+            }
+        }
+        let give_up = match ask {
+            Ask::Lease {
+                give_up_at: Some(at),
+                ..
+            } => at,
+            _ => self.now + ms(BOUND),
+        };
+        self.schedule(give_up, Due::GiveUp(n));
+        Ok(())
     }
 
     /// The honesty oracle.

@@ -47,9 +47,7 @@ async fn a_failed_release_delivered_late_under_a_resume() {
     let resuming = tokio::spawn(async move {
         loop {
             match c2.mutex(name).lease(secs(10)).resume(&id2).await {
-                Err(e) if !e.is_hold_gone() && started.elapsed() < ms(8_000) => {
-                    sleep(ms(50)).await
-                }
+                Err(e) if !e.is_hold_gone() && started.elapsed() < ms(8_000) => sleep(ms(50)).await,
                 other => break other,
             }
         }
