@@ -232,6 +232,51 @@ async fn waits_of_every_kind_dropped_outside_a_runtime_leave_nothing() {
     .await;
 }
 
+/// Three thousand FairLock waits of one client (60 s heartbeat windows) cancelled at once,
+/// on a 50 ms response timeout, shorter than the server needs for the burst: the removals
+/// take turns (a bounded number on their way at once), so none gives up, and every place is
+/// gone long before the heartbeat window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_thousand_waits_cancelled_at_once_leave_no_place() {
+    let b = Backend::redis();
+    let config = redis_locks::RedisConfig {
+        response_timeout: ms(50),
+        ..redis_locks::RedisConfig::default()
+    };
+    let waiter = b
+        .client_with(LockClient::builder().redis_config(config))
+        .await;
+    let holder = b.client().await;
+    let name = "three-thousand-cancelled-waits";
+    let held = holder.fair_lock(name).lock().await.expect("lock");
+    let handle = waiter
+        .fair_lock(name)
+        .heartbeat(Duration::from_secs(60))
+        .retry_interval(Duration::from_secs(10));
+    let tasks: Vec<_> = (0..3_000)
+        .map(|_| {
+            let h = handle.clone();
+            tokio::spawn(async move { h.lock().await.is_ok() })
+        })
+        .collect();
+    let probe = holder.fair_lock(name);
+    eventually("every wait queued", async || {
+        probe.inspect().await.expect("inspect").waiters.len() == 3_000
+    })
+    .await;
+    for t in &tasks {
+        t.abort();
+    }
+    for t in tasks {
+        assert!(t.await.is_err(), "cancelled, never granted");
+    }
+    eventually("every cancelled wait's place is removed", async || {
+        probe.inspect().await.expect("inspect").waiters.is_empty()
+    })
+    .await;
+    assert!(held.release().await.expect("release"));
+}
+
 // ------------------------------------------------------------------------------------------
 // multi-locks
 // ------------------------------------------------------------------------------------------

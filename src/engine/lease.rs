@@ -57,6 +57,9 @@ pub(crate) struct Holds {
     /// The engine has connections of its own (every Redis deployment; not a store given by
     /// the caller, such as the in-memory one, which has no connection to lose).
     engine_owns_connection: bool,
+    /// How many waits' background removals may be on their way at once
+    /// ([`crate::engine::leftover`]).
+    pub(crate) removals: tokio::sync::Semaphore,
     /// The engine's thread ([`Placement::Thread`]).
     engine_thread: Option<std::thread::JoinHandle<()>>,
     /// The engine thread's runtime: every request on `engine_store` runs there, so its
@@ -128,6 +131,7 @@ impl Holds {
             engine_store,
             response_timeout,
             engine_owns_connection,
+            removals: tokio::sync::Semaphore::new(crate::engine::leftover::REMOVALS_AT_ONCE),
             engine_thread,
             engine_rt,
         }
