@@ -25,10 +25,9 @@ use crate::vocab::rate::RateClaim;
 /// cancelled waits (thousands at once) otherwise sends every removal together: when the
 /// server needs longer than a response timeout for the burst, every attempt of many removals
 /// times out, their retries add to the burst, and their places stay for the heartbeat window
-/// (measured: 3,000 FairLock waits cancelled at once on a 50 ms response timeout left 750 to
-/// 1,000 places in 7 of 10 runs without this bound, none in 10 runs with it:
-/// `tests/engine_faults.rs`). Later removals wait for a turn, sent still after the wait's own
-/// requests.
+/// (measured: 3,000 FairLock waits cancelled at once on a 50 ms response timeout left places
+/// in 7 of 10 runs without this bound, in none of 10 with it: `tests/engine_faults.rs`).
+/// Later removals wait for a turn, sent still after the wait's own requests.
 pub(crate) const REMOVALS_AT_ONCE: usize = 64;
 
 /// A trace of a wait on the server, removed by its token.
