@@ -54,9 +54,6 @@ pub(crate) struct Holds {
     /// after a resume's renewal.
     engine_store: Arc<dyn Store>,
     response_timeout: Duration,
-    /// The engine has connections of its own (every Redis deployment; not a store given by
-    /// the caller, such as the in-memory one, which has no connection to lose).
-    engine_owns_connection: bool,
     /// How many waits' background removals may be on their way at once
     /// ([`crate::engine::leftover`]).
     pub(crate) removals: tokio::sync::Semaphore,
@@ -83,9 +80,7 @@ impl Holds {
         placement: Placement,
     ) -> Holds {
         let (tx, rx) = mpsc::unbounded_channel();
-        let own = store.for_engine();
-        let engine_owns_connection = own.is_some();
-        let engine_store = own.unwrap_or_else(|| store.clone());
+        let engine_store = store.for_engine().unwrap_or_else(|| store.clone());
         let owner = Owner::new(engine_store.clone(), response_timeout);
         let (mut engine_thread, mut engine_rt) = (None, None);
         match placement {
@@ -130,7 +125,6 @@ impl Holds {
             store,
             engine_store,
             response_timeout,
-            engine_owns_connection,
             removals: tokio::sync::Semaphore::new(crate::engine::leftover::REMOVALS_AT_ONCE),
             engine_thread,
             engine_rt,
@@ -158,9 +152,11 @@ impl Holds {
 
     /// Hands the removal of a wait's `leftover` to the engine
     /// ([`crate::engine::leftover`]); false when the engine has no connection of its own (it
-    /// would share the caller's, gone with the caller's runtime) or has stopped.
+    /// shares the caller's store: every Redis deployment gives it its own, a store the caller
+    /// built, such as the in-memory one, does not) or has stopped.
     pub(crate) fn remove_leftover(&self, lock: LockKeys, leftover: Leftover) -> bool {
-        self.engine_owns_connection && self.send(Command::Leftover { lock, leftover })
+        let own = !Arc::ptr_eq(&self.store, &self.engine_store);
+        own && self.send(Command::Leftover { lock, leftover })
     }
 
     /// Sends `cmd` made with a reply channel and waits for the answer; an engine that ended

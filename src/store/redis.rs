@@ -85,14 +85,27 @@ enum Conn {
 enum Connection {
     Made(Conn),
     #[cfg(any(feature = "cluster", feature = "sentinel"))]
-    OnFirstUse(Arc<(Origin, tokio::sync::OnceCell<Conn>)>),
+    OnFirstUse(Arc<(Remade, tokio::sync::OnceCell<Conn>)>),
 }
 
 /// How a store's connection was made, for the lock engine's connections of its own
 /// ([`Store::for_engine`]).
 #[derive(Clone)]
 enum Origin {
+    /// A single server's: the engine's `ConnectionManager` connects lazily by itself.
     Single(ConnectionInfo, RedisConfig),
+    /// A Cluster's or a Sentinel's, made again on the engine's first use.
+    #[cfg(any(feature = "cluster", feature = "sentinel"))]
+    Remade(Remade),
+}
+
+/// A connection made again on first use: to a Cluster, or to the primary that the sentinels
+/// name.
+#[cfg(any(feature = "cluster", feature = "sentinel"))]
+#[derive(Clone)]
+// Made once per store and kept behind an `Arc`: the variants' sizes cost nothing.
+#[allow(clippy::large_enum_variant)]
+enum Remade {
     #[cfg(feature = "cluster")]
     Cluster(redis::cluster::ClusterClient),
     #[cfg(feature = "sentinel")]
@@ -104,26 +117,16 @@ enum Origin {
     },
 }
 
-impl Origin {
-    /// Connects as the origin did; no pushes are delivered (the engine subscribes nothing).
-    #[cfg(any(feature = "cluster", feature = "sentinel"))]
+#[cfg(any(feature = "cluster", feature = "sentinel"))]
+impl Remade {
+    /// Connects as the store it copies did. The engine subscribes to nothing, so no push
+    /// comes on it (a Cluster client's pushes would go to the store's hub).
     async fn connect(&self) -> redis::RedisResult<Conn> {
         match self {
-            Origin::Single(info, config) => {
-                let (client, manager_config) = manager_parts(
-                    info.clone(),
-                    config.clone(),
-                    WakeHub::remote(),
-                )
-                .map_err(|e| {
-                    redis::RedisError::from((redis::ErrorKind::Client, "bad URL", e.to_string()))
-                })?;
-                ConnectionManager::new_lazy_with_config(client, manager_config).map(Conn::Single)
-            }
             #[cfg(feature = "cluster")]
-            Origin::Cluster(client) => client.get_async_connection().await.map(Conn::Cluster),
+            Remade::Cluster(client) => client.get_async_connection().await.map(Conn::Cluster),
             #[cfg(feature = "sentinel")]
-            Origin::Sentinel {
+            Remade::Sentinel {
                 urls,
                 master,
                 node,
@@ -435,8 +438,8 @@ impl RedisStore {
             Connection::Made(conn) => Ok(conn.clone()),
             #[cfg(any(feature = "cluster", feature = "sentinel"))]
             Connection::OnFirstUse(later) => {
-                let (origin, made) = &**later;
-                made.get_or_try_init(|| origin.connect()).await.cloned()
+                let (remade, made) = &**later;
+                made.get_or_try_init(|| remade.connect()).await.cloned()
             }
         }
     }
@@ -444,8 +447,7 @@ impl RedisStore {
     /// The same store on connections of its own, made on first use by the runtime that uses
     /// them first (the lock engine's: [`Store::for_engine`]).
     pub(crate) fn engine_copy(&self) -> Option<RedisStore> {
-        let origin = self.origin.as_deref()?;
-        let conn = match origin {
+        let conn = match self.origin.as_deref()? {
             Origin::Single(info, config) => {
                 // The engine subscribes to nothing: its pushes go to a hub nobody starts.
                 let (client, manager_config) =
@@ -454,7 +456,9 @@ impl RedisStore {
                 Connection::Made(Conn::Single(conn))
             }
             #[cfg(any(feature = "cluster", feature = "sentinel"))]
-            _ => Connection::OnFirstUse(Arc::new((origin.clone(), tokio::sync::OnceCell::new()))),
+            Origin::Remade(remade) => {
+                Connection::OnFirstUse(Arc::new((remade.clone(), tokio::sync::OnceCell::new())))
+            }
         };
         Some(RedisStore {
             conn,
@@ -508,12 +512,12 @@ impl RedisStore {
         config: RedisConfig,
     ) -> Result<Self> {
         let hub = WakeHub::remote();
-        let origin = Origin::Sentinel {
+        let origin = Origin::Remade(Remade::Sentinel {
             urls: sentinel_urls.iter().map(|u| (*u).to_owned()).collect(),
             master: master_name.to_owned(),
             node: node.clone(),
             config: config.clone(),
-        };
+        });
         let conn = super::sentinel::SentinelConn::connect(
             sentinel_urls,
             master_name,
@@ -571,7 +575,7 @@ impl RedisStore {
             .get_async_connection()
             .await
             .map_err(|e| error_from_redis("", e))?;
-        let origin = Some(Arc::new(Origin::Cluster(client)));
+        let origin = Some(Arc::new(Origin::Remade(Remade::Cluster(client))));
         let store = RedisStore {
             conn: Connection::Made(Conn::Cluster(conn.clone())),
             hub: hub.clone(),
@@ -1265,7 +1269,7 @@ impl Store for RedisStore {
             #[cfg(feature = "cluster")]
             Connection::Made(Conn::Cluster(_)) => true,
             #[cfg(feature = "cluster")]
-            Connection::OnFirstUse(later) => matches!(later.0, Origin::Cluster(_)),
+            Connection::OnFirstUse(later) => matches!(later.0, Remade::Cluster(_)),
             _ => false,
         }
     }
