@@ -849,13 +849,3 @@ async fn elections_work_on_a_cluster() {
         next.resign().await.expect("resign");
     }
 }
-
-/// A Cluster client's engine has connections of its own, made by its runtime on first use: a
-/// guard dropped, and a wait cut off, as a current-thread runtime ends are released and
-/// removed by the engine, and the drops take no longer than that.
-#[test]
-fn holds_and_waits_end_with_their_runtime() {
-    let cluster = RedisCluster::start(3, 0);
-    let connect = async |builder: LockClientBuilder| client_with(&cluster, builder).await;
-    support::exit::holds_and_waits_end_with_their_runtime(connect, secs(5));
-}

@@ -389,20 +389,3 @@ async fn fences_and_terms_rise_across_a_failover_that_lost_the_last_grant() {
     );
     leadership.resign().await.expect("resign");
 }
-
-/// A Sentinel client's engine has connections of its own, made by its runtime on first use
-/// (through the sentinels): a guard dropped, and a wait cut off, as a current-thread runtime
-/// ends are released and removed by the engine, and the drops take no longer than that.
-#[test]
-fn holds_and_waits_end_with_their_runtime() {
-    let set = RedisSentinels::start(MASTER);
-    let urls = set.sentinel_urls();
-    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
-    let connect = async |builder: redis_locks::LockClientBuilder| {
-        builder
-            .sentinel(&urls, MASTER)
-            .await
-            .expect("connect through the sentinels")
-    };
-    support::exit::holds_and_waits_end_with_their_runtime(connect, secs(5));
-}

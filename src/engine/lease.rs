@@ -152,8 +152,8 @@ impl Holds {
 
     /// Hands the removal of a wait's `leftover` to the engine
     /// ([`crate::engine::leftover`]); false when the engine has no connection of its own (it
-    /// shares the caller's store: every Redis deployment gives it its own, a store the caller
-    /// built, such as the in-memory one, does not) or has stopped.
+    /// shares the caller's store, as on Cluster, Sentinel or a store the caller built, whose
+    /// connections go with the caller's runtime) or has stopped.
     pub(crate) fn remove_leftover(&self, lock: LockKeys, leftover: Leftover) -> bool {
         let own = !Arc::ptr_eq(&self.store, &self.engine_store);
         own && self.send(Command::Leftover { lock, leftover })

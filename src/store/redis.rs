@@ -79,82 +79,6 @@ enum Conn {
     Sentinel(Arc<super::sentinel::SentinelConn>),
 }
 
-/// A store's connection: made, or (the lock engine's on Cluster or Sentinel) made on first
-/// use, by the runtime that uses it first, and made again by a later use after a failure.
-#[derive(Clone)]
-enum Connection {
-    Made(Conn),
-    #[cfg(any(feature = "cluster", feature = "sentinel"))]
-    OnFirstUse(Arc<(Remade, tokio::sync::OnceCell<Conn>)>),
-}
-
-/// How a store's connection was made, for the lock engine's connections of its own
-/// ([`Store::for_engine`]).
-#[derive(Clone)]
-enum Origin {
-    /// A single server's: the engine's `ConnectionManager` connects lazily by itself.
-    Single(ConnectionInfo, RedisConfig),
-    /// A Cluster's or a Sentinel's, made again on the engine's first use.
-    #[cfg(any(feature = "cluster", feature = "sentinel"))]
-    Remade(Remade),
-}
-
-/// A connection made again on first use: to a Cluster, or to the primary that the sentinels
-/// name.
-#[cfg(any(feature = "cluster", feature = "sentinel"))]
-#[derive(Clone)]
-// Made once per store and kept behind an `Arc`: the variants' sizes cost nothing.
-#[allow(clippy::large_enum_variant)]
-enum Remade {
-    #[cfg(feature = "cluster")]
-    Cluster(redis::cluster::ClusterClient),
-    #[cfg(feature = "sentinel")]
-    Sentinel {
-        urls: Vec<String>,
-        master: String,
-        node: Option<redis::sentinel::SentinelNodeConnectionInfo>,
-        config: RedisConfig,
-    },
-}
-
-#[cfg(any(feature = "cluster", feature = "sentinel"))]
-impl Remade {
-    /// Connects as the store it copies did. The engine subscribes to nothing, so no push
-    /// comes on it (a Cluster client's pushes would go to the store's hub).
-    async fn connect(&self) -> redis::RedisResult<Conn> {
-        match self {
-            #[cfg(feature = "cluster")]
-            Remade::Cluster(client) => client.get_async_connection().await.map(Conn::Cluster),
-            #[cfg(feature = "sentinel")]
-            Remade::Sentinel {
-                urls,
-                master,
-                node,
-                config,
-            } => {
-                let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
-                let hub = WakeHub::remote();
-                super::sentinel::SentinelConn::connect(
-                    &urls,
-                    master,
-                    node.clone(),
-                    config.clone(),
-                    hub,
-                )
-                .await
-                .map(Conn::Sentinel)
-                .map_err(|e| {
-                    redis::RedisError::from((
-                        redis::ErrorKind::Io,
-                        "the lock engine's connection to the primary",
-                        e.to_string(),
-                    ))
-                })
-            }
-        }
-    }
-}
-
 /// The store on a Redis server (or Redis Cluster with the `cluster` feature).
 ///
 /// Every step is one `EVALSHA` (reloaded transparently after `SCRIPT FLUSH`), so an
@@ -162,7 +86,7 @@ impl Remade {
 /// pushes on the same multiplexed connection, re-subscribed after a reconnect.
 #[derive(Clone)]
 pub struct RedisStore {
-    conn: Connection,
+    conn: Conn,
     hub: Arc<WakeHub>,
     publish: Publish,
     /// Whether a writer's release hands the lock straight to the next waiting writer. Off in
@@ -174,21 +98,19 @@ pub struct RedisStore {
     /// The server's `host:port`, named by connection errors (empty for a Cluster or
     /// Sentinel, whose node changes).
     address: Arc<str>,
-    /// How the connection was made, for the lock engine's connections of its own
-    /// ([`Store::for_engine`]); `None` for those.
-    origin: Option<Arc<Origin>>,
+    /// How a single server's connection was made, for the lock engine's connection of its
+    /// own ([`Store::for_engine`]).
+    origin: Option<Arc<(ConnectionInfo, RedisConfig)>>,
 }
 
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let kind = match &self.conn {
-            Connection::Made(Conn::Single(_)) => "single",
+        let kind = match self.conn {
+            Conn::Single(_) => "single",
             #[cfg(feature = "cluster")]
-            Connection::Made(Conn::Cluster(_)) => "cluster",
+            Conn::Cluster(_) => "cluster",
             #[cfg(feature = "sentinel")]
-            Connection::Made(Conn::Sentinel(_)) => "sentinel",
-            #[cfg(any(feature = "cluster", feature = "sentinel"))]
-            Connection::OnFirstUse(_) => "engine's, made on first use",
+            Conn::Sentinel(_) => "sentinel",
         };
         f.debug_struct("RedisStore").field("kind", &kind).finish()
     }
@@ -412,7 +334,7 @@ impl RedisStore {
             .add_command(run)
             .ignore_errors();
         let pipe = &pipe;
-        let replies: Vec<redis::RedisResult<Value>> = match self.conn().await? {
+        let replies: Vec<redis::RedisResult<Value>> = match self.conn.clone() {
             Conn::Single(mut c) => pipe.query_async(&mut c).await?,
             #[cfg(feature = "sentinel")]
             Conn::Sentinel(s) => {
@@ -432,36 +354,16 @@ impl RedisStore {
         super::capabilities::Replies::new(replies)
     }
 
-    /// The connection, made first if it is made on first use.
-    async fn conn(&self) -> redis::RedisResult<Conn> {
-        match &self.conn {
-            Connection::Made(conn) => Ok(conn.clone()),
-            #[cfg(any(feature = "cluster", feature = "sentinel"))]
-            Connection::OnFirstUse(later) => {
-                let (remade, made) = &**later;
-                made.get_or_try_init(|| remade.connect()).await.cloned()
-            }
-        }
-    }
-
-    /// The same store on connections of its own, made on first use by the runtime that uses
-    /// them first (the lock engine's: [`Store::for_engine`]).
+    /// The same store on a connection of its own, made on first use by the runtime that
+    /// uses it first (the lock engine's: [`Store::for_engine`]); `None` for Cluster and
+    /// Sentinel.
     pub(crate) fn engine_copy(&self) -> Option<RedisStore> {
-        let conn = match self.origin.as_deref()? {
-            Origin::Single(info, config) => {
-                // The engine subscribes to nothing: its pushes go to a hub nobody starts.
-                let (client, manager_config) =
-                    manager_parts(info.clone(), config.clone(), WakeHub::remote()).ok()?;
-                let conn = ConnectionManager::new_lazy_with_config(client, manager_config).ok()?;
-                Connection::Made(Conn::Single(conn))
-            }
-            #[cfg(any(feature = "cluster", feature = "sentinel"))]
-            Origin::Remade(remade) => {
-                Connection::OnFirstUse(Arc::new((remade.clone(), tokio::sync::OnceCell::new())))
-            }
-        };
+        let (info, config) = self.origin.as_deref()?.clone();
+        // The engine subscribes to nothing: its pushes go to a hub nobody starts.
+        let (client, manager_config) = manager_parts(info, config, WakeHub::remote()).ok()?;
+        let conn = ConnectionManager::new_lazy_with_config(client, manager_config).ok()?;
         Some(RedisStore {
-            conn,
+            conn: Conn::Single(conn),
             hub: self.hub.clone(),
             publish: self.publish,
             hand_over: self.hand_over,
@@ -483,11 +385,11 @@ impl RedisStore {
         when: Connect,
     ) -> Result<(Self, Box<dyn Subscriber>)> {
         let address = Arc::from(info.addr().to_string());
-        let origin = Some(Arc::new(Origin::Single(info.clone(), config.clone())));
+        let origin = Some(Arc::new((info.clone(), config.clone())));
         let conn = manager(info, config, hub.clone(), when).await?;
         let subscriber = Box::new(SingleSubscriber(conn.clone()));
         let store = RedisStore {
-            conn: Connection::Made(Conn::Single(conn)),
+            conn: Conn::Single(conn),
             hub,
             publish: Publish::Plain,
             hand_over: true,
@@ -512,12 +414,6 @@ impl RedisStore {
         config: RedisConfig,
     ) -> Result<Self> {
         let hub = WakeHub::remote();
-        let origin = Origin::Remade(Remade::Sentinel {
-            urls: sentinel_urls.iter().map(|u| (*u).to_owned()).collect(),
-            master: master_name.to_owned(),
-            node: node.clone(),
-            config: config.clone(),
-        });
         let conn = super::sentinel::SentinelConn::connect(
             sentinel_urls,
             master_name,
@@ -527,13 +423,13 @@ impl RedisStore {
         )
         .await?;
         let store = RedisStore {
-            conn: Connection::Made(Conn::Sentinel(conn.clone())),
+            conn: Conn::Sentinel(conn.clone()),
             hub: hub.clone(),
             publish: Publish::Plain,
             hand_over: true,
             scripts: Scripts::get(Variant::Production),
             address: Arc::from(""),
-            origin: Some(Arc::new(origin)),
+            origin: None,
         };
         hub.start(Box::new(super::sentinel::SentinelSubscriber(conn)));
         Ok(store)
@@ -575,15 +471,14 @@ impl RedisStore {
             .get_async_connection()
             .await
             .map_err(|e| error_from_redis("", e))?;
-        let origin = Some(Arc::new(Origin::Remade(Remade::Cluster(client))));
         let store = RedisStore {
-            conn: Connection::Made(Conn::Cluster(conn.clone())),
+            conn: Conn::Cluster(conn.clone()),
             hub: hub.clone(),
             publish: Publish::Sharded,
             hand_over: true,
             scripts: Scripts::get(Variant::Production),
             address: Arc::from(""),
-            origin,
+            origin: None,
         };
         hub.start(Box::new(ClusterSubscriber(conn)));
         Ok(store)
@@ -638,7 +533,7 @@ impl RedisStore {
 
     /// Sends `cmd` and returns the redis crate's own result.
     async fn raw<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
-        match self.conn().await? {
+        match self.conn.clone() {
             Conn::Single(mut c) => cmd.query_async(&mut c).await,
             #[cfg(feature = "cluster")]
             Conn::Cluster(mut c) => cmd.query_async(&mut c).await,
@@ -667,23 +562,20 @@ impl RedisStore {
             step: args,
         };
         let plain = now.is_none() && self.publish == Publish::Plain;
-        let result: redis::RedisResult<Value> = async {
-            match self.conn().await? {
-                Conn::Single(mut c) => {
-                    let inv = invocation(step, plain, keys, &argv);
-                    invoke(&inv, &mut c).await
-                }
-                #[cfg(feature = "cluster")]
-                Conn::Cluster(mut c) => invoke_cluster(&step.full, keys, &argv, &mut c).await,
-                #[cfg(feature = "sentinel")]
-                Conn::Sentinel(s) => {
-                    let inv = invocation(step, plain, keys, &argv);
-                    let inv = &inv;
-                    on_primary(&s, |mut c| async move { invoke(inv, &mut c).await }).await
-                }
+        let result: redis::RedisResult<Value> = match self.conn.clone() {
+            Conn::Single(mut c) => {
+                let inv = invocation(step, plain, keys, &argv);
+                invoke(&inv, &mut c).await
             }
-        }
-        .await;
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(mut c) => invoke_cluster(&step.full, keys, &argv, &mut c).await,
+            #[cfg(feature = "sentinel")]
+            Conn::Sentinel(s) => {
+                let inv = invocation(step, plain, keys, &argv);
+                let inv = &inv;
+                on_primary(&s, |mut c| async move { invoke(inv, &mut c).await }).await
+            }
+        };
         let reply = match result {
             Ok(reply) => reply,
             Err(e) => {
@@ -1082,32 +974,27 @@ impl Store for RedisStore {
     ) -> Result<u32> {
         let mut wait = redis::cmd("WAIT");
         wait.arg(replicas).arg(ms(timeout));
-        let acked: i64 = async {
-            match self.conn().await? {
-                Conn::Single(mut c) => wait.query_async(&mut c).await,
-                #[cfg(feature = "sentinel")]
-                Conn::Sentinel(s) => {
-                    let wait = &wait;
-                    on_primary(&s, |mut c| async move { wait.query_async(&mut c).await }).await
-                }
-                #[cfg(feature = "cluster")]
-                Conn::Cluster(mut c) => {
-                    use redis::cluster_routing::{
-                        Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
-                    };
-                    // WAIT has no key: send it to the master of the lock's slot, where the
-                    // lock's writes went.
-                    let slot = crate::vocab::keys::hash_slot(lock.channel().as_bytes());
-                    let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
-                        Route::new(slot, SlotAddr::Master),
-                    ));
-                    c.route_command(wait, route)
-                        .await
-                        .and_then(|v| redis::from_redis_value(v).map_err(redis::RedisError::from))
-                }
+        let acked: i64 = match self.conn.clone() {
+            Conn::Single(mut c) => wait.query_async(&mut c).await,
+            #[cfg(feature = "sentinel")]
+            Conn::Sentinel(s) => {
+                let wait = &wait;
+                on_primary(&s, |mut c| async move { wait.query_async(&mut c).await }).await
+            }
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(mut c) => {
+                use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+                // WAIT has no key: send it to the master of the lock's slot, where the
+                // lock's writes went.
+                let slot = crate::vocab::keys::hash_slot(lock.channel().as_bytes());
+                let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
+                    Route::new(slot, SlotAddr::Master),
+                ));
+                c.route_command(wait, route)
+                    .await
+                    .and_then(|v| redis::from_redis_value(v).map_err(redis::RedisError::from))
             }
         }
-        .await
         .map_err(|e| error_from_redis(lock.name(), e).at(&self.address))?;
         Ok(u32::try_from(acked.max(0)).unwrap_or(u32::MAX))
     }
@@ -1265,11 +1152,9 @@ impl Store for RedisStore {
     }
 
     fn one_slot_per_step(&self) -> bool {
-        match &self.conn {
+        match self.conn {
             #[cfg(feature = "cluster")]
-            Connection::Made(Conn::Cluster(_)) => true,
-            #[cfg(feature = "cluster")]
-            Connection::OnFirstUse(later) => matches!(later.0, Remade::Cluster(_)),
+            Conn::Cluster(_) => true,
             _ => false,
         }
     }
