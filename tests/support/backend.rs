@@ -112,12 +112,18 @@ pub const EVENTUALLY: Duration = Duration::from_secs(20);
 /// `check` is an async closure (`async || ..`) or a closure returning a future
 /// (`|| async { .. }`); a plain condition reads `async || flag.load(..)`. Where a step needs a
 /// tighter bound than [`EVENTUALLY`], wrap the call in `tokio::time::timeout`.
-pub async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
-    let give_up = tokio::time::Instant::now() + EVENTUALLY;
+pub async fn eventually(what: &str, check: impl AsyncFnMut() -> bool) {
+    eventually_within(EVENTUALLY, what, check).await;
+}
+
+/// [`eventually`] with another bound: for a step whose own retries can take longer than
+/// [`EVENTUALLY`] on a loaded machine (a test's set-up, not what it checks).
+pub async fn eventually_within(bound: Duration, what: &str, mut check: impl AsyncFnMut() -> bool) {
+    let give_up = tokio::time::Instant::now() + bound;
     while !check().await {
         assert!(
             tokio::time::Instant::now() < give_up,
-            "not within {EVENTUALLY:?}: {what}"
+            "not within {bound:?}: {what}"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
