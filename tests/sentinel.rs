@@ -389,3 +389,146 @@ async fn fences_and_terms_rise_across_a_failover_that_lost_the_last_grant() {
     );
     leadership.resign().await.expect("resign");
 }
+
+/// A Sentinel client's engine has connections of its own, made by its runtime on first use
+/// on the primary the client found: a guard dropped, and a wait cut off, as a current-thread
+/// runtime ends are released and removed by the engine, and the drops take no longer than
+/// that.
+#[test]
+fn holds_and_waits_end_with_their_runtime() {
+    let set = RedisSentinels::start(MASTER);
+    let urls = set.sentinel_urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let connect = async |builder: redis_locks::LockClientBuilder| {
+        builder
+            .sentinel(&urls, MASTER)
+            .await
+            .expect("connect through the sentinels")
+    };
+    support::exit::holds_and_waits_end_with_their_runtime(connect, secs(5));
+}
+
+/// The engine's connection needs no sentinel while the primary answers: with every sentinel
+/// paused after the client connected, a hold is extended and, once its guard is dropped,
+/// released, both by the engine, long before its 30 s lease would end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_engine_reaches_the_primary_while_the_sentinels_are_paused() {
+    let set = tokio::task::block_in_place(|| RedisSentinels::start(MASTER));
+    let urls = set.sentinel_urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let client = LockClient::builder()
+        .lease(secs(30))
+        .sentinel(&urls, MASTER)
+        .await
+        .expect("connect through the sentinels");
+    let paused = set.sentinel_pids();
+    for pid in &paused {
+        signal(*pid, "STOP");
+    }
+    let lock = client.mutex("sentinels-paused");
+    let mut guard = lock.lock().await.expect("lock on the primary");
+    let extended = tokio::time::timeout(secs(10), guard.extend(secs(30))).await;
+    drop(guard);
+    let freed = tokio::time::timeout(support::backend::EVENTUALLY, async {
+        while !lock.inspect().await.expect("inspect").holders.is_empty() {
+            tokio::time::sleep(ms(20)).await;
+        }
+    })
+    .await;
+    for pid in &paused {
+        signal(*pid, "CONT");
+    }
+    assert!(
+        matches!(extended, Ok(Ok(true))),
+        "the extend was not confirmed within 10 s: {extended:?}"
+    );
+    assert!(freed.is_ok(), "the dropped guard's hold is still there");
+}
+
+/// The engine's connection follows its client to a new primary: a client whose engine has
+/// not sent anything yet follows a failover, takes a lock on the new primary, and the old
+/// primary is then cut loose as a primary of its own (`REPLICAOF NO ONE`, holding a copy of
+/// that lock). The guard's extend, the engine's first step, reaches the new primary, not the
+/// old one it was connected to when the client was built.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_engine_follows_its_client_to_a_new_primary() {
+    let set = tokio::task::block_in_place(|| RedisSentinels::start(MASTER));
+    let urls = set.sentinel_urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let client = LockClient::builder()
+        .lease(secs(5))
+        .sentinel(&urls, MASTER)
+        .await
+        .expect("connect through the sentinels");
+    let old = set.primary_port();
+    tokio::task::block_in_place(|| {
+        set.failover();
+        let new = set.wait_new_primary(old);
+        set.wait_replica_of(old, new);
+    });
+    let lock = client.mutex("follows-its-client").auto_renew(false);
+    let mut guard = loop {
+        // The first steps after the switch may meet the closed connection.
+        match lock.lock().timeout(secs(2)).await {
+            Ok(g) => break g,
+            Err(_) => tokio::time::sleep(ms(100)).await,
+        }
+    };
+    let cut_loose = set.node(old).cli(&["REPLICAOF", "NO", "ONE"]);
+    assert_eq!(cut_loose, "OK");
+    assert!(guard.extend(secs(60)).await.expect("extend"), "extended");
+    let info = lock.inspect().await.expect("inspect on the new primary");
+    let remaining = info.holders.first().map(|h| h.lease_remaining);
+    assert!(
+        remaining.is_some_and(|r| r > secs(30)),
+        "the new primary's lease was not extended: {remaining:?}"
+    );
+    guard.release().await.expect("release");
+}
+
+/// The other way round: a client whose engine found the new primary after a failover (its
+/// extend met the demoted one) takes its next lock there too, though its own connection met
+/// no failure since and the old primary is cut loose as a primary of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_follows_its_engine_to_a_new_primary() {
+    let set = tokio::task::block_in_place(|| RedisSentinels::start(MASTER));
+    let urls = set.sentinel_urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let client = LockClient::builder()
+        .lease(secs(30))
+        .sentinel(&urls, MASTER)
+        .await
+        .expect("connect through the sentinels");
+    let old = set.primary_port();
+    let first = client
+        .mutex("follows-its-engine-a")
+        .auto_renew(false)
+        .wait_replicas(1, secs(2));
+    let mut guard = first.lock().await.expect("lock");
+    tokio::task::block_in_place(|| {
+        set.failover();
+        let new = set.wait_new_primary(old);
+        set.wait_replica_of(old, new);
+    });
+    // The engine's first step after the switch may meet the closed connection.
+    let mut extended = false;
+    for _ in 0..20 {
+        if let Ok(true) = guard.extend(secs(30)).await {
+            extended = true;
+            break;
+        }
+        tokio::time::sleep(ms(100)).await;
+    }
+    assert!(extended, "the engine never reached the new primary");
+    let cut_loose = set.node(old).cli(&["REPLICAOF", "NO", "ONE"]);
+    assert_eq!(cut_loose, "OK");
+    let second = client.mutex("follows-its-engine-b").auto_renew(false);
+    let held = second.lock().timeout(secs(10)).await.expect("lock b");
+    let on_old = set.node(old).cli(&["KEYS", "*follows-its-engine-b*"]);
+    assert!(
+        on_old.trim().is_empty(),
+        "b was granted on the old primary: {on_old}"
+    );
+    held.release().await.expect("release b");
+    guard.release().await.expect("release a");
+}

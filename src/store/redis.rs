@@ -248,6 +248,18 @@ pub(crate) async fn manager(
     }
 }
 
+/// A connection manager on the server of `info` that connects with its first command (and
+/// again after a failed one), on the runtime that sends it; its pushes go to `hub`. `None` if
+/// the redis crate refuses the settings.
+pub(crate) fn lazy_manager(
+    info: ConnectionInfo,
+    config: RedisConfig,
+    hub: &Arc<WakeHub>,
+) -> Option<ConnectionManager> {
+    let (client, manager_config) = manager_parts(info, config, hub.clone()).ok()?;
+    ConnectionManager::new_lazy_with_config(client, manager_config).ok()
+}
+
 /// The client (in RESP3, so pub/sub pushes share the command connection) and the manager's
 /// settings for the server of `info`, its pushes delivered to `hub`.
 fn manager_parts(
@@ -355,15 +367,20 @@ impl RedisStore {
     }
 
     /// The same store on a connection of its own, made on first use by the runtime that
-    /// uses it first (the lock engine's: [`Store::for_engine`]); `None` for Cluster and
-    /// Sentinel.
+    /// uses it first (the lock engine's: [`Store::for_engine`]); on Sentinel, to the primary
+    /// this store's connection is on. `None` for Cluster.
     pub(crate) fn engine_copy(&self) -> Option<RedisStore> {
-        let (info, config) = self.origin.as_deref()?.clone();
-        // The engine subscribes to nothing: its pushes go to a hub nobody starts.
-        let (client, manager_config) = manager_parts(info, config, WakeHub::remote()).ok()?;
-        let conn = ConnectionManager::new_lazy_with_config(client, manager_config).ok()?;
+        let conn = match &self.conn {
+            #[cfg(feature = "sentinel")]
+            Conn::Sentinel(s) => Conn::Sentinel(s.engine_copy()?),
+            _ => {
+                let (info, config) = self.origin.as_deref()?.clone();
+                // The engine subscribes to nothing: its pushes go to a hub nobody starts.
+                Conn::Single(lazy_manager(info, config, &WakeHub::remote())?)
+            }
+        };
         Some(RedisStore {
-            conn: Conn::Single(conn),
+            conn,
             hub: self.hub.clone(),
             publish: self.publish,
             hand_over: self.hand_over,
@@ -1003,8 +1020,8 @@ impl Store for RedisStore {
         &self.hub
     }
 
-    /// A single server's store gets a connection of its own for the lock engine, made on
-    /// first use by the engine's runtime.
+    /// A single server's or a Sentinel's store gets a connection of its own for the lock
+    /// engine, made on first use by the engine's runtime.
     fn for_engine(&self) -> Option<Arc<dyn Store>> {
         Some(Arc::new(self.engine_copy()?))
     }

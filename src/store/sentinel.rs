@@ -19,13 +19,21 @@ use crate::store::hub::{Subscriber, WakeHub};
 /// The primary's connection, and how to find the next one.
 pub(crate) struct SentinelConn {
     sentinels: Mutex<Sentinel>,
+    /// The sentinels' addresses, for the lock engine's copy ([`SentinelConn::engine_copy`]).
+    sentinel_infos: Vec<ConnectionInfo>,
     master: String,
     /// How to reach the data nodes the sentinels name (username and password, database,
     /// TLS); `None`: plain connections with the default user.
     node: Option<redis::sentinel::SentinelNodeConnectionInfo>,
     config: RedisConfig,
     hub: Arc<WakeHub>,
+    /// Shared by a client's connection and its engine's copy, so each follows a failover the
+    /// other found.
+    known: Arc<RwLock<Known>>,
     current: RwLock<Current>,
+    /// The engine's copy connects with its first command, on the engine's runtime; the
+    /// client's connection before it is used.
+    when: Connect,
     /// The channels the hub subscribed, subscribed again on each new primary. Also serialises
     /// subscriptions with a switch, so none is made on a connection being replaced.
     channels: Mutex<BTreeSet<String>>,
@@ -34,11 +42,21 @@ pub(crate) struct SentinelConn {
     suspect: AtomicBool,
 }
 
+/// The primary the sentinels last named to either of a client's connections.
+#[derive(Clone)]
+struct Known {
+    info: ConnectionInfo,
+    address: String,
+    /// Bumped when the primary moves.
+    generation: u64,
+}
+
 #[derive(Clone)]
 struct Current {
     conn: ConnectionManager,
     address: String,
-    /// Bumped on each switch, so callers that saw the same failure switch once.
+    /// The [`Known`] generation the connection is on, so callers that saw the same failure
+    /// switch once, and a connection sees when the other one moved.
     generation: u64,
 }
 
@@ -72,21 +90,28 @@ impl SentinelConn {
                 "give the address of at least one sentinel, e.g. redis://127.0.0.1:26379",
             ));
         }
-        let mut sentinels = Sentinel::build(infos)
+        let mut sentinels = Sentinel::build(infos.clone())
             .map_err(|e| crate::vocab::error::Error::invalid("Sentinel URLs", e.to_string()))?;
-        let (conn, address) =
-            Self::open(&mut sentinels, master, node.as_ref(), &config, &hub).await?;
+        let (conn, info) = Self::open(&mut sentinels, master, node.as_ref(), &config, &hub).await?;
+        let address = info.addr().to_string();
         Ok(Arc::new(SentinelConn {
             sentinels: Mutex::new(sentinels),
+            sentinel_infos: infos,
             master: master.to_owned(),
             node,
             config,
             hub,
+            known: Arc::new(RwLock::new(Known {
+                info,
+                address: address.clone(),
+                generation: 0,
+            })),
             current: RwLock::new(Current {
                 conn,
                 address,
                 generation: 0,
             }),
+            when: Connect::Now,
             channels: Mutex::new(BTreeSet::new()),
             suspect: AtomicBool::new(false),
         }))
@@ -99,7 +124,7 @@ impl SentinelConn {
         node: Option<&redis::sentinel::SentinelNodeConnectionInfo>,
         config: &RedisConfig,
         hub: &Arc<WakeHub>,
-    ) -> crate::vocab::error::Result<(ConnectionManager, String)> {
+    ) -> crate::vocab::error::Result<(ConnectionManager, ConnectionInfo)> {
         let client = sentinels
             .async_master_for(master, node)
             .await
@@ -117,9 +142,38 @@ impl SentinelConn {
                 _ => super::redis::error_from_redis("", e),
             })?;
         let info = client.get_connection_info().clone();
-        let address = info.addr().to_string();
-        let conn = super::redis::manager(info, config.clone(), hub.clone(), Connect::Now).await?;
-        Ok((conn, address))
+        let conn =
+            super::redis::manager(info.clone(), config.clone(), hub.clone(), Connect::Now).await?;
+        Ok((conn, info))
+    }
+
+    /// A copy for the lock engine, on a connection of its own to the primary this one uses,
+    /// made by the runtime that uses it first; no sentinel is asked until a step fails there
+    /// (see `docs/decisions/sentinel.md`). It subscribes to nothing; each of the two follows a
+    /// new primary the other learns of. `None` if the connection cannot be set up (a setting
+    /// the redis crate refuses).
+    pub(crate) fn engine_copy(&self) -> Option<Arc<SentinelConn>> {
+        let known = self.known();
+        let hub = WakeHub::remote();
+        let conn = super::redis::lazy_manager(known.info, self.config.clone(), &hub)?;
+        let sentinels = Sentinel::build(self.sentinel_infos.clone()).ok()?;
+        Some(Arc::new(SentinelConn {
+            sentinels: Mutex::new(sentinels),
+            sentinel_infos: self.sentinel_infos.clone(),
+            master: self.master.clone(),
+            node: self.node.clone(),
+            config: self.config.clone(),
+            hub,
+            known: self.known.clone(),
+            current: RwLock::new(Current {
+                conn,
+                address: known.address,
+                generation: known.generation,
+            }),
+            when: Connect::Lazily,
+            channels: Mutex::new(BTreeSet::new()),
+            suspect: AtomicBool::new(false),
+        }))
     }
 
     fn current(&self) -> Current {
@@ -127,6 +181,10 @@ impl SentinelConn {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+
+    fn known(&self) -> Known {
+        self.known.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// The connection to the primary as last resolved, and its generation.
@@ -141,9 +199,20 @@ impl SentinelConn {
         self.suspect.store(true, Ordering::SeqCst);
     }
 
-    /// After a failure that may mean a failover, asks the sentinels for the primary (and
-    /// follows it) before a step is sent.
+    /// Before a step: follows a new primary the client's other connection learned of (one
+    /// this connection has not failed on yet may be an old primary the sentinels have left),
+    /// and after a failure that may mean a failover, asks the sentinels for the primary.
     pub(crate) async fn verify(&self) {
+        let differs = |known: &Known, now: &Current| {
+            known.generation != now.generation || known.address != now.address
+        };
+        if differs(&self.known(), &self.current()) {
+            let _sentinels = self.sentinels.lock().await;
+            let (known, now) = (self.known(), self.current());
+            if differs(&known, &now) {
+                self.switch(&now, known).await;
+            }
+        }
         if self.suspect.load(Ordering::SeqCst) {
             let seen = self.current().generation;
             self.reresolve(seen).await;
@@ -151,9 +220,8 @@ impl SentinelConn {
     }
 
     /// After a failure on generation `seen`: asks the sentinels for the primary again and,
-    /// if it moved, connects to the new one, subscribes the hub's channels there and wakes
-    /// every waiter (wake-ups published during the switch were missed). Returns whether
-    /// the connection changed (by this call or a concurrent one).
+    /// if it moved, switches to it. Returns whether the connection changed (by this call or
+    /// a concurrent one).
     pub(crate) async fn reresolve(&self, seen: u64) -> bool {
         let mut sentinels = self.sentinels.lock().await;
         let now = self.current();
@@ -177,16 +245,48 @@ impl SentinelConn {
             self.suspect.store(false, Ordering::SeqCst);
             return false;
         }
-        let conn =
-            match super::redis::manager(info, self.config.clone(), self.hub.clone(), Connect::Now)
-                .await
-            {
-                Ok(c) => c,
-                Err(err) => {
-                    tracing::debug!(%err, %address, "new primary not reachable yet");
-                    return false;
-                }
-            };
+        let known = self.known();
+        let generation = if known.address == address {
+            known.generation
+        } else {
+            known.generation.max(now.generation) + 1
+        };
+        let named = Known {
+            info,
+            address,
+            generation,
+        };
+        self.switch(&now, named).await
+    }
+
+    /// Moves from `now` to the primary `to` (called with the sentinels' lock held): connects
+    /// there, subscribes the hub's channels and wakes every waiter (wake-ups published during
+    /// the switch were missed), and makes `to` the client's known primary. Returns whether
+    /// it moved (not if the new primary cannot be reached yet).
+    async fn switch(&self, now: &Current, to: Known) -> bool {
+        if to.address == now.address {
+            self.current
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .generation = to.generation;
+            return true;
+        }
+        let (info, config) = (to.info.clone(), self.config.clone());
+        let conn = match self.when {
+            Connect::Lazily => {
+                super::redis::lazy_manager(info, config, &self.hub).ok_or_else(|| {
+                    crate::vocab::error::Error::invalid("the primary's address", &to.address)
+                })
+            }
+            Connect::Now => super::redis::manager(info, config, self.hub.clone(), self.when).await,
+        };
+        let conn = match conn {
+            Ok(c) => c,
+            Err(err) => {
+                tracing::debug!(%err, address = %to.address, "new primary not reachable yet");
+                return false;
+            }
+        };
         let channels = self.channels.lock().await;
         let mut sub = conn.clone();
         for channel in channels.iter() {
@@ -194,12 +294,18 @@ impl SentinelConn {
                 tracing::debug!(channel, %err, "resubscribe on the new primary failed");
             }
         }
-        tracing::info!(from = %now.address, to = %address, "following the Sentinel failover");
+        tracing::info!(from = %now.address, to = %to.address, "following the Sentinel failover");
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = Current {
             conn,
-            address,
-            generation: now.generation + 1,
+            address: to.address.clone(),
+            generation: to.generation,
         };
+        {
+            let mut known = self.known.write().unwrap_or_else(|p| p.into_inner());
+            if to.generation > known.generation {
+                *known = to;
+            }
+        }
         self.suspect.store(false, Ordering::SeqCst);
         drop(channels);
         self.hub.wake_all();

@@ -453,6 +453,19 @@ impl RedisSentinels {
             .expect("no data node on that port")
     }
 
+    /// The sentinels' process ids (to pause them with `SIGSTOP`).
+    pub fn sentinel_pids(&self) -> Vec<u32> {
+        self.sentinels.iter().map(RedisServer::pid).collect()
+    }
+
+    /// The data node on `port`, to send it commands.
+    pub fn node(&self, port: u16) -> &RedisServer {
+        self.nodes
+            .iter()
+            .find(|n| n.port() == port)
+            .expect("no data node on that port")
+    }
+
     /// Asks a sentinel to fail over now (`SENTINEL FAILOVER`).
     pub fn failover(&self) {
         let out = self.sentinels[0].cli(&["SENTINEL", "FAILOVER", &self.master]);
