@@ -849,3 +849,49 @@ async fn elections_work_on_a_cluster() {
         next.resign().await.expect("resign");
     }
 }
+
+/// A Cluster client's engine has a connection of its own, made by its runtime on first use:
+/// a guard dropped, and a wait cut off, as a current-thread runtime ends are released and
+/// removed by the engine, and the drops take no longer than that.
+#[test]
+fn holds_and_waits_end_with_their_runtime() {
+    let cluster = RedisCluster::start(3, 0);
+    let connect = async |builder: LockClientBuilder| client_with(&cluster, builder).await;
+    support::exit::holds_and_waits_end_with_their_runtime(connect, secs(5));
+}
+
+/// The engine's own connection is made through the start-up nodes; while they cannot be
+/// reached (the only one given is behind a stalled proxy) the engine uses the client's
+/// connection, which already knows the nodes: an extend and a dropped guard's release are
+/// sent, long before the 30 s lease would end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_engine_uses_the_clients_connection_while_the_start_up_nodes_are_unreachable() {
+    let cluster = tokio::task::block_in_place(|| RedisCluster::start(3, 0));
+    let proxy = support::proxy::Proxy::start(cluster.ports()[0]).await;
+    let config = redis_locks::RedisConfig {
+        connect_timeout: ms(500),
+        ..redis_locks::RedisConfig::default()
+    };
+    let client = LockClient::builder()
+        .lease(secs(30))
+        .redis_config(config)
+        .cluster(&[proxy.url().as_str()])
+        .await
+        .expect("connect through the proxy");
+    proxy.stall();
+    let lock = client.mutex("start-up-nodes-unreachable");
+    let mut guard = lock.lock().await.expect("lock on the cluster's nodes");
+    let extended = tokio::time::timeout(secs(10), guard.extend(secs(30))).await;
+    drop(guard);
+    let freed = tokio::time::timeout(EVENTUALLY, async {
+        while !lock.inspect().await.expect("inspect").holders.is_empty() {
+            tokio::time::sleep(ms(20)).await;
+        }
+    })
+    .await;
+    assert!(
+        matches!(extended, Ok(Ok(true))),
+        "the extend was not confirmed within 10 s: {extended:?}"
+    );
+    assert!(freed.is_ok(), "the dropped guard's hold is still there");
+}

@@ -152,7 +152,7 @@ impl Holds {
 
     /// Hands the removal of a wait's `leftover` to the engine
     /// ([`crate::engine::leftover`]); false when the engine has no connection of its own (it
-    /// shares the caller's store, as on Cluster or a store the caller built, whose
+    /// shares the caller's store, as with a store the caller built, whose
     /// connections go with the caller's runtime) or has stopped.
     pub(crate) fn remove_leftover(&self, lock: LockKeys, leftover: Leftover) -> bool {
         let own = !Arc::ptr_eq(&self.store, &self.engine_store);

@@ -31,6 +31,8 @@
 //!   and tells whether it held a live lease.
 
 mod capabilities;
+#[cfg(feature = "cluster")]
+mod cluster;
 pub(crate) mod hub;
 pub mod memory;
 pub mod quorum;

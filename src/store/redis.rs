@@ -74,7 +74,7 @@ impl Default for RedisConfig {
 enum Conn {
     Single(ConnectionManager),
     #[cfg(feature = "cluster")]
-    Cluster(redis::cluster_async::ClusterConnection),
+    Cluster(super::cluster::ClusterConn),
     #[cfg(feature = "sentinel")]
     Sentinel(Arc<super::sentinel::SentinelConn>),
 }
@@ -353,7 +353,8 @@ impl RedisStore {
                 on_primary(&s, |mut c| async move { pipe.query_async(&mut c).await }).await?
             }
             #[cfg(feature = "cluster")]
-            Conn::Cluster(mut c) => {
+            Conn::Cluster(c) => {
+                let mut c = c.get().await;
                 // Each command to its own node: the probe to the key's slot (EVALSHA, then
                 // EVAL there after NOSCRIPT), HELLO to any node.
                 let keys = [key.to_owned()];
@@ -368,11 +369,15 @@ impl RedisStore {
 
     /// The same store on a connection of its own, made on first use by the runtime that
     /// uses it first (the lock engine's: [`Store::for_engine`]); on Sentinel, to the primary
-    /// this store's connection is on. `None` for Cluster.
+    /// this store's connection is on; on Cluster, through the start-up nodes (this store's
+    /// connection serves while that fails). `None` for a store with no single server's
+    /// settings kept.
     pub(crate) fn engine_copy(&self) -> Option<RedisStore> {
         let conn = match &self.conn {
             #[cfg(feature = "sentinel")]
             Conn::Sentinel(s) => Conn::Sentinel(s.engine_copy()?),
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(c) => Conn::Cluster(c.engine_copy()),
             _ => {
                 let (info, config) = self.origin.as_deref()?.clone();
                 // The engine subscribes to nothing: its pushes go to a hub nobody starts.
@@ -489,7 +494,11 @@ impl RedisStore {
             .await
             .map_err(|e| error_from_redis("", e))?;
         let store = RedisStore {
-            conn: Conn::Cluster(conn.clone()),
+            conn: Conn::Cluster(super::cluster::ClusterConn::new(
+                conn.clone(),
+                client,
+                config.connect_timeout,
+            )),
             hub: hub.clone(),
             publish: Publish::Sharded,
             hand_over: true,
@@ -553,7 +562,7 @@ impl RedisStore {
         match self.conn.clone() {
             Conn::Single(mut c) => cmd.query_async(&mut c).await,
             #[cfg(feature = "cluster")]
-            Conn::Cluster(mut c) => cmd.query_async(&mut c).await,
+            Conn::Cluster(c) => cmd.query_async(&mut c.get().await).await,
             #[cfg(feature = "sentinel")]
             Conn::Sentinel(s) => {
                 on_primary(&s, |mut c| async move { cmd.query_async(&mut c).await }).await
@@ -585,7 +594,7 @@ impl RedisStore {
                 invoke(&inv, &mut c).await
             }
             #[cfg(feature = "cluster")]
-            Conn::Cluster(mut c) => invoke_cluster(&step.full, keys, &argv, &mut c).await,
+            Conn::Cluster(c) => invoke_cluster(&step.full, keys, &argv, &mut c.get().await).await,
             #[cfg(feature = "sentinel")]
             Conn::Sentinel(s) => {
                 let inv = invocation(step, plain, keys, &argv);
@@ -999,7 +1008,8 @@ impl Store for RedisStore {
                 on_primary(&s, |mut c| async move { wait.query_async(&mut c).await }).await
             }
             #[cfg(feature = "cluster")]
-            Conn::Cluster(mut c) => {
+            Conn::Cluster(c) => {
+                let mut c = c.get().await;
                 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
                 // WAIT has no key: send it to the master of the lock's slot, where the
                 // lock's writes went.
@@ -1020,8 +1030,8 @@ impl Store for RedisStore {
         &self.hub
     }
 
-    /// A single server's or a Sentinel's store gets a connection of its own for the lock
-    /// engine, made on first use by the engine's runtime.
+    /// The lock engine gets a connection of its own, made on first use by the engine's
+    /// runtime ([`RedisStore::engine_copy`]).
     fn for_engine(&self) -> Option<Arc<dyn Store>> {
         Some(Arc::new(self.engine_copy()?))
     }
