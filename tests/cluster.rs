@@ -879,19 +879,5 @@ async fn the_engine_uses_the_clients_connection_while_the_start_up_nodes_are_unr
         .await
         .expect("connect through the proxy");
     proxy.stall();
-    let lock = client.mutex("start-up-nodes-unreachable");
-    let mut guard = lock.lock().await.expect("lock on the cluster's nodes");
-    let extended = tokio::time::timeout(secs(10), guard.extend(secs(30))).await;
-    drop(guard);
-    let freed = tokio::time::timeout(EVENTUALLY, async {
-        while !lock.inspect().await.expect("inspect").holders.is_empty() {
-            tokio::time::sleep(ms(20)).await;
-        }
-    })
-    .await;
-    assert!(
-        matches!(extended, Ok(Ok(true))),
-        "the extend was not confirmed within 10 s: {extended:?}"
-    );
-    assert!(freed.is_ok(), "the dropped guard's hold is still there");
+    support::exit::the_engine_extends_and_releases(&client, "start-up-nodes-unreachable").await;
 }

@@ -408,41 +408,33 @@ fn holds_and_waits_end_with_their_runtime() {
     support::exit::holds_and_waits_end_with_their_runtime(connect, secs(5));
 }
 
+/// A primary, a replica and three sentinels, and a client through them with `lease`.
+async fn leased(lease: Duration) -> (RedisSentinels, LockClient) {
+    let set = tokio::task::block_in_place(|| RedisSentinels::start(MASTER));
+    let urls = set.sentinel_urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let client = LockClient::builder()
+        .lease(lease)
+        .sentinel(&urls, MASTER)
+        .await
+        .expect("connect through the sentinels");
+    (set, client)
+}
+
 /// The engine's connection needs no sentinel while the primary answers: with every sentinel
 /// paused after the client connected, a hold is extended and, once its guard is dropped,
 /// released, both by the engine, long before its 30 s lease would end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_engine_reaches_the_primary_while_the_sentinels_are_paused() {
-    let set = tokio::task::block_in_place(|| RedisSentinels::start(MASTER));
-    let urls = set.sentinel_urls();
-    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
-    let client = LockClient::builder()
-        .lease(secs(30))
-        .sentinel(&urls, MASTER)
-        .await
-        .expect("connect through the sentinels");
+    let (set, client) = leased(secs(30)).await;
     let paused = set.sentinel_pids();
     for pid in &paused {
         signal(*pid, "STOP");
     }
-    let lock = client.mutex("sentinels-paused");
-    let mut guard = lock.lock().await.expect("lock on the primary");
-    let extended = tokio::time::timeout(secs(10), guard.extend(secs(30))).await;
-    drop(guard);
-    let freed = tokio::time::timeout(support::backend::EVENTUALLY, async {
-        while !lock.inspect().await.expect("inspect").holders.is_empty() {
-            tokio::time::sleep(ms(20)).await;
-        }
-    })
-    .await;
+    support::exit::the_engine_extends_and_releases(&client, "sentinels-paused").await;
     for pid in &paused {
         signal(*pid, "CONT");
     }
-    assert!(
-        matches!(extended, Ok(Ok(true))),
-        "the extend was not confirmed within 10 s: {extended:?}"
-    );
-    assert!(freed.is_ok(), "the dropped guard's hold is still there");
 }
 
 /// The engine's connection follows its client to a new primary: a client whose engine has
@@ -452,14 +444,7 @@ async fn the_engine_reaches_the_primary_while_the_sentinels_are_paused() {
 /// old one it was connected to when the client was built.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_engine_follows_its_client_to_a_new_primary() {
-    let set = tokio::task::block_in_place(|| RedisSentinels::start(MASTER));
-    let urls = set.sentinel_urls();
-    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
-    let client = LockClient::builder()
-        .lease(secs(5))
-        .sentinel(&urls, MASTER)
-        .await
-        .expect("connect through the sentinels");
+    let (set, client) = leased(secs(5)).await;
     let old = set.primary_port();
     tokio::task::block_in_place(|| {
         set.failover();
@@ -491,14 +476,7 @@ async fn the_engine_follows_its_client_to_a_new_primary() {
 /// no failure since and the old primary is cut loose as a primary of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_client_follows_its_engine_to_a_new_primary() {
-    let set = tokio::task::block_in_place(|| RedisSentinels::start(MASTER));
-    let urls = set.sentinel_urls();
-    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
-    let client = LockClient::builder()
-        .lease(secs(30))
-        .sentinel(&urls, MASTER)
-        .await
-        .expect("connect through the sentinels");
+    let (set, client) = leased(secs(30)).await;
     let old = set.primary_port();
     let first = client
         .mutex("follows-its-engine-a")

@@ -96,3 +96,20 @@ where
         assert!(held.release().await.expect("release"));
     });
 }
+
+/// On `client` (a 30 s lease): a hold of the Mutex `name` is extended, and once its guard is
+/// dropped released, both by the engine, long before the lease would end.
+pub async fn the_engine_extends_and_releases(client: &LockClient, name: &str) {
+    let lock = client.mutex(name);
+    let mut guard = lock.lock().await.expect("lock");
+    let extended = tokio::time::timeout(secs(10), guard.extend(secs(30))).await;
+    assert!(
+        matches!(extended, Ok(Ok(true))),
+        "the extend was not confirmed within 10 s: {extended:?}"
+    );
+    drop(guard);
+    eventually("the dropped guard's hold is released", async || {
+        lock.inspect().await.expect("inspect").holders.is_empty()
+    })
+    .await;
+}
