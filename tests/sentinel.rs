@@ -510,3 +510,69 @@ async fn the_client_follows_its_engine_to_a_new_primary() {
     held.release().await.expect("release b");
     guard.release().await.expect("release a");
 }
+
+/// A client whose connections dropped in a failover asks the sentinels before its next step,
+/// though no step of it failed (its connections were dialled again to the old address): with
+/// the old primary then cut loose as a primary of its own, its next lock still goes to the
+/// new primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_connection_makes_the_client_ask_the_sentinels() {
+    let (set, client) = leased(secs(30)).await;
+    // Both of the client's connections in use on the old primary.
+    let mut warm = client.mutex("warm").lock().await.expect("lock");
+    assert!(warm.extend(secs(30)).await.expect("extend"));
+    warm.release().await.expect("release");
+    let old = set.primary_port();
+    tokio::task::block_in_place(|| {
+        set.failover();
+        let new = set.wait_new_primary(old);
+        set.wait_replica_of(old, new);
+    });
+    assert_eq!(set.node(old).cli(&["REPLICAOF", "NO", "ONE"]), "OK");
+    let lock = client.mutex("asks-after-a-drop").auto_renew(false);
+    let held = lock.lock().timeout(secs(10)).await.expect("lock");
+    let on_old = set.node(old).cli(&["KEYS", "*asks-after-a-drop*"]);
+    assert!(
+        on_old.trim().is_empty(),
+        "granted on the old primary: {on_old}"
+    );
+    held.release().await.expect("release");
+}
+
+/// With every sentinel paused, the primary drops the client's connections (as a network
+/// blip does): holds (3 s leases) are still renewed, and a dropped guard is still released;
+/// asking the sentinels is bounded and not repeated at every step while they do not answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_connection_with_the_sentinels_paused_loses_no_hold() {
+    let (set, client) = leased(secs(3)).await;
+    let mut guards = Vec::new();
+    for i in 0..20 {
+        let guard = client.mutex(&format!("blip-{i}")).lock().await;
+        guards.push(guard.expect("lock"));
+    }
+    // The engine's connection in use too (the first renewals come at a third of the lease).
+    tokio::time::sleep(ms(1_500)).await;
+    // Asked before the sentinels are paused: it asks them.
+    let primary = set.primary_port();
+    let paused = set.sentinel_pids();
+    for pid in &paused {
+        signal(*pid, "STOP");
+    }
+    set.node(primary).cli(&["CLIENT", "KILL", "TYPE", "normal"]);
+    tokio::time::sleep(secs(6)).await;
+    let lost = guards.iter().filter(|g| !g.is_held()).count();
+    let first = guards.remove(0);
+    drop(first);
+    let lock = client.mutex("blip-0");
+    let released = tokio::time::timeout(secs(10), async {
+        while !lock.inspect().await.expect("inspect").holders.is_empty() {
+            tokio::time::sleep(ms(20)).await;
+        }
+    })
+    .await;
+    for pid in &paused {
+        signal(*pid, "CONT");
+    }
+    assert_eq!(lost, 0, "holds lost while the primary answered");
+    assert!(released.is_ok(), "the dropped guard's hold is still there");
+}

@@ -214,18 +214,33 @@ fn connect_error(address: &str, err: redis::RedisError) -> Error {
     }
 }
 
-/// A connection manager on the server of `info`, in RESP3 with its pushes delivered to `hub`
-/// and re-subscribed after a reconnect (see [`RedisStore::connect_to_hub`] for `when`).
+/// Where a connection's pushes go: the wake-up hub, and (a Sentinel's connections) a flag
+/// that a lost connection raises.
+#[derive(Clone)]
+pub(crate) struct Pushes {
+    pub(crate) hub: Arc<WakeHub>,
+    pub(crate) dropped: Option<Arc<std::sync::atomic::AtomicBool>>,
+}
+
+impl From<Arc<WakeHub>> for Pushes {
+    fn from(hub: Arc<WakeHub>) -> Self {
+        Pushes { hub, dropped: None }
+    }
+}
+
+/// A connection manager on the server of `info`, in RESP3 with its pushes delivered to
+/// `pushes` and re-subscribed after a reconnect (see [`RedisStore::connect_to_hub`] for
+/// `when`).
 pub(crate) async fn manager(
     info: ConnectionInfo,
     config: RedisConfig,
-    hub: Arc<WakeHub>,
+    pushes: impl Into<Pushes>,
     when: Connect,
 ) -> Result<ConnectionManager> {
     let address = info.addr().to_string();
     let plain_tcp = matches!(info.addr(), redis::ConnectionAddr::Tcp(..));
     let connect_timeout = config.connect_timeout;
-    let (client, manager_config) = manager_parts(info, config, hub)?;
+    let (client, manager_config) = manager_parts(info, config, pushes.into())?;
     let conn = if when == Connect::Lazily {
         ConnectionManager::new_lazy_with_config(client, manager_config)
     } else {
@@ -249,23 +264,23 @@ pub(crate) async fn manager(
 }
 
 /// A connection manager on the server of `info` that connects with its first command (and
-/// again after a failed one), on the runtime that sends it; its pushes go to `hub`. `None` if
-/// the redis crate refuses the settings.
+/// again after a failed one), on the runtime that sends it; its pushes go to `pushes`. `None`
+/// if the redis crate refuses the settings.
 pub(crate) fn lazy_manager(
     info: ConnectionInfo,
     config: RedisConfig,
-    hub: &Arc<WakeHub>,
+    pushes: impl Into<Pushes>,
 ) -> Option<ConnectionManager> {
-    let (client, manager_config) = manager_parts(info, config, hub.clone()).ok()?;
+    let (client, manager_config) = manager_parts(info, config, pushes.into()).ok()?;
     ConnectionManager::new_lazy_with_config(client, manager_config).ok()
 }
 
 /// The client (in RESP3, so pub/sub pushes share the command connection) and the manager's
-/// settings for the server of `info`, its pushes delivered to `hub`.
+/// settings for the server of `info`, its pushes delivered to `pushes`.
 fn manager_parts(
     info: ConnectionInfo,
     config: RedisConfig,
-    hub: Arc<WakeHub>,
+    pushes: Pushes,
 ) -> Result<(redis::Client, ConnectionManagerConfig)> {
     let address = info.addr().to_string();
     let settings = info
@@ -274,10 +289,14 @@ fn manager_parts(
         .set_protocol(ProtocolVersion::RESP3);
     let info = info.set_redis_settings(settings);
     let client = redis::Client::open(info).map_err(|e| bad_url(&address, e))?;
-    let pushes = hub;
     let manager_config = ConnectionManagerConfig::new()
-        .set_push_sender(move |push| {
-            pushes.on_push(push);
+        .set_push_sender(move |push: redis::PushInfo| {
+            if let Some(dropped) = &pushes.dropped
+                && push.kind == redis::PushKind::Disconnection
+            {
+                dropped.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+            pushes.hub.on_push(push);
             Ok::<(), ()>(())
         })
         .set_automatic_resubscription()
@@ -381,7 +400,7 @@ impl RedisStore {
             _ => {
                 let (info, config) = self.origin.as_deref()?.clone();
                 // The engine subscribes to nothing: its pushes go to a hub nobody starts.
-                Conn::Single(lazy_manager(info, config, &WakeHub::remote())?)
+                Conn::Single(lazy_manager(info, config, WakeHub::remote())?)
             }
         };
         Some(RedisStore {

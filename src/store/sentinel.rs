@@ -6,6 +6,7 @@
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use redis::aio::ConnectionManager;
@@ -13,7 +14,7 @@ use redis::sentinel::Sentinel;
 use redis::{ConnectionInfo, RedisError};
 use tokio::sync::Mutex;
 
-use super::redis::{Connect, RedisConfig};
+use super::redis::{Connect, Pushes, RedisConfig};
 use crate::store::hub::{Subscriber, WakeHub};
 
 /// The primary's connection, and how to find the next one.
@@ -37,10 +38,22 @@ pub(crate) struct SentinelConn {
     /// The channels the hub subscribed, subscribed again on each new primary. Also serialises
     /// subscriptions with a switch, so none is made on a connection being replaced.
     channels: Mutex<BTreeSet<String>>,
-    /// Set by a failure that may mean a failover: until the sentinels answer again, each
-    /// step asks them for the primary before it is sent.
-    suspect: AtomicBool,
+    /// Set by a failure that may mean a failover, or by the connection dropping (the manager
+    /// dials the same address again without an error, and the sentinels close a demoted
+    /// primary's connections): until the sentinels answer again, each step asks them for the
+    /// primary before it is sent, one question at a time and at most every
+    /// [`ASK_AGAIN_AFTER`] while they do not answer.
+    suspect: Arc<AtomicBool>,
+    /// When the sentinels last left a question unanswered.
+    unanswered_at: std::sync::Mutex<Option<Instant>>,
 }
+
+/// The longest a step waits for the sentinels to name the primary.
+const SENTINEL_QUERY_BOUND: Duration = Duration::from_millis(500);
+
+/// After the sentinels left a question unanswered, steps go to the connection's primary
+/// without asking them for this long.
+const ASK_AGAIN_AFTER: Duration = Duration::from_secs(1);
 
 /// The primary the sentinels last named to either of a client's connections.
 #[derive(Clone)]
@@ -92,7 +105,13 @@ impl SentinelConn {
         }
         let mut sentinels = Sentinel::build(infos.clone())
             .map_err(|e| crate::vocab::error::Error::invalid("Sentinel URLs", e.to_string()))?;
-        let (conn, info) = Self::open(&mut sentinels, master, node.as_ref(), &config, &hub).await?;
+        let suspect = Arc::new(AtomicBool::new(false));
+        let pushes = Pushes {
+            hub: hub.clone(),
+            dropped: Some(suspect.clone()),
+        };
+        let (conn, info) =
+            Self::open(&mut sentinels, master, node.as_ref(), &config, pushes).await?;
         let address = info.addr().to_string();
         Ok(Arc::new(SentinelConn {
             sentinels: Mutex::new(sentinels),
@@ -113,7 +132,8 @@ impl SentinelConn {
             }),
             when: Connect::Now,
             channels: Mutex::new(BTreeSet::new()),
-            suspect: AtomicBool::new(false),
+            suspect,
+            unanswered_at: std::sync::Mutex::new(None),
         }))
     }
 
@@ -123,7 +143,7 @@ impl SentinelConn {
         master: &str,
         node: Option<&redis::sentinel::SentinelNodeConnectionInfo>,
         config: &RedisConfig,
-        hub: &Arc<WakeHub>,
+        pushes: Pushes,
     ) -> crate::vocab::error::Result<(ConnectionManager, ConnectionInfo)> {
         let client = sentinels
             .async_master_for(master, node)
@@ -143,7 +163,7 @@ impl SentinelConn {
             })?;
         let info = client.get_connection_info().clone();
         let conn =
-            super::redis::manager(info.clone(), config.clone(), hub.clone(), Connect::Now).await?;
+            super::redis::manager(info.clone(), config.clone(), pushes, Connect::Now).await?;
         Ok((conn, info))
     }
 
@@ -155,7 +175,12 @@ impl SentinelConn {
     pub(crate) fn engine_copy(&self) -> Option<Arc<SentinelConn>> {
         let known = self.known();
         let hub = WakeHub::remote();
-        let conn = super::redis::lazy_manager(known.info, self.config.clone(), &hub)?;
+        let suspect = Arc::new(AtomicBool::new(false));
+        let pushes = Pushes {
+            hub: hub.clone(),
+            dropped: Some(suspect.clone()),
+        };
+        let conn = super::redis::lazy_manager(known.info, self.config.clone(), pushes)?;
         let sentinels = Sentinel::build(self.sentinel_infos.clone()).ok()?;
         Some(Arc::new(SentinelConn {
             sentinels: Mutex::new(sentinels),
@@ -172,7 +197,8 @@ impl SentinelConn {
             }),
             when: Connect::Lazily,
             channels: Mutex::new(BTreeSet::new()),
-            suspect: AtomicBool::new(false),
+            suspect,
+            unanswered_at: std::sync::Mutex::new(None),
         }))
     }
 
@@ -228,16 +254,24 @@ impl SentinelConn {
         if now.generation != seen {
             return true;
         }
-        let client = match sentinels
-            .async_master_for(&self.master, self.node.as_ref())
-            .await
-        {
-            Ok(c) => c,
-            Err(err) => {
+        let unanswered = || self.unanswered_at.lock().unwrap_or_else(|p| p.into_inner());
+        if unanswered().is_some_and(|at| at.elapsed() < ASK_AGAIN_AFTER) {
+            return false;
+        }
+        let asked = sentinels.async_master_for(&self.master, self.node.as_ref());
+        let client = match tokio::time::timeout(SENTINEL_QUERY_BOUND, asked).await {
+            Ok(Ok(c)) => c,
+            outcome => {
+                let err = match outcome {
+                    Ok(Err(err)) => err.to_string(),
+                    _ => format!("no answer within {SENTINEL_QUERY_BOUND:?}"),
+                };
                 tracing::debug!(%err, "sentinels did not name a primary");
+                *unanswered() = Some(Instant::now());
                 return false;
             }
         };
+        *unanswered() = None;
         let info = client.get_connection_info().clone();
         let address = info.addr().to_string();
         if address == now.address {
@@ -272,13 +306,15 @@ impl SentinelConn {
             return true;
         }
         let (info, config) = (to.info.clone(), self.config.clone());
+        let pushes = Pushes {
+            hub: self.hub.clone(),
+            dropped: Some(self.suspect.clone()),
+        };
         let conn = match self.when {
-            Connect::Lazily => {
-                super::redis::lazy_manager(info, config, &self.hub).ok_or_else(|| {
-                    crate::vocab::error::Error::invalid("the primary's address", &to.address)
-                })
-            }
-            Connect::Now => super::redis::manager(info, config, self.hub.clone(), self.when).await,
+            Connect::Lazily => super::redis::lazy_manager(info, config, pushes).ok_or_else(|| {
+                crate::vocab::error::Error::invalid("the primary's address", &to.address)
+            }),
+            Connect::Now => super::redis::manager(info, config, pushes, self.when).await,
         };
         let conn = match conn {
             Ok(c) => c,
