@@ -860,24 +860,34 @@ fn holds_and_waits_end_with_their_runtime() {
     support::exit::holds_and_waits_end_with_their_runtime(connect, secs(5));
 }
 
-/// The engine's own connection is made through the start-up nodes; while they cannot be
-/// reached (the only one given is behind a stalled proxy) the engine uses the client's
-/// connection, which already knows the nodes: an extend and a dropped guard's release are
-/// sent, long before the 30 s lease would end.
+/// The engine's own connection is made through the start-up nodes, by a task of its own:
+/// while they cannot be reached (the only one given is behind a stalled proxy, and the
+/// connect timeout, 5 s, outlasts what a renewal or an extend may take) the engine uses the
+/// client's connection, which already knows the nodes: holds on 3 s leases are renewed, and
+/// an extend and a dropped guard's release are sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_engine_uses_the_clients_connection_while_the_start_up_nodes_are_unreachable() {
     let cluster = tokio::task::block_in_place(|| RedisCluster::start(3, 0));
     let proxy = support::proxy::Proxy::start(cluster.ports()[0]).await;
     let config = redis_locks::RedisConfig {
-        connect_timeout: ms(500),
+        connect_timeout: secs(5),
+        response_timeout: ms(500),
         ..redis_locks::RedisConfig::default()
     };
     let client = LockClient::builder()
-        .lease(secs(30))
+        .lease(secs(3))
         .redis_config(config)
         .cluster(&[proxy.url().as_str()])
         .await
         .expect("connect through the proxy");
     proxy.stall();
+    let renewed = client.mutex("renewed-with-start-up-nodes-unreachable");
+    let guard = renewed.lock().await.expect("lock");
+    tokio::time::sleep(secs(7)).await;
+    assert!(
+        guard.is_held(),
+        "the hold was lost while the cluster answered"
+    );
+    drop(guard);
     support::exit::the_engine_extends_and_releases(&client, "start-up-nodes-unreachable").await;
 }

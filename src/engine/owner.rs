@@ -250,6 +250,7 @@ impl Owner {
     /// Runs until every handle is gone, then finishes what is in flight (within one step's
     /// bound).
     pub(crate) async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Command>) {
+        self.store.engine_started();
         loop {
             // Timers first on every turn, so a steady stream of replies never starves them.
             self.tick(Instant::now());

@@ -2,14 +2,17 @@
 //! cluster connection, and for the lock engine one of its own (see
 //! `docs/decisions/one-owner.md`).
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::RoutingInfo;
 
-/// How long the engine uses the client's connection after its own could not be made, before
-/// it tries again.
+use super::redis::RedisConfig;
+
+/// After an attempt to make the engine's own connection failed, the next one starts no
+/// sooner than this.
 const RETRY_OWN_AFTER: Duration = Duration::from_secs(5);
 
 /// A cluster store's connection: the client's, and on the engine's copy its own.
@@ -23,26 +26,30 @@ pub(crate) struct ClusterConn {
 /// How the client's connection was made, and on the engine's copy its own.
 struct Making {
     client: ClusterClient,
-    connect_timeout: Duration,
-    /// The engine's own, made on first use by the engine's runtime; `None` on the client's.
-    own: Option<Own>,
+    config: RedisConfig,
+    /// The engine's own; `None` on the client's.
+    own: Option<Arc<Own>>,
 }
 
+/// The engine's own connection, made in a task of the engine's runtime, never by a step: a
+/// step cut off by its deadline cannot leave an attempt half made.
 struct Own {
-    conn: tokio::sync::OnceCell<ClusterConnection>,
-    /// When the last attempt to make it failed.
-    failed_at: Mutex<Option<Instant>>,
+    conn: OnceLock<(ClusterConnection, Instant)>,
+    /// When the last attempt started.
+    started: Mutex<Option<Instant>>,
+    /// Notified when an attempt ends.
+    ended: tokio::sync::Notify,
 }
 
 impl ClusterConn {
     pub(crate) fn new(
         shared: ClusterConnection,
         client: ClusterClient,
-        connect_timeout: Duration,
+        config: RedisConfig,
     ) -> Self {
         let made = Making {
             client,
-            connect_timeout,
+            config,
             own: None,
         };
         ClusterConn {
@@ -54,13 +61,15 @@ impl ClusterConn {
     /// A copy for the lock engine, whose own connection is made through the start-up nodes by
     /// the runtime that uses it first, so it does not depend on the caller's runtime.
     pub(crate) fn engine_copy(&self) -> Self {
+        let own = Own {
+            conn: OnceLock::new(),
+            started: Mutex::new(None),
+            ended: tokio::sync::Notify::new(),
+        };
         let made = Making {
             client: self.made.client.clone(),
-            connect_timeout: self.made.connect_timeout,
-            own: Some(Own {
-                conn: tokio::sync::OnceCell::new(),
-                failed_at: Mutex::new(None),
-            }),
+            config: self.made.config.clone(),
+            own: Some(Arc::new(own)),
         };
         ClusterConn {
             shared: self.shared.clone(),
@@ -68,35 +77,107 @@ impl ClusterConn {
         }
     }
 
-    /// The connection to send a step on: the engine's own once made. Until then it is made
-    /// now (within the connect timeout); if that fails, the client's connection (which knows
-    /// the nodes already) serves this step and those of the next [`RETRY_OWN_AFTER`].
+    /// The connection to send a step on: the engine's own once it is made. Until then a task
+    /// makes it (one attempt at a time, bounded by the connect timeout, again
+    /// [`RETRY_OWN_AFTER`] after a failed one; the engine starts the first as it starts), a
+    /// step waits for an attempt under way at most a quarter of the response timeout (the
+    /// client's connection may be driven by a runtime that is blocked: a current-thread
+    /// runtime dropping the client's last handle), and then goes on the client's connection,
+    /// which knows the nodes already.
     pub(crate) async fn get(&self) -> ClusterConnection {
         let Some(own) = &self.made.own else {
             return self.shared.clone();
         };
-        if let Some(conn) = own.conn.get() {
+        let ended = own.ended.notified();
+        if let Some((conn, _)) = own.conn.get() {
             return conn.clone();
         }
-        let failed_at = || own.failed_at.lock().unwrap_or_else(|p| p.into_inner());
-        if failed_at().is_some_and(|at| at.elapsed() < RETRY_OWN_AFTER) {
-            return self.shared.clone();
-        }
-        let limit = self.made.connect_timeout;
-        let make = own
-            .conn
-            .get_or_try_init(|| self.made.client.get_async_connection());
-        match tokio::time::timeout(limit, make).await {
-            Ok(Ok(conn)) => conn.clone(),
-            outcome => {
-                let err = match outcome {
-                    Ok(Err(err)) => err.to_string(),
-                    _ => format!("no connection within {limit:?}"),
-                };
-                tracing::debug!(%err, "the lock engine's cluster connection is not made yet");
-                *failed_at() = Some(Instant::now());
-                self.shared.clone()
+        if self.start_own(own) {
+            let patience = self.made.config.response_timeout / 4;
+            let _ = tokio::time::timeout(patience, ended).await;
+            if let Some((conn, _)) = own.conn.get() {
+                return conn.clone();
             }
         }
+        self.shared.clone()
+    }
+
+    /// Starts an attempt to make the engine's own connection if none is under way and the
+    /// last one is [`RETRY_OWN_AFTER`] old; whether one is under way now.
+    fn start_own(&self, own: &Arc<Own>) -> bool {
+        let limit = self.made.config.connect_timeout;
+        let mut started = own.started.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(at) = *started {
+            if at.elapsed() < limit {
+                return true;
+            }
+            if at.elapsed() < RETRY_OWN_AFTER {
+                return false;
+            }
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return false;
+        };
+        *started = Some(Instant::now());
+        let (own, client) = (own.clone(), self.made.client.clone());
+        runtime.spawn(async move {
+            match tokio::time::timeout(limit, client.get_async_connection()).await {
+                Ok(Ok(conn)) => {
+                    let _ = own.conn.set((conn, Instant::now()));
+                }
+                Ok(Err(err)) => {
+                    tracing::debug!(%err, "the lock engine's cluster connection is not made yet");
+                }
+                Err(_) => {
+                    tracing::debug!(
+                        ?limit,
+                        "the lock engine's cluster connection is not made yet"
+                    );
+                }
+            }
+            own.ended.notify_waiters();
+        });
+        true
+    }
+
+    /// Starts making the engine's own connection (on the engine's runtime, as it starts).
+    pub(crate) fn engine_started(&self) {
+        if let Some(own) = &self.made.own {
+            self.start_own(own);
+        }
+    }
+
+    /// `WAIT` (`cmd`, routed to the lock's master) on the connection the lock's last writes
+    /// went on: `WAIT` counts the writes of the connection it is sent on. Shortly after the
+    /// engine's own connection took over (within what a step that wrote on the client's may
+    /// still take), it is sent on both, and the lower count is the answer.
+    pub(crate) async fn wait(
+        &self,
+        cmd: &redis::Cmd,
+        route: RoutingInfo,
+    ) -> redis::RedisResult<i64> {
+        let own = self.made.own.as_ref().and_then(|own| own.conn.get());
+        let took_over_lately = own.is_some_and(|(_, at)| {
+            at.elapsed() < self.made.config.response_timeout * 4 + Duration::from_secs(1)
+        });
+        let mut conns = Vec::with_capacity(2);
+        match own {
+            Some((conn, _)) => {
+                conns.push(conn.clone());
+                if took_over_lately {
+                    conns.push(self.shared.clone());
+                }
+            }
+            None => conns.push(self.shared.clone()),
+        }
+        let mut least = i64::MAX;
+        for mut conn in conns {
+            let acked: i64 = conn
+                .route_command(cmd.clone(), route.clone())
+                .await
+                .and_then(|v| redis::from_redis_value(v).map_err(redis::RedisError::from))?;
+            least = least.min(acked);
+        }
+        Ok(least)
     }
 }

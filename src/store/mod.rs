@@ -202,6 +202,10 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         None
     }
 
+    /// Called once by the lock engine on its own runtime as it starts, on the store
+    /// [`Store::for_engine`] gave it: a store may start making its connections there.
+    fn engine_started(&self) {}
+
     /// One all-or-nothing attempt over several lease locks (a multi-lock): grants every part
     /// to `claim`'s token, each for `claim.lease` under `claim.policy`, or changes nothing
     /// (expired readers of a read part may be pruned, as by `acquire`) and names the first

@@ -516,7 +516,7 @@ impl RedisStore {
             conn: Conn::Cluster(super::cluster::ClusterConn::new(
                 conn.clone(),
                 client,
-                config.connect_timeout,
+                config.clone(),
             )),
             hub: hub.clone(),
             publish: Publish::Sharded,
@@ -1028,7 +1028,6 @@ impl Store for RedisStore {
             }
             #[cfg(feature = "cluster")]
             Conn::Cluster(c) => {
-                let mut c = c.get().await;
                 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
                 // WAIT has no key: send it to the master of the lock's slot, where the
                 // lock's writes went.
@@ -1036,9 +1035,7 @@ impl Store for RedisStore {
                 let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
                     Route::new(slot, SlotAddr::Master),
                 ));
-                c.route_command(wait, route)
-                    .await
-                    .and_then(|v| redis::from_redis_value(v).map_err(redis::RedisError::from))
+                c.wait(&wait, route).await
             }
         }
         .map_err(|e| error_from_redis(lock.name(), e).at(&self.address))?;
@@ -1051,6 +1048,14 @@ impl Store for RedisStore {
 
     /// The lock engine gets a connection of its own, made on first use by the engine's
     /// runtime ([`RedisStore::engine_copy`]).
+    /// A Cluster store starts making the engine's own connection (on the engine's runtime).
+    fn engine_started(&self) {
+        #[cfg(feature = "cluster")]
+        if let Conn::Cluster(c) = &self.conn {
+            c.engine_started();
+        }
+    }
+
     fn for_engine(&self) -> Option<Arc<dyn Store>> {
         Some(Arc::new(self.engine_copy()?))
     }

@@ -97,8 +97,8 @@ where
     });
 }
 
-/// On `client` (a 30 s lease): a hold of the Mutex `name` is extended, and once its guard is
-/// dropped released, both by the engine, long before the lease would end.
+/// On `client`: a hold of the Mutex `name` is extended to 30 s, and once its guard is dropped
+/// released, both by the engine, long before the lease would end.
 pub async fn the_engine_extends_and_releases(client: &LockClient, name: &str) {
     let lock = client.mutex(name);
     let mut guard = lock.lock().await.expect("lock");
