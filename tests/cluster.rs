@@ -11,7 +11,7 @@ use support::time::{ms, secs};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use redis_locks::testing::keys::{hash_slot, LockKeys};
 use redis_locks::{LockClient, LockClientBuilder, Preference};
@@ -871,7 +871,7 @@ async fn the_engine_uses_the_clients_connection_while_the_start_up_nodes_are_unr
     let proxy = support::proxy::Proxy::start(cluster.ports()[0]).await;
     let config = redis_locks::RedisConfig {
         connect_timeout: secs(5),
-        response_timeout: ms(500),
+        response_timeout: secs(1),
         ..redis_locks::RedisConfig::default()
     };
     let client = LockClient::builder()
@@ -890,4 +890,38 @@ async fn the_engine_uses_the_clients_connection_while_the_start_up_nodes_are_unr
     );
     drop(guard);
     support::exit::the_engine_extends_and_releases(&client, "start-up-nodes-unreachable").await;
+}
+
+/// Only steps sent while the engine's first attempt at its own connection is under way wait
+/// for it: with the only start-up node stalled, a 5 s connect timeout and a 20 s response
+/// timeout (a step would wait up to 5 s), extends sent after the first attempt failed, across
+/// the next attempt's 5 s, each take well under that wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_step_waits_for_a_later_attempt_at_the_engines_connection() {
+    let cluster = tokio::task::block_in_place(|| RedisCluster::start(3, 0));
+    let proxy = support::proxy::Proxy::start(cluster.ports()[0]).await;
+    let config = redis_locks::RedisConfig {
+        connect_timeout: secs(5),
+        response_timeout: secs(20),
+        ..redis_locks::RedisConfig::default()
+    };
+    let client = LockClient::builder()
+        .lease(secs(30))
+        .redis_config(config)
+        .cluster(&[proxy.url().as_str()])
+        .await
+        .expect("connect through the proxy");
+    proxy.stall();
+    let mut guard = client.mutex("no-later-wait").lock().await.expect("lock");
+    // The first attempt ends (fails) 5 s after the engine started; the next starts 5 s later.
+    tokio::time::sleep(secs(6)).await;
+    let mut slowest = Duration::ZERO;
+    for _ in 0..30 {
+        let sent = Instant::now();
+        assert!(guard.extend(secs(30)).await.expect("extend"), "extended");
+        slowest = slowest.max(sent.elapsed());
+        tokio::time::sleep(ms(300)).await;
+    }
+    assert!(slowest < secs(2), "an extend waited {slowest:?}");
+    guard.release().await.expect("release");
 }

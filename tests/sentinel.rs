@@ -471,46 +471,6 @@ async fn the_engine_follows_its_client_to_a_new_primary() {
     guard.release().await.expect("release");
 }
 
-/// The other way round: a client whose engine found the new primary after a failover (its
-/// extend met the demoted one) takes its next lock there too, though its own connection met
-/// no failure since and the old primary is cut loose as a primary of its own.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_client_follows_its_engine_to_a_new_primary() {
-    let (set, client) = leased(secs(30)).await;
-    let old = set.primary_port();
-    let first = client
-        .mutex("follows-its-engine-a")
-        .auto_renew(false)
-        .wait_replicas(1, secs(2));
-    let mut guard = first.lock().await.expect("lock");
-    tokio::task::block_in_place(|| {
-        set.failover();
-        let new = set.wait_new_primary(old);
-        set.wait_replica_of(old, new);
-    });
-    // The engine's first step after the switch may meet the closed connection.
-    let mut extended = false;
-    for _ in 0..20 {
-        if let Ok(true) = guard.extend(secs(30)).await {
-            extended = true;
-            break;
-        }
-        tokio::time::sleep(ms(100)).await;
-    }
-    assert!(extended, "the engine never reached the new primary");
-    let cut_loose = set.node(old).cli(&["REPLICAOF", "NO", "ONE"]);
-    assert_eq!(cut_loose, "OK");
-    let second = client.mutex("follows-its-engine-b").auto_renew(false);
-    let held = second.lock().timeout(secs(10)).await.expect("lock b");
-    let on_old = set.node(old).cli(&["KEYS", "*follows-its-engine-b*"]);
-    assert!(
-        on_old.trim().is_empty(),
-        "b was granted on the old primary: {on_old}"
-    );
-    held.release().await.expect("release b");
-    guard.release().await.expect("release a");
-}
-
 /// A client whose connections dropped in a failover asks the sentinels before its next step,
 /// though no step of it failed (its connections were dialled again to the old address): with
 /// the old primary then cut loose as a primary of its own, its next lock still goes to the

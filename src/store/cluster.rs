@@ -35,10 +35,19 @@ struct Making {
 /// step cut off by its deadline cannot leave an attempt half made.
 struct Own {
     conn: OnceLock<(ClusterConnection, Instant)>,
-    /// When the last attempt started.
-    started: Mutex<Option<Instant>>,
+    attempts: Mutex<Attempts>,
     /// Notified when an attempt ends.
     ended: tokio::sync::Notify,
+}
+
+#[derive(Default)]
+struct Attempts {
+    /// When the first attempt started.
+    first: Option<Instant>,
+    /// Whether an attempt is under way.
+    under_way: bool,
+    /// When the last attempt ended (without a connection).
+    failed_at: Option<Instant>,
 }
 
 impl ClusterConn {
@@ -63,7 +72,7 @@ impl ClusterConn {
     pub(crate) fn engine_copy(&self) -> Self {
         let own = Own {
             conn: OnceLock::new(),
-            started: Mutex::new(None),
+            attempts: Mutex::new(Attempts::default()),
             ended: tokio::sync::Notify::new(),
         };
         let made = Making {
@@ -77,13 +86,13 @@ impl ClusterConn {
         }
     }
 
-    /// The connection to send a step on: the engine's own once it is made. Until then a task
-    /// makes it (one attempt at a time, bounded by the connect timeout, again
-    /// [`RETRY_OWN_AFTER`] after a failed one; the engine starts the first as it starts), a
-    /// step waits for an attempt under way at most a quarter of the response timeout (the
-    /// client's connection may be driven by a runtime that is blocked: a current-thread
-    /// runtime dropping the client's last handle), and then goes on the client's connection,
-    /// which knows the nodes already.
+    /// The connection to send a step on: the engine's own once it is made; until then the
+    /// client's, which knows the nodes already. A task makes the own one (one attempt at a
+    /// time, bounded by the connect timeout, again [`RETRY_OWN_AFTER`] after a failed one).
+    /// The engine starts the first as it starts, and a step sent while that one is under way
+    /// waits for it until a quarter of the response timeout after it started: the client's
+    /// connection may be driven by a runtime that is blocked (a current-thread runtime
+    /// dropping the client's last handle). No later step waits.
     pub(crate) async fn get(&self) -> ClusterConnection {
         let Some(own) = &self.made.own else {
             return self.shared.clone();
@@ -92,9 +101,10 @@ impl ClusterConn {
         if let Some((conn, _)) = own.conn.get() {
             return conn.clone();
         }
-        if self.start_own(own) {
+        if let Some(first) = self.start_own(own) {
             let patience = self.made.config.response_timeout / 4;
-            let _ = tokio::time::timeout(patience, ended).await;
+            let until = tokio::time::Instant::from_std(first + patience);
+            let _ = tokio::time::timeout_at(until, ended).await;
             if let Some((conn, _)) = own.conn.get() {
                 return conn.clone();
             }
@@ -102,42 +112,56 @@ impl ClusterConn {
         self.shared.clone()
     }
 
-    /// Starts an attempt to make the engine's own connection if none is under way and the
-    /// last one is [`RETRY_OWN_AFTER`] old; whether one is under way now.
-    fn start_own(&self, own: &Arc<Own>) -> bool {
-        let limit = self.made.config.connect_timeout;
-        let mut started = own.started.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(at) = *started {
-            if at.elapsed() < limit {
-                return true;
-            }
-            if at.elapsed() < RETRY_OWN_AFTER {
-                return false;
-            }
+    /// Starts an attempt to make the engine's own connection unless one is under way or the
+    /// last failed less than [`RETRY_OWN_AFTER`] ago. Returns when the first attempt started
+    /// if it is the one under way.
+    fn start_own(&self, own: &Arc<Own>) -> Option<Instant> {
+        let mut attempts = own.attempts.lock().unwrap_or_else(|p| p.into_inner());
+        let first_under_way =
+            |a: &Attempts| a.first.filter(|_| a.under_way && a.failed_at.is_none());
+        if attempts.under_way
+            || attempts
+                .failed_at
+                .is_some_and(|at| at.elapsed() < RETRY_OWN_AFTER)
+        {
+            return first_under_way(&attempts);
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return false;
+            return None;
         };
-        *started = Some(Instant::now());
+        attempts.under_way = true;
+        attempts.first.get_or_insert_with(Instant::now);
         let (own, client) = (own.clone(), self.made.client.clone());
+        let limit = self.made.config.connect_timeout;
         runtime.spawn(async move {
-            match tokio::time::timeout(limit, client.get_async_connection()).await {
+            let made = tokio::time::timeout(limit, client.get_async_connection()).await;
+            let failed = match made {
                 Ok(Ok(conn)) => {
                     let _ = own.conn.set((conn, Instant::now()));
+                    false
                 }
                 Ok(Err(err)) => {
                     tracing::debug!(%err, "the lock engine's cluster connection is not made yet");
+                    true
                 }
                 Err(_) => {
                     tracing::debug!(
                         ?limit,
                         "the lock engine's cluster connection is not made yet"
                     );
+                    true
+                }
+            };
+            {
+                let mut attempts = own.attempts.lock().unwrap_or_else(|p| p.into_inner());
+                attempts.under_way = false;
+                if failed {
+                    attempts.failed_at = Some(Instant::now());
                 }
             }
             own.ended.notify_waiters();
         });
-        true
+        first_under_way(&attempts)
     }
 
     /// Starts making the engine's own connection (on the engine's runtime, as it starts).
