@@ -27,6 +27,7 @@ use support::backend::{eventually, join};
 use support::faulty::{Faulty, Gate, Op, Rule};
 use support::honest::trusts_past;
 use support::time::{current_thread, ms, secs};
+use support::waits::lease_free;
 
 /// Runs `f` to completion on a current-thread runtime of its own, on a blocking thread (so a
 /// task spawned by `f` runs only when `f` yields).
@@ -346,10 +347,13 @@ async fn the_registry_purge_never_drops_a_live_entry(b: Backend) {
 /// detach, on the multi-threaded runtime: a hold with a short lease (150 ms, renewed every 50 ms)
 /// is detached on one worker around the instant its renewal is sent on another, and resumed at
 /// once with a 2 s lease; the resumed guard is checked against the server (a 150 ms renewal
-/// applied after the resume would shorten it), 120 rounds.
+/// applied after the resume would shorten it), 120 rounds. On a loaded machine a 150 ms lease
+/// can lapse before its renewal is answered: such a round's resume finds the hold gone (an
+/// honest answer, and nothing is granted), and most rounds must still resume.
 async fn detach_while_a_renewal_is_sent_then_resume_hammered(b: Backend) {
     let c = b.client().await;
     let name = "detach-hammer";
+    let mut resumed = 0;
     for round in 0..120u64 {
         let g = c.mutex(name).lease(ms(150)).lock().await.expect("lock");
         // Around the first renewal (50 ms after the grant), a little earlier or later.
@@ -365,9 +369,13 @@ async fn detach_while_a_renewal_is_sent_then_resume_hammered(b: Backend) {
             .await;
         let g = match r {
             Ok(g) => g,
-            Err(e) if e.is_hold_in_use() => panic!("[{}] round {round}: {e}", b.kind),
+            Err(e) if e.is_hold_gone() => {
+                assert!(lease_free(&c, name).await, "gone, yet held");
+                continue;
+            }
             Err(e) => panic!("[{}] round {round}: {e}", b.kind),
         };
+        resumed += 1;
         tokio::time::sleep(ms(30)).await;
         let before = g.valid_until();
         let info = c.mutex(name).inspect().await.expect("inspect");
@@ -380,6 +388,11 @@ async fn detach_while_a_renewal_is_sent_then_resume_hammered(b: Backend) {
         }
         assert!(g.release().await.expect("release"));
     }
+    assert!(
+        resumed >= 60,
+        "[{}] only {resumed} of 120 rounds resumed",
+        b.kind
+    );
 }
 
 both_backends!(
