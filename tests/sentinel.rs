@@ -536,3 +536,48 @@ async fn a_dropped_connection_with_the_sentinels_paused_loses_no_hold() {
     assert_eq!(lost, 0, "holds lost while the primary answered");
     assert!(released.is_ok(), "the dropped guard's hold is still there");
 }
+
+/// While the first sentinel given does not answer, the others still name the primary: with
+/// sentinel 0 and the primary A paused, sentinels 1 and 2 promote B and another client holds a
+/// Mutex there; this client's steps meet the paused A, so it asks the sentinels (sentinel 0
+/// first, whose question times out before 1 and 2 are read) and moves to B. When A is resumed,
+/// a primary still until the sentinels demote it, this client is never granted there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_first_sentinel_does_not_hide_the_new_primary() {
+    let (set, client) = leased(secs(30)).await;
+    let mut warm = client.mutex("warm").lock().await.expect("lock");
+    assert!(warm.extend(secs(5)).await.expect("extend"));
+    warm.release().await.expect("release");
+    let old = set.primary_port();
+    let (old_pid, sentinels) = (set.node(old).pid(), set.sentinel_pids());
+    signal(sentinels[0], "STOP");
+    signal(old_pid, "STOP");
+    let new = tokio::task::block_in_place(|| set.wait_named_by(1, old));
+    let urls = set.sentinel_urls();
+    let others: Vec<&str> = [1, 2, 0].iter().map(|&i| urls[i].as_str()).collect();
+    let other = LockClient::builder()
+        .lease(secs(30))
+        .sentinel(&others, MASTER)
+        .await
+        .expect("connect through sentinel 1");
+    let held = loop {
+        match other.mutex("silent-first").lock().timeout(secs(2)).await {
+            Ok(g) => break g,
+            Err(_) => tokio::time::sleep(ms(100)).await,
+        }
+    };
+    let lock = client.mutex("silent-first").auto_renew(false);
+    let mut granted = None;
+    for round in 0..20 {
+        if round == 8 {
+            signal(old_pid, "CONT");
+        }
+        if let Ok(g) = lock.lock().timeout(ms(400)).await {
+            granted = Some(g);
+            break;
+        }
+    }
+    signal(sentinels[0], "CONT");
+    let both = granted.as_ref().is_some_and(|g| g.is_held()) && held.is_held();
+    assert!(!both, "granted beside the holder on the new primary {new}");
+}

@@ -48,8 +48,12 @@ pub(crate) struct SentinelConn {
     unanswered_at: std::sync::Mutex<Option<Instant>>,
 }
 
-/// The longest a step waits for the sentinels to name the primary.
-const SENTINEL_QUERY_BOUND: Duration = Duration::from_millis(500);
+/// The longest a step waits for the sentinels to name the primary: a deadline above the
+/// redis crate's own, which asks the sentinels in the order given, each with its connect
+/// (1 s) and response (500 ms) timeouts, and takes the first answer. A tighter bound would cut
+/// the question off while it waits for a first sentinel that does not answer, before it
+/// reads the answers of the others.
+const SENTINEL_QUERY_BOUND: Duration = Duration::from_secs(5);
 
 /// After the sentinels left a question unanswered, steps go to the connection's primary
 /// without asking them for this long.

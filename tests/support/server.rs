@@ -436,6 +436,40 @@ impl RedisSentinels {
         panic!("no sentinel names a primary for {}", self.master);
     }
 
+    /// Waits until sentinel `i` names a primary other than `old` (asking it alone, so the
+    /// others may be paused), and returns its port.
+    pub fn wait_named_by(&self, i: usize, old: u16) -> u16 {
+        let port = self.sentinels[i].port().to_string();
+        let ask = [
+            "2",
+            "redis-cli",
+            "-p",
+            &port,
+            "SENTINEL",
+            "GET-MASTER-ADDR-BY-NAME",
+        ];
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let named = Command::new("timeout")
+                .args(ask)
+                .arg(&self.master)
+                .output()
+                .ok()
+                .and_then(|out| {
+                    let out = String::from_utf8_lossy(&out.stdout).into_owned();
+                    out.lines().nth(1)?.trim().parse::<u16>().ok()
+                });
+            match named {
+                Some(p) if p != old => return p,
+                _ => assert!(
+                    Instant::now() < deadline,
+                    "sentinel {i} named no new primary"
+                ),
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
     /// The port of the data node that is not on `primary`.
     pub fn other_node(&self, primary: u16) -> u16 {
         self.nodes
