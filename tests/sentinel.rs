@@ -555,11 +555,15 @@ async fn a_silent_first_sentinel_does_not_hide_the_new_primary() {
     let new = tokio::task::block_in_place(|| set.wait_named_by(1, old));
     let urls = set.sentinel_urls();
     let others: Vec<&str> = [1, 2, 0].iter().map(|&i| urls[i].as_str()).collect();
-    let other = LockClient::builder()
-        .lease(secs(30))
-        .sentinel(&others, MASTER)
-        .await
-        .expect("connect through sentinel 1");
+    // The new primary may not answer yet as the sentinels name it (seen on Valkey).
+    let since = std::time::Instant::now();
+    let other = loop {
+        match LockClient::builder().sentinel(&others, MASTER).await {
+            Ok(c) => break c,
+            Err(_) if since.elapsed() < secs(20) => tokio::time::sleep(ms(200)).await,
+            Err(e) => panic!("connect through sentinel 1: {e}"),
+        }
+    };
     let held = loop {
         match other.mutex("silent-first").lock().timeout(secs(2)).await {
             Ok(g) => break g,
