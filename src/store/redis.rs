@@ -1046,8 +1046,6 @@ impl Store for RedisStore {
         &self.hub
     }
 
-    /// The lock engine gets a connection of its own, made on first use by the engine's
-    /// runtime ([`RedisStore::engine_copy`]).
     /// A Cluster store starts making the engine's own connection (on the engine's runtime).
     fn engine_started(&self) {
         #[cfg(feature = "cluster")]
@@ -1056,6 +1054,8 @@ impl Store for RedisStore {
         }
     }
 
+    /// The lock engine gets a connection of its own, made on first use by the engine's
+    /// runtime (`RedisStore::engine_copy`).
     fn for_engine(&self) -> Option<Arc<dyn Store>> {
         Some(Arc::new(self.engine_copy()?))
     }
