@@ -860,6 +860,29 @@ fn holds_and_waits_end_with_their_runtime() {
     support::exit::holds_and_waits_end_with_their_runtime(connect, secs(5));
 }
 
+/// A cluster of three masters and a client (`lease`, `response_timeout`, a 5 s connect
+/// timeout) whose only start-up node is behind a proxy, stalled once the client is built.
+async fn behind_a_stalled_start_up_node(
+    response_timeout: Duration,
+    lease: Duration,
+) -> (RedisCluster, support::proxy::Proxy, LockClient) {
+    let cluster = tokio::task::block_in_place(|| RedisCluster::start(3, 0));
+    let proxy = support::proxy::Proxy::start(cluster.ports()[0]).await;
+    let config = redis_locks::RedisConfig {
+        connect_timeout: secs(5),
+        response_timeout,
+        ..redis_locks::RedisConfig::default()
+    };
+    let client = LockClient::builder()
+        .lease(lease)
+        .redis_config(config)
+        .cluster(&[proxy.url().as_str()])
+        .await
+        .expect("connect through the proxy");
+    proxy.stall();
+    (cluster, proxy, client)
+}
+
 /// The engine's own connection is made through the start-up nodes, by a task of its own:
 /// while they cannot be reached (the only one given is behind a stalled proxy, and the
 /// connect timeout, 5 s, outlasts what a renewal or an extend may take) the engine uses the
@@ -867,20 +890,7 @@ fn holds_and_waits_end_with_their_runtime() {
 /// an extend and a dropped guard's release are sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_engine_uses_the_clients_connection_while_the_start_up_nodes_are_unreachable() {
-    let cluster = tokio::task::block_in_place(|| RedisCluster::start(3, 0));
-    let proxy = support::proxy::Proxy::start(cluster.ports()[0]).await;
-    let config = redis_locks::RedisConfig {
-        connect_timeout: secs(5),
-        response_timeout: secs(1),
-        ..redis_locks::RedisConfig::default()
-    };
-    let client = LockClient::builder()
-        .lease(secs(3))
-        .redis_config(config)
-        .cluster(&[proxy.url().as_str()])
-        .await
-        .expect("connect through the proxy");
-    proxy.stall();
+    let (_cluster, _proxy, client) = behind_a_stalled_start_up_node(secs(1), secs(3)).await;
     let renewed = client.mutex("renewed-with-start-up-nodes-unreachable");
     let guard = renewed.lock().await.expect("lock");
     tokio::time::sleep(secs(7)).await;
@@ -898,20 +908,7 @@ async fn the_engine_uses_the_clients_connection_while_the_start_up_nodes_are_unr
 /// the next attempt's 5 s, each take well under that wait.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_step_waits_for_a_later_attempt_at_the_engines_connection() {
-    let cluster = tokio::task::block_in_place(|| RedisCluster::start(3, 0));
-    let proxy = support::proxy::Proxy::start(cluster.ports()[0]).await;
-    let config = redis_locks::RedisConfig {
-        connect_timeout: secs(5),
-        response_timeout: secs(20),
-        ..redis_locks::RedisConfig::default()
-    };
-    let client = LockClient::builder()
-        .lease(secs(30))
-        .redis_config(config)
-        .cluster(&[proxy.url().as_str()])
-        .await
-        .expect("connect through the proxy");
-    proxy.stall();
+    let (_cluster, _proxy, client) = behind_a_stalled_start_up_node(secs(20), secs(30)).await;
     let mut guard = client.mutex("no-later-wait").lock().await.expect("lock");
     // The first attempt ends (fails) 5 s after the engine started; the next starts 5 s later.
     tokio::time::sleep(secs(6)).await;

@@ -421,6 +421,14 @@ async fn leased(lease: Duration) -> (RedisSentinels, LockClient) {
     (set, client)
 }
 
+/// Puts both of `client`'s connections in use: its own (a lock and its release) and its
+/// engine's (an extend).
+async fn warm_both_connections(client: &LockClient) {
+    let mut warm = client.mutex("warm").lock().await.expect("lock");
+    assert!(warm.extend(secs(30)).await.expect("extend"));
+    warm.release().await.expect("release");
+}
+
 /// The engine's connection needs no sentinel while the primary answers: with every sentinel
 /// paused after the client connected, a hold is extended and, once its guard is dropped,
 /// released, both by the engine, long before its 30 s lease would end.
@@ -478,10 +486,7 @@ async fn the_engine_follows_its_client_to_a_new_primary() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_connection_makes_the_client_ask_the_sentinels() {
     let (set, client) = leased(secs(30)).await;
-    // Both of the client's connections in use on the old primary.
-    let mut warm = client.mutex("warm").lock().await.expect("lock");
-    assert!(warm.extend(secs(30)).await.expect("extend"));
-    warm.release().await.expect("release");
+    warm_both_connections(&client).await;
     let old = set.primary_port();
     tokio::task::block_in_place(|| {
         set.failover();
@@ -545,9 +550,7 @@ async fn a_dropped_connection_with_the_sentinels_paused_loses_no_hold() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_first_sentinel_does_not_hide_the_new_primary() {
     let (set, client) = leased(secs(30)).await;
-    let mut warm = client.mutex("warm").lock().await.expect("lock");
-    assert!(warm.extend(secs(5)).await.expect("extend"));
-    warm.release().await.expect("release");
+    warm_both_connections(&client).await;
     let old = set.primary_port();
     let (old_pid, sentinels) = (set.node(old).pid(), set.sentinel_pids());
     signal(sentinels[0], "STOP");
