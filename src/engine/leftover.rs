@@ -6,7 +6,7 @@
 //! caller's connection (an attempt still on its way cannot land after it). One that no
 //! runtime runs to its end (none is current, or it shuts down first, as when `main` returns
 //! while a task still waits) goes to the client's engine, which sends it on its own
-//! connections (a single server's or a quorum's client gives it some); the drop of the
+//! connections (every Redis deployment's client gives it some); the drop of the
 //! client's last handle waits for it as it waits for a hold's release. A removal whose
 //! runtime only idles (a sync wrapper's between two calls) runs when that runtime runs
 //! again: the engine does not send a second copy of a removal that may be under way, which
