@@ -46,6 +46,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis_locks::LockClient;
 
+use support::signal;
 use support::RedisServer;
 
 /// Set in a worker's environment: `<kind>|<redis url>|<lock name>|<worker index>`.
@@ -585,15 +586,6 @@ fn spawn_reader(worker: usize, stdout: ChildStdout, tx: Sender<Event>) {
 fn proc_state(pid: u32) -> Option<char> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     stat.rsplit_once(')')?.1.trim_start().chars().next()
-}
-
-fn signal(pid: u32, sig: &str) {
-    let status = Command::new("kill")
-        .arg(format!("-{sig}"))
-        .arg(pid.to_string())
-        .status()
-        .expect("run `kill`");
-    assert!(status.success(), "kill -{sig} {pid}: {status}");
 }
 
 impl Run {

@@ -586,3 +586,28 @@ fn a_quorum_clients_holds_and_waits_end_with_their_runtime() {
     let connect = async |builder: LockClientBuilder| q.client_with(builder).await;
     support::exit::holds_and_waits_end_with_their_runtime(connect, secs(5));
 }
+
+/// The engine reaches the majority while one server is stalled (`SIGSTOP`: it takes requests
+/// and never answers): an extend is confirmed, and a dropped guard's hold is released on the
+/// two servers that answer, as on Sentinel with the sentinels paused and on Cluster with the
+/// start-up nodes unreachable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_engine_reaches_the_majority_while_a_server_is_stalled() {
+    let q = Quorum::start();
+    let client = q
+        .client_with(
+            LockClient::builder().redis_config(redis_locks::RedisConfig {
+                response_timeout: secs(1),
+                ..Default::default()
+            }),
+        )
+        .await;
+    let name = "a-server-stalled";
+    let stalled = support::Stopped::stop(q.servers[2].pid());
+    support::exit::the_engine_extends_and_releases(&client, name).await;
+    for (i, server) in q.servers[..2].iter().enumerate() {
+        let left = server.cli(&["EXISTS", &format!("rl:{{{name}}}:w")]);
+        assert_eq!(left, "0", "server {i} still has the writer record");
+    }
+    drop(stalled);
+}

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use redis_locks::{LockClient, Preference};
 use support::history::{History, Kind};
+use support::signal;
 use support::RedisSentinels;
 
 const MASTER: &str = "locks";
@@ -296,15 +297,6 @@ async fn a_rate_limiter_works_through_the_sentinels() {
     let admission = limiter.acquire(1).await.expect("in turn");
     assert_eq!(admission.permits, 1);
     assert!(limiter.inspect().await.expect("inspect").waiters.is_empty());
-}
-
-/// Sends `signal` (`STOP`, `CONT`) to process `pid`.
-fn signal(pid: u32, signal: &str) {
-    let status = std::process::Command::new("kill")
-        .args([&format!("-{signal}"), &pid.to_string()])
-        .status()
-        .expect("run kill");
-    assert!(status.success(), "kill -{signal} {pid}");
 }
 
 /// A failover in which the replica missed the last grant: the replica is frozen (SIGSTOP) and

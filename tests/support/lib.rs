@@ -51,7 +51,9 @@ pub mod warnings;
 
 // Each test binary uses some of these.
 #[allow(unused_imports)]
-pub use server::{server_binary, server_url, RedisCluster, RedisSentinels, RedisServer};
+pub use server::{
+    server_binary, server_url, signal, RedisCluster, RedisSentinels, RedisServer, Stopped,
+};
 
 /// The number in the environment variable `name` (a case count), `default` when it is unset.
 pub fn env_u32(name: &str, default: u32) -> u32 {

@@ -783,3 +783,31 @@ fn probe(port: u16) -> Option<Option<u32>> {
     // A PONG without a parsable pid still means "alive".
     Some(pid)
 }
+
+/// Sends `signal` (`STOP`, `CONT`, `KILL`) to process `pid`; panics if `kill` fails.
+pub fn signal(pid: u32, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .expect("run `kill`");
+    assert!(status.success(), "kill -{signal} {pid}: {status}");
+}
+
+/// Process `pid` stopped (`SIGSTOP`) until this is dropped (`SIGCONT`), even by a failing
+/// assertion.
+pub struct Stopped(pub u32);
+
+impl Stopped {
+    pub fn stop(pid: u32) -> Stopped {
+        signal(pid, "STOP");
+        Stopped(pid)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-CONT", &self.0.to_string()])
+            .status();
+    }
+}
