@@ -236,7 +236,13 @@ impl SentinelConn {
         let differs = |known: &Known, now: &Current| {
             known.generation != now.generation || known.address != now.address
         };
-        if differs(&self.known(), &self.current()) {
+        // Compared in place on every step (nothing cloned); no writer holds both locks.
+        let behind = {
+            let known = self.known.read().unwrap_or_else(|p| p.into_inner());
+            let now = self.current.read().unwrap_or_else(|p| p.into_inner());
+            differs(&known, &now)
+        };
+        if behind {
             let _sentinels = self.sentinels.lock().await;
             let (known, now) = (self.known(), self.current());
             if differs(&known, &now) {
