@@ -137,3 +137,46 @@ async fn resume_without_enough_replicas_gives_no_guard() {
     assert!(resumer.release_hold(&id).await.expect("release by id"));
     assert!(other.mutex("unreplicated").try_lock().await.is_ok());
 }
+
+/// With `wait_replicas`, renewals and `extend` wait for the replicas as the grant did: with an
+/// acknowledging replica the guard is renewed past several leases; once the replica is gone,
+/// an `extend` fails with `ReplicasNotReached` and the renewals the primary confirmed are not
+/// trusted, so the guard's trust ends with the lease it had.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_and_extends_wait_for_the_replicas() {
+    let master = RedisServer::start();
+    let port = master.port().to_string();
+    let mut replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    wait_for_replica(&master).await;
+    let client = LockClient::connect(&master.url()).await.expect("connect");
+    let mut guard = client
+        .mutex("renewed-with-replicas")
+        .lease(ms(1500))
+        .wait_replicas(1, ms(200))
+        .lock()
+        .await
+        .expect("one replica acknowledges");
+    tokio::time::sleep(secs(4)).await;
+    assert!(
+        guard.is_held(),
+        "renewals the replica acknowledged are trusted"
+    );
+    replica.kill();
+    let err = guard.extend(secs(30)).await.expect_err("no replica left");
+    assert!(none_acked(&err), "{err:?}");
+    // The primary applied the extend: it holds the lock for 30 s, but the guard trusts no
+    // more than the lease its last acknowledged renewal bought.
+    tokio::time::sleep(secs(2)).await;
+    assert!(
+        !guard.is_held(),
+        "a renewal no replica acknowledged was trusted"
+    );
+    let on_primary: i64 = master
+        .cli(&["PTTL", "rl:{renewed-with-replicas}:w"])
+        .parse()
+        .expect("pttl");
+    assert!(
+        on_primary > 20_000,
+        "the extend was applied: {on_primary} ms"
+    );
+}

@@ -580,3 +580,53 @@ async fn a_silent_first_sentinel_does_not_hide_the_new_primary() {
     let both = granted.as_ref().is_some_and(|g| g.is_held()) && held.is_held();
     assert!(!both, "granted beside the holder on the new primary {new}");
 }
+
+/// With `wait_replicas`, a renewal is trusted only once the replicas acknowledged it, as the
+/// grant was. The primary A is paused across a failover to B and resumed: it acts as a
+/// primary (with no replica) until the sentinels demote it, and a guard granted there keeps
+/// sending its renewals there. Another client takes the lock on B once the lease ran out there;
+/// from then on the first guard never says `is_held()` beside the second's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_wait_replicas_no_renewal_on_an_old_primary_is_trusted() {
+    let (set, client) = leased(secs(30)).await;
+    warm_both_connections(&client).await;
+    let old = set.primary_port();
+    let old_pid = set.node(old).pid();
+    let lock = client
+        .mutex("renewed-on-the-old-primary")
+        .lease(secs(8))
+        .renew_every(secs(4))
+        .wait_replicas(1, secs(1));
+    let first = lock.lock().await.expect("lock");
+    {
+        let _paused = support::Stopped::stop(old_pid);
+        tokio::task::block_in_place(|| set.wait_new_primary(old));
+    }
+    let urls = set.sentinel_urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    // The new primary may not answer yet as the sentinels name it (seen on Valkey).
+    let since = std::time::Instant::now();
+    let other = loop {
+        match LockClient::builder().sentinel(&urls, MASTER).await {
+            Ok(c) => break c,
+            Err(_) if since.elapsed() < secs(20) => tokio::time::sleep(ms(200)).await,
+            Err(e) => panic!("connect through the sentinels: {e}"),
+        }
+    };
+    let second = loop {
+        match other.mutex("renewed-on-the-old-primary").try_lock().await {
+            Ok(g) => break g,
+            Err(_) if since.elapsed() < secs(30) => tokio::time::sleep(ms(200)).await,
+            Err(e) => panic!("the lease never ran out on the new primary: {e}"),
+        }
+    };
+    let watched = std::time::Instant::now();
+    while watched.elapsed() < secs(10) && first.is_held() {
+        assert!(
+            !second.is_held(),
+            "the first guard says held beside the holder on the new primary"
+        );
+        tokio::time::sleep(ms(20)).await;
+    }
+    assert!(!first.is_held(), "the first guard still trusts its lease");
+}

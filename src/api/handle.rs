@@ -158,7 +158,12 @@ impl<K: Kind> Lock<K> {
     /// [`Error::ReplicasNotReached`]. Narrows the window in which a failover to a replica
     /// loses the grant; it costs a replication round trip per acquisition. A resume of a
     /// hold id waits so for its renewal (if fewer acknowledge, the hold is left as it was,
-    /// with no guard).
+    /// with no guard). The hold's renewals, `extend` and `downgrade` wait so too: one that
+    /// fewer replicas acknowledged is not trusted (a renewal is sent again while the guard's
+    /// trust lasts; `extend` and `downgrade` fail with [`Error::ReplicasNotReached`]). On
+    /// Sentinel this is what keeps a guard from being granted or renewed by an old primary
+    /// that still acts as one after a failover, once it has no replicas (see the crate's
+    /// guarantees).
     ///
     /// ```
     /// let client = redis_locks::LockClient::in_memory();

@@ -331,6 +331,7 @@ impl Hold {
             claim: claim.clone(),
             validity: validity_tx,
             reserved,
+            replicas: opts.wait_replicas,
         })));
         Hold {
             id,

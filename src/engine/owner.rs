@@ -44,6 +44,9 @@ pub(crate) struct NewHold {
     pub validity: watch::Sender<Validity>,
     /// The resume's reservation this hold takes over.
     pub reserved: bool,
+    /// `wait_replicas`: every lease request and downgrade is trusted only once that many
+    /// replicas acknowledged it, as the grant was.
+    pub replicas: Option<(u32, Duration)>,
 }
 
 /// What a step by id does.
@@ -167,6 +170,8 @@ struct Entry {
     wake: Option<Instant>,
     /// Steps by id sent beside this (lost) guard, not answered yet.
     beside: u32,
+    /// See [`NewHold::replicas`].
+    replicas: Option<(u32, Duration)>,
 }
 
 /// What a request the owner sent is about.
@@ -380,6 +385,7 @@ impl Owner {
                 after_quiet: Vec::new(),
                 wake: None,
                 beside: 0,
+                replicas: hold.replicas,
             },
         );
         self.apply(id, Event::Tick, now);
@@ -458,7 +464,7 @@ impl Owner {
         };
         let (store, lock, mut claim) =
             (self.store.clone(), entry.lock.clone(), entry.claim.clone());
-        let (bound, io) = (self.step_bound, Io::Hold { id, n });
+        let (bound, io, replicas) = (self.step_bound, Io::Hold { id, n }, entry.replicas);
         match ask {
             Ask::Lease {
                 lease,
@@ -470,7 +476,15 @@ impl Owner {
                 self.io.spawn(async move {
                     // No renewal or extend shortens the hold (a hand-off's claim sets the
                     // lease while the hold has the hand-off's deadline).
-                    let call = store.renew(&lock, &claim, lease, handed_until, None);
+                    let call = async {
+                        let renewed = store
+                            .renew(&lock, &claim, lease, handed_until, None)
+                            .await?;
+                        if renewed {
+                            acknowledged(&*store, &lock, replicas).await?;
+                        }
+                        Ok(renewed)
+                    };
                     let reply = within(Some(deadline), bound, "renew", call).await;
                     (io, Reply::Lease(reply))
                 });
@@ -479,7 +493,13 @@ impl Owner {
                 // The lease the hold has now (an extend may have changed it).
                 claim.lease = lease;
                 self.io.spawn(async move {
-                    let call = store.downgrade(&lock, &claim, None);
+                    let call = async {
+                        let fence = store.downgrade(&lock, &claim, None).await?;
+                        if fence.is_some() {
+                            acknowledged(&*store, &lock, replicas).await?;
+                        }
+                        Ok(fence)
+                    };
                     let reply = within(None, bound, "downgrade", call).await;
                     (io, Reply::Downgrade(reply))
                 });
@@ -627,6 +647,24 @@ async fn sleep_until_some(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+/// With `wait_replicas` (`replicas`), whether that many replicas acknowledged the writes of
+/// `store`'s connection so far: fewer is [`Error::ReplicasNotReached`], and the request that
+/// wrote is not trusted (its outcome is unknown to the hold: a renewal is sent again, an
+/// extend or a downgrade fails with that error).
+async fn acknowledged(
+    store: &dyn Store,
+    lock: &LockKeys,
+    replicas: Option<(u32, Duration)>,
+) -> Result<()> {
+    let Some((required, timeout)) = replicas else {
+        return Ok(());
+    };
+    match store.wait_replicas(lock, required, timeout).await? {
+        acked if acked >= required => Ok(()),
+        acked => Err(Error::ReplicasNotReached { acked, required }),
     }
 }
 
