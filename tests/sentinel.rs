@@ -630,3 +630,74 @@ async fn under_wait_replicas_no_renewal_on_an_old_primary_is_trusted() {
     }
     assert!(!first.is_held(), "the first guard still trusts its lease");
 }
+
+/// A planned failover (`SENTINEL FAILOVER`, every sentinel up) leaves the old primary writable
+/// until the sentinels demote it, and a client whose connection saw no error keeps sending
+/// there. Under `wait_replicas(1, ..)` that client is granted nothing there beside a holder on
+/// the new primary, and its guard's renewals there are not trusted beside a new holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planned_failover_leaves_no_two_holders_under_wait_replicas() {
+    let (set, first) = leased(secs(30)).await;
+    warm_both_connections(&first).await;
+    let old = set.primary_port();
+    let renewed = first
+        .mutex("renewed-across-the-failover")
+        .lease(secs(3))
+        .renew_every(ms(500))
+        .wait_replicas(1, secs(1))
+        .lock()
+        .await
+        .expect("lock");
+    tokio::time::sleep(ms(200)).await;
+    tokio::task::block_in_place(|| {
+        set.failover();
+        set.wait_new_primary(old)
+    });
+    let urls = set.sentinel_urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let since = std::time::Instant::now();
+    let second = loop {
+        match LockClient::builder().sentinel(&urls, MASTER).await {
+            Ok(c) => break c,
+            Err(_) if since.elapsed() < secs(20) => tokio::time::sleep(ms(200)).await,
+            Err(e) => panic!("connect through the sentinels: {e}"),
+        }
+    };
+    let replicated = |c: &LockClient, name: &str| c.mutex(name).wait_replicas(1, secs(1));
+    let held = loop {
+        match replicated(&second, "granted-after-the-failover")
+            .lease(secs(30))
+            .lock()
+            .timeout(secs(2))
+            .await
+        {
+            Ok(g) => break g,
+            Err(_) => tokio::time::sleep(ms(100)).await,
+        }
+    };
+    let attempt = replicated(&first, "granted-after-the-failover")
+        .auto_renew(false)
+        .lock()
+        .timeout(secs(2))
+        .await;
+    assert!(
+        !(attempt.is_ok_and(|g| g.is_held()) && held.is_held()),
+        "granted on the old primary beside the holder on the new one"
+    );
+    let watched = std::time::Instant::now();
+    let mut taken = None;
+    while watched.elapsed() < secs(12) {
+        if taken.is_none() {
+            taken = replicated(&second, "renewed-across-the-failover")
+                .try_lock()
+                .await
+                .ok();
+        }
+        let both = taken.as_ref().is_some_and(|g| g.is_held()) && renewed.is_held();
+        assert!(
+            !both,
+            "a guard renewed on the old primary says held beside the new holder"
+        );
+        tokio::time::sleep(ms(100)).await;
+    }
+}
