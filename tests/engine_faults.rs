@@ -261,8 +261,12 @@ async fn three_thousand_waits_cancelled_at_once_leave_no_place() {
         })
         .collect();
     let probe = holder.fair_lock(name);
+    // An inspect of 3,000 waiters may time out on a loaded machine: asked again.
     eventually_within(Duration::from_secs(90), "every wait queued", async || {
-        probe.inspect().await.expect("inspect").waiters.len() == 3_000
+        probe
+            .inspect()
+            .await
+            .is_ok_and(|info| info.waiters.len() == 3_000)
     })
     .await;
     for t in &tasks {
@@ -274,7 +278,12 @@ async fn three_thousand_waits_cancelled_at_once_leave_no_place() {
     eventually_within(
         Duration::from_secs(60),
         "every cancelled wait's place is removed",
-        async || probe.inspect().await.expect("inspect").waiters.is_empty(),
+        async || {
+            probe
+                .inspect()
+                .await
+                .is_ok_and(|info| info.waiters.is_empty())
+        },
     )
     .await;
     assert!(held.release().await.expect("release"));

@@ -413,15 +413,17 @@ async fn ten_thousand_queued_waiters(b: Backend) {
     let history = History::new();
     let first = start_waiter(&lock, &history, 0, Duration::ZERO, 1).await;
 
-    // N raw waiters with a long heartbeat, enqueued by a few concurrent tasks. Nobody leaves
-    // while they enqueue, so the place each one was told (waiters ahead) is its final place.
+    // N raw waiters with a long heartbeat (five minutes: they never heartbeat, and a loaded
+    // machine took 75 s to get through them), enqueued by a few concurrent tasks. Nobody
+    // leaves while they enqueue, so the place each one was told (waiters ahead) is its final
+    // place.
     let mut fillers = tokio::task::JoinSet::new();
     for _ in 0..8 {
         let (store, keys) = (client.store().clone(), keys.clone());
         fillers.spawn(async move {
             let mut claims = Vec::new();
             for _ in 0..N / 8 {
-                let c = Request::FairLock.claim(secs(60), secs(60));
+                let c = Request::FairLock.claim(secs(300), secs(300));
                 let r = store.acquire(&keys, &c, true, None).await.expect("enqueue");
                 let Acquire::Busy(busy) = r else {
                     panic!("a filler was granted: {r:?}")
