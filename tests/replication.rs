@@ -180,3 +180,52 @@ async fn renewals_and_extends_wait_for_the_replicas() {
         "the extend was applied: {on_primary} ms"
     );
 }
+
+/// A replica that stops answering holds up no other hold of the client: the engine's `WAIT`s
+/// for one hold's renewals (`wait_replicas`) hold its connection a millisecond at a time, so
+/// a 600 ms hold without `wait_replicas` renewed on that connection is never lost while the
+/// replica is paused for 6 s, and a dropped guard's hold is released meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_replica_holds_up_no_other_hold() {
+    let master = RedisServer::start();
+    let port = master.port().to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    wait_for_replica(&master).await;
+    let client = LockClient::connect(&master.url()).await.expect("connect");
+    let replicated = client
+        .mutex("waits-for-the-replica")
+        .lease(secs(6))
+        .wait_replicas(1, ms(1500))
+        .lock()
+        .await
+        .expect("lock");
+    let short = client
+        .mutex("short")
+        .lease(ms(600))
+        .lock()
+        .await
+        .expect("lock");
+    let dropped = client
+        .mutex("dropped")
+        .lease(secs(30))
+        .lock()
+        .await
+        .expect("lock");
+    let paused = support::Stopped::stop(replica.pid());
+    let since = std::time::Instant::now();
+    let mut dropped = Some(dropped);
+    while since.elapsed() < secs(6) {
+        assert!(short.is_held(), "a 600 ms hold was lost behind a WAIT");
+        if since.elapsed() > secs(2) {
+            drop(dropped.take());
+        }
+        tokio::time::sleep(ms(20)).await;
+    }
+    assert_eq!(
+        master.cli(&["EXISTS", "rl:{dropped}:w"]),
+        "0",
+        "not released"
+    );
+    drop(paused);
+    drop(replicated);
+}

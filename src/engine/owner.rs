@@ -650,10 +650,15 @@ async fn sleep_until_some(at: Option<Instant>) {
     }
 }
 
+/// The longest one `WAIT` of [`acknowledged`] holds the engine's connection: the server
+/// answers nothing else on it meanwhile, and every hold of the client renews on it.
+const WAIT_SLICE: Duration = Duration::from_millis(1);
+
 /// With `wait_replicas` (`replicas`), whether that many replicas acknowledged the writes of
-/// `store`'s connection so far: fewer is [`Error::ReplicasNotReached`], and the request that
-/// wrote is not trusted (its outcome is unknown to the hold: a renewal is sent again, an
-/// extend or a downgrade fails with that error).
+/// `store`'s connection so far, asked in `WAIT`s of at most [`WAIT_SLICE`] until its timeout:
+/// fewer is [`Error::ReplicasNotReached`], and the request that wrote is not trusted (its
+/// outcome is unknown to the hold: a renewal is sent again, an extend or a downgrade fails
+/// with that error).
 async fn acknowledged(
     store: &dyn Store,
     lock: &LockKeys,
@@ -662,9 +667,18 @@ async fn acknowledged(
     let Some((required, timeout)) = replicas else {
         return Ok(());
     };
-    match store.wait_replicas(lock, required, timeout).await? {
-        acked if acked >= required => Ok(()),
-        acked => Err(Error::ReplicasNotReached { acked, required }),
+    let end = Instant::now() + timeout;
+    loop {
+        let acked = store
+            .wait_replicas(lock, required, WAIT_SLICE.min(timeout))
+            .await?;
+        if acked >= required {
+            return Ok(());
+        }
+        if Instant::now() >= end {
+            return Err(Error::ReplicasNotReached { acked, required });
+        }
+        tokio::time::sleep(WAIT_SLICE).await;
     }
 }
 

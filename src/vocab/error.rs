@@ -145,9 +145,10 @@ pub enum Error {
         /// Nodes needed (a majority).
         required: usize,
     },
-    /// `wait_replicas`: fewer replicas than required acknowledged the grant in time; the lock
-    /// was released again (it could be lost in a failover).
-    #[error("only {acked} of the {required} replicas required acknowledged the grant in time; the lock was released")]
+    /// `wait_replicas`: fewer replicas than required acknowledged a step in time, so it is not
+    /// trusted: a grant was released again (it could be lost in a failover), a resume left the
+    /// hold as it was, an `extend` left the guard's trust where it was.
+    #[error("only {acked} of the {required} replicas required acknowledged the step in time, so it is not trusted: a grant is released again, a resume or an extend leaves the guard's trust as it was (see `Lock::wait_replicas`)")]
     ReplicasNotReached {
         /// Replicas that acknowledged.
         acked: u32,
