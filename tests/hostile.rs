@@ -233,18 +233,20 @@ fn arbitrary_durations_are_refused_or_work() {
                 let m = w.c.mutex("durations").lease(lease).heartbeat(heartbeat);
                 match (m.lock().timeout(wait).await, valid) {
                     (Ok(mut g), true) => {
+                        // A lease of a few ms, or an extension to a few ms (trusted from its
+                        // send), can lapse for real on a busy machine before the reply
+                        // arrives; then the guard must say so.
+                        let short = can_lapse(lease) || (in_range(extend) && can_lapse(extend));
                         match (g.extend(extend).await, in_range(extend)) {
                             (Ok(true), true) => {}
-                            // A lease of a few ms can lapse for real on a busy machine before
-                            // the extension arrives; then the guard must say so.
-                            (Ok(false), true) if can_lapse(lease) => {
+                            (Ok(false), true) if short => {
                                 assert!(!g.is_held(), "extend said lost, guard says held")
                             }
                             (Err(e), false) => assert!(e.is_invalid_input(), "{e}"),
                             (other, _) => panic!("lease {lease:?} extend({extend:?}): {other:?}"),
                         }
                         let released = g.release().await.expect("release");
-                        assert!(released || can_lapse(lease), "lease {lease:?} lost");
+                        assert!(released || short, "lease {lease:?} lost");
                     }
                     (Err(e), false) => assert!(e.is_invalid_input(), "{e}"),
                     (other, _) => {
