@@ -229,3 +229,32 @@ async fn a_silent_replica_holds_up_no_other_hold() {
     drop(paused);
     drop(replicated);
 }
+
+/// A grant's wait for the replicas holds the caller's connection a millisecond at a time: with
+/// the replica paused, an acquire under `wait_replicas(1, 3 s)` waits out its timeout while
+/// the same client takes and releases another lock, each within a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grants_wait_for_the_replicas_holds_up_no_other_step() {
+    let master = RedisServer::start();
+    let port = master.port().to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    wait_for_replica(&master).await;
+    let client = LockClient::connect(&master.url()).await.expect("connect");
+    let paused = support::Stopped::stop(replica.pid());
+    let waiting = client
+        .mutex("waits-for-the-replica")
+        .wait_replicas(1, secs(3));
+    let grant = tokio::spawn(async move { waiting.lock().await.map(drop) });
+    tokio::time::sleep(ms(300)).await;
+    for _ in 0..5 {
+        let other = client.mutex("beside").lock().timeout(secs(1)).await;
+        let other = other.expect("the other lock, beside the grant's wait");
+        assert!(other.release().await.expect("release"));
+    }
+    let err = grant
+        .await
+        .expect("task")
+        .expect_err("no replica acknowledges");
+    assert!(none_acked(&err), "{err:?}");
+    drop(paused);
+}

@@ -548,17 +548,9 @@ impl Hold {
             if !renewed? {
                 return Ok(None);
             }
-            if let Some((replicas, timeout)) = wait_replicas {
-                // As after a grant: the guard counts only once the replicas have the
-                // renewal. If they do not, the hold is left as it was (renewed), no guard.
-                let acked = store.wait_replicas(&lock, replicas, timeout).await?;
-                if acked < replicas {
-                    return Err(Error::ReplicasNotReached {
-                        acked,
-                        required: replicas,
-                    });
-                }
-            }
+            // As after a grant: the guard counts only once the replicas have the renewal. If
+            // they do not, the hold is left as it was (renewed), no guard.
+            owner::acknowledged(&*store, &lock, wait_replicas).await?;
             Ok(Some(sent_at))
         };
         let Some(sent_at) = holds.on_engine(steps).await? else {

@@ -650,16 +650,17 @@ async fn sleep_until_some(at: Option<Instant>) {
     }
 }
 
-/// The longest one `WAIT` of [`acknowledged`] holds the engine's connection: the server
-/// answers nothing else on it meanwhile, and every hold of the client renews on it.
+/// The longest one `WAIT` of [`acknowledged`] holds its connection: the server answers
+/// nothing else on it meanwhile (every hold of the client renews on the engine's; the
+/// caller's acquires, releases and waits go on the client's).
 const WAIT_SLICE: Duration = Duration::from_millis(1);
 
 /// With `wait_replicas` (`replicas`), whether that many replicas acknowledged the writes of
 /// `store`'s connection so far, asked in `WAIT`s of at most [`WAIT_SLICE`] until its timeout:
-/// fewer is [`Error::ReplicasNotReached`], and the request that wrote is not trusted (its
-/// outcome is unknown to the hold: a renewal is sent again, an extend or a downgrade fails
-/// with that error).
-async fn acknowledged(
+/// fewer is [`Error::ReplicasNotReached`], and the step that wrote is not trusted (a grant is
+/// released again, a resume gives no guard; to a hold, a renewal's outcome is unknown and it
+/// is sent again, an extend or a downgrade fails with that error).
+pub(crate) async fn acknowledged(
     store: &dyn Store,
     lock: &LockKeys,
     replicas: Option<(u32, Duration)>,

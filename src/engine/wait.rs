@@ -25,6 +25,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::engine::lease::{Hold, Holds};
+use crate::engine::owner::acknowledged;
 use crate::engine::pending::Pending;
 use crate::store::hub::{Registration, WakeHub};
 use crate::store::{Acquire, Busy, Claim, Policy, Request, Slot, Store};
@@ -476,24 +477,16 @@ impl LockCtx {
     /// Turns a grant into a hold, after the replicas acknowledged it if the handle asks for
     /// that (if they do not, the grant is released again).
     async fn confirm(&self, mut pending: Pending, fence: u64, sent_at: Instant) -> Result<Hold> {
-        if let Some((replicas, timeout)) = self.opts.wait_replicas {
+        if self.opts.wait_replicas.is_some() {
             // If this is cancelled, dropping `pending` releases the grant.
             let lock = pending.parts()[0].0.clone();
-            match self.store.wait_replicas(&lock, replicas, timeout).await {
-                Ok(acked) if acked >= replicas => {}
-                outcome => {
-                    // Released now; if Redis cannot be asked, in the background.
-                    if pending.withdraw().await {
-                        pending.forget();
-                    }
-                    return Err(match outcome {
-                        Ok(acked) => Error::ReplicasNotReached {
-                            acked,
-                            required: replicas,
-                        },
-                        Err(err) => err,
-                    });
+            let acked = acknowledged(&*self.store, &lock, self.opts.wait_replicas).await;
+            if let Err(err) = acked {
+                // Released now; if Redis cannot be asked, in the background.
+                if pending.withdraw().await {
+                    pending.forget();
                 }
+                return Err(err);
             }
         }
         let hold = pending.granted(&[fence], sent_at, &self.opts).pop();
