@@ -669,6 +669,9 @@ pub(crate) async fn acknowledged(
         return Ok(());
     };
     let end = Instant::now() + timeout;
+    // Asked again after 1, 2, 4 ... ms, at most every 50 ms: a replica that stays silent costs
+    // a few dozen `WAIT`s per step, not one per millisecond.
+    let mut pause = WAIT_SLICE;
     loop {
         let acked = store
             .wait_replicas(lock, required, WAIT_SLICE.min(timeout))
@@ -676,10 +679,12 @@ pub(crate) async fn acknowledged(
         if acked >= required {
             return Ok(());
         }
-        if Instant::now() >= end {
+        let now = Instant::now();
+        if now >= end {
             return Err(Error::ReplicasNotReached { acked, required });
         }
-        tokio::time::sleep(WAIT_SLICE).await;
+        tokio::time::sleep_until((now + pause).min(end)).await;
+        pause = (pause * 2).min(Duration::from_millis(50));
     }
 }
 
