@@ -19,6 +19,15 @@ fn none_acked(err: &Error) -> bool {
     )
 }
 
+/// A primary and its replica, once the replica is online.
+async fn replicated() -> (RedisServer, RedisServer) {
+    let master = RedisServer::start();
+    let port = master.port().to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    wait_for_replica(&master).await;
+    (master, replica)
+}
+
 async fn wait_for_replica(master: &RedisServer) {
     eventually("the replica came online", async || {
         let info = master.cli(&["INFO", "replication"]);
@@ -29,10 +38,7 @@ async fn wait_for_replica(master: &RedisServer) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grant_waits_for_an_acknowledging_replica() {
-    let master = RedisServer::start();
-    let port = master.port().to_string();
-    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
-    wait_for_replica(&master).await;
+    let (master, replica) = replicated().await;
     let client = LockClient::connect(&master.url()).await.expect("connect");
     let guard = client
         .mutex("replicated")
@@ -91,10 +97,7 @@ async fn zero_replicas_is_invalid_input() {
 /// with a replica, the resumed guard holds and the replica has the renewed lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resume_waits_for_an_acknowledging_replica() {
-    let master = RedisServer::start();
-    let port = master.port().to_string();
-    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
-    wait_for_replica(&master).await;
+    let (master, replica) = replicated().await;
     let client = LockClient::connect(&master.url()).await.expect("connect");
     let id = client.mutex("handed").lock().await.expect("lock").detach();
     let resumer = LockClient::connect(&master.url()).await.expect("connect");
@@ -144,15 +147,12 @@ async fn resume_without_enough_replicas_gives_no_guard() {
 /// trusted, so the guard's trust ends with the lease it had.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewals_and_extends_wait_for_the_replicas() {
-    let master = RedisServer::start();
-    let port = master.port().to_string();
-    let mut replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
-    wait_for_replica(&master).await;
+    let (master, mut replica) = replicated().await;
     let client = LockClient::connect(&master.url()).await.expect("connect");
     let mut guard = client
         .mutex("renewed-with-replicas")
         .lease(ms(1500))
-        .wait_replicas(1, ms(200))
+        .wait_replicas(1, secs(1))
         .lock()
         .await
         .expect("one replica acknowledges");
@@ -187,10 +187,7 @@ async fn renewals_and_extends_wait_for_the_replicas() {
 /// replica is paused for 6 s, and a dropped guard's hold is released meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_replica_holds_up_no_other_hold() {
-    let master = RedisServer::start();
-    let port = master.port().to_string();
-    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
-    wait_for_replica(&master).await;
+    let (master, replica) = replicated().await;
     let client = LockClient::connect(&master.url()).await.expect("connect");
     let replicated = client
         .mutex("waits-for-the-replica")
@@ -235,10 +232,7 @@ async fn a_silent_replica_holds_up_no_other_hold() {
 /// the same client takes and releases another lock, each within a second.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grants_wait_for_the_replicas_holds_up_no_other_step() {
-    let master = RedisServer::start();
-    let port = master.port().to_string();
-    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
-    wait_for_replica(&master).await;
+    let (master, replica) = replicated().await;
     let client = LockClient::connect(&master.url()).await.expect("connect");
     let paused = support::Stopped::stop(replica.pid());
     let waiting = client

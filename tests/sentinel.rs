@@ -413,6 +413,19 @@ async fn leased(lease: Duration) -> (RedisSentinels, LockClient) {
     (set, client)
 }
 
+/// A new client through the sentinels `urls` (in that order), asked again for up to 20 s: the
+/// new primary may not answer yet as the sentinels name it (seen on Valkey).
+async fn client_through(urls: &[&str]) -> LockClient {
+    let since = std::time::Instant::now();
+    loop {
+        match LockClient::builder().sentinel(urls, MASTER).await {
+            Ok(c) => break c,
+            Err(_) if since.elapsed() < secs(20) => tokio::time::sleep(ms(200)).await,
+            Err(e) => panic!("connect through the sentinels: {e}"),
+        }
+    }
+}
+
 /// Puts both of `client`'s connections in use: its own (a lock and its release) and its
 /// engine's (an extend).
 async fn warm_both_connections(client: &LockClient) {
@@ -550,15 +563,7 @@ async fn a_silent_first_sentinel_does_not_hide_the_new_primary() {
     let new = tokio::task::block_in_place(|| set.wait_named_by(1, old));
     let urls = set.sentinel_urls();
     let others: Vec<&str> = [1, 2, 0].iter().map(|&i| urls[i].as_str()).collect();
-    // The new primary may not answer yet as the sentinels name it (seen on Valkey).
-    let since = std::time::Instant::now();
-    let other = loop {
-        match LockClient::builder().sentinel(&others, MASTER).await {
-            Ok(c) => break c,
-            Err(_) if since.elapsed() < secs(20) => tokio::time::sleep(ms(200)).await,
-            Err(e) => panic!("connect through sentinel 1: {e}"),
-        }
-    };
+    let other = client_through(&others).await;
     let held = loop {
         match other.mutex("silent-first").lock().timeout(secs(2)).await {
             Ok(g) => break g,
@@ -604,15 +609,8 @@ async fn under_wait_replicas_no_renewal_on_an_old_primary_is_trusted() {
     }
     let urls = set.sentinel_urls();
     let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
-    // The new primary may not answer yet as the sentinels name it (seen on Valkey).
+    let other = client_through(&urls).await;
     let since = std::time::Instant::now();
-    let other = loop {
-        match LockClient::builder().sentinel(&urls, MASTER).await {
-            Ok(c) => break c,
-            Err(_) if since.elapsed() < secs(20) => tokio::time::sleep(ms(200)).await,
-            Err(e) => panic!("connect through the sentinels: {e}"),
-        }
-    };
     let second = loop {
         match other.mutex("renewed-on-the-old-primary").try_lock().await {
             Ok(g) => break g,
@@ -655,14 +653,7 @@ async fn a_planned_failover_leaves_no_two_holders_under_wait_replicas() {
     });
     let urls = set.sentinel_urls();
     let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
-    let since = std::time::Instant::now();
-    let second = loop {
-        match LockClient::builder().sentinel(&urls, MASTER).await {
-            Ok(c) => break c,
-            Err(_) if since.elapsed() < secs(20) => tokio::time::sleep(ms(200)).await,
-            Err(e) => panic!("connect through the sentinels: {e}"),
-        }
-    };
+    let second = client_through(&urls).await;
     let replicated = |c: &LockClient, name: &str| c.mutex(name).wait_replicas(1, secs(1));
     let held = loop {
         match replicated(&second, "granted-after-the-failover")
