@@ -628,6 +628,18 @@ impl RedisStore {
                 return Err(self.name_foreign_key(err, keys).await);
             }
         };
+        if let Value::Push { .. } = reply {
+            // A push message (a Valkey Cluster slot migration's `sunsubscribe` was seen) came
+            // back in the reply's place: the script's own reply is lost, its outcome unknown.
+            return Err(Error::connection(
+                operation(lock.name()),
+                self.address.to_string(),
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "a push message came back where the script's reply was expected",
+                ),
+            ));
+        }
         T::from_redis_value(reply).map_err(|e| Error::WrongType {
             name: lock.name().to_owned(),
             key: None,
