@@ -162,8 +162,12 @@ async fn renewals_and_extends_wait_for_the_replicas() {
         "renewals the replica acknowledged are trusted"
     );
     replica.kill();
-    let err = guard.extend(secs(30)).await.expect_err("no replica left");
-    assert!(none_acked(&err), "{err:?}");
+    // Refused for want of a replica, or, when a renewal waiting for the dead replica held its
+    // turn until the trust ran out, answered `false` by a guard already lost.
+    match guard.extend(secs(30)).await {
+        Err(err) => assert!(none_acked(&err), "{err:?}"),
+        Ok(extended) => assert!(!extended && !guard.is_held(), "an unacknowledged extend"),
+    }
     // The primary applied the extend: it holds the lock for 30 s, but the guard trusts no
     // more than the lease its last acknowledged renewal bought.
     tokio::time::sleep(secs(2)).await;
